@@ -1,0 +1,1 @@
+"""OpShin validators and their compiled artifacts."""

@@ -1,0 +1,1 @@
+"""Everything off-chain that talks to the chain."""

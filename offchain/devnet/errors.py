@@ -1,0 +1,34 @@
+"""Errors the devnet answers with: Ogmios v6 error codes, message and data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    """A transaction or request the ledger refuses, carrying its Ogmios error code.
+
+    `data` is whatever the Ogmios schema puts under `error.data` for that code (or None).
+    """
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class RpcError(LedgerError):
+    """A JSON-RPC level error (malformed request, unknown method, bad params)."""
+
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602

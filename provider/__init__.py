@@ -1,0 +1,1 @@
+"""Provider daemon: inventory, runner, metering, receipts, bond."""

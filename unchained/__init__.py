@@ -1,0 +1,1 @@
+"""Unchained: a GPU compute marketplace settled on Cardano."""
