@@ -43,7 +43,7 @@ def decode_tx(cbor: bytes) -> DecodedTx:
         if _skip(cbor, 0) != len(cbor):
             raise ValueError("trailing bytes after the transaction")
         body_start, body_end = spans[0]
-        wit_start, wit_end = spans[1]
+        wit_start = spans[1][0]
         witness_fields = _map_value_spans(cbor, wit_start)
         tx = Transaction.from_cbor(cbor)
     except LedgerError:
