@@ -1,0 +1,508 @@
+"""Ogmios v6 JSON-RPC over WebSocket, served from a `Devnet`.
+
+One dispatch table maps each method to a handler; every response echoes the request's
+method and id. Chain-sync and mempool-monitor state lives in the per-connection `Session`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import websockets
+from websockets.asyncio.server import ServerConnection, serve
+
+from offchain.devnet import ogmios_json as oj
+from offchain.devnet.errors import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    LedgerError,
+)
+from offchain.devnet.genesis import (
+    ACTIVE_SLOTS_COEFFICIENT,
+    NETWORK_MAGIC,
+    SECURITY_PARAMETER,
+    demo_wallet_addresses,
+)
+from offchain.devnet.node import Block, Devnet
+from offchain.devnet.txdecode import DecodedTx
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 1 << 20  # answered with a JSON-RPC error
+MAX_FRAME_BYTES = 8 << 20  # beyond this the WebSocket layer closes the connection (1009)
+ERAS = ("byron", "shelley", "allegra", "mary", "alonzo", "babbage", "conway")
+MEMPOOL_CAPACITY_BYTES = 2 * 90_112
+
+
+@dataclasses.dataclass
+class Session:
+    """Per-connection protocol state."""
+
+    cursor: Block | None = None  # chain-sync: the last point the client has (None = origin)
+    seen_generation: int = 0  # chain-sync: rollbacks after this one concern the client
+    intersected: bool = False  # chain-sync: the next nextBlock rolls back to the intersection
+    mempool: list[DecodedTx] | None = None  # mempool monitor: the acquired snapshot
+    mempool_position: int = 0
+    mempool_slot: int = 0
+
+
+Handler = Callable[[Session, dict[str, Any]], Awaitable[Any]]
+
+
+class OgmiosServer:
+    def __init__(self, devnet: Devnet) -> None:
+        self.devnet = devnet
+        self.methods: dict[str, Handler] = {
+            "queryNetwork/tip": self.network_tip,
+            "queryNetwork/blockHeight": self.block_height,
+            "queryNetwork/startTime": self.start_time,
+            "queryNetwork/genesisConfiguration": self.genesis_configuration,
+            "queryLedgerState/tip": self.network_tip,
+            "queryLedgerState/epoch": self.epoch,
+            "queryLedgerState/eraStart": self.era_start,
+            "queryLedgerState/eraSummaries": self.era_summaries,
+            "queryLedgerState/protocolParameters": self.protocol_parameters,
+            "queryLedgerState/utxo": self.utxo,
+            "queryLedgerState/rewardAccountSummaries": self.reward_account_summaries,
+            "evaluateTransaction": self.evaluate_transaction,
+            "submitTransaction": self.submit_transaction,
+            "findIntersection": self.find_intersection,
+            "nextBlock": self.next_block,
+            "acquireMempool": self.acquire_mempool,
+            "nextTransaction": self.next_transaction,
+            "hasTransaction": self.has_transaction,
+            "sizeOfMempool": self.size_of_mempool,
+            "releaseMempool": self.release_mempool,
+            "devnet/fund": self.fund,
+            "devnet/advanceTime": self.advance_time,
+            "devnet/rollback": self.rollback,
+            "devnet/reset": self.reset,
+            "devnet/wallets": self.wallets,
+        }
+
+    # --- transport -----------------------------------------------------------------------------
+
+    async def serve(self, host: str, port: int) -> websockets.asyncio.server.Server:
+        return await serve(self._connection, host, port, max_size=MAX_FRAME_BYTES)
+
+    async def _connection(self, websocket: ServerConnection) -> None:
+        session = Session()
+        try:
+            async for message in websocket:
+                await websocket.send(json.dumps(await self.handle(session, message)))
+        except websockets.ConnectionClosed:
+            pass
+
+    async def handle(self, session: Session, message: str | bytes) -> dict[str, Any]:
+        """Answer one JSON-RPC message; never raises, so one bad request harms nobody else."""
+        method: Any = None
+        request_id: Any = None
+        try:
+            request = _parse_request(message)
+            method, request_id = request["method"], request.get("id")
+            handler = self.methods.get(method)
+            if handler is None:
+                raise LedgerError(
+                    METHOD_NOT_FOUND,
+                    f"Unknown method {method!r}. Known methods: {', '.join(self.methods)}.",
+                )
+            params = request.get("params") or {}
+            if not isinstance(params, dict):
+                raise LedgerError(INVALID_PARAMS, "params must be a JSON object")
+            result = await handler(session, params)
+            response: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "result": result}
+        except LedgerError as exc:
+            response = {"jsonrpc": "2.0", "method": method, "error": exc.to_json()}
+        except Exception as exc:
+            log.exception("internal error answering %s", method)
+            error = {"code": -32603, "message": f"Internal error: {exc}"}
+            response = {"jsonrpc": "2.0", "method": method, "error": error}
+        if method is None:
+            del response["method"]
+        response["id"] = request_id
+        return response
+
+    # --- network and ledger-state queries -----------------------------------------------------
+
+    async def network_tip(self, session: Session, params: dict) -> dict[str, Any]:
+        tip = self.devnet.tip
+        return {"slot": tip.slot, "id": tip.id.hex()}
+
+    async def block_height(self, session: Session, params: dict) -> int:
+        return self.devnet.tip.height
+
+    async def start_time(self, session: Session, params: dict) -> str:
+        return _utc(self.devnet.genesis.system_start_s)
+
+    async def epoch(self, session: Session, params: dict) -> int:
+        return self.devnet.epoch
+
+    async def era_start(self, session: Session, params: dict) -> dict[str, Any]:
+        return _bound(0, 0, 0)
+
+    async def era_summaries(self, session: Session, params: dict) -> list[dict[str, Any]]:
+        """All seven eras; the devnet begins in Conway, so the earlier ones are empty."""
+        genesis = self.devnet.genesis
+        era_parameters = {
+            "epochLength": genesis.epoch_length,
+            "slotLength": {"milliseconds": genesis.slot_length_ms},
+            "safeZone": 3 * SECURITY_PARAMETER * 20,
+        }
+        origin = _bound(0, 0, 0)
+        horizon_epoch = self.devnet.epoch + 2
+        horizon_slot = horizon_epoch * genesis.epoch_length
+        horizon = _bound(horizon_slot * genesis.slot_length_ms // 1000, horizon_slot, horizon_epoch)
+        return [
+            {
+                "start": origin,
+                "end": horizon if era == "conway" else origin,
+                "parameters": era_parameters,
+            }
+            for era in ERAS
+        ]
+
+    async def genesis_configuration(self, session: Session, params: dict) -> dict[str, Any]:
+        era = params.get("era")
+        if era not in ("byron", "shelley", "alonzo", "conway"):
+            raise LedgerError(
+                INVALID_PARAMS, "era must be one of 'byron', 'shelley', 'alonzo', 'conway'"
+            )
+        genesis = self.devnet.genesis
+        parameters = self.devnet.params.to_ogmios()
+        start = _utc(genesis.system_start_s)
+        if era == "byron":
+            return {
+                "era": era,
+                "genesisKeyHashes": [],
+                "genesisDelegations": {},
+                "startTime": start,
+                "initialFunds": {},
+                "initialVouchers": {},
+                "securityParameter": SECURITY_PARAMETER,
+                "networkMagic": NETWORK_MAGIC,
+                "updatableParameters": {},
+            }
+        if era == "shelley":
+            return {
+                "era": era,
+                "startTime": start,
+                "networkMagic": NETWORK_MAGIC,
+                "network": "testnet",
+                "activeSlotsCoefficient": ACTIVE_SLOTS_COEFFICIENT,
+                "securityParameter": SECURITY_PARAMETER,
+                "epochLength": genesis.epoch_length,
+                "slotsPerKesPeriod": 129_600,
+                "maxKesEvolutions": 62,
+                "slotLength": {"milliseconds": genesis.slot_length_ms},
+                "updateQuorum": 5,
+                "maxLovelaceSupply": 45_000_000_000_000_000,
+                "initialParameters": _pick(parameters, SHELLEY_PARAMETERS),
+                "initialDelegates": [],
+                "initialFunds": {
+                    address: {"ada": {"lovelace": amount}}
+                    for address, amount in genesis.funds.items()
+                },
+                "initialStakePools": {"stakePools": {}, "delegators": {}},
+            }
+        if era == "alonzo":
+            return {"era": era, "updatableParameters": _pick(parameters, ALONZO_PARAMETERS)}
+        return {
+            "era": era,
+            "constitution": {"metadata": {"url": "", "hash": "00" * 32}},
+            "constitutionalCommittee": {"members": [], "quorum": "0/1"},
+            "updatableParameters": _pick(parameters, CONWAY_PARAMETERS),
+        }
+
+    async def protocol_parameters(self, session: Session, params: dict) -> dict[str, Any]:
+        return self.devnet.params.to_ogmios()
+
+    async def utxo(self, session: Session, params: dict) -> list[dict[str, Any]]:
+        """The confirmed UTxO set (as of the tip), by address, by reference, or whole."""
+        utxo = self.devnet.state.utxo
+        if "outputReferences" in params:
+            refs = [oj.parse_output_reference(r) for r in _list_param(params, "outputReferences")]
+            return [oj.utxo_json(ref, utxo[ref]) for ref in refs if ref in utxo]
+        if "addresses" in params:
+            wanted = {oj.parse_address(a).to_primitive() for a in _list_param(params, "addresses")}
+            return [
+                oj.utxo_json(i, o) for i, o in utxo.items() if o.address.to_primitive() in wanted
+            ]
+        if params:
+            raise LedgerError(
+                INVALID_PARAMS, "queryLedgerState/utxo takes 'addresses' or 'outputReferences'"
+            )
+        return [oj.utxo_json(i, o) for i, o in utxo.items()]
+
+    async def reward_account_summaries(self, session: Session, params: dict) -> list[dict]:
+        """Ogmios v6.14's list of registered reward accounts (filtered by credentials asked)."""
+        wanted = {
+            (origin == "scripts", _credential_hash(text))
+            for origin in ("keys", "scripts")
+            for text in params.get(origin) or []
+        }
+        deposit = {"ada": {"lovelace": self.devnet.params.key_deposit}}
+        return [
+            {
+                "from": "script" if is_script else "verificationKey",
+                "credential": cred.hex(),
+                "rewards": {"ada": {"lovelace": balance}},
+                "deposit": deposit,
+            }
+            for (is_script, cred), balance in self.devnet.state.reward_accounts.items()
+            if not wanted or (is_script, cred) in wanted
+        ]
+
+    # --- transactions -------------------------------------------------------------------------
+
+    async def evaluate_transaction(self, session: Session, params: dict) -> list[dict[str, Any]]:
+        cbor = _transaction_cbor(params)
+        return await self.devnet.evaluate(cbor, oj.parse_utxo(params.get("additionalUtxo")))
+
+    async def submit_transaction(self, session: Session, params: dict) -> dict[str, Any]:
+        dtx = await self.devnet.submit(_transaction_cbor(params))
+        return {"transaction": {"id": dtx.id_hex}}
+
+    # --- chain-sync ---------------------------------------------------------------------------
+
+    async def find_intersection(self, session: Session, params: dict) -> dict[str, Any]:
+        points = params.get("points")
+        if not isinstance(points, list):
+            raise LedgerError(INVALID_PARAMS, "findIntersection needs 'points': a list of points")
+        by_id = {block.id.hex(): block for block in self.devnet.blocks}
+        for point in points:
+            if point == "origin":
+                return self._intersect(session, None)
+            block = by_id.get(point.get("id", "")) if isinstance(point, dict) else None
+            if block is not None and block.slot == point.get("slot"):
+                return self._intersect(session, block)
+        raise LedgerError(
+            1000,
+            "No intersection found with the given points.",
+            {"tip": oj.tip_json(self.devnet.tip)},
+        )
+
+    def _intersect(self, session: Session, block: Block | None) -> dict[str, Any]:
+        session.cursor, session.intersected = block, True
+        session.seen_generation = self.devnet.generation
+        return {"intersection": oj.point_json(block), "tip": oj.tip_json(self.devnet.tip)}
+
+    async def next_block(self, session: Session, params: dict) -> dict[str, Any]:
+        """Roll forward one block, or backward after a rollback; at the tip, wait for a block."""
+        devnet = self.devnet
+        async with devnet.changed:
+            while True:
+                floor = devnet.rollback_floor_since(session.seen_generation)
+                session.seen_generation = devnet.generation
+                cursor_height = session.cursor.height if session.cursor else 0
+                if floor is not None and floor < cursor_height:
+                    session.cursor = devnet.blocks[floor - 1] if floor else None
+                    session.intersected = True
+                if session.intersected:
+                    session.intersected = False
+                    return self._roll("backward", point=oj.point_json(session.cursor))
+                next_height = session.cursor.height + 1 if session.cursor else 1
+                if next_height <= devnet.tip.height:
+                    session.cursor = devnet.blocks[next_height - 1]
+                    return self._roll("forward", block=oj.block_json(session.cursor))
+                await devnet.changed.wait()
+
+    def _roll(self, direction: str, **what: Any) -> dict[str, Any]:
+        return {"direction": direction, **what, "tip": oj.tip_json(self.devnet.tip)}
+
+    # --- mempool monitor ------------------------------------------------------------------------
+
+    async def acquire_mempool(self, session: Session, params: dict) -> dict[str, Any]:
+        """Snapshot the mempool; if one is held already, wait until the mempool changes."""
+        devnet = self.devnet
+        if session.mempool is not None:
+            held = [tx.id for tx in session.mempool]
+            async with devnet.changed:
+                await devnet.changed.wait_for(lambda: [tx.id for tx in devnet.pending.txs] != held)
+        session.mempool = list(devnet.pending.txs)
+        session.mempool_position = 0
+        session.mempool_slot = devnet.tip.slot
+        return {"acquired": "mempool", "slot": session.mempool_slot}
+
+    async def next_transaction(self, session: Session, params: dict) -> dict[str, Any]:
+        snapshot = _snapshot(session)
+        if session.mempool_position >= len(snapshot):
+            return {"transaction": None}
+        dtx = snapshot[session.mempool_position]
+        session.mempool_position += 1
+        if params.get("fields") == "all":
+            return {"transaction": oj.transaction_json(dtx)}
+        return {"transaction": {"id": dtx.id_hex}}
+
+    async def has_transaction(self, session: Session, params: dict) -> bool:
+        tx_id = params.get("id")
+        if not isinstance(tx_id, str):
+            raise LedgerError(INVALID_PARAMS, "hasTransaction needs 'id': a transaction id")
+        return any(dtx.id_hex == tx_id for dtx in _snapshot(session))
+
+    async def size_of_mempool(self, session: Session, params: dict) -> dict[str, Any]:
+        snapshot = _snapshot(session)
+        return {
+            "maxCapacity": {"bytes": MEMPOOL_CAPACITY_BYTES},
+            "currentSize": {"bytes": sum(dtx.size for dtx in snapshot)},
+            "transactions": {"count": len(snapshot)},
+        }
+
+    async def release_mempool(self, session: Session, params: dict) -> dict[str, Any]:
+        _snapshot(session)
+        session.mempool = None
+        return {"released": "mempool"}
+
+    # --- devnet-only methods --------------------------------------------------------------------
+
+    async def fund(self, session: Session, params: dict) -> dict[str, Any]:
+        address, amount = params.get("address"), params.get("lovelace")
+        if not isinstance(address, str) or not isinstance(amount, int) or isinstance(amount, bool):
+            raise LedgerError(
+                INVALID_PARAMS, "devnet/fund needs 'address' (bech32) and 'lovelace' (integer)"
+            )
+        dtx = await self.devnet.fund(address, amount)
+        return {"transaction": {"id": dtx.id_hex}}
+
+    async def advance_time(self, session: Session, params: dict) -> dict[str, Any]:
+        slots = _positive_int(params, "slots")
+        return {"tip": oj.tip_json(await self.devnet.advance(slots))}
+
+    async def rollback(self, session: Session, params: dict) -> dict[str, Any]:
+        blocks = _positive_int(params, "blocks")
+        return {"tip": oj.tip_json(await self.devnet.rollback(blocks))}
+
+    async def reset(self, session: Session, params: dict) -> dict[str, Any]:
+        return {"tip": oj.tip_json(await self.devnet.reset())}
+
+    async def wallets(self, session: Session, params: dict) -> dict[str, str]:
+        return demo_wallet_addresses(self.devnet.data_dir)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _parse_request(message: str | bytes) -> dict[str, Any]:
+    if len(message) > MAX_REQUEST_BYTES:
+        raise LedgerError(
+            INVALID_REQUEST, f"Request too large: {len(message)} bytes, limit {MAX_REQUEST_BYTES}."
+        )
+    try:
+        request = json.loads(message)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LedgerError(PARSE_ERROR, f"Invalid JSON: {exc}") from exc
+    if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+        raise LedgerError(
+            INVALID_REQUEST,
+            "Invalid request: expected a JSON-RPC 2.0 object with a string 'method'.",
+        )
+    return request
+
+
+def _transaction_cbor(params: dict[str, Any]) -> bytes:
+    transaction = params.get("transaction")
+    cbor = transaction.get("cbor") if isinstance(transaction, dict) else None
+    try:
+        return bytes.fromhex(cbor)
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(
+            INVALID_PARAMS, "Expected params {'transaction': {'cbor': <hex string>}}."
+        ) from exc
+
+
+def _list_param(params: dict[str, Any], name: str) -> list[Any]:
+    value = params[name]
+    if not isinstance(value, list):
+        raise LedgerError(INVALID_PARAMS, f"'{name}' must be a list")
+    return value
+
+
+def _positive_int(params: dict[str, Any], name: str) -> int:
+    value = params.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise LedgerError(INVALID_PARAMS, f"'{name}' must be a positive integer")
+    return value
+
+
+def _credential_hash(text: Any) -> bytes:
+    try:
+        raw = bytes.fromhex(text)
+    except (TypeError, ValueError):
+        raw = b""
+    if len(raw) != 28:
+        raise LedgerError(
+            INVALID_PARAMS, f"Expected a 28-byte credential hash in hex, got {text!r}"
+        )
+    return raw
+
+
+def _snapshot(session: Session) -> list[DecodedTx]:
+    if session.mempool is None:
+        raise LedgerError(4000, "You must acquire a mempool snapshot prior to accessing it.")
+    return session.mempool
+
+
+def _utc(posix_s: int) -> str:
+    return datetime.fromtimestamp(posix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _bound(seconds: int, slot: int, epoch: int) -> dict[str, Any]:
+    return {"time": {"seconds": seconds}, "slot": slot, "epoch": epoch}
+
+
+def _pick(parameters: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: parameters[key] for key in keys}
+
+
+SHELLEY_PARAMETERS = (
+    "minFeeCoefficient",
+    "minFeeConstant",
+    "maxBlockBodySize",
+    "maxBlockHeaderSize",
+    "maxTransactionSize",
+    "stakeCredentialDeposit",
+    "stakePoolDeposit",
+    "stakePoolRetirementEpochBound",
+    "desiredNumberOfStakePools",
+    "stakePoolPledgeInfluence",
+    "monetaryExpansion",
+    "treasuryExpansion",
+    "minStakePoolCost",
+    "minUtxoDepositConstant",
+    "minUtxoDepositCoefficient",
+    "version",
+)
+ALONZO_PARAMETERS = (
+    "minUtxoDepositCoefficient",
+    "plutusCostModels",
+    "scriptExecutionPrices",
+    "maxExecutionUnitsPerTransaction",
+    "maxExecutionUnitsPerBlock",
+    "maxValueSize",
+    "collateralPercentage",
+    "maxCollateralInputs",
+)
+CONWAY_PARAMETERS = (
+    "stakePoolVotingThresholds",
+    "constitutionalCommitteeMinSize",
+    "constitutionalCommitteeMaxTermLength",
+    "governanceActionLifetime",
+    "governanceActionDeposit",
+    "delegateRepresentativeVotingThresholds",
+    "delegateRepresentativeDeposit",
+    "delegateRepresentativeMaxIdleTime",
+)
+
+
+async def run(devnet: Devnet, host: str, port: int) -> None:
+    """Serve until cancelled, forging blocks on the slot clock."""
+    server = OgmiosServer(devnet)
+    async with await server.serve(host, port):
+        print(f"Ogmios v6 devnet serving on ws://{host}:{port}", flush=True)
+        await devnet.run_block_production()
