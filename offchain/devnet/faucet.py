@@ -32,7 +32,7 @@ def payment(devnet: Devnet, address: str, lovelace: int) -> bytes:
         raise LedgerError(INVALID_PARAMS, f"lovelace must be in 1..{MAX_FUND_LOVELACE}")
     try:
         recipient = Address.from_primitive(address)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's bad input
+    except Exception as exc:  # any parse failure is the caller's bad input
         raise LedgerError(INVALID_PARAMS, f"not a Cardano address: {address!r}") from exc
     if recipient.network.value != 0:
         raise LedgerError(INVALID_PARAMS, "the devnet is a testnet: use an addr_test address")

@@ -95,7 +95,7 @@ class UtxoOverlay(Mapping[TransactionInput, TransactionOutput]):
         if key in self.added:
             del self.added[key]
         else:
-            self[key]  # raises KeyError when unknown  # noqa: B018
+            self[key]  # raises KeyError when unknown
             self.spent.add(key)
 
     def __iter__(self) -> Iterator[TransactionInput]:

@@ -23,9 +23,7 @@ def _uplc_cost_models() -> dict[str, list[int]]:
     )
     config_file = next(f for f in latest.iterdir() if f.name.endswith(".json"))
     config = json.loads(config_file.read_text())
-    return {
-        f"plutus:v{n}": list(config[f"PlutusV{n}"].values()) for n in (1, 2, 3)
-    }
+    return {f"plutus:v{n}": list(config[f"PlutusV{n}"].values()) for n in (1, 2, 3)}
 
 
 def lovelace(amount: int) -> dict[str, Any]:
