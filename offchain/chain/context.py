@@ -1,0 +1,27 @@
+"""A pycardano chain context from an Ogmios URL."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from pycardano import Network
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+
+
+def chain_context(
+    url: str = DEFAULT_OGMIOS_URL, network: Network = Network.TESTNET
+) -> OgmiosV6ChainContext:
+    """pycardano's own Ogmios v6 context for `ws://host:port[/path]` (or `wss://`)."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
+        raise ValueError(f"expected an Ogmios URL like ws://127.0.0.1:1337, got {url!r}")
+    secure = parsed.scheme == "wss"
+    return OgmiosV6ChainContext(
+        host=parsed.hostname,
+        port=parsed.port or (443 if secure else 80),
+        path=parsed.path.lstrip("/"),
+        secure=secure,
+        network=network,
+    )

@@ -1,0 +1,52 @@
+"""An async chain-sync follower: roll-forward and roll-backward events from a stored point."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+from offchain.chain.ogmios import Ogmios
+
+Point = dict[str, Any] | str  # {"slot", "id"} or "origin"
+
+
+@dataclasses.dataclass(frozen=True)
+class RollForward:
+    block: dict[str, Any]  # the Ogmios block, transactions with their CBOR
+    tip: dict[str, Any]
+
+    @property
+    def point(self) -> Point:
+        return {"slot": self.block["slot"], "id": self.block["id"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class RollBackward:
+    point: Point  # everything after this point is no longer on the chain
+    tip: dict[str, Any]
+
+
+ChainEvent = RollForward | RollBackward
+
+
+async def follow(url: str, points: list[Point] | None = None) -> AsyncIterator[ChainEvent]:
+    """Yield chain events forever, starting after the newest of `points` found on chain.
+
+    Pass the points you stored (newest first, ending with "origin" to fall back to the
+    start). The first event is a RollBackward to the intersection, so a consumer can drop
+    anything it recorded after it.
+    """
+    async with Ogmios(url) as ogmios:
+        await ogmios.request("findIntersection", {"points": points or ["origin"]})
+        while True:
+            result = await ogmios.request("nextBlock")
+            if result["direction"] == "forward":
+                yield RollForward(result["block"], result["tip"])
+            else:
+                yield RollBackward(result["point"], result["tip"])
+
+
+async def tip_point(url: str) -> Point:
+    async with Ogmios(url) as ogmios:
+        return await ogmios.request("queryNetwork/tip")

@@ -1,0 +1,58 @@
+"""A small async Ogmios v6 JSON-RPC client over one WebSocket connection."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+
+DEFAULT_OGMIOS_URL = "ws://127.0.0.1:1337"
+
+
+class OgmiosError(Exception):
+    """An Ogmios error answer: its code, message and data, as the server sent them."""
+
+    def __init__(self, method: str, error: dict[str, Any]) -> None:
+        self.method = method
+        self.code: int = error.get("code", 0)
+        self.message: str = error.get("message", "")
+        self.data: Any = error.get("data")
+        super().__init__(f"{method} failed with {self.code}: {self.message}")
+
+
+class Ogmios:
+    """One connection; requests are answered in order (Ogmios pipelines per connection)."""
+
+    def __init__(self, url: str = DEFAULT_OGMIOS_URL) -> None:
+        self.url = url
+        self._ids = itertools.count()
+        self._ws: ClientConnection | None = None
+
+    async def __aenter__(self) -> Ogmios:
+        self._ws = await connect(self.url, max_size=64 << 20)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send one request and return its result, or raise OgmiosError."""
+        assert self._ws is not None, "use `async with Ogmios(url) as ogmios`"
+        request_id = next(self._ids)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
+        if params is not None:
+            message["params"] = params
+        await self._ws.send(json.dumps(message))
+        response = json.loads(await self._ws.recv())
+        if "error" in response:
+            raise OgmiosError(method, response["error"])
+        return response["result"]
+
+
+async def request(url: str, method: str, params: dict[str, Any] | None = None) -> Any:
+    """One request on a fresh connection (for one-off queries and devnet control)."""
+    async with Ogmios(url) as ogmios:
+        return await ogmios.request(method, params)

@@ -1,0 +1,65 @@
+"""Submit a transaction and wait until it is confirmed on chain."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pycardano import Transaction
+
+from offchain.chain.follower import Point, RollForward, follow, tip_point
+from offchain.chain.ogmios import Ogmios
+
+
+class ConfirmationTimeout(TimeoutError):
+    """The transaction was accepted but not confirmed in time (it may still land)."""
+
+
+async def submit(url: str, tx: Transaction | bytes) -> str:
+    """Submit and return the transaction id; raises OgmiosError with the ledger's reason."""
+    cbor = tx if isinstance(tx, bytes) else tx.to_cbor()
+    async with Ogmios(url) as ogmios:
+        result = await ogmios.request("submitTransaction", {"transaction": {"cbor": cbor.hex()}})
+    return result["transaction"]["id"]
+
+
+async def wait_for_confirmations(
+    url: str, tx_id: str, since: Point, confirmations: int = 1, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Follow the chain from `since` until `tx_id` is `confirmations` blocks deep.
+
+    Returns the block holding the transaction. If that block is rolled back the count starts
+    over, so the answer is only given for a transaction that is still on chain.
+    """
+
+    async def wait() -> dict[str, Any]:
+        holder: dict[str, Any] | None = None
+        async for event in follow(url, [since]):
+            if not isinstance(event, RollForward):
+                if holder and (event.point == "origin" or holder["slot"] > event.point["slot"]):
+                    holder = None
+                continue
+            if holder is None and any(t["id"] == tx_id for t in event.block["transactions"]):
+                holder = event.block
+            if holder and event.block["height"] - holder["height"] + 1 >= confirmations:
+                return holder
+        raise AssertionError("a chain follower never ends")
+
+    try:
+        return await asyncio.wait_for(wait(), timeout_s)
+    except TimeoutError as exc:
+        raise ConfirmationTimeout(
+            f"transaction {tx_id} not {confirmations} block(s) deep within {timeout_s} s"
+        ) from exc
+
+
+async def submit_and_wait(
+    url: str, tx: Transaction | bytes, confirmations: int = 1, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Submit, then wait for confirmations; returns the block holding the transaction.
+
+    The tip is read before submitting, so the block that takes the transaction is never missed.
+    """
+    since = await tip_point(url)
+    tx_id = await submit(url, tx)
+    return await wait_for_confirmations(url, tx_id, since, confirmations, timeout_s)
