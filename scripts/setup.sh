@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up everything Unchained needs on a fresh Debian machine: a virtualenv with the project.
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "Python 3.11+ is required (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+  apt-get update -qq && apt-get install -y -qq python3-venv
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi

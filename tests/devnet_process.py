@@ -1,0 +1,80 @@
+"""Run the real devnet (`unchained devnet`) as a subprocess for tests, over its real socket."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pycardano import Address, Network, PaymentSigningKey, PaymentVerificationKey
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.context import chain_context
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DevnetProcess:
+    """A devnet server process with its own data directory."""
+
+    def __init__(self, data_dir: Path, slot_length_ms: int = 100) -> None:
+        self.data_dir = data_dir
+        self.slot_length_ms = slot_length_ms
+        self.port = free_port()
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self, reset: bool = False) -> DevnetProcess:
+        command = [
+            sys.executable, "-m", "unchained.cli", "devnet",
+            "--port", str(self.port),
+            "--data-dir", str(self.data_dir),
+            "--slot-length", str(self.slot_length_ms),
+        ]  # fmt: skip
+        if reset:
+            command.append("--reset")
+        log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "a")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, text=True, env=os.environ.copy()
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"devnet exited with {self.process.returncode}; see {log.name}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("devnet did not start listening within 60 s")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=20)
+
+    def context(self) -> OgmiosV6ChainContext:
+        """A fresh pycardano context (pycardano caches the tip for 1 s per context)."""
+        return chain_context(self.url)
+
+    def key(self, name: str) -> PaymentSigningKey:
+        return PaymentSigningKey.load(str(self.data_dir / "wallets" / f"{name}.skey"))
+
+    def address(self, name: str) -> Address:
+        vkey = PaymentVerificationKey.from_signing_key(self.key(name))
+        return Address(vkey.hash(), network=Network.TESTNET)
