@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.devnet_process import DevnetProcess
+from offchain.devnet.process import DevnetProcess
 
 
 @pytest.fixture(scope="session")

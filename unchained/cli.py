@@ -3,11 +3,13 @@
 import typer
 
 from offchain.devnet.cli import app as devnet_app
+from unchained.demo import app as demo_app
 
 app = typer.Typer(
     help="Unchained: a GPU compute marketplace settled on Cardano.", no_args_is_help=True
 )
 app.add_typer(devnet_app, name="devnet")
+app.add_typer(demo_app, name="demo")
 
 if __name__ == "__main__":
     app()

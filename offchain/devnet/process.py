@@ -1,4 +1,4 @@
-"""Run the real devnet (`unchained devnet`) as a subprocess for tests, over its real socket."""
+"""Run `unchained devnet` as a child process (for the demo and tests), reached over its socket."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def free_port() -> int:
 class DevnetProcess:
     """A devnet server process with its own data directory."""
 
-    def __init__(self, data_dir: Path, slot_length_ms: int = 100) -> None:
+    def __init__(self, data_dir: Path, slot_length_ms: int = 100, port: int | None = None) -> None:
         self.data_dir = data_dir
         self.slot_length_ms = slot_length_ms
-        self.port = free_port()
+        self.port = port or free_port()
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -43,7 +43,8 @@ class DevnetProcess:
         ]  # fmt: skip
         if reset:
             command.append("--reset")
-        log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "a")  # noqa: SIM115
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "devnet.log", "a")  # noqa: SIM115 - the child writes to it
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, text=True, env=os.environ.copy()
         )

@@ -1,0 +1,127 @@
+"""The mempool monitor, and bad input: every request gets a clear answer, nobody else suffers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pycardano import PaymentSigningKey
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from offchain.chain.follower import tip_point
+from offchain.chain.submit import submit, wait_for_confirmations
+from offchain.devnet.genesis import wallet_address
+from tests.devnet.payments import payment
+from tests.devnet.rpc import rpc_raw
+from tests.ogmios_schema import validate
+
+
+async def call(ws, method, params=None):
+    message = {"jsonrpc": "2.0", "method": method, "id": method}
+    if params is not None:
+        message["params"] = params
+    await ws.send(json.dumps(message))
+    response = json.loads(await ws.recv())
+    assert response["method"] == method and response["id"] == method
+    return response
+
+
+async def test_mempool_monitor_shows_a_pending_transaction(devnet):
+    receiver = wallet_address(PaymentSigningKey.generate())
+    tx = payment(devnet, "bob", receiver, 2_000_000)
+    async with connect(devnet.url) as ws:
+        not_acquired = await call(ws, "sizeOfMempool")
+        assert not_acquired["error"]["code"] == 4000
+        validate("sizeOfMempool", not_acquired)
+        since = await tip_point(devnet.url)
+        tx_id = await submit(devnet.url, tx)
+        acquired = await call(ws, "acquireMempool")
+        validate("acquireMempool", acquired)
+        size = await call(ws, "sizeOfMempool")
+        validate("sizeOfMempool", size)
+        has = await call(ws, "hasTransaction", {"id": tx_id})
+        validate("hasTransaction", has)
+        listed = []
+        while (nxt := await call(ws, "nextTransaction", {"fields": "all"}))["result"][
+            "transaction"
+        ]:
+            validate("nextTransaction", nxt)
+            listed.append(nxt["result"]["transaction"])
+        released = await call(ws, "releaseMempool")
+        validate("releaseMempool", released)
+    # The block producer may have been quicker than us: either way the answers agree.
+    in_snapshot = tx_id in [t["id"] for t in listed]
+    assert has["result"] is in_snapshot
+    assert size["result"]["transactions"]["count"] == len(listed)
+    if in_snapshot:
+        assert bytes.fromhex(next(t for t in listed if t["id"] == tx_id)["cbor"]) == tx.to_cbor()
+    await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
+
+
+BAD_REQUESTS = [
+    ("not json at all", -32700),
+    (json.dumps([1, 2, 3]), -32600),
+    (json.dumps({"jsonrpc": "2.0", "method": "noSuchMethod"}), -32601),
+    (json.dumps({"jsonrpc": "2.0", "method": "queryLedgerState/utxo", "params": [1]}), -32602),
+    (
+        json.dumps(
+            {"jsonrpc": "2.0", "method": "queryLedgerState/utxo", "params": {"addresses": ["zz"]}}
+        ),
+        -32602,
+    ),
+    (
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": "submitTransaction",
+                "params": {"transaction": {"cbor": "zz"}},
+            }
+        ),
+        -32602,
+    ),
+    (
+        json.dumps({"jsonrpc": "2.0", "method": "devnet/advanceTime", "params": {"slots": -4}}),
+        -32602,
+    ),
+    (json.dumps({"jsonrpc": "2.0", "method": "devnet/fund", "params": {"address": "x"}}), -32602),
+    ("{" * 10_000 + "}" * 10_000, -32700),
+    ("x" * (2 << 20), -32600),
+]
+
+
+@pytest.mark.parametrize(("message", "code"), BAD_REQUESTS)
+async def test_bad_requests_get_json_rpc_errors_and_the_connection_lives(devnet, message, code):
+    async with connect(devnet.url, max_size=None) as ws:
+        await ws.send(message)
+        response = json.loads(await ws.recv())
+        assert response["error"]["code"] == code
+        assert response["error"]["message"]
+        tip = await call(ws, "queryNetwork/tip")  # the same connection still works
+        assert tip["result"]["slot"] > 0
+
+
+async def test_undecodable_transaction_is_a_deserialisation_failure(devnet):
+    response = await rpc_raw(
+        devnet.url, "submitTransaction", {"transaction": {"cbor": "84a0a0f5f6"}}
+    )
+    validate("submitTransaction", response)
+    assert response["error"]["code"] == -32602
+    assert set(response["error"]["data"]) == {
+        "shelley",
+        "allegra",
+        "mary",
+        "alonzo",
+        "babbage",
+        "conway",
+    }
+
+
+async def test_a_huge_frame_closes_only_that_connection(devnet):
+    async with connect(devnet.url, max_size=None) as ws:
+        await ws.send("x" * (9 << 20))
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd.code == 1009  # message too big
+    response = await rpc_raw(devnet.url, "queryNetwork/blockHeight")
+    assert response["result"] >= 1
