@@ -187,7 +187,7 @@ class OgmiosServer:
                 "initialVouchers": {},
                 "securityParameter": SECURITY_PARAMETER,
                 "networkMagic": NETWORK_MAGIC,
-                "updatableParameters": {},
+                "updatableParameters": _pick(parameters, BYRON_PARAMETERS),
             }
         if era == "shelley":
             return {
@@ -215,7 +215,10 @@ class OgmiosServer:
             return {"era": era, "updatableParameters": _pick(parameters, ALONZO_PARAMETERS)}
         return {
             "era": era,
-            "constitution": {"metadata": {"url": "", "hash": "00" * 32}},
+            "constitution": {
+                "metadata": {"url": "", "hash": "00" * 32},
+                "guardrails": {"hash": MAINNET_GUARDRAILS_SCRIPT},  # the Python client needs one
+            },
             "constitutionalCommittee": {"members": [], "quorum": "0/1"},
             "updatableParameters": _pick(parameters, CONWAY_PARAMETERS),
         }
@@ -460,6 +463,14 @@ def _pick(parameters: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {key: parameters[key] for key in keys}
 
 
+MAINNET_GUARDRAILS_SCRIPT = "fa24fb305126805cf2164c161d852a0e7330cf988f1fe558cf7d4a64"
+BYRON_PARAMETERS = (
+    "minFeeCoefficient",
+    "minFeeConstant",
+    "maxBlockBodySize",
+    "maxBlockHeaderSize",
+    "maxTransactionSize",
+)
 SHELLEY_PARAMETERS = (
     "minFeeCoefficient",
     "minFeeConstant",

@@ -34,7 +34,6 @@ async def test_follower_sees_the_block_with_a_transaction(devnet):
 
 async def test_chain_sync_messages_match_the_schema(devnet):
 
-
     async with connect(devnet.url) as ws:
 
         async def call(method, params=None):

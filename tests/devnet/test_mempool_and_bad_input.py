@@ -101,10 +101,9 @@ async def test_bad_requests_get_json_rpc_errors_and_the_connection_lives(devnet,
         assert tip["result"]["slot"] > 0
 
 
-async def test_undecodable_transaction_is_a_deserialisation_failure(devnet):
-    response = await rpc_raw(
-        devnet.url, "submitTransaction", {"transaction": {"cbor": "84a0a0f5f6"}}
-    )
+@pytest.mark.parametrize("cbor", ["deadbeef", "8201", "84a0a0f5", "84a0a0f5f6ff"])
+async def test_undecodable_transaction_is_a_deserialisation_failure(devnet, cbor):
+    response = await rpc_raw(devnet.url, "submitTransaction", {"transaction": {"cbor": cbor}})
     validate("submitTransaction", response)
     assert response["error"]["code"] == -32602
     assert set(response["error"]["data"]) == {
