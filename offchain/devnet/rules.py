@@ -9,27 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import cbor2
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 from pycardano import (
-    InvalidBefore,
-    InvalidHereAfter,
     MultiAsset,
     NativeScript,
-    PlutusV1Script,
-    PlutusV2Script,
-    PlutusV3Script,
     RedeemerMap,
-    ScriptAll,
-    ScriptAny,
     ScriptHash,
-    ScriptNofK,
-    ScriptPubkey,
     TransactionBody,
     TransactionInput,
     TransactionOutput,
@@ -40,6 +29,7 @@ from pycardano import (
 )
 from pycardano.crypto.bech32 import encode as bech32_encode
 
+from offchain.devnet import ogmios_json as oj
 from offchain.devnet import staking
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.params import ProtocolParameters, lovelace
@@ -64,8 +54,8 @@ MISSING_COLLATERAL_INPUTS = 3132
 NON_ADA_COLLATERAL = 3133
 EXECUTION_UNITS_TOO_LARGE = 3134
 TOTAL_COLLATERAL_MISMATCH = 3135
-UNAUTHORIZED_GOVERNANCE_ACTION = 3165
 CONFLICTING_INPUTS_AND_REFERENCES = 3164
+UNAUTHORIZED_GOVERNANCE_ACTION = 3165
 REFERENCE_SCRIPTS_TOO_LARGE = 3166
 UNKNOWN_VOTERS = 3167
 
@@ -147,7 +137,7 @@ def verified_vkey_hashes(dtx: DecodedTx) -> frozenset[bytes]:
             f"the transaction id {dtx.id_hex} (the hash of the body as sent).",
             {"invalidSignatories": [key.hex() for key in invalid]},
         )
-    return frozenset(hashlib.blake2b(w.vkey.payload, digest_size=28).digest() for w in witnesses)
+    return frozenset(w.vkey.hash().payload for w in witnesses)
 
 
 def _signature_valid(vkey: bytes, signature: bytes, message: bytes) -> bool:
@@ -190,18 +180,20 @@ class _Tx:
         return staking.staking_changes(self.body, self.params.key_deposit)
 
     @functools.cached_property
-    def produced_outputs(self) -> list[tuple[TransactionOutput, bytes]]:
-        """Outputs and the collateral return, each with its bytes as sent (sizes use those)."""
+    def produced_outputs(self) -> list[tuple[TransactionOutput, int]]:
+        """Outputs and the collateral return, each with its size as sent.
+
+        The min-UTxO rule prices the bytes the client sent; pycardano's re-encoding can be
+        smaller (a map-form output without datum comes back in the legacy array form).
+        """
         body_cbor = self.dtx.body_cbor
         fields = _map_value_spans(body_cbor, 0)
         spans = _array_item_spans(body_cbor, fields[1][0])
-        outputs = [
-            (out, body_cbor[s:e]) for out, (s, e) in zip(self.body.outputs, spans, strict=True)
-        ]
+        outputs = list(self.body.outputs)
         if self.body.collateral_return is not None:
-            start, end = fields[16]
-            outputs.append((self.body.collateral_return, body_cbor[start:end]))
-        return outputs
+            outputs.append(self.body.collateral_return)
+            spans.append(fields[16])
+        return [(out, end - start) for out, (start, end) in zip(outputs, spans, strict=True)]
 
     @functools.cached_property
     def ex_units(self) -> tuple[int, int]:
@@ -250,7 +242,7 @@ def _check_known_inputs(tx: _Tx) -> None:
             UNKNOWN_OUTPUT_REFERENCES,
             f"Unknown or already spent outputs: {_refs_text(unknown)}. Query the UTxO set "
             "again and rebuild the transaction (inputs, collateral and reference inputs).",
-            {"unknownOutputReferences": [_ref_json(ref) for ref in unknown]},
+            {"unknownOutputReferences": [oj.output_reference_json(ref) for ref in unknown]},
         )
 
 
@@ -264,7 +256,7 @@ def _check_disjoint_references(tx: _Tx) -> None:
             CONFLICTING_INPUTS_AND_REFERENCES,
             f"Outputs {_refs_text(common)} are both spent and referenced; a spent input is "
             "already visible to scripts, so drop it from the reference inputs.",
-            {"conflictingReferences": [_ref_json(ref) for ref in common]},
+            {"conflictingReferences": [oj.output_reference_json(ref) for ref in common]},
         )
 
 
@@ -323,32 +315,28 @@ def _network_error(expected: int, kind: str, entities: list[str] | None, what: s
 
 
 def _check_outputs(tx: _Tx) -> None:
-    minimums = [(out, raw, _min_ada(len(raw), tx.params)) for out, raw in tx.produced_outputs]
-    short = [(out, raw, minimum) for out, raw, minimum in minimums if out.amount.coin < minimum]
+    minimums = [(out, _min_ada(size, tx.params)) for out, size in tx.produced_outputs]
+    short = [(out, minimum) for out, minimum in minimums if out.amount.coin < minimum]
     if short:
-        details = "; ".join(f"{out.amount.coin} < {minimum}" for out, _, minimum in short)
+        details = "; ".join(f"{out.amount.coin} < {minimum}" for out, minimum in short)
         raise LedgerError(
             INSUFFICIENTLY_FUNDED_OUTPUTS,
             f"Outputs hold less lovelace than the minimum for their size ({details}); add "
             "lovelace to them.",
             {
                 "insufficientlyFundedOutputs": [
-                    {"output": output_json(out, raw), "minimumRequiredValue": lovelace(minimum)}
-                    for out, raw, minimum in short
+                    {"output": oj.output_json(out), "minimumRequiredValue": lovelace(minimum)}
+                    for out, minimum in short
                 ]
             },
         )
-    large = [
-        (out, raw)
-        for out, raw in tx.produced_outputs
-        if _value_size(out) > tx.params.max_value_size
-    ]
+    large = [out for out, _ in tx.produced_outputs if _value_size(out) > tx.params.max_value_size]
     if large:
         raise LedgerError(
             VALUE_TOO_LARGE,
             f"Output values exceed {tx.params.max_value_size} serialized bytes; spread the "
             "assets over several outputs.",
-            {"excessivelyLargeOutputs": [output_json(out, raw) for out, raw in large]},
+            {"excessivelyLargeOutputs": [oj.output_json(out) for out in large]},
         )
 
 
@@ -458,7 +446,7 @@ def _check_collateral_key_locked(tx: _Tx) -> None:
             COLLATERAL_LOCKED_BY_SCRIPT,
             f"Collateral inputs {_refs_text(locked)} are locked by scripts; collateral must "
             "come from key addresses.",
-            {"unsuitableCollateralInputs": [_ref_json(ref) for ref in locked]},
+            {"unsuitableCollateralInputs": [oj.output_reference_json(ref) for ref in locked]},
         )
 
 
@@ -587,71 +575,6 @@ _CHECKS: tuple[Callable[[_Tx], None], ...] = (
 # --- JSON and text for error reports --------------------------------------------------------
 
 
-def output_json(output: TransactionOutput, raw: bytes) -> dict[str, Any]:
-    """An output in Ogmios' TransactionOutput shape; `raw` (its bytes as sent) gives the datum."""
-    result: dict[str, Any] = {
-        "address": str(output.address),
-        "value": Balance.of(output.amount).to_ogmios(),
-    }
-    if output.datum_hash is not None:
-        result["datumHash"] = output.datum_hash.payload.hex()
-    inline = _inline_datum(raw)
-    if inline is not None:
-        result["datum"] = inline.hex()
-    if output.script is not None:
-        result["script"] = script_json(output.script)
-    return result
-
-
-def _inline_datum(raw: bytes) -> bytes | None:
-    """The inline datum's CBOR exactly as sent (a re-encoding could differ)."""
-    decoded = cbor2.loads(raw)
-    if isinstance(decoded, dict) and decoded.get(2, [None])[0] == 1:
-        return decoded[2][1].value
-    return None
-
-
-_PLUTUS_LANGUAGES = {
-    PlutusV1Script: "plutus:v1",
-    PlutusV2Script: "plutus:v2",
-    PlutusV3Script: "plutus:v3",
-}
-
-
-def script_json(script: NativeScript | bytes) -> dict[str, Any]:
-    if isinstance(script, NativeScript):
-        return {
-            "language": "native",
-            "json": native_script_json(script),
-            "cbor": script.to_cbor_hex(),
-        }
-    return {"language": _PLUTUS_LANGUAGES[type(script)], "cbor": bytes(script).hex()}
-
-
-def native_script_json(script: NativeScript) -> dict[str, Any]:
-    """Ogmios' Script<Native> clauses (cardano-cli's JSON names differ)."""
-    match script:
-        case ScriptPubkey():
-            return {"clause": "signature", "from": script.key_hash.payload.hex()}
-        case ScriptAll() | ScriptAny():
-            clause = "all" if isinstance(script, ScriptAll) else "any"
-            return {
-                "clause": clause,
-                "from": [native_script_json(s) for s in script.native_scripts],
-            }
-        case ScriptNofK():
-            return {
-                "clause": "some",
-                "atLeast": script.n,
-                "from": [native_script_json(s) for s in script.native_scripts],
-            }
-        case InvalidBefore():
-            return {"clause": "after", "slot": script.before}
-        case InvalidHereAfter():
-            return {"clause": "before", "slot": script.after}
-    raise TypeError(f"unknown native script {script!r}")
-
-
 _VOTER_ROLES = {
     VoterType.COMMITTEE_HOT: "constitutionalCommittee",
     VoterType.DREP: "delegateRepresentative",
@@ -668,10 +591,6 @@ def _voter_json(voter: Voter) -> dict[str, Any]:
 
 def _payment_part(tx: _Tx, ref: TransactionInput) -> Any:
     return tx.view.utxo[ref].address.payment_part
-
-
-def _ref_json(ref: TransactionInput) -> dict[str, Any]:
-    return {"transaction": {"id": ref.transaction_id.payload.hex()}, "index": ref.index}
 
 
 def _refs_text(refs: list[TransactionInput]) -> str:

@@ -736,18 +736,21 @@ def test_unsupported_certificate() -> None:
 # --- governance ---------------------------------------------------------------------------
 
 
-def test_votes_have_no_known_voter() -> None:
+@pytest.mark.parametrize(
+    ("voter_type", "role"),
+    [
+        (VoterType.DREP, "delegateRepresentative"),
+        (VoterType.STAKING_POOL, "stakePoolOperator"),
+        (VoterType.COMMITTEE_HOT, "constitutionalCommittee"),
+    ],
+)
+def test_votes_have_no_known_voter(voter_type: VoterType, role: str) -> None:
     view = make_view()
     action = GovActionId(TransactionId(bytes(32)), 0)
-    votes = VotingProcedures(
-        {
-            Voter(ALICE.key_hash, VoterType.DREP): GovActionIdToVotingProcedure(
-                {action: VotingProcedure(Vote.YES, None)}
-            )
-        }
-    )
+    ballot = GovActionIdToVotingProcedure({action: VotingProcedure(Vote.YES, None)})
+    votes = VotingProcedures({Voter(ALICE.key_hash, voter_type): ballot})
     error = reject(rules.UNKNOWN_VOTERS, build(view, [ref(0)], voting_procedures=votes), view)
-    assert error.data["unknownVoters"][0]["role"] == "delegateRepresentative"
+    assert error.data["unknownVoters"][0]["role"] == role
 
 
 def test_proposals_are_refused() -> None:
