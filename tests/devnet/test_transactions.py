@@ -118,7 +118,7 @@ def mutated_payment(devnet, key, sender, receiver, **changes) -> Transaction:
     utxo = max(devnet.context().utxos(sender), key=lambda u: u.output.amount.coin)
     fee = changes.pop("fee", 200_000)
     amount = changes.pop("amount", 5 * ADA)
-    change = changes.pop("change", utxo.output.amount.coin - amount - fee)
+    change = utxo.output.amount.coin - amount - fee + changes.pop("extra_change", 0)
     body = TransactionBody(
         inputs=[utxo.input],
         outputs=[TransactionOutput(receiver, amount), TransactionOutput(sender, change)],
@@ -136,7 +136,7 @@ async def test_phase_one_rejections_over_the_socket(devnet):
     tip = (await rpc_raw(devnet.url, "queryNetwork/tip"))["result"]["slot"]
     cases = {
         3122: {"fee": 1_000},  # fee too small
-        3123: {"change": 1},  # value not conserved
+        3123: {"extra_change": 1},  # value not conserved: one lovelace from nowhere
         3125: {"amount": 100_000},  # output below the minimum ADA
         3118: {"ttl": tip},  # validity interval already over
     }
