@@ -48,9 +48,9 @@ UNRECOGNIZED_CERTIFICATE = 3998
 
 
 class Action(enum.Enum):
-    REGISTER = "register"
-    DEREGISTER = "deregister"
-    DELEGATE = "delegate"
+    REGISTER = "registration"
+    DEREGISTER = "deregistration"
+    DELEGATE = "delegation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +271,7 @@ def _check_certificate(
             UNKNOWN_CREDENTIAL,
             "unknownCredential",
             cert.credential,
-            f"is not registered, so it cannot be used for {cert.action.value}; register it first",
+            f"is not registered, so its {cert.action.value} is refused; register it first",
         )
     if cert.declared is not None and cert.declared != key_deposit:
         raise LedgerError(
