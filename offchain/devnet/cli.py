@@ -30,6 +30,7 @@ def devnet(
 ) -> None:
     """Serve the devnet until interrupted; the chain persists in DATA_DIR."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection
     asyncio.run(_serve(host, port, data_dir, reset, slot_length))
 
 

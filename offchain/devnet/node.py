@@ -22,6 +22,7 @@ from offchain.devnet import faucet, phase2, rules, scripts
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.genesis import Genesis, create_genesis
 from offchain.devnet.ledger import BlockUndo, LedgerState, PendingState, UtxoOverlay
+from offchain.devnet.ogmios_json import output_reference_json as oj_reference
 from offchain.devnet.params import ProtocolParameters
 from offchain.devnet.store import ChainStore, StoredBlock
 from offchain.devnet.txdecode import DecodedTx, decode_tx
@@ -146,7 +147,12 @@ class Devnet:
         """Check a transaction fully and put it in the mempool, or raise LedgerError."""
         dtx = decode_tx(cbor)
         if any(tx.id == dtx.id for tx in self.pending.txs):
-            raise LedgerError(3117, "This transaction is already in the mempool.", [])
+            refs = [oj_reference(i) for i in dtx.tx.transaction_body.inputs]
+            raise LedgerError(
+                3117,
+                "This transaction is already in the mempool: its inputs are spent there.",
+                {"unknownOutputReferences": refs},
+            )
         vkey_hashes = rules.verified_vkey_hashes(dtx)
         view = self.view()
         rules.check_phase1(dtx, view, vkey_hashes=vkey_hashes)
@@ -191,7 +197,7 @@ class Devnet:
         size = memory = steps = 0
         taken: list[DecodedTx] = []
         for dtx in self.pending.txs:
-            tx_memory, tx_steps = declared_ex_units(dtx)
+            tx_memory, tx_steps = dtx.declared_ex_units
             if (
                 size + dtx.size > self.params.max_block_body_size
                 or memory + tx_memory > self.params.max_block_memory
@@ -225,10 +231,13 @@ class Devnet:
             slot_ms = self.slots.slot_length_ms
             await asyncio.sleep((slot_ms - int(time.time() * 1000) % slot_ms) / 1000)
             now = self.current_slot()
-            if self.pending.txs and now >= (self._pending_slot or now):
-                await self.produce_block()
-            elif now - self.tip.slot >= EMPTY_BLOCK_EVERY_SLOTS:
-                await self.produce_block(now)
+            try:
+                if self.pending.txs and now >= (self._pending_slot or now):
+                    await self.produce_block()
+                elif now - self.tip.slot >= EMPTY_BLOCK_EVERY_SLOTS:
+                    await self.produce_block(now)
+            except Exception:  # a bug must not stop the chain; it is logged loudly instead
+                log.exception("block production failed at slot %d", now)
 
     # --- devnet-only operations -------------------------------------------------------------
 
@@ -288,19 +297,6 @@ class Devnet:
     def close(self) -> None:
         self.runner.close()
         self.store.close()
-
-
-def declared_ex_units(dtx: DecodedTx) -> tuple[int, int]:
-    """Sum of the memory and steps the transaction's redeemers declare."""
-    redeemers = dtx.tx.transaction_witness_set.redeemer
-    if not redeemers:
-        return 0, 0
-    units = redeemers.values() if isinstance(redeemers, dict) else redeemers
-    memory = steps = 0
-    for unit in units:
-        ex = unit.ex_units if hasattr(unit, "ex_units") else unit
-        memory, steps = memory + ex.mem, steps + ex.steps
-    return memory, steps
 
 
 def _still_valid_at(dtx: DecodedTx, slot: int) -> bool:

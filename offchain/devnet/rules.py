@@ -17,7 +17,6 @@ from nacl.signing import VerifyKey
 from pycardano import (
     MultiAsset,
     NativeScript,
-    RedeemerMap,
     ScriptHash,
     TransactionBody,
     TransactionInput,
@@ -195,15 +194,9 @@ class _Tx:
             spans.append(fields[16])
         return [(out, end - start) for out, (start, end) in zip(outputs, spans, strict=True)]
 
-    @functools.cached_property
+    @property
     def ex_units(self) -> tuple[int, int]:
-        """Total (memory, steps) declared by the redeemers."""
-        redeemers = self.dtx.tx.transaction_witness_set.redeemer
-        if isinstance(redeemers, RedeemerMap):
-            units = [value.ex_units for value in redeemers.values()]
-        else:
-            units = [redeemer.ex_units for redeemer in redeemers or ()]
-        return sum(u.mem for u in units), sum(u.steps for u in units)
+        return self.dtx.declared_ex_units
 
     @property
     def has_redeemers(self) -> bool:

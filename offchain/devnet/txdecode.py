@@ -8,9 +8,10 @@ bytes. So besides pycardano's `Transaction`, we keep byte spans of those parts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 
-from pycardano import Transaction
+from pycardano import RedeemerMap, Transaction
 
 from offchain.devnet.errors import INVALID_PARAMS, LedgerError
 
@@ -32,6 +33,16 @@ class DecodedTx:
     @property
     def size(self) -> int:
         return len(self.cbor)
+
+    @functools.cached_property
+    def declared_ex_units(self) -> tuple[int, int]:
+        """Total (memory, steps) the redeemers declare, in either redeemer encoding."""
+        redeemers = self.tx.transaction_witness_set.redeemer
+        if isinstance(redeemers, RedeemerMap):
+            units = [value.ex_units for value in redeemers.values()]
+        else:
+            units = [redeemer.ex_units for redeemer in redeemers or ()]
+        return sum(u.mem for u in units), sum(u.steps for u in units)
 
 
 def decode_tx(cbor: bytes) -> DecodedTx:

@@ -11,6 +11,8 @@ from pycardano import (
     PaymentSigningKey,
     PlutusData,
     Redeemer,
+    RedeemerMap,
+    RedeemerValue,
     StakeCredential,
     StakeRegistration,
     Transaction,
@@ -81,9 +83,13 @@ async def test_v3_spend_succeeds_and_a_failing_validator_is_refused_with_its_tra
 
 def with_redeemer_data(tx: Transaction, key: PaymentSigningKey, data, devnet) -> Transaction:
     """The same transaction claiming other redeemer data: integrity hash redone, re-signed."""
-    redeemers = tx.transaction_witness_set.redeemer
-    for value in redeemers.values() if isinstance(redeemers, dict) else redeemers:
-        value.data = data
+    redeemers = RedeemerMap(
+        {
+            key: RedeemerValue(data, value.ex_units)
+            for key, value in tx.transaction_witness_set.redeemer.items()
+        }
+    )
+    tx.transaction_witness_set.redeemer = redeemers
     cost_models = CostModels({2: devnet.context().protocol_param.cost_models["PlutusV3"]})
     body = tx.transaction_body
     body.script_data_hash = script_data_hash(redeemers, [], cost_models)
