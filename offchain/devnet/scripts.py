@@ -33,6 +33,7 @@ from pycardano.crypto.bech32 import encode as bech32_encode
 from uplc.tools import unflatten
 
 from offchain.devnet.errors import LedgerError
+from offchain.devnet.ogmios_json import output_reference_json
 from offchain.devnet.params import lovelace
 from offchain.devnet.phase2 import ScriptJob
 from offchain.devnet.script_context import (
@@ -228,7 +229,7 @@ def _require_known_inputs(ctx: TxContext) -> None:
         raise LedgerError(
             UNKNOWN_OUTPUT_REFERENCES,
             "Unknown transaction input (missing from UTxO set).",
-            {"unknownOutputReferences": [_out_ref_json(ref) for ref in unknown]},
+            {"unknownOutputReferences": [output_reference_json(ref) for ref in unknown]},
         )
 
 
@@ -301,7 +302,7 @@ def _check_datums(ctx: TxContext, scripts: _Scripts) -> None:
         raise LedgerError(
             ORPHAN_SCRIPT_INPUTS,
             "Inputs locked by Plutus V1/V2 scripts carry no datum and cannot be spent.",
-            {"orphanScriptInputs": [_out_ref_json(ref) for ref in orphans]},
+            {"orphanScriptInputs": [output_reference_json(ref) for ref in orphans]},
         )
     missing = sorted(input_hashes - ctx.datums.keys())
     if missing:
@@ -432,14 +433,14 @@ def _evaluation_problem(
 ) -> dict[str, Any] | None:
     """Why a redeemer's script cannot run, as an Ogmios ScriptExecutionFailure; None if it can."""
     if ctx.unknown_inputs:
-        refs = [_out_ref_json(ref) for ref in ctx.unknown_inputs]
+        refs = [output_reference_json(ref) for ref in ctx.unknown_inputs]
         return _failure(UNKNOWN_OUTPUT_REFERENCES, "Unknown inputs.", unknownOutputReferences=refs)
     purpose = ctx.purpose(redeemer.tag, redeemer.index)
     if purpose is not None and purpose.script_hash is None and purpose.tag == SPEND:
         return _failure(
             UNSUITABLE_OUTPUT_REFERENCE,
             "The redeemer points at an input no script locks.",
-            unsuitableOutputReference=_out_ref_json(purpose.target),
+            unsuitableOutputReference=output_reference_json(purpose.target),
         )
     if purpose is None or purpose.script_hash is None:
         return _failure(
@@ -491,7 +492,7 @@ def purpose_json(purpose: Purpose) -> dict[str, Any]:
     """The Ogmios ScriptPurpose. Proposals carry their action's type and guardrails only."""
     target = purpose.target
     if purpose.tag == SPEND:
-        return {"purpose": "spend", "outputReference": _out_ref_json(target)}
+        return {"purpose": "spend", "outputReference": output_reference_json(target)}
     if purpose.tag == MINT:
         return {"purpose": "mint", "policy": target.hex()}
     if purpose.tag == WITHDRAW:
@@ -502,10 +503,6 @@ def purpose_json(purpose: Purpose) -> dict[str, Any]:
         return {"purpose": "vote", "issuer": _voter_json(target)}
     assert purpose.tag == PROPOSE
     return {"purpose": "propose", "proposal": _proposal_json(target)}
-
-
-def _out_ref_json(ref: TransactionInput) -> dict[str, Any]:
-    return {"transaction": {"id": ref.transaction_id.payload.hex()}, "index": ref.index}
 
 
 def _reward_account_json(account: bytes) -> str:

@@ -1,6 +1,7 @@
 """Helpers for tests that build Plutus transactions against the devnet's script rules.
 
-Scripts are tiny hand-written UPLC programs compiled with `uplc`; transactions are built
+Scripts are tiny hand-written UPLC programs (compile them with
+`contracts.handwritten.compile_uplc`); transactions are built
 with pycardano, either by hand (full control over every field) or with pycardano's own
 TransactionBuilder over `DevnetChainContext`, which evaluates with the devnet's evaluator.
 """
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+import cbor2
 from pycardano import (
     Address,
     ChainContext,
@@ -22,7 +24,6 @@ from pycardano import (
     Network,
     PaymentSigningKey,
     PaymentVerificationKey,
-    PlutusV3Script,
     ProtocolParameters,
     Redeemer,
     RedeemerTag,
@@ -39,10 +40,10 @@ from pycardano import (
     script_data_hash,
 )
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
-from uplc.tools import flatten, parse
 
 from offchain.devnet import params as devnet_params
 from offchain.devnet.phase2 import evaluation_result, run_job
+from offchain.devnet.script_context import Constr, DataMap
 from offchain.devnet.scripts import evaluation_jobs
 from offchain.devnet.txdecode import DecodedTx, decode_tx
 from offchain.devnet.view import LedgerView, SlotConfig
@@ -51,33 +52,16 @@ NETWORK = Network.TESTNET
 ZERO_TIME_MS = 1_700_000_000_000
 SLOT_LENGTH_MS = 1_000
 
-# Plutus V3 validators: each receives the ScriptContext = Constr 0 [txInfo, redeemer, info].
+# Plutus V3 validators (each receives the ScriptContext) beside contracts.handwritten's.
 ALWAYS_SUCCEEDS = "(program 1.1.0 (lam ctx (con unit ())))"
 RETURNS_INTEGER = "(program 1.1.0 (lam ctx (con integer 1)))"
 FAILS_WITH_TRACE = """
 (program 1.1.0 (lam ctx
   (force [ (force (builtin trace)) (con string "no way") (delay (error)) ])))
 """
-REDEEMER_IS_42 = """
-(program 1.1.0 (lam ctx
-  [ (lam fields
-      (force [ (force (builtin ifThenElse))
-               [ (builtin equalsInteger) (con integer 42)
-                 [ (builtin unIData)
-                   [ (force (builtin headList)) [ (force (builtin tailList)) fields ] ] ] ]
-               (delay (con unit ()))
-               (delay (force [ (force (builtin trace)) (con string "redeemer is not 42")
-                               (delay (error)) ])) ]))
-    [ (force (force (builtin sndPair))) [ (builtin unConstrData) ctx ] ] ]))
-"""
 
 
-def compile_v3(text: str) -> PlutusV3Script:
-    """A PlutusV3Script from UPLC text: the flat program in one CBOR bytestring."""
-    return PlutusV3Script(flatten(parse(text)))
-
-
-def script_address(script: PlutusV3Script, stake: Any = None) -> Address:
+def script_address(script: Any, stake: Any = None) -> Address:
     return Address(plutus_script_hash(script), stake, network=NETWORK)
 
 
@@ -262,3 +246,28 @@ _PYCARDANO_TAGS = {
     "vote": "voting",
     "propose": "proposing",
 }
+
+
+def always_succeeds(n: int = 0) -> str:
+    """A V3 validator that returns unit; `n` only changes its hash."""
+    return f"(program 1.1.0 (lam ctx [ (lam x (con unit ())) (con integer {n}) ]))"
+
+
+def data_from_cbor(raw: bytes) -> Any:
+    """Decode Plutus Data into script_context's Constr / DataMap / list / int / bytes."""
+    return _as_data(cbor2.loads(raw))
+
+
+def _as_data(value: Any) -> Any:
+    if isinstance(value, cbor2.CBORTag):
+        if value.tag == 102:
+            index, fields = value.value
+        else:
+            index = value.tag - 121 if value.tag < 1280 else value.tag - 1280 + 7
+            fields = value.value
+        return Constr(index, tuple(_as_data(f) for f in fields))
+    if isinstance(value, Mapping):
+        return DataMap(tuple((_as_data(k), _as_data(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return [_as_data(item) for item in value]
+    return value
