@@ -8,7 +8,8 @@ the accepted-but-unconfirmed transactions layered on top, without copying the UT
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, MutableMapping
 
 from pycardano import TransactionInput, TransactionOutput
 
@@ -32,11 +33,47 @@ class BlockUndo:
     reward_accounts_before: RewardAccounts
 
 
+class AddressIndexedUtxo(MutableMapping[TransactionInput, TransactionOutput]):
+    """A UTxO set that also knows which entries each address holds (for address queries)."""
+
+    def __init__(self, entries: Mapping[TransactionInput, TransactionOutput]) -> None:
+        self._entries: dict[TransactionInput, TransactionOutput] = {}
+        self._by_address: dict[bytes, set[TransactionInput]] = defaultdict(set)
+        self.update(entries)
+
+    def at(self, address: bytes) -> list[TransactionInput]:
+        """The entries held by `address` (its raw bytes)."""
+        return list(self._by_address.get(address, ()))
+
+    def __getitem__(self, key: TransactionInput) -> TransactionOutput:
+        return self._entries[key]
+
+    def __setitem__(self, key: TransactionInput, value: TransactionOutput) -> None:
+        self._entries[key] = value
+        self._by_address[value.address.to_primitive()].add(key)
+
+    def __delitem__(self, key: TransactionInput) -> None:
+        output = self._entries.pop(key)
+        holders = self._by_address[output.address.to_primitive()]
+        holders.discard(key)
+        if not holders:
+            del self._by_address[output.address.to_primitive()]
+
+    def __iter__(self) -> Iterator[TransactionInput]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+
 class LedgerState:
     """The confirmed UTxO set and reward accounts."""
 
-    def __init__(self, utxo: dict[TransactionInput, TransactionOutput]) -> None:
-        self.utxo = utxo
+    def __init__(self, utxo: Mapping[TransactionInput, TransactionOutput]) -> None:
+        self.utxo = AddressIndexedUtxo(utxo)
         self.reward_accounts: RewardAccounts = {}
 
     def apply_block(self, txs: list[DecodedTx]) -> BlockUndo:
@@ -54,7 +91,7 @@ class LedgerState:
 
 
 def apply_tx(
-    utxo: dict[TransactionInput, TransactionOutput] | UtxoOverlay,
+    utxo: MutableMapping[TransactionInput, TransactionOutput],
     reward_accounts: RewardAccounts,
     dtx: DecodedTx,
 ) -> TxEffect:
@@ -73,7 +110,7 @@ def apply_tx(
     return TxEffect(consumed, produced)
 
 
-class UtxoOverlay(Mapping[TransactionInput, TransactionOutput]):
+class UtxoOverlay(MutableMapping[TransactionInput, TransactionOutput]):
     """A UTxO set seen through pending changes: base entries minus spent plus added."""
 
     def __init__(self, base: Mapping[TransactionInput, TransactionOutput]) -> None:

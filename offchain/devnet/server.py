@@ -234,9 +234,8 @@ class OgmiosServer:
             return [oj.utxo_json(ref, utxo[ref]) for ref in refs if ref in utxo]
         if "addresses" in params:
             wanted = {oj.parse_address(a).to_primitive() for a in _list_param(params, "addresses")}
-            return [
-                oj.utxo_json(i, o) for i, o in utxo.items() if o.address.to_primitive() in wanted
-            ]
+            refs = [ref for address in wanted for ref in utxo.at(address)]
+            return [oj.utxo_json(ref, utxo[ref]) for ref in refs]
         if params:
             raise LedgerError(
                 INVALID_PARAMS, "queryLedgerState/utxo takes 'addresses' or 'outputReferences'"
