@@ -18,9 +18,10 @@ from pycardano import (
     VerificationKeyWitness,
 )
 
-from offchain.chain.ogmios import OgmiosError
+from offchain.chain.ogmios import OgmiosError, request
 from offchain.chain.submit import submit
 from offchain.devnet.genesis import ADA, wallet_address
+from offchain.devnet.process import DevnetProcess
 from tests.devnet.payments import confirm, lovelace_at, payment
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate
@@ -158,4 +159,38 @@ async def test_phase_one_rejections_over_the_socket(devnet):
 
     honest = mutated_payment(devnet, key, sender, receiver, ttl=tip + 10_000)
     await confirm(devnet, honest)
+    assert lovelace_at(devnet, receiver) == 5 * ADA
+
+
+async def test_time_travel_opens_a_validity_interval_exactly_at_its_edge(tmp_path):
+    """A payment valid only in slot S is refused before S and accepted in the block at S
+    (the lower bound is inclusive, the upper exclusive). Slow slots keep the clock still."""
+    devnet = DevnetProcess(tmp_path / "slow", slot_length_ms=2_000).start()
+    try:
+        await _valid_only_in_one_slot(devnet)
+    finally:
+        devnet.stop()
+
+
+async def _valid_only_in_one_slot(devnet: DevnetProcess) -> None:
+    key, sender = await funded_wallet(devnet)
+    _, receiver = fresh_wallet()
+    tip = (await request(devnet.url, "queryNetwork/tip"))["slot"]
+    opens = tip + 5_000
+    early = mutated_payment(devnet, key, sender, receiver, validity_start=opens, ttl=opens + 1)
+    response = await rpc_raw(
+        devnet.url, "submitTransaction", {"transaction": {"cbor": early.to_cbor().hex()}}
+    )
+    validate("submitTransaction", response)
+    assert response["error"]["code"] == 3118
+    assert response["error"]["data"]["validityInterval"] == {
+        "invalidBefore": opens,
+        "invalidAfter": opens + 1,
+    }
+
+    # Travel so that the next block lands exactly on `opens`.
+    travelled = await request(devnet.url, "devnet/advanceTime", {"slots": opens - 1 - tip})
+    assert travelled["tip"]["slot"] == opens - 1
+    block = await confirm(devnet, early)
+    assert block["slot"] == opens
     assert lovelace_at(devnet, receiver) == 5 * ADA
