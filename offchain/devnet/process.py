@@ -24,10 +24,17 @@ def free_port() -> int:
 class DevnetProcess:
     """A devnet server process with its own data directory."""
 
-    def __init__(self, data_dir: Path, slot_length_ms: int = 100, port: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        slot_length_ms: int = 100,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.slot_length_ms = slot_length_ms
         self.port = port or free_port()
+        self.extra_args = extra_args
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -40,6 +47,7 @@ class DevnetProcess:
             "--port", str(self.port),
             "--data-dir", str(self.data_dir),
             "--slot-length", str(self.slot_length_ms),
+            *self.extra_args,
         ]  # fmt: skip
         if reset:
             command.append("--reset")
