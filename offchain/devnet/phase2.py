@@ -161,7 +161,8 @@ class ScriptRunner:
     """Runs script jobs in worker processes and remembers recent outcomes.
 
     Outcomes are cached by (script hash, arguments hash, budget): the cost models are fixed
-    for a runner, so make a new runner when they change.
+    for a runner, so make a new runner when they change. Workers come from a forkserver, so
+    the program's main module must be safe to import (guard it with `__name__ == "__main__"`).
     """
 
     def __init__(
@@ -174,6 +175,8 @@ class ScriptRunner:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([__name__])
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        # start the forkserver and a worker now: the first evaluation would wait ~1.5 s for it
+        self._pool.submit(_warm_up, self._cost_models)
         self._cache: collections.OrderedDict[tuple[Any, ...], ScriptOutcome] = (
             collections.OrderedDict()
         )
@@ -201,6 +204,12 @@ class ScriptRunner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _warm_up(cost_models: Mapping[str, Sequence[int]]) -> None:
+    for language in (1, 2, 3):
+        if f"plutus:v{language}" in cost_models:
+            _machine_costs(language, tuple(cost_models[f"plutus:v{language}"]))
 
 
 def _cache_key(job: ScriptJob) -> tuple[Any, ...]:
