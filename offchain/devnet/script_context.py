@@ -494,6 +494,7 @@ class TxContext:
         self.redeemers = parse_redeemers(dtx.witness_fields.get(5))
         self.datums = witness_datums(dtx)
         self.purposes = self._purposes()
+        self._legacy_infos: dict[int, bytes] = {}
 
     def field(self, key: int, default: Any = None) -> Any:
         raw = self._body.get(key)
@@ -583,10 +584,22 @@ class TxContext:
 
     # -- V3 ------------------------------------------------------------------------------
 
-    def arguments(self, purpose: Purpose, redeemer: Redeemer) -> bytes:
-        """CBOR of the V3 script's argument list: [ScriptContext]."""
-        context = Constr(0, (RawData(self.tx_info), RawData(redeemer.data), self._info(purpose)))
-        return b"\x81" + encode_data(context)
+    def arguments(self, language: int, purpose: Purpose, redeemer: Redeemer) -> bytes:
+        """CBOR of a script's arguments.
+
+        V3 takes [context]; V1/V2 take [redeemer, context], with the datum first when spending.
+        """
+        if language == 3:
+            info = self._info(purpose)
+            return encode_data([Constr(0, (RawData(self.tx_info), RawData(redeemer.data), info))])
+        context = Constr(0, (RawData(self.legacy_tx_info(language)), self._legacy_purpose(purpose)))
+        arguments: list[Data] = [RawData(redeemer.data), context]
+        if purpose.tag == SPEND:
+            datum = self.spending_datum(purpose.target)
+            if datum is None:
+                raise ContextError(f"a Plutus V{language} script needs a datum to spend with")
+            arguments.insert(0, RawData(datum))
+        return encode_data(arguments)
 
     @functools.cached_property
     def tx_info(self) -> bytes:
@@ -692,6 +705,140 @@ class TxContext:
             return data
         datum = self.spending_datum(purpose.target)
         return Constr(1, (*data.fields, maybe(None if datum is None else RawData(datum))))
+
+    # -- V1 / V2 --------------------------------------------------------------------------
+
+    def legacy_tx_info(self, language: int) -> bytes:
+        """The encoded V1 or V2 TxInfo, or ContextError for what those versions cannot see."""
+        if language not in self._legacy_infos:
+            self._require_legacy_compatible(language)
+            self._legacy_infos[language] = encode_data(self._build_legacy_tx_info(language))
+        return self._legacy_infos[language]
+
+    def _require_legacy_compatible(self, language: int) -> None:
+        """Conway's translation errors for V1/V2 (and V1's for Babbage features)."""
+        unsupported = [
+            what
+            for what, present in (
+                ("voting procedures", bool(self.votes)),
+                ("proposal procedures", bool(self.proposals)),
+                ("the current treasury value", self.field(21) is not None),
+                ("a treasury donation", self.field(22) is not None),
+                ("Conway certificates", any(c[0] not in _LEGACY_CERTS for c in self.certificates)),
+            )
+            if present
+        ]
+        if language == 1:
+            outputs = [self.view.utxo[ref] for ref in self.inputs]
+            outputs += list(self.dtx.tx.transaction_body.outputs)
+            unsupported += [
+                what
+                for what, present in (
+                    ("reference inputs", bool(self.reference_inputs)),
+                    ("inline datums", any(o.datum is not None for o in outputs)),
+                    ("reference scripts", any(o.script is not None for o in outputs)),
+                )
+                if present
+            ]
+        if unsupported:
+            raise ContextError(f"Plutus V{language} cannot see {', '.join(unsupported)}")
+
+    def _build_legacy_tx_info(self, language: int) -> Constr:
+        body = self.dtx.tx.transaction_body
+        inputs = [
+            Constr(0, (legacy_out_ref(ref), legacy_tx_out(self.view.utxo[ref], language)))
+            for ref in self.inputs
+        ]
+        outputs = [legacy_tx_out(output, language) for output in body.outputs]
+        fee = _value(self.field(2), {})
+        mint = _value(0, self.mint)  # V1/V2 keep a zero-ADA entry first
+        certs = [legacy_cert(cert) for cert in self.certificates]
+        withdrawals = [
+            (Constr(0, (reward_credential(a),)), amount) for a, amount in self.withdrawals
+        ]
+        signatories = sorted(bytes(signer) for signer in self._items(14))
+        datums = [(h, RawData(d)) for h, d in sorted(self.datums.items())]
+        tx_id = Constr(0, (self.dtx.id,))
+        if language == 1:
+            pairs = [Constr(0, pair) for pair in withdrawals]
+            data = [Constr(0, pair) for pair in datums]
+            fields = (
+                inputs,
+                outputs,
+                fee,
+                mint,
+                certs,
+                pairs,
+                self._valid_range(),
+                signatories,
+                data,
+            )
+            return Constr(0, (*fields, tx_id))
+        redeemers = DataMap(
+            tuple((self._legacy_purpose(self._resolve(r)), RawData(r.data)) for r in self.redeemers)
+        )
+        references = [
+            Constr(0, (legacy_out_ref(ref), legacy_tx_out(self.view.utxo[ref], language)))
+            for ref in self.reference_inputs
+        ]
+        return Constr(
+            0,
+            (
+                inputs,
+                references,
+                outputs,
+                fee,
+                mint,
+                certs,
+                DataMap(tuple(withdrawals)),
+                self._valid_range(),
+                signatories,
+                redeemers,
+                DataMap(tuple(datums)),
+                tx_id,
+            ),
+        )
+
+    def _legacy_purpose(self, purpose: Purpose) -> Constr:
+        """The V1/V2 ScriptPurpose: a wrapped TxId, StakingHash rewards, DCert certificates."""
+        if purpose.tag == SPEND:
+            return Constr(1, (legacy_out_ref(purpose.target),))
+        if purpose.tag == MINT:
+            return Constr(0, (purpose.target,))
+        if purpose.tag == WITHDRAW:
+            return Constr(2, (Constr(0, (reward_credential(purpose.target),)),))
+        if purpose.tag == PUBLISH:
+            return Constr(3, (legacy_cert(purpose.target),))
+        raise ContextError(f"Plutus V1/V2 scripts cannot {purpose.name}")
+
+
+# certificate kinds Plutus V1/V2 can see, as DCert constructors
+_LEGACY_CERTS = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4}
+
+
+def legacy_cert(cert: Any) -> Constr:
+    """A certificate as a V1/V2 DCert (stake credentials as StakingHash)."""
+    kind = cert[0]
+    if kind not in _LEGACY_CERTS:
+        raise ContextError(f"Plutus V1/V2 scripts cannot see certificate type {kind}")
+    if kind in (0, 1, 2):
+        stake = Constr(0, (_cddl_credential(cert[1]),))
+        return Constr(kind, (stake, *cert[2:3]))
+    return Constr(kind, (cert[1], cert[2]))
+
+
+def legacy_out_ref(tx_in: TransactionInput) -> Constr:
+    """V1/V2 TxOutRef: the TxId is wrapped in a constructor."""
+    return Constr(0, (Constr(0, (tx_in.transaction_id.payload,)), tx_in.index))
+
+
+def legacy_tx_out(output: TransactionOutput, language: int) -> Constr:
+    """V2 TxOut has V3's shape; V1's is [address, value, Maybe datum hash]."""
+    if language != 1:
+        return tx_out(output)
+    address, value, _, _ = tx_out(output).fields
+    datum = None if output.datum_hash is None else output.datum_hash.payload
+    return Constr(0, (address, value, maybe(datum)))
 
 
 def _script_account(account: bytes) -> bytes | None:

@@ -415,14 +415,12 @@ def _job(ctx: TxContext, scripts: _Scripts, redeemer: Redeemer, memory: int, cpu
     script = None if purpose is None else scripts.plutus(purpose.script_hash)
     if purpose is None or script is None:  # the checks before make this unreachable
         raise ContextError(f"redeemer {redeemer.pointer} has no Plutus script to run")
-    if script.version != 3:
-        raise ContextError(f"Plutus V{script.version} scripts are not supported by this devnet")
     return ScriptJob(
         purpose=purpose.name,
         index=redeemer.index,
         language=script.version,
         script=bytes(script),
-        arguments=ctx.arguments(purpose, redeemer),
+        arguments=ctx.arguments(script.version, purpose, redeemer),
         memory=memory,
         cpu=cpu,
     )

@@ -41,6 +41,7 @@ from offchain.devnet.script_context import (
     TRUE,
     WITHDRAW,
     Constr,
+    ContextError,
     DataMap,
     RawData,
     TxContext,
@@ -328,7 +329,7 @@ def test_datums_by_hash_and_governance_fields(info):
 def context_for(ctx: TxContext, tag: int, target) -> Constr:
     purpose = next(p for p in ctx.purposes[tag] if p.target == target)
     redeemer_ = next(r for r in ctx.redeemers if (r.tag, r.index) == (tag, purpose.index))
-    [context] = data_from_cbor(ctx.arguments(purpose, redeemer_))
+    [context] = data_from_cbor(ctx.arguments(3, purpose, redeemer_))
     return context
 
 
@@ -533,3 +534,91 @@ def test_witness_datums_are_hashed_from_original_bytes():
 )
 def test_which_certificates_need_a_script(cert, script):
     assert cert_script_hash(cert) == script
+
+
+# --- Plutus V1 / V2 ---------------------------------------------------------------------
+
+
+def legacy_tx(**fields) -> tuple[TxContext, TransactionBody]:
+    """Spends the three script inputs and Alice's, mints with POLICY_A, withdraws from Alice."""
+    minted = MultiAsset({plutus_script_hash(POLICY_A): Asset({AssetName(b"x"): 5})})
+    body = TransactionBody(
+        inputs=[KEY_IN, HASHED_IN, BARE_IN],
+        outputs=[TransactionOutput(ALICE.address, Value(3_000_000, minted))],
+        fee=1_000_000,
+        mint=minted,
+        certificates=[StakeRegistration(StakeCredential(ALICE.key_hash))],
+        withdraws=Withdrawals({stake_address(ALICE.key_hash): 0}),
+        **fields,
+    )
+    spends = sorted_refs(KEY_IN, HASHED_IN, BARE_IN)
+    dtx = seal(
+        body,
+        plutus_data=[HASHED_DATUM],
+        redeemer=[redeemer(RedeemerTag.SPEND, spends.index(HASHED_IN), 10)],
+        integrity=False,
+    )
+    return TxContext(dtx, make_view(utxo())), body
+
+
+def wrapped_ref(ref) -> Constr:
+    return Constr(0, (Constr(0, (ref.transaction_id.payload,)), ref.index))
+
+
+def test_v2_tx_info_wraps_txid_and_keeps_zero_ada_in_mint():
+    ctx, _ = legacy_tx(reference_inputs=[REFERENCE_IN])
+    info = data_from_cbor(ctx.legacy_tx_info(2))
+    assert len(info.fields) == 12
+    inputs, references, outputs, fee, mint, certs, wdrl, _, _, redeemers, data, tx_id = info.fields
+    assert [i.fields[0] for i in inputs] == [
+        wrapped_ref(r) for r in sorted_refs(KEY_IN, HASHED_IN, BARE_IN)
+    ]
+    assert references[0].fields[0] == wrapped_ref(REFERENCE_IN)
+    assert len(outputs[0].fields) == 4  # V2 TxOut: address, value, datum, reference script
+    assert fee == DataMap((ada(1_000_000),))
+    assert mint == DataMap((ada(0), (h(POLICY_A), DataMap(((b"x", 5),)))))
+    staking_hash = Constr(0, (Constr(0, (ALICE.key_hash.payload,)),))
+    assert certs == [Constr(0, (staking_hash,))]  # DCertDelegRegKey
+    assert wdrl == DataMap(((staking_hash, 0),))
+    assert [k for k, _ in redeemers.pairs] == [Constr(1, (wrapped_ref(HASHED_IN),))]
+    assert [k for k, _ in data.pairs] == [datum_hash(HASHED_DATUM).payload]
+    assert tx_id == Constr(0, (ctx.dtx.id,))
+
+
+def test_v2_spending_arguments_are_datum_redeemer_context():
+    ctx, _ = legacy_tx()
+    [spend] = [p for p in ctx.purposes[SPEND] if p.target == HASHED_IN]
+    datum, redeemer_, context = data_from_cbor(ctx.arguments(2, spend, ctx.redeemers[0]))
+    assert datum == Constr(1, (b"hashed",))
+    assert redeemer_ == 10
+    assert context.fields[1] == Constr(1, (wrapped_ref(HASHED_IN),))
+    [bare] = [p for p in ctx.purposes[SPEND] if p.target == BARE_IN]
+    with pytest.raises(ContextError, match="needs a datum"):
+        ctx.arguments(2, bare, ctx.redeemers[0])
+
+
+def test_v1_tx_info_has_ten_fields_and_lists_of_pairs():
+    ctx, _ = legacy_tx()
+    info = data_from_cbor(ctx.legacy_tx_info(1))
+    assert len(info.fields) == 10
+    inputs, outputs, _, _, _, wdrl, _, _, data, tx_id = info.fields
+    by_ref = {i.fields[0]: i.fields[1] for i in inputs}
+    hashed = by_ref[wrapped_ref(HASHED_IN)]
+    assert hashed.fields[2] == just(datum_hash(HASHED_DATUM).payload)  # V1 TxOut: Maybe hash
+    assert len(outputs[0].fields) == 3
+    staking_hash = Constr(0, (Constr(0, (ALICE.key_hash.payload,)),))
+    assert wdrl == [Constr(0, (staking_hash, 0))]
+    assert data == [Constr(0, (datum_hash(HASHED_DATUM).payload, Constr(1, (b"hashed",))))]
+    assert tx_id == Constr(0, (ctx.dtx.id,))
+
+
+def test_what_v1_and_v2_cannot_see():
+    ctx, _ = legacy_tx(reference_inputs=[REFERENCE_IN])
+    with pytest.raises(ContextError, match="reference inputs"):
+        ctx.legacy_tx_info(1)
+    ctx = TxContext(rich_tx(), make_view(utxo()))  # inline datums, Conway certificate, treasury
+    with pytest.raises(ContextError, match="Conway certificates") as caught:
+        ctx.legacy_tx_info(2)
+    assert "treasury" in str(caught.value)
+    with pytest.raises(ContextError, match="inline datums"):
+        ctx.legacy_tx_info(1)
