@@ -81,7 +81,7 @@ async def test_forced_rollback_reaches_followers_and_undoes_the_ledger(own_devne
     # The chain goes on from there, on new slots only.
     later = await confirm(devnet, payment(devnet, "alice", receiver, 2_000_000))
     assert later["slot"] > block["slot"]
-    assert later["height"] == block["height"]
+    assert later["height"] >= block["height"]  # heights are reused, slots never
 
 
 async def test_restart_keeps_the_chain_and_reset_starts_fresh(own_devnet):
