@@ -120,10 +120,12 @@ def redeemer(
     return made
 
 
-def v3_cost_models(params: devnet_params.ProtocolParameters) -> CostModels:
-    """The V3 cost model in pycardano's form, for its own script_data_hash."""
-    array = params.cost_models["plutus:v3"]
-    return CostModels({2: {f"{i:03d}": value for i, value in enumerate(array)}})
+def pycardano_cost_models(
+    params: devnet_params.ProtocolParameters, languages: Iterable[int]
+) -> CostModels:
+    """Cost models as a pycardano client holds them, for its own script_data_hash."""
+    parsed = OgmiosV6ChainContext._parse_cost_models(None, params.cost_models)
+    return CostModels({lang - 1: parsed[f"PlutusV{lang}"] for lang in languages})
 
 
 def seal(
@@ -132,14 +134,17 @@ def seal(
     signers: Iterable[Wallet] = (),
     params: devnet_params.ProtocolParameters | None = None,
     integrity: bool = True,
+    languages: Iterable[int] = (3,),
     **witnesses: Any,
 ) -> DecodedTx:
-    """Set the integrity hash (pycardano's computation, V3 only), sign, encode and decode."""
+    """Set the integrity hash (pycardano's computation), sign, encode and decode."""
     params = params or devnet_params.ProtocolParameters()
     redeemers = witnesses.get("redeemer")
     datums = witnesses.get("plutus_data")
     if integrity and (redeemers or datums):
-        body.script_data_hash = script_data_hash(redeemers, datums, v3_cost_models(params))
+        body.script_data_hash = script_data_hash(
+            redeemers, datums, pycardano_cost_models(params, languages)
+        )
     wits = TransactionWitnessSet(**witnesses)
     wits.vkey_witnesses = [wallet.witness(body) for wallet in signers] or None
     return decode_tx(Transaction(body, wits).to_cbor())

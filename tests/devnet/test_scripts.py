@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cbor2
 import pytest
 from cbor2 import CBORTag
 from pycardano import (
@@ -15,6 +16,7 @@ from pycardano import (
     InvalidBefore,
     MultiAsset,
     PlutusData,
+    PlutusV1Script,
     PlutusV2Script,
     PlutusV3Script,
     RawPlutusData,
@@ -485,3 +487,74 @@ def test_mint_policy_job_and_plutus_data_redeemer():
     [job] = submit(dtx, base_utxo())
     assert (job.purpose, job.index) == ("mint", 0)
     assert run_job(job, make_view({}).params.cost_models).error is None
+
+
+# --- Plutus V1 / V2 ------------------------------------------------------------------------
+
+V2_REDEEMER_IS_42 = """
+(program 1.0.0 (lam datum (lam redeemer (lam ctx
+  (force [ (force (builtin ifThenElse))
+           [ (builtin equalsInteger) (con integer 42) [ (builtin unIData) redeemer ] ]
+           (delay (con integer 0))
+           (delay (force [ (force (builtin trace)) (con string "v2: not 42") (delay (error)) ]))
+         ])))))
+"""
+V2_42 = PlutusV2Script(flatten(parse(V2_REDEEMER_IS_42)))
+
+
+def v2_utxo() -> dict:
+    v2_address = Address(plutus_script_hash(V2_42), network=ALICE.address.network)
+    return base_utxo(TransactionOutput(v2_address, 10_000_000, datum=DATUM))
+
+
+def test_v2_spend_gets_datum_redeemer_and_context_and_may_return_anything():
+    dtx = seal(
+        spend_body(),
+        signers=[ALICE],
+        plutus_v2_script=[V2_42],
+        redeemer=[spend_redeemer()],
+        languages=[2],
+    )
+    [job] = submit(dtx, v2_utxo())
+    assert job.language == 2
+    datum, redeemer_, context = cbor2.loads(job.arguments)
+    assert (datum, redeemer_) == (CBORTag(121, [b"owner"]), 42)
+    wrapped_ref = CBORTag(121, [CBORTag(121, [LOCKED.transaction_id.payload]), 0])
+    assert context.value[1] == CBORTag(122, [wrapped_ref])  # Spending, TxId wrapped
+    assert run_job(job, make_view({}).params.cost_models).error is None  # returned an integer
+    bad = seal(
+        spend_body(),
+        signers=[ALICE],
+        plutus_v2_script=[V2_42],
+        redeemer=[spend_redeemer(7)],
+        languages=[2],
+    )
+    [job] = submit(bad, v2_utxo())
+    outcome = run_job(job, make_view({}).params.cost_models)
+    assert outcome.error is not None and outcome.traces == ("v2: not 42",)
+
+
+def test_integrity_hash_covers_the_v2_language_view():
+    dtx = seal(spend_body(), signers=[ALICE], plutus_v2_script=[V2_42], redeemer=[spend_redeemer()])
+    data = refused(3113, dtx, v2_utxo())  # sealed with the V3 view instead of V2's
+    expected = script_integrity_hash(dtx, make_view({}).params.cost_models, [2])
+    assert data["computedScriptIntegrity"] == expected.hex()
+
+
+def test_a_v1_script_cannot_see_an_inline_datum():
+    v1 = PlutusV1Script(flatten(parse("(program 1.0.0 (lam d (lam r (lam c (con unit ())))))")))
+    v1_address = Address(plutus_script_hash(v1), network=ALICE.address.network)
+    utxo = base_utxo(TransactionOutput(v1_address, 10_000_000, datum=DATUM))
+    dtx = seal(
+        spend_body(),
+        signers=[ALICE],
+        plutus_v1_script=[v1],
+        redeemer=[spend_redeemer()],
+        languages=[1],
+    )
+    data = refused(3136, dtx, utxo)
+    assert "inline datums" in data["mismatchReason"]
+    with pytest.raises(LedgerError) as caught:
+        evaluation_jobs(dtx, make_view(utxo))
+    validate_error("evaluateTransaction", caught.value.to_json())
+    assert caught.value.code == 3004
