@@ -231,7 +231,7 @@ def evaluation_result(outcomes: Sequence[ScriptOutcome]) -> list[dict[str, Any]]
     if failures:
         raise LedgerError(
             SCRIPT_EXECUTION_FAILURE,
-            "Some scripts of the transactions terminated with error(s).",
+            "Some scripts of the transaction terminated with error(s).",
             [{"validator": o.validator, "error": _validation_failure(o)} for o in failures],
         )
     return [

@@ -511,25 +511,25 @@ class TxContext:
     def unknown_inputs(self) -> list[TransactionInput]:
         return [i for i in self.inputs + self.reference_inputs if i not in self.view.utxo]
 
-    @property
+    @functools.cached_property
     def certificates(self) -> list[Any]:
         return self._items(4)
 
-    @property
+    @functools.cached_property
     def proposals(self) -> list[Any]:
         return self._items(20)
 
-    @property
+    @functools.cached_property
     def mint(self) -> dict[bytes, dict[bytes, int]]:
         return self.field(9, {})
 
-    @property
+    @functools.cached_property
     def withdrawals(self) -> list[tuple[bytes, int]]:
         """Reward accounts in ledger order (script credentials first, then hash bytes)."""
         accounts: dict[bytes, int] = self.field(5, {})
         return sorted(accounts.items(), key=lambda i: _credential_order(reward_credential(i[0])))
 
-    @property
+    @functools.cached_property
     def votes(self) -> list[tuple[Any, dict[Any, Any]]]:
         """Voters in ledger order with their votes."""
         votes: dict[Any, dict[Any, Any]] = self.field(19, {})

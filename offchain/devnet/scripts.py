@@ -35,7 +35,7 @@ from uplc.tools import unflatten
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.ogmios_json import output_reference_json
 from offchain.devnet.params import lovelace
-from offchain.devnet.phase2 import ScriptJob
+from offchain.devnet.phase2 import SCRIPT_EXECUTION_FAILURE, SPENDS_MISMATCH, ScriptJob
 from offchain.devnet.script_context import (
     MINT,
     PROPOSE,
@@ -58,7 +58,6 @@ Script = NativeScript | PlutusScript
 
 # Ogmios error codes
 CANNOT_CREATE_EVALUATION_CONTEXT = 3004
-SCRIPT_EXECUTION_FAILURE = 3010
 MISSING_SCRIPT_FOR_REDEEMER = 3011
 UNSUITABLE_OUTPUT_REFERENCE = 3013
 MISSING_SCRIPTS = 3102
@@ -73,7 +72,6 @@ ORPHAN_SCRIPT_INPUTS = 3114
 MISSING_COST_MODELS = 3115
 MALFORMED_SCRIPTS = 3116
 UNKNOWN_OUTPUT_REFERENCES = 3117
-SPENDS_MISMATCH = 3136
 
 
 def check_scripts(
