@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import cbor2
 from pycardano import (
     Address,
     InvalidBefore,
@@ -25,9 +24,9 @@ from pycardano import (
     Value,
 )
 from pycardano.hash import DatumHash
-from pycardano.serialization import default_encoder
 
 from offchain.devnet.errors import INVALID_PARAMS, LedgerError
+from offchain.devnet.script_context import datum_cbor
 from offchain.devnet.txdecode import DecodedTx
 
 if TYPE_CHECKING:
@@ -90,18 +89,13 @@ def output_json(output: TransactionOutput) -> dict[str, Any]:
     result: dict[str, Any] = {"address": str(output.address), "value": value_json(output.amount)}
     if output.datum is not None:
         datum = output.datum
-        raw = datum.cbor if isinstance(datum, RawCBOR) else _data_cbor(datum)
+        raw = datum.cbor if isinstance(datum, RawCBOR) else datum_cbor(datum)
         result["datum"] = raw.hex()
     elif output.datum_hash is not None:
         result["datumHash"] = output.datum_hash.payload.hex()
     if output.script is not None:
         result["script"] = script_json(output.script)
     return result
-
-
-def _data_cbor(datum: Any) -> bytes:
-
-    return cbor2.dumps(datum, default=default_encoder)
 
 
 def utxo_json(tx_in: TransactionInput, output: TransactionOutput) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from offchain.devnet import ogmios_json as oj
 from offchain.devnet import staking
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.params import ProtocolParameters, lovelace
-from offchain.devnet.txdecode import DecodedTx, _array_item_spans, _map_value_spans
+from offchain.devnet.txdecode import DecodedTx, array_item_spans, map_value_spans
 from offchain.devnet.view import LedgerView
 
 INVALID_SIGNATORIES = 3100
@@ -186,8 +186,8 @@ class _Tx:
         smaller (a map-form output without datum comes back in the legacy array form).
         """
         body_cbor = self.dtx.body_cbor
-        fields = _map_value_spans(body_cbor, 0)
-        spans = _array_item_spans(body_cbor, fields[1][0])
+        fields = map_value_spans(body_cbor, 0)
+        spans = array_item_spans(body_cbor, fields[1][0])
         outputs = list(self.body.outputs)
         if self.body.collateral_return is not None:
             outputs.append(self.body.collateral_return)

@@ -28,7 +28,13 @@ from pycardano import (
 )
 from pycardano.serialization import default_encoder
 
-from offchain.devnet.txdecode import DecodedTx, _array_item_spans, _head, _map_value_spans, _skip
+from offchain.devnet.txdecode import (
+    DecodedTx,
+    array_item_spans,
+    map_value_spans,
+    read_head,
+    skip_item,
+)
 from offchain.devnet.view import LedgerView
 
 # Ledger redeemer tags, in the ledger's order (Spend < Mint < Cert < Reward < Vote < Propose).
@@ -197,15 +203,15 @@ def parse_redeemers(cbor: bytes | None) -> list[Redeemer]:
     """Redeemers in ledger order, from either the Conway map or the legacy list form."""
     if cbor is None:
         return []
-    if _head(cbor, 0)[0] == 5:
+    if read_head(cbor, 0)[0] == 5:
         entries = [
-            (cbor2.loads(cbor[k0:k1]), _array_item_spans(cbor, v0))
+            (cbor2.loads(cbor[k0:k1]), array_item_spans(cbor, v0))
             for (k0, k1), (v0, _) in _map_item_spans(cbor, 0)
         ]
     else:
         entries = []
-        for start, _ in _array_item_spans(cbor, 0):
-            spans = _array_item_spans(cbor, start)
+        for start, _ in array_item_spans(cbor, 0):
+            spans = array_item_spans(cbor, start)
             entries.append(([cbor2.loads(cbor[s:e]) for s, e in spans[:2]], spans[2:]))
     return sorted((_redeemer(key, cbor, spans) for key, spans in entries), key=_pointer_order)
 
@@ -222,13 +228,13 @@ def _redeemer(key: list[int], cbor: bytes, spans: list[tuple[int, int]]) -> Rede
 
 
 def _map_item_spans(data: bytes, pos: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    major, count, pos = _head(data, pos)
+    major, count, pos = read_head(data, pos)
     if major != 5:
         raise ValueError("expected a CBOR map")
     pairs = []
     while (count is None and data[pos] != 0xFF) or (count is not None and len(pairs) < count):
-        key_end = _skip(data, pos)
-        value_end = _skip(data, key_end)
+        key_end = skip_item(data, pos)
+        value_end = skip_item(data, key_end)
         pairs.append(((pos, key_end), (key_end, value_end)))
         pos = value_end
     return pairs
@@ -238,9 +244,9 @@ def set_items(cbor: bytes | None) -> list[bytes]:
     """The items of a CBOR array or tag-258 set, as original bytes, in transaction order."""
     if cbor is None:
         return []
-    major, tag, pos = _head(cbor, 0)
+    major, tag, pos = read_head(cbor, 0)
     start = pos if major == 6 and tag == 258 else 0
-    return [cbor[s:e] for s, e in _array_item_spans(cbor, start)]
+    return [cbor[s:e] for s, e in array_item_spans(cbor, start)]
 
 
 def witness_datums(dtx: DecodedTx) -> dict[bytes, bytes]:
@@ -487,7 +493,7 @@ class TxContext:
     def __init__(self, dtx: DecodedTx, view: LedgerView) -> None:
         self.dtx = dtx
         self.view = view
-        body = _map_value_spans(dtx.body_cbor, 0)
+        body = map_value_spans(dtx.body_cbor, 0)
         self._body = {key: dtx.body_cbor[start:end] for key, (start, end) in body.items()}
         self.inputs = self._refs(0)
         self.reference_inputs = self._refs(18)

@@ -48,14 +48,14 @@ class DecodedTx:
 def decode_tx(cbor: bytes) -> DecodedTx:
     """Decode transaction CBOR, or raise LedgerError saying why it is not a transaction."""
     try:
-        spans = _array_item_spans(cbor, 0)
+        spans = array_item_spans(cbor, 0)
         if len(spans) != 4:
             raise ValueError(f"a transaction is a 4-element array, got {len(spans)} elements")
-        if _skip(cbor, 0) != len(cbor):
+        if skip_item(cbor, 0) != len(cbor):
             raise ValueError("trailing bytes after the transaction")
         body_start, body_end = spans[0]
         wit_start = spans[1][0]
-        witness_fields = _map_value_spans(cbor, wit_start)
+        witness_fields = map_value_spans(cbor, wit_start)
         tx = Transaction.from_cbor(cbor)
     except LedgerError:
         raise
@@ -76,10 +76,10 @@ def decode_tx(cbor: bytes) -> DecodedTx:
     )
 
 
-# --- a minimal CBOR walker that reports where items start and end --------------------------
+# --- a minimal CBOR walker that reports where items start and end (shared by the rules) ---
 
 
-def _head(data: bytes, pos: int) -> tuple[int, int | None, int]:
+def read_head(data: bytes, pos: int) -> tuple[int, int | None, int]:
     """Read an item head: (major type, argument or None for indefinite, position after head)."""
     initial = data[pos]
     major, info = initial >> 5, initial & 0x1F
@@ -96,54 +96,54 @@ def _head(data: bytes, pos: int) -> tuple[int, int | None, int]:
     raise ValueError(f"malformed CBOR head byte {initial:#x}")
 
 
-def _skip(data: bytes, pos: int) -> int:
+def skip_item(data: bytes, pos: int) -> int:
     """Position just after the item starting at `pos`."""
-    major, arg, pos = _head(data, pos)
+    major, arg, pos = read_head(data, pos)
     if major in (0, 1, 7):
         return pos
     if major in (2, 3):
         if arg is None:
             while data[pos] != 0xFF:
-                pos = _skip(data, pos)
+                pos = skip_item(data, pos)
             return pos + 1
         if pos + arg > len(data):
             raise ValueError("truncated CBOR string")
         return pos + arg
     if major == 6:
-        return _skip(data, pos)
+        return skip_item(data, pos)
     per_entry = 2 if major == 5 else 1
     if arg is None:
         while data[pos] != 0xFF:
-            pos = _skip(data, pos)
+            pos = skip_item(data, pos)
         return pos + 1
     for _ in range(arg * per_entry):
-        pos = _skip(data, pos)
+        pos = skip_item(data, pos)
     return pos
 
 
-def _array_item_spans(data: bytes, pos: int) -> list[tuple[int, int]]:
-    major, count, pos = _head(data, pos)
+def array_item_spans(data: bytes, pos: int) -> list[tuple[int, int]]:
+    major, count, pos = read_head(data, pos)
     if major != 4:
         raise ValueError("expected a CBOR array")
     spans = []
     while (count is None and data[pos] != 0xFF) or (count is not None and len(spans) < count):
-        end = _skip(data, pos)
+        end = skip_item(data, pos)
         spans.append((pos, end))
         pos = end
     return spans
 
 
-def _map_value_spans(data: bytes, pos: int) -> dict[int, tuple[int, int]]:
-    major, count, pos = _head(data, pos)
+def map_value_spans(data: bytes, pos: int) -> dict[int, tuple[int, int]]:
+    major, count, pos = read_head(data, pos)
     if major != 5:
         raise ValueError("expected a CBOR map for the witness set")
     values: dict[int, tuple[int, int]] = {}
     seen = 0
     while (count is None and data[pos] != 0xFF) or (count is not None and seen < count):
-        key_major, key, value_pos = _head(data, pos)
+        key_major, key, value_pos = read_head(data, pos)
         if key_major != 0 or key is None:
             raise ValueError("witness-set keys must be unsigned integers")
-        end = _skip(data, value_pos)
+        end = skip_item(data, value_pos)
         values[key] = (value_pos, end)
         pos = end
         seen += 1
