@@ -10,12 +10,12 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
+from offchain.devnet import genesis_json
 from offchain.devnet import ogmios_json as oj
 from offchain.devnet.errors import (
     INVALID_PARAMS,
@@ -25,9 +25,6 @@ from offchain.devnet.errors import (
     LedgerError,
 )
 from offchain.devnet.genesis import (
-    ACTIVE_SLOTS_COEFFICIENT,
-    NETWORK_MAGIC,
-    SECURITY_PARAMETER,
     demo_wallet_addresses,
 )
 from offchain.devnet.node import Block, Devnet
@@ -37,7 +34,6 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 1 << 20  # answered with a JSON-RPC error
 MAX_FRAME_BYTES = 8 << 20  # beyond this the WebSocket layer closes the connection (1009)
-ERAS = ("byron", "shelley", "allegra", "mary", "alonzo", "babbage", "conway")
 MEMPOOL_CAPACITY_BYTES = 2 * 90_112
 
 
@@ -139,89 +135,21 @@ class OgmiosServer:
         return self.devnet.tip.height
 
     async def start_time(self, session: Session, params: dict) -> str:
-        return _utc(self.devnet.genesis.system_start_s)
+        return genesis_json.utc(self.devnet.genesis.system_start_s)
 
     async def epoch(self, session: Session, params: dict) -> int:
         return self.devnet.epoch
 
     async def era_start(self, session: Session, params: dict) -> dict[str, Any]:
-        return _bound(0, 0, 0)
+        return genesis_json.bound(0, 0, 0)
 
     async def era_summaries(self, session: Session, params: dict) -> list[dict[str, Any]]:
-        """All seven eras; the devnet begins in Conway, so the earlier ones are empty."""
-        genesis = self.devnet.genesis
-        era_parameters = {
-            "epochLength": genesis.epoch_length,
-            "slotLength": {"milliseconds": genesis.slot_length_ms},
-            "safeZone": 3 * SECURITY_PARAMETER * 20,
-        }
-        origin = _bound(0, 0, 0)
-        horizon_epoch = self.devnet.epoch + 2
-        horizon_slot = horizon_epoch * genesis.epoch_length
-        horizon = _bound(horizon_slot * genesis.slot_length_ms // 1000, horizon_slot, horizon_epoch)
-        return [
-            {
-                "start": origin,
-                "end": horizon if era == "conway" else origin,
-                "parameters": era_parameters,
-            }
-            for era in ERAS
-        ]
+        return genesis_json.era_summaries(self.devnet.genesis, self.devnet.epoch)
 
     async def genesis_configuration(self, session: Session, params: dict) -> dict[str, Any]:
-        era = params.get("era")
-        if era not in ("byron", "shelley", "alonzo", "conway"):
-            raise LedgerError(
-                INVALID_PARAMS, "era must be one of 'byron', 'shelley', 'alonzo', 'conway'"
-            )
-        genesis = self.devnet.genesis
-        parameters = self.devnet.params.to_ogmios()
-        start = _utc(genesis.system_start_s)
-        if era == "byron":
-            return {
-                "era": era,
-                "genesisKeyHashes": [],
-                "genesisDelegations": {},
-                "startTime": start,
-                "initialFunds": {},
-                "initialVouchers": {},
-                "securityParameter": SECURITY_PARAMETER,
-                "networkMagic": NETWORK_MAGIC,
-                "updatableParameters": _pick(parameters, BYRON_PARAMETERS),
-            }
-        if era == "shelley":
-            return {
-                "era": era,
-                "startTime": start,
-                "networkMagic": NETWORK_MAGIC,
-                "network": "testnet",
-                "activeSlotsCoefficient": ACTIVE_SLOTS_COEFFICIENT,
-                "securityParameter": SECURITY_PARAMETER,
-                "epochLength": genesis.epoch_length,
-                "slotsPerKesPeriod": 129_600,
-                "maxKesEvolutions": 62,
-                "slotLength": {"milliseconds": genesis.slot_length_ms},
-                "updateQuorum": 5,
-                "maxLovelaceSupply": 45_000_000_000_000_000,
-                "initialParameters": _pick(parameters, SHELLEY_PARAMETERS),
-                "initialDelegates": [],
-                "initialFunds": {
-                    address: {"ada": {"lovelace": amount}}
-                    for address, amount in genesis.funds.items()
-                },
-                "initialStakePools": {"stakePools": {}, "delegators": {}},
-            }
-        if era == "alonzo":
-            return {"era": era, "updatableParameters": _pick(parameters, ALONZO_PARAMETERS)}
-        return {
-            "era": era,
-            "constitution": {
-                "metadata": {"url": "", "hash": "00" * 32},
-                "guardrails": {"hash": MAINNET_GUARDRAILS_SCRIPT},  # the Python client needs one
-            },
-            "constitutionalCommittee": {"members": [], "quorum": "0/1"},
-            "updatableParameters": _pick(parameters, CONWAY_PARAMETERS),
-        }
+        return genesis_json.genesis_configuration(
+            params.get("era"), self.devnet.genesis, self.devnet.params
+        )
 
     async def protocol_parameters(self, session: Session, params: dict) -> dict[str, Any]:
         return self.devnet.params.to_ogmios()
@@ -448,66 +376,6 @@ def _snapshot(session: Session) -> list[DecodedTx]:
     if session.mempool is None:
         raise LedgerError(4000, "You must acquire a mempool snapshot prior to accessing it.")
     return session.mempool
-
-
-def _utc(posix_s: int) -> str:
-    return datetime.fromtimestamp(posix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _bound(seconds: int, slot: int, epoch: int) -> dict[str, Any]:
-    return {"time": {"seconds": seconds}, "slot": slot, "epoch": epoch}
-
-
-def _pick(parameters: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {key: parameters[key] for key in keys}
-
-
-MAINNET_GUARDRAILS_SCRIPT = "fa24fb305126805cf2164c161d852a0e7330cf988f1fe558cf7d4a64"
-BYRON_PARAMETERS = (
-    "minFeeCoefficient",
-    "minFeeConstant",
-    "maxBlockBodySize",
-    "maxBlockHeaderSize",
-    "maxTransactionSize",
-)
-SHELLEY_PARAMETERS = (
-    "minFeeCoefficient",
-    "minFeeConstant",
-    "maxBlockBodySize",
-    "maxBlockHeaderSize",
-    "maxTransactionSize",
-    "stakeCredentialDeposit",
-    "stakePoolDeposit",
-    "stakePoolRetirementEpochBound",
-    "desiredNumberOfStakePools",
-    "stakePoolPledgeInfluence",
-    "monetaryExpansion",
-    "treasuryExpansion",
-    "minStakePoolCost",
-    "minUtxoDepositConstant",
-    "minUtxoDepositCoefficient",
-    "version",
-)
-ALONZO_PARAMETERS = (
-    "minUtxoDepositCoefficient",
-    "plutusCostModels",
-    "scriptExecutionPrices",
-    "maxExecutionUnitsPerTransaction",
-    "maxExecutionUnitsPerBlock",
-    "maxValueSize",
-    "collateralPercentage",
-    "maxCollateralInputs",
-)
-CONWAY_PARAMETERS = (
-    "stakePoolVotingThresholds",
-    "constitutionalCommitteeMinSize",
-    "constitutionalCommitteeMaxTermLength",
-    "governanceActionLifetime",
-    "governanceActionDeposit",
-    "delegateRepresentativeVotingThresholds",
-    "delegateRepresentativeDeposit",
-    "delegateRepresentativeMaxIdleTime",
-)
 
 
 async def run(devnet: Devnet, host: str, port: int) -> None:
