@@ -1,0 +1,164 @@
+"""The job spec: what a consumer asks a provider to run, one validated model for every party.
+
+The consumer writes it (YAML), the market matches it against offers, the provider runs exactly
+it. Money is integer lovelace and time integer seconds; sizes are integer MiB. Unknown fields
+are refused so a typo (`gpu: 1`) never silently becomes "no GPU".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_SUPPLY_LOVELACE = 45_000_000_000_000_000  # no price can exceed all ADA there is
+MAX_DURATION_S = 30 * 24 * 3600
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# docker's reference grammar, simplified: [host[:port]/]path[:tag][@digest], path lower-case
+_COMPONENT = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
+INPUT_SCHEMES = ("https", "http", "data")
+PROVIDER_ENV_PREFIX = "NVIDIA_"  # the provider pins GPUs itself; a job may not widen that
+
+
+class JobSpecError(ValueError):
+    """A job spec that cannot be read or is not valid; the message names each bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class InputFile(_Strict):
+    """One file the provider fetches and verifies before the job starts; mounted under /in."""
+
+    path: str = Field(description="Path under /in, relative, e.g. data/train.csv.")
+    url: str = Field(description="https://, http:// or data: URL the provider fetches.")
+    sha256: str = Field(description="Hex sha256 of the file; a mismatch fails the job.")
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, path: str) -> str:
+        parts = path.split("/")
+        if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError("must be a relative path without '.', '..' or empty parts")
+        return path
+
+    @field_validator("url")
+    @classmethod
+    def _fetchable(cls, url: str) -> str:
+        if urlsplit(url).scheme not in INPUT_SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(INPUT_SCHEMES)}")
+        return url
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, digest: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError("must be 64 lower-case hex digits")
+        return digest
+
+
+class Resources(_Strict):
+    """The reserved bundle: what the job may use and what it pays for, second by second."""
+
+    gpus: int = Field(0, ge=0, le=64)
+    min_vram_mib: int = Field(0, ge=0, le=1 << 24, description="Per GPU.")
+    cpu_cores: int = Field(1, ge=1, le=1024)
+    memory_mib: int = Field(512, ge=16, le=1 << 24)
+    disk_mib: int = Field(256, ge=1, le=1 << 26, description="Size of /out.")
+
+    @model_validator(mode="after")
+    def _vram_needs_gpu(self) -> Resources:
+        if self.min_vram_mib and not self.gpus:
+            raise ValueError("min_vram_mib is set but gpus is 0: ask for at least one GPU")
+        return self
+
+
+class JobSpec(_Strict):
+    """One job: the image and command to run, its inputs, its bundle and what it may cost."""
+
+    image: str
+    command: list[str] = Field(min_length=1, description="argv; no shell is added.")
+    env: dict[str, str] = Field(default_factory=dict)
+    inputs: list[InputFile] = Field(default_factory=list)
+    resources: Resources = Field(default_factory=Resources)
+    max_duration_s: int = Field(ge=1, le=MAX_DURATION_S)
+    max_price_lovelace: int = Field(ge=0, le=MAX_SUPPLY_LOVELACE)
+    network: bool = Field(False, description="Whether the job may reach the network.")
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str) -> str:
+        if not IMAGE_REFERENCE.fullmatch(image):
+            raise ValueError("not a docker image reference (e.g. python:3.11 or ghcr.io/o/n:t)")
+        return image
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a variable name")
+            if name.startswith(PROVIDER_ENV_PREFIX):
+                raise ValueError(
+                    f"{name!r}: {PROVIDER_ENV_PREFIX}* variables are set by the provider"
+                )
+        return env
+
+    @model_validator(mode="after")
+    def _unique_inputs(self) -> JobSpec:
+        paths = [item.path for item in self.inputs]
+        if len(paths) != len(set(paths)):
+            raise ValueError("two inputs have the same path")
+        return self
+
+
+def describe(error: ValidationError) -> str:
+    """One line per problem, naming the field as the YAML spells it."""
+    lines = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "spec"
+        if problem["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown field")
+        elif problem["type"] == "missing":
+            lines.append(f"{where}: required field is missing")
+        else:
+            lines.append(f"{where}: {problem['msg'].removeprefix('Value error, ')}")
+    return "\n".join(lines)
+
+
+def parse_jobspec(data: Any) -> JobSpec:
+    """A JobSpec from already-parsed data, or JobSpecError saying what is wrong."""
+    if not isinstance(data, dict):
+        raise JobSpecError("a job spec is a mapping of fields (image, command, ...)")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise JobSpecError(describe(exc)) from exc
+
+
+def jobspec_from_yaml(text: str) -> JobSpec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise JobSpecError(f"not valid YAML: {exc}") from exc
+    return parse_jobspec(data)
+
+
+def load_jobspec(path: Path) -> JobSpec:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise JobSpecError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return jobspec_from_yaml(text)
+    except JobSpecError as exc:
+        raise JobSpecError(f"{path}:\n{exc}") from exc
