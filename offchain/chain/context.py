@@ -25,3 +25,10 @@ def chain_context(
         secure=secure,
         network=network,
     )
+
+
+def context_url(context: OgmiosV6ChainContext) -> str:
+    """The Ogmios URL a context talks to (for queries pycardano does not make)."""
+    scheme = "wss" if context.secure else "ws"
+    path = f"/{context.path}" if context.path else ""
+    return f"{scheme}://{context.host}:{context.port}{path}"

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.sync.client import connect as connect_sync
 
 DEFAULT_OGMIOS_URL = "ws://127.0.0.1:1337"
 
@@ -41,18 +42,32 @@ class Ogmios:
     async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Send one request and return its result, or raise OgmiosError."""
         assert self._ws is not None, "use `async with Ogmios(url) as ogmios`"
-        request_id = next(self._ids)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
-        if params is not None:
-            message["params"] = params
-        await self._ws.send(json.dumps(message))
-        response = json.loads(await self._ws.recv())
-        if "error" in response:
-            raise OgmiosError(method, response["error"])
-        return response["result"]
+        await self._ws.send(_message(method, params, next(self._ids)))
+        return _result(method, await self._ws.recv())
 
 
 async def request(url: str, method: str, params: dict[str, Any] | None = None) -> Any:
     """One request on a fresh connection (for one-off queries and devnet control)."""
     async with Ogmios(url) as ogmios:
         return await ogmios.request(method, params)
+
+
+def request_sync(url: str, method: str, params: dict[str, Any] | None = None) -> Any:
+    """`request` for synchronous callers (transaction builders run beside pycardano's calls)."""
+    with connect_sync(url, max_size=64 << 20) as ws:
+        ws.send(_message(method, params, 0))
+        return _result(method, ws.recv())
+
+
+def _message(method: str, params: dict[str, Any] | None, request_id: int) -> str:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message)
+
+
+def _result(method: str, raw: str | bytes) -> Any:
+    response = json.loads(raw)
+    if "error" in response:
+        raise OgmiosError(method, response["error"])
+    return response["result"]

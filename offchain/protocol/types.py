@@ -1,0 +1,225 @@
+"""pycardano mirrors of every datum, redeemer and signed record in contracts/PROTOCOL.md.
+
+Constructor ids and field order are the protocol: a class here encodes to exactly the Data the
+validators read, so a field added or moved on one side must be moved on the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Union
+
+from pycardano import PlutusData, TransactionInput
+
+# --- ledger types (Plutus V3 encoding) -------------------------------------------------------
+
+
+@dataclass
+class PubKeyCredential(PlutusData):
+    CONSTR_ID = 0
+    hash: bytes
+
+
+@dataclass
+class ScriptCredential(PlutusData):
+    CONSTR_ID = 1
+    hash: bytes
+
+
+# pycardano decodes alternatives only when they are spelled typing.Union, not `A | B`.
+Credential = Union[PubKeyCredential, ScriptCredential]  # noqa: UP007
+
+
+@dataclass
+class StakingHash(PlutusData):
+    CONSTR_ID = 0
+    credential: Credential
+
+
+@dataclass
+class StakingPtr(PlutusData):
+    CONSTR_ID = 1
+    slot: int
+    tx_index: int
+    cert_index: int
+
+
+@dataclass
+class SomeStakingCredential(PlutusData):
+    CONSTR_ID = 0
+    staking: Union[StakingHash, StakingPtr]  # noqa: UP007
+
+
+@dataclass
+class NoStakingCredential(PlutusData):
+    CONSTR_ID = 1
+
+
+@dataclass
+class PlutusAddress(PlutusData):
+    """The ledger's Address as scripts see it: payment credential and optional stake part."""
+
+    CONSTR_ID = 0
+    payment: Credential
+    stake: Union[SomeStakingCredential, NoStakingCredential]  # noqa: UP007
+
+
+@dataclass
+class TxOutRef(PlutusData):
+    """V3 TxOutRef: the transaction id is bare bytes (no wrapper constructor)."""
+
+    CONSTR_ID = 0
+    tx_id: bytes
+    index: int
+
+    @classmethod
+    def of(cls, ref: TransactionInput) -> TxOutRef:
+        return cls(ref.transaction_id.payload, ref.index)
+
+
+@dataclass
+class Just(PlutusData):
+    CONSTR_ID = 0
+    value: int
+
+
+@dataclass
+class Nothing(PlutusData):
+    CONSTR_ID = 1
+
+
+# --- escrow ------------------------------------------------------------------------------------
+
+
+@dataclass
+class EscrowDatum(PlutusData):
+    CONSTR_ID = 0
+    consumer: PlutusAddress
+    provider: PlutusAddress
+    provider_vkey: bytes  # 32-byte ed25519 verification key
+    price_per_unit: int  # lovelace
+    max_units: int
+    deadline: int  # POSIX ms
+    settle_window: int  # ms
+    job_id: bytes  # 32 bytes
+    fee_allowance: int  # lovelace
+
+    @property
+    def close(self) -> int:
+        """The end of the settle window: settle before it, refund after it."""
+        return self.deadline + self.settle_window
+
+
+class PayoutKind(IntEnum):
+    SETTLE = 0
+    REFUND = 1
+    CANCEL = 2
+    SLASH = 3
+
+
+@dataclass
+class Payout(PlutusData):
+    """The inline datum of every payout output: ties it to one escrow and one action."""
+
+    CONSTR_ID = 0
+    kind: int
+    escrow: TxOutRef
+
+
+@dataclass
+class Settle(PlutusData):
+    CONSTR_ID = 0
+
+
+@dataclass
+class Refund(PlutusData):
+    CONSTR_ID = 1
+    consumer_output: int
+
+
+@dataclass
+class Cancel(PlutusData):
+    CONSTR_ID = 2
+    consumer_output: int
+
+
+@dataclass
+class SettleItem(PlutusData):
+    CONSTR_ID = 0
+    units: int
+    result_hash: bytes
+    evidence_hash: bytes
+    signature: bytes
+    provider_output: int
+    consumer_output: int
+
+
+@dataclass
+class BatchSettle(PlutusData):
+    """The withdraw redeemer: one item per escrow input, in ledger input order."""
+
+    CONSTR_ID = 0
+    items: list[SettleItem]
+
+
+# --- signed payloads ------------------------------------------------------------------------
+
+
+@dataclass
+class Receipt(PlutusData):
+    CONSTR_ID = 0
+    domain: bytes
+    network_id: int
+    escrow_hash: bytes
+    escrow: TxOutRef
+    units: int
+    result_hash: bytes
+    evidence_hash: bytes
+
+
+@dataclass
+class Acceptance(PlutusData):
+    CONSTR_ID = 1
+    domain: bytes
+    network_id: int
+    escrow_hash: bytes
+    escrow: TxOutRef
+    job_id: bytes
+
+
+# --- bond ------------------------------------------------------------------------------------
+
+
+@dataclass
+class BondDatum(PlutusData):
+    CONSTR_ID = 0
+    provider: PlutusAddress
+    provider_vkey: bytes
+    unbonding_since: Union[Just, Nothing]  # noqa: UP007 - POSIX ms the notice began
+
+
+@dataclass
+class TopUp(PlutusData):
+    CONSTR_ID = 0
+    bond_output: int
+
+
+@dataclass
+class BeginUnbond(PlutusData):
+    CONSTR_ID = 1
+    bond_output: int
+
+
+@dataclass
+class Withdraw(PlutusData):
+    CONSTR_ID = 2
+
+
+@dataclass
+class Slash(PlutusData):
+    CONSTR_ID = 3
+    escrow_input: int
+    acceptance_signature: bytes
+    consumer_output: int
+    bond_output: int
