@@ -1,0 +1,190 @@
+"""Bond transactions: create, top up, begin unbonding, withdraw, and slash (with a refund).
+
+The bond's continuing output keeps the bond's full address, so its stake part (and the
+staking rewards) cannot be redirected.
+"""
+
+from __future__ import annotations
+
+from pycardano import (
+    PaymentVerificationKey,
+    PlutusData,
+    Redeemer,
+    Transaction,
+    TransactionBuilder,
+    TransactionOutput,
+    UTxO,
+)
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.time import iso
+from offchain.protocol.addresses import from_plutus, to_plutus
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.escrow import add_refund
+from offchain.protocol.payloads import acceptance_payload, verify
+from offchain.protocol.split import slash_share
+from offchain.protocol.txbuild import (
+    BuildError,
+    Clock,
+    Wallet,
+    add_output,
+    fee_inputs,
+    ledger_key,
+    out_ref,
+    payout,
+    script_source,
+    sign,
+)
+from offchain.protocol.types import (
+    BeginUnbond,
+    BondDatum,
+    Just,
+    Nothing,
+    PayoutKind,
+    Slash,
+    TopUp,
+    Withdraw,
+)
+
+BOND_OUTPUT = 0  # the bond output of create, top-up and begin-unbond
+
+
+def create(
+    context: OgmiosV6ChainContext, deployment: Deployment, provider: Wallet, lovelace: int
+) -> Transaction:
+    """Post a bond backing `provider`'s acceptances, staked like the provider's address."""
+    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
+    builder = TransactionBuilder(context)
+    builder.add_input_address(provider.address)
+    builder.add_output(
+        TransactionOutput(deployment.bond_address(provider.address), lovelace, datum=datum)
+    )
+    return sign(builder, provider)
+
+
+def bond_datum(deployment: Deployment, bond: UTxO) -> BondDatum:
+    """The datum of a bond UTxO; raises BuildError for anything else."""
+    output = bond.output
+    if output.address.payment_part != deployment.bond_hash or output.datum is None:
+        raise BuildError(f"{out_ref(bond)} is not a bond of this deployment")
+    try:
+        return BondDatum.from_cbor(output.datum.to_cbor())
+    except Exception as exc:
+        raise BuildError(f"{out_ref(bond)} carries no valid bond datum: {exc}") from exc
+
+
+def top_up(
+    context: OgmiosV6ChainContext,
+    deployment: Deployment,
+    bond: UTxO,
+    payer: Wallet,
+    lovelace: int,
+) -> Transaction:
+    """Add `lovelace` to a bond (anyone may: it only ever grows the bond)."""
+    if lovelace <= 0:
+        raise BuildError("a top-up must add lovelace")
+    datum = bond_datum(deployment, bond)
+    builder = _spend_bond(deployment, bond, TopUp(BOND_OUTPUT), context)
+    _continue(builder, bond, datum, bond.output.amount.coin + lovelace)
+    builder.add_input_address(payer.address)
+    return sign(builder, payer)
+
+
+def begin_unbond(
+    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Wallet
+) -> Transaction:
+    """Start the notice period; withdraw after it (`Deployment.notice_ms`)."""
+    datum = _provider_bond(deployment, bond, provider)
+    if isinstance(datum.unbonding_since, Just):
+        raise BuildError(f"the bond is unbonding since {iso(datum.unbonding_since.value)}")
+    clock = Clock.now(context)
+    builder = _spend_bond(deployment, bond, BeginUnbond(BOND_OUTPUT), context)
+    builder.validity_start = clock.tip_slot
+    unbonding = BondDatum(datum.provider, datum.provider_vkey, Just(clock.tip_ms))
+    _continue(builder, bond, unbonding, bond.output.amount.coin)
+    builder.required_signers = [provider.key_hash]
+    builder.add_input_address(provider.address)
+    return sign(builder, provider)
+
+
+def withdraw(
+    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Wallet
+) -> Transaction:
+    """Take the bond back to the provider's wallet once the notice has run out."""
+    datum = _provider_bond(deployment, bond, provider)
+    if not isinstance(datum.unbonding_since, Just):
+        raise BuildError("the bond is not unbonding: begin unbonding first")
+    clock = Clock.now(context)
+    first = clock.first_slot_at(datum.unbonding_since.value + deployment.notice_ms)
+    if clock.tip_slot < first:
+        raise BuildError(f"the unbonding notice runs until {clock.iso_slot(first)}")
+    builder = _spend_bond(deployment, bond, Withdraw(), context)
+    builder.validity_start = clock.tip_slot
+    builder.required_signers = [provider.key_hash]
+    builder.add_input_address(provider.address)
+    return sign(builder, provider)
+
+
+def slash(
+    context: OgmiosV6ChainContext,
+    deployment: Deployment,
+    escrow: UTxO,
+    bond: UTxO,
+    acceptance_signature: bytes,
+    submitter: Wallet,
+) -> Transaction:
+    """Refund an accepted but unsettled escrow and pay its consumer a share of the bond.
+
+    Needs the provider's signed Acceptance of that escrow; the refund and the slash are one
+    transaction, so an escrow slashes at most once.
+    """
+    clock = Clock.now(context)
+    bond_data = bond_datum(deployment, bond)
+    builder = TransactionBuilder(context)
+    escrow_data = add_refund(context, builder, deployment, escrow, clock)
+    if escrow_data.provider_vkey != bond_data.provider_vkey:
+        raise BuildError("the escrow's provider is not the bond's provider")
+    payload = acceptance_payload(
+        deployment.network_id, deployment.escrow_hash, escrow.input, escrow_data.job_id
+    )
+    if not verify(bond_data.provider_vkey, payload, acceptance_signature):
+        raise BuildError(f"no acceptance of {out_ref(escrow)} signed by the bond's provider")
+    share = slash_share(bond.output.amount.coin, deployment.slash_share_bps)
+    consumer = from_plutus(escrow_data.consumer, deployment.network)
+    consumer_output = add_output(
+        builder, payout(context, consumer, share, PayoutKind.SLASH, escrow.input)
+    )
+    wallet_inputs = fee_inputs(context, submitter)
+    inputs = sorted([escrow, bond, *wallet_inputs], key=ledger_key)
+    redeemer = Slash(
+        inputs.index(escrow), acceptance_signature, consumer_output, len(builder.outputs)
+    )
+    builder.add_script_input(
+        bond, script=script_source(builder, deployment.bond_ref), redeemer=Redeemer(redeemer)
+    )
+    _continue(builder, bond, bond_data, bond.output.amount.coin - share)
+    for utxo in wallet_inputs:
+        builder.add_input(utxo)
+    return sign(builder, submitter)
+
+
+def _provider_bond(deployment: Deployment, bond: UTxO, provider: Wallet) -> BondDatum:
+    datum = bond_datum(deployment, bond)
+    if provider.key_hash != PaymentVerificationKey(datum.provider_vkey).hash():
+        raise BuildError("the wallet's key is not the bond's provider key")
+    return datum
+
+
+def _spend_bond(
+    deployment: Deployment, bond: UTxO, redeemer: PlutusData, context: OgmiosV6ChainContext
+) -> TransactionBuilder:
+    builder = TransactionBuilder(context)
+    builder.add_script_input(
+        bond, script=script_source(builder, deployment.bond_ref), redeemer=Redeemer(redeemer)
+    )
+    return builder
+
+
+def _continue(builder: TransactionBuilder, bond: UTxO, datum: BondDatum, lovelace: int) -> int:
+    """The bond's continuing output: same full address, the given datum and lovelace."""
+    return add_output(builder, TransactionOutput(bond.output.address, lovelace, datum=datum))

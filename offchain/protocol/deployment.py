@@ -1,0 +1,126 @@
+"""One deployment of the protocol on one chain: its scripts, as reference UTxOs, and their
+parameters. Every builder takes it; `deploy` makes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from contracts.scripts import bond_script, escrow_script
+from pycardano import (
+    Address,
+    Network,
+    PlutusV3Script,
+    ScriptAny,
+    ScriptHash,
+    StakeCredential,
+    StakeRegistration,
+    Transaction,
+    TransactionBuilder,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    plutus_script_hash,
+    script_hash,
+)
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.context import context_url
+from offchain.chain.ogmios import request_sync
+from offchain.protocol.txbuild import Wallet, at_least_min_utxo, out_ref, sign
+
+# Reference scripts sit where nobody can ever spend them (a native script "any of none" is
+# never satisfied), so no one can pull a deployment out from under everyone's builders.
+NEVER_SPENDABLE = ScriptAny([])
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    network_id: int
+    notice_ms: int
+    slash_share_bps: int
+    escrow_ref: UTxO  # holds the escrow script
+    bond_ref: UTxO  # holds the bond script
+
+    @property
+    def network(self) -> Network:
+        return Network(self.network_id)
+
+    @property
+    def escrow_script(self) -> PlutusV3Script:
+        return _script(self.escrow_ref)
+
+    @property
+    def bond_script(self) -> PlutusV3Script:
+        return _script(self.bond_ref)
+
+    @property
+    def escrow_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.escrow_script)
+
+    @property
+    def bond_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.bond_script)
+
+    def escrow_address(self, stake: Address | None = None) -> Address:
+        """An escrow address; `stake` lends its stake part (the consumer keeps delegating)."""
+        return Address(self.escrow_hash, _stake_part(stake), network=self.network)
+
+    def bond_address(self, stake: Address | None = None) -> Address:
+        return Address(self.bond_hash, _stake_part(stake), network=self.network)
+
+    @property
+    def reward_address(self) -> Address:
+        """The escrow's stake address: batch settle withdraws 0 from it."""
+        return Address(staking_part=self.escrow_hash, network=self.network)
+
+
+def deploy(
+    context: OgmiosV6ChainContext,
+    wallet: Wallet,
+    network_id: int,
+    notice_ms: int,
+    slash_share_bps: int,
+) -> tuple[Transaction, Deployment]:
+    """Publish both scripts as reference UTxOs and register the escrow's stake credential.
+
+    The escrow is output 0 and the bond output 1. Registration is skipped when the credential
+    is already registered (the same scripts deployed again).
+    """
+    escrow = escrow_script(network_id)
+    escrow_hash = plutus_script_hash(escrow)
+    bond = bond_script(network_id, escrow_hash.payload, notice_ms, slash_share_bps)
+    holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
+    builder = TransactionBuilder(context)
+    builder.add_input_address(wallet.address)
+    outputs = []
+    for script in (escrow, bond):
+        output = TransactionOutput(holder, 0, script=script)
+        output.amount.coin = at_least_min_utxo(context, output, 0)
+        builder.add_output(output)
+        outputs.append(output)
+    if not _registered(context, escrow_hash):
+        builder.certificates = [StakeRegistration(StakeCredential(escrow_hash))]
+    tx = sign(builder, wallet)
+    refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
+    return tx, Deployment(network_id, notice_ms, slash_share_bps, *refs)
+
+
+def _registered(context: OgmiosV6ChainContext, script: ScriptHash) -> bool:
+    summaries = request_sync(
+        context_url(context),
+        "queryLedgerState/rewardAccountSummaries",
+        {"scripts": [script.payload.hex()]},
+    )
+    return bool(summaries)
+
+
+def _script(ref: UTxO) -> PlutusV3Script:
+    script = ref.output.script
+    if not isinstance(script, PlutusV3Script):
+        raise ValueError(f"{out_ref(ref)} holds no Plutus V3 script")
+    return script
+
+
+def _stake_part(address: Address | None):
+    return address.staking_part if address is not None else None

@@ -1,0 +1,307 @@
+"""Escrow transactions: lock, settle (one or a batch), refund and cancel.
+
+Each returns a signed transaction or raises BuildError saying what is missing. Payouts are
+tagged outputs placed at known indices; the split is `offchain.protocol.split`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from pycardano import (
+    Address,
+    PaymentSigningKey,
+    Redeemer,
+    Transaction,
+    TransactionBuilder,
+    TransactionOutput,
+    UTxO,
+    VerificationKeyHash,
+    Withdrawals,
+)
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.time import iso
+from offchain.protocol.addresses import from_plutus, to_plutus
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.payloads import VKEY_BYTES, receipt_payload, sign, verify
+from offchain.protocol.split import lock_amount, refund_amount, settle_split
+from offchain.protocol.txbuild import (
+    BuildError,
+    Clock,
+    Wallet,
+    add_output,
+    at_least_min_utxo,
+    ledger_key,
+    out_ref,
+    payout,
+    script_source,
+)
+from offchain.protocol.txbuild import sign as sign_tx
+from offchain.protocol.types import (
+    BatchSettle,
+    Cancel,
+    EscrowDatum,
+    PayoutKind,
+    PubKeyCredential,
+    Refund,
+    Settle,
+    SettleItem,
+)
+
+ESCROW_OUTPUT = 0  # a lock transaction's escrow output
+HASH_BYTES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class SignedReceipt:
+    """A provider's claim to be paid `units` for the job at `escrow`, with its signature."""
+
+    escrow: UTxO
+    units: int
+    result_hash: bytes
+    evidence_hash: bytes
+    signature: bytes
+
+
+def new_escrow(
+    consumer: Address,
+    provider: Address,
+    provider_vkey: bytes,
+    price_per_unit: int,
+    max_units: int,
+    deadline: int,
+    settle_window: int,
+    job_id: bytes,
+    fee_allowance: int,
+) -> EscrowDatum:
+    """The datum for a job: full addresses, so payouts go exactly where each party said."""
+    return EscrowDatum(
+        to_plutus(consumer),
+        to_plutus(provider),
+        provider_vkey,
+        price_per_unit,
+        max_units,
+        deadline,
+        settle_window,
+        job_id,
+        fee_allowance,
+    )
+
+
+def check_escrow(datum: EscrowDatum, lovelace: int, now_ms: int) -> None:
+    """Refuse an escrow that could not be settled as agreed (the validators check less)."""
+    problems = []
+    if len(datum.provider_vkey) != VKEY_BYTES:
+        problems.append(f"provider_vkey must be {VKEY_BYTES} bytes")
+    if len(datum.job_id) != HASH_BYTES:
+        problems.append(f"job_id must be {HASH_BYTES} bytes")
+    if min(datum.price_per_unit, datum.max_units, datum.fee_allowance) < 0:
+        problems.append("price, max units and fee allowance must not be negative")
+    if datum.settle_window <= 0:
+        problems.append("the settle window must be positive")
+    if datum.deadline <= now_ms:
+        problems.append(f"the deadline {iso(datum.deadline)} has passed")
+    needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance)
+    if lovelace < needed:
+        problems.append(f"{lovelace} lovelace cannot pay max units and the fee ({needed})")
+    if problems:
+        raise BuildError("; ".join(problems))
+
+
+def lock(
+    context: OgmiosV6ChainContext,
+    deployment: Deployment,
+    consumer: Wallet,
+    datum: EscrowDatum,
+    lovelace: int,
+) -> Transaction:
+    """Lock `lovelace` for a job; the escrow is output ESCROW_OUTPUT, staked like the
+    consumer's own address."""
+    check_escrow(datum, lovelace, Clock.now(context).tip_ms)
+    stake = from_plutus(datum.consumer, deployment.network)
+    output = TransactionOutput(deployment.escrow_address(stake), 0, datum=datum)
+    output.amount.coin = at_least_min_utxo(context, output, lovelace)
+    builder = TransactionBuilder(context)
+    builder.add_input_address(consumer.address)
+    builder.add_output(output)
+    return sign_tx(builder, consumer)
+
+
+def escrow_datum(deployment: Deployment, escrow: UTxO) -> EscrowDatum:
+    """The datum of an escrow UTxO; raises BuildError for anything else."""
+    output = escrow.output
+    if output.address.payment_part != deployment.escrow_hash or output.datum is None:
+        raise BuildError(f"{out_ref(escrow)} is not an escrow of this deployment")
+    try:
+        return EscrowDatum.from_cbor(output.datum.to_cbor())
+    except Exception as exc:
+        raise BuildError(f"{out_ref(escrow)} carries no valid escrow datum: {exc}") from exc
+
+
+def signed_receipt(
+    deployment: Deployment,
+    key: PaymentSigningKey,
+    escrow: UTxO,
+    units: int,
+    result_hash: bytes,
+    evidence_hash: bytes,
+) -> SignedReceipt:
+    """What a provider hands over to be paid: the canonical receipt, signed."""
+    payload = receipt_payload(
+        deployment.network_id, deployment.escrow_hash, escrow.input, units, result_hash,
+        evidence_hash,
+    )  # fmt: skip
+    return SignedReceipt(escrow, units, result_hash, evidence_hash, sign(key, payload))
+
+
+def settle(
+    context: OgmiosV6ChainContext,
+    deployment: Deployment,
+    receipts: Sequence[SignedReceipt],
+    submitter: Wallet,
+) -> Transaction:
+    """Settle one or many escrows in one transaction (withdraw-zero does the shared work).
+
+    The provider of each gets price x units, the consumer the rest less the fee allowance;
+    what the allowances leave after the fee goes to the submitter as change.
+    """
+    if not receipts:
+        raise BuildError("nothing to settle: no receipts")
+    if len({r.escrow.input for r in receipts}) != len(receipts):
+        raise BuildError("two receipts for one escrow")
+    clock = Clock.now(context)
+    builder = TransactionBuilder(context)
+    items = []
+    closes = []
+    for receipt in sorted(receipts, key=lambda r: ledger_key(r.escrow)):
+        datum = _check_receipt(deployment, receipt)
+        closes.append(datum.close)
+        items.append(_add_settle_outputs(context, builder, deployment, receipt, datum))
+        builder.add_script_input(
+            receipt.escrow,
+            script=script_source(builder, deployment.escrow_ref),
+            redeemer=Redeemer(Settle()),
+        )
+    builder.ttl = clock.ttl_until(min(closes))
+    if builder.ttl <= clock.tip_slot + 1:
+        raise BuildError(f"the settle window closed at {iso(min(closes))}")
+    builder.withdrawals = Withdrawals({bytes(deployment.reward_address): 0})
+    builder.add_withdrawal_script(
+        script_source(builder, deployment.escrow_ref), redeemer=Redeemer(BatchSettle(items))
+    )
+    builder.add_input_address(submitter.address)
+    return sign_tx(builder, submitter)
+
+
+def _check_receipt(deployment: Deployment, receipt: SignedReceipt) -> EscrowDatum:
+    datum = escrow_datum(deployment, receipt.escrow)
+    payload = receipt_payload(
+        deployment.network_id, deployment.escrow_hash, receipt.escrow.input, receipt.units,
+        receipt.result_hash, receipt.evidence_hash,
+    )  # fmt: skip
+    if not verify(datum.provider_vkey, payload, receipt.signature):
+        raise BuildError(
+            f"the receipt for {out_ref(receipt.escrow)} is not signed by the escrow's provider key"
+        )
+    return datum
+
+
+def _add_settle_outputs(
+    context: OgmiosV6ChainContext,
+    builder: TransactionBuilder,
+    deployment: Deployment,
+    receipt: SignedReceipt,
+    datum: EscrowDatum,
+) -> SettleItem:
+    """The provider's and (if owed anything) the consumer's payouts, and the item naming them."""
+    try:
+        split = settle_split(
+            receipt.escrow.output.amount.coin, datum.price_per_unit, receipt.units,
+            datum.max_units, datum.fee_allowance,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise BuildError(f"cannot settle {out_ref(receipt.escrow)}: {exc}") from exc
+    ref = receipt.escrow.input
+    provider = from_plutus(datum.provider, deployment.network)
+    provider_output = add_output(
+        builder, payout(context, provider, split.provider, PayoutKind.SETTLE, ref)
+    )
+    consumer_output = 0  # not read when nothing is owed to the consumer
+    if split.consumer > 0:
+        consumer = from_plutus(datum.consumer, deployment.network)
+        consumer_output = add_output(
+            builder, payout(context, consumer, split.consumer, PayoutKind.SETTLE, ref)
+        )
+    return SettleItem(
+        receipt.units, receipt.result_hash, receipt.evidence_hash, receipt.signature,
+        provider_output, consumer_output,
+    )  # fmt: skip
+
+
+def add_refund(
+    context: OgmiosV6ChainContext,
+    builder: TransactionBuilder,
+    deployment: Deployment,
+    escrow: UTxO,
+    clock: Clock,
+) -> EscrowDatum:
+    """Spend `escrow` with Refund into `builder` (used alone and by the bond's slash)."""
+    datum = escrow_datum(deployment, escrow)
+    first = clock.first_slot_after(datum.close)
+    if clock.tip_slot < first:
+        raise BuildError(
+            f"escrow {out_ref(escrow)} not yet past deadline + window: "
+            f"refundable at {clock.iso_slot(first)}"
+        )
+    consumer = from_plutus(datum.consumer, deployment.network)
+    owed = refund_amount(escrow.output.amount.coin, datum.fee_allowance)
+    index = add_output(builder, payout(context, consumer, owed, PayoutKind.REFUND, escrow.input))
+    builder.add_script_input(
+        escrow,
+        script=script_source(builder, deployment.escrow_ref),
+        redeemer=Redeemer(Refund(index)),
+    )
+    builder.validity_start = clock.tip_slot
+    return datum
+
+
+def refund(
+    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, submitter: Wallet
+) -> Transaction:
+    """Return an unsettled escrow to its consumer after deadline + window (anyone may)."""
+    builder = TransactionBuilder(context)
+    add_refund(context, builder, deployment, escrow, Clock.now(context))
+    builder.add_input_address(submitter.address)
+    return sign_tx(builder, submitter)
+
+
+def cancel(
+    context: OgmiosV6ChainContext,
+    deployment: Deployment,
+    escrow: UTxO,
+    consumer: Wallet,
+    provider_key: PaymentSigningKey,
+) -> Transaction:
+    """Return an escrow to its consumer at any time, signed by consumer and provider."""
+    datum = escrow_datum(deployment, escrow)
+    if not isinstance(datum.consumer.payment, PubKeyCredential):
+        raise BuildError("the consumer address is a script: it cannot sign a cancel")
+    if provider_key.to_verification_key().payload != datum.provider_vkey:
+        raise BuildError("provider_key is not the escrow's provider key")
+    consumer_hash = VerificationKeyHash(datum.consumer.payment.hash)
+    if consumer.key_hash != consumer_hash:
+        raise BuildError("the consumer wallet's key is not the escrow's consumer key")
+    builder = TransactionBuilder(context)
+    to = from_plutus(datum.consumer, deployment.network)
+    owed = refund_amount(escrow.output.amount.coin, datum.fee_allowance)
+    index = add_output(builder, payout(context, to, owed, PayoutKind.CANCEL, escrow.input))
+    builder.add_script_input(
+        escrow,
+        script=script_source(builder, deployment.escrow_ref),
+        redeemer=Redeemer(Cancel(index)),
+    )
+    builder.required_signers = [consumer_hash, provider_key.to_verification_key().hash()]
+    builder.add_input_address(consumer.address)
+    return sign_tx(builder, consumer, [provider_key])

@@ -1,0 +1,156 @@
+"""Pieces every protocol builder shares: wallets, payout outputs, fee inputs, chain clock.
+
+Redeemers carry output (and for Slash, input) indices, so builders place outputs themselves
+and, where an input index matters, pick the fee-paying inputs before building rather than
+leaving the choice to pycardano's selector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from pycardano import (
+    Address,
+    ChainContext,
+    Network,
+    PaymentSigningKey,
+    PlutusScript,
+    Transaction,
+    TransactionBuilder,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    VerificationKeyHash,
+    min_lovelace_post_alonzo,
+)
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+from pycardano.exception import UTxOSelectionException
+
+from offchain.chain.time import ChainTime, chain_time, iso
+from offchain.protocol.types import Payout, PayoutKind, TxOutRef
+
+ADA = 1_000_000
+FEE_RESERVE = 10 * ADA  # plain ADA a submitter brings: fee, collateral, min-UTxO top-ups
+TTL_MS = 15 * 60 * 1000  # how long a built transaction stays valid (at most)
+
+
+class BuildError(Exception):
+    """The transaction cannot be built (yet): the message says what is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Wallet:
+    """A key and the address it spends from (and receives change at)."""
+
+    key: PaymentSigningKey
+    address: Address
+
+    @classmethod
+    def of(cls, key: PaymentSigningKey, network: Network = Network.TESTNET) -> Wallet:
+        return cls(key, Address(key.to_verification_key().hash(), network=network))
+
+    @property
+    def vkey(self) -> bytes:
+        return self.key.to_verification_key().payload
+
+    @property
+    def key_hash(self) -> VerificationKeyHash:
+        return self.key.to_verification_key().hash()
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """The chain tip and its time: what validity ranges are computed from."""
+
+    time: ChainTime
+    tip_slot: int
+
+    @classmethod
+    def now(cls, context: OgmiosV6ChainContext) -> Clock:
+        return cls(chain_time(context), context.last_block_slot)
+
+    @property
+    def tip_ms(self) -> int:
+        return self.time.slot_to_posix_ms(self.tip_slot)
+
+    def first_slot_after(self, posix_ms: int) -> int:
+        """The first slot that a script sees as strictly later than `posix_ms`."""
+        return self.time.posix_ms_to_slot(posix_ms) + 1
+
+    def first_slot_at(self, posix_ms: int) -> int:
+        """The first slot that a script sees as `posix_ms` or later."""
+        slot = self.time.posix_ms_to_slot(posix_ms)
+        return slot if self.time.slot_to_posix_ms(slot) == posix_ms else slot + 1
+
+    def ttl_until(self, posix_ms: int) -> int:
+        """A ttl (exclusive upper slot) whose POSIX time is <= `posix_ms`, at most TTL_MS away."""
+        return self.time.posix_ms_to_slot(min(posix_ms, self.tip_ms + TTL_MS))
+
+    def iso_slot(self, slot: int) -> str:
+        return iso(self.time.slot_to_posix_ms(slot))
+
+
+def script_source(builder: TransactionBuilder, ref: UTxO) -> UTxO | PlutusScript:
+    """The reference UTxO on first use, the script itself after that: pycardano charges a
+    reference script's bytes once per mention, the ledger once per transaction."""
+    script = ref.output.script
+    assert script is not None
+    return script if ref in builder.reference_inputs else ref
+
+
+def at_least_min_utxo(context: ChainContext, output: TransactionOutput, owed: int) -> int:
+    """`owed`, raised to the output's min-UTxO (the top-up comes from the fee budget)."""
+    probe = TransactionOutput(output.address, 2**40, datum=output.datum, script=output.script)
+    return max(owed, min_lovelace_post_alonzo(probe, context))
+
+
+def payout(
+    context: ChainContext, to: Address, owed: int, kind: PayoutKind, escrow: TransactionInput
+) -> TransactionOutput:
+    """An output owed `owed` to `to` for `escrow`, tagged so no other escrow can count it."""
+    output = TransactionOutput(to, 0, datum=Payout(int(kind), TxOutRef.of(escrow)))
+    output.amount.coin = at_least_min_utxo(context, output, owed)
+    return output
+
+
+def add_output(builder: TransactionBuilder, output: TransactionOutput) -> int:
+    """Append `output` and return its index (pycardano appends change after ours)."""
+    builder.add_output(output)
+    return len(builder.outputs) - 1
+
+
+def out_ref(utxo: UTxO) -> str:
+    """`txid#index`, as people and explorers write an output reference."""
+    return f"{utxo.input.transaction_id.payload.hex()}#{utxo.input.index}"
+
+
+def ledger_key(utxo: UTxO) -> tuple[bytes, int]:
+    """Sort key of inputs as the ledger orders them (scripts see them, redeemers index them)."""
+    return utxo.input.transaction_id.payload, utxo.input.index
+
+
+def fee_inputs(context: ChainContext, wallet: Wallet, lovelace: int = FEE_RESERVE) -> list[UTxO]:
+    """Plain-ADA UTxOs of `wallet` worth at least `lovelace`, largest first."""
+    plain = [u for u in context.utxos(wallet.address) if not u.output.amount.multi_asset]
+    chosen: list[UTxO] = []
+    for utxo in sorted(plain, key=lambda u: -u.output.amount.coin):
+        if sum(u.output.amount.coin for u in chosen) >= lovelace:
+            break
+        chosen.append(utxo)
+    if sum(u.output.amount.coin for u in chosen) < lovelace:
+        raise BuildError(
+            f"{wallet.address} needs {lovelace} lovelace in plain ADA outputs "
+            "for the fee and collateral"
+        )
+    return chosen
+
+
+def sign(
+    builder: TransactionBuilder, payer: Wallet, cosigners: Sequence[PaymentSigningKey] = ()
+) -> Transaction:
+    """Balance (change to the payer), evaluate the scripts and sign."""
+    try:
+        return builder.build_and_sign([payer.key, *cosigners], change_address=payer.address)
+    except UTxOSelectionException as exc:
+        raise BuildError(f"{payer.address} cannot pay for this transaction: {exc}") from exc
