@@ -3,6 +3,7 @@
 import typer
 
 from offchain.devnet.cli import app as devnet_app
+from provider.cli import app as provider_app
 from unchained.demo import app as demo_app
 
 app = typer.Typer(
@@ -10,6 +11,7 @@ app = typer.Typer(
 )
 app.add_typer(devnet_app, name="devnet")
 app.add_typer(demo_app, name="demo")
+app.add_typer(provider_app, name="provider")
 
 if __name__ == "__main__":
     app()

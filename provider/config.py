@@ -1,0 +1,159 @@
+"""The operator's offer (which GPUs, how many cores, how much memory and disk, at what prices)
+and the runner's settings, read from a TOML file that flags may override.
+
+Prices are integer lovelace per second of each resource; a job pays for its whole reserved
+bundle every second it runs (rounded up), whatever it actually used.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from offchain.protocol.jobspec import JobSpec, describe
+from provider.inventory import HostInventory
+
+MIB = 1 << 20
+
+
+class ConfigError(ValueError):
+    """The provider config cannot be read or does not make sense; the message says where."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Prices(_Section):
+    """Lovelace per second of one unit of each resource in the bundle."""
+
+    gpu: int = Field(2_000, ge=0, description="per GPU")
+    cpu_core: int = Field(20, ge=0, description="per core")
+    memory_gib: int = Field(5, ge=0, description="per GiB of memory, rounded up")
+    disk_gib: int = Field(1, ge=0, description="per GiB of /out, rounded up")
+
+
+class Offer(_Section):
+    """What the operator lends to jobs, and for how much."""
+
+    gpus: list[str] = Field(default_factory=list, description="GPU UUIDs offered")
+    cpu_cores: int = Field(ge=1)
+    memory_mib: int = Field(ge=16)
+    disk_mib: int = Field(ge=1)
+    prices: Prices = Field(default_factory=Prices)
+
+    def price_per_unit(self, spec: JobSpec) -> int:
+        """Lovelace per billed second of the spec's bundle."""
+        wanted = spec.resources
+        return (
+            wanted.gpus * self.prices.gpu
+            + wanted.cpu_cores * self.prices.cpu_core
+            + -(-wanted.memory_mib // 1024) * self.prices.memory_gib
+            + -(-wanted.disk_mib // 1024) * self.prices.disk_gib
+        )
+
+    def refusal(self, spec: JobSpec, inventory: HostInventory) -> str | None:
+        """Why this offer cannot take the job, or None when it can."""
+        wanted = spec.resources
+        fitting = self.fitting_gpus(spec, inventory)
+        worst_case = self.price_per_unit(spec) * spec.max_duration_s
+        checks = [
+            (len(fitting) < wanted.gpus, f"{wanted.gpus} GPU(s) with "
+             f">= {wanted.min_vram_mib} MiB wanted, {len(fitting)} offered"),
+            (wanted.cpu_cores > self.cpu_cores, f"{wanted.cpu_cores} cores wanted, "
+             f"{self.cpu_cores} offered"),
+            (wanted.memory_mib > self.memory_mib, f"{wanted.memory_mib} MiB memory wanted, "
+             f"{self.memory_mib} offered"),
+            (wanted.disk_mib > self.disk_mib, f"{wanted.disk_mib} MiB disk wanted, "
+             f"{self.disk_mib} offered"),
+            (worst_case > spec.max_price_lovelace, f"{spec.max_duration_s} s at "
+             f"{self.price_per_unit(spec)} lovelace/s costs up to {worst_case} lovelace, "
+             f"more than max_price_lovelace {spec.max_price_lovelace}"),
+        ]  # fmt: skip
+        reasons = [reason for failed, reason in checks if failed]
+        return "; ".join(reasons) or None
+
+    def fitting_gpus(self, spec: JobSpec, inventory: HostInventory) -> list[str]:
+        """Offered GPUs present on this machine with enough memory, in offer order."""
+        present = {gpu.uuid: gpu for gpu in inventory.gpu.gpus}
+        need = spec.resources.min_vram_mib * MIB
+        return [u for u in self.gpus if u in present and present[u].memory_bytes >= need]
+
+
+class RunnerSettings(_Section):
+    """How jobs run on this machine (not part of any offer)."""
+
+    state_dir: Path = Field(Path("data/provider/state"), strict=False)
+    uid: int = Field(65534, ge=1, description="jobs never run as root")
+    gid: int = Field(65534, ge=1)
+    pids_limit: int = Field(1024, ge=8)
+    tmp_mib: int = Field(256, ge=1, description="/tmp tmpfs; counts against the job's memory")
+    pull_images: bool = Field(True, description="pull a missing image when a registry answers")
+
+
+class ProviderConfig(_Section):
+    offer: Offer
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+
+
+def default_offer(inventory: HostInventory) -> Offer:
+    """Everything the machine has, less a share kept for the host itself."""
+    return Offer(
+        gpus=[gpu.uuid for gpu in inventory.gpu.gpus],
+        cpu_cores=inventory.cpu_cores,
+        memory_mib=max(16, inventory.memory_bytes * 3 // 4 // MIB),
+        disk_mib=max(1, inventory.disk_free_bytes // 2 // MIB),
+    )
+
+
+def parse_config(data: dict[str, Any]) -> ProviderConfig:
+    try:
+        return ProviderConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe(exc)) from exc
+
+
+def load_config(path: Path, overrides: dict[str, dict[str, Any]] | None = None) -> ProviderConfig:
+    """The TOML file at `path`, with `overrides` (from flags: section -> field -> value) on top."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    for section, values in (overrides or {}).items():
+        data.setdefault(section, {}).update(values)
+    try:
+        return parse_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}:\n{exc}") from exc
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:_}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_toml(config: ProviderConfig) -> str:
+    """The config as TOML, one table per section (nested models become sub-tables)."""
+    lines: list[str] = []
+
+    def table(name: str, values: dict[str, Any]) -> None:
+        lines.append(f"[{name}]")
+        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items() if k not in nested)
+        lines.append("")
+        for key, value in nested.items():
+            table(f"{name}.{key}", value)
+
+    for section, values in config.model_dump(mode="json").items():
+        table(section, values)
+    return "\n".join(lines)

@@ -1,0 +1,160 @@
+"""Images for the provider's tests, self-test and demo, built here from Debian packages (no
+registry needed) and kept in the engine under a tag derived from what went into them, so
+each is built once per machine.
+
+- busybox: FROM scratch with the static busybox and its applet links (milliseconds to build);
+- python: a debootstrap (minbase) root filesystem with python3 and NumPy (about a minute);
+- workloads: the python image plus `provider/workloads/` at /opt/unchained/workloads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound
+
+BUSYBOX_REPOSITORY = "unchained/busybox"
+PYTHON_REPOSITORY = "unchained/python-numpy"
+WORKLOADS_REPOSITORY = "unchained/workloads"
+WORKLOADS_DIR = Path(__file__).parent / "workloads"
+WORKLOADS_IN_IMAGE = "/opt/unchained/workloads"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_PACKAGES = ("python3-minimal", "python3-numpy")
+TRIMMED = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
+           "usr/share/locale", "usr/share/info")  # fmt: skip
+PATH_ENV = "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PYTHON_CHANGES = [PATH_ENV, "ENV LANG=C.UTF-8", "ENV PYTHONDONTWRITEBYTECODE=1",
+                  'CMD ["python3"]']  # fmt: skip
+RECIPE_VERSION = b"1"  # bump when a recipe changes in a way its inputs do not show
+
+
+def content_tag(*parts: bytes) -> str:
+    digest = hashlib.sha256(RECIPE_VERSION)
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def _present(client: docker.DockerClient, reference: str) -> bool:
+    try:
+        client.images.get(reference)
+        return True
+    except ImageNotFound:
+        return False
+
+
+@contextmanager
+def _build_lock() -> Iterator[None]:
+    """One builder per machine at a time (tests, self-test and demo may start together)."""
+    with open(Path(tempfile.gettempdir()) / "unchained-images.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _cached(client: docker.DockerClient, reference: str, build: Callable[[], None]) -> str:
+    if not _present(client, reference):
+        with _build_lock():
+            if not _present(client, reference):
+                build()
+    return reference
+
+
+def busybox_image(client: docker.DockerClient) -> str:
+    busybox = Path(shutil.which("busybox") or "/bin/busybox")
+    binary = busybox.read_bytes()
+    repository, tag = BUSYBOX_REPOSITORY, content_tag(binary)
+
+    def build() -> None:
+        applets = subprocess.run(
+            [str(busybox), "--list-full"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            for directory in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "etc"):
+                info = tarfile.TarInfo(directory)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            info = tarfile.TarInfo("bin/busybox")
+            info.size, info.mode = len(binary), 0o755
+            tar.addfile(info, io.BytesIO(binary))
+            for applet in applets:
+                if applet != "bin/busybox":
+                    link = tarfile.TarInfo(applet)
+                    link.type, link.linkname = tarfile.SYMTYPE, "/bin/busybox"
+                    tar.addfile(link)
+        client.api.import_image_from_data(
+            archive.getvalue(), repository=repository, tag=tag, changes=[PATH_ENV, 'CMD ["sh"]']
+        )
+
+    return _cached(client, f"{repository}:{tag}", build)
+
+
+def python_image(client: docker.DockerClient) -> str:
+    """Debian minbase with python3 and NumPy; root is needed to debootstrap."""
+    recipe = " ".join((DEBIAN_SUITE, *DEBIAN_PACKAGES, *TRIMMED, *PYTHON_CHANGES)).encode()
+    repository, tag = PYTHON_REPOSITORY, content_tag(recipe)
+
+    def build() -> None:
+        with tempfile.TemporaryDirectory(prefix="unchained-rootfs-") as scratch:
+            root = Path(scratch) / "root"
+            try:
+                subprocess.run(
+                    ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
+                     DEBIAN_SUITE, str(root)],
+                    check=True, capture_output=True,
+                )  # fmt: skip
+            finally:
+                _unmount_below(root)  # a failed debootstrap can leave /proc mounted inside
+            for trimmed in TRIMMED:
+                shutil.rmtree(root / trimmed, ignore_errors=True)
+            archive = Path(scratch) / "root.tar"
+            subprocess.run(["tar", "-C", str(root), "-cf", str(archive), "."], check=True)
+            client.api.import_image_from_file(
+                str(archive), repository=repository, tag=tag, changes=PYTHON_CHANGES
+            )
+
+    return _cached(client, f"{repository}:{tag}", build)
+
+
+def workloads_image(client: docker.DockerClient) -> str:
+    """The python image with this package's workload scripts added on top."""
+    base = python_image(client)
+    scripts = sorted(WORKLOADS_DIR.glob("*.py"))
+    parts = [base.encode()] + [p.name.encode() + b"\0" + p.read_bytes() for p in scripts]
+    repository, tag = WORKLOADS_REPOSITORY, content_tag(*parts)
+
+    def build() -> None:
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            parts = Path(WORKLOADS_IN_IMAGE.strip("/")).parts
+            for depth in range(1, len(parts) + 1):
+                info = tarfile.TarInfo("/".join(parts[:depth]))
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            for script in scripts:
+                tar.add(str(script), arcname=f"{WORKLOADS_IN_IMAGE.strip('/')}/{script.name}")
+        holder = client.containers.create(base, ["true"])  # never started: a filesystem to fill
+        try:
+            holder.put_archive("/", archive.getvalue())
+            holder.commit(repository=repository, tag=tag, changes=PYTHON_CHANGES)
+        finally:
+            holder.remove(force=True)
+
+    return _cached(client, f"{repository}:{tag}", build)
+
+
+def _unmount_below(root: Path) -> None:
+    with open("/proc/self/mounts") as mounts:
+        targets = [line.split()[1] for line in mounts]
+    for target in sorted((t for t in targets if t.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "-l", target], check=False)

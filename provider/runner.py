@@ -1,0 +1,342 @@
+"""The runner: one job spec in a hardened container, metered, its /out packed, everything removed.
+
+Each job has a workspace (`state_dir/jobs/<job>`: its spec, /out filesystem and inputs), a
+labelled container and a parent cgroup. Whatever happens (a bad image, a start refused by the
+engine, a limit, the runner's own crash) all three go away: in `run`'s `finally`, or in
+`recover` when a restarted runner finds them by label and finishes or reaps them. Results
+stay in `state_dir/results/<job>`: out.tar, log.txt and result.json.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, suppress
+from pathlib import Path
+from typing import Literal
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.models.containers import Container
+from pydantic import BaseModel, ConfigDict
+
+from offchain.protocol.jobspec import JobSpec
+from provider import cgroups
+from provider.cgroups import JobCgroup
+from provider.config import RunnerSettings
+from provider.gpu_meter import GpuMeter
+from provider.inputs import InputError, stage_inputs
+from provider.metering import MeteringRecord, Sampler, billable_units, docker_time_ns
+from provider.outvolume import Archive, OutVolume, is_mounted
+from provider.sandbox import LABEL_JOB, JobMounts, container_options
+
+Status = Literal["succeeded", "failed", "oom", "timeout", "error", "reaped"]
+LogSink = Callable[[str], None]
+CGROUP_REMOVE_TRIES = 50
+
+
+class JobStartError(RuntimeError):
+    """The job could not start (image, inputs, engine refusal): nothing ran, nothing is billed."""
+
+
+class JobFile(BaseModel):
+    """What a restarted runner needs to finish a job: kept in the workspace while it runs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: JobSpec
+    gpu_uuids: list[str]
+
+
+class RunResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    status: Status
+    exit_code: int | None = None
+    error: str | None = None
+    record: MeteringRecord | None = None
+    output: Archive | None = None
+    log_path: Path | None = None
+
+
+def job_status(exit_code: int, oom_killed: bool, timed_out: bool) -> Status:
+    if timed_out:
+        return "timeout"
+    if oom_killed:
+        return "oom"
+    return "succeeded" if exit_code == 0 else "failed"
+
+
+class Runner:
+    def __init__(self, client: docker.DockerClient, settings: RunnerSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.systemd = client.info().get("CgroupDriver") == "systemd"
+        self.jobs_dir = settings.state_dir / "jobs"
+        self.results_dir = settings.state_dir / "results"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- one job ---------------------------------------------------------------------------
+
+    def run(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        gpu_uuids: list[str] | None = None,
+        on_log: LogSink | None = None,
+    ) -> RunResult:
+        """Run `spec` to the end (or its max duration) and return what happened."""
+        gpus = list(gpu_uuids or [])
+        if len(gpus) != spec.resources.gpus:
+            raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
+        cgroup = JobCgroup(job_id, self.systemd)  # validates the job id before anything exists
+        workspace = self.jobs_dir / job_id
+        if workspace.exists() or (self.results_dir / job_id).exists():
+            raise ValueError(f"job {job_id} has already run here")
+        workspace.mkdir()
+        try:
+            (workspace / "job.json").write_text(
+                JobFile(spec=spec, gpu_uuids=gpus).model_dump_json()
+            )
+            try:
+                container = self._start(job_id, spec, gpus, cgroup, workspace)
+            except (JobStartError, DockerException) as exc:
+                return self._save(RunResult(job_id=job_id, status="error", error=_reason(exc)))
+            deadline = time.monotonic() + spec.max_duration_s
+            return self._supervise(job_id, spec, gpus, container, cgroup, deadline, on_log)
+        finally:
+            self._cleanup(job_id)
+
+    def _start(
+        self, job_id: str, spec: JobSpec, gpus: list[str], cgroup: JobCgroup, workspace: Path
+    ) -> Container:
+        """Inputs, /out and the container (made side by side), then start it."""
+        inputs = None
+        if spec.inputs:
+            inputs = workspace / "in"
+            try:
+                stage_inputs(spec.inputs, inputs, spec.resources.disk_mib << 20)
+            except InputError as exc:
+                raise JobStartError(str(exc)) from exc
+        volume = OutVolume(workspace)
+        volume.mountpoint.mkdir()
+        options = container_options(
+            job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs), gpus,
+            cgroup.docker_parent, self.settings,
+        )  # fmt: skip
+        with ThreadPoolExecutor(1) as pool:
+            making_volume = pool.submit(
+                volume.create, spec.resources.disk_mib, self.settings.uid, self.settings.gid
+            )
+            container = self._create(options)
+            making_volume.result()
+        container.start()
+        return container
+
+    def _create(self, options: dict) -> Container:
+        """Create the container; a missing image is pulled when allowed and a registry answers."""
+        try:
+            return self.client.containers.create(**options)
+        except ImageNotFound as exc:
+            if not self.settings.pull_images:
+                raise JobStartError(f"image {options['image']} is not on this machine") from exc
+            try:
+                self.client.images.pull(options["image"])
+            except DockerException as pull_error:
+                raise JobStartError(
+                    f"image {options['image']} is not on this machine and could not be pulled: "
+                    f"{_reason(pull_error)}"
+                ) from pull_error
+            return self.client.containers.create(**options)
+
+    def _supervise(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        gpus: list[str],
+        container: Container,
+        cgroup: JobCgroup,
+        deadline: float,
+        on_log: LogSink | None,
+        gap: bool = False,
+    ) -> RunResult:
+        """Meter the running container until it exits or its time is up, then take the results."""
+        with ExitStack() as stack:
+            gpu = stack.enter_context(GpuMeter(gpus, cgroup.contains_pid)) if gpus else None
+            sampler = Sampler(cgroup, gpu).start()
+            stack.callback(sampler.stop)
+            logs = _follow_logs(container, on_log) if on_log else None
+            timed_out = _wait(container, deadline - time.monotonic())
+            if logs is not None:
+                logs.join(timeout=5)
+        gpu_usage = gpu.usage() if gpu is not None else []  # read after the session: kept values
+        container.reload()
+        state = container.attrs["State"]
+        started_ns = docker_time_ns(state["StartedAt"])
+        finished_ns = docker_time_ns(state["FinishedAt"])
+        wall_ms = -(-(finished_ns - started_ns) // 1_000_000)
+        record = MeteringRecord(
+            job_id=job_id,
+            image_id=container.attrs["Image"],
+            gpu_uuids=gpus,
+            cpu_cores=spec.resources.cpu_cores,
+            memory_mib=spec.resources.memory_mib,
+            disk_mib=spec.resources.disk_mib,
+            started_at_ms=started_ns // 1_000_000,
+            finished_at_ms=finished_ns // 1_000_000,
+            wall_ms=wall_ms,
+            billable_units=billable_units(wall_ms, spec.max_duration_s),
+            exit_code=state["ExitCode"],
+            oom_killed=state["OOMKilled"],
+            timed_out=timed_out,
+            cpu_ns=cgroup.cpu_ns(),
+            memory_peak_bytes=cgroup.memory_peak_bytes(),
+            pids_peak=max(cgroup.pids_peak() or 0, sampler.pids_peak),
+            pids_limit=self.settings.pids_limit,
+            gpu_usage=gpu_usage,
+            sample_interval_ms=sampler.interval_ms,
+            samples=sampler.samples,
+            gpu_samples=sampler.gpu_samples,
+            gap=gap,
+        )
+        results = self.results_dir / job_id
+        results.mkdir(exist_ok=True)
+        log_path = results / "log.txt"
+        log_path.write_bytes(container.logs(stdout=True, stderr=True))
+        volume = OutVolume(self.jobs_dir / job_id)
+        if not is_mounted(volume.mountpoint):  # the machine restarted while the job ran
+            volume.mount()
+        output = volume.pack(results / "out.tar")
+        status = job_status(state["ExitCode"], state["OOMKilled"], timed_out)
+        return self._save(
+            RunResult(
+                job_id=job_id,
+                status=status,
+                exit_code=state["ExitCode"],
+                record=record,
+                output=output,
+                log_path=log_path,
+            )
+        )
+
+    def _save(self, result: RunResult) -> RunResult:
+        results = self.results_dir / result.job_id
+        results.mkdir(exist_ok=True)
+        (results / "result.json").write_text(result.model_dump_json(indent=1))
+        return result
+
+    # -- cleanup and recovery --------------------------------------------------------------
+
+    def _cleanup(self, job_id: str) -> None:
+        """Remove the job's containers, /out, workspace and cgroup; each step tolerates absence."""
+        for container in self._containers(job_id):
+            with suppress(NotFound):
+                container.remove(force=True, v=True)
+        workspace = self.jobs_dir / job_id
+        OutVolume(workspace).remove()
+        shutil.rmtree(workspace, ignore_errors=True)
+        _remove_cgroup(JobCgroup(job_id, self.systemd))
+
+    def _containers(self, job_id: str | None = None) -> list[Container]:
+        label = LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}"
+        return self.client.containers.list(all=True, filters={"label": label}, sparse=True)
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Everything of any job still on this machine: containers, workspaces, cgroups."""
+        return {
+            "containers": sorted(c.labels[LABEL_JOB] for c in self._containers()),
+            "workspaces": sorted(p.name for p in self.jobs_dir.iterdir()),
+            "cgroups": cgroups.job_ids(self.systemd),
+        }
+
+    def recover(self, on_log: LogSink | None = None) -> list[RunResult]:
+        """After a crash: finish the jobs whose container and workspace survived, reap the rest.
+
+        A finished job gets its results as usual (its record is marked `gap`: samples are
+        missing for the time the runner was down, totals are exact). A job whose results were
+        already saved is only cleaned up. Anything else of a job is removed, reported "reaped".
+        """
+        leftovers = self.leftovers()
+        job_ids = sorted(set().union(*leftovers.values()))
+        containers = {c.labels[LABEL_JOB]: c for c in self._containers()}
+        results = []
+        for job_id in job_ids:
+            try:
+                results.append(self._recover_job(job_id, containers.get(job_id), on_log))
+            finally:
+                self._cleanup(job_id)
+        return results
+
+    def _recover_job(
+        self, job_id: str, container: Container | None, on_log: LogSink | None
+    ) -> RunResult:
+        saved = self.results_dir / job_id / "result.json"
+        if saved.exists():
+            return RunResult.model_validate_json(saved.read_text())
+        job_file = self.jobs_dir / job_id / "job.json"
+        if container is None or not job_file.exists():
+            return RunResult(job_id=job_id, status="reaped", error="left by a stopped runner")
+        container.reload()
+        state = container.attrs["State"]
+        if state["Status"] == "created":  # never started: nothing ran, nothing is billed
+            return RunResult(job_id=job_id, status="reaped", error="never started")
+        cgroup = JobCgroup(job_id, self.systemd)
+        if not cgroup.exists():
+            return RunResult(job_id=job_id, status="reaped", error="its metering did not survive")
+        job = JobFile.model_validate_json(job_file.read_text())
+        started_s = docker_time_ns(state["StartedAt"]) / 1e9
+        deadline = time.monotonic() + started_s + job.spec.max_duration_s - time.time()
+        return self._supervise(
+            job_id, job.spec, job.gpu_uuids, container, cgroup, deadline, on_log, gap=True
+        )
+
+
+def _wait(container: Container, seconds: float) -> bool:
+    """Wait for the container to exit; kill it when `seconds` run out. True if it was killed."""
+    try:
+        container.wait(timeout=max(seconds, 0.01))
+        return False
+    except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout):
+        pass  # docker-py reports the socket's read timeout as either
+    try:
+        container.kill()
+    except APIError as exc:
+        if exc.status_code != 409:  # 409: it exited by itself just now
+            raise
+        return False
+    container.wait()
+    return True
+
+
+def _follow_logs(container: Container, on_log: LogSink) -> threading.Thread:
+    def follow() -> None:
+        for chunk in container.logs(stream=True, follow=True):
+            on_log(chunk.decode(errors="replace"))
+
+    thread = threading.Thread(target=follow, name="logs", daemon=True)
+    thread.start()
+    return thread
+
+
+def _remove_cgroup(cgroup: JobCgroup) -> None:
+    """Remove the job's cgroup; the engine may take a moment to delete the container's own."""
+    for attempt in range(CGROUP_REMOVE_TRIES):
+        try:
+            cgroup.remove()
+            return
+        except OSError:
+            if attempt == CGROUP_REMOVE_TRIES - 1:
+                raise
+            time.sleep(0.02)
+
+
+def _reason(error: Exception) -> str:
+    """The engine's own words where there are some (APIError carries them in `explanation`)."""
+    explanation = getattr(error, "explanation", None)
+    return str(explanation or error)

@@ -1,0 +1,102 @@
+"""The hardened docker options for one job: everything the runner asks the engine for, in one
+pure function, so what a job gets can be read (and tested) without starting anything.
+
+Defaults deny: no network unless the spec asks, read-only root, no capabilities, no privilege
+gain, a non-root user, bounded pids, memory (no swap), CPU and logs, /tmp as tmpfs, /out as
+the job's own size-limited filesystem, GPUs pinned by UUID and nothing else visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
+
+from offchain.protocol.jobspec import JobSpec
+from provider.config import MIB, RunnerSettings
+
+LABEL_JOB = "unchained.job"
+GPU_CAPABILITIES = [["gpu", "compute", "utility"]]
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+LOG_MAX = {"max-size": "10m", "max-file": "1"}  # the engine keeps the last 10 MB of output
+
+
+@dataclass(frozen=True)
+class JobMounts:
+    out: Path  # the job's /out filesystem, mounted on the host
+    inputs: Path | None  # staged input files, or None when the job has none
+
+
+def container_name(job_id: str) -> str:
+    return f"unchained-{job_id}"
+
+
+def gpu_environment(gpu_uuids: list[str]) -> dict[str, str]:
+    """Pin the NVIDIA runtime to the job's GPUs, overriding an image's NVIDIA_VISIBLE_DEVICES=all;
+    "void" keeps a GPU-less job away from every GPU."""
+    if not gpu_uuids:
+        return {"NVIDIA_VISIBLE_DEVICES": "void"}
+    return {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(gpu_uuids),
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    }
+
+
+def thread_environment(cores: int) -> dict[str, str]:
+    """The container sees every host CPU but may use only `cores`: math libraries that start a
+    thread per visible CPU would oversubscribe the CPU quota and spin."""
+    return {name: str(cores) for name in THREAD_VARIABLES}
+
+
+def container_options(
+    job_id: str,
+    spec: JobSpec,
+    image: str,
+    mounts: JobMounts,
+    gpu_uuids: list[str],
+    cgroup_parent: str,
+    settings: RunnerSettings,
+) -> dict[str, Any]:
+    """Keyword arguments for `client.containers.create` that run `spec` as job `job_id`."""
+    memory = spec.resources.memory_mib * MIB
+    volumes = [Mount("/out", str(mounts.out), type="bind")]
+    if mounts.inputs is not None:
+        volumes.append(Mount("/in", str(mounts.inputs), type="bind", read_only=True))
+    options: dict[str, Any] = {
+        "image": image,
+        "command": list(spec.command),
+        "name": container_name(job_id),
+        "labels": {LABEL_JOB: job_id},
+        "environment": {
+            "HOME": "/tmp",
+            **thread_environment(spec.resources.cpu_cores),
+            **spec.env,
+            **gpu_environment(gpu_uuids),
+        },
+        "user": f"{settings.uid}:{settings.gid}",
+        "working_dir": "/out",
+        "network_mode": "bridge" if spec.network else "none",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "init": True,  # a real PID 1 reaps zombies and passes signals on
+        "pids_limit": settings.pids_limit,
+        "mem_limit": memory,
+        "memswap_limit": memory,  # no swap: memory is what was reserved
+        "nano_cpus": spec.resources.cpu_cores * 1_000_000_000,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={settings.tmp_mib}m,mode=1777"},
+        "mounts": volumes,
+        "ulimits": [
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=4096, hard=4096),
+        ],
+        "cgroup_parent": cgroup_parent,
+        "log_config": LogConfig(type=LogConfig.types.JSON, config=LOG_MAX),
+    }
+    if gpu_uuids:
+        options["device_requests"] = [
+            DeviceRequest(device_ids=list(gpu_uuids), capabilities=GPU_CAPABILITIES)
+        ]
+    return options

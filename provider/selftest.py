@@ -1,0 +1,248 @@
+"""What an operator runs before offering a machine: every check goes through the real runner
+(the path market jobs take) and says pass, fail, or skip with the reason.
+
+Checks: the engine answers; hardening holds as seen from inside a container; memory, pids,
+duration and disk limits fire and are reported; GPUs are visible to NVML and, pinned by UUID,
+inside a container; a short compute benchmark on the CPU and on each GPU.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import docker
+
+from offchain.protocol.jobspec import InputFile, JobSpec, Resources
+from provider import images
+from provider.config import RunnerSettings
+from provider.inventory import HostInventory
+from provider.outvolume import Archive
+from provider.runner import Runner, RunResult
+
+WORKLOADS = Path(images.WORKLOADS_IN_IMAGE)
+PROBE = (images.WORKLOADS_DIR / "probe.sh").read_text()
+GPU_BENCH_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+ROOT_CAPS = "0000000000000000"  # no capability at all
+SECCOMP_FILTER = "2"
+SELFTEST_PIDS_LIMIT = 16
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    outcome: Literal["pass", "fail", "skip"]
+    detail: str
+
+
+def verdict(name: str, ok: bool, detail: str) -> Check:
+    return Check(name, "pass" if ok else "fail", detail)
+
+
+def parse_facts(log: str) -> dict[str, str]:
+    """The probe's `name=value` lines."""
+    return dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+
+
+def hardening_problems(facts: dict[str, str]) -> list[str]:
+    """What the probe saw that a hardened job must not have."""
+    expected = {
+        "capeff": ROOT_CAPS,
+        "capbnd": ROOT_CAPS,
+        "nonewprivs": "1",
+        "seccomp": SECCOMP_FILTER,
+        "interfaces": "lo",
+        "root_writable": "no",
+        "tmp_fs": "tmpfs",
+        "out_writable": "yes",
+    }
+    problems = [
+        f"{name}={facts.get(name, '?').strip()} (want {want})"
+        for name, want in expected.items()
+        if facts.get(name, "").strip() != want
+    ]
+    if facts.get("uid", "0") == "0":
+        problems.append("uid=0 (want a non-root user)")
+    return problems
+
+
+def job(image: str, command: list[str], seconds: int = 60, **resources: int) -> JobSpec:
+    return JobSpec(
+        image=image,
+        command=command,
+        resources=Resources(**resources),
+        max_duration_s=seconds,
+        max_price_lovelace=0,
+    )
+
+
+def data_input(path: str, content: bytes) -> InputFile:
+    """An input carried in the spec itself (a data: URL)."""
+    url = "data:application/octet-stream;base64," + base64.b64encode(content).decode()
+    return InputFile(path=path, url=url, sha256=hashlib.sha256(content).hexdigest())
+
+
+def archive_sizes(archive: Archive) -> dict[str, int]:
+    with tarfile.open(archive.path) as tar:
+        return {member.name: member.size for member in tar.getmembers()}
+
+
+class SelfTest:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        settings: RunnerSettings,
+        inventory: HostInventory,
+        gpu_image: str = GPU_BENCH_IMAGE,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.inventory = inventory
+        self.gpu_image = gpu_image
+
+    def run(self) -> Iterator[Check]:
+        """Each check as it completes; nothing is left behind (a scratch state directory)."""
+        try:
+            version = self.client.version()
+        except docker.errors.DockerException as exc:
+            yield Check("engine", "fail", f"no docker engine answers: {exc}")
+            return
+        info = self.client.info()
+        yield Check(
+            "engine",
+            "pass",
+            f"docker {version['Version']} (API {version['ApiVersion']}), cgroup "
+            f"v{info.get('CgroupVersion', '?')} ({info.get('CgroupDriver', '?')} driver)",
+        )
+        busybox = images.busybox_image(self.client)
+        python = images.workloads_image(self.client)
+        with tempfile.TemporaryDirectory(prefix="unchained-selftest-") as scratch:
+            state = self.settings.model_copy(update={"state_dir": Path(scratch)})
+            self.runner = Runner(self.client, state)
+            self.few_pids = Runner(
+                self.client,
+                state.model_copy(update={"pids_limit": SELFTEST_PIDS_LIMIT}),
+            )
+            checks: list[Callable[[], Iterator[Check]]] = [
+                lambda: self.hardening(busybox),
+                lambda: self.memory_limit(python),
+                lambda: self.pids_limit(busybox),
+                lambda: self.duration_limit(busybox),
+                lambda: self.disk_limit(busybox),
+                self.gpus_nvml,
+                lambda: self.gpus_in_container(python),
+                lambda: self.cpu_benchmark(python),
+                self.gpu_benchmark,
+            ]
+            for check in checks:
+                yield from check()
+
+    def _run(
+        self, spec: JobSpec, gpus: list[str] | None = None, runner: Runner | None = None
+    ) -> RunResult:
+        return (runner or self.runner).run(f"selftest_{secrets.token_hex(6)}", spec, gpus)
+
+    def hardening(self, image: str) -> Iterator[Check]:
+        result = self._run(job(image, ["sh", "-c", PROBE]))
+        problems = hardening_problems(parse_facts(_log(result)))
+        if result.status != "succeeded" or problems:
+            yield Check("hardening", "fail", "; ".join(problems) or f"probe {result.status}")
+        else:
+            yield Check(
+                "hardening",
+                "pass",
+                "no capabilities, no-new-privileges, seccomp, only lo, read-only root, "
+                "non-root user, /tmp tmpfs",
+            )
+
+    def memory_limit(self, image: str) -> Iterator[Check]:
+        result = self._run(job(image, ["python3", "-c", "b = b'x' * (256 << 20)"], memory_mib=64))
+        ok = result.status == "oom" and result.record is not None and result.record.oom_killed
+        yield verdict("memory limit", ok, f"256 MiB asked of a 64 MiB job: {result.status}")
+
+    def pids_limit(self, image: str) -> Iterator[Check]:
+        spawn = f"for i in $(seq {2 * SELFTEST_PIDS_LIMIT}); do sleep 5 & done; wait"
+        result = self._run(job(image, ["sh", "-c", spawn]), runner=self.few_pids)
+        ok = result.record is not None and result.record.pids_limit_reached
+        yield verdict(
+            "pids limit",
+            ok,
+            f"{2 * SELFTEST_PIDS_LIMIT} processes asked, limit {SELFTEST_PIDS_LIMIT}: "
+            f"peak {result.record.pids_peak if result.record else '?'}",
+        )
+
+    def duration_limit(self, image: str) -> Iterator[Check]:
+        result = self._run(job(image, ["sleep", "30"], seconds=1))
+        ok = result.status == "timeout" and result.record is not None
+        units = result.record.billable_units if result.record else "?"
+        yield verdict(
+            "duration limit",
+            ok,
+            f"30 s asked of a 1 s job: {result.status}, {units} unit(s) billed",
+        )
+
+    def disk_limit(self, image: str) -> Iterator[Check]:
+        fill = "dd if=/dev/zero of=/out/fill bs=1M count=16"
+        result = self._run(job(image, ["sh", "-c", fill], disk_mib=4))
+        written = archive_sizes(result.output).get("fill", 0) if result.output else 0
+        ok = result.status == "failed" and written <= 4 << 20
+        yield verdict(
+            "disk limit",
+            ok,
+            f"16 MiB asked of a 4 MiB /out: {result.status}, {written >> 10} KiB kept",
+        )
+
+    def gpus_nvml(self) -> Iterator[Check]:
+        gpu = self.inventory.gpu
+        if not gpu.gpus:
+            yield Check("gpus (NVML)", "skip", gpu.note)
+            return
+        names = ", ".join(f"{g.name} {g.uuid} {g.memory_bytes >> 20} MiB" for g in gpu.gpus)
+        yield Check(
+            "gpus (NVML)", "pass", f"driver {gpu.driver_version}, CUDA {gpu.cuda_version}: {names}"
+        )
+
+    def gpus_in_container(self, image: str) -> Iterator[Check]:
+        if not self.inventory.gpu.gpus:
+            yield Check("gpus in a container", "skip", self.inventory.gpu.note)
+            return
+        for gpu in self.inventory.gpu.gpus:
+            result = self._run(job(image, ["nvidia-smi", "-L"], gpus=1), [gpu.uuid])
+            listed = _log(result)
+            ok = result.status == "succeeded" and gpu.uuid in listed and listed.count("GPU-") == 1
+            detail = listed.strip() or result.error or result.status
+            yield verdict(f"gpu {gpu.index} in a container", ok, detail)
+
+    def cpu_benchmark(self, image: str) -> Iterator[Check]:
+        cores = self.inventory.cpu_cores
+        result = self._run(job(image, ["python3", str(WORKLOADS / "matmul.py")], cpu_cores=cores))
+        yield _benchmark_check(f"cpu benchmark ({cores} cores)", result)
+
+    def gpu_benchmark(self) -> Iterator[Check]:
+        if not self.inventory.gpu.gpus:
+            yield Check("gpu benchmark", "skip", self.inventory.gpu.note)
+            return
+        script = data_input("matmul.py", (images.WORKLOADS_DIR / "matmul.py").read_bytes())
+        for gpu in self.inventory.gpu.gpus:
+            spec = job(self.gpu_image, ["python", "/in/matmul.py", "cuda"], gpus=1)
+            spec = spec.model_copy(update={"inputs": [script]})
+            yield _benchmark_check(f"gpu {gpu.index} benchmark", self._run(spec, [gpu.uuid]))
+
+
+def _log(result: RunResult) -> str:
+    return result.log_path.read_text() if result.log_path else ""
+
+
+def _benchmark_check(name: str, result: RunResult) -> Check:
+    if result.status != "succeeded":
+        return Check(name, "fail", result.error or _log(result)[-300:] or result.status)
+    report = json.loads(_log(result).strip().splitlines()[-1])
+    return Check(name, "pass", f"{report['gflops']} GFLOP/s ({report['device']})")
