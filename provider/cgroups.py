@@ -82,17 +82,21 @@ def read_key(path: Path, key: str) -> int:
 
 
 class JobCgroup:
-    """The parent cgroup of one job's container, named after the job."""
+    """The parent cgroup of one job's container, `unchained/<runner>_<job>`: flat, so nothing
+    but the job's own directory is ever made or left, and runners sharing a machine never meet."""
 
-    def __init__(self, job_id: str, systemd: bool = False, fs: CgroupFs | None = None) -> None:
-        if not JOB_ID.fullmatch(job_id):
-            raise ValueError(f"job id {job_id!r} must match {JOB_ID.pattern}")
+    def __init__(
+        self, runner_id: str, job_id: str, systemd: bool = False, fs: CgroupFs | None = None
+    ) -> None:
+        for name, value in (("runner id", runner_id), ("job id", job_id)):
+            if not JOB_ID.fullmatch(value):
+                raise ValueError(f"{name} {value!r} must match {JOB_ID.pattern}")
         self.fs = fs or cgroup_fs()
         if systemd:  # the systemd driver wants a slice; "a-b.slice" nests inside "a.slice"
-            self.docker_parent = f"{BASE}-{job_id}.slice"
-            self.path = f"/{BASE}.slice/{BASE}-{job_id}.slice"
+            self.docker_parent = f"{BASE}-{runner_id}_{job_id}.slice"
+            self.path = f"/{BASE}.slice/{self.docker_parent}"
         else:
-            self.docker_parent = self.path = f"/{BASE}/{job_id}"
+            self.docker_parent = self.path = f"/{BASE}/{runner_id}_{job_id}"
         self._files = self._counter_files()
 
     def _counter_files(self) -> dict[str, Path]:
@@ -166,17 +170,12 @@ class JobCgroup:
                 os.rmdir(directory)
 
 
-def job_ids(systemd: bool = False, fs: CgroupFs | None = None) -> list[str]:
-    """Jobs that still have a parent cgroup (left by a crash, for example)."""
+def job_ids(runner_id: str, systemd: bool = False, fs: CgroupFs | None = None) -> list[str]:
+    """Jobs of this runner that still have a cgroup (left by a crash, for example)."""
     fs = fs or cgroup_fs()
-    base = f"/{BASE}.slice" if systemd else f"/{BASE}"
-    directory = fs.controller("memory").directory(base)
+    directory = fs.controller("memory").directory(f"/{BASE}.slice" if systemd else f"/{BASE}")
     if directory is None or not directory.is_dir():
         return []
-    prefix = f"{BASE}-" if systemd else ""
-    suffix = ".slice" if systemd else ""
-    return sorted(
-        entry.name.removeprefix(prefix).removesuffix(suffix)
-        for entry in directory.iterdir()
-        if entry.is_dir() and JOB_ID.fullmatch(entry.name.removeprefix(prefix).removesuffix(suffix))
-    )
+    prefix, suffix = (f"{BASE}-{runner_id}_", ".slice") if systemd else (f"{runner_id}_", "")
+    names = [e.name for e in directory.iterdir() if e.name.startswith(prefix)]
+    return sorted(name.removeprefix(prefix).removesuffix(suffix) for name in names)

@@ -9,6 +9,7 @@ stay in `state_dir/results/<job>`: out.tar, log.txt and result.json.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import threading
 import time
@@ -32,7 +33,7 @@ from provider.gpu_meter import GpuMeter
 from provider.inputs import InputError, stage_inputs
 from provider.metering import MeteringRecord, Sampler, billable_units, docker_time_ns
 from provider.outvolume import Archive, OutVolume, is_mounted
-from provider.sandbox import LABEL_JOB, JobMounts, container_options
+from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 
 Status = Literal["succeeded", "failed", "oom", "timeout", "error", "reaped"]
 LogSink = Callable[[str], None]
@@ -64,6 +65,11 @@ class RunResult(BaseModel):
     log_path: Path | None = None
 
 
+def runner_id(state_dir: Path) -> str:
+    """A runner is its state directory: the same one after a restart, another for another."""
+    return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+
+
 def job_status(exit_code: int, oom_killed: bool, timed_out: bool) -> Status:
     if timed_out:
         return "timeout"
@@ -77,6 +83,7 @@ class Runner:
         self.client = client
         self.settings = settings
         self.systemd = client.info().get("CgroupDriver") == "systemd"
+        self.runner_id = runner_id(settings.state_dir)
         self.jobs_dir = settings.state_dir / "jobs"
         self.results_dir = settings.state_dir / "results"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +102,9 @@ class Runner:
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
-        cgroup = JobCgroup(job_id, self.systemd)  # validates the job id before anything exists
+        cgroup = JobCgroup(
+            self.runner_id, job_id, self.systemd
+        )  # validates the job id before anything exists
         workspace = self.jobs_dir / job_id
         if workspace.exists() or (self.results_dir / job_id).exists():
             raise ValueError(f"job {job_id} has already run here")
@@ -127,7 +136,7 @@ class Runner:
         volume = OutVolume(workspace)
         volume.mountpoint.mkdir()
         options = container_options(
-            job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs), gpus,
+            self.runner_id, job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs), gpus,
             cgroup.docker_parent, self.settings,
         )  # fmt: skip
         with ThreadPoolExecutor(1) as pool:
@@ -241,18 +250,22 @@ class Runner:
         workspace = self.jobs_dir / job_id
         OutVolume(workspace).remove()
         shutil.rmtree(workspace, ignore_errors=True)
-        _remove_cgroup(JobCgroup(job_id, self.systemd))
+        _remove_cgroup(JobCgroup(self.runner_id, job_id, self.systemd))
 
     def _containers(self, job_id: str | None = None) -> list[Container]:
-        label = LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}"
-        return self.client.containers.list(all=True, filters={"label": label}, sparse=True)
+        """The job's containers (all jobs' without `job_id`), listed sparse: one cheap call."""
+        labels = [
+            f"{LABEL_RUNNER}={self.runner_id}",
+            LABEL_JOB if job_id is None else f"{LABEL_JOB}={job_id}",
+        ]
+        return self.client.containers.list(all=True, filters={"label": labels}, sparse=True)
 
     def leftovers(self) -> dict[str, list[str]]:
         """Everything of any job still on this machine: containers, workspaces, cgroups."""
         return {
-            "containers": sorted(c.labels[LABEL_JOB] for c in self._containers()),
+            "containers": sorted(_job_of(c) for c in self._containers()),
             "workspaces": sorted(p.name for p in self.jobs_dir.iterdir()),
-            "cgroups": cgroups.job_ids(self.systemd),
+            "cgroups": cgroups.job_ids(self.runner_id, self.systemd),
         }
 
     def recover(self, on_log: LogSink | None = None) -> list[RunResult]:
@@ -264,7 +277,7 @@ class Runner:
         """
         leftovers = self.leftovers()
         job_ids = sorted(set().union(*leftovers.values()))
-        containers = {c.labels[LABEL_JOB]: c for c in self._containers()}
+        containers = {_job_of(c): c for c in self._containers()}
         results = []
         for job_id in job_ids:
             try:
@@ -286,7 +299,7 @@ class Runner:
         state = container.attrs["State"]
         if state["Status"] == "created":  # never started: nothing ran, nothing is billed
             return RunResult(job_id=job_id, status="reaped", error="never started")
-        cgroup = JobCgroup(job_id, self.systemd)
+        cgroup = JobCgroup(self.runner_id, job_id, self.systemd)
         if not cgroup.exists():
             return RunResult(job_id=job_id, status="reaped", error="its metering did not survive")
         job = JobFile.model_validate_json(job_file.read_text())
@@ -295,6 +308,10 @@ class Runner:
         return self._supervise(
             job_id, job.spec, job.gpu_uuids, container, cgroup, deadline, on_log, gap=True
         )
+
+
+def _job_of(container: Container) -> str:
+    return container.attrs["Labels"][LABEL_JOB]  # sparse listings carry labels here
 
 
 def _wait(container: Container, seconds: float) -> bool:

@@ -17,6 +17,7 @@ from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 from offchain.protocol.jobspec import JobSpec
 from provider.config import MIB, RunnerSettings
 
+LABEL_RUNNER = "unchained.runner"  # which runner (state directory) owns the container
 LABEL_JOB = "unchained.job"
 GPU_CAPABILITIES = [["gpu", "compute", "utility"]]
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -29,8 +30,8 @@ class JobMounts:
     inputs: Path | None  # staged input files, or None when the job has none
 
 
-def container_name(job_id: str) -> str:
-    return f"unchained-{job_id}"
+def container_name(runner_id: str, job_id: str) -> str:
+    return f"unchained-{runner_id}-{job_id}"
 
 
 def gpu_environment(gpu_uuids: list[str]) -> dict[str, str]:
@@ -51,6 +52,7 @@ def thread_environment(cores: int) -> dict[str, str]:
 
 
 def container_options(
+    runner_id: str,
     job_id: str,
     spec: JobSpec,
     image: str,
@@ -67,8 +69,8 @@ def container_options(
     options: dict[str, Any] = {
         "image": image,
         "command": list(spec.command),
-        "name": container_name(job_id),
-        "labels": {LABEL_JOB: job_id},
+        "name": container_name(runner_id, job_id),
+        "labels": {LABEL_RUNNER: runner_id, LABEL_JOB: job_id},
         "environment": {
             "HOME": "/tmp",
             **thread_environment(spec.resources.cpu_cores),

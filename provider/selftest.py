@@ -90,9 +90,18 @@ def data_input(path: str, content: bytes) -> InputFile:
     return InputFile(path=path, url=url, sha256=hashlib.sha256(content).hexdigest())
 
 
-def archive_sizes(archive: Archive) -> dict[str, int]:
+def archive_files(archive: Archive) -> dict[str, bytes | None]:
+    """Name -> content of each file in a job's output archive (None for directories, links)."""
+    files: dict[str, bytes | None] = {}
     with tarfile.open(archive.path) as tar:
-        return {member.name: member.size for member in tar.getmembers()}
+        for member in tar.getmembers():
+            content = tar.extractfile(member) if member.isreg() else None
+            files[member.name] = content.read() if content else None
+    return files
+
+
+def log_text(result: RunResult) -> str:
+    return result.log_path.read_text() if result.log_path else ""
 
 
 class SelfTest:
@@ -152,7 +161,7 @@ class SelfTest:
 
     def hardening(self, image: str) -> Iterator[Check]:
         result = self._run(job(image, ["sh", "-c", PROBE]))
-        problems = hardening_problems(parse_facts(_log(result)))
+        problems = hardening_problems(parse_facts(log_text(result)))
         if result.status != "succeeded" or problems:
             yield Check("hardening", "fail", "; ".join(problems) or f"probe {result.status}")
         else:
@@ -192,7 +201,7 @@ class SelfTest:
     def disk_limit(self, image: str) -> Iterator[Check]:
         fill = "dd if=/dev/zero of=/out/fill bs=1M count=16"
         result = self._run(job(image, ["sh", "-c", fill], disk_mib=4))
-        written = archive_sizes(result.output).get("fill", 0) if result.output else 0
+        written = len(archive_files(result.output).get("fill") or b"") if result.output else 0
         ok = result.status == "failed" and written <= 4 << 20
         yield verdict(
             "disk limit",
@@ -216,7 +225,7 @@ class SelfTest:
             return
         for gpu in self.inventory.gpu.gpus:
             result = self._run(job(image, ["nvidia-smi", "-L"], gpus=1), [gpu.uuid])
-            listed = _log(result)
+            listed = log_text(result)
             ok = result.status == "succeeded" and gpu.uuid in listed and listed.count("GPU-") == 1
             detail = listed.strip() or result.error or result.status
             yield verdict(f"gpu {gpu.index} in a container", ok, detail)
@@ -237,12 +246,8 @@ class SelfTest:
             yield _benchmark_check(f"gpu {gpu.index} benchmark", self._run(spec, [gpu.uuid]))
 
 
-def _log(result: RunResult) -> str:
-    return result.log_path.read_text() if result.log_path else ""
-
-
 def _benchmark_check(name: str, result: RunResult) -> Check:
     if result.status != "succeeded":
-        return Check(name, "fail", result.error or _log(result)[-300:] or result.status)
-    report = json.loads(_log(result).strip().splitlines()[-1])
+        return Check(name, "fail", result.error or log_text(result)[-300:] or result.status)
+    report = json.loads(log_text(result).strip().splitlines()[-1])
     return Check(name, "pass", f"{report['gflops']} GFLOP/s ({report['device']})")

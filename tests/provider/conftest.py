@@ -1,0 +1,56 @@
+"""Fixtures for the provider: the real docker engine, the locally built images (cached by the
+engine, so built once per machine) and a runner with its own state directory that must leave
+nothing behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from provider import images
+from provider.config import RunnerSettings
+from provider.runner import Runner
+
+
+@pytest.fixture(scope="session")
+def client() -> docker.DockerClient:
+    try:
+        engine = docker.from_env()
+        engine.ping()
+    except docker.errors.DockerException as exc:
+        raise RuntimeError(f"no docker engine ({exc}): run scripts/setup-docker.sh") from exc
+    return engine
+
+
+@pytest.fixture(scope="session")
+def busybox(client: docker.DockerClient) -> str:
+    return images.busybox_image(client)
+
+
+@pytest.fixture(scope="session")
+def python(client: docker.DockerClient) -> str:
+    """Python 3 + NumPy with provider/workloads at /opt/unchained/workloads."""
+    return images.workloads_image(client)
+
+
+def assert_no_leftovers(runner: Runner) -> None:
+    """No container, workspace, cgroup or mount of any job is left."""
+    assert runner.leftovers() == {"containers": [], "workspaces": [], "cgroups": []}
+    with open("/proc/self/mounts") as mounts:
+        assert not [line for line in mounts if str(runner.settings.state_dir) in line]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> RunnerSettings:
+    return RunnerSettings(state_dir=tmp_path / "state")
+
+
+@pytest.fixture
+def runner(client: docker.DockerClient, settings: RunnerSettings) -> Iterator[Runner]:
+    """A runner of the test's own; after the test nothing of any job may remain."""
+    made = Runner(client, settings)
+    yield made
+    assert_no_leftovers(made)
