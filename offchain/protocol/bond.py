@@ -30,8 +30,10 @@ from offchain.protocol.txbuild import (
     add_output,
     fee_inputs,
     ledger_key,
+    new_builder,
     out_ref,
     payout,
+    read_datum,
     script_source,
     sign,
 )
@@ -47,6 +49,7 @@ from offchain.protocol.types import (
 )
 
 BOND_OUTPUT = 0  # the bond output of create, top-up and begin-unbond
+SLASHED_BOND_OUTPUT = 2  # a slash's continuing bond, after the refund and the consumer's share
 
 
 def create(
@@ -54,7 +57,7 @@ def create(
 ) -> Transaction:
     """Post a bond backing `provider`'s acceptances, staked like the provider's address."""
     datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     builder.add_input_address(provider.address)
     builder.add_output(
         TransactionOutput(deployment.bond_address(provider.address), lovelace, datum=datum)
@@ -64,13 +67,7 @@ def create(
 
 def bond_datum(deployment: Deployment, bond: UTxO) -> BondDatum:
     """The datum of a bond UTxO; raises BuildError for anything else."""
-    output = bond.output
-    if output.address.payment_part != deployment.bond_hash or output.datum is None:
-        raise BuildError(f"{out_ref(bond)} is not a bond of this deployment")
-    try:
-        return BondDatum.from_cbor(output.datum.to_cbor())
-    except Exception as exc:
-        raise BuildError(f"{out_ref(bond)} carries no valid bond datum: {exc}") from exc
+    return read_datum(bond, BondDatum, deployment.bond_hash, "bond")
 
 
 def top_up(
@@ -140,7 +137,7 @@ def slash(
     """
     clock = Clock.now(context)
     bond_data = bond_datum(deployment, bond)
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     escrow_data = add_refund(context, builder, deployment, escrow, clock)
     if escrow_data.provider_vkey != bond_data.provider_vkey:
         raise BuildError("the escrow's provider is not the bond's provider")
@@ -178,7 +175,7 @@ def _provider_bond(deployment: Deployment, bond: UTxO, provider: Wallet) -> Bond
 def _spend_bond(
     deployment: Deployment, bond: UTxO, redeemer: PlutusData, context: OgmiosV6ChainContext
 ) -> TransactionBuilder:
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     builder.add_script_input(
         bond, script=script_source(builder, deployment.bond_ref), redeemer=Redeemer(redeemer)
     )

@@ -16,7 +16,6 @@ from pycardano import (
     StakeCredential,
     StakeRegistration,
     Transaction,
-    TransactionBuilder,
     TransactionInput,
     TransactionOutput,
     UTxO,
@@ -27,7 +26,7 @@ from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.context import context_url
 from offchain.chain.ogmios import request_sync
-from offchain.protocol.txbuild import Wallet, at_least_min_utxo, out_ref, sign
+from offchain.protocol.txbuild import Wallet, at_least_min_utxo, new_builder, out_ref, sign
 
 # Reference scripts sit where nobody can ever spend them (a native script "any of none" is
 # never satisfied), so no one can pull a deployment out from under everyone's builders.
@@ -91,7 +90,7 @@ def deploy(
     escrow_hash = plutus_script_hash(escrow)
     bond = bond_script(network_id, escrow_hash.payload, notice_ms, slash_share_bps)
     holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     builder.add_input_address(wallet.address)
     outputs = []
     for script in (escrow, bond):

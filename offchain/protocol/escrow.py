@@ -34,8 +34,10 @@ from offchain.protocol.txbuild import (
     add_output,
     at_least_min_utxo,
     ledger_key,
+    new_builder,
     out_ref,
     payout,
+    read_datum,
     script_source,
 )
 from offchain.protocol.txbuild import sign as sign_tx
@@ -123,7 +125,7 @@ def lock(
     stake = from_plutus(datum.consumer, deployment.network)
     output = TransactionOutput(deployment.escrow_address(stake), 0, datum=datum)
     output.amount.coin = at_least_min_utxo(context, output, lovelace)
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     builder.add_input_address(consumer.address)
     builder.add_output(output)
     return sign_tx(builder, consumer)
@@ -131,13 +133,7 @@ def lock(
 
 def escrow_datum(deployment: Deployment, escrow: UTxO) -> EscrowDatum:
     """The datum of an escrow UTxO; raises BuildError for anything else."""
-    output = escrow.output
-    if output.address.payment_part != deployment.escrow_hash or output.datum is None:
-        raise BuildError(f"{out_ref(escrow)} is not an escrow of this deployment")
-    try:
-        return EscrowDatum.from_cbor(output.datum.to_cbor())
-    except Exception as exc:
-        raise BuildError(f"{out_ref(escrow)} carries no valid escrow datum: {exc}") from exc
+    return read_datum(escrow, EscrowDatum, deployment.escrow_hash, "escrow")
 
 
 def signed_receipt(
@@ -172,7 +168,7 @@ def settle(
     if len({r.escrow.input for r in receipts}) != len(receipts):
         raise BuildError("two receipts for one escrow")
     clock = Clock.now(context)
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     items = []
     closes = []
     for receipt in sorted(receipts, key=lambda r: ledger_key(r.escrow)):
@@ -271,7 +267,7 @@ def refund(
     context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, submitter: Wallet
 ) -> Transaction:
     """Return an unsettled escrow to its consumer after deadline + window (anyone may)."""
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     add_refund(context, builder, deployment, escrow, Clock.now(context))
     builder.add_input_address(submitter.address)
     return sign_tx(builder, submitter)
@@ -293,7 +289,7 @@ def cancel(
     consumer_hash = VerificationKeyHash(datum.consumer.payment.hash)
     if consumer.key_hash != consumer_hash:
         raise BuildError("the consumer wallet's key is not the escrow's consumer key")
-    builder = TransactionBuilder(context)
+    builder = new_builder(context)
     to = from_plutus(datum.consumer, deployment.network)
     owed = refund_amount(escrow.output.amount.coin, datum.fee_allowance)
     index = add_output(builder, payout(context, to, owed, PayoutKind.CANCEL, escrow.input))

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TypeVar
 
 from pycardano import (
     Address,
     ChainContext,
     Network,
     PaymentSigningKey,
+    PlutusData,
     PlutusScript,
+    ScriptHash,
     Transaction,
     TransactionBuilder,
     TransactionInput,
@@ -26,13 +29,18 @@ from pycardano import (
 )
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from pycardano.exception import UTxOSelectionException
+from pycardano.serialization import RawCBOR
 
 from offchain.chain.time import ChainTime, chain_time, iso
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
 
+D = TypeVar("D", bound=PlutusData)
 ADA = 1_000_000
 FEE_RESERVE = 10 * ADA  # plain ADA a submitter brings: fee, collateral, min-UTxO top-ups
 TTL_MS = 15 * 60 * 1000  # how long a built transaction stays valid (at most)
+# Declared execution units over the evaluated ones. Scripts here read nothing the balancing
+# changes (fee, change), so evaluation is exact; pycardano's 20% would cost fees and batch size.
+EXECUTION_MARGIN = 0.02
 
 
 class BuildError(Exception):
@@ -91,6 +99,12 @@ class Clock:
         return iso(self.time.slot_to_posix_ms(slot))
 
 
+def new_builder(context: ChainContext) -> TransactionBuilder:
+    builder = TransactionBuilder(context)
+    builder.execution_memory_buffer = builder.execution_step_buffer = EXECUTION_MARGIN
+    return builder
+
+
 def script_source(builder: TransactionBuilder, ref: UTxO) -> UTxO | PlutusScript:
     """The reference UTxO on first use, the script itself after that: pycardano charges a
     reference script's bytes once per mention, the ledger once per transaction."""
@@ -123,6 +137,19 @@ def add_output(builder: TransactionBuilder, output: TransactionOutput) -> int:
 def out_ref(utxo: UTxO) -> str:
     """`txid#index`, as people and explorers write an output reference."""
     return f"{utxo.input.transaction_id.payload.hex()}#{utxo.input.index}"
+
+
+def read_datum(utxo: UTxO, kind: type[D], script: ScriptHash, what: str) -> D:
+    """The inline datum of a UTxO at `script`, decoded as `kind`; BuildError for anything else
+    (anyone can lock anything at a script address: never trust a datum's shape)."""
+    datum = utxo.output.datum
+    if utxo.output.address.payment_part != script or datum is None:
+        raise BuildError(f"{out_ref(utxo)} is not at this deployment's {what} script")
+    raw = datum.cbor if isinstance(datum, RawCBOR) else datum.to_cbor()
+    try:
+        return kind.from_cbor(raw)
+    except Exception as exc:
+        raise BuildError(f"{out_ref(utxo)} carries no valid {what} datum: {exc}") from exc
 
 
 def ledger_key(utxo: UTxO) -> tuple[bytes, int]:
