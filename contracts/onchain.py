@@ -1,0 +1,224 @@
+"""PROTOCOL.md's data types and the ledger's Plutus V3 ScriptContext, as OpShin PlutusData.
+
+Shared by both validators (OpShin inlines `from contracts.onchain import *`) and importable
+off chain: every class is a pycardano PlutusData with the same CONSTR_ID and field order as
+PROTOCOL.md. The context classes mirror what the ledger passes (see
+shared/notes/plutus-v3-context.md), not OpShin 0.28's api_v3, which types withdrawals and
+the rewarding purpose with StakingCredential and has no ScriptInfo (spending datum).
+"""
+
+from opshin.prelude import *
+
+# ---------------------------------------------------------------- protocol data (PROTOCOL.md)
+
+
+@dataclass()
+class Payout(PlutusData):
+    """The inline datum tagging a payout output to one escrow (kind 0 settle .. 3 slash)."""
+
+    CONSTR_ID = 0
+    kind: int
+    escrow: TxOutRef
+
+
+@dataclass()
+class EscrowDatum(PlutusData):
+    CONSTR_ID = 0
+    consumer: Address
+    provider: Address
+    provider_vkey: bytes
+    price_per_unit: int
+    max_units: int
+    deadline: int
+    settle_window: int
+    job_id: bytes
+    fee_allowance: int
+
+
+@dataclass()
+class Settle(PlutusData):
+    CONSTR_ID = 0
+
+
+@dataclass()
+class Refund(PlutusData):
+    CONSTR_ID = 1
+    consumer_output: int
+
+
+@dataclass()
+class Cancel(PlutusData):
+    CONSTR_ID = 2
+    consumer_output: int
+
+
+EscrowRedeemer = Union[Settle, Refund, Cancel]
+
+
+@dataclass()
+class SettleItem(PlutusData):
+    CONSTR_ID = 0
+    units: int
+    result_hash: bytes
+    evidence_hash: bytes
+    signature: bytes
+    provider_output: int
+    consumer_output: int
+
+
+@dataclass()
+class BatchSettle(PlutusData):
+    CONSTR_ID = 0
+    items: List[SettleItem]
+
+
+@dataclass()
+class Receipt(PlutusData):
+    """What the provider signs to claim `units` of an escrow (serialise_data of this)."""
+
+    CONSTR_ID = 0
+    domain: bytes
+    network_id: int
+    escrow_hash: bytes
+    escrow: TxOutRef
+    units: int
+    result_hash: bytes
+    evidence_hash: bytes
+
+
+@dataclass()
+class Acceptance(PlutusData):
+    """What the provider signs to accept a job; a refunded accepted job slashes its bond."""
+
+    CONSTR_ID = 1
+    domain: bytes
+    network_id: int
+    escrow_hash: bytes
+    escrow: TxOutRef
+    job_id: bytes
+
+
+@dataclass()
+class BondDatum(PlutusData):
+    CONSTR_ID = 0
+    provider: Address
+    provider_vkey: bytes
+    unbonding_since: Union[BoxedInt, NoValue]
+
+
+@dataclass()
+class TopUp(PlutusData):
+    CONSTR_ID = 0
+    bond_output: int
+
+
+@dataclass()
+class BeginUnbond(PlutusData):
+    CONSTR_ID = 1
+    bond_output: int
+
+
+@dataclass()
+class Withdraw(PlutusData):
+    CONSTR_ID = 2
+
+
+@dataclass()
+class Slash(PlutusData):
+    CONSTR_ID = 3
+    escrow_input: int
+    acceptance_signature: bytes
+    consumer_output: int
+    bond_output: int
+
+
+BondRedeemer = Union[TopUp, BeginUnbond, Withdraw, Slash]
+
+# ------------------------------------------------------- the ledger's V3 context (exact shape)
+
+
+@dataclass()
+class MintingScript(PlutusData):
+    CONSTR_ID = 0
+    policy_id: bytes
+
+
+@dataclass()
+class SomeDatum(PlutusData):
+    """Maybe Datum's Just; reading it from Nothing (C1[]) fails, as a missing datum should."""
+
+    CONSTR_ID = 0
+    datum: Anything
+
+
+@dataclass()
+class SpendingScript(PlutusData):
+    """ScriptInfo SpendingScript: the out-ref and the datum the ledger resolved (Maybe)."""
+
+    CONSTR_ID = 1
+    tx_out_ref: TxOutRef
+    datum: SomeDatum
+
+
+@dataclass()
+class RewardingScript(PlutusData):
+    """ScriptInfo RewardingScript: a bare Credential (OpShin 0.28 says StakingCredential)."""
+
+    CONSTR_ID = 2
+    credential: Credential
+
+
+@dataclass()
+class CertifyingScript(PlutusData):
+    CONSTR_ID = 3
+    index: int
+    certificate: Anything
+
+
+@dataclass()
+class VotingScript(PlutusData):
+    CONSTR_ID = 4
+    voter: Anything
+
+
+@dataclass()
+class ProposingScript(PlutusData):
+    CONSTR_ID = 5
+    index: int
+    procedure: Anything
+
+
+ScriptInfo = Union[
+    MintingScript, SpendingScript, RewardingScript, CertifyingScript, VotingScript, ProposingScript
+]
+
+
+@dataclass()
+class TxInfoV3(PlutusData):
+    """TxInfo as the ledger builds it; fields the validators never read stay untyped."""
+
+    CONSTR_ID = 0
+    inputs: List[TxInInfo]
+    reference_inputs: Anything
+    outputs: List[TxOut]
+    fee: Anything
+    mint: Anything
+    certificates: Anything
+    withdrawals: Dict[Credential, int]
+    validity_range: POSIXTimeRange
+    signatories: List[bytes]
+    redeemers: Dict[Anything, Anything]
+    datums: Anything
+    id: bytes
+    votes: Anything
+    proposal_procedures: Anything
+    current_treasury_amount: Anything
+    treasury_donation: Anything
+
+
+@dataclass()
+class ScriptContextV3(PlutusData):
+    CONSTR_ID = 0
+    transaction: TxInfoV3
+    redeemer: Anything
+    purpose: ScriptInfo

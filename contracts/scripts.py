@@ -1,0 +1,193 @@
+"""Build the OpShin validators into committed artifacts, and load them with parameters applied.
+
+One code path: `build_artifacts` compiles with the pinned opshin library (the CLI would embed
+its version in the script) and writes `contracts/build/<name>/`; the loaders only apply Data
+parameters to the committed unparameterised program, so every user gets the same bytes
+without a compiler run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+import typing
+from pathlib import Path
+
+import opshin
+import uplc.ast
+from opshin import builder
+from opshin.compiler_config import DEFAULT_CONFIG
+from opshin.util import OPSHIN_LOGGER
+from pycardano import PlutusV3Script, plutus_script_hash
+from uplc.tools import flatten, unflatten
+
+from contracts import onchain
+
+CONTRACTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = CONTRACTS_DIR.parent
+BUILD_DIR = CONTRACTS_DIR / "build"
+SCRIPT_FILE = "script.cbor"
+HASH_FILE = "script.hash"
+BLUEPRINT_FILE = "plutus.json"
+
+# OpShin's -O2 defaults. -O3 miscompiles these validators in opshin 0.28.0 (a parameter
+# integer reaches iData still wrapped as Data), so it is not used.
+COMPILER_CONFIG = DEFAULT_CONFIG
+
+
+@dataclasses.dataclass(frozen=True)
+class Contract:
+    """What the blueprint says about one validator source file."""
+
+    name: str
+    description: str
+    parameters: tuple[tuple[str, type], ...]
+    datum: type | None
+    redeemers: tuple[tuple[str, typing.Any], ...]  # (purpose, redeemer type)
+
+    @property
+    def source(self) -> Path:
+        return CONTRACTS_DIR / f"{self.name}.py"
+
+    @property
+    def directory(self) -> Path:
+        return BUILD_DIR / self.name
+
+
+CONTRACTS = {
+    "escrow": Contract(
+        name="escrow",
+        description="Escrow UTxOs per job; withdraw-zero settles a batch (PROTOCOL.md)",
+        parameters=(("network_id", int),),
+        datum=onchain.EscrowDatum,
+        redeemers=(("spend", onchain.EscrowRedeemer), ("withdraw", onchain.BatchSettle)),
+    ),
+    "bond": Contract(
+        name="bond",
+        description="A provider's bond: top up, unbond with notice, withdraw, slash",
+        parameters=(
+            ("network_id", int),
+            ("escrow_hash", bytes),
+            ("notice_ms", int),
+            ("slash_share_bps", int),
+        ),
+        datum=onchain.BondDatum,
+        redeemers=(("spend", onchain.BondRedeemer),),
+    ),
+}
+
+
+def compile_contract(contract: Contract) -> bytes:
+    """The unparameterised script (flat, CBOR-wrapped once, as PlutusV3Script holds it)."""
+    if str(REPO_ROOT) not in sys.path:  # OpShin resolves `from contracts.onchain import *`
+        sys.path.insert(0, str(REPO_ROOT))
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # as the opshin CLI does
+    level = OPSHIN_LOGGER.level
+    # Its integrity warnings flag every comparison of ledger-built data, which is well formed.
+    OPSHIN_LOGGER.setLevel("ERROR")
+    try:
+        program = builder._static_compile(
+            contract.source.read_text(), contract_file=str(contract.source), config=COMPILER_CONFIG
+        )
+    finally:
+        OPSHIN_LOGGER.setLevel(level)
+    return flatten(program)
+
+
+def blueprint(contract: Contract, script: bytes) -> dict[str, typing.Any]:
+    """A CIP-57 blueprint with the datum, redeemer and parameter schemas opshin leaves out."""
+    code = script.hex()
+    script_hash = plutus_script_hash(PlutusV3Script(script)).payload.hex()
+    parameters = [
+        {"title": title, "schema": builder.to_plutus_schema(typ)}
+        for title, typ in contract.parameters
+    ]
+    validators = []
+    for purpose, redeemer in contract.redeemers:
+        entry: dict[str, typing.Any] = {"title": f"{contract.name}.{purpose}"}
+        if purpose == "spend" and contract.datum is not None:
+            entry["datum"] = {
+                "title": contract.datum.__name__,
+                "schema": builder.to_plutus_schema(contract.datum),
+            }
+        entry["redeemer"] = {"title": "redeemer", "schema": builder.to_plutus_schema(redeemer)}
+        entry["parameters"] = parameters
+        entry["compiledCode"] = code
+        entry["hash"] = script_hash
+        validators.append(entry)
+    return {
+        "preamble": {
+            "title": f"unchained/{contract.name}",
+            "description": contract.description,
+            "version": "1.0.0",
+            "plutusVersion": "v3",
+            "compiler": {"name": "opshin", "version": opshin.__version__},
+            "license": "Apache-2.0",
+        },
+        "validators": validators,
+    }
+
+
+def render(contract: Contract) -> dict[str, str]:
+    """The artifact files of one contract, by file name."""
+    script = compile_contract(contract)
+    return {
+        SCRIPT_FILE: script.hex() + "\n",
+        HASH_FILE: plutus_script_hash(PlutusV3Script(script)).payload.hex() + "\n",
+        BLUEPRINT_FILE: json.dumps(blueprint(contract, script), indent=2) + "\n",
+    }
+
+
+def build_artifacts(check: bool = False) -> list[Path]:
+    """Rebuild every contract; returns the artifact files that differ from the committed ones.
+
+    With `check`, nothing is written.
+    """
+    differing = []
+    for contract in CONTRACTS.values():
+        for file_name, text in render(contract).items():
+            path = contract.directory / file_name
+            if not path.exists() or path.read_text() != text:
+                differing.append(path)
+                if not check:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text)
+    return differing
+
+
+@functools.cache
+def _program(name: str) -> uplc.ast.Program:
+    """The committed unparameterised program."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # uplc decodes recursively
+    return unflatten(bytes.fromhex((BUILD_DIR / name / SCRIPT_FILE).read_text().strip()))
+
+
+def _apply(name: str, *parameters: int | bytes) -> PlutusV3Script:
+    """Apply Data parameters (I or B) in order, as opshin's validator wrapper expects them."""
+    term = _program(name).term
+    for value in parameters:
+        data = (
+            uplc.ast.PlutusInteger(value)
+            if isinstance(value, int)
+            else uplc.ast.PlutusByteString(value)
+        )
+        term = uplc.ast.Apply(term, data)
+    return PlutusV3Script(flatten(uplc.ast.Program(_program(name).version, term)))
+
+
+def escrow_script(network_id: int) -> PlutusV3Script:
+    """The escrow multi-validator for a network (0 testnets, 1 mainnet)."""
+    return _apply("escrow", network_id)
+
+
+def bond_script(
+    network_id: int, escrow_hash: bytes, notice_ms: int, slash_share_bps: int
+) -> PlutusV3Script:
+    """The bond validator tied to one escrow script, notice period and slash share."""
+    if len(escrow_hash) != 28:
+        raise ValueError("escrow_hash must be a 28-byte script hash")
+    if not 0 <= slash_share_bps <= 10_000:
+        raise ValueError("slash_share_bps must be within 0..10000")
+    return _apply("bond", network_id, escrow_hash, notice_ms, slash_share_bps)
