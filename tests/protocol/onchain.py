@@ -1,0 +1,358 @@
+"""Devnet helpers for the protocol tests: funded wallets, locked escrows, posted bonds, time
+travel, and hand-made script transactions for attacks and their honest twins."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+
+import pytest
+from pycardano import (
+    Address,
+    Asset,
+    AssetName,
+    ExecutionUnits,
+    MultiAsset,
+    NonEmptyOrderedSet,
+    PaymentSigningKey,
+    PlutusData,
+    RawPlutusData,
+    Redeemer,
+    ScriptPubkey,
+    Transaction,
+    TransactionBuilder,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    Value,
+    VerificationKeyWitness,
+    Withdrawals,
+    script_hash,
+)
+
+from offchain.chain.ogmios import OgmiosError, request
+from offchain.chain.submit import submit, submit_and_wait, tip_point, wait_for_confirmations
+from offchain.devnet.genesis import ADA
+from offchain.devnet.process import DevnetProcess
+from offchain.protocol import bond as bonds
+from offchain.protocol import escrow as escrows
+from offchain.protocol.addresses import from_plutus
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.payloads import receipt_payload, sign
+from offchain.protocol.txbuild import Clock, Wallet, fee_inputs, ledger_key, script_source
+from offchain.protocol.types import (
+    BatchSettle,
+    EscrowDatum,
+    Payout,
+    PayoutKind,
+    Refund,
+    Settle,
+    SettleItem,
+    Slash,
+    TxOutRef,
+)
+
+DEADLINE_MS = 40_000  # a job's deadline, from now
+WINDOW_MS = 20_000  # its settle window
+PRICE = 2_000  # lovelace per unit
+MAX_UNITS = 3_600
+ALLOWANCE = 2 * ADA
+LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA  # 3 ADA more than the job can cost
+RESULT, EVIDENCE = b"\x01" * 32, b"\x02" * 32  # a job's result and metering evidence hashes
+SCRIPT_FAILED = 3136  # Ogmios: declared valid, but a script failed
+UNBOUNDED = -1  # a validity bound left out of a hand-made transaction
+
+
+async def confirm(devnet: DevnetProcess, tx: Transaction) -> Transaction:
+    await submit_and_wait(devnet.url, tx, timeout_s=30)
+    return tx
+
+
+async def wallet(devnet: DevnetProcess, lovelace: int = 1_000 * ADA) -> Wallet:
+    """A fresh key holding `lovelace` from the faucet (fresh, so balances are exact)."""
+    made = Wallet.of(PaymentSigningKey.generate())
+    since = await tip_point(devnet.url)
+    funding = await request(
+        devnet.url, "devnet/fund", {"address": str(made.address), "lovelace": lovelace}
+    )
+    await wait_for_confirmations(devnet.url, funding["transaction"]["id"], since, timeout_s=30)
+    return made
+
+
+def balance(devnet: DevnetProcess, address: Address) -> int:
+    return sum(u.output.amount.coin for u in devnet.context().utxos(address))
+
+
+def output(tx: Transaction, index: int) -> UTxO:
+    return UTxO(TransactionInput(tx.id, index), tx.transaction_body.outputs[index])
+
+
+def job_id(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+def escrow_terms(consumer: Wallet, provider: Wallet, now_ms: int, **changes) -> EscrowDatum:
+    """A job's datum with the test defaults; `changes` overrides fields by name."""
+    datum = escrows.new_escrow(
+        consumer.address, provider.address, provider.vkey, PRICE, MAX_UNITS,
+        now_ms + DEADLINE_MS, WINDOW_MS, job_id(str(now_ms)), ALLOWANCE,
+    )  # fmt: skip
+    return dataclasses.replace(datum, **changes)
+
+
+async def lock(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    consumer: Wallet,
+    provider: Wallet,
+    lovelace: int = LOCKED,
+    **changes,
+) -> UTxO:
+    context = devnet.context()
+    datum = escrow_terms(consumer, provider, Clock.now(context).tip_ms, **changes)
+    tx = escrows.lock(context, deployment, consumer, datum, lovelace)
+    return output(await confirm(devnet, tx), escrows.ESCROW_OUTPUT)
+
+
+async def post_bond(
+    devnet: DevnetProcess, deployment: Deployment, provider: Wallet, lovelace: int = 400 * ADA
+) -> UTxO:
+    tx = bonds.create(devnet.context(), deployment, provider, lovelace)
+    return output(await confirm(devnet, tx), bonds.BOND_OUTPUT)
+
+
+async def travel_to(devnet: DevnetProcess, posix_ms: int) -> None:
+    """Move the chain's clock until its tip is at or after `posix_ms`."""
+    clock = Clock.now(devnet.context())
+    slots = clock.time.posix_ms_to_slot(posix_ms) + 1 - clock.tip_slot
+    if slots > 0:
+        await request(devnet.url, "devnet/advanceTime", {"slots": slots})
+
+
+async def rejected(
+    devnet: DevnetProcess, tx: Transaction, code: int, *fragments: str
+) -> OgmiosError:
+    """Submit `tx` and require the ledger to refuse it with `code` and all `fragments` in its
+    reason (a script's traces are in the reason)."""
+    with pytest.raises(OgmiosError) as refused:
+        await submit(devnet.url, tx)
+    assert refused.value.code == code, refused.value.message
+    for fragment in fragments:
+        assert fragment in refused.value.message, refused.value.message
+    return refused.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Spend:
+    utxo: UTxO
+    ref: UTxO  # the reference UTxO holding its script
+    redeemer: PlutusData
+
+
+def handmade(
+    devnet: DevnetProcess,
+    payer: Wallet,
+    fee: Sequence[UTxO],
+    *,
+    spends: Sequence[Spend] = (),
+    outputs: Sequence[TransactionOutput] = (),
+    withdraw: tuple[UTxO, Address, PlutusData] | None = None,
+    start: int | None = None,
+    ttl: int | None = None,
+    signers: Sequence[PaymentSigningKey] = (),
+    mint: tuple[UTxO, MultiAsset, PlutusData] | None = None,
+    certificates: Sequence = (),
+    publish: tuple[UTxO, PlutusData] | None = None,
+    refund: int = 0,
+) -> Transaction:
+    """A script transaction exactly as given: nothing evaluated, fixed budgets shared out,
+    `fee` UTxOs of `payer` (pick them first when a redeemer indexes inputs). `start`/`ttl`
+    None means pycardano's default range around the tip, UNBOUNDED means no bound; `refund`
+    (a deregistration's deposit, which pycardano does not count) goes to the change."""
+    builder = TransactionBuilder(devnet.context())
+    redeemers = len(spends) + sum(x is not None for x in (withdraw, mint, publish))
+    params = devnet.context().protocol_param
+    budget = ExecutionUnits(params.max_tx_ex_mem // redeemers, params.max_tx_ex_steps // redeemers)
+    for spend in spends:
+        builder.add_script_input(
+            spend.utxo, script=script_source(builder, spend.ref),
+            redeemer=Redeemer(spend.redeemer, budget),
+        )  # fmt: skip
+    for made in outputs:
+        builder.add_output(made)
+    if withdraw is not None:
+        ref, reward_address, redeemer = withdraw
+        builder.withdrawals = Withdrawals({bytes(reward_address): 0})
+        builder.add_withdrawal_script(script_source(builder, ref), Redeemer(redeemer, budget))
+    if mint is not None:
+        ref, assets, redeemer = mint
+        builder.mint = assets
+        builder.add_minting_script(script_source(builder, ref), Redeemer(redeemer, budget))
+    if certificates:
+        builder.certificates = list(certificates)
+    if publish is not None:  # a script witnessing the last certificate
+        ref, redeemer = publish
+        builder.add_certificate_script(script_source(builder, ref), Redeemer(redeemer, budget))
+    for utxo in fee:
+        builder.add_input(utxo)
+    builder.validity_start, builder.ttl = start, ttl
+    builder.required_signers = [k.to_verification_key().hash() for k in signers] or None
+    body = builder.build(change_address=payer.address, auto_required_signers=False)
+    if start == UNBOUNDED:
+        body.validity_start = None
+    if ttl == UNBOUNDED:
+        body.ttl = None
+    body.outputs[-1].amount.coin += refund
+    witnesses = builder.build_witness_set(True)
+    keys = {k.payload: k for k in (payer.key, *signers)}.values()
+    witnesses.vkey_witnesses = NonEmptyOrderedSet(
+        [VerificationKeyWitness(k.to_verification_key(), k.sign(body.hash())) for k in keys]
+    )
+    return Transaction(body, witnesses)
+
+
+def plain_fee(devnet: DevnetProcess, payer: Wallet) -> list[UTxO]:
+    return fee_inputs(devnet.context(), payer)
+
+
+# --- hand-made escrow transactions ----------------------------------------------------------
+
+
+def tagged(to: Address, lovelace: int, kind: PayoutKind, escrow: UTxO) -> TransactionOutput:
+    """A payout output as the validators look for it (attacks vary one part of it)."""
+    return TransactionOutput(to, lovelace, datum=Payout(int(kind), TxOutRef.of(escrow.input)))
+
+
+def item(
+    deployment: Deployment,
+    key: PaymentSigningKey,
+    spent: UTxO,
+    claimed: int,
+    provider_output: int,
+    consumer_output: int,
+    **signed: object,
+) -> SettleItem:
+    """A SettleItem claiming `claimed` units of `spent`, its receipt signed by `key`; `signed`
+    overrides what the signature covers (receipt_payload's argument names)."""
+    fields: dict = dict(
+        network_id=deployment.network_id, escrow_hash=deployment.escrow_hash,
+        escrow=spent.input, units=claimed, result_hash=RESULT, evidence_hash=EVIDENCE,
+    )  # fmt: skip
+    signature = sign(key, receipt_payload(**{**fields, **signed}))
+    return SettleItem(claimed, RESULT, EVIDENCE, signature, provider_output, consumer_output)
+
+
+def settle_by_hand(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    payer: Wallet,
+    pairs: Sequence[tuple[UTxO, SettleItem]],
+    outputs: Sequence[TransactionOutput],
+    ttl: int | None = None,
+) -> Transaction:
+    """A batch settle as given; the ttl defaults to the earliest close of the escrows."""
+    ordered = sorted(pairs, key=lambda pair: ledger_key(pair[0]))
+    if ttl is None:
+        close = min(escrows.escrow_datum(deployment, e).close for e, _ in pairs)
+        ttl = Clock.now(devnet.context()).ttl_until(close)
+    batch = BatchSettle([i for _, i in ordered])
+    return handmade(
+        devnet, payer, plain_fee(devnet, payer),
+        spends=[Spend(e, deployment.escrow_ref, Settle()) for e, _ in ordered],
+        outputs=outputs,
+        withdraw=(deployment.escrow_ref, deployment.reward_address, batch),
+        ttl=ttl,
+    )  # fmt: skip
+
+
+def refund_by_hand(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    payer: Wallet,
+    refunds: Sequence[tuple[UTxO, int]],
+    outputs: Sequence[TransactionOutput],
+    start: int | None = None,
+) -> Transaction:
+    """Refund each escrow naming the given output; the lower bound defaults to the tip."""
+    return handmade(
+        devnet, payer, plain_fee(devnet, payer),
+        spends=[Spend(e, deployment.escrow_ref, Refund(i)) for e, i in refunds],
+        outputs=outputs,
+        start=Clock.now(devnet.context()).tip_slot if start is None else start,
+    )  # fmt: skip
+
+
+def junk_tokens(owner: Wallet, count: int = 200) -> tuple[ScriptPubkey, MultiAsset]:
+    """`count` one-byte-named tokens under `owner`'s own policy: dust to weigh a UTxO down."""
+    policy = ScriptPubkey(owner.key_hash)
+    names = {AssetName(bytes([n])): 1 for n in range(count)}
+    return policy, MultiAsset({script_hash(policy): Asset(names)})
+
+
+async def lock_by_hand(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    consumer: Wallet,
+    provider: Wallet,
+    lovelace: int = LOCKED,
+    datum: PlutusData | RawPlutusData | None = None,
+    dust: bool = False,
+    **changes,
+) -> UTxO:
+    """An escrow output made without the lock builder's checks: anyone can do this."""
+    context = devnet.context()
+    if datum is None:
+        datum = escrow_terms(consumer, provider, Clock.now(context).tip_ms, **changes)
+    builder = TransactionBuilder(context)
+    builder.add_input_address(consumer.address)
+    value = Value(lovelace)
+    if dust:
+        policy, value.multi_asset = junk_tokens(consumer)
+        builder.mint, builder.native_scripts = value.multi_asset, [policy]
+    stake = from_plutus(escrow_terms(consumer, provider, 0).consumer, deployment.network)
+    builder.add_output(TransactionOutput(deployment.escrow_address(stake), value, datum=datum))
+    tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
+    return output(await confirm(devnet, tx), 0)
+
+
+# --- hand-made bond transactions ----------------------------------------------------------
+
+
+def slash_by_hand(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    payer: Wallet,
+    escrow: UTxO,
+    bonds: Sequence[UTxO],
+    slash: Callable[[int], Slash],
+    outputs: Sequence[TransactionOutput],
+    escrow_redeemer: PlutusData | None = None,
+    **extra,
+) -> Transaction:
+    """Spend `escrow` (Refund of output 0 unless told otherwise) and each bond with the Slash
+    that `slash` makes from the escrow's input index; `extra` goes to `handmade`."""
+    fee = plain_fee(devnet, payer)
+    inputs = sorted([escrow, *bonds, *fee], key=ledger_key)
+    spends = [
+        Spend(escrow, deployment.escrow_ref, escrow_redeemer or Refund(0)),
+        *(Spend(b, deployment.bond_ref, slash(inputs.index(escrow))) for b in bonds),
+    ]
+    extra.setdefault("start", Clock.now(devnet.context()).tip_slot)
+    return handmade(devnet, payer, fee, spends=spends, outputs=outputs, **extra)
+
+
+def bond_by_hand(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    payer: Wallet,
+    bond: UTxO,
+    redeemer: PlutusData,
+    outputs: Sequence[TransactionOutput] = (),
+    **extra,
+) -> Transaction:
+    """Spend `bond` with `redeemer` into `outputs`; `extra` goes to `handmade`."""
+    spends = [Spend(bond, deployment.bond_ref, redeemer)]
+    return handmade(
+        devnet, payer, plain_fee(devnet, payer), spends=spends, outputs=outputs, **extra
+    )

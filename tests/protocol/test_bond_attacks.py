@@ -1,0 +1,227 @@
+"""Attacks on the bond, each a transaction the ledger must refuse next to its honest twin:
+forged escrows, slash without a refund, shared outputs, two bonds at once, taking more
+than the share, stake hijack, and actions without the provider's signature."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pycardano import Address, PaymentSigningKey, TransactionOutput
+
+from offchain.protocol import bond as bonds
+from offchain.protocol.addresses import to_plutus
+from offchain.protocol.escrow import escrow_datum
+from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.split import slash_share
+from offchain.protocol.txbuild import Clock, Wallet
+from offchain.protocol.types import (
+    BatchSettle,
+    BeginUnbond,
+    BondDatum,
+    Just,
+    PayoutKind,
+    Settle,
+    Slash,
+    TopUp,
+    Withdraw,
+)
+from tests.protocol import onchain
+from tests.protocol.conftest import SLASH_SHARE_BPS
+from tests.protocol.onchain import (
+    ADA,
+    ALLOWANCE,
+    LOCKED,
+    SCRIPT_FAILED,
+    bond_by_hand,
+    confirm,
+    item,
+    lock_by_hand,
+    output,
+    post_bond,
+    rejected,
+    settle_by_hand,
+    slash_by_hand,
+    tagged,
+    travel_to,
+    wallet,
+)
+
+BOND = 400 * ADA
+SHARE = slash_share(BOND, SLASH_SHARE_BPS)
+OWED = LOCKED - ALLOWANCE  # the refund
+
+
+def accept(deployment, key: PaymentSigningKey, escrow) -> bytes:
+    """An Acceptance of `escrow` signed by `key` (the provider's, or a forger's)."""
+    job = escrow_datum(deployment, escrow).job_id
+    return sign(key, acceptance_payload(0, deployment.escrow_hash, escrow.input, job))
+
+
+def continuing(bond, lovelace: int = BOND - SHARE, datum=None) -> TransactionOutput:
+    return TransactionOutput(bond.output.address, lovelace, datum=datum or bond.output.datum)
+
+
+def layout(to: Address, escrow, bond, share: int = SHARE) -> list[TransactionOutput]:
+    """The honest slash: refund (0), the consumer's share (1), the continuing bond (2)."""
+    return [
+        tagged(to, OWED, PayoutKind.REFUND, escrow),
+        tagged(to, share, PayoutKind.SLASH, escrow),
+        continuing(bond),
+    ]
+
+
+def slash(devnet, deployment, payer: Wallet, escrow, bonds_, signature, outputs, at=(1, 2), **kw):
+    """Refund `escrow` and slash `bonds_` with `signature`, payouts named at `at`."""
+    make = lambda escrow_input: Slash(escrow_input, signature, *at)  # noqa: E731
+    return slash_by_hand(devnet, deployment, payer, escrow, bonds_, make, outputs, **kw)
+
+
+async def accepted_job(devnet, deployment):
+    """A provider with a bond, a consumer, and an escrow of theirs."""
+    consumer, provider = [await wallet(devnet) for _ in range(2)]
+    bond = await post_bond(devnet, deployment, provider, BOND)
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    return consumer, provider, bond, escrow
+
+
+async def past_close(devnet, deployment, escrow) -> None:
+    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+
+
+async def test_a_forged_escrow_cannot_slash_a_victims_bond(devnet, deployment):
+    """Anyone can lock an 'escrow' naming a victim; without the victim's acceptance of that
+    very out-ref (a replayed one, or one the attacker signed) it slashes nothing."""
+    consumer, victim, bond, real = await accepted_job(devnet, deployment)
+    attacker = await wallet(devnet)
+    forged = await lock_by_hand(devnet, deployment, attacker, victim)
+    await past_close(devnet, deployment, forged)
+    outputs = layout(attacker.address, forged, bond)
+    for signature in (
+        accept(deployment, victim.key, real),
+        accept(deployment, attacker.key, forged),
+    ):
+        attack = slash(devnet, deployment, attacker, forged, [bond], signature, outputs)
+        await rejected(devnet, attack, SCRIPT_FAILED, "traces: acceptance signature")
+    signature = accept(deployment, victim.key, real)
+    honest = layout(consumer.address, real, bond)
+    await confirm(devnet, slash(devnet, deployment, consumer, real, [bond], signature, honest))
+
+
+async def test_a_slash_needs_the_escrow_refunded_not_settled(devnet, deployment):
+    """Settle (another redeemer) and slash in one transaction: the bond refuses."""
+    consumer, provider, bond, escrow = await accepted_job(devnet, deployment)
+    signature = accept(deployment, provider.key, escrow)
+    settled = [
+        tagged(provider.address, 2 * ADA, PayoutKind.SETTLE, escrow),
+        tagged(consumer.address, LOCKED - 1_000 - ALLOWANCE, PayoutKind.SETTLE, escrow),
+    ]
+    receipt = item(deployment, provider.key, escrow, 1, 0, 1)
+    outputs = [
+        *settled,
+        tagged(consumer.address, SHARE, PayoutKind.SLASH, escrow),
+        continuing(bond),
+    ]
+    close = escrow_datum(deployment, escrow).close
+    attack = slash(
+        devnet, deployment, consumer, escrow, [bond], signature, outputs, at=(2, 3),
+        escrow_redeemer=Settle(),
+        withdraw=(deployment.escrow_ref, deployment.reward_address, BatchSettle([receipt])),
+        start=None, ttl=Clock.now(devnet.context()).ttl_until(close),
+    )  # fmt: skip
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: the escrow must be refunded")
+    await confirm(
+        devnet, settle_by_hand(devnet, deployment, consumer, [(escrow, receipt)], settled)
+    )
+
+
+async def test_the_refund_and_the_slash_cannot_share_one_output(devnet, deployment):
+    """One output big enough for either, tagged as the refund, named by both."""
+    consumer, provider, bond, escrow = await accepted_job(devnet, deployment)
+    await past_close(devnet, deployment, escrow)
+    signature = accept(deployment, provider.key, escrow)
+    both = tagged(consumer.address, max(OWED, SHARE), PayoutKind.REFUND, escrow)
+    shared = [both, continuing(bond)]
+    attack = slash(devnet, deployment, consumer, escrow, [bond], signature, shared, at=(0, 1))
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: victim tag")
+    honest = layout(consumer.address, escrow, bond)
+    await confirm(devnet, slash(devnet, deployment, consumer, escrow, [bond], signature, honest))
+
+
+async def test_one_transaction_slashes_at_most_one_bond(devnet, deployment):
+    """Two bonds of one provider pointing at the same payout and continuing output would
+    each be satisfied while the second bond's money walks away."""
+    consumer, provider, bond, escrow = await accepted_job(devnet, deployment)
+    second = await post_bond(devnet, deployment, provider, BOND)
+    await past_close(devnet, deployment, escrow)
+    signature = accept(deployment, provider.key, escrow)
+    outputs = layout(consumer.address, escrow, bond)
+    attack = slash(devnet, deployment, consumer, escrow, [bond, second], signature, outputs)
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: one bond per transaction")
+    await confirm(devnet, slash(devnet, deployment, consumer, escrow, [bond], signature, outputs))
+
+
+async def test_a_slash_takes_no_more_than_the_share(devnet, deployment):
+    consumer, provider, bond, escrow = await accepted_job(devnet, deployment)
+    await past_close(devnet, deployment, escrow)
+    signature = accept(deployment, provider.key, escrow)
+    greedy = layout(consumer.address, escrow, bond, SHARE + 1)
+    greedy[2] = continuing(bond, BOND - SHARE - 1)
+    reset = layout(consumer.address, escrow, bond)  # and restart the provider's notice
+    datum = dataclasses.replace(bonds.bond_datum(deployment, bond), unbonding_since=Just(0))
+    reset[2] = continuing(bond, datum=datum)
+    for outputs, reason in (
+        (greedy, "traces: slash takes at most the share"),
+        (reset, "traces: continuing output datum"),
+    ):
+        attack = slash(devnet, deployment, consumer, escrow, [bond], signature, outputs)
+        await rejected(devnet, attack, SCRIPT_FAILED, reason)
+    honest = layout(consumer.address, escrow, bond)
+    await confirm(devnet, slash(devnet, deployment, consumer, escrow, [bond], signature, honest))
+
+
+async def test_the_bond_keeps_its_stake_part_and_only_grows_on_top_up(devnet, deployment):
+    """Re-locking the bond under the attacker's stake key would steal its staking rewards."""
+    provider, attacker = [await wallet(devnet) for _ in range(2)]
+    bond = await post_bond(devnet, deployment, provider, BOND)
+    datum = bonds.bond_datum(deployment, bond)
+    address = bond.output.address
+    hijacked = Address(address.payment_part, attacker.key_hash, network=address.network)
+    stolen = BondDatum(to_plutus(attacker.address), attacker.vkey, datum.unbonding_since)
+    for made, reason in (
+        (TransactionOutput(hijacked, BOND + ADA, datum=datum), "continuing output address"),
+        (TransactionOutput(address, BOND - ADA, datum=datum), "top up must add lovelace"),
+        (TransactionOutput(address, BOND + ADA, datum=stolen), "continuing output datum"),
+    ):
+        attack = bond_by_hand(devnet, deployment, attacker, bond, TopUp(0), [made])
+        await rejected(devnet, attack, SCRIPT_FAILED, f"traces: {reason}")
+    honest = TransactionOutput(address, BOND + ADA, datum=datum)
+    await confirm(devnet, bond_by_hand(devnet, deployment, attacker, bond, TopUp(0), [honest]))
+
+
+async def test_only_the_provider_unbonds_and_withdraws(devnet, deployment):
+    provider, attacker = [await wallet(devnet) for _ in range(2)]
+    bond = await post_bond(devnet, deployment, provider, BOND)
+    clock = Clock.now(devnet.context())
+    unbonding = dataclasses.replace(
+        bonds.bond_datum(deployment, bond), unbonding_since=Just(clock.tip_ms)
+    )
+
+    def unbond(signer: Wallet):
+        made = [TransactionOutput(bond.output.address, BOND, datum=unbonding)]
+        return bond_by_hand(
+            devnet, deployment, signer, bond, BeginUnbond(0), made, start=clock.tip_slot,
+            signers=[signer.key],
+        )  # fmt: skip
+
+    await rejected(devnet, unbond(attacker), SCRIPT_FAILED, "traces: provider must sign")
+    bond = output(await confirm(devnet, unbond(provider)), 0)
+    await travel_to(devnet, clock.tip_ms + deployment.notice_ms)
+    start = Clock.now(devnet.context()).tip_slot
+
+    def withdraw(signer: Wallet):
+        return bond_by_hand(
+            devnet, deployment, signer, bond, Withdraw(), start=start, signers=[signer.key]
+        )
+
+    await rejected(devnet, withdraw(attacker), SCRIPT_FAILED, "traces: provider must sign")
+    await confirm(devnet, withdraw(provider))

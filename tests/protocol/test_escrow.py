@@ -1,0 +1,167 @@
+"""Escrow honest paths on the devnet, balances checked to the lovelace, and the builders'
+refusals that say what is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from offchain.chain.time import iso
+from offchain.protocol.escrow import (
+    cancel,
+    escrow_datum,
+    lock,
+    refund,
+    settle,
+    signed_receipt,
+)
+from offchain.protocol.split import refund_amount, settle_split
+from offchain.protocol.txbuild import BuildError, Clock, at_least_min_utxo
+from tests.protocol import onchain
+from tests.protocol.onchain import (
+    ALLOWANCE,
+    EVIDENCE,
+    LOCKED,
+    MAX_UNITS,
+    PRICE,
+    RESULT,
+    balance,
+    confirm,
+    escrow_terms,
+    travel_to,
+    wallet,
+)
+
+
+def spent(devnet, escrow) -> bool:
+    return escrow.input not in {u.input for u in devnet.context().utxos(escrow.output.address)}
+
+
+async def test_settle_pays_provider_price_times_units_and_the_consumer_the_rest(devnet, deployment):
+    consumer, provider, market = [await wallet(devnet) for _ in range(3)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    receipt = signed_receipt(deployment, provider.key, escrow, 1_234, RESULT, EVIDENCE)
+    before = [balance(devnet, w.address) for w in (consumer, provider, market)]
+
+    tx = await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+
+    split = settle_split(LOCKED, PRICE, 1_234, MAX_UNITS, ALLOWANCE)
+    fee = tx.transaction_body.fee
+    after = [balance(devnet, w.address) for w in (consumer, provider, market)]
+    assert after[0] - before[0] == split.consumer
+    assert after[1] - before[1] == split.provider == PRICE * 1_234
+    assert after[2] - before[2] == split.fee - fee  # the allowance paid the fee
+    assert fee < ALLOWANCE
+    assert spent(devnet, escrow)
+
+
+async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(devnet, deployment):
+    """Five escrows, two providers, units from 0 to max; one withdraw-zero runs for all."""
+    consumers = [await wallet(devnet) for _ in range(5)]
+    providers = [await wallet(devnet) for _ in range(2)]
+    market = await wallet(devnet)
+    units = [0, 1, 1_800, MAX_UNITS, 77]
+    escrows = [
+        await onchain.lock(devnet, deployment, c, providers[i % 2]) for i, c in enumerate(consumers)
+    ]
+    receipts = [
+        signed_receipt(deployment, providers[i % 2].key, e, u, RESULT, EVIDENCE)
+        for i, (e, u) in enumerate(zip(escrows, units, strict=True))
+    ]
+    parties = [*consumers, *providers, market]
+    before = [balance(devnet, w.address) for w in parties]
+
+    tx = await confirm(devnet, settle(devnet.context(), deployment, receipts, market))
+
+    context = devnet.context()
+    owed = [0] * len(parties)
+    for i, used in enumerate(units):
+        split = settle_split(LOCKED, PRICE, used, MAX_UNITS, ALLOWANCE)
+        owed[i] += split.consumer
+        provider_output = tx.transaction_body.outputs[0]  # any payout: same min-UTxO size
+        owed[5 + i % 2] += at_least_min_utxo(context, provider_output, split.provider)
+    owed[-1] = 5 * LOCKED - sum(owed) - tx.transaction_body.fee
+    after = [balance(devnet, w.address) for w in parties]
+    assert [a - b for a, b in zip(after, before, strict=True)] == owed
+    assert len(tx.transaction_witness_set.redeemer) == 6  # 5 spends + 1 withdraw
+    assert all(spent(devnet, e) for e in escrows)
+
+
+async def test_refund_after_deadline_and_window_returns_all_but_the_allowance(devnet, deployment):
+    consumer, provider, anyone = [await wallet(devnet) for _ in range(3)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    close = escrow_datum(deployment, escrow).close
+    with pytest.raises(BuildError, match="not yet past deadline \\+ window: refundable at"):
+        refund(devnet.context(), deployment, escrow, anyone)
+
+    await travel_to(devnet, close + 1)
+    before = [balance(devnet, w.address) for w in (consumer, anyone)]
+    tx = await confirm(devnet, refund(devnet.context(), deployment, escrow, anyone))
+
+    after = [balance(devnet, w.address) for w in (consumer, anyone)]
+    assert after[0] - before[0] == refund_amount(LOCKED, ALLOWANCE) == LOCKED - ALLOWANCE
+    assert after[1] - before[1] == ALLOWANCE - tx.transaction_body.fee
+
+
+async def test_refund_error_names_the_first_refundable_time(devnet, deployment):
+    consumer, provider = [await wallet(devnet) for _ in range(2)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    close = escrow_datum(deployment, escrow).close
+    clock = Clock.now(devnet.context())
+    first = clock.iso_slot(clock.first_slot_after(close))
+    with pytest.raises(BuildError, match=f"refundable at {first}"):
+        refund(devnet.context(), deployment, escrow, consumer)
+
+
+async def test_cancel_signed_by_both_returns_the_escrow_at_any_time(devnet, deployment):
+    consumer, provider = [await wallet(devnet) for _ in range(2)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    before = [balance(devnet, w.address) for w in (consumer, provider)]
+    tx = await confirm(devnet, cancel(devnet.context(), deployment, escrow, consumer, provider.key))
+    after = [balance(devnet, w.address) for w in (consumer, provider)]
+    assert after[0] - before[0] == LOCKED - tx.transaction_body.fee
+    assert after[1] == before[1]
+    with pytest.raises(BuildError, match="not the escrow's provider key"):
+        cancel(devnet.context(), deployment, escrow, consumer, consumer.key)
+
+
+async def test_lock_refuses_escrows_that_could_not_be_settled_as_agreed(devnet, deployment):
+    consumer, provider = [await wallet(devnet) for _ in range(2)]
+    context = devnet.context()
+    now = Clock.now(context).tip_ms
+    cases = {
+        "provider_vkey must be 32 bytes": dict(provider_vkey=provider.key_hash.payload),
+        "job_id must be 32 bytes": dict(job_id=b"x" * 33),
+        "must not be negative": dict(price_per_unit=-1),
+        f"the deadline {iso(now - 1)} has passed": dict(deadline=now - 1),
+        "settle window must be positive": dict(settle_window=0),
+    }
+    for message, changes in cases.items():
+        with pytest.raises(BuildError, match=message):
+            lock(
+                context,
+                deployment,
+                consumer,
+                escrow_terms(consumer, provider, now, **changes),
+                LOCKED,
+            )
+    with pytest.raises(BuildError, match=f"cannot pay max units and the fee \\({LOCKED + 1}\\)"):
+        terms = escrow_terms(consumer, provider, now, fee_allowance=ALLOWANCE + 3_000_001)
+        lock(context, deployment, consumer, terms, LOCKED)
+
+
+async def test_settle_refuses_a_bad_receipt_and_a_closed_window(devnet, deployment):
+    consumer, provider, market = [await wallet(devnet) for _ in range(3)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    forged = signed_receipt(deployment, consumer.key, escrow, 10, RESULT, EVIDENCE)
+    with pytest.raises(BuildError, match="not signed by the escrow's provider key"):
+        settle(devnet.context(), deployment, [forged], market)
+    too_many = signed_receipt(deployment, provider.key, escrow, MAX_UNITS + 1, RESULT, EVIDENCE)
+    with pytest.raises(BuildError, match="units must be within"):
+        settle(devnet.context(), deployment, [too_many], market)
+    with pytest.raises(BuildError, match="two receipts for one escrow"):
+        settle(devnet.context(), deployment, [forged, forged], market)
+    close = escrow_datum(deployment, escrow).close
+    await travel_to(devnet, close)
+    honest = signed_receipt(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
+    with pytest.raises(BuildError, match=f"the settle window closed at {iso(close)}"):
+        settle(devnet.context(), deployment, [honest], market)

@@ -1,0 +1,114 @@
+"""Validity-range tricks at and around the deadline, the settle window and the unbonding
+notice: each refused, next to the range one slot over that is accepted."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pycardano import TransactionOutput
+
+from offchain.protocol import bond as bonds
+from offchain.protocol.escrow import escrow_datum
+from offchain.protocol.split import settle_split
+from offchain.protocol.txbuild import Clock
+from offchain.protocol.types import BeginUnbond, Just, PayoutKind, Withdraw
+from tests.protocol import onchain
+from tests.protocol.onchain import (
+    ADA,
+    ALLOWANCE,
+    LOCKED,
+    MAX_UNITS,
+    PRICE,
+    SCRIPT_FAILED,
+    UNBOUNDED,
+    bond_by_hand,
+    confirm,
+    item,
+    post_bond,
+    refund_by_hand,
+    rejected,
+    settle_by_hand,
+    tagged,
+    travel_to,
+    wallet,
+)
+
+UNITS = 1_000
+OUTSIDE_VALIDITY = 3118  # Ogmios: the transaction is not valid at the current slot
+
+
+async def test_settle_needs_an_upper_bound_no_later_than_deadline_plus_window(devnet, deployment):
+    consumer, provider, market = [await wallet(devnet) for _ in range(3)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    clock = Clock.now(devnet.context())
+    close_slot = clock.time.posix_ms_to_slot(escrow_datum(deployment, escrow).close)
+    assert clock.time.slot_to_posix_ms(close_slot) == escrow_datum(deployment, escrow).close
+    split = settle_split(LOCKED, PRICE, UNITS, MAX_UNITS, ALLOWANCE)
+    outputs = [
+        tagged(provider.address, split.provider, PayoutKind.SETTLE, escrow),
+        tagged(consumer.address, split.consumer, PayoutKind.SETTLE, escrow),
+    ]
+    pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
+    for ttl, reason in (
+        (close_slot + 1, "settle after close"),
+        (UNBOUNDED, "settle needs an upper bound"),
+    ):
+        attack = settle_by_hand(devnet, deployment, market, pairs, outputs, ttl=ttl)
+        await rejected(devnet, attack, SCRIPT_FAILED, f"traces: {reason}")
+    honest = settle_by_hand(devnet, deployment, market, pairs, outputs, ttl=close_slot)
+    await confirm(devnet, honest)
+
+
+async def test_refund_needs_a_finite_lower_bound_after_deadline_plus_window(devnet, deployment):
+    consumer, provider, anyone = [await wallet(devnet) for _ in range(3)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    close = escrow_datum(deployment, escrow).close
+    close_slot = Clock.now(devnet.context()).time.posix_ms_to_slot(close)
+    owed = [tagged(consumer.address, LOCKED - ALLOWANCE, PayoutKind.REFUND, escrow)]
+    early = refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed, start=close_slot + 1)
+    await rejected(devnet, early, OUTSIDE_VALIDITY)  # the ledger keeps it out until then
+
+    await travel_to(devnet, close + 1_000)
+    for start, reason in (
+        (close_slot, "refund before close"),  # exactly at the close
+        (UNBOUNDED, "refund needs a lower bound"),
+        (0, "refund before close"),  # from the origin of time
+    ):
+        attack = refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed, start=start)
+        await rejected(devnet, attack, SCRIPT_FAILED, f"traces: {reason}")
+    honest = refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed, start=close_slot + 1)
+    await confirm(devnet, honest)
+
+
+async def test_the_unbonding_notice_cannot_be_backdated_or_cut_short(devnet, deployment):
+    provider = await wallet(devnet)
+    bond = await post_bond(devnet, deployment, provider, 100 * ADA)
+    datum = bonds.bond_datum(deployment, bond)
+    clock = Clock.now(devnet.context())
+    now = clock.tip_ms
+
+    def unbond(since: int, start: int):
+        output = dataclasses.replace(datum, unbonding_since=Just(since))
+        continuing = [TransactionOutput(bond.output.address, 100 * ADA, datum=output)]
+        return bond_by_hand(
+            devnet, deployment, provider, bond, BeginUnbond(0), continuing, start=start,
+            signers=[provider.key],
+        )  # fmt: skip
+
+    backdated = unbond(now - deployment.notice_ms, clock.tip_slot)
+    await rejected(devnet, backdated, SCRIPT_FAILED, "traces: continuing output datum")
+    unbounded = unbond(now, UNBOUNDED)
+    await rejected(devnet, unbounded, SCRIPT_FAILED, "traces: needs a finite lower bound")
+    bond = onchain.output(await confirm(devnet, unbond(now, clock.tip_slot)), 0)
+
+    ready = clock.first_slot_at(now + deployment.notice_ms)
+    await travel_to(devnet, now + deployment.notice_ms + 1_000)
+
+    def withdraw(start: int):
+        return bond_by_hand(
+            devnet, deployment, provider, bond, Withdraw(), start=start, signers=[provider.key]
+        )
+
+    for start, reason in ((ready - 1, "notice not over"), (UNBOUNDED, "needs a finite lower")):
+        await rejected(devnet, withdraw(start), SCRIPT_FAILED, f"traces: {reason}")
+    await confirm(devnet, withdraw(ready))
