@@ -81,6 +81,21 @@ def read_key(path: Path, key: str) -> int:
     raise KeyError(f"{key} not in {path}")
 
 
+def cgroup_of(pid: int, fs: CgroupFs | None = None) -> str | None:
+    """The cgroup of host process `pid` in the accounting hierarchy; None once it has exited."""
+    fs = fs or cgroup_fs()
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        v1_accounting = fs.version == 1 and "cpuacct" in controllers.split(",")
+        if v1_accounting or (fs.version == 2 and not controllers):
+            return path
+    return None
+
+
 class JobCgroup:
     """The parent cgroup of one job's container, `unchained/<runner>_<job>`: flat, so nothing
     but the job's own directory is ever made or left, and runners sharing a machine never meet."""
@@ -149,16 +164,8 @@ class JobCgroup:
 
     def contains_pid(self, pid: int) -> bool:
         """Whether host process `pid` runs in this job (NVML reports host PIDs)."""
-        try:
-            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        key = "cpuacct" if self.fs.version == 1 else ""
-        for line in lines:
-            _, controllers, path = line.split(":", 2)
-            if key in controllers.split(",") or (not key and not controllers):
-                return path == self.path or path.startswith(self.path + "/")
-        return False
+        path = cgroup_of(pid, self.fs)
+        return path is not None and (path == self.path or path.startswith(self.path + "/"))
 
     def remove(self) -> None:
         """Remove the job's cgroup (and any leftover children) from every hierarchy."""

@@ -24,8 +24,15 @@ MAX_SAMPLES = 36_000  # an hour at 10 Hz; longer jobs keep every 2nd, 4th, ... s
 
 
 def billable_units(wall_ms: int, max_duration_s: int) -> int:
-    """Seconds of the reserved bundle, rounded up; never more than the job's max duration."""
-    return min(-(-wall_ms // 1000), max_duration_s)
+    """Seconds of the reserved bundle, rounded up: at least one for a job that started, never
+    more than the job's max duration."""
+    return min(max(1, -(-wall_ms // 1000)), max_duration_s)
+
+
+def wall_ms(started_ns: int, finished_ns: int) -> int:
+    """Milliseconds from start to exit, rounded up. The engine stamps StartedAt once the start
+    call returns, so a job of a few milliseconds can seem to end before it began: that is 0."""
+    return max(0, -(-(finished_ns - started_ns) // 1_000_000))
 
 
 def docker_time_ns(stamp: str) -> int:

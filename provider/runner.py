@@ -31,7 +31,13 @@ from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
 from provider.inputs import InputError, stage_inputs
-from provider.metering import MeteringRecord, Sampler, billable_units, docker_time_ns
+from provider.metering import (
+    MeteringRecord,
+    Sampler,
+    billable_units,
+    docker_time_ns,
+    wall_ms,
+)
 from provider.outvolume import Archive, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 
@@ -189,7 +195,7 @@ class Runner:
         state = container.attrs["State"]
         started_ns = docker_time_ns(state["StartedAt"])
         finished_ns = docker_time_ns(state["FinishedAt"])
-        wall_ms = -(-(finished_ns - started_ns) // 1_000_000)
+        elapsed_ms = wall_ms(started_ns, finished_ns)
         record = MeteringRecord(
             job_id=job_id,
             image_id=container.attrs["Image"],
@@ -199,8 +205,8 @@ class Runner:
             disk_mib=spec.resources.disk_mib,
             started_at_ms=started_ns // 1_000_000,
             finished_at_ms=finished_ns // 1_000_000,
-            wall_ms=wall_ms,
-            billable_units=billable_units(wall_ms, spec.max_duration_s),
+            wall_ms=elapsed_ms,
+            billable_units=billable_units(elapsed_ms, spec.max_duration_s),
             exit_code=state["ExitCode"],
             oom_killed=state["OOMKilled"],
             timed_out=timed_out,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from provider import runner as runner_module
-from provider.config import RunnerSettings
 from provider.outvolume import OutVolume
 from provider.runner import Runner
 from provider.selftest import job
@@ -82,8 +81,3 @@ def test_a_job_id_runs_once(runner, busybox):
 def test_the_gpus_given_must_match_the_spec(runner, busybox):
     with pytest.raises(ValueError, match="asks for 1 GPUs, 0 given"):
         runner.run("gpu_count", job(busybox, ["true"], gpus=1))
-
-
-def test_unlimited_pids_are_not_an_option():
-    with pytest.raises(ValueError):
-        RunnerSettings(pids_limit=0)
