@@ -1,0 +1,235 @@
+"""Contract costs, measured on the devnet with the real builders and its evaluateTransaction.
+
+- script sizes (bytes a reference script weighs);
+- memory, cpu, fee and size of every action (lock, settle one, refund, cancel, bond create /
+  top-up / begin-unbond / withdraw, slash with its refund);
+- the largest batch settle within mainnet limits (14M memory, 10B cpu, 16,384 bytes): every
+  escrow with its own consumer, one provider, both payouts; and memory per escrow there.
+
+Prints a table and writes bench/results/contracts.json. Run: .venv/bin/python -m bench.contracts
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ogmios.errors import ResponseError
+from pycardano import PaymentSigningKey, Transaction, TransactionOutput, UTxO
+from pycardano.exception import PyCardanoException
+
+from offchain.chain.ogmios import OgmiosError, request
+from offchain.devnet.genesis import ADA
+from offchain.devnet.process import DevnetProcess
+from offchain.protocol import bond as bonds
+from offchain.protocol import escrow as escrows
+from offchain.protocol.deployment import Deployment, deploy
+from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.txbuild import BuildError, Clock, Wallet, new_builder
+from offchain.protocol.txbuild import sign as sign_tx
+from tests.protocol.onchain import confirm, output, travel_to, wallet
+
+RESULTS = Path(__file__).parent / "results" / "contracts.json"
+MAX_MEMORY, MAX_CPU, MAX_BYTES = 14_000_000, 10_000_000_000, 16_384
+PRICE, MAX_UNITS, UNITS, ALLOWANCE = 2_000, 3_600, 1_000, 2 * ADA
+LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
+NOTICE_MS, SLASH_SHARE_BPS = 30_000, 2_500
+BOND = 400 * ADA
+
+
+async def cost(devnet: DevnetProcess, tx: Transaction) -> dict[str, Any]:
+    """Execution units per script run (as evaluateTransaction reports them), fee and size."""
+    runs = await request(
+        devnet.url, "evaluateTransaction", {"transaction": {"cbor": tx.to_cbor().hex()}}
+    )
+    return {
+        "memory": sum(r["budget"]["memory"] for r in runs),
+        "cpu": sum(r["budget"]["cpu"] for r in runs),
+        "fee_lovelace": tx.transaction_body.fee,
+        "tx_bytes": len(tx.to_cbor()),
+        "runs": {
+            f"{r['validator']['purpose']}#{r['validator']['index']}": r["budget"] for r in runs
+        },
+    }
+
+
+async def lock_many(
+    devnet: DevnetProcess, deployment: Deployment, funder: Wallet, provider: Wallet, count: int
+) -> list[UTxO]:
+    """`count` escrows, each for its own consumer, locked in as few transactions as fit."""
+    made: list[UTxO] = []
+    while len(made) < count:
+        context = devnet.context()
+        deadline = Clock.now(context).tip_ms + 600_000
+        builder = new_builder(context)
+        builder.add_input_address(funder.address)
+        for _ in range(min(60, count - len(made))):
+            consumer = Wallet.of(PaymentSigningKey.generate())
+            datum = escrows.new_escrow(
+                consumer.address, provider.address, provider.vkey, PRICE, MAX_UNITS, deadline,
+                60_000, bytes(32), ALLOWANCE,
+            )  # fmt: skip
+            builder.add_output(TransactionOutput(deployment.escrow_address(), LOCKED, datum=datum))
+        tx = await confirm(devnet, sign_tx(builder, funder))
+        made += [output(tx, i) for i in range(len(tx.transaction_body.outputs) - 1)]
+    return made
+
+
+async def batch_cost(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    provider: Wallet,
+    market: Wallet,
+    batch: list[UTxO],
+) -> dict[str, Any] | None:
+    """The cost of settling all of `batch` in one transaction, or None if it cannot be built."""
+    receipts = [
+        escrows.signed_receipt(deployment, provider.key, e, UNITS, bytes(32), bytes(32))
+        for e in batch
+    ]
+    try:
+        tx = escrows.settle(devnet.context(), deployment, receipts, market)
+        return await cost(devnet, tx)
+    except (BuildError, OgmiosError, ResponseError, PyCardanoException):  # over a limit
+        return None
+
+
+def fits(measured: dict[str, Any] | None) -> bool:
+    if measured is None:
+        return False
+    declared = 1.02  # the builders declare 2% over the evaluated units
+    return (
+        measured["memory"] * declared <= MAX_MEMORY
+        and measured["cpu"] * declared <= MAX_CPU
+        and measured["tx_bytes"] <= MAX_BYTES
+    )
+
+
+async def largest_batch(
+    devnet: DevnetProcess, deployment: Deployment, provider: Wallet, market: Wallet, limit: int
+) -> tuple[int, dict[str, Any]]:
+    """Binary search for the largest batch that fits every limit."""
+    pool = await lock_many(devnet, deployment, market, provider, limit)
+    low, best = 1, await batch_cost(devnet, deployment, provider, market, pool[:1])
+    assert fits(best), "a single settle must fit"
+    high = limit + 1  # first size known not to fit
+    while high - low > 1:
+        middle = (low + high) // 2
+        measured = await batch_cost(devnet, deployment, provider, market, pool[:middle])
+        print(f"  batch of {middle}: {'fits' if fits(measured) else 'does not fit'}")
+        if fits(measured):
+            low, best = middle, measured
+        else:
+            high = middle
+    return low, best
+
+
+async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, dict[str, Any]]:
+    """Every action once, built by the protocol's builders."""
+    consumer, provider, market = [await wallet(devnet, 10_000 * ADA) for _ in range(3)]
+    measured: dict[str, dict[str, Any]] = {}
+
+    async def run(name: str, tx: Transaction) -> Transaction:
+        measured[name] = await cost(devnet, tx)
+        return await confirm(devnet, tx)
+
+    async def lock() -> UTxO:
+        context = devnet.context()
+        datum = escrows.new_escrow(
+            consumer.address, provider.address, provider.vkey, PRICE, MAX_UNITS,
+            Clock.now(context).tip_ms + 30_000, 10_000, bytes(32), ALLOWANCE,
+        )  # fmt: skip
+        tx = await run("lock", escrows.lock(context, deployment, consumer, datum, LOCKED))
+        return output(tx, escrows.ESCROW_OUTPUT)
+
+    def context():
+        return devnet.context()
+
+    escrow = await lock()
+    receipt = escrows.signed_receipt(deployment, provider.key, escrow, UNITS, bytes(32), bytes(32))
+    await run("settle", escrows.settle(context(), deployment, [receipt], market))
+    escrow = await lock()
+    await run("cancel", escrows.cancel(context(), deployment, escrow, consumer, provider.key))
+    refunded, slashed = await lock(), await lock()
+    tx = await run("bond_create", bonds.create(context(), deployment, provider, BOND))
+    bond = output(tx, bonds.BOND_OUTPUT)
+    await travel_to(devnet, escrows.escrow_datum(deployment, slashed).close + 1)
+    await run("refund", escrows.refund(context(), deployment, refunded, market))
+    job = escrows.escrow_datum(deployment, slashed).job_id
+    accepted = acceptance_payload(0, deployment.escrow_hash, slashed.input, job)
+    slash = bonds.slash(context(), deployment, slashed, bond, sign(provider.key, accepted), market)
+    bond = output(await run("slash", slash), bonds.SLASHED_BOND_OUTPUT)
+    tx = await run("bond_top_up", bonds.top_up(context(), deployment, bond, market, 10 * ADA))
+    bond = output(tx, bonds.BOND_OUTPUT)
+    tx = await run("bond_begin_unbond", bonds.begin_unbond(context(), deployment, bond, provider))
+    bond = output(tx, bonds.BOND_OUTPUT)
+    since = bonds.bond_datum(deployment, bond).unbonding_since.value
+    await travel_to(devnet, since + NOTICE_MS)
+    await run("bond_withdraw", bonds.withdraw(context(), deployment, bond, provider))
+    return measured
+
+
+async def measure(batch_limit: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        devnet = DevnetProcess(Path(tmp) / "data").start()
+        try:
+            deployer = await wallet(devnet, 10_000 * ADA)
+            tx, deployment = deploy(devnet.context(), deployer, 0, NOTICE_MS, SLASH_SHARE_BPS)
+            await confirm(devnet, tx)
+            measured = await actions(devnet, deployment)
+            provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
+            size, batch = await largest_batch(devnet, deployment, provider, market, batch_limit)
+        finally:
+            devnet.stop()
+    settle = measured["settle"]
+    return {
+        "script_bytes": {
+            "escrow": len(deployment.escrow_script),
+            "bond": len(deployment.bond_script),
+        },
+        "settle_memory": settle["memory"],
+        "settle_cpu": settle["cpu"],
+        "settle_fee_lovelace": settle["fee_lovelace"],
+        "max_batch_settle": size,
+        "batch_memory_per_escrow": batch["memory"] // size,
+        "batch": batch,
+        "actions": measured,
+        "limits": {"memory": MAX_MEMORY, "cpu": MAX_CPU, "tx_bytes": MAX_BYTES},
+    }
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [f"{'action':<20}{'memory':>12}{'cpu':>16}{'fee (lovelace)':>16}{'bytes':>8}"]
+    rows = {**results["actions"], f"settle x{results['max_batch_settle']}": results["batch"]}
+    for name, row in rows.items():
+        lines.append(
+            f"{name:<20}{row['memory']:>12,}{row['cpu']:>16,}{row['fee_lovelace']:>16,}"
+            f"{row['tx_bytes']:>8,}"
+        )
+    sizes = ", ".join(f"{k} {v:,} B" for k, v in results["script_bytes"].items())
+    lines += [
+        f"scripts: {sizes}",
+        f"largest batch settle: {results['max_batch_settle']} escrows, "
+        f"{results['batch_memory_per_escrow']:,} memory per escrow",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-limit", type=int, default=120, help="largest batch to try")
+    args = parser.parse_args()
+    logging.getLogger("PyCardano").setLevel(logging.CRITICAL)  # failed builds dump their state
+    results = asyncio.run(measure(args.batch_limit))
+    print(table(results))
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
