@@ -129,6 +129,7 @@ class Sampler:
         return self
 
     def stop(self) -> None:
+        """Stop sampling (again is fine)."""
         self._stop.set()
         self._thread.join()
 

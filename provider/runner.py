@@ -108,9 +108,8 @@ class Runner:
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
-        cgroup = JobCgroup(
-            self.runner_id, job_id, self.systemd
-        )  # validates the job id before anything exists
+        # the cgroup's name checks the job id before anything is made in its name
+        cgroup = JobCgroup(self.runner_id, job_id, self.systemd)
         workspace = self.jobs_dir / job_id
         if workspace.exists() or (self.results_dir / job_id).exists():
             raise ValueError(f"job {job_id} has already run here")
@@ -188,9 +187,10 @@ class Runner:
             stack.callback(sampler.stop)
             logs = _follow_logs(container, on_log) if on_log else None
             timed_out = _wait(container, deadline - time.monotonic())
+            sampler.stop()
+            gpu_usage = gpu.usage() if gpu is not None else []  # while NVML is still open
             if logs is not None:
                 logs.join(timeout=5)
-        gpu_usage = gpu.usage() if gpu is not None else []  # read after the session: kept values
         container.reload()
         state = container.attrs["State"]
         started_ns = docker_time_ns(state["StartedAt"])
@@ -267,7 +267,7 @@ class Runner:
         return self.client.containers.list(all=True, filters={"label": labels}, sparse=True)
 
     def leftovers(self) -> dict[str, list[str]]:
-        """Everything of any job still on this machine: containers, workspaces, cgroups."""
+        """What this runner's jobs still have here: containers, workspaces, cgroups."""
         return {
             "containers": sorted(_job_of(c) for c in self._containers()),
             "workspaces": sorted(p.name for p in self.jobs_dir.iterdir()),

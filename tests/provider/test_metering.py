@@ -137,3 +137,18 @@ def test_a_sampler_before_the_cgroup_exists_waits_without_failing():
     threading.Event().wait(0.1)
     sampler.stop()
     assert sampler.samples == [] and sampler.thread_cpu_ns > 0
+
+
+def test_long_jobs_keep_every_other_sample_when_the_log_is_full(tmp_path):
+    """On a stand-in cgroup v2 tree: the sample log stays bounded, its spacing doubles."""
+    job_dir = tmp_path / "unchained" / "r1_long"
+    job_dir.mkdir(parents=True)
+    for name, value in {"cpu.stat": "usage_usec 1\n", "memory.current": "1\n",
+                        "pids.current": "1\n"}.items():  # fmt: skip
+        (job_dir / name).write_text(value)
+    fs = parse_mountinfo(f"30 23 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n")
+    sampler = Sampler(JobCgroup("r1", "long", fs=fs), interval_ms=100, max_samples=4)
+    for _ in range(10):
+        sampler.tick()
+    assert sampler.interval_ms == 400 and len(sampler.samples) == 3  # ticks 0, 4, 8
+    assert sampler.stride == 4
