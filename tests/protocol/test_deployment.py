@@ -1,0 +1,37 @@
+"""A deployment: both scripts as reference UTxOs nobody can spend, and the escrow's stake
+credential registered once (deploying the same scripts again skips the registration)."""
+
+from __future__ import annotations
+
+from pycardano import script_hash
+
+from contracts.scripts import bond_script, escrow_script
+from offchain.chain.ogmios import request
+from offchain.protocol.deployment import NEVER_SPENDABLE, deploy
+from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS
+from tests.protocol.onchain import confirm, wallet
+
+
+async def test_scripts_are_published_where_nobody_can_spend_them(devnet, deployment):
+    assert deployment.escrow_script == escrow_script(0)
+    assert deployment.bond_script == bond_script(
+        0, deployment.escrow_hash.payload, NOTICE_MS, SLASH_SHARE_BPS
+    )
+    for ref in (deployment.escrow_ref, deployment.bond_ref):
+        assert ref.output.address.payment_part == script_hash(NEVER_SPENDABLE)
+        on_chain = devnet.context().utxo_by_tx_id(str(ref.input.transaction_id), ref.input.index)
+        assert on_chain is not None and on_chain.output.script == ref.output.script
+    summaries = await request(
+        devnet.url,
+        "queryLedgerState/rewardAccountSummaries",
+        {"scripts": [deployment.escrow_hash.payload.hex()]},
+    )
+    assert [s["rewards"] for s in summaries] == [{"ada": {"lovelace": 0}}]
+
+
+async def test_deploying_the_same_scripts_again_registers_nothing(devnet, deployment):
+    deployer = await wallet(devnet)
+    tx, again = deploy(devnet.context(), deployer, 0, NOTICE_MS, SLASH_SHARE_BPS)
+    assert not tx.transaction_body.certificates
+    assert again.escrow_hash == deployment.escrow_hash
+    await confirm(devnet, tx)
