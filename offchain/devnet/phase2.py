@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hashlib
 import multiprocessing
+import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -43,6 +44,12 @@ from uplc.machine import Machine
 from uplc.tools import apply, unflatten
 
 from offchain.devnet.errors import LedgerError
+
+# uplc decodes and walks programs recursively: real validators (OpShin's, a few KB) nest far
+# deeper than Python's default limit. Python 3.11 keeps such recursion off the C stack. This
+# module is imported by the node and preloaded by every evaluation worker, so both get it.
+DEEP_SCRIPT_RECURSION_LIMIT = 50_000
+sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_SCRIPT_RECURSION_LIMIT))
 
 SCRIPT_EXECUTION_FAILURE = 3010
 VALIDATION_FAILURE = 3012
