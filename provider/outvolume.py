@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 
+class OutputTooLarge(ValueError):
+    """/out holds more than its filesystem's size in file content (sparse files can)."""
+
+
 @dataclass(frozen=True)
 class Archive:
     path: Path
@@ -71,8 +75,20 @@ class OutVolume:
     def mount(self) -> None:
         _run("mount", "-o", "loop,nosuid,nodev", str(self.image), str(self.mountpoint))
 
-    def pack(self, destination: Path) -> Archive:
-        """Tar /out's content (sorted, owners and times normalised) and hash it in one pass."""
+    def pack(self, destination: Path, max_bytes: int) -> Archive:
+        """Tar /out's content (sorted, owners and times normalised) and hash it in one pass.
+
+        Sparse files can claim more than the filesystem holds; the archive is refused (and
+        removed) beyond `max_bytes` of file content, so no job can fill the host's disk with it.
+        """
+        try:
+            return self._pack(destination, max_bytes)
+        except OutputTooLarge:
+            destination.unlink()
+            raise
+
+    def _pack(self, destination: Path, max_bytes: int) -> Archive:
+        content_bytes = 0
         with open(destination, "wb") as sink:
             writer = _HashingWriter(sink)
             with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
@@ -84,6 +100,11 @@ class OutVolume:
                     info.uname = info.gname = ""
                     info.mtime = 0
                     if info.isreg():
+                        content_bytes += info.size
+                        if content_bytes > max_bytes:
+                            raise OutputTooLarge(
+                                f"/out holds more than {max_bytes} bytes of file content"
+                            )
                         with open(path, "rb") as content:
                             tar.addfile(info, content)
                     else:

@@ -38,7 +38,7 @@ from provider.metering import (
     docker_time_ns,
     wall_ms,
 )
-from provider.outvolume import Archive, OutVolume, is_mounted
+from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 
 Status = Literal["succeeded", "failed", "oom", "timeout", "error", "reaped"]
@@ -227,13 +227,18 @@ class Runner:
         volume = OutVolume(self.jobs_dir / job_id)
         if not is_mounted(volume.mountpoint):  # the machine restarted while the job ran
             volume.mount()
-        output = volume.pack(results / "out.tar")
+        output, problem = None, None
+        try:
+            output = volume.pack(results / "out.tar", spec.resources.disk_mib << 20)
+        except OutputTooLarge as exc:
+            problem = f"no output archive: {exc}"
         status = job_status(state["ExitCode"], state["OOMKilled"], timed_out)
         return self._save(
             RunResult(
                 job_id=job_id,
                 status=status,
                 exit_code=state["ExitCode"],
+                error=problem,
                 record=record,
                 output=output,
                 log_path=log_path,

@@ -42,7 +42,7 @@ def test_a_command_that_does_not_exist_fails_with_127(runner, busybox):
 
 
 def test_the_runner_failing_while_packing_still_cleans_up(runner, busybox, monkeypatch):
-    def broken_pack(self, destination):
+    def broken_pack(self, destination, max_bytes):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(OutVolume, "pack", broken_pack)

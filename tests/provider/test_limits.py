@@ -54,3 +54,14 @@ def test_out_is_capped_at_the_jobs_disk(runner, busybox):
     assert result.status == "failed"
     assert "No space left on device" in log_text(result)
     assert 0 < len(archive_files(result.output)["fill"]) <= 4 << 20
+
+
+def test_sparse_files_cannot_make_the_archive_outgrow_the_jobs_disk(runner, busybox):
+    spec = job(busybox, ["sh", "-c", "echo a > /out/a; truncate -s 10G /out/huge"], disk_mib=4)
+    result = runner.run("sparse", spec)
+    assert result.status == "succeeded" and result.record.billable_units == 1
+    assert result.output is None
+    assert (
+        result.error == f"no output archive: /out holds more than {4 << 20} bytes of file content"
+    )
+    assert not (runner.results_dir / "sparse" / "out.tar").exists()
