@@ -2,6 +2,7 @@
 
 Parameters: network_id, escrow_hash, notice_ms, slash_share_bps. A slash needs the escrow
 refunded in the same transaction and the provider's signed Acceptance of that escrow.
+Shaped for cost like escrow.py: small functions, `assert`s over values, lists read by index.
 """
 
 from opshin.prelude import *
@@ -9,31 +10,47 @@ from opshin.std.builtins import *
 
 from contracts.onchain import *
 
-ACCEPT_DOMAIN = b"UNCHAINED/accept/v1"
 
-
-def lovelace(out: TxOut) -> int:
-    return out.value[b""][b""]
-
-
-def inline_datum(out: TxOut) -> Anything:
-    datum = out.datum
-    assert isinstance(datum, SomeOutputDatum), "inline datum required"
-    return datum.datum
-
-
-def continuing(tx: TxInfoV3, index: int, own: TxOut, datum: OutputDatum) -> int:
+def continuing(tx: TxInfoV3, index: int, own: InlineTxOut, datum: SomeOutputDatum) -> int:
     """The lovelace of output `index`, which must sit at the bond's address with `datum`."""
-    out = tx.outputs[index]
+    out: InlineTxOut = index_access_list(un_list_data(tx.outputs), index)
     assert out.address == own.address, "continuing output address"
     assert out.datum == datum, "continuing output datum"
-    return lovelace(out)
+    return lovelace(out.value)
 
 
 def lower_bound(tx: TxInfoV3) -> int:
     lower = tx.validity_range.lower_bound.limit
     assert isinstance(lower, FinitePOSIXTime), "needs a finite lower bound"
     return lower.time
+
+
+def slash(
+    network_id: int,
+    escrow_hash: bytes,
+    share: int,
+    tx: TxInfoV3,
+    datum: BondDatum,
+    redeemer: Slash,
+):
+    """The refunded escrow's consumer is owed `share`, if the provider accepted that job."""
+    escrow: InputV3 = index_access_list(un_list_data(tx.inputs), redeemer.escrow_input)
+    ref = escrow.out_ref
+    address = escrow.resolved.address
+    assert address.payment_credential == ScriptCredential(escrow_hash), "not an escrow"
+    escrow_redeemer: EscrowRedeemer = tx.redeemers[Spending(ref)]
+    assert isinstance(escrow_redeemer, Refund), "the escrow must be refunded"
+    job: EscrowDatum = escrow.resolved.datum.datum
+    vkey = datum.provider_vkey
+    assert job.provider_vkey == vkey, "another provider's escrow"
+    acceptance = Acceptance(b"UNCHAINED/accept/v1", network_id, escrow_hash, ref, job.job_id)
+    assert verify_ed25519_signature(
+        vkey, serialise_data(acceptance), redeemer.acceptance_signature
+    ), "acceptance signature"
+    victim: InlineTxOut = index_access_list(un_list_data(tx.outputs), redeemer.consumer_output)
+    assert victim.address == job.consumer, "victim address"
+    assert lovelace(victim.value) >= share, "victim share"
+    assert victim.datum == SomeOutputDatum(Payout(3, ref)), "victim tag"
 
 
 def validator(
@@ -47,47 +64,30 @@ def validator(
     assert isinstance(purpose, SpendingScript), "purpose"
     tx = context.transaction
     own_ref = purpose.tx_out_ref
-    own = [i.resolved for i in tx.inputs if i.out_ref == own_ref][0]
-    own_credential = own.address.payment_credential
-    bonds = [i for i in tx.inputs if i.resolved.address.payment_credential == own_credential]
-    assert len(bonds) == 1, "one bond per transaction"
+    inputs: List[InputV3] = tx.inputs
+    own = [i.resolved for i in inputs if i.out_ref == own_ref][0]
+    bond = own.address.payment_credential
+    assert len([i for i in inputs if i.resolved.address.payment_credential == bond]) == 1, (
+        "one bond per transaction"
+    )
     datum: BondDatum = purpose.datum.datum
-    locked = lovelace(own)
-    provider_key_hash = blake2b_224(datum.provider_vkey)
+    locked = lovelace(own.value)
     redeemer: BondRedeemer = context.redeemer
     if isinstance(redeemer, TopUp):
-        kept = continuing(tx, redeemer.bond_output, own, own.datum)
-        assert kept > locked, "top up must add lovelace"
-    elif isinstance(redeemer, BeginUnbond):
-        assert provider_key_hash in tx.signatories, "provider must sign"
-        unbonding = BondDatum(datum.provider, datum.provider_vkey, BoxedInt(lower_bound(tx)))
-        kept = continuing(tx, redeemer.bond_output, own, SomeOutputDatum(unbonding))
-        assert kept >= locked, "unbonding keeps the bond"
-    elif isinstance(redeemer, Withdraw):
-        assert provider_key_hash in tx.signatories, "provider must sign"
-        since = datum.unbonding_since
-        assert isinstance(since, BoxedInt), "not unbonding"
-        assert lower_bound(tx) >= since.value + notice_ms, "notice not over"
+        assert continuing(tx, redeemer.bond_output, own, own.datum) > locked, "top up adds"
     elif isinstance(redeemer, Slash):
-        escrow = tx.inputs[redeemer.escrow_input]
-        escrow_ref = escrow.out_ref
-        assert escrow.resolved.address.payment_credential == ScriptCredential(escrow_hash), "escrow"
-        escrow_redeemer: EscrowRedeemer = tx.redeemers[Spending(escrow_ref)]
-        assert isinstance(escrow_redeemer, Refund), "the escrow must be refunded"
-        escrow_datum: EscrowDatum = inline_datum(escrow.resolved)
-        assert escrow_datum.provider_vkey == datum.provider_vkey, "another provider's escrow"
-        acceptance = Acceptance(
-            ACCEPT_DOMAIN, network_id, escrow_hash, escrow_ref, escrow_datum.job_id
-        )
-        assert verify_ed25519_signature(
-            datum.provider_vkey, serialise_data(acceptance), redeemer.acceptance_signature
-        ), "acceptance signature"
         share = locked * slash_share_bps // 10000
-        victim = tx.outputs[redeemer.consumer_output]
-        assert victim.address == escrow_datum.consumer, "victim address"
-        assert lovelace(victim) >= share, "victim share"
-        assert victim.datum == SomeOutputDatum(Payout(3, escrow_ref)), "victim tag"
+        slash(network_id, escrow_hash, share, tx, datum, redeemer)
         kept = continuing(tx, redeemer.bond_output, own, own.datum)
         assert kept >= locked - share, "slash takes at most the share"
     else:
-        assert False, "redeemer"
+        assert blake2b_224(datum.provider_vkey) in tx.signatories, "provider must sign"
+        if isinstance(redeemer, BeginUnbond):
+            unbonding = BondDatum(datum.provider, datum.provider_vkey, BoxedInt(lower_bound(tx)))
+            kept = continuing(tx, redeemer.bond_output, own, SomeOutputDatum(unbonding))
+            assert kept >= locked, "unbonding keeps the bond"
+        else:
+            assert isinstance(redeemer, Withdraw), "redeemer"
+            since = datum.unbonding_since
+            assert isinstance(since, BoxedInt), "not unbonding"
+            assert lower_bound(tx) >= since.value + notice_ms, "notice not over"

@@ -2,69 +2,62 @@
 
 Parameter: network_id. Spending with Settle only asks for the withdrawal of the script's own
 stake credential, whose run checks every escrow input of the transaction at once.
+
+Shaped for cost under OpShin 0.28: every `if` statement passes all live locals to a
+continuation, and every call passes the globals the callee uses, so functions are small,
+checks are single `assert`s over `and` chains, inputs and outputs are reached by index, and
+each list is walked once.
 """
+
+from typing import Tuple
 
 from opshin.prelude import *
 from opshin.std.builtins import *
 
 from contracts.onchain import *
 
-RECEIPT_DOMAIN = b"UNCHAINED/receipt/v1"
+
+@dataclass()
+class Cursor(PlutusData):
+    """The batch walk's state: items not yet paired, outputs from index `next_output` on."""
+
+    CONSTR_ID = 0
+    items: Anything
+    outputs: Anything
+    next_output: int
 
 
-def lovelace(out: TxOut) -> int:
-    return out.value[b""][b""]
+def paid(outputs: Anything, skip: int, to: Address, amount: int, tag: SomeOutputDatum) -> Anything:
+    """Check the output `skip` places on pays `amount` or more to `to`, tagged; the rest after."""
+    assert skip >= 0, "output indices must increase"
+    rest = drop_list(outputs, skip)
+    out: InlineTxOut = head_list(rest)
+    assert out.address == to, "payout address"
+    assert lovelace(out.value) >= amount, "payout amount"
+    assert out.datum == tag, "payout tag"
+    return tail_list(rest)
 
 
-def paid(out: TxOut, to: Address, amount: int, tag: OutputDatum) -> bool:
-    """The output pays at least `amount` to exactly `to`, tagged with `tag` (inline)."""
-    return out.address == to and lovelace(out) >= amount and out.datum == tag
-
-
-def inline_datum(out: TxOut) -> Anything:
-    datum = out.datum
-    assert isinstance(datum, SomeOutputDatum), "inline datum required"
-    return datum.datum
-
-
-def spend(tx: TxInfoV3, purpose: SpendingScript, redeemer: EscrowRedeemer) -> None:
-    own_ref = purpose.tx_out_ref
-    own = [i.resolved for i in tx.inputs if i.out_ref == own_ref][0]
-    if isinstance(redeemer, Settle):
-        withdrawn = tx.withdrawals.get(own.address.payment_credential, -1)
-        assert withdrawn >= 0, "settle needs the batch withdrawal"
-    else:
-        datum: EscrowDatum = purpose.datum.datum
-        owed = lovelace(own) - datum.fee_allowance
-        if isinstance(redeemer, Refund):
-            lower = tx.validity_range.lower_bound.limit
-            assert isinstance(lower, FinitePOSIXTime), "refund needs a lower bound"
-            assert lower.time > datum.deadline + datum.settle_window, "refund before close"
-            tag = SomeOutputDatum(Payout(1, own_ref))
-            assert paid(tx.outputs[redeemer.consumer_output], datum.consumer, owed, tag)
-        elif isinstance(redeemer, Cancel):
-            signers = tx.signatories
-            assert datum.consumer.payment_credential.credential_hash in signers, "consumer"
-            assert blake2b_224(datum.provider_vkey) in signers, "provider must sign"
-            tag = SomeOutputDatum(Payout(2, own_ref))
-            assert paid(tx.outputs[redeemer.consumer_output], datum.consumer, owed, tag)
-
-
-def settle(
-    network_id: int, escrow_hash: bytes, tx: TxInfoV3, escrow: TxInInfo, item: SettleItem
-) -> None:
+def settle_one(
+    network_id: int,
+    escrow_hash: bytes,
+    latest: int,
+    escrow: InputV3,
+    items: Anything,
+    outputs: Anything,
+    next_output: int,
+) -> Tuple[Anything, Anything, int]:
+    """Check one escrow against the next item (lists as list Data); the state after it."""
+    pending = un_list_data(items)
+    item: SettleItem = head_list(pending)
     out = escrow.resolved
-    datum: EscrowDatum = inline_datum(out)
+    datum: EscrowDatum = out.datum.datum
     units = item.units
-    assert units >= 0 and units <= datum.max_units, "units"
-    price = datum.price_per_unit
-    assert price >= 0, "price"
-    upper = tx.validity_range.upper_bound.limit
-    assert isinstance(upper, FinitePOSIXTime), "settle needs an upper bound"
-    assert upper.time <= datum.deadline + datum.settle_window, "settle after close"
     ref = escrow.out_ref
+    assert units >= 0 and units <= datum.max_units and datum.price_per_unit >= 0, "units"
+    assert latest <= datum.deadline + datum.settle_window, "settle after close"
     receipt = Receipt(
-        RECEIPT_DOMAIN,
+        b"UNCHAINED/receipt/v1",
         network_id,
         escrow_hash,
         ref,
@@ -75,32 +68,70 @@ def settle(
     assert verify_ed25519_signature(datum.provider_vkey, serialise_data(receipt), item.signature), (
         "receipt signature"
     )
-    due = price * units
     tag = SomeOutputDatum(Payout(0, ref))
-    assert paid(tx.outputs[item.provider_output], datum.provider, due, tag), "provider"
-    rest = lovelace(out) - due - datum.fee_allowance
-    if rest > 0:
-        assert paid(tx.outputs[item.consumer_output], datum.consumer, rest, tag), "consumer"
+    due = datum.price_per_unit * units
+    index = item.provider_output
+    after = paid(un_list_data(outputs), index - next_output, datum.provider, due, tag)
+    rest = lovelace(out.value) - due - datum.fee_allowance
+    consumer = item.consumer_output
+    return (
+        (
+            list_data(tail_list(pending)),
+            list_data(paid(after, consumer - index - 1, datum.consumer, rest, tag)),
+            consumer + 1,
+        )
+        if rest > 0
+        else (list_data(tail_list(pending)), list_data(after), index + 1)
+    )
 
 
-def batch(network_id: int, tx: TxInfoV3, purpose: RewardingScript, items: List[SettleItem]):
-    own = purpose.credential
-    escrow_hash = own.credential_hash
-    n = 0
-    for i in tx.inputs:
-        if i.resolved.address.payment_credential == own:
-            settle(network_id, escrow_hash, tx, i, items[n])
-            n += 1
-    assert n == len(items), "one item per escrow input"
+def settle_batch(network_id: int, tx: TxInfoV3, credential: Credential, redeemer: Anything):
+    """Pair the escrow inputs (ledger order) with the BatchSettle items, one to one."""
+    upper = tx.validity_range.upper_bound.limit
+    assert isinstance(upper, FinitePOSIXTime), "settle needs an upper bound"
+    latest = upper.time
+    escrow_hash = credential.credential_hash
+    items = head_list(fields(redeemer))
+    outputs = tx.outputs
+    next_output = 0
+    inputs: List[InputV3] = tx.inputs
+    for escrow in inputs:
+        if escrow.resolved.address.payment_credential == credential:
+            items, outputs, next_output = settle_one(
+                network_id, escrow_hash, latest, escrow, items, outputs, next_output
+            )
+    assert null_list(un_list_data(items)), "one item per escrow input"
+
+
+def pay_back(tx: TxInfoV3, purpose: SpendingScript, own: InputV3, redeemer: EscrowRedeemer):
+    """Refund (anyone, after close) or Cancel (both parties): the consumer gets it back."""
+    datum: EscrowDatum = purpose.datum.datum
+    if isinstance(redeemer, Refund):
+        lower = tx.validity_range.lower_bound.limit
+        assert isinstance(lower, FinitePOSIXTime), "refund needs a lower bound"
+        assert lower.time > datum.deadline + datum.settle_window, "refund before close"
+    else:
+        signers = tx.signatories
+        assert datum.consumer.payment_credential.credential_hash in signers, "consumer signs"
+        assert blake2b_224(datum.provider_vkey) in signers, "provider must sign"
+    out: InlineTxOut = index_access_list(un_list_data(tx.outputs), redeemer.consumer_output)
+    assert out.address == datum.consumer, "payout address"
+    assert lovelace(out.value) >= lovelace(own.resolved.value) - datum.fee_allowance, "amount"
+    assert out.datum == SomeOutputDatum(Payout(redeemer.CONSTR_ID, purpose.tx_out_ref)), "tag"
 
 
 def validator(network_id: int, context: ScriptContextV3) -> None:
     purpose = context.purpose
+    tx = context.transaction
     if isinstance(purpose, SpendingScript):
         redeemer: EscrowRedeemer = context.redeemer
-        spend(context.transaction, purpose, redeemer)
-    elif isinstance(purpose, RewardingScript):
-        batch_settle: BatchSettle = context.redeemer
-        batch(network_id, context.transaction, purpose, batch_settle.items)
+        own: InputV3 = index_access_list(un_list_data(tx.inputs), redeemer.own_input)
+        assert own.out_ref == purpose.tx_out_ref, "own_input is not the spent escrow"
+        if isinstance(redeemer, Settle):
+            credential = own.resolved.address.payment_credential
+            assert tx.withdrawals.get(credential, -1) >= 0, "settle needs the batch withdrawal"
+        else:
+            pay_back(tx, purpose, own, redeemer)
     else:
-        assert False, "purpose"
+        assert isinstance(purpose, RewardingScript), "purpose"
+        settle_batch(network_id, tx, purpose.credential, context.redeemer)

@@ -7,6 +7,7 @@ shared/notes/plutus-v3-context.md), not OpShin 0.28's api_v3, which types withdr
 the rewarding purpose with StakingCredential and has no ScriptInfo (spending datum).
 """
 
+from opshin.bridge import wraps_builtin
 from opshin.prelude import *
 
 # ---------------------------------------------------------------- protocol data (PROTOCOL.md)
@@ -38,17 +39,20 @@ class EscrowDatum(PlutusData):
 @dataclass()
 class Settle(PlutusData):
     CONSTR_ID = 0
+    own_input: int
 
 
 @dataclass()
 class Refund(PlutusData):
     CONSTR_ID = 1
+    own_input: int
     consumer_output: int
 
 
 @dataclass()
 class Cancel(PlutusData):
     CONSTR_ID = 2
+    own_input: int
     consumer_output: int
 
 
@@ -194,13 +198,35 @@ ScriptInfo = Union[
 
 
 @dataclass()
-class TxInfoV3(PlutusData):
-    """TxInfo as the ledger builds it; fields the validators never read stay untyped."""
+class InlineTxOut(PlutusData):
+    """A TxOut read as carrying an inline datum: `.datum.datum` fails on any other datum."""
 
     CONSTR_ID = 0
-    inputs: List[TxInInfo]
+    address: Address
+    value: Anything
+    datum: SomeOutputDatum
+    reference_script: Anything
+
+
+@dataclass()
+class InputV3(PlutusData):
+    CONSTR_ID = 0
+    out_ref: TxOutRef
+    resolved: InlineTxOut
+
+
+@dataclass()
+class TxInfoV3(PlutusData):
+    """TxInfo as the ledger builds it; fields the validators never read stay untyped.
+
+    `inputs` and `outputs` stay raw Data: OpShin copies a typed list on every read, so the
+    validators walk them with the builtin-list helpers below.
+    """
+
+    CONSTR_ID = 0
+    inputs: Anything
     reference_inputs: Anything
-    outputs: List[TxOut]
+    outputs: Anything
     fee: Anything
     mint: Anything
     certificates: Anything
@@ -222,3 +248,68 @@ class ScriptContextV3(PlutusData):
     transaction: TxInfoV3
     redeemer: Anything
     purpose: ScriptInfo
+
+
+# ------------------------------------------------------------------- builtin-list helpers
+# These take and return builtin lists typed as Anything, which OpShin passes through
+# untouched; `index_access_list` and `drop_list` resolve to pluthon's list patterns.
+
+
+@wraps_builtin
+def un_list_data(x: Anything) -> Anything:
+    """The builtin list inside list Data."""
+
+
+@wraps_builtin
+def list_data(xs: Anything) -> Anything:
+    """List Data holding a builtin list of Data (to keep one inside a record or tuple)."""
+
+
+@wraps_builtin
+def head_list(xs: Anything) -> Anything:
+    """The first element; fails on an empty list."""
+
+
+@wraps_builtin
+def tail_list(xs: Anything) -> Anything:
+    """All but the first element; fails on an empty list."""
+
+
+@wraps_builtin
+def null_list(xs: Anything) -> bool:
+    """Whether the list is empty."""
+
+
+@wraps_builtin
+def index_access_list(xs: Anything, i: int) -> Anything:
+    """Element i (from 0); fails past the end."""
+
+
+@wraps_builtin
+def drop_list(xs: Anything, n: int) -> Anything:
+    """The list without its first n elements (empty past the end, unchanged for n <= 0)."""
+
+
+@wraps_builtin
+def fields(x: Anything) -> Anything:
+    """The builtin list of a constructor's fields."""
+
+
+@wraps_builtin
+def un_map_data(x: Anything) -> Anything:
+    """The builtin list of pairs inside map Data."""
+
+
+@wraps_builtin
+def snd_pair(x: Anything) -> Anything:
+    """The second component of a builtin pair."""
+
+
+@wraps_builtin
+def un_i_data(x: Anything) -> int:
+    """The integer inside integer Data."""
+
+
+def lovelace(value: Anything) -> int:
+    """The lovelace of a ledger Value: its first entry, as the ledger always puts ADA first."""
+    return un_i_data(snd_pair(head_list(un_map_data(snd_pair(head_list(un_map_data(value)))))))

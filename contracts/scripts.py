@@ -18,7 +18,7 @@ from pathlib import Path
 import opshin
 import uplc.ast
 from opshin import builder
-from opshin.compiler_config import DEFAULT_CONFIG
+from opshin.compiler_config import DEFAULT_CONFIG, OPT_O3_CONFIG
 from opshin.util import OPSHIN_LOGGER
 from pycardano import PlutusV3Script, plutus_script_hash
 from uplc.tools import flatten, unflatten
@@ -32,9 +32,11 @@ SCRIPT_FILE = "script.cbor"
 HASH_FILE = "script.hash"
 BLUEPRINT_FILE = "plutus.json"
 
-# OpShin's -O2 defaults. -O3 miscompiles these validators in opshin 0.28.0 (a parameter
-# integer reaches iData still wrapped as Data), so it is not used.
-COMPILER_CONFIG = DEFAULT_CONFIG
+# `opshin build -O3`, keeping the failure traces (they name the check that failed; they cost
+# bytes, not execution units).
+COMPILER_CONFIG = DEFAULT_CONFIG.update(OPT_O3_CONFIG).update(
+    remove_trace=False, constant_folding_keep_traces=True
+)
 
 
 @dataclasses.dataclass(frozen=True)

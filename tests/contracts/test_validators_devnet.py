@@ -1,0 +1,503 @@
+"""Every validator path on the devnet, built by hand with pycardano's TransactionBuilder.
+
+Honest transactions pass (and their budgets are printed); a few twins fail to show a check is
+not vacuous. Passing Settle/BatchSettle and Refund/Cancel also proves the OpShin-type
+workarounds on the ledger's real context: withdrawals keyed by a bare Credential, the
+RewardingScript credential, and the spending datum read from ScriptInfo.
+The attack suite lives in tests/protocol/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from datetime import UTC, datetime
+
+import pytest
+from opshin.ledger.api_v3 import (
+    Address as PlutusAddress,
+)
+from opshin.ledger.api_v3 import (
+    BoxedInt,
+    NoStakingCredential,
+    NoValue,
+    PubKeyCredential,
+    SomeStakingCredential,
+    StakingHash,
+    TxOutRef,
+)
+from pycardano import (
+    Address,
+    Network,
+    PaymentSigningKey,
+    PlutusData,
+    Redeemer,
+    StakeCredential,
+    StakeRegistration,
+    Transaction,
+    TransactionBuilder,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    Withdrawals,
+    plutus_script_hash,
+)
+
+from contracts.onchain import (
+    Acceptance,
+    BatchSettle,
+    BeginUnbond,
+    BondDatum,
+    Cancel,
+    EscrowDatum,
+    Payout,
+    Receipt,
+    Refund,
+    Settle,
+    SettleItem,
+    Slash,
+    TopUp,
+    Withdraw,
+)
+from contracts.scripts import bond_script, escrow_script
+from offchain.chain.ogmios import OgmiosError, request
+from offchain.devnet.genesis import ADA, wallet_address
+from offchain.devnet.process import DevnetProcess
+from tests.devnet.payments import confirm, payment
+
+NETWORK_ID = 0
+NOTICE_MS = 3_000
+SLASH_SHARE_BPS = 2_500
+ESCROW = escrow_script(NETWORK_ID)
+ESCROW_HASH = plutus_script_hash(ESCROW)
+BOND = bond_script(NETWORK_ID, ESCROW_HASH.payload, NOTICE_MS, SLASH_SHARE_BPS)
+ESCROW_ADDRESS = Address(ESCROW_HASH, network=Network.TESTNET)
+BOND_ADDRESS = Address(plutus_script_hash(BOND), network=Network.TESTNET)
+ESCROW_REWARDS = Address(staking_part=ESCROW_HASH, network=Network.TESTNET)
+PRICE = 1_000
+MAX_UNITS = 5_000
+ALLOWANCE = 1 * ADA
+RESULT_HASH = bytes(range(32))
+EVIDENCE_HASH = bytes(range(32, 64))
+
+
+def plutus_address(address: Address) -> PlutusAddress:
+    """A key-hash address as the ledger shows it to scripts (payment + optional stake key)."""
+    stake = (
+        SomeStakingCredential(StakingHash(PubKeyCredential(address.staking_part.payload)))
+        if address.staking_part
+        else NoStakingCredential()
+    )
+    return PlutusAddress(PubKeyCredential(address.payment_part.payload), stake)
+
+
+def out_ref(utxo: UTxO) -> TxOutRef:
+    return TxOutRef(utxo.input.transaction_id.payload, utxo.input.index)
+
+
+def ledger_order(utxos: list[UTxO]) -> list[UTxO]:
+    return sorted(utxos, key=lambda u: (u.input.transaction_id.payload, u.input.index))
+
+
+@dataclasses.dataclass
+class Party:
+    key: PaymentSigningKey
+
+    @property
+    def address(self) -> Address:
+        return wallet_address(self.key)
+
+    @property
+    def vkey(self) -> bytes:
+        return self.key.to_verification_key().payload
+
+    @property
+    def key_hash(self):
+        return self.key.to_verification_key().hash()
+
+
+@dataclasses.dataclass
+class World:
+    devnet: DevnetProcess
+    payer: Party  # pays fees and funds escrows and bonds
+    consumer: Party
+    provider: Party
+    escrow_ref: UTxO  # reference-script UTxOs
+    bond_ref: UTxO
+    start_ms: int  # the chain's system start
+    slot_ms: int
+
+    def slot(self, posix_ms: int) -> int:
+        """The first slot whose time is >= posix_ms."""
+        return -(-(posix_ms - self.start_ms) // self.slot_ms)
+
+    def time(self, slot: int) -> int:
+        return self.start_ms + slot * self.slot_ms
+
+    def now_slot(self) -> int:
+        return self.devnet.context().last_block_slot
+
+    def builder(self) -> TransactionBuilder:
+        """A builder with one explicit fee input, so the input order is known up front."""
+        builder = TransactionBuilder(self.devnet.context())
+        utxos = self.devnet.context().utxos(self.payer.address)
+        builder.add_input(max(utxos, key=lambda u: u.output.amount.coin))
+        return builder
+
+
+async def new_party(devnet: DevnetProcess, lovelace: int = 0) -> Party:
+    party = Party(PaymentSigningKey.generate())
+    if lovelace:
+        await confirm(devnet, payment(devnet, "alice", party.address, lovelace))
+    return party
+
+
+async def publish(world_payer: Party, devnet: DevnetProcess, outputs) -> Transaction:
+    builder = TransactionBuilder(devnet.context())
+    builder.add_input_address(world_payer.address)
+    for output in outputs:
+        builder.add_output(output)
+    tx = builder.build_and_sign([world_payer.key], change_address=world_payer.address)
+    await confirm(devnet, tx)
+    return tx
+
+
+@pytest.fixture(scope="module")
+async def world(devnet: DevnetProcess) -> World:
+    payer = await new_party(devnet, 5_000 * ADA)
+    # Reference scripts keep the transactions small; the escrow's stake credential is
+    # registered with a legacy certificate (no witness), once.
+    holder = wallet_address(PaymentSigningKey.generate())
+    tx = await publish(
+        payer,
+        devnet,
+        [
+            TransactionOutput(holder, 40 * ADA, script=ESCROW),
+            TransactionOutput(holder, 40 * ADA, script=BOND),
+        ],
+    )
+    builder = TransactionBuilder(devnet.context())
+    builder.add_input_address(payer.address)
+    builder.certificates = [StakeRegistration(StakeCredential(ESCROW_HASH))]
+    await confirm(devnet, builder.build_and_sign([payer.key], change_address=payer.address))
+    start = await request(devnet.url, "queryNetwork/startTime")
+    start_ms = int(datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+    outputs = tx.transaction_body.outputs
+    return World(
+        devnet=devnet,
+        payer=payer,
+        consumer=await new_party(devnet),
+        provider=await new_party(devnet),
+        escrow_ref=UTxO(TransactionInput(tx.id, 0), outputs[0]),
+        bond_ref=UTxO(TransactionInput(tx.id, 1), outputs[1]),
+        start_ms=start_ms * 1000,
+        slot_ms=devnet.slot_length_ms,
+    )
+
+
+async def evaluate(world: World, tx: Transaction) -> dict[str, dict[str, int]]:
+    """The devnet's evaluateTransaction budgets, by "purpose:index"."""
+    result = await request(
+        world.devnet.url, "evaluateTransaction", {"transaction": {"cbor": tx.to_cbor().hex()}}
+    )
+    return {f"{r['validator']['purpose']}:{r['validator']['index']}": r["budget"] for r in result}
+
+
+def report(name: str, budgets: dict[str, dict[str, int]], tx: Transaction) -> None:
+    memory = sum(b["memory"] for b in budgets.values())
+    cpu = sum(b["cpu"] for b in budgets.values())
+    print(f"\n{name}: {budgets} total memory {memory} cpu {cpu}; tx {len(tx.to_cbor())} bytes")
+
+
+def escrow_datum(world: World, deadline_ms: int, window_ms: int) -> EscrowDatum:
+    return EscrowDatum(
+        consumer=plutus_address(world.consumer.address),
+        provider=plutus_address(world.provider.address),
+        provider_vkey=world.provider.vkey,
+        price_per_unit=PRICE,
+        max_units=MAX_UNITS,
+        deadline=deadline_ms,
+        settle_window=window_ms,
+        job_id=bytes(32),
+        fee_allowance=ALLOWANCE,
+    )
+
+
+async def lock_escrows(world: World, datum: EscrowDatum, lovelace: int, count: int) -> list[UTxO]:
+    outputs = [TransactionOutput(ESCROW_ADDRESS, lovelace, datum=datum) for _ in range(count)]
+    tx = await publish(world.payer, world.devnet, outputs)
+    body = tx.transaction_body.outputs
+    return [UTxO(TransactionInput(tx.id, i), body[i]) for i in range(count)]
+
+
+def receipt_signature(world: World, escrow: UTxO, units: int) -> bytes:
+    receipt = Receipt(
+        b"UNCHAINED/receipt/v1",
+        NETWORK_ID,
+        ESCROW_HASH.payload,
+        out_ref(escrow),
+        units,
+        RESULT_HASH,
+        EVIDENCE_HASH,
+    )
+    return world.provider.key.sign(receipt.to_cbor())
+
+
+def input_index(builder: TransactionBuilder, utxo: UTxO, *more: UTxO) -> int:
+    """Where `utxo` will sit among the builder's inputs plus `more`, in ledger order."""
+    inputs = {u.input: u for u in [*builder.inputs, utxo, *more]}
+    return ledger_order(list(inputs.values())).index(utxo)
+
+
+def settle_tx(world: World, escrows: list[UTxO], units: int, close_ms: int) -> Transaction:
+    """Settle escrows in one transaction: provider and consumer payouts, one item each."""
+    builder = world.builder()
+    items = []
+    escrows = ledger_order(escrows)
+    for escrow in escrows:
+        own_input = input_index(builder, escrow, *escrows)
+        builder.add_script_input(
+            escrow, script=world.escrow_ref, redeemer=Redeemer(Settle(own_input))
+        )
+        tag = Payout(0, out_ref(escrow))
+        due = PRICE * units
+        rest = escrow.output.amount.coin - due - ALLOWANCE
+        provider_output = len(builder.outputs)
+        builder.add_output(TransactionOutput(world.provider.address, due, datum=tag))
+        builder.add_output(TransactionOutput(world.consumer.address, rest, datum=tag))
+        items.append(
+            SettleItem(
+                units,
+                RESULT_HASH,
+                EVIDENCE_HASH,
+                receipt_signature(world, escrow, units),
+                provider_output,
+                provider_output + 1,
+            )
+        )
+    builder.withdrawals = Withdrawals({bytes(ESCROW_REWARDS): 0})
+    builder.add_withdrawal_script(world.escrow_ref, redeemer=Redeemer(BatchSettle(items)))
+    builder.ttl = world.slot(close_ms) - 1  # the exclusive upper bound stays <= close
+    return builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+
+
+def far_close(world: World) -> tuple[int, int]:
+    now = world.time(world.now_slot())
+    return now + 600_000, 60_000
+
+
+async def test_settle_one_escrow(world: World):
+    deadline, window = far_close(world)
+    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
+    tx = settle_tx(world, [escrow], 3_000, deadline + window)
+    budgets = await evaluate(world, tx)
+    report("settle x1 (spend + withdraw)", budgets, tx)
+    await confirm(world.devnet, tx)
+    paid = world.devnet.context().utxos(world.provider.address)
+    assert any(u.output.amount.coin == PRICE * 3_000 for u in paid)
+
+
+async def test_batch_settle(world: World):
+    deadline, window = far_close(world)
+    escrows = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 5)
+    tx = settle_tx(world, escrows, 2_000, deadline + window)
+    budgets = await evaluate(world, tx)
+    report("settle x5", budgets, tx)
+    await confirm(world.devnet, tx)
+    assert not world.devnet.context().utxos(ESCROW_ADDRESS) or all(
+        u.input not in [e.input for e in escrows]
+        for u in world.devnet.context().utxos(ESCROW_ADDRESS)
+    )
+
+
+async def test_settle_spend_without_the_batch_withdrawal_fails(world: World):
+    deadline, window = far_close(world)
+    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
+    builder = world.builder()
+    settle = Settle(input_index(builder, escrow))
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(settle))
+    builder.add_output(TransactionOutput(world.provider.address, 19 * ADA))
+    with pytest.raises(Exception, match="settle needs the batch withdrawal"):
+        builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+
+
+async def wait_until(world: World, posix_ms: int) -> None:
+    """Wait for a block past `posix_ms` (the devnet clock is real time)."""
+    while world.time(world.now_slot()) <= posix_ms:
+        await asyncio.sleep(0.2)
+
+
+async def short_escrow(world: World, lovelace: int = 20 * ADA) -> tuple[UTxO, int]:
+    """An escrow that closes in about two seconds; returns it and its close time."""
+    now = int(time.time() * 1000)
+    datum = escrow_datum(world, now + 1_000, 1_000)
+    [escrow] = await lock_escrows(world, datum, lovelace, 1)
+    return escrow, now + 2_000
+
+
+def refund_builder(world: World, escrow: UTxO, close_ms: int) -> TransactionBuilder:
+    builder = world.builder()
+    refund = Refund(input_index(builder, escrow), 0)
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(refund))
+    owed = escrow.output.amount.coin - ALLOWANCE
+    builder.add_output(
+        TransactionOutput(world.consumer.address, owed, datum=Payout(1, out_ref(escrow)))
+    )
+    builder.validity_start = world.slot(close_ms) + 1
+    return builder
+
+
+async def test_refund_after_close(world: World):
+    escrow, close = await short_escrow(world)
+    builder = refund_builder(world, escrow, close)
+    await wait_until(world, close + world.slot_ms)
+    tx = builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+    report("refund", await evaluate(world, tx), tx)
+    await confirm(world.devnet, tx)
+
+
+async def test_refund_before_close_fails(world: World):
+    deadline, window = far_close(world)
+    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
+    builder = refund_builder(world, escrow, world.time(world.now_slot()))
+    with pytest.raises(Exception, match="refund before close"):
+        builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+
+
+async def test_cancel_signed_by_both(world: World):
+    deadline, window = far_close(world)
+    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
+    builder = world.builder()
+    cancel = Cancel(input_index(builder, escrow), 0)
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(cancel))
+    owed = escrow.output.amount.coin - ALLOWANCE
+    builder.add_output(
+        TransactionOutput(world.consumer.address, owed, datum=Payout(2, out_ref(escrow)))
+    )
+    builder.required_signers = [world.consumer.key_hash, world.provider.key_hash]
+    signers = [world.payer.key, world.consumer.key, world.provider.key]
+    tx = builder.build_and_sign(signers, change_address=world.payer.address)
+    report("cancel", await evaluate(world, tx), tx)
+    await confirm(world.devnet, tx)
+
+    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
+    builder = world.builder()
+    cancel = Cancel(input_index(builder, escrow), 0)
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(cancel))
+    builder.add_output(
+        TransactionOutput(world.consumer.address, owed, datum=Payout(2, out_ref(escrow)))
+    )
+    builder.required_signers = [world.consumer.key_hash]
+    with pytest.raises(Exception, match="provider must sign"):
+        builder.build_and_sign([world.payer.key, world.consumer.key], world.payer.address)
+
+
+# ------------------------------------------------------------------------------------- bond
+
+
+def bond_datum(world: World, unbonding_since: int | None = None) -> BondDatum:
+    since = NoValue() if unbonding_since is None else BoxedInt(unbonding_since)
+    return BondDatum(plutus_address(world.provider.address), world.provider.vkey, since)
+
+
+async def post_bond(world: World, lovelace: int = 100 * ADA) -> UTxO:
+    tx = await publish(
+        world.payer,
+        world.devnet,
+        [TransactionOutput(BOND_ADDRESS, lovelace, datum=bond_datum(world))],
+    )
+    return UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
+
+
+def bond_spend(world: World, bond: UTxO, redeemer: PlutusData) -> TransactionBuilder:
+    builder = world.builder()
+    builder.add_script_input(bond, script=world.bond_ref, redeemer=Redeemer(redeemer))
+    return builder
+
+
+def sign(world: World, builder: TransactionBuilder, *parties: Party) -> Transaction:
+    keys = [world.payer.key, *(p.key for p in parties)]
+    return builder.build_and_sign(keys, change_address=world.payer.address)
+
+
+async def test_bond_top_up_unbond_and_withdraw(world: World):
+    bond = await post_bond(world)
+    builder = bond_spend(world, bond, TopUp(0))
+    builder.add_output(TransactionOutput(BOND_ADDRESS, 110 * ADA, datum=bond_datum(world)))
+    tx = sign(world, builder)
+    report("bond top-up", await evaluate(world, tx), tx)
+    await confirm(world.devnet, tx)
+    bond = UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
+
+    start = world.now_slot()
+    since = world.time(start)
+    builder = bond_spend(world, bond, BeginUnbond(0))
+    builder.add_output(TransactionOutput(BOND_ADDRESS, 110 * ADA, datum=bond_datum(world, since)))
+    builder.validity_start = start
+    builder.required_signers = [world.provider.key_hash]
+    tx = sign(world, builder, world.provider)
+    report("bond begin-unbond", await evaluate(world, tx), tx)
+    await confirm(world.devnet, tx)
+    bond = UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
+
+    def withdraw(at_slot: int) -> Transaction:
+        builder = bond_spend(world, bond, Withdraw())
+        builder.add_output(TransactionOutput(world.provider.address, 109 * ADA))
+        builder.validity_start = at_slot
+        builder.required_signers = [world.provider.key_hash]
+        return sign(world, builder, world.provider)
+
+    with pytest.raises(Exception, match="notice not over"):
+        withdraw(world.slot(since + NOTICE_MS) - 1)
+    await wait_until(world, since + NOTICE_MS)
+    tx = withdraw(world.slot(since + NOTICE_MS))
+    report("bond withdraw", await evaluate(world, tx), tx)
+    await confirm(world.devnet, tx)
+
+
+async def test_slash_with_the_refund(world: World):
+    """A refunded escrow the provider accepted pays the consumer a share of the bond."""
+    bond = await post_bond(world)
+    escrow, close = await short_escrow(world)
+    acceptance = Acceptance(
+        b"UNCHAINED/accept/v1", NETWORK_ID, ESCROW_HASH.payload, out_ref(escrow), bytes(32)
+    )
+    signature = world.provider.key.sign(acceptance.to_cbor())
+    share = bond.output.amount.coin * SLASH_SHARE_BPS // 10_000
+    builder = world.builder()
+    escrow_index = input_index(builder, escrow, bond)
+    refund = Refund(escrow_index, 0)
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(refund))
+    builder.add_script_input(
+        bond, script=world.bond_ref, redeemer=Redeemer(Slash(escrow_index, signature, 1, 2))
+    )
+    owed = escrow.output.amount.coin - ALLOWANCE
+    builder.add_output(
+        TransactionOutput(world.consumer.address, owed, datum=Payout(1, out_ref(escrow)))
+    )
+    builder.add_output(
+        TransactionOutput(world.consumer.address, share, datum=Payout(3, out_ref(escrow)))
+    )
+    builder.add_output(
+        TransactionOutput(BOND_ADDRESS, bond.output.amount.coin - share, datum=bond_datum(world))
+    )
+    builder.validity_start = world.slot(close) + 1
+    await wait_until(world, close + world.slot_ms)
+    tx = builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+    report("slash + refund", await evaluate(world, tx), tx)
+    await confirm(world.devnet, tx)
+
+
+async def test_other_purposes_fail(world: World):
+    """The bond as a withdraw script (its credential registered first) fails."""
+    bond_hash = plutus_script_hash(BOND)
+    builder = world.builder()
+    builder.certificates = [StakeRegistration(StakeCredential(bond_hash))]
+    await confirm(world.devnet, builder.build_and_sign([world.payer.key], world.payer.address))
+    builder = world.builder()
+    rewards = Address(staking_part=bond_hash, network=Network.TESTNET)
+    builder.withdrawals = Withdrawals({bytes(rewards): 0})
+    builder.add_withdrawal_script(world.bond_ref, redeemer=Redeemer(Withdraw()))
+    with pytest.raises((OgmiosError, Exception), match="purpose"):
+        builder.build_and_sign([world.payer.key], change_address=world.payer.address)
