@@ -92,6 +92,7 @@ def exec_job(
     result = runner.run(job, spec, gpus, on_log=lambda text: typer.echo(text, err=True, nl=False))
     if result.record is None:
         raise fail(f"job {job}: {result.status}: {result.error}", code=1)
+    # Receipts join here: sign (units, output sha256, record digest) for the escrow's out-ref.
     typer.echo(result.record.model_dump_json(indent=2))
     price = settings.offer.price_per_unit(spec)
     summary = [

@@ -90,8 +90,10 @@ class JobSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     inputs: list[InputFile] = Field(default_factory=list)
     resources: Resources = Field(default_factory=Resources)
-    max_duration_s: int = Field(ge=1, le=MAX_DURATION_S)
-    max_price_lovelace: int = Field(ge=0, le=MAX_SUPPLY_LOVELACE)
+    max_duration_s: int = Field(ge=1, le=MAX_DURATION_S, description="Killed after this.")
+    max_price_lovelace: int = Field(
+        ge=0, le=MAX_SUPPLY_LOVELACE, description="The most the whole job may cost."
+    )
     network: bool = Field(False, description="Whether the job may reach the network.")
 
     @field_validator("image")

@@ -81,3 +81,18 @@ def test_a_job_id_runs_once(runner, busybox):
 def test_the_gpus_given_must_match_the_spec(runner, busybox):
     with pytest.raises(ValueError, match="asks for 1 GPUs, 0 given"):
         runner.run("gpu_count", job(busybox, ["true"], gpus=1))
+
+
+def test_volumes_an_image_declares_go_with_the_container(runner, client, busybox):
+    holder = client.containers.create(busybox, ["true"])
+    image = holder.commit("unchained/test-volume", "1", changes=["VOLUME /data"])
+    holder.remove()
+    before = {volume.id for volume in client.volumes.list()}
+    try:
+        result = runner.run(
+            "declares_volume", job("unchained/test-volume:1", ["ls", "-d", "/data"])
+        )
+        assert result.status == "succeeded"
+        assert {volume.id for volume in client.volumes.list()} == before
+    finally:
+        client.images.remove(image.id, force=True)
