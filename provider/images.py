@@ -108,13 +108,15 @@ def python_image(client: docker.DockerClient) -> str:
         with tempfile.TemporaryDirectory(prefix="unchained-rootfs-") as scratch:
             root = Path(scratch) / "root"
             try:
-                subprocess.run(
+                done = subprocess.run(
                     ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
                      DEBIAN_SUITE, str(root)],
-                    check=True, capture_output=True,
+                    capture_output=True, text=True,
                 )  # fmt: skip
             finally:
                 _unmount_below(root)  # a failed debootstrap can leave /proc mounted inside
+            if done.returncode:
+                raise RuntimeError(f"debootstrap failed:\n{(done.stdout + done.stderr)[-2000:]}")
             for trimmed in TRIMMED:
                 shutil.rmtree(root / trimmed, ignore_errors=True)
             archive = Path(scratch) / "root.tar"
@@ -136,9 +138,9 @@ def workloads_image(client: docker.DockerClient) -> str:
     def build() -> None:
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            parts = Path(WORKLOADS_IN_IMAGE.strip("/")).parts
-            for depth in range(1, len(parts) + 1):
-                info = tarfile.TarInfo("/".join(parts[:depth]))
+            folders = Path(WORKLOADS_IN_IMAGE.strip("/")).parts
+            for depth in range(1, len(folders) + 1):
+                info = tarfile.TarInfo("/".join(folders[:depth]))
                 info.type, info.mode = tarfile.DIRTYPE, 0o755
                 tar.addfile(info)
             for script in scripts:
