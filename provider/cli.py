@@ -6,53 +6,56 @@ config (`--config`, written by `init`), then defaults.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import secrets
 from pathlib import Path
 from typing import Annotated
 
 import docker
 import typer
+from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
-from offchain.protocol.jobspec import JobSpecError, describe, load_jobspec
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
+from offchain.protocol.txbuild import Wallet, out_ref
+from offchain.protocol.types import EscrowDatum
+from provider.bond_cli import app as bond_app
 from provider.config import (
     ConfigError,
     Offer,
     Prices,
     ProviderConfig,
-    RunnerSettings,
     default_offer,
     load_config,
     to_toml,
 )
 from provider.inventory import HostInventory, host_inventory
-from provider.runner import Runner
+from provider.keys import KeyFileError, ensure_key, key_path, load_key
+from provider.onchain import parse_out_ref, utxo_at
+from provider.options import (
+    DEFAULT_CONFIG,
+    DEFAULT_DEPLOYMENT,
+    ConfigOption,
+    DeploymentOption,
+    OgmiosOption,
+    StateDirOption,
+    fail,
+    open_deployment,
+    reported,
+    runner_settings,
+)
+from provider.receipts import own_escrow, receipt_fields, receipt_for, receipt_json
+from provider.runner import Runner, RunResult
 from provider.selftest import GPU_BENCH_IMAGE, SelfTest
 
 app = typer.Typer(
-    help="The provider node: its offer, self-test and job runner.", no_args_is_help=True
+    help="The provider node: its key, offer, self-test, job runner and bond.",
+    no_args_is_help=True,
 )
-
-DEFAULT_CONFIG = Path("data/provider/provider.toml")
-ConfigOption = Annotated[
-    Path,
-    typer.Option(
-        "--config", envvar="UNCHAINED_PROVIDER_CONFIG", help="The provider's TOML config."
-    ),
-]
-StateDirOption = Annotated[
-    Path | None,
-    typer.Option(envvar="UNCHAINED_PROVIDER_STATE_DIR", help="Where jobs and results live."),
-]
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(message, err=True)
-    return typer.Exit(code)
-
-
-def runner_settings(state_dir: Path | None) -> RunnerSettings:
-    return RunnerSettings(state_dir=state_dir) if state_dir else RunnerSettings()
+app.add_typer(bond_app, name="bond")
 
 
 def provider_config(path: Path, state_dir: Path | None) -> tuple[ProviderConfig, HostInventory]:
@@ -70,14 +73,73 @@ def provider_config(path: Path, state_dir: Path | None) -> tuple[ProviderConfig,
     return ProviderConfig(offer=default_offer(inventory), runner=settings), inventory
 
 
+@dataclasses.dataclass(frozen=True)
+class EscrowSigner:
+    """What signing a receipt for one escrow takes, gathered and checked before the job runs."""
+
+    deployment: Deployment
+    escrow: UTxO
+    datum: EscrowDatum
+    key: PaymentSigningKey
+
+
+def escrow_signer(
+    ref: str, url: str, deployment_path: Path, state_dir: Path, spec: JobSpec
+) -> EscrowSigner:
+    """The escrow at `ref` as the chain has it: this deployment's, naming this provider's key,
+    paying for the job's whole max duration (a market job is refused otherwise)."""
+    try:
+        wanted = parse_out_ref(ref)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    context, deployment = open_deployment(url, deployment_path)
+    with reported():
+        key = load_key(state_dir)
+        escrow = utxo_at(context, wanted)
+        if escrow is None:
+            raise fail(f"no unspent output {ref} on the chain at {url}", code=1)
+        datum = own_escrow(deployment, escrow, key)
+    if datum.max_units < spec.max_duration_s:
+        raise fail(
+            f"escrow {ref} pays at most {datum.max_units} units; the job may bill up to "
+            f"{spec.max_duration_s} (its max_duration_s)"
+        )
+    return EscrowSigner(deployment, escrow, datum, key)
+
+
+def receipt_lines(result: RunResult, signer: EscrowSigner | None) -> list[str]:
+    """The run's receipt as people and scripts read it: signed for the escrow, or unsigned."""
+    if signer is None:
+        fields = receipt_fields(result).as_json()
+        return [
+            "receipt (unsigned: a receipt is signed for one escrow; pass --escrow TXID#IX):",
+            json.dumps(fields, indent=2),
+        ]
+    with reported():
+        receipt = receipt_for(result, signer.escrow, signer.deployment, signer.key)
+    due = receipt.units * signer.datum.price_per_unit
+    return [
+        f"receipt for escrow {out_ref(signer.escrow)}, signed with this provider's key "
+        f"(settling it pays {receipt.units} x {signer.datum.price_per_unit} = {due} lovelace):",
+        json.dumps(receipt_json(receipt, signer.deployment), indent=2),
+    ]
+
+
 @app.command("exec")
 def exec_job(
     spec_file: Annotated[Path, typer.Argument(help="A job spec (YAML).")],
     config: ConfigOption = DEFAULT_CONFIG,
     state_dir: StateDirOption = None,
     job_id: Annotated[str | None, typer.Option(help="Defaults to a fresh random id.")] = None,
+    escrow: Annotated[
+        str | None,
+        typer.Option(help="Sign the receipt for the escrow at TXID#IX (read from the chain)."),
+    ] = None,
+    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
+    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
 ) -> None:
-    """Run one job spec here exactly as a market job runs; print its metering record (JSON)."""
+    """Run one job spec here exactly as a market job runs; print its metering record (JSON,
+    on stdout) and its receipt (on stderr, with the job's log and the bill)."""
     try:
         spec = load_jobspec(spec_file)
     except JobSpecError as exc:
@@ -86,13 +148,15 @@ def exec_job(
     refusal = settings.offer.refusal(spec, inventory)
     if refusal:
         raise fail(f"this provider's offer cannot take the job: {refusal}")
+    signer = None
+    if escrow is not None:
+        signer = escrow_signer(escrow, ogmios_url, deployment, settings.runner.state_dir, spec)
     gpus = settings.offer.fitting_gpus(spec, inventory)[: spec.resources.gpus]
     runner = Runner(docker.from_env(), settings.runner)
     job = job_id or f"exec_{secrets.token_hex(6)}"
     result = runner.run(job, spec, gpus, on_log=lambda text: typer.echo(text, err=True, nl=False))
     if result.record is None:
         raise fail(f"job {job}: {result.status}: {result.error}", code=1)
-    # Receipts join here: sign (units, output sha256, record digest) for the escrow's out-ref.
     typer.echo(result.record.model_dump_json(indent=2))
     price = settings.offer.price_per_unit(spec)
     summary = [
@@ -103,6 +167,7 @@ def exec_job(
     ]
     if result.output is not None:
         summary.append(f"output {result.output.path} sha256 {result.output.sha256}")
+    summary.extend(receipt_lines(result, signer))
     typer.echo("\n".join(summary), err=True)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
 
@@ -143,7 +208,8 @@ def init(
         int | None, typer.Option(help="Lovelace per disk GiB-second.")
     ] = None,
 ) -> None:
-    """Write a provider config offering this machine (all of it unless flags say less)."""
+    """Write a provider config offering this machine (all of it unless flags say less) and
+    make the provider's signing key (an existing key is kept, even with --force)."""
     if config.exists() and not force:
         raise fail(f"{config} exists; use --force to overwrite it")
     settings = runner_settings(state_dir)
@@ -172,9 +238,15 @@ def init(
         )
     except ValidationError as exc:
         raise fail(describe(exc)) from exc
+    try:
+        key, made = ensure_key(settings.state_dir)
+    except KeyFileError as exc:
+        raise fail(str(exc)) from exc
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(to_toml(ProviderConfig(offer=offer, runner=settings)))
-    # The provider's signing keys join here when receipts are signed (they need the contracts).
     typer.echo(f"wrote {config}")
     typer.echo(f"gpus: {', '.join(chosen) if chosen else inventory.gpu.note or 'none offered'}")
     typer.echo(f"cores {offer.cpu_cores}, memory {offer.memory_mib} MiB, disk {offer.disk_mib} MiB")
+    typer.echo(f"{'made' if made else 'kept'} the provider key {key_path(settings.state_dir)}")
+    typer.echo(f"provider address (testnet): {Wallet.of(key).address}")
+    typer.echo(f"provider vkey: {key.to_verification_key().payload.hex()}")

@@ -1,0 +1,107 @@
+"""A protocol deployment as a JSON file: what the deploy step writes and every later command
+reads, so the provider, consumer and market all build against the same reference scripts.
+
+The file names the reference UTxOs and the parameters; the scripts themselves are read back
+from the chain, so a file from another chain (a fresh devnet) is refused, as is one whose
+scripts are not the validators this version of Unchained builds transactions for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pycardano import plutus_script_hash
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from contracts.scripts import bond_script, escrow_script
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.jobspec import describe
+from offchain.protocol.txbuild import out_ref
+from provider.onchain import parse_out_ref, utxo_at
+
+
+class DeploymentFileError(ValueError):
+    """The deployment file cannot be used; the message says why and what to do."""
+
+
+class DeploymentFile(BaseModel):
+    """The file's fields; the script hashes are there for people and are checked on load."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    network_id: int
+    notice_ms: int
+    slash_share_bps: int
+    escrow_ref: str  # TXID#IX of the UTxO holding the escrow script
+    bond_ref: str
+    escrow_hash: str
+    bond_hash: str
+
+
+def save(deployment: Deployment, path: Path) -> None:
+    record = DeploymentFile(
+        network_id=deployment.network_id,
+        notice_ms=deployment.notice_ms,
+        slash_share_bps=deployment.slash_share_bps,
+        escrow_ref=out_ref(deployment.escrow_ref),
+        bond_ref=out_ref(deployment.bond_ref),
+        escrow_hash=deployment.escrow_hash.payload.hex(),
+        bond_hash=deployment.bond_hash.payload.hex(),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record.model_dump_json(indent=2) + "\n")
+
+
+def load(path: Path, context: OgmiosV6ChainContext) -> Deployment:
+    """The deployment at `path`, its reference scripts read from the chain behind `context`."""
+    try:
+        record = DeploymentFile.model_validate_json(path.read_text())
+    except FileNotFoundError as exc:
+        raise DeploymentFileError(
+            f"no deployment file at {path}: deploy the contracts first (or pass --deployment)"
+        ) from exc
+    except ValidationError as exc:
+        raise DeploymentFileError(f"{path}:\n{describe(exc)}") from exc
+    refs = []
+    for name in ("escrow_ref", "bond_ref"):
+        text = getattr(record, name)
+        try:
+            utxo = utxo_at(context, parse_out_ref(text))
+        except ValueError as exc:
+            raise DeploymentFileError(f"{path}: {name}: {exc}") from exc
+        if utxo is None:
+            raise DeploymentFileError(
+                f"{path}: {name} {text} is not on this chain (another chain or a fresh devnet?):"
+                " deploy again"
+            )
+        refs.append(utxo)
+    try:
+        deployment = Deployment(record.network_id, record.notice_ms, record.slash_share_bps, *refs)
+        _check_scripts(deployment, record)
+    except ValueError as exc:
+        raise DeploymentFileError(f"{path}: {exc}") from exc
+    return deployment
+
+
+def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
+    """The chain holds the scripts the file names, and they are this version's validators."""
+    if (deployment.escrow_hash.payload.hex(), deployment.bond_hash.payload.hex()) != (
+        record.escrow_hash,
+        record.bond_hash,
+    ):
+        raise ValueError("the scripts on chain do not have the hashes the file names")
+    escrow = escrow_script(deployment.network_id)
+    bond = bond_script(
+        deployment.network_id,
+        plutus_script_hash(escrow).payload,
+        deployment.notice_ms,
+        deployment.slash_share_bps,
+    )
+    if (plutus_script_hash(escrow), plutus_script_hash(bond)) != (
+        deployment.escrow_hash,
+        deployment.bond_hash,
+    ):
+        raise ValueError(
+            "its validators are not the ones this version of Unchained builds for: deploy again"
+        )

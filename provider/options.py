@@ -1,0 +1,93 @@
+"""Options and helpers shared by the provider's commands (`unchained provider ...`), so every
+command reads the same flags, environment variables and config the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.context import chain_context
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.txbuild import BuildError
+from provider import deployment_file
+from provider.config import ConfigError, RunnerSettings, load_config
+from provider.keys import KeyFileError
+from provider.onchain import ChainError, quiet_chain_clients
+from provider.receipts import ReceiptError
+
+DEFAULT_CONFIG = Path("data/provider/provider.toml")
+DEFAULT_DEPLOYMENT = Path("data/deployment.json")
+
+ConfigOption = Annotated[
+    Path,
+    typer.Option(
+        "--config", envvar="UNCHAINED_PROVIDER_CONFIG", help="The provider's TOML config."
+    ),
+]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="UNCHAINED_PROVIDER_STATE_DIR", help="Where the key, jobs and results live."
+    ),
+]
+OgmiosOption = Annotated[
+    str, typer.Option("--ogmios-url", envvar="UNCHAINED_OGMIOS_URL", help="The chain's Ogmios.")
+]
+DeploymentOption = Annotated[
+    Path,
+    typer.Option(
+        "--deployment",
+        envvar="UNCHAINED_DEPLOYMENT",
+        help="The protocol deployment (JSON written when the contracts were deployed).",
+    ),
+]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+def runner_settings(state_dir: Path | None) -> RunnerSettings:
+    return RunnerSettings(state_dir=state_dir) if state_dir else RunnerSettings()
+
+
+def state_dir_of(config: Path, state_dir: Path | None) -> Path:
+    """The state directory: the flag, else the config's, else the default."""
+    if state_dir is not None:
+        return state_dir
+    if not config.exists():
+        return RunnerSettings().state_dir
+    try:
+        return load_config(config).runner.state_dir
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
+
+
+def open_deployment(url: str, path: Path) -> tuple[OgmiosV6ChainContext, Deployment]:
+    """A chain context for `url` and the deployment file at `path`, read against that chain."""
+    quiet_chain_clients()
+    try:
+        context = chain_context(url)
+        return context, deployment_file.load(path, context)
+    except ValueError as exc:  # a malformed URL or an unusable deployment file
+        raise fail(str(exc)) from exc
+    except OSError as exc:
+        raise fail(f"cannot reach Ogmios at {url}: {exc}", code=1) from exc
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Turn what a chain command can run into (a refusal, the ledger's no, a lost connection)
+    into one line on stderr and exit code 1."""
+    try:
+        yield
+    except (BuildError, ChainError, KeyFileError, ReceiptError) as exc:
+        raise fail(str(exc), code=1) from exc
+    except OSError as exc:
+        raise fail(f"cannot reach the chain: {exc}", code=1) from exc

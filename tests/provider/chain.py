@@ -1,0 +1,22 @@
+"""The protocol deployed on the session's devnet for the provider's chain tests, and the
+deployment file the provider's commands read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from offchain.devnet.process import DevnetProcess
+from offchain.protocol.deployment import Deployment, deploy
+from provider import deployment_file
+from tests.protocol.onchain import confirm, wallet
+
+NOTICE_MS = 30_000
+SLASH_SHARE_BPS = 2_500
+
+
+async def deployed(devnet: DevnetProcess, file: Path) -> Deployment:
+    """Deploy the validators from a fresh wallet and write the deployment file at `file`."""
+    tx, made = deploy(devnet.context(), await wallet(devnet), 0, NOTICE_MS, SLASH_SHARE_BPS)
+    await confirm(devnet, tx)
+    deployment_file.save(made, file)
+    return made
