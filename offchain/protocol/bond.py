@@ -27,9 +27,10 @@ from offchain.protocol.txbuild import (
     BuildError,
     Clock,
     Wallet,
+    add_inputs,
     add_output,
     fee_inputs,
-    ledger_key,
+    ledger_inputs,
     new_builder,
     out_ref,
     payout,
@@ -138,7 +139,9 @@ def slash(
     clock = Clock.now(context)
     bond_data = bond_datum(deployment, bond)
     builder = new_builder(context)
-    escrow_data = add_refund(context, builder, deployment, escrow, clock)
+    fee = fee_inputs(context, submitter)
+    inputs = ledger_inputs([escrow, bond], fee)
+    escrow_data = add_refund(context, builder, deployment, escrow, clock, inputs)
     if escrow_data.provider_vkey != bond_data.provider_vkey:
         raise BuildError("the escrow's provider is not the bond's provider")
     payload = acceptance_payload(
@@ -151,17 +154,14 @@ def slash(
     consumer_output = add_output(
         builder, payout(context, consumer, share, PayoutKind.SLASH, escrow.input)
     )
-    wallet_inputs = fee_inputs(context, submitter)
-    inputs = sorted([escrow, bond, *wallet_inputs], key=ledger_key)
     redeemer = Slash(
-        inputs.index(escrow), acceptance_signature, consumer_output, len(builder.outputs)
+        inputs.index(escrow.input), acceptance_signature, consumer_output, len(builder.outputs)
     )
     builder.add_script_input(
         bond, script=script_source(builder, deployment.bond_ref), redeemer=Redeemer(redeemer)
     )
     _continue(builder, bond, bond_data, bond.output.amount.coin - share)
-    for utxo in wallet_inputs:
-        builder.add_input(utxo)
+    add_inputs(builder, fee)
     return sign(builder, submitter)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from contracts.scripts import bond_script, escrow_script
 from pycardano import (
     Address,
     Network,
@@ -24,6 +23,7 @@ from pycardano import (
 )
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
+from contracts.scripts import bond_script, escrow_script
 from offchain.chain.context import context_url
 from offchain.chain.ogmios import request_sync
 from offchain.protocol.txbuild import Wallet, at_least_min_utxo, new_builder, out_ref, sign

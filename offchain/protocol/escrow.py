@@ -15,6 +15,7 @@ from pycardano import (
     Redeemer,
     Transaction,
     TransactionBuilder,
+    TransactionInput,
     TransactionOutput,
     UTxO,
     VerificationKeyHash,
@@ -31,8 +32,11 @@ from offchain.protocol.txbuild import (
     BuildError,
     Clock,
     Wallet,
+    add_inputs,
     add_output,
     at_least_min_utxo,
+    fee_inputs,
+    ledger_inputs,
     ledger_key,
     new_builder,
     out_ref,
@@ -169,6 +173,8 @@ def settle(
         raise BuildError("two receipts for one escrow")
     clock = Clock.now(context)
     builder = new_builder(context)
+    fee = fee_inputs(context, submitter)
+    inputs = ledger_inputs([r.escrow for r in receipts], fee)
     items = []
     closes = []
     for receipt in sorted(receipts, key=lambda r: ledger_key(r.escrow)):
@@ -178,7 +184,7 @@ def settle(
         builder.add_script_input(
             receipt.escrow,
             script=script_source(builder, deployment.escrow_ref),
-            redeemer=Redeemer(Settle()),
+            redeemer=Redeemer(Settle(inputs.index(receipt.escrow.input))),
         )
     builder.ttl = clock.ttl_until(min(closes))
     if builder.ttl <= clock.tip_slot + 1:
@@ -187,7 +193,7 @@ def settle(
     builder.add_withdrawal_script(
         script_source(builder, deployment.escrow_ref), redeemer=Redeemer(BatchSettle(items))
     )
-    builder.add_input_address(submitter.address)
+    add_inputs(builder, fee)
     return sign_tx(builder, submitter)
 
 
@@ -242,8 +248,10 @@ def add_refund(
     deployment: Deployment,
     escrow: UTxO,
     clock: Clock,
+    inputs: list[TransactionInput],
 ) -> EscrowDatum:
-    """Spend `escrow` with Refund into `builder` (used alone and by the bond's slash)."""
+    """Spend `escrow` with Refund into `builder` (used alone and by the bond's slash);
+    `inputs` are all the transaction's inputs in ledger order."""
     datum = escrow_datum(deployment, escrow)
     first = clock.first_slot_after(datum.close)
     if clock.tip_slot < first:
@@ -257,7 +265,7 @@ def add_refund(
     builder.add_script_input(
         escrow,
         script=script_source(builder, deployment.escrow_ref),
-        redeemer=Redeemer(Refund(index)),
+        redeemer=Redeemer(Refund(inputs.index(escrow.input), index)),
     )
     builder.validity_start = clock.tip_slot
     return datum
@@ -268,8 +276,11 @@ def refund(
 ) -> Transaction:
     """Return an unsettled escrow to its consumer after deadline + window (anyone may)."""
     builder = new_builder(context)
-    add_refund(context, builder, deployment, escrow, Clock.now(context))
-    builder.add_input_address(submitter.address)
+    fee = fee_inputs(context, submitter)
+    add_refund(
+        context, builder, deployment, escrow, Clock.now(context), ledger_inputs([escrow], fee)
+    )
+    add_inputs(builder, fee)
     return sign_tx(builder, submitter)
 
 
@@ -290,14 +301,16 @@ def cancel(
     if consumer.key_hash != consumer_hash:
         raise BuildError("the consumer wallet's key is not the escrow's consumer key")
     builder = new_builder(context)
+    fee = fee_inputs(context, consumer)
+    own = ledger_inputs([escrow], fee).index(escrow.input)
     to = from_plutus(datum.consumer, deployment.network)
     owed = refund_amount(escrow.output.amount.coin, datum.fee_allowance)
     index = add_output(builder, payout(context, to, owed, PayoutKind.CANCEL, escrow.input))
     builder.add_script_input(
         escrow,
         script=script_source(builder, deployment.escrow_ref),
-        redeemer=Redeemer(Cancel(index)),
+        redeemer=Redeemer(Cancel(own, index)),
     )
     builder.required_signers = [consumer_hash, provider_key.to_verification_key().hash()]
-    builder.add_input_address(consumer.address)
+    add_inputs(builder, fee)
     return sign_tx(builder, consumer, [provider_key])

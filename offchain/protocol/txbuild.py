@@ -157,20 +157,31 @@ def ledger_key(utxo: UTxO) -> tuple[bytes, int]:
     return utxo.input.transaction_id.payload, utxo.input.index
 
 
+def ledger_inputs(*groups: Sequence[UTxO]) -> list[TransactionInput]:
+    """All of a transaction's inputs in ledger order: the list redeemers index into. Fix the
+    inputs before building (`fee_inputs`), never leave their choice to pycardano."""
+    return [u.input for u in sorted((u for g in groups for u in g), key=ledger_key)]
+
+
 def fee_inputs(context: ChainContext, wallet: Wallet, lovelace: int = FEE_RESERVE) -> list[UTxO]:
-    """Plain-ADA UTxOs of `wallet` worth at least `lovelace`, largest first."""
-    plain = [u for u in context.utxos(wallet.address) if not u.output.amount.multi_asset]
+    """UTxOs of `wallet` worth at least `lovelace`: plain ADA first (collateral comes from
+    them), largest first; any tokens they carry go back to the wallet as change."""
+    utxos = context.utxos(wallet.address)
     chosen: list[UTxO] = []
-    for utxo in sorted(plain, key=lambda u: -u.output.amount.coin):
+    for utxo in sorted(
+        utxos, key=lambda u: (bool(u.output.amount.multi_asset), -u.output.amount.coin)
+    ):
         if sum(u.output.amount.coin for u in chosen) >= lovelace:
             break
         chosen.append(utxo)
     if sum(u.output.amount.coin for u in chosen) < lovelace:
-        raise BuildError(
-            f"{wallet.address} needs {lovelace} lovelace in plain ADA outputs "
-            "for the fee and collateral"
-        )
+        raise BuildError(f"{wallet.address} needs {lovelace} lovelace for the fee and collateral")
     return chosen
+
+
+def add_inputs(builder: TransactionBuilder, utxos: Sequence[UTxO]) -> None:
+    for utxo in utxos:
+        builder.add_input(utxo)
 
 
 def sign(

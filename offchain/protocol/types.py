@@ -127,20 +127,28 @@ class Payout(PlutusData):
     escrow: TxOutRef
 
 
+# Escrow spend redeemers name `own_input`, the spent escrow's index among the transaction's
+# inputs in ledger order: the validator checks it instead of searching (a search per escrow
+# made batches quadratic).
+
+
 @dataclass
 class Settle(PlutusData):
     CONSTR_ID = 0
+    own_input: int
 
 
 @dataclass
 class Refund(PlutusData):
     CONSTR_ID = 1
+    own_input: int
     consumer_output: int
 
 
 @dataclass
 class Cancel(PlutusData):
     CONSTR_ID = 2
+    own_input: int
     consumer_output: int
 
 

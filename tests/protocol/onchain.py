@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import pytest
 from pycardano import (
@@ -40,7 +41,14 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import receipt_payload, sign
-from offchain.protocol.txbuild import Clock, Wallet, fee_inputs, ledger_key, script_source
+from offchain.protocol.txbuild import (
+    Clock,
+    Wallet,
+    fee_inputs,
+    ledger_inputs,
+    ledger_key,
+    script_source,
+)
 from offchain.protocol.types import (
     BatchSettle,
     EscrowDatum,
@@ -147,7 +155,7 @@ async def rejected(
 class Spend:
     utxo: UTxO
     ref: UTxO  # the reference UTxO holding its script
-    redeemer: PlutusData
+    redeemer: PlutusData | int | Callable[[int], PlutusData]  # called with its input's index
 
 
 def handmade(
@@ -174,11 +182,14 @@ def handmade(
     redeemers = len(spends) + sum(x is not None for x in (withdraw, mint, publish))
     params = devnet.context().protocol_param
     budget = ExecutionUnits(params.max_tx_ex_mem // redeemers, params.max_tx_ex_steps // redeemers)
+    inputs = ledger_inputs([s.utxo for s in spends], fee)
     for spend in spends:
+        data = spend.redeemer
+        if callable(data):
+            data = data(inputs.index(spend.utxo.input))
         builder.add_script_input(
-            spend.utxo, script=script_source(builder, spend.ref),
-            redeemer=Redeemer(spend.redeemer, budget),
-        )  # fmt: skip
+            spend.utxo, script=script_source(builder, spend.ref), redeemer=Redeemer(data, budget)
+        )
     for made in outputs:
         builder.add_output(made)
     if withdraw is not None:
@@ -259,11 +270,15 @@ def settle_by_hand(
     batch = BatchSettle([i for _, i in ordered])
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
-        spends=[Spend(e, deployment.escrow_ref, Settle()) for e, _ in ordered],
+        spends=[Spend(e, deployment.escrow_ref, Settle) for e, _ in ordered],
         outputs=outputs,
         withdraw=(deployment.escrow_ref, deployment.reward_address, batch),
         ttl=ttl,
     )  # fmt: skip
+
+
+def refund_to(consumer_output: int, own_input: int) -> Refund:
+    return Refund(own_input, consumer_output)
 
 
 def refund_by_hand(
@@ -277,7 +292,7 @@ def refund_by_hand(
     """Refund each escrow naming the given output; the lower bound defaults to the tip."""
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
-        spends=[Spend(e, deployment.escrow_ref, Refund(i)) for e, i in refunds],
+        spends=[Spend(e, deployment.escrow_ref, partial(refund_to, i)) for e, i in refunds],
         outputs=outputs,
         start=Clock.now(devnet.context()).tip_slot if start is None else start,
     )  # fmt: skip
@@ -327,16 +342,16 @@ def slash_by_hand(
     bonds: Sequence[UTxO],
     slash: Callable[[int], Slash],
     outputs: Sequence[TransactionOutput],
-    escrow_redeemer: PlutusData | None = None,
+    escrow_redeemer: Callable[[int], PlutusData] | None = None,
     **extra,
 ) -> Transaction:
-    """Spend `escrow` (Refund of output 0 unless told otherwise) and each bond with the Slash
+    """Spend `escrow` (Refund to output 0 unless told otherwise) and each bond with the Slash
     that `slash` makes from the escrow's input index; `extra` goes to `handmade`."""
     fee = plain_fee(devnet, payer)
-    inputs = sorted([escrow, *bonds, *fee], key=ledger_key)
+    own = ledger_inputs([escrow, *bonds], fee).index(escrow.input)
     spends = [
-        Spend(escrow, deployment.escrow_ref, escrow_redeemer or Refund(0)),
-        *(Spend(b, deployment.bond_ref, slash(inputs.index(escrow))) for b in bonds),
+        Spend(escrow, deployment.escrow_ref, escrow_redeemer or partial(refund_to, 0)),
+        *(Spend(b, deployment.bond_ref, slash(own)) for b in bonds),
     ]
     extra.setdefault("start", Clock.now(devnet.context()).tip_slot)
     return handmade(devnet, payer, fee, spends=spends, outputs=outputs, **extra)

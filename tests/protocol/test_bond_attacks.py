@@ -124,7 +124,7 @@ async def test_a_slash_needs_the_escrow_refunded_not_settled(devnet, deployment)
     close = escrow_datum(deployment, escrow).close
     attack = slash(
         devnet, deployment, consumer, escrow, [bond], signature, outputs, at=(2, 3),
-        escrow_redeemer=Settle(),
+        escrow_redeemer=Settle,
         withdraw=(deployment.escrow_ref, deployment.reward_address, BatchSettle([receipt])),
         start=None, ttl=Clock.now(devnet.context()).ttl_until(close),
     )  # fmt: skip
@@ -189,7 +189,7 @@ async def test_the_bond_keeps_its_stake_part_and_only_grows_on_top_up(devnet, de
     stolen = BondDatum(to_plutus(attacker.address), attacker.vkey, datum.unbonding_since)
     for made, reason in (
         (TransactionOutput(hijacked, BOND + ADA, datum=datum), "continuing output address"),
-        (TransactionOutput(address, BOND - ADA, datum=datum), "top up must add lovelace"),
+        (TransactionOutput(address, BOND - ADA, datum=datum), "top up adds"),
         (TransactionOutput(address, BOND + ADA, datum=stolen), "continuing output datum"),
     ):
         attack = bond_by_hand(devnet, deployment, attacker, bond, TopUp(0), [made])

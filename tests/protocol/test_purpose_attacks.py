@@ -47,7 +47,7 @@ async def test_neither_script_mints(devnet, deployment):
         (deployment.bond_ref, deployment.bond_hash),
     ):
         token = MultiAsset({script_hash: Asset({AssetName(b"job"): 1})})
-        for redeemer in (Settle(), Withdraw()):
+        for redeemer in (Settle(0), Withdraw()):
             attack = handmade(
                 devnet, minter, plain_fee(devnet, minter), mint=(ref, token, redeemer),
                 outputs=[TransactionOutput(minter.address, Value(2 * ADA, token))],
@@ -65,7 +65,7 @@ async def test_the_escrow_stake_credential_can_never_be_deregistered(devnet, dep
     """Deregistering it would stop every batch settle (and hand its deposit to the caller)."""
     anyone = await wallet(devnet)
     leave = StakeDeregistration(StakeCredential(deployment.escrow_hash))
-    for redeemer in (Settle(), Refund(0)):
+    for redeemer in (Settle(0), Refund(0, 0)):
         attack = handmade(
             devnet, anyone, plain_fee(devnet, anyone), certificates=[leave],
             publish=(deployment.escrow_ref, redeemer), refund=KEY_DEPOSIT,

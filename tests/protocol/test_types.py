@@ -1,0 +1,96 @@
+"""offchain/protocol's types encode exactly what the validators read: every datum and
+redeemer conforms to the committed CIP-57 blueprint, and every record decodes as the
+contracts' own OpShin class and re-encodes to the same bytes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import pytest
+from pycardano import Address, Network, PaymentSigningKey, PlutusData, ScriptHash
+
+from contracts import onchain
+from offchain.protocol import types
+from offchain.protocol.addresses import to_plutus
+
+BUILD = Path(__file__).resolve().parents[2] / "contracts" / "build"
+KEY = PaymentSigningKey.generate().to_verification_key()
+REF = types.TxOutRef(b"\x07" * 32, 3)
+ADDRESS = to_plutus(Address(KEY.hash(), ScriptHash(b"\x05" * 28), network=Network.TESTNET))
+ESCROW = types.EscrowDatum(
+    ADDRESS, to_plutus(Address(KEY.hash(), network=Network.TESTNET)), KEY.payload, 2_000,
+    3_600, 1_800_000_000_000, 60_000, b"\x01" * 32, 2_000_000,
+)  # fmt: skip
+BOND = types.BondDatum(ADDRESS, KEY.payload, types.Just(1_800_000_000_000))
+ITEM = types.SettleItem(10, b"\x02" * 32, b"\x03" * 32, b"\x04" * 64, 0, 1)
+
+# (validator, "datum" or redeemer title, our value, the contracts' class)
+CASES = [
+    ("escrow", "escrow.spend", "datum", ESCROW, onchain.EscrowDatum),
+    ("escrow", "escrow.spend", "redeemer", types.Settle(2), onchain.Settle),
+    ("escrow", "escrow.spend", "redeemer", types.Refund(1, 4), onchain.Refund),
+    ("escrow", "escrow.spend", "redeemer", types.Cancel(0, 5), onchain.Cancel),
+    ("escrow", "escrow.withdraw", "redeemer", types.BatchSettle([ITEM, ITEM]), onchain.BatchSettle),
+    ("bond", "bond.spend", "datum", BOND, onchain.BondDatum),
+    (
+        "bond",
+        "bond.spend",
+        "datum",
+        types.BondDatum(ADDRESS, KEY.payload, types.Nothing()),
+        onchain.BondDatum,
+    ),
+    ("bond", "bond.spend", "redeemer", types.TopUp(0), onchain.TopUp),
+    ("bond", "bond.spend", "redeemer", types.BeginUnbond(1), onchain.BeginUnbond),
+    ("bond", "bond.spend", "redeemer", types.Withdraw(), onchain.Withdraw),
+    ("bond", "bond.spend", "redeemer", types.Slash(2, b"\x09" * 64, 1, 2), onchain.Slash),
+]
+
+
+def conforms(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether decoded CBOR `value` has the shape a CIP-57 `schema` describes."""
+    if "anyOf" in schema:
+        return any(conforms(value, option) for option in schema["anyOf"])
+    kind = schema.get("dataType")
+    if kind == "constructor":
+        return (
+            isinstance(value, cbor2.CBORTag)
+            and value.tag == 121 + schema["index"]
+            and len(value.value) == len(schema["fields"])
+            and all(conforms(v, f) for v, f in zip(value.value, schema["fields"], strict=True))
+        )
+    if kind == "bytes":
+        return isinstance(value, bytes)
+    if kind == "integer":
+        return isinstance(value, int)
+    if kind == "list":
+        return isinstance(value, list) and all(conforms(v, schema["items"]) for v in value)
+    return kind is None  # untyped: any Data
+
+
+def schema(validator: str, title: str, part: str) -> dict[str, Any]:
+    blueprint = json.loads((BUILD / validator / "plutus.json").read_text())
+    [entry] = [v for v in blueprint["validators"] if v["title"] == title]
+    return entry[part]["schema"]
+
+
+@pytest.mark.parametrize(("validator", "title", "part", "value", "theirs"), CASES)
+def test_datums_and_redeemers_match_the_blueprint_and_the_contracts_classes(
+    validator: str, title: str, part: str, value: PlutusData, theirs: type[PlutusData]
+):
+    raw = value.to_cbor()
+    assert conforms(cbor2.loads(raw), schema(validator, title, part))
+    assert theirs.from_cbor(raw).to_cbor() == raw
+
+
+def test_payouts_receipts_and_acceptances_are_the_contracts_records():
+    for ours, theirs in (
+        (types.Payout(types.PayoutKind.SLASH, REF), onchain.Payout),
+        (types.Receipt(b"d", 0, b"\x06" * 28, REF, 7, b"r" * 32, b"e" * 32), onchain.Receipt),
+        (types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32), onchain.Acceptance),
+    ):
+        raw = ours.to_cbor()
+        assert theirs.from_cbor(raw).to_cbor() == raw
+        assert type(ours).from_cbor(raw) == ours
