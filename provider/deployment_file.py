@@ -103,5 +103,6 @@ def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
         deployment.bond_hash,
     ):
         raise ValueError(
-            "its validators are not the ones this version of Unchained builds for: deploy again"
+            "its validators are not the ones this version of Unchained builds for its "
+            "parameters: deploy again"
         )

@@ -1,0 +1,144 @@
+"""`unchained provider bond ...` against the devnet: each command's effect checked on the chain
+(the bond UTxO, its datum and its lovelace), and the refusals an operator can act on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from offchain.chain.time import iso
+from offchain.devnet.genesis import ADA
+from offchain.protocol import bond as bonds
+from offchain.protocol.txbuild import Clock, Wallet, out_ref
+from offchain.protocol.types import Just, Nothing
+from provider.keys import load_key
+from tests.protocol.onchain import balance, confirm, travel_to
+from tests.provider.chain import NOTICE_MS, deployed, fund
+from unchained.cli import app
+
+cli = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def deployment_path(tmp_path_factory):
+    return tmp_path_factory.mktemp("deployment") / "deployment.json"
+
+
+@pytest.fixture(scope="module")
+async def deployment(devnet, deployment_path):
+    return await deployed(devnet, deployment_path)
+
+
+@pytest.fixture
+async def provider(devnet, deployment, deployment_path, tmp_path):
+    """A provider set up by `provider init`, its wallet funded; `bond` runs its commands."""
+    state = tmp_path / "state"
+    made = cli.invoke(app, ["provider", "init", "--config", str(tmp_path / "provider.toml"),
+                            "--state-dir", str(state)])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    wallet = Wallet.of(load_key(state))
+    await fund(devnet, wallet.address, 1_000 * ADA)
+
+    async def bond(*args: str, code: int = 0):
+        command = ["provider", "bond", *args, "--ogmios-url", devnet.url,
+                   "--deployment", str(deployment_path), "--state-dir", str(state)]  # fmt: skip
+        # in a thread: the command runs its own event loop
+        result = await asyncio.to_thread(cli.invoke, app, command)
+        assert result.exit_code == code, result.output
+        return result
+
+    return wallet, bond
+
+
+def on_chain(devnet, deployment, wallet):
+    """The bond UTxOs at the provider's bond address, as the chain has them."""
+    return devnet.context().utxos(deployment.bond_address(wallet.address))
+
+
+def fee(output: str) -> int:
+    return int(re.search(r"\(fee (\d+) lovelace\)", output)[1])
+
+
+async def test_a_bond_lives_from_create_to_withdraw_through_the_cli(devnet, deployment, provider):
+    wallet, bond = provider
+    assert "no bond: post one with" in (await bond("show")).stdout
+
+    created = await bond("create", "400ADA")
+    [utxo] = on_chain(devnet, deployment, wallet)
+    datum = bonds.bond_datum(deployment, utxo)
+    assert utxo.output.amount.coin == 400 * ADA
+    assert datum.provider_vkey == wallet.vkey and datum.unbonding_since == Nothing()
+    assert f"bond {out_ref(utxo)}: 400.000000 ADA, active" in created.stdout
+    refused = await bond("create", "10ADA", code=1)
+    assert f"already has a bond ({out_ref(utxo)}, 400.000000 ADA)" in refused.stderr
+
+    await bond("top-up", "50.5ada")
+    [utxo] = on_chain(devnet, deployment, wallet)
+    assert utxo.output.amount.coin == 450_500_000
+    assert "is not unbonding: give notice" in (await bond("withdraw", code=1)).stderr
+
+    unbonding = await bond("unbond")
+    [utxo] = on_chain(devnet, deployment, wallet)
+    since = bonds.bond_datum(deployment, utxo).unbonding_since
+    assert isinstance(since, Just) and utxo.output.amount.coin == 450_500_000
+    clock = Clock.now(devnet.context())
+    opens = clock.iso_slot(clock.first_slot_at(since.value + NOTICE_MS))
+    assert f"unbonding since {iso(since.value)}, withdrawable at {opens}" in unbonding.stdout
+    early = await bond("withdraw", code=1)
+    assert early.stderr.strip() == f"bond still unbonding: withdrawable at {opens}"
+    assert "withdrawable at" in (await bond("show")).stdout
+
+    await travel_to(devnet, since.value + NOTICE_MS)
+    assert "withdrawable now" in (await bond("show")).stdout
+    before = balance(devnet, wallet.address)
+    withdrawn = await bond("withdraw")
+    assert on_chain(devnet, deployment, wallet) == []
+    assert balance(devnet, wallet.address) - before == 450_500_000 - fee(withdrawn.stdout)
+    assert "no bond" in (await bond("show")).stdout
+
+
+async def test_with_two_bonds_a_command_asks_which_one(devnet, deployment, provider):
+    wallet, bond = provider
+    await bond("create", "100ADA")
+    # a second bond, posted past the CLI's one-bond rule with the protocol builder itself
+    await confirm(devnet, bonds.create(devnet.context(), deployment, wallet, 20 * ADA))
+    second = min(on_chain(devnet, deployment, wallet), key=lambda u: u.output.amount.coin)
+    asked = await bond("top-up", "1ADA", code=2)
+    assert "this provider has 2 bonds" in asked.stderr and "pick one with --bond" in asked.stderr
+    await bond("top-up", "1ADA", "--bond", out_ref(second))
+    amounts = sorted(u.output.amount.coin for u in on_chain(devnet, deployment, wallet))
+    assert amounts == [21 * ADA, 100 * ADA]
+    unknown = await bond("unbond", "--bond", out_ref(second), code=1)  # spent by the top-up
+    assert "is not a bond of this provider" in unknown.stderr
+
+
+async def test_amounts_need_their_unit_and_the_chain_and_files_must_answer(
+    devnet, deployment_path, provider, tmp_path
+):
+    _, bond = provider
+    for amount, message in (
+        ("400", "expected an amount with its unit, like 400ADA"),
+        ("1.0000001ADA", "amounts are 6 decimals of ADA at most"),
+        ("0lovelace", "the amount must be positive"),
+    ):
+        assert message in (await bond("create", amount, code=2)).stderr
+    record = json.loads(deployment_path.read_text())
+    elsewhere, altered = tmp_path / "elsewhere.json", tmp_path / "altered.json"
+    elsewhere.write_text(json.dumps({**record, "escrow_ref": "ab" * 32 + "#0"}))
+    altered.write_text(json.dumps({**record, "notice_ms": 1}))  # not what the bond was made with
+    good_url, good_file = devnet.url, str(deployment_path)
+    for (url, path, state), code, message in (
+        (("ws://127.0.0.1:1", good_file, "state"), 1, "cannot reach Ogmios at ws://127.0.0.1:1"),
+        ((good_url, str(tmp_path / "none.json"), "state"), 2, "no deployment file at"),
+        ((good_url, str(elsewhere), "state"), 2, f"escrow_ref {'ab' * 32}#0 is not on this chain"),
+        ((good_url, str(altered), "state"), 2, "validators are not the ones this version"),
+        ((good_url, good_file, "nokey"), 1, "run `unchained provider init` first"),
+    ):
+        command = ["provider", "bond", "show", "--ogmios-url", url, "--deployment", path,
+                   "--state-dir", str(tmp_path / state)]  # fmt: skip
+        result = await asyncio.to_thread(cli.invoke, app, command)
+        assert result.exit_code == code and message in result.stderr, result.output
