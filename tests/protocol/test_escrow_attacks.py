@@ -178,13 +178,16 @@ async def test_a_receipt_is_good_for_one_escrow_network_and_script_only(devnet, 
 
 
 async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devnet, deployment):
-    """A key hash where the key belongs, a negative price: settle fails, no money is stuck."""
+    """A key hash where the key belongs, a negative price, no units: settle fails, no money
+    is stuck."""
     consumer, provider, market = await parties(devnet)
-    bad_key = await lock_by_hand(
-        devnet, deployment, consumer, provider, provider_vkey=provider.key_hash.payload
-    )
-    negative = await lock_by_hand(devnet, deployment, consumer, provider, price_per_unit=-PRICE)
-    for escrow, reason in ((bad_key, "VerifyEd25519Signature"), (negative, "traces: units")):
+    made = [
+        (dict(provider_vkey=provider.key_hash.payload), "VerifyEd25519Signature"),
+        (dict(price_per_unit=-PRICE), "traces: units"),
+        (dict(max_units=0), "traces: units"),
+    ]
+    escrows = [await lock_by_hand(devnet, deployment, consumer, provider, **d) for d, _ in made]
+    for escrow, (_, reason) in zip(escrows, made, strict=True):
         due = max(0, escrow_datum(deployment, escrow).price_per_unit * UNITS)
         outputs = [
             tagged(provider.address, max(due, 2_000_000), PayoutKind.SETTLE, escrow),
@@ -193,8 +196,8 @@ async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devne
         pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
         attack = settle_by_hand(devnet, deployment, market, pairs, outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", reason)
-    await travel_to(devnet, escrow_datum(deployment, negative).close + 1)
-    for escrow in (bad_key, negative):
+    await travel_to(devnet, escrow_datum(deployment, escrows[-1]).close + 1)
+    for escrow in escrows:
         await confirm(devnet, refund(devnet.context(), deployment, escrow, market))
 
 
