@@ -4,21 +4,25 @@ receipt tampered with is refused by the escrow validator itself; an acceptance b
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
+import json
 
 import pytest
 from pycardano import PaymentSigningKey
+from typer.testing import CliRunner
 
 from offchain.devnet.genesis import ADA
 from offchain.protocol import bond as bonds
-from offchain.protocol.escrow import escrow_datum, settle
+from offchain.protocol.escrow import SignedReceipt, escrow_datum, settle
 from offchain.protocol.payloads import acceptance_payload, verify
 from offchain.protocol.split import refund_amount, settle_split, slash_share
-from offchain.protocol.txbuild import BuildError, Wallet
+from offchain.protocol.txbuild import BuildError, Wallet, out_ref
 from offchain.protocol.types import PayoutKind, SettleItem
 from provider.config import RunnerSettings
-from provider.keys import ensure_key
+from provider.keys import ensure_key, load_key
+from provider.metering import MeteringRecord
 from provider.receipts import NO_OUTPUT_HASH, ReceiptError, accept, receipt_fields, receipt_for
 from provider.runner import Runner, RunResult
 from provider.selftest import job
@@ -35,16 +39,24 @@ from tests.protocol.onchain import (
 )
 from tests.provider.chain import SLASH_SHARE_BPS, deployed, fund
 from tests.provider.conftest import assert_no_leftovers
+from unchained.cli import app
 
 PRICE = ADA  # lovelace per unit: every payout is above the min-UTxO, so balances are exact
 MAX_UNITS = 60
 ALLOWANCE = 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
 
+cli = CliRunner()
+
 
 @pytest.fixture(scope="module")
-async def deployment(devnet, tmp_path_factory):
-    return await deployed(devnet, tmp_path_factory.mktemp("deployment") / "deployment.json")
+def deployment_path(tmp_path_factory):
+    return tmp_path_factory.mktemp("deployment") / "deployment.json"
+
+
+@pytest.fixture(scope="module")
+async def deployment(devnet, deployment_path):
+    return await deployed(devnet, deployment_path)
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +180,59 @@ async def test_an_acceptance_backs_a_slash_of_the_providers_bond(devnet, deploym
     )
     share = slash_share(100 * ADA, SLASH_SHARE_BPS)
     assert balance(devnet, consumer.address) - before == refund_amount(LOCKED, ALLOWANCE) + share
+
+
+def printed_receipt(stderr: str) -> dict:
+    """The signed receipt `exec` prints after the bill: the JSON after its heading."""
+    heading = stderr.index("receipt for escrow")
+    return json.loads(stderr[stderr.index("{", heading) :])
+
+
+async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settles(
+    devnet, deployment, deployment_path, busybox, tmp_path
+):
+    config, state = tmp_path / "provider.toml", tmp_path / "state"
+    assert cli.invoke(app, ["provider", "init", "--config", str(config),
+                            "--state-dir", str(state)]).exit_code == 0  # fmt: skip
+    key = load_key(state)
+    consumer, market = await wallet(devnet), await wallet(devnet)
+    spec = tmp_path / "job.yaml"
+    command = ["sh", "-c", "echo 42 > /out/a; sleep 1"]  # >1 unit: pays above the min-UTxO
+    fields = {"max_duration_s": MAX_UNITS, "max_price_lovelace": ADA}
+    spec.write_text(json.dumps({"image": busybox, "command": command, **fields}))
+
+    async def exec_job(*args: str):
+        command = ["provider", "exec", str(spec), "--config", str(config), *args,
+                   "--ogmios-url", devnet.url, "--deployment", str(deployment_path)]  # fmt: skip
+        return await asyncio.to_thread(cli.invoke, app, command)
+
+    unsigned = await exec_job()
+    assert unsigned.exit_code == 0, unsigned.output
+    assert "receipt (unsigned: a receipt is signed for one escrow; pass --escrow" in (
+        unsigned.stderr
+    )
+    short = await lock(devnet, deployment, consumer, key, max_units=MAX_UNITS - 1)
+    refused = await exec_job("--escrow", out_ref(short), "--job-id", "too_long")
+    assert refused.exit_code == 2
+    assert f"pays at most {MAX_UNITS - 1} units; the job may bill up to {MAX_UNITS}" in (
+        refused.stderr
+    )
+    assert not (state / "results" / "too_long").exists()  # refused before it ran
+
+    escrow = await lock(devnet, deployment, consumer, key)
+    result = await exec_job("--escrow", out_ref(escrow))
+    assert result.exit_code == 0, result.output
+    record = MeteringRecord.model_validate_json(result.stdout)
+    printed = printed_receipt(result.stderr)
+    assert printed["escrow"] == out_ref(escrow) and printed["units"] == record.billable_units
+    assert printed["evidence_hash"] == record.digest()
+    assert printed["escrow_hash"] == deployment.escrow_hash.payload.hex()
+    receipt = SignedReceipt(
+        escrow,
+        printed["units"],
+        bytes.fromhex(printed["result_hash"]),
+        bytes.fromhex(printed["evidence_hash"]),
+        bytes.fromhex(printed["signature"]),
+    )
+    await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+    assert balance(devnet, Wallet.of(key).address) == record.billable_units * PRICE
