@@ -58,6 +58,20 @@ class ProviderOnChain:
     deployment: Deployment
     wallet: Wallet
 
+    def balance(self) -> int:
+        """Lovelace in the provider's wallet."""
+        return sum(u.output.amount.coin for u in self.context.utxos(self.wallet.address))
+
+    def can_pay(self, lovelace: int) -> None:
+        """Refuse early, and plainly, what the wallet cannot pay."""
+        held = self.balance()
+        if held < lovelace:
+            raise fail(
+                f"the provider's wallet {self.wallet.address} holds {ada(held)}, "
+                f"less than {ada(lovelace)} and the fee: send ADA to it first",
+                code=1,
+            )
+
     def bonds(self) -> list[tuple[UTxO, BondDatum]]:
         """Bonds naming this provider's key at its bond address (anything else there is
         someone's junk: anyone can send anything to a script address)."""
@@ -163,6 +177,7 @@ def create(
             f"{ada(utxo.output.amount.coin)}): grow it with `bond top-up AMOUNT`",
             code=1,
         )
+    chain.can_pay(lovelace)
     tx = bonds.create(chain.context, chain.deployment, chain.wallet, lovelace)
     chain.submit(tx, f"posted a bond of {ada(lovelace)}")
     show_bond(chain, made_bond(tx))
@@ -182,6 +197,7 @@ def top_up(
     lovelace = _amount(amount)
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
     utxo, _ = chain.bond(bond)
+    chain.can_pay(lovelace)
     tx = bonds.top_up(chain.context, chain.deployment, utxo, chain.wallet, lovelace)
     chain.submit(tx, f"added {ada(lovelace)}")
     show_bond(chain, made_bond(tx))
@@ -196,8 +212,7 @@ def unbond(
     config: ConfigOption = DEFAULT_CONFIG,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Give notice: the bond can be withdrawn once the notice period has run out. Take no
-    new jobs whose deadline and settle window end after that."""
+    """Give notice: withdraw once it has run out (take no job that would outlive it)."""
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
     utxo, _ = chain.bond(bond)
     tx = bonds.begin_unbond(chain.context, chain.deployment, utxo, chain.wallet)
@@ -240,8 +255,7 @@ def show(
 ) -> None:
     """The provider's address, wallet balance and bonds, as the chain has them now."""
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
-    wallet = sum(u.output.amount.coin for u in chain.context.utxos(chain.wallet.address))
-    found = chain.bonds()
+    wallet, found = chain.balance(), chain.bonds()
     typer.echo(f"provider {chain.wallet.address} (vkey {chain.wallet.vkey.hex()})")
     typer.echo(f"wallet: {ada(wallet)}")
     for utxo, _ in found:

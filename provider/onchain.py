@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 
 from pycardano import Transaction, TransactionId, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+from websockets.exceptions import WebSocketException
 
 from offchain.chain.ogmios import OgmiosError
 from offchain.chain.submit import ConfirmationTimeout, submit_and_wait
 
 CONFIRM_TIMEOUT_S = 60
+# What a lost or refused connection to Ogmios raises, whichever client made it.
+UNREACHABLE = (ConnectionError, socket.gaierror, TimeoutError, WebSocketException)
 OUT_REF = re.compile(r"^([0-9a-fA-F]{64})#(\d+)$")
 
 

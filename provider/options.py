@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from ogmios.errors import ResponseError
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.context import chain_context
@@ -17,7 +18,7 @@ from offchain.protocol.txbuild import BuildError
 from provider import deployment_file
 from provider.config import ConfigError, RunnerSettings, load_config
 from provider.keys import KeyFileError
-from provider.onchain import ChainError, quiet_chain_clients
+from provider.onchain import UNREACHABLE, ChainError, quiet_chain_clients
 from provider.receipts import ReceiptError
 
 DEFAULT_CONFIG = Path("data/provider/provider.toml")
@@ -77,7 +78,7 @@ def open_deployment(url: str, path: Path) -> tuple[OgmiosV6ChainContext, Deploym
         return context, deployment_file.load(path, context)
     except ValueError as exc:  # a malformed URL or an unusable deployment file
         raise fail(str(exc)) from exc
-    except OSError as exc:
+    except UNREACHABLE as exc:
         raise fail(f"cannot reach Ogmios at {url}: {exc}", code=1) from exc
 
 
@@ -89,5 +90,7 @@ def reported() -> Iterator[None]:
         yield
     except (BuildError, ChainError, KeyFileError, ReceiptError) as exc:
         raise fail(str(exc), code=1) from exc
-    except OSError as exc:
-        raise fail(f"cannot reach the chain: {exc}", code=1) from exc
+    except ResponseError as exc:  # pycardano's Ogmios client: e.g. a script failed evaluation
+        raise fail(f"Ogmios refused: {exc}", code=1) from exc
+    except UNREACHABLE as exc:
+        raise fail(f"lost the chain: {exc}", code=1) from exc

@@ -126,6 +126,8 @@ async def test_amounts_need_their_unit_and_the_chain_and_files_must_answer(
         ("0lovelace", "the amount must be positive"),
     ):
         assert message in (await bond("create", amount, code=2)).stderr
+    poor = await bond("create", "2000ADA", code=1)  # the fixture funded 1,000 ADA
+    assert "holds 1,000.000000 ADA, less than 2,000.000000 ADA and the fee" in poor.stderr
     record = json.loads(deployment_path.read_text())
     elsewhere, altered = tmp_path / "elsewhere.json", tmp_path / "altered.json"
     elsewhere.write_text(json.dumps({**record, "escrow_ref": "ab" * 32 + "#0"}))
