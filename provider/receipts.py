@@ -20,7 +20,7 @@ from offchain.protocol.txbuild import BuildError, out_ref
 from offchain.protocol.types import EscrowDatum
 from provider.runner import RunResult
 
-NO_OUTPUT_HASH = hashlib.sha256(b"").digest()  # the job left no archive (it never started /out)
+NO_OUTPUT_HASH = hashlib.sha256(b"").digest()  # the run left no archive (/out was over its limit)
 
 
 class ReceiptError(ValueError):
