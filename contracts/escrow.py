@@ -27,17 +27,6 @@ class Cursor(PlutusData):
     next_output: int
 
 
-def paid(outputs: Anything, skip: int, to: Address, amount: int, tag: SomeOutputDatum) -> Anything:
-    """Check the output `skip` places on pays `amount` or more to `to`, tagged; the rest after."""
-    assert skip >= 0, "output indices must increase"
-    rest = drop_list(outputs, skip)
-    out: InlineTxOut = head_list(rest)
-    assert out.address == to, "payout address"
-    assert lovelace(out.value) >= amount, "payout amount"
-    assert out.datum == tag, "payout tag"
-    return tail_list(rest)
-
-
 def settle_one(
     network_id: int,
     escrow_hash: bytes,
@@ -53,9 +42,14 @@ def settle_one(
     out = escrow.resolved
     datum: EscrowDatum = out.datum.datum
     units = item.units
+    price = datum.price_per_unit
     ref = escrow.out_ref
-    assert units >= 0 and units <= datum.max_units and datum.price_per_unit >= 0, "units"
-    assert latest <= datum.deadline + datum.settle_window, "settle after close"
+    assert (
+        units >= 0
+        and units <= datum.max_units
+        and price >= 0
+        and latest <= datum.deadline + datum.settle_window
+    ), "units or time"
     receipt = Receipt(
         b"UNCHAINED/receipt/v1",
         network_id,
@@ -69,19 +63,32 @@ def settle_one(
         "receipt signature"
     )
     tag = SomeOutputDatum(Payout(0, ref))
-    due = datum.price_per_unit * units
+    due = price * units
     index = item.provider_output
-    after = paid(un_list_data(outputs), index - next_output, datum.provider, due, tag)
+    skip = index - next_output
+    after = drop_list(un_list_data(outputs), skip)
+    payout: InlineTxOut = head_list(after)
+    assert (
+        skip >= 0
+        and payout.address == datum.provider
+        and lovelace(payout.value) >= due
+        and payout.datum == tag
+    ), "provider payout"
     rest = lovelace(out.value) - due - datum.fee_allowance
     consumer = item.consumer_output
+    skip = consumer - index - 1
+    after = tail_list(after) if rest <= 0 else drop_list(tail_list(after), skip)
+    payout: InlineTxOut = head_list(after) if rest > 0 else payout
+    assert rest <= 0 or (
+        skip >= 0
+        and payout.address == datum.consumer
+        and lovelace(payout.value) >= rest
+        and payout.datum == tag
+    ), "consumer payout"
     return (
-        (
-            list_data(tail_list(pending)),
-            list_data(paid(after, consumer - index - 1, datum.consumer, rest, tag)),
-            consumer + 1,
-        )
-        if rest > 0
-        else (list_data(tail_list(pending)), list_data(after), index + 1)
+        list_data(tail_list(pending)),
+        list_data(tail_list(after) if rest > 0 else after),
+        consumer + 1 if rest > 0 else index + 1,
     )
 
 
@@ -125,7 +132,7 @@ def validator(network_id: int, context: ScriptContextV3) -> None:
     tx = context.transaction
     if isinstance(purpose, SpendingScript):
         redeemer: EscrowRedeemer = context.redeemer
-        own: InputV3 = index_access_list(un_list_data(tx.inputs), redeemer.own_input)
+        own: InputV3 = head_list(skip_list(un_list_data(tx.inputs), redeemer.own_input))
         assert own.out_ref == purpose.tx_out_ref, "own_input is not the spent escrow"
         if isinstance(redeemer, Settle):
             credential = own.resolved.address.payment_credential

@@ -1,9 +1,9 @@
 """Build the OpShin validators into committed artifacts, and load them with parameters applied.
 
 One code path: `build_artifacts` compiles with the pinned opshin library (the CLI would embed
-its version in the script) and writes `contracts/build/<name>/`; the loaders only apply Data
-parameters to the committed unparameterised program, so every user gets the same bytes
-without a compiler run.
+its version in the script), runs `contracts.simplify` over the result, and writes
+`contracts/build/<name>/`; the loaders only apply Data parameters to the committed
+unparameterised program, so every user gets the same bytes without a compiler run.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pycardano import PlutusV3Script, plutus_script_hash
 from uplc.tools import flatten, unflatten
 
 from contracts import onchain
+from contracts.simplify import simplify
 
 CONTRACTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CONTRACTS_DIR.parent
@@ -95,7 +96,7 @@ def compile_contract(contract: Contract) -> bytes:
         )
     finally:
         OPSHIN_LOGGER.setLevel(level)
-    return flatten(program)
+    return flatten(simplify(program))
 
 
 def blueprint(contract: Contract, script: bytes) -> dict[str, typing.Any]:

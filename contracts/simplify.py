@@ -1,0 +1,253 @@
+"""A post-pass over OpShin's UPLC that removes calling-convention overhead, keeping every result.
+
+OpShin 0.28 binds every variable name of the module to a NameError thunk at the top of the
+program (over a hundred bindings, evaluated on every run), routes intermediate values through
+single-use let-bindings, and compiles `and` chains with double negations. On these validators
+that was about a third of the memory budget. The rewrites below never change whether a script
+succeeds, and never add cost:
+
+- substitute a binding whose value is a variable, a constant, a builtin, `(delay var)` or a
+  small closed value (evaluating it costs one step, as the variable lookup did);
+- drop a binding of a pure value (lambda, delay, constant) that nothing reads, and substitute
+  one read once, even under a lambda (evaluating it costs the step the lookup did);
+- substitute a binding read exactly once, outside any lambda or delay, and beta-reduce a
+  lambda applied to all its arguments when each is used that way or is trivial: each value
+  is still computed exactly once; only which of two failing terms fails first (and so the
+  trace) may change, and UPLC has no other effects;
+- `(force (delay t))` -> `t`, and `not (not c)` -> `c`.
+
+Substitution needs unique binder names, which OpShin's -O3 output has; `simplify` checks it.
+"""
+
+from __future__ import annotations
+
+from uplc import ast as U
+
+PURE = (U.Delay, U.Lambda, U.Constant, U.BuiltIn)
+SMALL = 40  # AST nodes: closed pure values up to this size are duplicated freely
+FUEL = 10_000  # rewrites at one node, and passes: a bound that termination never reaches
+
+
+def _children(term: U.AST) -> list[U.AST]:
+    if isinstance(term, U.Apply):
+        return [term.f, term.x]
+    if isinstance(term, U.Lambda | U.Delay | U.Force):
+        return [term.term]
+    return []
+
+
+def _size(term: U.AST) -> int:
+    size, stack = 0, [term]
+    while stack:
+        node = stack.pop()
+        size += 1
+        stack += _children(node)
+    return size
+
+
+def _free(term: U.AST) -> dict[str, int]:
+    """How often each free variable occurs."""
+    counts: dict[str, int] = {}
+    stack: list[tuple[U.AST, frozenset[str]]] = [(term, frozenset())]
+    while stack:
+        node, bound = stack.pop()
+        if isinstance(node, U.Variable):
+            if node.name not in bound:
+                counts[node.name] = counts.get(node.name, 0) + 1
+        elif isinstance(node, U.Lambda):
+            stack.append((node.term, bound | {node.var_name}))
+        else:
+            stack += [(child, bound) for child in _children(node)]
+    return counts
+
+
+def _self_applies(term: U.AST) -> bool:
+    """Whether `term` contains `[x x]`: a recursion, which duplicating could unroll forever."""
+    stack = [term]
+    while stack:
+        node = stack.pop()
+        if (
+            isinstance(node, U.Apply)
+            and isinstance(node.f, U.Variable)
+            and isinstance(node.x, U.Variable)
+            and node.f.name == node.x.name
+        ):
+            return True
+        stack += _children(node)
+    return False
+
+
+def _trivial(value: U.AST) -> bool:
+    """Values that cost one step to evaluate, like the lookup they replace."""
+    if isinstance(value, U.Variable | U.Constant | U.BuiltIn):
+        return True
+    if isinstance(value, U.Delay) and isinstance(value.term, U.Variable):
+        return True
+    return (
+        isinstance(value, PURE)
+        and _size(value) <= SMALL
+        and not _free(value)
+        and not _self_applies(value)
+    )
+
+
+class _Fresh:
+    """Renames the binders of a duplicated value, so binder names stay unique."""
+
+    count = 0
+
+    @classmethod
+    def copy(cls, term: U.AST) -> U.AST:
+        return cls._rename(term, {})
+
+    @classmethod
+    def _rename(cls, term: U.AST, names: dict[str, str]) -> U.AST:
+        if isinstance(term, U.Variable):
+            return U.Variable(names.get(term.name, term.name))
+        if isinstance(term, U.Apply):
+            return U.Apply(cls._rename(term.f, names), cls._rename(term.x, names))
+        if isinstance(term, U.Lambda):
+            cls.count += 1
+            fresh = f"s{cls.count}"
+            return U.Lambda(fresh, cls._rename(term.term, {**names, term.var_name: fresh}))
+        if isinstance(term, U.Delay):
+            return U.Delay(cls._rename(term.term, names))
+        if isinstance(term, U.Force):
+            return U.Force(cls._rename(term.term, names))
+        return term
+
+
+def _strict_once(body: U.AST, name: str) -> bool:
+    """`name` occurs once in `body`, in a position evaluated whenever `body` is."""
+    if _free(body).get(name, 0) != 1:
+        return False
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, U.Variable) and node.name == name:
+            return True
+        if isinstance(node, U.Apply | U.Force):
+            stack += _children(node)
+    return False
+
+
+def _substitute(term: U.AST, name: str, value: U.AST) -> U.AST:
+    if isinstance(term, U.Variable):
+        return _Fresh.copy(value) if term.name == name else term
+    if isinstance(term, U.Apply):
+        return U.Apply(_substitute(term.f, name, value), _substitute(term.x, name, value))
+    if isinstance(term, U.Lambda):
+        if term.var_name == name:
+            return term
+        return U.Lambda(term.var_name, _substitute(term.term, name, value))
+    if isinstance(term, U.Delay):
+        return U.Delay(_substitute(term.term, name, value))
+    if isinstance(term, U.Force):
+        return U.Force(_substitute(term.term, name, value))
+    return term
+
+
+def _negated(term: U.AST) -> U.AST | None:
+    """c when term is `[[[(force (builtin ifThenElse)) c] False] True]`, i.e. `not c`."""
+    if not (isinstance(term, U.Apply) and isinstance(term.f, U.Apply)):
+        return None
+    test = term.f.f
+    if (
+        isinstance(term.x, U.BuiltinBool)
+        and term.x.value is True
+        and isinstance(term.f.x, U.BuiltinBool)
+        and term.f.x.value is False
+        and isinstance(test, U.Apply)
+        and isinstance(test.f, U.Force)
+        and isinstance(test.f.term, U.BuiltIn)
+        and test.f.term.builtin == U.BuiltInFun.IfThenElse
+    ):
+        return test.x
+    return None
+
+
+def _beta(term: U.Apply) -> U.AST | None:
+    """Substitute the arguments of an applied lambda that are trivial or used strictly once."""
+    arguments = []
+    head: U.AST = term
+    while isinstance(head, U.Apply):
+        arguments.append(head.x)
+        head = head.f
+    arguments.reverse()
+    parameters, body = [], head
+    while isinstance(body, U.Lambda) and len(parameters) < len(arguments):
+        parameters.append(body.var_name)
+        body = body.term
+    if not parameters:
+        return None
+    pairs = list(zip(parameters, arguments, strict=False))
+    kept = []
+    for name, value in pairs:
+        uses = _free(body).get(name, 0)
+        if _trivial(value) or _strict_once(body, name):
+            body = _substitute(body, name, value)
+        elif isinstance(value, PURE) and uses <= 1:
+            # a pure binding read at most once, even under a lambda: evaluating the lambda or
+            # delay where it is read costs the one step the lookup did
+            body = _substitute(body, name, value)
+        else:
+            kept.append((name, value))
+    if len(kept) == len(pairs):
+        return None
+    for name, _ in reversed(kept):
+        body = U.Lambda(name, body)
+    for _, value in kept:
+        body = U.Apply(body, value)
+    for value in arguments[len(pairs) :]:
+        body = U.Apply(body, value)
+    return body
+
+
+def _reduce(term: U.AST) -> U.AST | None:
+    """One rewrite at the root of `term`, if any applies."""
+    inner = _negated(term)
+    if inner is not None and (original := _negated(inner)) is not None:
+        return original
+    if isinstance(term, U.Apply):
+        return _beta(term)
+    if isinstance(term, U.Force) and isinstance(term.term, U.Delay):
+        return term.term.term
+    return None
+
+
+def _pass(term: U.AST) -> U.AST:
+    for _ in range(FUEL):
+        reduced = _reduce(term)
+        if reduced is None:
+            break
+        term = reduced
+    else:
+        raise RuntimeError("simplify did not converge")
+    if isinstance(term, U.Apply):
+        return U.Apply(_pass(term.f), _pass(term.x))
+    if isinstance(term, U.Lambda):
+        return U.Lambda(term.var_name, _pass(term.term))
+    if isinstance(term, U.Delay):
+        return U.Delay(_pass(term.term))
+    if isinstance(term, U.Force):
+        return U.Force(_pass(term.term))
+    return term
+
+
+def simplify(program: U.Program) -> U.Program:
+    """The program with the rewrites above applied until nothing changes."""
+    binders = []
+    stack = [program.term]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, U.Lambda):
+            binders.append(node.var_name)
+        stack += _children(node)
+    if len(binders) != len(set(binders)):
+        raise ValueError("simplify needs unique binder names (compile with -O3)")
+    term = program.term
+    for _ in range(FUEL):
+        previous, term = term, _pass(term)
+        if term == previous:
+            return U.Program(program.version, term)
+    raise RuntimeError("simplify did not converge")
