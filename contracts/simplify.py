@@ -14,7 +14,8 @@ succeeds, and never add cost:
   lambda applied to all its arguments when each is used that way or is trivial: each value
   is still computed exactly once; only which of two failing terms fails first (and so the
   trace) may change, and UPLC has no other effects;
-- `(force (delay t))` -> `t`, and `not (not c)` -> `c`.
+- `(force (delay t))` -> `t`, `not (not c)` -> `c`, and OpShin's `and`/`or`, which bind the
+  first operand to return it when it decides, return the constant instead.
 
 Substitution needs unique binder names, which OpShin's -O3 output has; `simplify` checks it.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 from uplc import ast as U
 
 PURE = (U.Delay, U.Lambda, U.Constant, U.BuiltIn)
-SMALL = 40  # AST nodes: closed pure values up to this size are duplicated freely
+SMALL = 60  # AST nodes: closed pure values up to this size are duplicated freely
 FUEL = 10_000  # rewrites at one node, and passes: a bound that termination never reaches
 
 
@@ -203,11 +204,45 @@ def _beta(term: U.Apply) -> U.AST | None:
     return body
 
 
+def _short_circuit(term: U.Apply) -> U.AST | None:
+    """`a and b` / `a or b` as OpShin binds them, `(lam t (if t b t)) a`, without the binding."""
+    head = term.f
+    if not isinstance(head, U.Lambda):
+        return None
+    name, body = head.var_name, head.term
+    if not (isinstance(body, U.Force) and isinstance(body.term, U.Apply)):
+        return None
+    test, otherwise = body.term.f, body.term.x
+    if not (isinstance(test, U.Apply) and isinstance(test.f, U.Apply)):
+        return None
+    ite, then = test.f.f, test.x
+    if not (
+        isinstance(ite, U.Force)
+        and isinstance(ite.term, U.BuiltIn)
+        and ite.term.builtin == U.BuiltInFun.IfThenElse
+        and isinstance(test.f.x, U.Variable)
+        and test.f.x.name == name
+        and isinstance(then, U.Delay)
+        and isinstance(otherwise, U.Delay)
+    ):
+        return None
+    is_name = [isinstance(d.term, U.Variable) and d.term.name == name for d in (then, otherwise)]
+    if is_name == [False, True] and name not in _free(then):  # a and b
+        then, otherwise = then, U.Delay(U.BuiltinBool(False))
+    elif is_name == [True, False] and name not in _free(otherwise):  # a or b
+        then, otherwise = U.Delay(U.BuiltinBool(True)), otherwise
+    else:
+        return None
+    return U.Force(U.Apply(U.Apply(U.Apply(ite, term.x), then), otherwise))
+
+
 def _reduce(term: U.AST) -> U.AST | None:
     """One rewrite at the root of `term`, if any applies."""
     inner = _negated(term)
     if inner is not None and (original := _negated(inner)) is not None:
         return original
+    if isinstance(term, U.Apply) and (shortened := _short_circuit(term)) is not None:
+        return shortened
     if isinstance(term, U.Apply):
         return _beta(term)
     if isinstance(term, U.Force) and isinstance(term.term, U.Delay):
