@@ -96,14 +96,14 @@ async def test_a_payout_must_carry_its_escrows_tag(devnet, deployment):
     other = await onchain.lock(devnet, deployment, consumer, provider)
     pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
     to_consumer = tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, escrow)
-    for wrong, reason in (
-        (tagged(provider.address, SPLIT.provider, PayoutKind.REFUND, escrow), "payout tag"),
-        (tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, other), "payout tag"),
-        (tagged(provider.address, SPLIT.provider - 1, PayoutKind.SETTLE, escrow), "payout amount"),
-        (TransactionOutput(provider.address, SPLIT.provider), "payout tag"),
+    for wrong in (
+        tagged(provider.address, SPLIT.provider, PayoutKind.REFUND, escrow),
+        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, other),
+        tagged(provider.address, SPLIT.provider - 1, PayoutKind.SETTLE, escrow),
+        TransactionOutput(provider.address, SPLIT.provider),
     ):
         attack = settle_by_hand(devnet, deployment, market, pairs, [wrong, to_consumer])
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", f"traces: {reason}")
+        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider payout")
     right = tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, escrow)
     await confirm(devnet, settle_by_hand(devnet, deployment, market, pairs, [right, to_consumer]))
 
@@ -141,16 +141,16 @@ async def test_payouts_go_to_full_addresses_not_a_hijacked_stake_part(devnet, de
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     hijack = lambda a: Address(a.payment_part, attacker.key_hash, network=a.network)  # noqa: E731
     pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
-    for provider_to, consumer_to in (
-        (hijack(provider.address), consumer.address),
-        (provider.address, hijack(consumer.address)),
+    for provider_to, consumer_to, reason in (
+        (hijack(provider.address), consumer.address, "provider payout"),
+        (provider.address, hijack(consumer.address), "consumer payout"),
     ):
         outputs = [
             tagged(provider_to, SPLIT.provider, PayoutKind.SETTLE, escrow),
             tagged(consumer_to, SPLIT.consumer, PayoutKind.SETTLE, escrow),
         ]
         attack = settle_by_hand(devnet, deployment, attacker, pairs, outputs)
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: payout address")
+        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", f"traces: {reason}")
     await confirm(devnet, settle(devnet.context(), deployment, [signed_receipt(
         deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)], attacker))  # fmt: skip
 

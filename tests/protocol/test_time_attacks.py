@@ -50,7 +50,7 @@ async def test_settle_needs_an_upper_bound_no_later_than_deadline_plus_window(de
     ]
     pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
     for ttl, reason in (
-        (close_slot + 1, "settle after close"),
+        (close_slot + 1, "units or time"),  # one slot after the close
         (UNBOUNDED, "settle needs an upper bound"),
     ):
         attack = settle_by_hand(devnet, deployment, market, pairs, outputs, ttl=ttl)
