@@ -38,50 +38,66 @@ def settle_one(
 ) -> Tuple[Anything, Anything, int]:
     """Check one escrow against the next item (lists as list Data); the state after it."""
     pending = un_list_data(items)
-    item: SettleItem = head_list(pending)
+    item = fields(head_list(pending))  # SettleItem's fields, walked once like the datum's
+    units = un_i_data(head_list(item))
+    item = tail_list(item)
+    result_hash = un_b_data(head_list(item))
+    item = tail_list(item)
+    evidence_hash = un_b_data(head_list(item))
+    item = tail_list(item)
+    signature = un_b_data(head_list(item))
+    item = tail_list(item)
+    index = un_i_data(head_list(item))
+    consumer = un_i_data(head_list(tail_list(item)))
     out = escrow.resolved
-    datum: EscrowDatum = out.datum.datum
-    units = item.units
-    price = datum.price_per_unit
+    # EscrowDatum's fields in one walk (each `datum.x` would walk the field list again)
+    rest_fields = fields(out.datum.datum)
+    consumer_address: Address = head_list(rest_fields)
+    rest_fields = tail_list(rest_fields)
+    provider_address: Address = head_list(rest_fields)
+    rest_fields = tail_list(rest_fields)
+    provider_vkey = un_b_data(head_list(rest_fields))
+    rest_fields = tail_list(rest_fields)
+    price = un_i_data(head_list(rest_fields))
+    rest_fields = tail_list(rest_fields)
+    max_units = un_i_data(head_list(rest_fields))
+    rest_fields = tail_list(rest_fields)
+    close = un_i_data(head_list(rest_fields)) + un_i_data(head_list(tail_list(rest_fields)))
+    fee_allowance = un_i_data(head_list(tail_list(tail_list(tail_list(rest_fields)))))
     ref = escrow.out_ref
-    assert (
-        units >= 0
-        and units <= datum.max_units
-        and price >= 0
-        and latest <= datum.deadline + datum.settle_window
-    ), "units or time"
+    assert units >= 0 and units <= max_units and price >= 0 and latest <= close, "units or time"
     receipt = Receipt(
         b"UNCHAINED/receipt/v1",
         network_id,
         escrow_hash,
         ref,
         units,
-        item.result_hash,
-        item.evidence_hash,
+        result_hash,
+        evidence_hash,
     )
-    assert verify_ed25519_signature(datum.provider_vkey, serialise_data(receipt), item.signature), (
+    assert verify_ed25519_signature(provider_vkey, serialise_data(receipt), signature), (
         "receipt signature"
     )
     tag = SomeOutputDatum(Payout(0, ref))
     due = price * units
-    index = item.provider_output
     skip = index - next_output
-    after = drop_list(un_list_data(outputs), skip)
+    after = un_list_data(outputs)
+    after = drop_list(after, skip) if skip > 0 else after
     payout: InlineTxOut = head_list(after)
     assert (
         skip >= 0
-        and payout.address == datum.provider
+        and payout.address == provider_address
         and lovelace(payout.value) >= due
         and payout.datum == tag
     ), "provider payout"
-    rest = lovelace(out.value) - due - datum.fee_allowance
-    consumer = item.consumer_output
+    rest = lovelace(out.value) - due - fee_allowance
     skip = consumer - index - 1
-    after = tail_list(after) if rest <= 0 else drop_list(tail_list(after), skip)
+    after = tail_list(after)
+    after = drop_list(after, skip) if rest > 0 and skip > 0 else after
     payout: InlineTxOut = head_list(after) if rest > 0 else payout
     assert rest <= 0 or (
         skip >= 0
-        and payout.address == datum.consumer
+        and payout.address == consumer_address
         and lovelace(payout.value) >= rest
         and payout.datum == tag
     ), "consumer payout"

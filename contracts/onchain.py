@@ -310,6 +310,11 @@ def un_i_data(x: Anything) -> int:
     """The integer inside integer Data."""
 
 
+@wraps_builtin
+def un_b_data(x: Anything) -> bytes:
+    """The bytes inside bytes Data."""
+
+
 def skip_list(xs: Anything, n: int) -> Anything:
     """The list without its first n elements (n >= 0), eight or two at a time: cheaper."""
     if n >= 8:
