@@ -86,8 +86,8 @@ async def batch_cost(
     provider: Wallet,
     market: Wallet,
     batch: list[UTxO],
-) -> dict[str, Any] | None:
-    """The cost of settling all of `batch` in one transaction, or None if it cannot be built."""
+) -> dict[str, Any]:
+    """The cost of settling all of `batch` in one transaction, or why it cannot be built."""
     receipts = [
         escrows.signed_receipt(deployment, provider.key, e, UNITS, bytes(32), bytes(32))
         for e in batch
@@ -95,38 +95,41 @@ async def batch_cost(
     try:
         tx = escrows.settle(devnet.context(), deployment, receipts, market)
         return await cost(devnet, tx)
-    except (BuildError, OgmiosError, ResponseError, PyCardanoException):  # over a limit
-        return None
+    except (BuildError, OgmiosError, ResponseError, PyCardanoException) as exc:  # over a limit
+        return {"error": str(exc).splitlines()[0][:200]}
 
 
-def fits(measured: dict[str, Any] | None) -> bool:
-    if measured is None:
-        return False
-    declared = 1.02  # the builders declare 2% over the evaluated units
-    return (
-        measured["memory"] * declared <= MAX_MEMORY
-        and measured["cpu"] * declared <= MAX_CPU
-        and measured["tx_bytes"] <= MAX_BYTES
-    )
+def overflow(measured: dict[str, Any]) -> str | None:
+    """The limit a batch goes over (None if it fits); builders declare 2% over evaluation."""
+    if "error" in measured:
+        return measured["error"]
+    over = {
+        "memory": measured["memory"] * 1.02 > MAX_MEMORY,
+        "cpu": measured["cpu"] * 1.02 > MAX_CPU,
+        "tx_bytes": measured["tx_bytes"] > MAX_BYTES,
+    }
+    return ", ".join(limit for limit, exceeded in over.items() if exceeded) or None
 
 
 async def largest_batch(
     devnet: DevnetProcess, deployment: Deployment, provider: Wallet, market: Wallet, limit: int
-) -> tuple[int, dict[str, Any]]:
-    """Binary search for the largest batch that fits every limit."""
-    pool = await lock_many(devnet, deployment, market, provider, limit)
+) -> tuple[int, dict[str, Any], str]:
+    """Binary search for the largest batch that fits every limit; also what stops one more."""
+    pool = await lock_many(devnet, deployment, market, provider, limit + 1)
     low, best = 1, await batch_cost(devnet, deployment, provider, market, pool[:1])
-    assert fits(best), "a single settle must fit"
-    high = limit + 1  # first size known not to fit
+    assert overflow(best) is None, "a single settle must fit"
+    high = limit + 1  # first size known not to fit (or past the search)
+    stop = f"more than {limit} not tried"
     while high - low > 1:
         middle = (low + high) // 2
         measured = await batch_cost(devnet, deployment, provider, market, pool[:middle])
-        print(f"  batch of {middle}: {'fits' if fits(measured) else 'does not fit'}")
-        if fits(measured):
+        reason = overflow(measured)
+        print(f"  batch of {middle}: {reason or 'fits'}")
+        if reason is None:
             low, best = middle, measured
         else:
-            high = middle
-    return low, best
+            high, stop = middle, reason
+    return low, best, stop
 
 
 async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, dict[str, Any]]:
@@ -183,7 +186,9 @@ async def measure(batch_limit: int) -> dict[str, Any]:
             await confirm(devnet, tx)
             measured = await actions(devnet, deployment)
             provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
-            size, batch = await largest_batch(devnet, deployment, provider, market, batch_limit)
+            size, batch, stop = await largest_batch(
+                devnet, deployment, provider, market, batch_limit
+            )
         finally:
             devnet.stop()
     settle = measured["settle"]
@@ -197,6 +202,7 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         "settle_fee_lovelace": settle["fee_lovelace"],
         "max_batch_settle": size,
         "batch_memory_per_escrow": batch["memory"] // size,
+        "batch_stopped_by": stop,
         "batch": batch,
         "actions": measured,
         "limits": {"memory": MAX_MEMORY, "cpu": MAX_CPU, "tx_bytes": MAX_BYTES},
@@ -215,7 +221,8 @@ def table(results: dict[str, Any]) -> str:
     lines += [
         f"scripts: {sizes}",
         f"largest batch settle: {results['max_batch_settle']} escrows, "
-        f"{results['batch_memory_per_escrow']:,} memory per escrow",
+        f"{results['batch_memory_per_escrow']:,} memory per escrow; "
+        f"{results['max_batch_settle'] + 1} goes over: {results['batch_stopped_by']}",
     ]
     return "\n".join(lines)
 
