@@ -20,6 +20,9 @@ from typing import Any
 
 import cbor2
 from uplc.ast import (
+    BuiltinByteString,
+    BuiltInFun,
+    BuiltInFunEvalMap,
     BuiltinUnit,
     PlutusByteString,
     PlutusConstr,
@@ -28,6 +31,7 @@ from uplc.ast import (
     PlutusList,
     PlutusMap,
     Program,
+    typechecked,
 )
 from uplc.cost_model import (
     Budget,
@@ -44,12 +48,36 @@ from uplc.machine import Machine
 from uplc.tools import apply, unflatten
 
 from offchain.devnet.errors import LedgerError
+from offchain.devnet.script_context import Constr, Data, DataMap, encode_data
 
 # uplc decodes and walks programs recursively: real validators (OpShin's, a few KB) nest far
 # deeper than Python's default limit. Python 3.11 keeps such recursion off the C stack. This
 # module is imported by the node and preloaded by every evaluation worker, so both get it.
 DEEP_SCRIPT_RECURSION_LIMIT = 50_000
 sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_SCRIPT_RECURSION_LIMIT))
+
+
+def _as_data(value: PlutusData) -> Data:
+    """uplc's Data as our Data, for the ledger's own CBOR encoding."""
+    if isinstance(value, PlutusInteger | PlutusByteString):
+        return value.value
+    if isinstance(value, PlutusList):
+        return [_as_data(item) for item in value.value]
+    if isinstance(value, PlutusMap):
+        return DataMap(tuple((_as_data(k), _as_data(v)) for k, v in value.value.items()))
+    if isinstance(value, PlutusConstr):
+        return Constr(value.constructor, tuple(_as_data(f) for f in value.fields))
+    raise TypeError(f"not Plutus Data: {value!r}")
+
+
+def _ledger_serialise_data(value: PlutusData) -> BuiltinByteString:
+    return BuiltinByteString(encode_data(_as_data(value)))
+
+
+# uplc's serialiseData differs from the ledger's for 64-byte bytestrings (chunked), non-empty
+# lists (definite length) and 2**64 - 1 (bignum). Scripts that sign or hash Data must see the
+# ledger's bytes, so the builtin is replaced (same cost: costing looks only at the argument).
+BuiltInFunEvalMap[BuiltInFun.SerialiseData] = typechecked(PlutusData)(_ledger_serialise_data)
 
 SCRIPT_EXECUTION_FAILURE = 3010
 VALIDATION_FAILURE = 3012

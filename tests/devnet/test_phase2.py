@@ -157,3 +157,29 @@ def test_submit_failure_is_a_validation_tag_mismatch_with_traces_in_the_reason()
     assert error.data["declaredSpending"] == "inputs"
     assert "first | second" in error.data["mismatchReason"]
     assert "first | second" in error.message
+
+
+SERIALISES_LIKE_THE_LEDGER = """
+(program 1.1.0 (lam ctx
+  [ (lam expect
+      (force [ [ [ (force (builtin ifThenElse))
+                   [ [ (builtin equalsByteString)
+                       [ (builtin serialiseData)
+                         (con data (List [B #%s, I 18446744073709551615, List [I 1]])) ] ]
+                     expect ] ]
+                 (delay (con unit ())) ]
+               (delay (force [ [ (force (builtin trace)) (con string "not the ledger's bytes") ]
+                               (delay (error)) ])) ]))
+    (con bytestring #%s) ]))
+"""
+
+
+def test_serialise_data_writes_the_ledgers_bytes():
+    """64-byte bytestrings stay whole, lists are indefinite, 2**64 - 1 is no bignum: as on
+    mainnet (uplc's own serialiser differs in all three)."""
+    sixty_four = b"a" * 64
+    expected = encode_data([sixty_four, 2**64 - 1, [1]])
+    assert expected == b"\x9f\x58\x40" + sixty_four + b"\x1b" + b"\xff" * 8 + b"\x9f\x01\xff\xff"
+    source = SERIALISES_LIKE_THE_LEDGER % (sixty_four.hex(), expected.hex())
+    outcome = run_job(job(source), COST_MODELS)
+    assert outcome.error is None, outcome.traces
