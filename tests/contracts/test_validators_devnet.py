@@ -265,7 +265,8 @@ def settle_tx(world: World, escrows: list[UTxO], units: int, close_ms: int) -> T
         rest = escrow.output.amount.coin - due - ALLOWANCE
         provider_output = len(builder.outputs)
         builder.add_output(TransactionOutput(world.provider.address, due, datum=tag))
-        builder.add_output(TransactionOutput(world.consumer.address, rest, datum=tag))
+        if rest > 0:
+            builder.add_output(TransactionOutput(world.consumer.address, rest, datum=tag))
         items.append(
             SettleItem(
                 units,
@@ -501,3 +502,21 @@ async def test_other_purposes_fail(world: World):
     builder.add_withdrawal_script(world.bond_ref, redeemer=Redeemer(Withdraw()))
     with pytest.raises((OgmiosError, Exception), match="purpose"):
         builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+
+
+@pytest.mark.parametrize(("count", "consumer_payouts"), [(54, False), (41, True)])
+async def test_largest_batch(world: World, count: int, consumer_payouts: bool):
+    """The biggest batches that fit one transaction (16,384 bytes, 14M memory, 10B cpu):
+    `count` escrows paying the provider only (the job used its whole budget), or paying both."""
+    deadline, window = far_close(world)
+    units = 2_000
+    lovelace = PRICE * units + ALLOWANCE + (5 * ADA if consumer_payouts else 0)
+    escrows = await lock_escrows(world, escrow_datum(world, deadline, window), lovelace, count)
+    tx = settle_tx(world, escrows, units, deadline + window)
+    budgets = await evaluate(world, tx)
+    report(f"settle x{count}", {k: v for k, v in budgets.items() if k == "withdraw:0"}, tx)
+    memory = sum(b["memory"] for b in budgets.values())
+    cpu = sum(b["cpu"] for b in budgets.values())
+    print(f"settle x{count}: total memory {memory} cpu {cpu}, {len(tx.to_cbor())} bytes")
+    assert memory <= 14_000_000 and cpu <= 10_000_000_000 and len(tx.to_cbor()) <= 16_384
+    await confirm(world.devnet, tx)
