@@ -127,7 +127,6 @@ def blueprint(contract: Contract, script: bytes) -> dict[str, typing.Any]:
             "version": "1.0.0",
             "plutusVersion": "v3",
             "compiler": {"name": "opshin", "version": opshin.__version__},
-            "license": "Apache-2.0",
         },
         "validators": validators,
     }
@@ -163,7 +162,6 @@ def build_artifacts(check: bool = False) -> list[Path]:
 @functools.cache
 def _program(name: str) -> uplc.ast.Program:
     """The committed unparameterised program."""
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # uplc decodes recursively
     return unflatten(bytes.fromhex((BUILD_DIR / name / SCRIPT_FILE).read_text().strip()))
 
 
