@@ -3,10 +3,11 @@
 Parameter: network_id. Spending with Settle only asks for the withdrawal of the script's own
 stake credential, whose run checks every escrow input of the transaction at once.
 
-Shaped for cost under OpShin 0.28: every `if` statement passes all live locals to a
-continuation, and every call passes the globals the callee uses, so functions are small,
-checks are single `assert`s over `and` chains, inputs and outputs are reached by index, and
-each list is walked once.
+Shaped for cost under OpShin 0.28 (see contracts/simplify.py for the rest): every `if`
+statement passes all live locals to a continuation and every call passes the globals the
+callee uses, so functions are few and checks are `assert`s over `and` chains; inputs and
+outputs are reached by index, each list (and each record's field list) is walked once, and
+OpShin's typed lists, which copy on every read, are avoided on the hot path.
 """
 
 from typing import Tuple
@@ -15,16 +16,6 @@ from opshin.prelude import *
 from opshin.std.builtins import *
 
 from contracts.onchain import *
-
-
-@dataclass()
-class Cursor(PlutusData):
-    """The batch walk's state: items not yet paired, outputs from index `next_output` on."""
-
-    CONSTR_ID = 0
-    items: Anything
-    outputs: Anything
-    next_output: int
 
 
 def settle_one(
