@@ -1,7 +1,7 @@
 """The ScriptContext a Plutus V3 script receives, built as the Conway ledger builds it.
 
-/work/shared/notes/plutus-v3-context.md is the reference; where OpShin's types disagree, the
-ledger wins. Body fields are read from the transaction's original bytes (certificates and
+The ledger's plutus-ledger-api (V3 Contexts, as laid out in the team's notes) is the reference;
+where OpShin's types disagree, the ledger wins. Body fields are read from the transaction's original bytes (certificates and
 proposals keep their order, which a CBOR set decoder would lose), and datums and redeemers
 are spliced into the context as the bytes the transaction carried.
 """

@@ -1,5 +1,5 @@
 """The Plutus V3 ScriptContext, field by field, against the ledger's encoding
-(/work/shared/notes/plutus-v3-context.md): orderings, closures, bare TxId, no ADA in mint,
+(plutus-ledger-api V3, as the team's context notes lay it out): orderings, closures, bare TxId, no ADA in mint,
 Credential-keyed withdrawals, TxCert constructors and ScriptInfo with its optional datum."""
 
 from __future__ import annotations
