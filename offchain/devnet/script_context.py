@@ -1,9 +1,10 @@
 """The ScriptContext a Plutus V3 script receives, built as the Conway ledger builds it.
 
-The ledger's plutus-ledger-api (V3 Contexts, as laid out in the team's notes) is the reference;
-where OpShin's types disagree, the ledger wins. Body fields are read from the transaction's original bytes (certificates and
-proposals keep their order, which a CBOR set decoder would lose), and datums and redeemers
-are spliced into the context as the bytes the transaction carried.
+The ledger's plutus-ledger-api (V3 Contexts, as the team's notes lay it out) is the
+reference; where OpShin's types disagree, the ledger wins. Body fields are read from the
+transaction's original bytes (certificates and proposals keep their order, which a CBOR set
+decoder would lose), and datums and redeemers are spliced into the context as the bytes the
+transaction carried.
 """
 
 from __future__ import annotations

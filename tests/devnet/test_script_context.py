@@ -1,6 +1,7 @@
 """The Plutus V3 ScriptContext, field by field, against the ledger's encoding
-(plutus-ledger-api V3, as the team's context notes lay it out): orderings, closures, bare TxId, no ADA in mint,
-Credential-keyed withdrawals, TxCert constructors and ScriptInfo with its optional datum."""
+(plutus-ledger-api V3, as the team's context notes lay it out): orderings, closures, bare
+TxId, no ADA in mint, Credential-keyed withdrawals, TxCert constructors and ScriptInfo with
+its optional datum."""
 
 from __future__ import annotations
 
