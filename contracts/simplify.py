@@ -15,7 +15,10 @@ succeeds, and never add cost:
   is still computed exactly once; only which of two failing terms fails first (and so the
   trace) may change, and UPLC has no other effects;
 - `(force (delay t))` -> `t`, `not (not c)` -> `c`, and OpShin's `and`/`or`, which bind the
-  first operand to return it when it decides, return the constant instead.
+  first operand to return it when it decides, return the constant instead;
+- OpShin's list map applied to the identity over a builtin list ending in the empty list
+  (how it casts list Data to a typed list of records) -> the list itself: the copy it
+  builds is the same list, and mapping the identity cannot fail.
 
 Substitution needs unique binder names, which OpShin's -O3 output has; `simplify` checks it.
 """
@@ -269,6 +272,73 @@ def _pass(term: U.AST) -> U.AST:
     return term
 
 
+def _alpha(term: U.AST, names: dict[str, str] | None = None) -> str:
+    """`term` with its bound variables numbered in binding order (free ones keep their name)."""
+    names = names or {}
+    if isinstance(term, U.Variable):
+        return names.get(term.name, "free:" + term.name)
+    if isinstance(term, U.Apply):
+        return f"[{_alpha(term.f, names)} {_alpha(term.x, names)}]"
+    if isinstance(term, U.Lambda):
+        bound = f"b{len(names)}"
+        return f"(lam {bound} {_alpha(term.term, {**names, term.var_name: bound})})"
+    if isinstance(term, U.Delay):
+        return f"(delay {_alpha(term.term, names)})"
+    if isinstance(term, U.Force):
+        return f"(force {_alpha(term.term, names)})"
+    return term.dumps()
+
+
+SELF_APPLY = "(lam b0 [b0 b0])"
+# OpShin's MapList(xs, f, default) with the self-application bound to free:W
+MAP_LIST = (
+    "(lam b0 (lam b1 (lam b2 [[free:W (lam b3 (lam b4 (force [[[(force (force (builtin "
+    "chooseList))) b4] (delay (force b2))] (delay [[(force (builtin mkCons)) [b1 [(force "
+    "(builtin headList)) b4]]] [[b3 b3] [(force (builtin tailList)) b4]]])])))] b0])))"
+)
+EMPTY = "(delay (con (list data) []))"
+
+
+def _identity_maps(term: U.AST, env: dict[str, str]) -> U.AST:
+    """Replace `[[[map xs] (lam y y)] (delay [])]` by xs, `map` a let-bound MAP_LIST."""
+    if isinstance(term, U.Apply):
+        f, arguments = term, []
+        while isinstance(f, U.Apply):
+            arguments.append(f.x)
+            f = f.f
+        arguments.reverse()
+        if (
+            isinstance(f, U.Variable)
+            and len(arguments) == 3
+            and env.get(f.name) == "map"
+            and _alpha(arguments[1]) == "(lam b0 b0)"
+            and _alpha(arguments[2]) == EMPTY
+        ):
+            return _identity_maps(arguments[0], env)
+        if isinstance(term.f, U.Lambda):
+            value = _alpha(term.x)
+            inner = {k: v for k, v in env.items() if k != term.f.var_name}
+            if value == SELF_APPLY:
+                inner[term.f.var_name] = SELF_APPLY
+            applier = [k for k, v in env.items() if v == SELF_APPLY]
+            for name in applier:
+                if value == MAP_LIST.replace("free:W", "free:" + name):
+                    inner[term.f.var_name] = "map"
+            return U.Apply(
+                U.Lambda(term.f.var_name, _identity_maps(term.f.term, inner)),
+                _identity_maps(term.x, env),
+            )
+        return U.Apply(_identity_maps(term.f, env), _identity_maps(term.x, env))
+    if isinstance(term, U.Lambda):
+        inner = {k: v for k, v in env.items() if k != term.var_name}
+        return U.Lambda(term.var_name, _identity_maps(term.term, inner))
+    if isinstance(term, U.Delay):
+        return U.Delay(_identity_maps(term.term, env))
+    if isinstance(term, U.Force):
+        return U.Force(_identity_maps(term.term, env))
+    return term
+
+
 def simplify(program: U.Program) -> U.Program:
     """The program with the rewrites above applied until nothing changes."""
     binders = []
@@ -282,7 +352,7 @@ def simplify(program: U.Program) -> U.Program:
         raise ValueError("simplify needs unique binder names (compile with -O3)")
     term = program.term
     for _ in range(FUEL):
-        previous, term = term, _pass(term)
+        previous, term = term, _identity_maps(_pass(term), {})
         if term.dumps() == previous.dumps():  # uplc's constants refuse == across types
             return U.Program(program.version, term)
     raise RuntimeError("simplify did not converge")

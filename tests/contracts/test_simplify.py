@@ -197,3 +197,46 @@ def test_recursion_is_not_unrolled():
         default_builtin_cost_model_plutus_v3(),
     )
     assert isinstance(machine.eval(simplified).result, U.BuiltinUnit)
+
+
+def map_list(k: str) -> str:
+    """OpShin's MapList(xs, f, default), its binders suffixed with k, the loop from w."""
+    return (
+        f"(lam xs{k} (lam f{k} (lam d{k} [[w (lam self{k} (lam l{k} (force [[[(force (force "
+        f"(builtin chooseList))) l{k}] (delay (force d{k}))] (delay [[(force (builtin mkCons)) "
+        f"[f{k} [(force (builtin headList)) l{k}]]] [[self{k} self{k}] [(force (builtin "
+        f"tailList)) l{k}]]])])))] xs{k}])))"
+    )
+
+
+def test_identity_list_map_is_the_list():
+    """OpShin's cast of list Data to a typed list (a map of the identity) becomes the list."""
+    xs = "[(builtin unListData) (con data (List [I 1, I 2, I 3]))]"
+    empty = "(delay (con (list data) []))"
+    identity = f"[[[m [[[m {xs}] (lam z z)] {empty}]] (lam u u)] {empty}]"
+    increment = (
+        "(lam y [(builtin iData) [[(builtin addInteger) (con integer 1)] [(builtin unIData) y]]])"
+    )
+    other = f"[[[n [[[n {xs}] {increment}] {empty}]] (lam v v)] {empty}]"
+    text = (
+        f"[(lam w [(lam m [(lam n [[(builtin mkPairData) [(builtin listData) {identity}]] "
+        f"[(builtin listData) {other}]]) {map_list('2')}]) "
+        f"{map_list('1')}]) (lam x [x x])]"
+    )
+    before, after = program(text), simplify(program(text))
+    dumped = after.term.dumps()
+    # the identity maps went; n maps a non-identity, so its maps stay
+    assert dumped.startswith(f"[[(builtin mkPairData) [(builtin listData) {xs}]]")
+    assert "mkCons" in dumped
+
+    def result(p):
+        machine = Machine(
+            Budget(10**10, 10**7),
+            default_cek_machine_cost_model_plutus_v3(),
+            default_builtin_cost_model_plutus_v3(),
+        )
+        outcome = machine.eval(p)
+        return outcome.result.dumps(), outcome.cost.memory
+
+    (value, memory), (raw_value, raw_memory) = result(after), result(before)
+    assert value == raw_value and memory < raw_memory
