@@ -10,8 +10,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from offchain.chain.follower import tip_point
+from offchain.chain.ogmios import request
 from offchain.chain.submit import submit, wait_for_confirmations
 from offchain.devnet.genesis import wallet_address
+from offchain.devnet.process import DevnetProcess
 from tests.devnet.payments import payment
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate
@@ -27,14 +29,23 @@ async def call(ws, method, params=None):
     return response
 
 
-async def test_mempool_monitor_shows_a_pending_transaction(devnet):
+async def test_mempool_monitor_shows_a_pending_transaction(tmp_path):
+    """Minute-long slots keep the transaction in the mempool while we look; time travel then
+    forges the block that takes it out."""
+    devnet = DevnetProcess(tmp_path / "slow", slot_length_ms=60_000).start()
+    try:
+        await _pending_then_confirmed(devnet)
+    finally:
+        devnet.stop()
+
+
+async def _pending_then_confirmed(devnet: DevnetProcess) -> None:
     receiver = wallet_address(PaymentSigningKey.generate())
     tx = payment(devnet, "bob", receiver, 2_000_000)
     async with connect(devnet.url) as ws:
         not_acquired = await call(ws, "sizeOfMempool")
         assert not_acquired["error"]["code"] == 4000
         validate("sizeOfMempool", not_acquired)
-        since = await tip_point(devnet.url)
         tx_id = await submit(devnet.url, tx)
         acquired = await call(ws, "acquireMempool")
         validate("acquireMempool", acquired)
@@ -42,6 +53,7 @@ async def test_mempool_monitor_shows_a_pending_transaction(devnet):
         validate("sizeOfMempool", size)
         has = await call(ws, "hasTransaction", {"id": tx_id})
         validate("hasTransaction", has)
+        missing = await call(ws, "hasTransaction", {"id": "00" * 32})
         listed = []
         while (nxt := await call(ws, "nextTransaction", {"fields": "all"}))["result"][
             "transaction"
@@ -50,13 +62,16 @@ async def test_mempool_monitor_shows_a_pending_transaction(devnet):
             listed.append(nxt["result"]["transaction"])
         released = await call(ws, "releaseMempool")
         validate("releaseMempool", released)
-    # The block producer may have been quicker than us: either way the answers agree.
-    in_snapshot = tx_id in [t["id"] for t in listed]
-    assert has["result"] is in_snapshot
-    assert size["result"]["transactions"]["count"] == len(listed)
-    if in_snapshot:
-        assert bytes.fromhex(next(t for t in listed if t["id"] == tx_id)["cbor"]) == tx.to_cbor()
-    await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
+    assert [t["id"] for t in listed] == [tx_id]
+    assert bytes.fromhex(listed[0]["cbor"]) == tx.to_cbor()
+    assert has["result"] is True and missing["result"] is False
+    assert size["result"]["transactions"]["count"] == 1
+    assert size["result"]["currentSize"]["bytes"] == len(tx.to_cbor())
+
+    since = await tip_point(devnet.url)
+    await request(devnet.url, "devnet/advanceTime", {"slots": 1})
+    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
+    assert tx_id in [t["id"] for t in block["transactions"]]
 
 
 BAD_REQUESTS = [
