@@ -1,7 +1,9 @@
 """Provider bond (PROTOCOL.md): top up, unbond with notice, withdraw, or be slashed.
 
 Parameters: network_id, escrow_hash, notice_ms, slash_share_bps. A slash needs the escrow
-refunded in the same transaction and the provider's signed Acceptance of that escrow.
+refunded in the same transaction and the provider's signed Acceptance of that escrow naming
+this bond script. The notice starts at the validity *upper* bound: the submitter picks both
+bounds, but only the upper one must lie in the future for the ledger to take the transaction.
 Shaped for cost like escrow.py: small functions, `assert`s over values, lists read by index.
 """
 
@@ -11,11 +13,18 @@ from opshin.std.builtins import *
 from contracts.onchain import *
 
 
+def tokens(value: Anything) -> Anything:
+    """A ledger Value without its lovelace (the ledger always puts ADA first)."""
+    return tail_list(un_map_data(value))
+
+
 def continuing(tx: TxInfoV3, index: int, own: InlineTxOut, datum: SomeOutputDatum) -> int:
-    """The lovelace of output `index`, which must sit at the bond's address with `datum`."""
+    """The lovelace of output `index`, which must sit at the bond's address with `datum` and
+    exactly the bond's native tokens (nobody moves tokens out of a bond, or dusts it)."""
     out: InlineTxOut = index_access_list(un_list_data(tx.outputs), index)
     assert out.address == own.address, "continuing output address"
     assert out.datum == datum, "continuing output datum"
+    assert map_data(tokens(out.value)) == map_data(tokens(own.value)), "continuing tokens"
     return lovelace(out.value)
 
 
@@ -25,15 +34,25 @@ def lower_bound(tx: TxInfoV3) -> int:
     return lower.time
 
 
+def upper_bound(tx: TxInfoV3) -> int:
+    """A time the transaction is included before: the one bound a submitter cannot backdate."""
+    upper = tx.validity_range.upper_bound.limit
+    assert isinstance(upper, FinitePOSIXTime), "needs a finite upper bound"
+    return upper.time
+
+
 def slash(
     network_id: int,
     escrow_hash: bytes,
     share: int,
     tx: TxInfoV3,
+    own_ref: TxOutRef,
+    bond_hash: bytes,
     datum: BondDatum,
     redeemer: Slash,
 ):
-    """The refunded escrow's consumer is owed `share`, if the provider accepted that job."""
+    """The refunded escrow's consumer is owed `share`, if the provider accepted that job
+    backed by this bond script."""
     escrow: InputV3 = index_access_list(un_list_data(tx.inputs), redeemer.escrow_input)
     ref = escrow.out_ref
     address = escrow.resolved.address
@@ -43,14 +62,16 @@ def slash(
     job: EscrowDatum = escrow.resolved.datum.datum
     vkey = datum.provider_vkey
     assert job.provider_vkey == vkey, "another provider's escrow"
-    acceptance = Acceptance(b"UNCHAINED/accept/v1", network_id, escrow_hash, ref, job.job_id)
+    acceptance = Acceptance(
+        b"UNCHAINED/accept/v1", network_id, escrow_hash, ref, job.job_id, bond_hash
+    )
     assert verify_ed25519_signature(
         vkey, serialise_data(acceptance), redeemer.acceptance_signature
     ), "acceptance signature"
     victim: InlineTxOut = index_access_list(un_list_data(tx.outputs), redeemer.consumer_output)
     assert victim.address == job.consumer, "victim address"
     assert lovelace(victim.value) >= share, "victim share"
-    assert victim.datum == SomeOutputDatum(Payout(3, ref)), "victim tag"
+    assert victim.datum == SomeOutputDatum(SlashPayout(ref, own_ref)), "victim tag"
 
 
 def validator(
@@ -77,13 +98,14 @@ def validator(
         assert continuing(tx, redeemer.bond_output, own, own.datum) > locked, "top up adds"
     elif isinstance(redeemer, Slash):
         share = locked * slash_share_bps // 10000
-        slash(network_id, escrow_hash, share, tx, datum, redeemer)
+        bond_hash = bond.credential_hash
+        slash(network_id, escrow_hash, share, tx, own_ref, bond_hash, datum, redeemer)
         kept = continuing(tx, redeemer.bond_output, own, own.datum)
         assert kept >= locked - share, "slash takes at most the share"
     else:
         assert blake2b_224(datum.provider_vkey) in tx.signatories, "provider must sign"
         if isinstance(redeemer, BeginUnbond):
-            unbonding = BondDatum(datum.provider, datum.provider_vkey, BoxedInt(lower_bound(tx)))
+            unbonding = BondDatum(datum.provider, datum.provider_vkey, BoxedInt(upper_bound(tx)))
             kept = continuing(tx, redeemer.bond_output, own, SomeOutputDatum(unbonding))
             assert kept >= locked, "unbonding keeps the bond"
         else:

@@ -15,11 +15,21 @@ from opshin.prelude import *
 
 @dataclass()
 class Payout(PlutusData):
-    """The inline datum tagging a payout output to one escrow (kind 0 settle .. 3 slash)."""
+    """The inline datum tagging a payout output to one escrow (kind 0 settle .. 2 cancel)."""
 
     CONSTR_ID = 0
     kind: int
     escrow: TxOutRef
+
+
+@dataclass()
+class SlashPayout(PlutusData):
+    """The inline datum of a slash's payout: it names the escrow and the bond it takes from,
+    so no output pays for two slashes, whatever the number of bond versions."""
+
+    CONSTR_ID = 1
+    escrow: TxOutRef
+    bond: TxOutRef
 
 
 @dataclass()
@@ -100,6 +110,7 @@ class Acceptance(PlutusData):
     escrow_hash: bytes
     escrow: TxOutRef
     job_id: bytes
+    bond_hash: bytes
 
 
 @dataclass()
@@ -298,6 +309,11 @@ def fields(x: Anything) -> Anything:
 @wraps_builtin
 def un_map_data(x: Anything) -> Anything:
     """The builtin list of pairs inside map Data."""
+
+
+@wraps_builtin
+def map_data(xs: Anything) -> Anything:
+    """Map Data holding a builtin list of pairs (to compare two maps' tails as Data)."""
 
 
 @wraps_builtin

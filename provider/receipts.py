@@ -72,7 +72,11 @@ def accept(deployment: Deployment, escrow: UTxO, key: PaymentSigningKey) -> byte
     """The signed Acceptance of the job at `escrow`: the provider's bond backs it."""
     datum = own_escrow(deployment, escrow, key)
     payload = acceptance_payload(
-        deployment.network_id, deployment.escrow_hash, escrow.input, datum.job_id
+        deployment.network_id,
+        deployment.escrow_hash,
+        escrow.input,
+        datum.job_id,
+        deployment.bond_hash,
     )
     return sign(key, payload)
 

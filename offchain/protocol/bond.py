@@ -24,6 +24,7 @@ from offchain.protocol.escrow import add_refund
 from offchain.protocol.payloads import acceptance_payload, verify
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
+    TTL_MS,
     BuildError,
     Clock,
     Wallet,
@@ -33,19 +34,20 @@ from offchain.protocol.txbuild import (
     ledger_inputs,
     new_builder,
     out_ref,
-    payout,
     read_datum,
     script_source,
     sign,
+    tagged_output,
 )
 from offchain.protocol.types import (
     BeginUnbond,
     BondDatum,
     Just,
     Nothing,
-    PayoutKind,
     Slash,
+    SlashPayout,
     TopUp,
+    TxOutRef,
     Withdraw,
 )
 
@@ -91,14 +93,17 @@ def top_up(
 def begin_unbond(
     context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Wallet
 ) -> Transaction:
-    """Start the notice period; withdraw after it (`Deployment.notice_ms`)."""
+    """Start the notice period; withdraw after it (`Deployment.notice_ms`). The notice runs
+    from the transaction's validity upper bound (at most `TTL_MS` from now): the validator
+    takes no earlier time, as the submitter could backdate a lower bound."""
     datum = _provider_bond(deployment, bond, provider)
     if isinstance(datum.unbonding_since, Just):
         raise BuildError(f"the bond is unbonding since {iso(datum.unbonding_since.value)}")
     clock = Clock.now(context)
     builder = _spend_bond(deployment, bond, BeginUnbond(BOND_OUTPUT), context)
-    builder.validity_start = clock.tip_slot
-    unbonding = BondDatum(datum.provider, datum.provider_vkey, Just(clock.tip_ms))
+    builder.ttl = clock.ttl_until(clock.tip_ms + TTL_MS)
+    since = clock.time.slot_to_posix_ms(builder.ttl)  # what the validator sees as the upper bound
+    unbonding = BondDatum(datum.provider, datum.provider_vkey, Just(since))
     _continue(builder, bond, unbonding, bond.output.amount.coin)
     builder.required_signers = [provider.key_hash]
     builder.add_input_address(provider.address)
@@ -145,15 +150,18 @@ def slash(
     if escrow_data.provider_vkey != bond_data.provider_vkey:
         raise BuildError("the escrow's provider is not the bond's provider")
     payload = acceptance_payload(
-        deployment.network_id, deployment.escrow_hash, escrow.input, escrow_data.job_id
+        deployment.network_id,
+        deployment.escrow_hash,
+        escrow.input,
+        escrow_data.job_id,
+        deployment.bond_hash,
     )
     if not verify(bond_data.provider_vkey, payload, acceptance_signature):
         raise BuildError(f"no acceptance of {out_ref(escrow)} signed by the bond's provider")
     share = slash_share(bond.output.amount.coin, deployment.slash_share_bps)
     consumer = from_plutus(escrow_data.consumer, deployment.network)
-    consumer_output = add_output(
-        builder, payout(context, consumer, share, PayoutKind.SLASH, escrow.input)
-    )
+    tag = SlashPayout(TxOutRef.of(escrow.input), TxOutRef.of(bond.input))
+    consumer_output = add_output(builder, tagged_output(context, consumer, share, tag))
     redeemer = Slash(
         inputs.index(escrow.input), acceptance_signature, consumer_output, len(builder.outputs)
     )

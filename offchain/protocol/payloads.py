@@ -2,8 +2,9 @@
 
 A payload is `serialise_data` of a Receipt or Acceptance (contracts/PROTOCOL.md): the domain,
 network id, escrow script hash and the escrow's out-ref make a signature worthless on any
-other escrow, network or script version. Provider, market, consumer and tests all sign and
-verify through this module, so there is one definition of the bytes.
+other escrow, network or script version; an Acceptance also names the bond script it binds.
+Provider, market, consumer and tests all sign and verify through this module, so there is one
+definition of the bytes.
 """
 
 from __future__ import annotations
@@ -42,11 +43,21 @@ def receipt_payload(
 
 
 def acceptance_payload(
-    network_id: int, escrow_hash: ScriptHash, escrow: TransactionInput, job_id: bytes
+    network_id: int,
+    escrow_hash: ScriptHash,
+    escrow: TransactionInput,
+    job_id: bytes,
+    bond_hash: ScriptHash,
 ) -> bytes:
-    """What the provider signs when it takes the job at `escrow` (its bond backs this)."""
+    """What the provider signs when it takes the job at `escrow`: a bond of script
+    `bond_hash` backs it, and no bond of another version can be slashed with it."""
     acceptance = Acceptance(
-        ACCEPT_DOMAIN, network_id, escrow_hash.payload, TxOutRef.of(escrow), job_id
+        ACCEPT_DOMAIN,
+        network_id,
+        escrow_hash.payload,
+        TxOutRef.of(escrow),
+        job_id,
+        bond_hash.payload,
     )
     return acceptance.to_cbor()
 

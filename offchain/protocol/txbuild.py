@@ -123,7 +123,14 @@ def payout(
     context: ChainContext, to: Address, owed: int, kind: PayoutKind, escrow: TransactionInput
 ) -> TransactionOutput:
     """An output owed `owed` to `to` for `escrow`, tagged so no other escrow can count it."""
-    output = TransactionOutput(to, 0, datum=Payout(int(kind), TxOutRef.of(escrow)))
+    return tagged_output(context, to, owed, Payout(int(kind), TxOutRef.of(escrow)))
+
+
+def tagged_output(
+    context: ChainContext, to: Address, owed: int, tag: PlutusData
+) -> TransactionOutput:
+    """An output owed `owed` to `to` carrying `tag` as its inline datum."""
+    output = TransactionOutput(to, 0, datum=tag)
     output.amount.coin = at_least_min_utxo(context, output, owed)
     return output
 

@@ -115,16 +115,25 @@ class PayoutKind(IntEnum):
     SETTLE = 0
     REFUND = 1
     CANCEL = 2
-    SLASH = 3
 
 
 @dataclass
 class Payout(PlutusData):
-    """The inline datum of every payout output: ties it to one escrow and one action."""
+    """The inline datum of an escrow's payout output: ties it to one escrow and one action."""
 
     CONSTR_ID = 0
     kind: int
     escrow: TxOutRef
+
+
+@dataclass
+class SlashPayout(PlutusData):
+    """The inline datum of a slash's payout: names the escrow and the bond it takes from, so
+    no output counts for two slashes, whatever the number of bond versions."""
+
+    CONSTR_ID = 1
+    escrow: TxOutRef
+    bond: TxOutRef
 
 
 # Escrow spend redeemers name `own_input`, the spent escrow's index among the transaction's
@@ -194,6 +203,7 @@ class Acceptance(PlutusData):
     escrow_hash: bytes
     escrow: TxOutRef
     job_id: bytes
+    bond_hash: bytes  # the bond script that backs the acceptance
 
 
 # --- bond ------------------------------------------------------------------------------------
@@ -204,7 +214,9 @@ class BondDatum(PlutusData):
     CONSTR_ID = 0
     provider: PlutusAddress
     provider_vkey: bytes
-    unbonding_since: Union[Just, Nothing]  # noqa: UP007 - POSIX ms the notice began
+    # POSIX ms the notice began: the BeginUnbond's validity upper bound, never earlier than
+    # its inclusion
+    unbonding_since: Union[Just, Nothing]  # noqa: UP007
 
 
 @dataclass
