@@ -67,7 +67,7 @@ def provider_config(path: Path, state_dir: Path | None) -> tuple[ProviderConfig,
         except ConfigError as exc:
             raise fail(str(exc)) from exc
         return config, host_inventory(config.runner.state_dir)
-    settings = runner_settings(state_dir)
+    settings = runner_settings(path, state_dir)
     inventory = host_inventory(settings.state_dir)
     typer.echo(f"no config at {path}: offering this whole machine (see `init`)", err=True)
     return ProviderConfig(offer=default_offer(inventory), runner=settings), inventory
@@ -212,7 +212,7 @@ def init(
     make the provider's signing key (an existing key is kept, even with --force)."""
     if config.exists() and not force:
         raise fail(f"{config} exists; use --force to overwrite it")
-    settings = runner_settings(state_dir)
+    settings = runner_settings(config, state_dir)
     inventory = host_inventory(settings.state_dir)
     everything = default_offer(inventory)
     present = [gpu.uuid for gpu in inventory.gpu.gpus]

@@ -3,6 +3,10 @@ and the runner's settings, read from a TOML file that flags may override.
 
 Prices are integer lovelace per second of each resource; a job pays for its whole reserved
 bundle every second it runs (rounded up), whatever it actually used.
+
+Paths are absolute once read: a relative path in the TOML file is read from the file's folder
+(so the same file means the same state wherever the provider starts), and the state directory
+defaults to `state/` beside the file.
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from offchain.protocol.jobspec import JobSpec, describe
 from provider.inventory import HostInventory
 
 MIB = 1 << 20
+STATE_DIR = Path("state")  # beside the config file, unless it names another
 
 
 class ConfigError(ValueError):
@@ -86,17 +91,31 @@ class Offer(_Section):
 class RunnerSettings(_Section):
     """How jobs run on this machine (not part of any offer)."""
 
-    state_dir: Path = Field(Path("data/provider/state"), strict=False)
+    state_dir: Path = Field(STATE_DIR, strict=False, validate_default=True)
     uid: int = Field(65534, ge=1, description="jobs never run as root")
     gid: int = Field(65534, ge=1)
     pids_limit: int = Field(1024, ge=8)
     tmp_mib: int = Field(256, ge=1, description="/tmp tmpfs; counts against the job's memory")
     pull_images: bool = Field(True, description="pull a missing image when a registry answers")
 
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, state_dir: Path, info: ValidationInfo) -> Path:
+        """The runner is named by its state directory, so it must not depend on the directory
+        the provider was started in: relative paths are read from the config file's folder
+        (`base_dir` in the validation context) and refused without one."""
+        base_dir = (info.context or {}).get("base_dir")
+        if base_dir is not None:
+            state_dir = (base_dir / state_dir).resolve()
+        if not state_dir.is_absolute():
+            raise ValueError(f"{state_dir} is relative; give an absolute path")
+        return state_dir
+
 
 class ProviderConfig(_Section):
     offer: Offer
-    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    # validated, so that a file without [runner] gets the state directory beside it
+    runner: RunnerSettings = Field(default_factory=dict, validate_default=True)
 
 
 def default_offer(inventory: HostInventory) -> Offer:
@@ -109,15 +128,17 @@ def default_offer(inventory: HostInventory) -> Offer:
     )
 
 
-def parse_config(data: dict[str, Any]) -> ProviderConfig:
+def parse_config(data: dict[str, Any], base_dir: Path) -> ProviderConfig:
+    """The config in `data`, its relative paths read from `base_dir`."""
     try:
-        return ProviderConfig.model_validate(data)
+        return ProviderConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ConfigError(describe(exc)) from exc
 
 
 def load_config(path: Path, overrides: dict[str, dict[str, Any]] | None = None) -> ProviderConfig:
-    """The TOML file at `path`, with `overrides` (from flags: section -> field -> value) on top."""
+    """The TOML file at `path`, with `overrides` (from flags: section -> field -> value) on top;
+    relative paths in the file are read from its folder."""
     try:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -127,7 +148,7 @@ def load_config(path: Path, overrides: dict[str, dict[str, Any]] | None = None) 
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update(values)
     try:
-        return parse_config(data)
+        return parse_config(data, path.parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}:\n{exc}") from exc
 

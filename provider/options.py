@@ -24,16 +24,24 @@ from provider.receipts import ReceiptError
 DEFAULT_CONFIG = Path("data/provider/provider.toml")
 DEFAULT_DEPLOYMENT = Path("data/deployment.json")
 
+# Paths from flags, environment variables and defaults are made absolute here, once
+# (`resolve_path`): what reaches the runner, docker and the files does not depend on the
+# directory a command was started in.
 ConfigOption = Annotated[
     Path,
     typer.Option(
-        "--config", envvar="UNCHAINED_PROVIDER_CONFIG", help="The provider's TOML config."
+        "--config",
+        envvar="UNCHAINED_PROVIDER_CONFIG",
+        resolve_path=True,
+        help="The provider's TOML config.",
     ),
 ]
 StateDirOption = Annotated[
     Path | None,
     typer.Option(
-        envvar="UNCHAINED_PROVIDER_STATE_DIR", help="Where the key, jobs and results live."
+        envvar="UNCHAINED_PROVIDER_STATE_DIR",
+        resolve_path=True,
+        help="Where the key, jobs and results live [default: state/ beside the config].",
     ),
 ]
 OgmiosOption = Annotated[
@@ -44,6 +52,7 @@ DeploymentOption = Annotated[
     typer.Option(
         "--deployment",
         envvar="UNCHAINED_DEPLOYMENT",
+        resolve_path=True,
         help="The protocol deployment (JSON written when the contracts were deployed).",
     ),
 ]
@@ -54,8 +63,11 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def runner_settings(state_dir: Path | None) -> RunnerSettings:
-    return RunnerSettings(state_dir=state_dir) if state_dir else RunnerSettings()
+def runner_settings(config: Path, state_dir: Path | None) -> RunnerSettings:
+    """The runner's settings without a config file at `config`: the state directory from the
+    flag, else beside where the config would be."""
+    given = {"state_dir": state_dir} if state_dir else {}
+    return RunnerSettings.model_validate(given, context={"base_dir": config.parent})
 
 
 def state_dir_of(config: Path, state_dir: Path | None) -> Path:
@@ -63,7 +75,7 @@ def state_dir_of(config: Path, state_dir: Path | None) -> Path:
     if state_dir is not None:
         return state_dir
     if not config.exists():
-        return RunnerSettings().state_dir
+        return runner_settings(config, None).state_dir
     try:
         return load_config(config).runner.state_dir
     except ConfigError as exc:

@@ -62,9 +62,16 @@ def say(text: str = "") -> None:
 @app.callback(invoke_without_command=True)
 def demo(
     data_dir: Annotated[
-        Path, typer.Option(help="Where the demo keeps its chain, keys and job results.")
+        Path,
+        typer.Option(
+            resolve_path=True,  # absolute from here on: docker mounts it, the devnet keeps it
+            help="Where the demo keeps its chain, keys and job results.",
+        ),
     ] = Path("data/demo"),
-    port: Annotated[int, typer.Option(help="Port for the demo's devnet.")] = 1337,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port for the demo's devnet [default: a free one, beside any other]."),
+    ] = None,
 ) -> None:
     """Start a fresh devnet and take one job from escrow to payout."""
     quiet_chain_clients()

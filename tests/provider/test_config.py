@@ -82,7 +82,8 @@ def test_every_reason_to_refuse_is_named():
 
 
 def test_toml_round_trip_and_flags_override_the_file(tmp_path):
-    config = ProviderConfig(offer=OFFER, runner=RunnerSettings(pids_limit=256))
+    runner = RunnerSettings(state_dir=tmp_path / "state", pids_limit=256)
+    config = ProviderConfig(offer=OFFER, runner=runner)
     path = tmp_path / "provider.toml"
     path.write_text(to_toml(config))
     assert load_config(path) == config

@@ -18,7 +18,7 @@ def options_for(tmp_path, gpus, image="unchained/busybox:any"):
     spec = job(image, ["nvidia-smi", "-L"], gpus=len(gpus))
     mounts = JobMounts(out=tmp_path, inputs=None)
     return container_options("r1", "gpu_job", spec, image, mounts, gpus, "/unchained/r1_gpu_job",
-                             RunnerSettings())  # fmt: skip
+                             RunnerSettings(state_dir=tmp_path))  # fmt: skip
 
 
 def encoded(options):
