@@ -40,7 +40,7 @@ from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import receipt_payload, sign
+from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
 from offchain.protocol.txbuild import (
     Clock,
     Wallet,
@@ -58,6 +58,7 @@ from offchain.protocol.types import (
     Settle,
     SettleItem,
     Slash,
+    SlashPayout,
     TxOutRef,
 )
 
@@ -233,6 +234,24 @@ def plain_fee(devnet: DevnetProcess, payer: Wallet) -> list[UTxO]:
 def tagged(to: Address, lovelace: int, kind: PayoutKind, escrow: UTxO) -> TransactionOutput:
     """A payout output as the validators look for it (attacks vary one part of it)."""
     return TransactionOutput(to, lovelace, datum=Payout(int(kind), TxOutRef.of(escrow.input)))
+
+
+def slash_tagged(to: Address, lovelace: int, escrow: UTxO, bond: UTxO) -> TransactionOutput:
+    """A slash's payout output: its tag names the escrow and the bond it takes from."""
+    tag = SlashPayout(TxOutRef.of(escrow.input), TxOutRef.of(bond.input))
+    return TransactionOutput(to, lovelace, datum=tag)
+
+
+def accept(
+    deployment: Deployment, key: PaymentSigningKey, escrow: UTxO, network_id: int = 0
+) -> bytes:
+    """An Acceptance of `escrow` backed by `deployment`'s bond, signed by `key` (the
+    provider's, or a forger's)."""
+    job = escrows.escrow_datum(deployment, escrow).job_id
+    payload = acceptance_payload(
+        network_id, deployment.escrow_hash, escrow.input, job, deployment.bond_hash
+    )
+    return sign(key, payload)
 
 
 def item(

@@ -7,7 +7,6 @@ import pytest
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.split import refund_amount, slash_share
 from offchain.protocol.txbuild import BuildError, Clock
 from offchain.protocol.types import Just
@@ -30,8 +29,7 @@ BOND = 400 * ADA
 
 def accept(deployment, provider, escrow) -> bytes:
     """The provider's signed Acceptance of `escrow` (what it sends when it takes the job)."""
-    job = escrow_datum(deployment, escrow).job_id
-    return sign(provider.key, acceptance_payload(0, deployment.escrow_hash, escrow.input, job))
+    return onchain.accept(deployment, provider.key, escrow)
 
 
 async def test_a_bond_lives_from_create_to_withdraw(devnet, deployment):
@@ -51,7 +49,7 @@ async def test_a_bond_lives_from_create_to_withdraw(devnet, deployment):
         bonds.withdraw(devnet.context(), deployment, bond, provider)
     unbond = bonds.begin_unbond(devnet.context(), deployment, bond, provider)
     clock = Clock.now(devnet.context())
-    since = clock.time.slot_to_posix_ms(unbond.transaction_body.validity_start)
+    since = clock.time.slot_to_posix_ms(unbond.transaction_body.ttl)  # the upper bound
     bond = output(await confirm(devnet, unbond), bonds.BOND_OUTPUT)
     assert bonds.bond_datum(deployment, bond).unbonding_since == Just(since)
     assert bond.output.amount.coin == BOND + 50 * ADA

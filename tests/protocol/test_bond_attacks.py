@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from pycardano import Address, PaymentSigningKey, TransactionOutput
+from pycardano import Address, TransactionOutput
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.addresses import to_plutus
 from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import Clock, Wallet
 from offchain.protocol.types import (
@@ -32,6 +31,7 @@ from tests.protocol.onchain import (
     ALLOWANCE,
     LOCKED,
     SCRIPT_FAILED,
+    accept,
     bond_by_hand,
     confirm,
     item,
@@ -41,6 +41,7 @@ from tests.protocol.onchain import (
     rejected,
     settle_by_hand,
     slash_by_hand,
+    slash_tagged,
     tagged,
     travel_to,
     wallet,
@@ -51,12 +52,6 @@ SHARE = slash_share(BOND, SLASH_SHARE_BPS)
 OWED = LOCKED - ALLOWANCE  # the refund
 
 
-def accept(deployment, key: PaymentSigningKey, escrow) -> bytes:
-    """An Acceptance of `escrow` signed by `key` (the provider's, or a forger's)."""
-    job = escrow_datum(deployment, escrow).job_id
-    return sign(key, acceptance_payload(0, deployment.escrow_hash, escrow.input, job))
-
-
 def continuing(bond, lovelace: int = BOND - SHARE, datum=None) -> TransactionOutput:
     return TransactionOutput(bond.output.address, lovelace, datum=datum or bond.output.datum)
 
@@ -65,7 +60,7 @@ def layout(to: Address, escrow, bond, share: int = SHARE) -> list[TransactionOut
     """The honest slash: refund (0), the consumer's share (1), the continuing bond (2)."""
     return [
         tagged(to, OWED, PayoutKind.REFUND, escrow),
-        tagged(to, share, PayoutKind.SLASH, escrow),
+        slash_tagged(to, share, escrow, bond),
         continuing(bond),
     ]
 
@@ -118,7 +113,7 @@ async def test_a_slash_needs_the_escrow_refunded_not_settled(devnet, deployment)
     receipt = item(deployment, provider.key, escrow, 1, 0, 1)
     outputs = [
         *settled,
-        tagged(consumer.address, SHARE, PayoutKind.SLASH, escrow),
+        slash_tagged(consumer.address, SHARE, escrow, bond),
         continuing(bond),
     ]
     close = escrow_datum(deployment, escrow).close
@@ -202,20 +197,19 @@ async def test_only_the_provider_unbonds_and_withdraws(devnet, deployment):
     provider, attacker = [await wallet(devnet) for _ in range(2)]
     bond = await post_bond(devnet, deployment, provider, BOND)
     clock = Clock.now(devnet.context())
-    unbonding = dataclasses.replace(
-        bonds.bond_datum(deployment, bond), unbonding_since=Just(clock.tip_ms)
-    )
+    ttl = clock.ttl_until(clock.tip_ms + 60_000)
+    since = clock.time.slot_to_posix_ms(ttl)
+    unbonding = dataclasses.replace(bonds.bond_datum(deployment, bond), unbonding_since=Just(since))
 
     def unbond(signer: Wallet):
         made = [TransactionOutput(bond.output.address, BOND, datum=unbonding)]
         return bond_by_hand(
-            devnet, deployment, signer, bond, BeginUnbond(0), made, start=clock.tip_slot,
-            signers=[signer.key],
-        )  # fmt: skip
+            devnet, deployment, signer, bond, BeginUnbond(0), made, ttl=ttl, signers=[signer.key]
+        )
 
     await rejected(devnet, unbond(attacker), SCRIPT_FAILED, "traces: provider must sign")
     bond = output(await confirm(devnet, unbond(provider)), 0)
-    await travel_to(devnet, clock.tip_ms + deployment.notice_ms)
+    await travel_to(devnet, since + deployment.notice_ms)
     start = Clock.now(devnet.context()).tip_slot
 
     def withdraw(signer: Wallet):

@@ -21,6 +21,7 @@ from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign, verify
 
 ESCROW_HASH = ScriptHash(bytes(range(28)))
+BOND_HASH = ScriptHash(bytes(range(100, 128)))
 ESCROW = TransactionInput(TransactionId(bytes(range(32, 64))), 3)
 RESULT, EVIDENCE, JOB = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
 
@@ -43,10 +44,10 @@ def test_receipt_bytes_are_fixed():
 
 
 def test_acceptance_bytes_are_fixed():
-    assert acceptance_payload(0, ESCROW_HASH, ESCROW, JOB).hex() == (
+    assert acceptance_payload(0, ESCROW_HASH, ESCROW, JOB, BOND_HASH).hex() == (
         "d87a9f53554e434841494e45442f6163636570742f763100581c000102030405060708090a0b0c0d0e0f"
         "101112131415161718191a1bd8799f5820202122232425262728292a2b2c2d2e2f303132333435363738"
-        "393a3b3c3d3e3f03ff5820" + "33" * 32 + "ff"
+        "393a3b3c3d3e3f03ff5820" + "33" * 32 + "581c" + bytes(range(100, 128)).hex() + "ff"
     )
 
 
@@ -57,7 +58,7 @@ def test_payloads_are_what_serialise_data_makes_of_them(units, digest, network):
     """The devnet's evaluator (uplc) re-encodes the Data to the same bytes."""
     for payload in (
         receipt(units=units, result_hash=digest, network_id=network),
-        acceptance_payload(network, ESCROW_HASH, ESCROW, digest),
+        acceptance_payload(network, ESCROW_HASH, ESCROW, digest, BOND_HASH),
     ):
         assert plutus_cbor_dumps(data_from_cbor(payload)) == payload
 
@@ -75,9 +76,12 @@ def test_a_signature_is_bound_to_every_field():
         receipt(units=3601),
         receipt(result_hash=EVIDENCE),
         receipt(evidence_hash=RESULT),
-        acceptance_payload(0, ESCROW_HASH, ESCROW, JOB),
+        acceptance_payload(0, ESCROW_HASH, ESCROW, JOB, BOND_HASH),
     ):
         assert not verify(vkey, changed, signature)
+    accepted = sign(key, acceptance_payload(0, ESCROW_HASH, ESCROW, JOB, BOND_HASH))
+    other_bond = acceptance_payload(0, ESCROW_HASH, ESCROW, JOB, ScriptHash(bytes(28)))
+    assert not verify(vkey, other_bond, accepted)
     other = PaymentSigningKey.generate().to_verification_key().payload
     assert not verify(other, receipt(), signature)
     assert not verify(key.to_verification_key().hash().payload, receipt(), signature)

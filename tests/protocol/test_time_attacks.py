@@ -80,35 +80,49 @@ async def test_refund_needs_a_finite_lower_bound_after_deadline_plus_window(devn
     await confirm(devnet, honest)
 
 
-async def test_the_unbonding_notice_cannot_be_backdated_or_cut_short(devnet, deployment):
+async def test_the_unbonding_notice_runs_from_the_upper_bound(devnet, deployment):
+    """The audit's attack: BeginUnbond with its lower bound backdated past the whole notice
+    (the datum backdated with it, or left at now), then Withdraw at once. The notice starts
+    at the upper bound, the one bound the ledger forces into the future, so a backdated lower
+    bound buys nothing; the withdrawal is refused one slot before the notice ends."""
     provider = await wallet(devnet)
     bond = await post_bond(devnet, deployment, provider, 100 * ADA)
     datum = bonds.bond_datum(deployment, bond)
+    notice = deployment.notice_ms
+    await travel_to(devnet, Clock.now(devnet.context()).tip_ms + notice + 60_000)
     clock = Clock.now(devnet.context())
-    now = clock.tip_ms
+    backdated = clock.tip_ms - notice - 60_000
+    old_slot = clock.time.posix_ms_to_slot(backdated)
+    ttl = clock.ttl_until(clock.tip_ms + 60_000)
+    upper = clock.time.slot_to_posix_ms(ttl)
 
-    def unbond(since: int, start: int):
+    def unbond(since: int, start: int, ttl: int):
         output = dataclasses.replace(datum, unbonding_since=Just(since))
         continuing = [TransactionOutput(bond.output.address, 100 * ADA, datum=output)]
         return bond_by_hand(
             devnet, deployment, provider, bond, BeginUnbond(0), continuing, start=start,
-            signers=[provider.key],
+            ttl=ttl, signers=[provider.key],
         )  # fmt: skip
 
-    backdated = unbond(now - deployment.notice_ms, clock.tip_slot)
-    await rejected(devnet, backdated, SCRIPT_FAILED, "traces: continuing output datum")
-    unbounded = unbond(now, UNBOUNDED)
-    await rejected(devnet, unbounded, SCRIPT_FAILED, "traces: needs a finite lower bound")
-    bond = onchain.output(await confirm(devnet, unbond(now, clock.tip_slot)), 0)
-
-    ready = clock.first_slot_at(now + deployment.notice_ms)
-    await travel_to(devnet, now + deployment.notice_ms + 1_000)
+    for since in (backdated, clock.tip_ms):
+        attack = unbond(since, old_slot, ttl)
+        await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing output datum")
+    unbounded = unbond(upper, old_slot, UNBOUNDED)
+    await rejected(devnet, unbounded, SCRIPT_FAILED, "traces: needs a finite upper bound")
+    expired = unbond(clock.time.slot_to_posix_ms(clock.tip_slot), old_slot, clock.tip_slot)
+    await rejected(devnet, expired, OUTSIDE_VALIDITY)  # an upper bound in the past
+    bond = onchain.output(await confirm(devnet, unbond(upper, old_slot, ttl)), 0)
+    assert bonds.bond_datum(deployment, bond).unbonding_since == Just(upper)
 
     def withdraw(start: int):
         return bond_by_hand(
             devnet, deployment, provider, bond, Withdraw(), start=start, signers=[provider.key]
         )
 
+    now = Clock.now(devnet.context()).tip_slot
+    await rejected(devnet, withdraw(now), SCRIPT_FAILED, "traces: notice not over")
+    ready = clock.first_slot_at(upper + notice)
+    await travel_to(devnet, upper + notice + 1_000)
     for start, reason in ((ready - 1, "notice not over"), (UNBOUNDED, "needs a finite lower")):
         await rejected(devnet, withdraw(start), SCRIPT_FAILED, f"traces: {reason}")
     await confirm(devnet, withdraw(ready))

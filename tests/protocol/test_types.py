@@ -87,9 +87,13 @@ def test_datums_and_redeemers_match_the_blueprint_and_the_contracts_classes(
 
 def test_payouts_receipts_and_acceptances_are_the_contracts_records():
     for ours, theirs in (
-        (types.Payout(types.PayoutKind.SLASH, REF), onchain.Payout),
+        (types.Payout(types.PayoutKind.CANCEL, REF), onchain.Payout),
+        (types.SlashPayout(REF, types.TxOutRef(b"\x07" * 32, 1)), onchain.SlashPayout),
         (types.Receipt(b"d", 0, b"\x06" * 28, REF, 7, b"r" * 32, b"e" * 32), onchain.Receipt),
-        (types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32), onchain.Acceptance),
+        (
+            types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32, b"\x08" * 28),
+            onchain.Acceptance,
+        ),
     ):
         raw = ours.to_cbor()
         assert theirs.from_cbor(raw).to_cbor() == raw
