@@ -9,11 +9,26 @@ from tests.protocol.onchain import confirm, wallet
 
 NOTICE_MS = 30_000
 SLASH_SHARE_BPS = 2_500
+V2_NOTICE_MS = 60_000  # a second bond version: same escrow script, other terms
+V2_SLASH_SHARE_BPS = 5_000
+
+
+async def deployed(devnet, notice_ms: int, slash_share_bps: int) -> Deployment:
+    deployer = await wallet(devnet)
+    tx, made = deploy(devnet.context(), deployer, 0, notice_ms, slash_share_bps)
+    await confirm(devnet, tx)
+    return made
 
 
 @pytest.fixture(scope="session")
 async def deployment(devnet) -> Deployment:
-    deployer = await wallet(devnet)
-    tx, made = deploy(devnet.context(), deployer, 0, NOTICE_MS, SLASH_SHARE_BPS)
-    await confirm(devnet, tx)
+    return await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS)
+
+
+@pytest.fixture(scope="session")
+async def deployment_v2(devnet, deployment) -> Deployment:
+    """Another bond version beside `deployment`'s, sharing its escrow script."""
+    made = await deployed(devnet, V2_NOTICE_MS, V2_SLASH_SHARE_BPS)
+    assert made.escrow_hash == deployment.escrow_hash
+    assert made.bond_hash != deployment.bond_hash
     return made

@@ -171,6 +171,7 @@ def handmade(
     ttl: int | None = None,
     signers: Sequence[PaymentSigningKey] = (),
     mint: tuple[UTxO, MultiAsset, PlutusData] | None = None,
+    native: tuple[MultiAsset, ScriptPubkey] | None = None,
     certificates: Sequence = (),
     publish: tuple[UTxO, PlutusData] | None = None,
     refund: int = 0,
@@ -201,6 +202,8 @@ def handmade(
         ref, assets, redeemer = mint
         builder.mint = assets
         builder.add_minting_script(script_source(builder, ref), Redeemer(redeemer, budget))
+    if native is not None:  # tokens minted under a payer's own key (see junk_tokens)
+        builder.mint, builder.native_scripts = native[0], [native[1]]
     if certificates:
         builder.certificates = list(certificates)
     if publish is not None:  # a script witnessing the last certificate

@@ -5,19 +5,22 @@ than the share, stake hijack, and actions without the provider's signature."""
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
-from pycardano import Address, TransactionOutput
+import pytest
+from pycardano import Address, TransactionBuilder, TransactionOutput, UTxO, Value
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.addresses import to_plutus
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.split import slash_share
-from offchain.protocol.txbuild import Clock, Wallet
+from offchain.protocol.txbuild import BuildError, Clock, Wallet, ledger_inputs
 from offchain.protocol.types import (
     BatchSettle,
     BeginUnbond,
     BondDatum,
     Just,
+    Nothing,
     PayoutKind,
     Settle,
     Slash,
@@ -25,19 +28,24 @@ from offchain.protocol.types import (
     Withdraw,
 )
 from tests.protocol import onchain
-from tests.protocol.conftest import SLASH_SHARE_BPS
+from tests.protocol.conftest import SLASH_SHARE_BPS, V2_SLASH_SHARE_BPS
 from tests.protocol.onchain import (
     ADA,
     ALLOWANCE,
     LOCKED,
     SCRIPT_FAILED,
+    Spend,
     accept,
     bond_by_hand,
     confirm,
+    handmade,
     item,
+    junk_tokens,
     lock_by_hand,
     output,
+    plain_fee,
     post_bond,
+    refund_to,
     rejected,
     settle_by_hand,
     slash_by_hand,
@@ -219,3 +227,101 @@ async def test_only_the_provider_unbonds_and_withdraws(devnet, deployment):
 
     await rejected(devnet, withdraw(attacker), SCRIPT_FAILED, "traces: provider must sign")
     await confirm(devnet, withdraw(provider))
+
+
+
+
+async def test_bonds_of_two_versions_cannot_both_slash_one_escrow(
+    devnet, deployment, deployment_v2
+):
+    """The audit's attack: one Refund, a v1 and a v2 bond of the same provider (one escrow
+    script), both Slash redeemers naming one consumer output, the difference kept by the
+    submitter. An acceptance names its bond script and a slash tag names its bond, so neither
+    a signature nor an output serves two bonds."""
+    consumer, provider, bond, escrow = await accepted_job(devnet, deployment)
+    second = await post_bond(devnet, deployment_v2, provider, BOND)
+    await past_close(devnet, deployment, escrow)
+    attacker = await wallet(devnet)
+    v1 = accept(deployment, provider.key, escrow)
+    v2 = accept(deployment_v2, provider.key, escrow)  # even were the provider to sign both
+    share_v2 = slash_share(BOND, V2_SLASH_SHARE_BPS)
+    outputs = [
+        tagged(consumer.address, OWED, PayoutKind.REFUND, escrow),
+        slash_tagged(consumer.address, max(SHARE, share_v2), escrow, bond),
+        continuing(bond),
+        continuing(second, BOND - share_v2),
+    ]
+
+    def both(signature_v2: bytes):
+        fee = plain_fee(devnet, attacker)
+        own = ledger_inputs([escrow, bond, second], fee).index(escrow.input)
+        spends = [
+            Spend(escrow, deployment.escrow_ref, partial(refund_to, 0)),
+            Spend(bond, deployment.bond_ref, Slash(own, v1, 1, 2)),
+            Spend(second, deployment_v2.bond_ref, Slash(own, signature_v2, 1, 3)),
+        ]
+        start = Clock.now(devnet.context()).tip_slot
+        return handmade(devnet, attacker, fee, spends=spends, outputs=outputs, start=start)
+
+    await rejected(devnet, both(v1), SCRIPT_FAILED, "traces: acceptance signature")
+    await rejected(devnet, both(v2), SCRIPT_FAILED, "traces: victim tag")
+
+    await confirm(devnet, slash(devnet, deployment, consumer, escrow, [bond], v1, outputs[:3]))
+    other = await onchain.lock(devnet, deployment_v2, consumer, provider)
+    await past_close(devnet, deployment_v2, other)
+    signature = accept(deployment_v2, provider.key, other)
+    honest = bonds.slash(devnet.context(), deployment_v2, other, second, signature, consumer)
+    await confirm(devnet, honest)
+    with pytest.raises(BuildError, match="no acceptance of"):  # v1's acceptance is not v2's
+        bonds.slash(devnet.context(), deployment_v2, other, second, v1, consumer)
+
+
+async def bond_with_tokens(devnet, deployment, provider: Wallet) -> UTxO:
+    """A bond that also holds 20 native tokens (anyone may lock such a UTxO)."""
+    policy, tokens = junk_tokens(provider, 20)
+    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
+    builder = TransactionBuilder(devnet.context())
+    builder.add_input_address(provider.address)
+    builder.mint, builder.native_scripts = tokens, [policy]
+    address = deployment.bond_address(provider.address)
+    builder.add_output(TransactionOutput(address, Value(BOND, tokens), datum=datum))
+    tx = builder.build_and_sign([provider.key], change_address=provider.address)
+    return output(await confirm(devnet, tx), 0)
+
+
+async def test_a_top_up_keeps_the_bonds_tokens_and_adds_none(devnet, deployment):
+    """A stranger's top-up may not carry a bond's tokens away, nor dust a bond with its own."""
+    provider, stranger = [await wallet(devnet) for _ in range(2)]
+    bond = await bond_with_tokens(devnet, deployment, provider)
+    address, datum, held = bond.output.address, bond.output.datum, bond.output.amount.multi_asset
+    taken = TransactionOutput(address, BOND + ADA, datum=datum)
+    attack = bond_by_hand(devnet, deployment, stranger, bond, TopUp(0), [taken])
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing tokens")
+    kept = TransactionOutput(address, Value(BOND + ADA, held), datum=datum)
+    bond = output(await confirm(devnet, bond_by_hand(
+        devnet, deployment, stranger, bond, TopUp(0), [kept]
+    )), 0)  # fmt: skip
+
+    clean = await post_bond(devnet, deployment, provider, BOND)
+    policy, dust = junk_tokens(stranger, 20)
+    dusted = TransactionOutput(clean.output.address, Value(BOND + ADA, dust), datum=datum)
+    attack = bond_by_hand(
+        devnet, deployment, stranger, clean, TopUp(0), [dusted], native=(dust, policy)
+    )
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing tokens")
+
+
+async def test_a_top_up_cannot_rewrite_an_unbonding_bonds_datum(devnet, deployment):
+    """A stranger resetting `unbonding_since` would cancel (or restart) the provider's notice."""
+    provider, stranger = [await wallet(devnet) for _ in range(2)]
+    bond = await post_bond(devnet, deployment, provider, BOND)
+    unbond = bonds.begin_unbond(devnet.context(), deployment, bond, provider)
+    bond = output(await confirm(devnet, unbond), bonds.BOND_OUTPUT)
+    datum = bonds.bond_datum(deployment, bond)
+    for since in (Nothing(), Just(datum.unbonding_since.value + 1)):
+        rewritten = dataclasses.replace(datum, unbonding_since=since)
+        made = TransactionOutput(bond.output.address, BOND + ADA, datum=rewritten)
+        attack = bond_by_hand(devnet, deployment, stranger, bond, TopUp(0), [made])
+        await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing output datum")
+    honest = TransactionOutput(bond.output.address, BOND + ADA, datum=datum)
+    await confirm(devnet, bond_by_hand(devnet, deployment, stranger, bond, TopUp(0), [honest]))
