@@ -1,7 +1,8 @@
 """`unchained devnet`: run the local Cardano devnet that speaks Ogmios v6.
 
 Settings come from flags, then `UNCHAINED_DEVNET_*` environment variables, then a TOML file
-(`--config`), then defaults. The TOML file may also override protocol parameters:
+(`--config`; a relative `data_dir` in it is read from its folder), then defaults. The TOML file
+may also override protocol parameters:
 
     slot_length = 1000
     [protocol_parameters]
@@ -53,6 +54,8 @@ def devnet(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection
     file_settings = tomllib.loads(config.read_text()) if config else {}
+    if config and "data_dir" in file_settings:  # a relative one is read from the file's folder
+        file_settings["data_dir"] = config.parent / str(file_settings["data_dir"])
     overrides = file_settings.pop("protocol_parameters", {})
     unknown = set(file_settings) - set(DEFAULTS)
     if unknown:
@@ -66,7 +69,8 @@ def devnet(
         params = ProtocolParameters().with_overrides(overrides)
     except TypeError as exc:
         raise typer.BadParameter(f"bad [protocol_parameters] in {config}: {exc}") from exc
-    asyncio.run(_serve(settings, Path(settings["data_dir"]), reset, params))
+    # absolute once, here: the wallet key paths printed do not depend on where it started
+    asyncio.run(_serve(settings, Path(settings["data_dir"]).resolve(), reset, params))
 
 
 async def _serve(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from offchain.chain.ogmios import request
-from offchain.devnet.process import DevnetProcess
+from offchain.devnet.process import DevnetProcess, free_port
 
 
 async def test_toml_overrides_protocol_parameters_and_flags_win(tmp_path):
@@ -36,3 +40,20 @@ def test_unknown_settings_are_refused(tmp_path):
         devnet.start()
     log = (tmp_path / "data" / "devnet.log").read_text()
     assert "slot_lenght" in log
+
+
+def test_a_relative_data_dir_in_the_file_is_read_from_its_folder(tmp_path):
+    folder = tmp_path.resolve()
+    (folder / "devnet.toml").write_text('data_dir = "chain"\n')
+    (folder / "elsewhere").mkdir()
+    command = [sys.executable, "-m", "unchained.cli", "devnet", "--config", "../devnet.toml",
+               "--port", str(free_port())]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        command, cwd=folder / "elsewhere", env=env, stdout=subprocess.PIPE, text=True
+    ) as devnet:
+        try:
+            first_wallet = devnet.stdout.readline()
+        finally:
+            devnet.terminate()
+    assert f"({folder / 'chain' / 'wallets'}/" in first_wallet
