@@ -164,7 +164,9 @@ async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, di
     await travel_to(devnet, escrows.escrow_datum(deployment, slashed).close + 1)
     await run("refund", escrows.refund(context(), deployment, refunded, market))
     job = escrows.escrow_datum(deployment, slashed).job_id
-    accepted = acceptance_payload(0, deployment.escrow_hash, slashed.input, job)
+    accepted = acceptance_payload(
+        0, deployment.escrow_hash, slashed.input, job, deployment.bond_hash
+    )
     slash = bonds.slash(context(), deployment, slashed, bond, sign(provider.key, accepted), market)
     bond = output(await run("slash", slash), bonds.SLASHED_BOND_OUTPUT)
     tx = await run("bond_top_up", bonds.top_up(context(), deployment, bond, market, 10 * ADA))
