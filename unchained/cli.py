@@ -6,6 +6,7 @@ from contracts.cli import app as contracts_app
 from offchain.devnet.cli import app as devnet_app
 from provider.cli import app as provider_app
 from unchained.demo import app as demo_app
+from unchained.deploy import app as deploy_app
 
 app = typer.Typer(
     help="Unchained: a GPU compute marketplace settled on Cardano.", no_args_is_help=True
@@ -13,6 +14,7 @@ app = typer.Typer(
 app.add_typer(devnet_app, name="devnet")
 app.add_typer(demo_app, name="demo")
 app.add_typer(contracts_app, name="contracts")
+app.add_typer(deploy_app, name="deploy")
 app.add_typer(provider_app, name="provider")
 
 if __name__ == "__main__":

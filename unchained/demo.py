@@ -39,11 +39,10 @@ from provider.onchain import quiet_chain_clients, submit, utxo_at
 from provider.options import fail
 from provider.receipts import accept, receipt_for
 from provider.runner import Runner, RunResult
+from unchained.deploy import NOTICE_MS, SLASH_SHARE_BPS
 
 app = typer.Typer()
 
-NOTICE_MS = 10 * 60 * 1000  # the bond's unbonding notice in this deployment
-SLASH_SHARE_BPS = 2_500
 CONSUMER_FUNDS = 100 * ADA
 # The demo provider's prices, lovelace per second: one core, 1 GiB memory and 1 GiB of /out
 # cost 0.46 ADA a second, so the payout is well above the smallest output the ledger allows.

@@ -1,0 +1,74 @@
+"""`unchained deploy`: publish the validators on a chain and write the deployment file that the
+chain commands read (`--deployment`), so that a devnet started by hand can take bonds and
+escrows, not only the demo's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from cbor2 import CBORError
+from pycardano import PaymentSigningKey
+from pycardano.exception import PyCardanoException
+
+from offchain.chain.context import chain_context
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.protocol.deployment import deploy
+from offchain.protocol.txbuild import Wallet
+from provider import deployment_file
+from provider.amounts import ada
+from provider.onchain import UNREACHABLE, quiet_chain_clients, submit
+from provider.options import (
+    DEFAULT_DEPLOYMENT,
+    DeploymentOption,
+    OgmiosOption,
+    fail,
+    reported,
+)
+
+app = typer.Typer()
+
+NOTICE_MS = 10 * 60 * 1000  # how long a bond stays unbonding before it may be withdrawn
+SLASH_SHARE_BPS = 2_500  # the share of a bond a slash pays to the consumer, basis points
+
+
+@app.callback(invoke_without_command=True)
+def deploy_command(
+    wallet: Annotated[
+        Path,
+        typer.Option(
+            resolve_path=True,
+            help="The cardano-cli signing key that pays (on the devnet, one of its wallets).",
+        ),
+    ] = Path("data/devnet/wallets/market.skey"),
+    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
+    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
+    notice_ms: Annotated[int, typer.Option(min=0, help="The bond's unbonding notice.")] = (
+        NOTICE_MS
+    ),
+    slash_share_bps: Annotated[
+        int, typer.Option(min=0, max=10_000, help="A slash's share of the bond.")
+    ] = SLASH_SHARE_BPS,
+) -> None:
+    """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
+    quiet_chain_clients()
+    try:
+        payer = Wallet.of(PaymentSigningKey.load(str(wallet)))
+    except (OSError, ValueError, KeyError, CBORError, PyCardanoException) as exc:
+        raise fail(f"no signing key at {wallet} ({exc}); pass one with --wallet") from exc
+    try:
+        context = chain_context(ogmios_url)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    with reported():
+        try:
+            tx, made = deploy(context, payer, context.network.value, notice_ms, slash_share_bps)
+        except UNREACHABLE as exc:
+            raise fail(f"cannot reach Ogmios at {ogmios_url}: {exc}", code=1) from exc
+        height = submit(ogmios_url, tx)
+    deployment_file.save(made, deployment)
+    typer.echo(f"deployed: tx {tx.id} in block {height} (fee {ada(tx.transaction_body.fee)})")
+    typer.echo(f"escrow script {made.escrow_hash.payload.hex()}")
+    typer.echo(f"bond script   {made.bond_hash.payload.hex()}")
+    typer.echo(f"wrote {deployment}")
