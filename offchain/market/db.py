@@ -1,0 +1,53 @@
+"""The database: one engine per process, sessions per request, and the schema brought to
+Alembic's head at start (SQLite file by default, PostgreSQL through `database_url`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, event
+from sqlmodel import Session, create_engine
+
+from offchain.market.settings import MarketSettings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def make_engine(settings: MarketSettings) -> Engine:
+    """An engine for the settings' database; SQLite waits for a lock rather than failing."""
+    url = settings.sqlalchemy_url
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(connection, _record) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return engine
+
+
+def alembic_config(engine: Engine) -> Config:
+    """Alembic's config pointing at our migrations, run on `engine` (no alembic.ini to find)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["engine"] = engine
+    return config
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the newest migration (a no-op when it is there)."""
+    command.upgrade(alembic_config(engine), "head")
+
+
+def sessions(engine: Engine) -> Iterator[Session]:
+    """One session per unit of work; whatever it did not commit is rolled back."""
+    with Session(engine, expire_on_commit=False) as session:
+        yield session

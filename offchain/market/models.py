@@ -1,0 +1,174 @@
+"""The market's tables, each entity once (SQLModel): what the API, the chain follower, the
+scheduler and the explorer read and write.
+
+Lovelace and POSIX ms are BIGINT everywhere (PostgreSQL's INTEGER stops at 2**31); keys and
+hashes are lower-case hex; out-refs are `TXID#IX`. Bodies that were signed are kept exactly
+as received, so anyone can check the signature again.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def _big(*, index: bool = False, nullable: bool = False) -> Any:
+    return Field(default=None if nullable else ..., sa_type=BigInteger, index=index,
+                 nullable=nullable)  # fmt: skip
+
+
+def _name(default: Any = ..., *, nullable: bool = False) -> Any:
+    """An enum stored as its string (no database enum type to migrate when a state is added)."""
+    return Field(default=default, sa_type=String(16), nullable=nullable)
+
+
+class JobState(StrEnum):
+    REQUESTED = "requested"
+    QUOTED = "quoted"
+    FUNDED = "funded"
+    ACCEPTED = "accepted"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    SETTLING = "settling"
+    SETTLED = "settled"
+    REFUNDED = "refunded"
+    SLASHED = "slashed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+
+
+class Cause(StrEnum):
+    """Who moved a job: a request to the API, the chain (a block/tx) or scheduled work."""
+
+    API = "api"
+    CHAIN = "chain"
+    SCHEDULER = "scheduler"
+
+
+class Provider(SQLModel, table=True):
+    id: str = Field(primary_key=True, max_length=56, description="blake2b-224 of the vkey")
+    vkey: str = Field(max_length=64)
+    payout_address: str
+    last_heartbeat_ms: int = _big(index=True)
+    bond_ref: str | None = None
+    bond_lovelace: int | None = _big(nullable=True)
+    bond_state: str | None = Field(default=None, max_length=16)
+
+
+class Offer(SQLModel, table=True):
+    __table_args__ = (
+        Index("ix_offer_match", "active", "gpu_model", "gpu_count", "vram_mib"),
+        Index("ix_offer_price", "active", "price_per_unit"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider_id: str = Field(foreign_key="provider.id", index=True, max_length=56)
+    body: str = Field(sa_column=Column(Text, nullable=False), description="canonical JSON")
+    signature: str = Field(sa_column=Column(Text, nullable=False), description="COSE_Sign1 hex")
+    key: str = Field(sa_column=Column(Text, nullable=False), description="COSE_Key hex")
+    gpu_model: str = Field(max_length=64)
+    gpu_count: int
+    vram_mib: int
+    cpu_cores: int
+    memory_mib: int
+    disk_mib: int
+    price_per_unit: int = _big()
+    created_at_ms: int = _big()
+    active: bool = True
+
+
+class Job(SQLModel, table=True):
+    __table_args__ = (Index("ix_job_state_updated", "state", "updated_at_ms"),)
+
+    id: str = Field(primary_key=True, max_length=32)
+    consumer_vkey: str = Field(max_length=64)
+    consumer_id: str = Field(index=True, max_length=56)
+    consumer_address: str
+    spec: str = Field(sa_column=Column(Text, nullable=False), description="canonical JSON")
+    spec_digest: str = Field(max_length=64, description="the escrow's job_id")
+    max_price: int = _big()
+    provider_id: str | None = Field(default=None, foreign_key="provider.id", index=True)
+    offer_id: int | None = Field(default=None, foreign_key="offer.id")
+    price_per_unit: int | None = _big(nullable=True)
+    max_units: int | None = _big(nullable=True)
+    deadline_ms: int | None = _big(nullable=True)
+    settle_window_ms: int | None = _big(nullable=True)
+    fee_allowance: int | None = _big(nullable=True)
+    lock_lovelace: int | None = _big(nullable=True)
+    quote_expires_ms: int | None = _big(nullable=True)
+    escrow_ref: str | None = Field(default=None, unique=True, max_length=80)
+    acceptance_signature: str | None = Field(default=None, max_length=128)
+    receipt_units: int | None = _big(nullable=True)
+    receipt_result_hash: str | None = Field(default=None, max_length=64)
+    receipt_evidence_hash: str | None = Field(default=None, max_length=64)
+    receipt_signature: str | None = Field(default=None, max_length=128)
+    result_sha256: str | None = Field(default=None, foreign_key="blob.sha256")
+    exit_code: int | None = None
+    failure_reason: str | None = None
+    settle_tx: str | None = Field(default=None, max_length=64)
+    state: JobState = _name(JobState.REQUESTED)
+    created_at_ms: int = _big()
+    updated_at_ms: int = _big()
+
+
+class JobEvent(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="job.id", index=True)
+    at_ms: int = _big()
+    from_state: JobState | None = _name(None, nullable=True)
+    to_state: JobState = _name()
+    cause: Cause = _name()
+    detail: str = ""
+    slot: int | None = _big(nullable=True)
+    block_height: int | None = _big(nullable=True)
+    tx_id: str | None = Field(default=None, max_length=64)
+
+
+class Nonce(SQLModel, table=True):
+    """A signed request's nonce, once per signer: a second use is a replay."""
+
+    __table_args__ = (UniqueConstraint("signer", "nonce"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    signer: str = Field(max_length=56)
+    nonce: str = Field(max_length=128)
+    seen_at_ms: int = _big(index=True)
+
+
+class LogLine(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("job_id", "seq"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="job.id")
+    seq: int
+    at_ms: int = _big()
+    text: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class Blob(SQLModel, table=True):
+    """A stored file, content-addressed: its bytes lie under the data dir at its sha256."""
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    size: int = _big()
+
+
+class ChainCursor(SQLModel, table=True):
+    """Where the chain follower stopped: it resumes from here after a restart."""
+
+    name: str = Field(primary_key=True, max_length=32)
+    slot: int = _big()
+    block_id: str = Field(max_length=64)
+    height: int = _big()
+
+
+class Settlement(SQLModel, table=True):
+    """One settle transaction the batcher built, and the escrows it spends."""
+
+    tx_id: str = Field(primary_key=True, max_length=64)
+    state: str = Field(max_length=16, index=True)
+    escrows: str = Field(sa_column=Column(Text, nullable=False), description="JSON list")
+    created_at_ms: int = _big()
+    updated_at_ms: int = _big()

@@ -1,0 +1,97 @@
+"""The market's settings: one model, filled from flags, then `UNCHAINED_MARKET_*` environment
+variables, then a TOML file, then the defaults (the project's order for every process).
+
+Money is integer lovelace and time integer ms. Paths are made absolute once, here: a relative
+path in the TOML file is read from the file's folder, one from a flag or the environment from
+the working directory, so nothing later depends on where the service was started.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.market.errors import Invalid
+from offchain.protocol.jobspec import describe
+
+ENV_PREFIX = "UNCHAINED_MARKET_"
+ADA = 1_000_000
+MIB = 1 << 20
+PATH_FIELDS = ("data_dir", "deployment")
+
+
+class MarketSettings(BaseModel):
+    """Everything the service reads at start; the defaults run a devnet market."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path = Field(Path("data/market"), description="SQLite file, blobs, logs.")
+    database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data_dir.")
+    ogmios_url: str = DEFAULT_OGMIOS_URL
+    deployment: Path = Field(Path("data/deployment.json"), description="The protocol's file.")
+    identity: str = Field(
+        "unchained-market", min_length=1, description="Signed into every request to this market."
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    body_limit_bytes: int = Field(1 * MIB, ge=1024)
+    result_limit_bytes: int = Field(1024 * MIB, ge=1)
+    quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
+    settle_window_ms: int = Field(60 * 60_000, ge=1000)
+    fee_allowance: int = Field(2 * ADA, ge=0, description="Lovelace kept for the settle fee.")
+    confirmations: int = Field(3, ge=0, description="Blocks on top before an escrow counts.")
+    clock_tolerance_ms: int = Field(5 * 60_000, ge=1000, description="Request timestamp skew.")
+    online_ms: int = Field(2 * 60_000, ge=1000, description="A heartbeat keeps an offer online.")
+    long_poll_max_s: int = Field(30, ge=0)
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'market.db'}"
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+
+def _absolute(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    return {
+        k: (base / v).resolve() if k in PATH_FIELDS and v is not None else v
+        for k, v in values.items()
+    }
+
+
+def load_settings(
+    toml: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> MarketSettings:
+    """Settings from `flags` (None values are unset), the environment, the TOML file at
+    `toml` (if given and present) and the defaults, in that order; Invalid names the field."""
+    values: dict[str, Any] = {}
+    if toml is not None and toml.exists():
+        try:
+            values |= _absolute(tomllib.loads(toml.read_text()), toml.parent)
+        except tomllib.TOMLDecodeError as exc:
+            raise Invalid(f"{toml}: not valid TOML: {exc}", "config") from exc
+    environ = os.environ if environ is None else environ
+    env = {
+        name.removeprefix(ENV_PREFIX).lower(): value
+        for name, value in environ.items()
+        if name.startswith(ENV_PREFIX) and name != f"{ENV_PREFIX}CONFIG"
+    }
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    values |= _absolute(env | given, Path.cwd())
+    values.setdefault("data_dir", Path.cwd() / MarketSettings.model_fields["data_dir"].default)
+    values.setdefault(
+        "deployment", Path.cwd() / MarketSettings.model_fields["deployment"].default
+    )
+    try:
+        return MarketSettings.model_validate(values)
+    except ValidationError as exc:
+        raise Invalid(describe(exc), "settings") from exc
