@@ -4,6 +4,7 @@ import typer
 
 from contracts.cli import app as contracts_app
 from offchain.devnet.cli import app as devnet_app
+from offchain.market.cli import app as market_app
 from provider.cli import app as provider_app
 from unchained.demo import app as demo_app
 from unchained.deploy import app as deploy_app
@@ -16,6 +17,7 @@ app.add_typer(demo_app, name="demo")
 app.add_typer(contracts_app, name="contracts")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(provider_app, name="provider")
+app.add_typer(market_app, name="market")
 
 if __name__ == "__main__":
     app()

@@ -92,6 +92,9 @@ class Job(SQLModel, table=True):
     max_price: int = _big()
     provider_id: str | None = Field(default=None, foreign_key="provider.id", index=True)
     offer_id: int | None = Field(default=None, foreign_key="offer.id")
+    provider_vkey: str | None = Field(default=None, max_length=64)
+    provider_address: str | None = None
+    gpu_model: str | None = Field(default=None, max_length=64, description="as quoted")
     price_per_unit: int | None = _big(nullable=True)
     max_units: int | None = _big(nullable=True)
     deadline_ms: int | None = _big(nullable=True)

@@ -87,10 +87,8 @@ def load_settings(
     }
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     values |= _absolute(env | given, Path.cwd())
-    values.setdefault("data_dir", Path.cwd() / MarketSettings.model_fields["data_dir"].default)
-    values.setdefault(
-        "deployment", Path.cwd() / MarketSettings.model_fields["deployment"].default
-    )
+    for name in PATH_FIELDS:
+        values.setdefault(name, Path.cwd() / MarketSettings.model_fields[name].default)
     try:
         return MarketSettings.model_validate(values)
     except ValidationError as exc:

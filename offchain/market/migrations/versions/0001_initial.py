@@ -2,7 +2,6 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 18:49:47.144895
 """
 
 from collections.abc import Sequence
@@ -112,6 +111,9 @@ def upgrade() -> None:
         sa.Column("max_price", sa.BigInteger(), nullable=False),
         sa.Column("provider_id", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("offer_id", sa.Integer(), nullable=True),
+        sa.Column("provider_vkey", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
+        sa.Column("provider_address", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
+        sa.Column("gpu_model", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=True),
         sa.Column("price_per_unit", sa.BigInteger(), nullable=True),
         sa.Column("max_units", sa.BigInteger(), nullable=True),
         sa.Column("deadline_ms", sa.BigInteger(), nullable=True),

@@ -1,0 +1,104 @@
+"""Consumer endpoints: request a job, lock its escrow, follow it, read its logs and result.
+A job's status, events, logs and result are for its consumer and its provider only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, StreamingResponse
+from sqlalchemy import Engine
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
+
+from offchain.market import schemas
+from offchain.market.api.deps import ChainDep, PartyDep, SessionDep, SettingsDep, SignedDep
+from offchain.market.services import jobs, quotes, storage
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+POLL_S = 0.25
+
+
+@router.post("", status_code=201)
+def request_job(
+    request: schemas.JobRequest, signed: SignedDep, session: SessionDep, settings: SettingsDep,
+    chain: ChainDep,
+) -> schemas.Quote:  # fmt: skip
+    """A signed job request; the answer is a quote embedding the provider's signed offer."""
+    job = quotes.request_job(session, settings, chain.now_ms(), signed.vkey, request)
+    return quotes.quote(session, job)
+
+
+@router.get("/{job_id}")
+def status(job_id: str, party: PartyDep, session: SessionDep) -> schemas.JobPublic:
+    return quotes.public(session, jobs.visible_to(session, job_id, party))
+
+
+@router.get("/{job_id}/escrow")
+def escrow_parameters(
+    job_id: str, party: PartyDep, session: SessionDep, chain: ChainDep
+) -> schemas.EscrowParameters:
+    """What to lock: the datum's fields and the lovelace (`offchain.protocol.escrow.lock`)."""
+    return quotes.escrow_parameters(chain, jobs.consumers_job(session, job_id, party))
+
+
+@router.post("/{job_id}/escrow")
+def report_escrow(
+    job_id: str, body: schemas.EscrowReport, party: PartyDep, session: SessionDep,
+    chain: ChainDep,
+) -> schemas.JobPublic:  # fmt: skip
+    """The escrow the consumer locked; checked on chain against the quote, then funded."""
+    job = jobs.consumers_job(session, job_id, party)
+    return quotes.public(session, quotes.report_escrow(session, chain, job, body.escrow))
+
+
+@router.get("/{job_id}/logs")
+def logs(
+    job_id: str, party: PartyDep, session: SessionDep, after: int = -1
+) -> list[schemas.LogPublic]:
+    job = jobs.visible_to(session, job_id, party)
+    return [
+        schemas.LogPublic(seq=line.seq, at_ms=line.at_ms, text=line.text)
+        for line in storage.logs(session, job.id, after)
+    ]
+
+
+@router.get("/{job_id}/result")
+def result(
+    job_id: str, party: PartyDep, session: SessionDep, settings: SettingsDep
+) -> FileResponse:
+    """The result archive; check its sha256 against the provider's signed receipt."""
+    job = jobs.visible_to(session, job_id, party)
+    path, blob = storage.open_blob(settings.blob_dir, session, job.result_sha256)
+    return FileResponse(
+        path, media_type="application/octet-stream", headers={"X-Result-Sha256": blob.sha256}
+    )
+
+
+@router.get("/{job_id}/events", response_class=StreamingResponse)
+def events(job_id: str, party: PartyDep, session: SessionDep) -> StreamingResponse:
+    """The job's transitions as server-sent events, from the first; ends at a final state."""
+    jobs.visible_to(session, job_id, party)
+    engine = session.get_bind()
+    return StreamingResponse(_stream(engine, job_id), media_type="text/event-stream")
+
+
+async def _stream(engine: Engine, job_id: str) -> AsyncIterator[str]:
+    after = 0
+    while True:
+        found = await run_in_threadpool(_events_after, engine, job_id, after)
+        for event in found:
+            after = event.id
+            yield f"id: {event.id}\nevent: transition\ndata: {event.model_dump_json()}\n\n"
+            if event.to_state in jobs.FINAL:
+                return
+        await asyncio.sleep(POLL_S)
+
+
+def _events_after(engine: Engine, job_id: str, after: int) -> list[schemas.EventPublic]:
+    with Session(engine) as session:
+        return [
+            schemas.EventPublic.model_validate(event, from_attributes=True)
+            for event in jobs.events(session, job_id, after)
+        ]

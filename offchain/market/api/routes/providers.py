@@ -1,0 +1,136 @@
+"""Provider endpoints: offers, heartbeats, assignments, and delivering a job."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from sqlalchemy import Engine
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
+
+from offchain.market import schemas
+from offchain.market.api.deps import (
+    ChainDep,
+    PartyDep,
+    SessionDep,
+    SettingsDep,
+    SignedDep,
+    UploadDep,
+)  # fmt: skip
+from offchain.market.errors import Unauthorized
+from offchain.market.services import delivery, jobs, offers, quotes, storage
+
+router = APIRouter(tags=["providers"])
+POLL_S = 0.25
+
+
+@router.post("/offers", status_code=201)
+async def post_offer(
+    request: Request, terms: schemas.OfferTerms, signed: SignedDep, session: SessionDep
+) -> schemas.SignedOffer:
+    """Publish a signed offer; it is kept verbatim so quotes can show the provider's words."""
+    body = (await request.body()).decode()
+    headers = request.headers
+    signature = (headers["x-unchained-signature"], headers["x-unchained-key"])
+    offer = await run_in_threadpool(
+        offers.post_offer, session, signed.vkey, terms, (body, *signature), jobs.now_ms()
+    )
+    return quotes.signed_offer(offer)
+
+
+@router.post("/providers/heartbeat", status_code=204)
+def heartbeat(party: PartyDep, session: SessionDep) -> None:
+    """Keep this provider's offers online."""
+    offers.heartbeat(session, party, jobs.now_ms())
+
+
+@router.get("/providers/assignments")
+async def assignments(
+    request: Request,
+    party: PartyDep,
+    settings: SettingsDep,
+    timeout_s: Annotated[int, Query(ge=0, description="Wait this long for a job.")] = 0,
+) -> list[schemas.Assignment]:
+    """Funded jobs for this provider; waits up to `timeout_s` for one (long poll)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + min(timeout_s, settings.long_poll_max_s)
+    while True:
+        found = await run_in_threadpool(_assignments, request.app.state.engine, party)
+        if found or loop.time() >= until:
+            return found
+        await asyncio.sleep(POLL_S)
+
+
+def _assignments(engine: Engine, provider_id: str) -> list[schemas.Assignment]:
+    with Session(engine) as session:
+        return [
+            schemas.Assignment(
+                job_id=job.id,
+                escrow=job.escrow_ref,
+                spec=quotes.spec_of(job),
+                price_per_unit=job.price_per_unit,
+                max_units=job.max_units,
+                deadline_ms=job.deadline_ms,
+            )
+            for job in jobs.assignments(session, provider_id)
+        ]
+
+
+@router.post("/jobs/{job_id}/acceptance")
+def accept(
+    job_id: str, body: schemas.AcceptanceBody, party: PartyDep, session: SessionDep,
+    chain: ChainDep,
+) -> schemas.JobPublic:  # fmt: skip
+    """The provider's signed Acceptance: it backs the job with its bond."""
+    job = delivery.own_job(session, party, job_id)
+    return quotes.public(session, delivery.accept(session, chain.deployment, job, body.signature))
+
+
+@router.post("/jobs/{job_id}/start")
+def start(job_id: str, party: PartyDep, session: SessionDep) -> schemas.JobPublic:
+    job = delivery.own_job(session, party, job_id)
+    return quotes.public(session, delivery.start(session, job))
+
+
+@router.post("/jobs/{job_id}/logs")
+def post_logs(
+    job_id: str, body: schemas.LogLines, party: PartyDep, session: SessionDep
+) -> dict[str, int]:
+    job = delivery.own_job(session, party, job_id)
+    return {"next_seq": delivery.log(session, job, body.lines)}
+
+
+@router.put("/jobs/{job_id}/result")
+async def put_result(
+    job_id: str, request: Request, signed: UploadDep, settings: SettingsDep, session: SessionDep
+) -> schemas.JobPublic:
+    """The result archive, streamed to disk and hashed on the way; over the limit is a 413."""
+    job = await run_in_threadpool(delivery.own_job, session, offers.key_hash(signed.vkey), job_id)
+    jobs.expect(job, jobs.S.RUNNING)
+    sha256, size = await storage.receive_blob(
+        settings.blob_dir, request.stream(), settings.result_limit_bytes
+    )
+    if sha256 != signed.body_sha256:
+        raise Unauthorized("the signature covers another body", "body_sha256")
+    job = await run_in_threadpool(delivery.attach_result, session, job, sha256, size)
+    return quotes.public(session, job)
+
+
+@router.post("/jobs/{job_id}/receipt")
+def receipt(
+    job_id: str, body: schemas.ReceiptBody, party: PartyDep, session: SessionDep,
+    chain: ChainDep,
+) -> schemas.JobPublic:  # fmt: skip
+    """The signed usage receipt: verified against the escrow and the provider's key."""
+    job = delivery.own_job(session, party, job_id)
+    return quotes.public(session, delivery.hand_in_receipt(session, chain.deployment, job, body))
+
+
+@router.post("/jobs/{job_id}/failure")
+def failure(
+    job_id: str, body: schemas.FailureBody, party: PartyDep, session: SessionDep
+) -> schemas.JobPublic:
+    job = delivery.own_job(session, party, job_id)
+    return quotes.public(session, delivery.fail(session, job, body))

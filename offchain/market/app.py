@@ -1,0 +1,93 @@
+"""The market's FastAPI application: routes, the one error handler, and what it opens at start
+(the database at Alembic's head, the chain and its protocol deployment)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from offchain.market import errors
+from offchain.market.api.routes import jobs, offers, providers
+from offchain.market.db import make_engine, upgrade
+from offchain.market.services.chain import Chain
+from offchain.market.settings import MarketSettings
+from offchain.protocol.errors import UnchainedError
+
+STATUS: dict[type[errors.MarketError], int] = {
+    errors.Invalid: 422,
+    errors.Unauthorized: 401,
+    errors.Forbidden: 403,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.TooLarge: 413,
+}
+
+
+def error_response(exc: UnchainedError) -> JSONResponse:
+    """4xx with FastAPI's validation shape: `detail` lists problems, each naming its field."""
+    status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 422)
+    field = getattr(exc, "field", "")
+    problem = {
+        "loc": field.split(".") if field else [],
+        "msg": str(exc),
+        "type": type(exc).__name__,
+    }
+    return JSONResponse({"detail": [problem]}, status_code=status)
+
+
+async def _unchained_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UnchainedError)
+    return error_response(exc)
+
+
+class BodyLimit:
+    """Refuse a body declared over the limit before reading it (413); an upload (PUT) is
+    limited by its own route while it streams."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] != "PUT":
+            length = dict(scope["headers"]).get(b"content-length", b"0")
+            if not length.isdigit() or int(length) > self.limit:
+                response = error_response(
+                    errors.TooLarge(f"the body is over the limit of {self.limit} bytes", "body")
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
+    """The market for `settings`; `chain` defaults to the settings' Ogmios and deployment."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.engine = make_engine(settings)
+        await run_in_threadpool(upgrade, app.state.engine)
+        app.state.chain = chain or await run_in_threadpool(
+            Chain.connect, settings.ogmios_url, settings.deployment
+        )
+        yield
+        app.state.engine.dispose()
+
+    app = FastAPI(
+        title="Unchained market",
+        summary="GPU jobs matched to providers and settled on Cardano.",
+        description="Every request that changes state, or reads a party's own job, is a CIP-8 "
+        "COSE_Sign1 by the party's payment key over method, path, body digest, nonce, "
+        "timestamp and this market's identity.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.add_exception_handler(UnchainedError, _unchained_error)
+    app.add_middleware(BodyLimit, limit=settings.body_limit_bytes)
+    for module in (offers, jobs, providers):
+        app.include_router(module.router)
+    return app

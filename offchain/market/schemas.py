@@ -1,0 +1,178 @@
+"""What the API reads and answers (the tables' Create and Public variants). Request bodies
+refuse unknown fields, so a typo is a 422 naming it rather than a silently dropped wish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pycardano import Address
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from offchain.market.models import JobState
+from offchain.protocol.jobspec import MAX_SUPPLY_LOVELACE, JobSpec
+
+HEX32 = r"[0-9a-f]{64}"
+HEX64 = r"[0-9a-f]{128}"
+OUT_REF = r"[0-9a-f]{64}#[0-9]{1,5}"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def bech32_address(text: str) -> str:
+    try:
+        Address.from_primitive(text)
+    except Exception as exc:  # pycardano raises several kinds for a bad address
+        raise ValueError("not a Cardano address (bech32)") from exc
+    return text
+
+
+class OfferTerms(_Body):
+    """A provider's bundle: what one job gets, at what price per second of all of it."""
+
+    payout_address: str = Field(description="Where settlements pay the provider (bech32).")
+    gpu_model: str = Field("", max_length=64, description="Exact model, as NVML names it.")
+    gpu_count: int = Field(ge=0, le=64)
+    vram_mib: int = Field(0, ge=0, le=1 << 24, description="Per GPU.")
+    cpu_cores: int = Field(ge=1, le=1024)
+    memory_mib: int = Field(ge=16, le=1 << 24)
+    disk_mib: int = Field(ge=1, le=1 << 26)
+    price_per_unit: int = Field(
+        ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace per second of the whole bundle."
+    )
+    bond: str | None = Field(None, pattern=OUT_REF, description="The bond UTxO, TXID#IX.")
+
+    _address = field_validator("payout_address")(bech32_address)
+
+    @model_validator(mode="after")
+    def _named_gpus(self) -> OfferTerms:
+        if self.gpu_count and not self.gpu_model:
+            raise ValueError("gpu_model: name the exact GPU model the offer's GPUs are")
+        return self
+
+
+class JobRequest(_Body):
+    """A consumer's signed request: the job, where refunds go, and the GPU model if it cares."""
+
+    spec: JobSpec
+    consumer_address: str = Field(description="Refunds and change go here (bech32).")
+    gpu_model: str | None = Field(None, max_length=64, description="Only this exact model.")
+
+    _address = field_validator("consumer_address")(bech32_address)
+
+
+class EscrowReport(_Body):
+    escrow: str = Field(pattern=OUT_REF, description="The locked escrow, TXID#IX.")
+
+
+class AcceptanceBody(_Body):
+    signature: str = Field(pattern=HEX64, description="ed25519 over the Acceptance payload.")
+
+
+class LogLines(_Body):
+    lines: list[str] = Field(min_length=1, max_length=10_000)
+
+
+class ReceiptBody(_Body):
+    units: int = Field(ge=0)
+    result_hash: str = Field(pattern=HEX32)
+    evidence_hash: str = Field(pattern=HEX32)
+    signature: str = Field(pattern=HEX64)
+
+
+class FailureBody(_Body):
+    exit_code: int | None = None
+    reason: str = Field(min_length=1, max_length=4096)
+
+
+class SignedOffer(BaseModel):
+    """An offer exactly as its provider signed it: anyone can verify the signature again."""
+
+    id: int
+    provider_id: str
+    body: str
+    signature: str
+    key: str
+    terms: dict[str, Any]
+
+
+class Quote(BaseModel):
+    """The market's answer to a job request: who runs it, for how much, until when."""
+
+    job_id: str
+    state: JobState
+    offer: SignedOffer
+    gpu_model: str
+    price_per_unit: int
+    max_units: int
+    max_cost: int
+    deadline_ms: int
+    settle_window_ms: int
+    fee_allowance: int
+    lock_lovelace: int
+    quote_expires_ms: int
+
+
+class EscrowParameters(BaseModel):
+    """What to lock: the escrow address's script, the datum's fields and the lovelace."""
+
+    escrow_hash: str
+    network_id: int
+    consumer: str
+    provider: str
+    provider_vkey: str
+    price_per_unit: int
+    max_units: int
+    deadline: int
+    settle_window: int
+    job_id: str
+    fee_allowance: int
+    lovelace: int
+
+
+class JobPublic(BaseModel):
+    id: str
+    state: JobState
+    provider_id: str | None
+    gpu_model: str | None
+    price_per_unit: int | None
+    deadline_ms: int | None
+    escrow: str | None
+    receipt_units: int | None
+    result_sha256: str | None
+    result_size: int | None
+    exit_code: int | None
+    failure_reason: str | None
+    settle_tx: str | None
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class EventPublic(BaseModel):
+    id: int
+    at_ms: int
+    from_state: JobState | None
+    to_state: JobState
+    cause: str
+    detail: str
+    slot: int | None
+    block_height: int | None
+    tx_id: str | None
+
+
+class LogPublic(BaseModel):
+    seq: int
+    at_ms: int
+    text: str
+
+
+class Assignment(BaseModel):
+    """A funded job for the provider: the spec to run and the escrow to check on chain first."""
+
+    job_id: str
+    escrow: str
+    spec: dict[str, Any]
+    price_per_unit: int
+    max_units: int
+    deadline_ms: int

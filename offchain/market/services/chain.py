@@ -1,0 +1,88 @@
+"""What the market reads from the chain: the protocol deployment, the chain's time and an
+escrow's UTxO checked against the quote it was locked for.
+
+pycardano's Ogmios context is synchronous; async callers run these in a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pycardano import Address, TransactionInput, UTxO
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.context import chain_context
+from offchain.market.errors import Invalid
+from offchain.market.models import Job
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.escrow import escrow_datum, new_escrow
+from offchain.protocol.txbuild import BuildError, Clock
+
+# The deployment file and out-ref parsing still live in the provider app; they move to
+# offchain/protocol and offchain/chain with the protocol refactor (issue 9, section 0).
+from provider.deployment_file import DeploymentFileError
+from provider.deployment_file import load as load_deployment_file
+from provider.onchain import parse_out_ref, utxo_at
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """The chain behind one Ogmios URL and the deployment the market quotes escrows for."""
+
+    context: OgmiosV6ChainContext
+    deployment: Deployment
+
+    @classmethod
+    def connect(cls, ogmios_url: str, deployment_file: Path) -> Chain:
+        """Reads the deployment from its file and checks its scripts on the chain."""
+        context = chain_context(ogmios_url)
+        try:
+            deployment = load_deployment_file(deployment_file, context)
+        except DeploymentFileError as exc:
+            raise Invalid(str(exc), "deployment") from exc
+        return cls(context, deployment)
+
+    def now_ms(self) -> int:
+        """The chain's time at its tip: what deadlines and validity bounds are measured in."""
+        return Clock.now(self.context).tip_ms
+
+    def utxo(self, ref: TransactionInput) -> UTxO | None:
+        return utxo_at(self.context, ref)
+
+
+def parse_ref(text: str, field: str) -> TransactionInput:
+    """`TXID#IX` parsed, or Invalid naming `field`."""
+    try:
+        return parse_out_ref(text)
+    except ValueError as exc:
+        raise Invalid(str(exc), field) from exc
+
+
+def escrow_problems(deployment: Deployment, job: Job, escrow: UTxO) -> list[str]:
+    """How the escrow UTxO differs from the job's quote (empty when it is the one quoted):
+    the script it sits at, its datum field by field, its lovelace, and no tokens.
+
+    The API calls it when a consumer reports a lock; the chain follower calls it for each
+    escrow output it sees."""
+    try:
+        datum = escrow_datum(deployment, escrow)
+    except BuildError as exc:
+        return [str(exc)]
+    quoted = new_escrow(
+        Address.from_primitive(job.consumer_address), Address.from_primitive(job.provider_address),
+        bytes.fromhex(job.provider_vkey), job.price_per_unit, job.max_units, job.deadline_ms,
+        job.settle_window_ms, bytes.fromhex(job.spec_digest), job.fee_allowance,
+    )  # fmt: skip
+    problems = [
+        f"datum.{field.name}: {getattr(datum, field.name)!r} locked, "
+        f"{getattr(quoted, field.name)!r} quoted"
+        for field in dataclasses.fields(quoted)
+        if getattr(datum, field.name) != getattr(quoted, field.name)
+    ]
+    value = escrow.output.amount
+    if value.coin < job.lock_lovelace:
+        problems.append(f"value: {value.coin} lovelace locked, {job.lock_lovelace} quoted")
+    if value.multi_asset:
+        problems.append("value: the escrow holds native tokens (whoever refunds takes them)")
+    return problems

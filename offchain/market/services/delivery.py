@@ -1,0 +1,96 @@
+"""The provider's side of a job: accept it, run it, log, upload the result, hand in the
+signed receipt (or report the failure). Signatures that reach the chain are checked here with
+`offchain.protocol.payloads`, the same bytes the validators check, before anything is stored.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import Session
+
+from offchain.market import schemas
+from offchain.market.errors import Forbidden, Invalid
+from offchain.market.models import Cause, Job, JobState
+from offchain.market.services import jobs, storage
+from offchain.market.services.chain import parse_ref
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.payloads import acceptance_payload, receipt_payload, verify
+
+S = JobState
+
+
+def own_job(session: Session, provider_id: str, job_id: str) -> Job:
+    """The job, if `provider_id` is the provider it was quoted to; Forbidden otherwise."""
+    job = jobs.get(session, job_id)
+    if job.provider_id != provider_id:
+        raise Forbidden(f"job {job_id} is assigned to another provider", "job_id")
+    return job
+
+
+def accept(session: Session, deployment: Deployment, job: Job, signature: str) -> Job:
+    """Store the provider's Acceptance (it backs the job with its bond) once it verifies."""
+    jobs.expect(job, S.FUNDED)
+    payload = acceptance_payload(
+        deployment.network_id, deployment.escrow_hash, parse_ref(job.escrow_ref, "escrow"),
+        bytes.fromhex(job.spec_digest), deployment.bond_hash,
+    )  # fmt: skip
+    if not verify(bytes.fromhex(job.provider_vkey), payload, bytes.fromhex(signature)):
+        raise Invalid("not the provider's signature of this escrow's Acceptance", "signature")
+    job.acceptance_signature = signature
+    jobs.transition(session, job, S.ACCEPTED, Cause.API, "acceptance verified")
+    session.commit()
+    return job
+
+
+def start(session: Session, job: Job) -> Job:
+    jobs.transition(session, job, S.RUNNING, Cause.API, "container started")
+    session.commit()
+    return job
+
+
+def log(session: Session, job: Job, lines: list[str]) -> int:
+    """Append log lines while the job runs; returns the next line's sequence number."""
+    jobs.expect(job, S.ACCEPTED, S.RUNNING)
+    next_seq = storage.append_logs(session, job.id, lines, jobs.now_ms())
+    session.commit()
+    return next_seq
+
+
+def attach_result(session: Session, job: Job, sha256: str, size: int) -> Job:
+    """Record the uploaded archive (already stored by its hash) as the job's result."""
+    jobs.expect(job, S.RUNNING)
+    storage.record_blob(session, sha256, size)
+    job.result_sha256 = sha256
+    session.add(job)
+    session.commit()
+    return job
+
+
+def hand_in_receipt(
+    session: Session, deployment: Deployment, job: Job, receipt: schemas.ReceiptBody
+) -> Job:
+    """Store the signed receipt once it verifies against the escrow and the provider's key;
+    the job is completed and waits for settlement."""
+    jobs.expect(job, S.RUNNING)
+    if receipt.units > job.max_units:
+        raise Invalid(f"{receipt.units} units is more than the quoted {job.max_units}", "units")
+    if job.result_sha256 is not None and receipt.result_hash != job.result_sha256:
+        raise Invalid("not the sha256 of the uploaded result", "result_hash")
+    payload = receipt_payload(
+        deployment.network_id, deployment.escrow_hash, parse_ref(job.escrow_ref, "escrow"),
+        receipt.units, bytes.fromhex(receipt.result_hash), bytes.fromhex(receipt.evidence_hash),
+    )  # fmt: skip
+    if not verify(bytes.fromhex(job.provider_vkey), payload, bytes.fromhex(receipt.signature)):
+        raise Invalid("not the provider's signature of this receipt for the escrow", "signature")
+    job.receipt_units, job.receipt_signature = receipt.units, receipt.signature
+    job.receipt_result_hash, job.receipt_evidence_hash = receipt.result_hash, receipt.evidence_hash
+    jobs.transition(session, job, S.COMPLETED, Cause.API, f"receipt for {receipt.units} units")
+    session.commit()
+    return job
+
+
+def fail(session: Session, job: Job, failure: schemas.FailureBody) -> Job:
+    """The job could not run to its end; its logs and reason are kept for the consumer."""
+    job.exit_code, job.failure_reason = failure.exit_code, failure.reason
+    jobs.transition(session, job, S.FAILED, Cause.API, failure.reason)
+    session.commit()
+    return job

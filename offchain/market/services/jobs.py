@@ -1,0 +1,158 @@
+"""Jobs and their state machine: the one place a job changes state, and the queries the chain
+follower, the settlement batcher and the scheduler start from.
+
+Every change goes through `transition`, which checks the move against `TRANSITIONS` and
+writes a JobEvent with its cause (an API call, a block and transaction, scheduled work), so
+the explorer's timeline is the table itself.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+
+from sqlmodel import Session, col, select
+
+from offchain.market.errors import Conflict, Forbidden, NotFound
+from offchain.market.models import Cause, Job, JobEvent, JobState
+
+S = JobState
+# Forward moves, and the moves back a rollback or a failed settlement needs (follower, batcher).
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    S.REQUESTED: frozenset({S.QUOTED, S.EXPIRED}),
+    S.QUOTED: frozenset({S.FUNDED, S.EXPIRED}),
+    S.FUNDED: frozenset({S.ACCEPTED, S.FAILED, S.REFUNDED, S.QUOTED}),
+    S.ACCEPTED: frozenset({S.RUNNING, S.FAILED, S.REFUNDED, S.SLASHED}),
+    S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.REFUNDED, S.SLASHED}),
+    S.COMPLETED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED}),
+    S.SETTLING: frozenset({S.SETTLED, S.COMPLETED, S.REFUNDED, S.SLASHED}),
+    S.FAILED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED}),
+    S.EXPIRED: frozenset({S.FUNDED, S.REFUNDED}),
+    S.SETTLED: frozenset({S.SETTLING, S.COMPLETED}),
+    S.REFUNDED: frozenset({S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.FAILED, S.EXPIRED}),
+    S.SLASHED: frozenset({S.ACCEPTED, S.RUNNING, S.COMPLETED, S.FAILED}),
+}
+# States whose escrow is on chain and not yet spent: the follower watches these.
+LOCKED = (S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.SETTLING, S.FAILED)
+# States after which the job's record no longer changes but for a rollback.
+FINAL = (S.SETTLED, S.REFUNDED, S.SLASHED, S.EXPIRED)
+
+
+def now_ms() -> int:
+    """The market's own clock for its records (events, heartbeats, request freshness): not a
+    chain time, so it is never compared with a deadline or a validity bound."""
+    return time.time_ns() // 1_000_000
+
+
+def new_job_id() -> str:
+    return secrets.token_hex(16)
+
+
+def transition(
+    session: Session,
+    job: Job,
+    to_state: JobState,
+    cause: Cause,
+    detail: str = "",
+    *,
+    slot: int | None = None,
+    block_height: int | None = None,
+    tx_id: str | None = None,
+) -> JobEvent:
+    """Move `job` to `to_state` and record why; Conflict if the table forbids the move. The
+    caller commits (with whatever else the move changes, in one transaction)."""
+    if to_state not in TRANSITIONS[job.state]:
+        raise Conflict(f"job {job.id} is {job.state}: it cannot become {to_state}", "state")
+    at = now_ms()
+    event = JobEvent(
+        job_id=job.id, at_ms=at, from_state=job.state, to_state=to_state, cause=cause,
+        detail=detail, slot=slot, block_height=block_height, tx_id=tx_id,
+    )  # fmt: skip
+    job.state, job.updated_at_ms = to_state, at
+    session.add(job)
+    session.add(event)
+    return event
+
+
+def created(session: Session, job: Job, detail: str) -> JobEvent:
+    """Record a new job's first state (it has no state to come from)."""
+    event = JobEvent(
+        job_id=job.id, at_ms=job.created_at_ms, to_state=job.state, cause=Cause.API, detail=detail
+    )
+    session.add(job)
+    session.add(event)
+    return event
+
+
+def get(session: Session, job_id: str) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}", "job_id")
+    return job
+
+
+def visible_to(session: Session, job_id: str, party: str) -> Job:
+    """The job, if `party` (a key hash) is its consumer or provider; Forbidden otherwise."""
+    job = get(session, job_id)
+    if party not in (job.consumer_id, job.provider_id):
+        raise Forbidden(f"job {job.id} belongs to another party", "job_id")
+    return job
+
+
+def expect(job: Job, *states: JobState) -> None:
+    if job.state not in states:
+        wanted = " or ".join(states)
+        raise Conflict(f"job {job.id} is {job.state}, not {wanted}", "state")
+
+
+def events(session: Session, job_id: str, after_id: int = 0) -> Sequence[JobEvent]:
+    """The job's timeline, oldest first, from after event `after_id` (SSE resumes there)."""
+    query = select(JobEvent).where(JobEvent.job_id == job_id, col(JobEvent.id) > after_id)
+    return session.exec(query.order_by(col(JobEvent.id))).all()
+
+
+def by_escrow(session: Session, escrow_ref: str) -> Job | None:
+    """The job locked at `escrow_ref` (`TXID#IX`), for the chain follower."""
+    return session.exec(select(Job).where(Job.escrow_ref == escrow_ref)).first()
+
+
+def assignments(session: Session, provider_id: str) -> Sequence[Job]:
+    """Funded jobs waiting for `provider_id` to accept them, oldest first."""
+    query = select(Job).where(Job.provider_id == provider_id, Job.state == S.FUNDED)
+    return session.exec(query.order_by(col(Job.updated_at_ms))).all()
+
+
+def locked(session: Session) -> Sequence[Job]:
+    """Jobs whose escrow is on chain and unspent as far as the market knows (follower)."""
+    return session.exec(select(Job).where(col(Job.state).in_(LOCKED))).all()
+
+
+def receipts_to_settle(session: Session, limit: int) -> Sequence[Job]:
+    """Jobs holding a verified receipt and not yet in a settlement, oldest first (batcher).
+
+    A failed job may hold a receipt too (the provider is owed the seconds it ran)."""
+    query = select(Job).where(
+        col(Job.state).in_((S.COMPLETED, S.FAILED)), col(Job.receipt_signature).is_not(None)
+    )
+    return session.exec(query.order_by(col(Job.updated_at_ms)).limit(limit)).all()
+
+
+def quotes_expired(session: Session, chain_now_ms: int) -> Sequence[Job]:
+    """Quotes nobody locked before they ran out (the scheduler moves them to expired)."""
+    query = select(Job).where(Job.state == S.QUOTED, col(Job.quote_expires_ms) < chain_now_ms)
+    return session.exec(query).all()
+
+
+def past_deadline(session: Session, chain_now_ms: int) -> Sequence[Job]:
+    """Locked jobs whose deadline has passed: refundable (or slashable) after the window."""
+    query = select(Job).where(col(Job.state).in_(LOCKED), col(Job.deadline_ms) < chain_now_ms)
+    return session.exec(query).all()
+
+
+def consumers_job(session: Session, job_id: str, party: str) -> Job:
+    """The job, if `party` is the consumer who signed its request; Forbidden otherwise."""
+    job = get(session, job_id)
+    if job.consumer_id != party:
+        raise Forbidden(f"job {job_id} was requested by another consumer", "job_id")
+    return job

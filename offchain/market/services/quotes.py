@@ -1,0 +1,133 @@
+"""The consumer's side of a job: a signed request becomes a quote, the quote becomes escrow
+parameters, and a reported escrow is checked on chain before the job counts as funded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pycardano import Address
+from sqlmodel import Session
+
+from offchain.market import schemas
+from offchain.market.errors import Conflict, Invalid
+from offchain.market.models import Blob, Cause, Job, JobState, Offer
+from offchain.market.services import jobs, offers
+from offchain.market.services.chain import Chain, escrow_problems, parse_ref
+from offchain.market.settings import MarketSettings
+from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.split import lock_amount
+
+
+def canonical_spec(spec: JobSpec) -> tuple[str, bytes]:
+    """The spec as canonical JSON and its sha256: the escrow's job_id."""
+    text = json.dumps(
+        spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return text, hashlib.sha256(text.encode()).digest()
+
+
+def request_job(
+    session: Session,
+    settings: MarketSettings,
+    chain_now_ms: int,
+    consumer_vkey: bytes,
+    request: schemas.JobRequest,
+) -> Job:
+    """Match the request to the cheapest online offer and quote it (nothing is stored when no
+    offer can take the job: Conflict says why)."""
+    consumer_id = offers.key_hash(consumer_vkey)
+    consumer = Address.from_primitive(request.consumer_address)
+    if consumer.payment_part is None or consumer.payment_part.payload.hex() != consumer_id:
+        raise Invalid("the address's payment key is not the key that signed", "consumer_address")
+    spec = request.spec
+    since = jobs.now_ms() - settings.online_ms
+    offer, provider = offers.best_offer(session, spec, request.gpu_model, since)
+    text, digest = canonical_spec(spec)
+    expires = chain_now_ms + settings.quote_ttl_ms
+    job = Job(
+        id=jobs.new_job_id(), consumer_vkey=consumer_vkey.hex(), consumer_id=consumer_id,
+        consumer_address=request.consumer_address, spec=text, spec_digest=digest.hex(),
+        max_price=spec.max_price_lovelace, provider_id=provider.id, offer_id=offer.id,
+        provider_vkey=provider.vkey, provider_address=provider.payout_address,
+        gpu_model=offer.gpu_model, price_per_unit=offer.price_per_unit,
+        max_units=spec.max_duration_s, deadline_ms=expires + spec.max_duration_s * 1000,
+        settle_window_ms=settings.settle_window_ms, fee_allowance=settings.fee_allowance,
+        lock_lovelace=lock_amount(offer.price_per_unit, spec.max_duration_s,
+                                  settings.fee_allowance),
+        quote_expires_ms=expires, created_at_ms=jobs.now_ms(), updated_at_ms=jobs.now_ms(),
+    )  # fmt: skip
+    jobs.created(session, job, "signed job request")
+    jobs.transition(session, job, JobState.QUOTED, Cause.API, f"offer {offer.id}")
+    session.commit()
+    return job
+
+
+def quote(session: Session, job: Job) -> schemas.Quote:
+    """The quote for `job`, with the provider's offer exactly as it was signed."""
+    offer = session.get(Offer, job.offer_id)
+    assert offer is not None and job.price_per_unit is not None and job.max_units is not None
+    return schemas.Quote(
+        job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
+        price_per_unit=job.price_per_unit, max_units=job.max_units,
+        max_cost=job.price_per_unit * job.max_units, deadline_ms=job.deadline_ms,
+        settle_window_ms=job.settle_window_ms, fee_allowance=job.fee_allowance,
+        lock_lovelace=job.lock_lovelace, quote_expires_ms=job.quote_expires_ms,
+    )  # fmt: skip
+
+
+def signed_offer(offer: Offer) -> schemas.SignedOffer:
+    return schemas.SignedOffer(
+        id=offer.id, provider_id=offer.provider_id, body=offer.body, signature=offer.signature,
+        key=offer.key, terms=json.loads(offer.body),
+    )  # fmt: skip
+
+
+def escrow_parameters(chain: Chain, job: Job) -> schemas.EscrowParameters:
+    """What the consumer locks: the datum's fields as `offchain.protocol.escrow.new_escrow`
+    takes them, and at least `lovelace`."""
+    return schemas.EscrowParameters(
+        escrow_hash=chain.deployment.escrow_hash.payload.hex(),
+        network_id=chain.deployment.network_id, consumer=job.consumer_address,
+        provider=job.provider_address, provider_vkey=job.provider_vkey,
+        price_per_unit=job.price_per_unit, max_units=job.max_units, deadline=job.deadline_ms,
+        settle_window=job.settle_window_ms, job_id=job.spec_digest,
+        fee_allowance=job.fee_allowance, lovelace=job.lock_lovelace,
+    )  # fmt: skip
+
+
+def report_escrow(session: Session, chain: Chain, job: Job, escrow: str) -> Job:
+    """The consumer says it locked `escrow`: check the UTxO on chain against the quote, then
+    the job is funded. Reporting the same escrow again is a no-op."""
+    if job.escrow_ref == escrow:
+        return job
+    jobs.expect(job, JobState.QUOTED, JobState.EXPIRED)
+    if jobs.by_escrow(session, escrow) is not None:
+        raise Conflict(f"escrow {escrow} already funds another job", "escrow")
+    utxo = chain.utxo(parse_ref(escrow, "escrow"))
+    if utxo is None:
+        raise Conflict(f"{escrow} is not an unspent output on chain (yet?)", "escrow")
+    problems = escrow_problems(chain.deployment, job, utxo)
+    if problems:
+        raise Invalid(f"{escrow} is not the escrow quoted: " + "; ".join(problems), "escrow")
+    job.escrow_ref = escrow
+    jobs.transition(session, job, JobState.FUNDED, Cause.API, f"escrow {escrow} checked on chain")
+    session.commit()
+    return job
+
+
+def spec_of(job: Job) -> dict:
+    return json.loads(job.spec)
+
+
+def public(session: Session, job: Job) -> schemas.JobPublic:
+    """What the job's parties see of it."""
+    blob = session.get(Blob, job.result_sha256) if job.result_sha256 else None
+    return schemas.JobPublic(
+        id=job.id, state=job.state, provider_id=job.provider_id, gpu_model=job.gpu_model,
+        price_per_unit=job.price_per_unit, deadline_ms=job.deadline_ms, escrow=job.escrow_ref,
+        receipt_units=job.receipt_units, result_sha256=job.result_sha256,
+        result_size=blob.size if blob else None, exit_code=job.exit_code,
+        failure_reason=job.failure_reason, settle_tx=job.settle_tx,
+        created_at_ms=job.created_at_ms, updated_at_ms=job.updated_at_ms,
+    )  # fmt: skip
