@@ -47,8 +47,10 @@ def store_nonce(engine: Engine, signer: str, nonce: str) -> None:
 
 async def _verified(request: Request) -> SignedRequest:
     settings: MarketSettings = request.app.state.settings
+    query = request.url.query
+    target = f"{request.url.path}?{query}" if query else request.url.path  # queries are signed
     return verify_headers(
-        dict(request.headers), request.method, request.url.path, settings.identity,
+        dict(request.headers), request.method, target, settings.identity,
         jobs.now_ms(), settings.clock_tolerance_ms,
     )  # fmt: skip
 

@@ -13,17 +13,17 @@ from pycardano import Address, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.context import chain_context
+from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.market.errors import Invalid
 from offchain.market.models import Job
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import escrow_datum, new_escrow
-from offchain.protocol.txbuild import BuildError, Clock
 
 # The deployment file and out-ref parsing still live in the provider app; they move to
 # offchain/protocol and offchain/chain with the protocol refactor (issue 9, section 0).
-from provider.deployment_file import DeploymentFileError
-from provider.deployment_file import load as load_deployment_file
-from provider.onchain import parse_out_ref, utxo_at
+from offchain.protocol.deployment_file import DeploymentFileError
+from offchain.protocol.deployment_file import load as load_deployment_file
+from offchain.protocol.escrow import escrow_datum, new_escrow
+from offchain.protocol.txbuild import BuildError, Clock
 
 
 @dataclasses.dataclass(frozen=True)

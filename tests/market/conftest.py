@@ -1,0 +1,49 @@
+"""The market served over real HTTP against the session's devnet, on each database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from offchain.market.settings import MarketSettings
+from offchain.protocol import deployment_file
+from offchain.protocol.deployment import Deployment
+from tests.market.client import serve
+from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS, deployed
+
+IDENTITY = "unchained-market:test"
+
+
+@pytest.fixture(scope="session")
+async def market_deployment(devnet) -> Deployment:
+    return await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request) -> str:
+    """Empty for the default SQLite file; a throwaway PostgreSQL's URL otherwise."""
+    if request.param == "sqlite":
+        return ""
+    try:
+        return request.getfixturevalue("postgresql_url")
+    except pytest.FixtureLookupError:
+        pytest.skip("the throwaway PostgreSQL fixture (postgresql_url) is not here yet")
+
+
+@pytest.fixture
+def settings(tmp_path, devnet, market_deployment, database_url) -> MarketSettings:
+    deployment_file.save(market_deployment, tmp_path / "deployment.json")
+    return MarketSettings(
+        data_dir=tmp_path / "market", database_url=database_url, ogmios_url=devnet.url,
+        deployment=tmp_path / "deployment.json", identity=IDENTITY,
+        body_limit_bytes=64 * 1024, result_limit_bytes=1 << 20,
+    )  # fmt: skip
+
+
+@pytest.fixture
+async def http(settings) -> AsyncIterator[httpx.AsyncClient]:
+    with serve(settings) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            yield client

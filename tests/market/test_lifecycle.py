@@ -1,0 +1,158 @@
+"""One job from signed request to completed, over real HTTP, on the devnet: the consumer locks
+with the protocol's own builder, a scripted provider (test code holding a provider key) takes
+the assignment, accepts, logs, uploads its result and hands in its receipt; the stored receipt
+then settles on chain exactly as signed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pycardano import Address, TransactionId, TransactionInput
+from pycardano.cip import cip8
+
+from offchain.protocol import escrow as escrows
+from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.split import settle_split
+from offchain.protocol.txbuild import Clock
+from tests.market.client import Party
+from tests.protocol.onchain import balance, confirm, output, wallet
+
+GPU = "NVIDIA H100 80GB HBM3"
+PRICE = 50_000  # lovelace per second of the bundle: 42 s pay more than a min-UTxO
+UNITS = 42
+SPEC = {
+    "image": "python:3.11",
+    "command": ["python", "-c", "print('hello')"],
+    "resources": {"gpus": 1, "min_vram_mib": 40_000, "cpu_cores": 2, "memory_mib": 4096,
+                  "disk_mib": 1024},
+    "max_duration_s": 600,
+    "max_price_lovelace": 40_000_000,
+}  # fmt: skip
+
+
+def offer_terms(provider: Party, **changes) -> dict:
+    return {
+        "payout_address": str(provider.wallet.address), "gpu_model": GPU, "gpu_count": 1,
+        "vram_mib": 81_559, "cpu_cores": 16, "memory_mib": 131_072, "disk_mib": 512_000,
+        "price_per_unit": PRICE, **changes,
+    }  # fmt: skip
+
+
+def job_request(consumer: Party, **spec_changes) -> dict:
+    return {"spec": {**SPEC, **spec_changes}, "consumer_address": str(consumer.wallet.address)}
+
+
+def escrow_input(ref: str) -> TransactionInput:
+    tx_id, index = ref.split("#")
+    return TransactionInput(TransactionId(bytes.fromhex(tx_id)), int(index))
+
+
+async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment, http, settings):
+    deployment = market_deployment
+    provider = Party.new(http, settings.identity, await wallet(devnet))
+    consumer = Party.new(http, settings.identity, await wallet(devnet))
+
+    offered = await provider.send("POST", "/offers", offer_terms(provider))
+    assert offered.status_code == 201, offered.text
+    quoted = await consumer.send("POST", "/jobs", job_request(consumer))
+    assert quoted.status_code == 201, quoted.text
+    quote = quoted.json()
+    job = quote["job_id"]
+    assert quote["state"] == "quoted" and quote["gpu_model"] == GPU
+    assert quote["price_per_unit"] == PRICE and quote["max_units"] == SPEC["max_duration_s"]
+    # the provider's own signed words, which the consumer checks without trusting the market
+    signed = quote["offer"]
+    checked = cip8.verify({"signature": signed["signature"], "key": signed["key"]})
+    assert checked["verified"] and checked["signing_address"].payment_part == (
+        provider.wallet.key_hash
+    )
+    fields = json.loads(checked["message"])
+    assert fields["body_sha256"] == hashlib.sha256(signed["body"].encode()).hexdigest()
+    assert json.loads(signed["body"])["price_per_unit"] == PRICE
+
+    params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
+    assert params["lovelace"] == PRICE * 600 + settings.fee_allowance
+    datum = escrows.new_escrow(
+        Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
+        bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
+        params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
+        params["fee_allowance"],
+    )  # fmt: skip
+    context = devnet.context()
+    lock = escrows.lock(context, deployment, consumer.wallet, datum, params["lovelace"])
+    escrow = output(await confirm(devnet, lock), escrows.ESCROW_OUTPUT)
+    ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    funded = await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": ref})
+    assert funded.status_code == 200, funded.text
+    assert funded.json()["state"] == "funded"
+
+    # the scripted provider
+    assigned = await provider.send("GET", "/providers/assignments?timeout_s=5")
+    assert [a["job_id"] for a in assigned.json()] == [job]
+    assert (
+        assigned.json()[0]["escrow"] == ref and assigned.json()[0]["spec"]["image"] == "python:3.11"
+    )
+    payload = acceptance_payload(
+        deployment.network_id, deployment.escrow_hash, escrow.input,
+        bytes.fromhex(params["job_id"]), deployment.bond_hash,
+    )  # fmt: skip
+    body = {"signature": sign(provider.wallet.key, payload).hex()}
+    accepted = await provider.send("POST", f"/jobs/{job}/acceptance", body)
+    assert accepted.json()["state"] == "accepted", accepted.text
+    assert (await provider.send("POST", f"/jobs/{job}/start")).json()["state"] == "running"
+    logged = await provider.send("POST", f"/jobs/{job}/logs", {"lines": ["hello", "done"]})
+    assert logged.json() == {"next_seq": 2}
+    archive = b"result archive bytes " * 1000
+    result_hash = hashlib.sha256(archive).hexdigest()
+    uploaded = await provider.send("PUT", f"/jobs/{job}/result", raw=archive)
+    assert uploaded.json()["result_sha256"] == result_hash, uploaded.text
+    evidence = hashlib.sha256(b"metering").digest()
+    signature = sign(provider.wallet.key, receipt_payload(
+        deployment.network_id, deployment.escrow_hash, escrow.input, UNITS,
+        bytes.fromhex(result_hash), evidence,
+    ))  # fmt: skip
+    receipt = {"units": UNITS, "result_hash": result_hash, "evidence_hash": evidence.hex(),
+               "signature": signature.hex()}  # fmt: skip
+    completed = await provider.send("POST", f"/jobs/{job}/receipt", receipt)
+    assert completed.json()["state"] == "completed", completed.text
+
+    # what the consumer sees
+    status = (await consumer.send("GET", f"/jobs/{job}")).json()
+    assert status["receipt_units"] == UNITS and status["escrow"] == ref
+    lines = (await consumer.send("GET", f"/jobs/{job}/logs")).json()
+    assert [line["text"] for line in lines] == ["hello", "done"]
+    downloaded = await consumer.send("GET", f"/jobs/{job}/result")
+    assert hashlib.sha256(downloaded.content).hexdigest() == result_hash
+    events = await events_until(consumer, job, "completed")
+    assert events == ["requested", "quoted", "funded", "accepted", "running", "completed"]
+
+    # the escrow on chain holds exactly the quote, and the stored receipt settles it
+    on_chain = context.utxo_by_tx_id(lock.id.payload.hex(), escrows.ESCROW_OUTPUT)
+    assert escrows.escrow_datum(deployment, on_chain) == datum
+    assert on_chain.output.amount.coin == params["lovelace"]
+    assert datum.deadline > Clock.now(context).tip_ms
+    submitter = await wallet(devnet)
+    stored = escrows.SignedReceipt(
+        escrow, status["receipt_units"], bytes.fromhex(result_hash), evidence,
+        bytes.fromhex(receipt["signature"]),
+    )  # fmt: skip
+    before = balance(devnet, provider.wallet.address)
+    await confirm(devnet, escrows.settle(context, deployment, [stored], submitter))
+    split = settle_split(params["lovelace"], PRICE, UNITS, 600, settings.fee_allowance)
+    assert balance(devnet, provider.wallet.address) == before + split.provider
+
+
+async def events_until(party: Party, job: str, last: str) -> list[str]:
+    """The states the job's SSE stream names, read until `last` (the stream stays open)."""
+    path = f"/jobs/{job}/events"
+    states: list[str] = []
+    headers = party.headers("GET", path)
+    async with party.http.stream("GET", path, headers=headers) as stream:
+        assert stream.status_code == 200
+        async for line in stream.aiter_lines():
+            if line.startswith("data: "):
+                states.append(json.loads(line.removeprefix("data: "))["to_state"])
+                if states[-1] == last:
+                    break
+    return states
