@@ -8,6 +8,7 @@ where a bond stands in chain time (UTC), never the local clock's.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Annotated
@@ -17,14 +18,15 @@ from pycardano import Transaction, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
+from offchain.chain.utxo import parse_out_ref
 from offchain.protocol import bond as bonds
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
 from provider.amounts import ada, parse_lovelace
 from provider.keys import load_key
-from provider.onchain import parse_out_ref, submit
 from provider.options import (
     DEFAULT_CONFIG,
     DEFAULT_DEPLOYMENT,
@@ -105,7 +107,7 @@ class ProviderOnChain:
         return found[0]
 
     def submit(self, tx: Transaction, what: str) -> None:
-        height = submit(self.url, tx)
+        height = asyncio.run(submit_confirmed(self.url, tx))
         typer.echo(f"{what}: tx {tx.id} in block {height} (fee {tx.transaction_body.fee} lovelace)")
 
 

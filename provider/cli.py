@@ -18,6 +18,7 @@ from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from offchain.protocol.txbuild import Wallet, out_ref
@@ -34,7 +35,6 @@ from provider.config import (
 )
 from provider.inventory import HostInventory, host_inventory
 from provider.keys import KeyFileError, ensure_key, key_path, load_key
-from provider.onchain import parse_out_ref, utxo_at
 from provider.options import (
     DEFAULT_CONFIG,
     DEFAULT_DEPLOYMENT,

@@ -12,13 +12,13 @@ import typer
 from ogmios.errors import ResponseError
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.chain.context import chain_context
+from offchain.chain.context import chain_context, quiet_chain_clients
+from offchain.chain.submit import UNREACHABLE, ChainError
+from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import BuildError
-from provider import deployment_file
 from provider.config import ConfigError, RunnerSettings, load_config
 from provider.keys import KeyFileError
-from provider.onchain import UNREACHABLE, ChainError, quiet_chain_clients
 from provider.receipts import ReceiptError
 
 DEFAULT_CONFIG = Path("data/provider/provider.toml")

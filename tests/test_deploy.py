@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from provider import deployment_file
+from offchain.protocol import deployment_file
 from unchained.cli import app
 
 

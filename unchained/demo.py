@@ -18,24 +18,24 @@ import docker
 import typer
 from pycardano import Address, PaymentSigningKey, Transaction, TransactionInput, UTxO
 
-from offchain.chain.context import chain_context
+from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import request
-from offchain.chain.submit import tip_point, wait_for_confirmations
+from offchain.chain.submit import submit_confirmed, tip_point, wait_for_confirmations
 from offchain.chain.time import iso
+from offchain.chain.utxo import utxo_at
 from offchain.devnet.genesis import ADA
 from offchain.devnet.process import DevnetProcess
+from offchain.protocol import deployment_file
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
-from provider import deployment_file
 from provider.amounts import ada
 from provider.config import Prices, RunnerSettings, default_offer
 from provider.images import WORKLOADS_IN_IMAGE, workloads_image
 from provider.inventory import host_inventory
 from provider.keys import ensure_key, key_path
-from provider.onchain import quiet_chain_clients, submit, utxo_at
 from provider.options import fail
 from provider.receipts import accept, receipt_for
 from provider.runner import Runner, RunResult
@@ -211,7 +211,7 @@ def show_run(result: RunResult) -> None:
 
 
 def confirm(url: str, tx: Transaction, what: str) -> None:
-    height = submit(url, tx)
+    height = asyncio.run(submit_confirmed(url, tx))
     say(f"   {what}: tx {tx.id} (block {height}, fee {ada(tx.transaction_body.fee)})")
 
 

@@ -4,6 +4,7 @@ escrows, not only the demo's own."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
@@ -12,13 +13,13 @@ from cbor2 import CBORError
 from pycardano import PaymentSigningKey
 from pycardano.exception import PyCardanoException
 
-from offchain.chain.context import chain_context
+from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain.submit import UNREACHABLE, submit_confirmed
+from offchain.protocol import deployment_file
 from offchain.protocol.deployment import deploy
 from offchain.protocol.txbuild import Wallet
-from provider import deployment_file
 from provider.amounts import ada
-from provider.onchain import UNREACHABLE, quiet_chain_clients, submit
 from provider.options import (
     DEFAULT_DEPLOYMENT,
     DeploymentOption,
@@ -66,7 +67,7 @@ def deploy_command(
             tx, made = deploy(context, payer, context.network.value, notice_ms, slash_share_bps)
         except UNREACHABLE as exc:
             raise fail(f"cannot reach Ogmios at {ogmios_url}: {exc}", code=1) from exc
-        height = submit(ogmios_url, tx)
+        height = asyncio.run(submit_confirmed(ogmios_url, tx))
     deployment_file.save(made, deployment)
     typer.echo(f"deployed: tx {tx.id} in block {height} (fee {ada(tx.transaction_body.fee)})")
     typer.echo(f"escrow script {made.escrow_hash.payload.hex()}")

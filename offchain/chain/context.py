@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlparse
 
 from pycardano import Network
@@ -32,3 +33,10 @@ def context_url(context: OgmiosV6ChainContext) -> str:
     scheme = "wss" if context.secure else "ws"
     path = f"/{context.path}" if context.path else ""
     return f"{scheme}://{context.host}:{context.port}{path}"
+
+
+def quiet_chain_clients() -> None:
+    """The Ogmios client logs a schema warning for every UTxO holding a Plutus V3 script, and
+    pycardano dumps builder state on errors; the commands say what matters themselves."""
+    logging.getLogger("ogmios").setLevel(logging.ERROR)
+    logging.getLogger("PyCardano").setLevel(logging.ERROR)

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 from pycardano import Transaction
+from websockets.exceptions import WebSocketException
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
-from offchain.chain.ogmios import Ogmios
+from offchain.chain.ogmios import Ogmios, OgmiosError
+from offchain.protocol.errors import UnchainedError
+
+CONFIRM_TIMEOUT_S = 60
+# What a lost or refused connection to Ogmios raises, whichever client made it.
+UNREACHABLE = (ConnectionError, socket.gaierror, TimeoutError, WebSocketException)
 
 
 class ConfirmationTimeout(TimeoutError):
     """The transaction was accepted but not confirmed in time (it may still land)."""
+
+
+class ChainError(UnchainedError):
+    """The chain could not be reached or refused what was asked; the message says which."""
 
 
 async def submit(url: str, tx: Transaction | bytes) -> str:
@@ -63,3 +74,15 @@ async def submit_and_wait(
     since = await tip_point(url)
     tx_id = await submit(url, tx)
     return await wait_for_confirmations(url, tx_id, since, confirmations, timeout_s)
+
+
+async def submit_confirmed(url: str, tx: Transaction, timeout_s: float = CONFIRM_TIMEOUT_S) -> int:
+    """Submit `tx` and wait until it is in a block; returns the block height. Refusals and
+    timeouts come back as ChainError in words an operator can act on."""
+    try:
+        block = await submit_and_wait(url, tx, timeout_s=timeout_s)
+    except OgmiosError as exc:
+        raise ChainError(f"the ledger refused transaction {tx.id}: {exc.message}") from exc
+    except ConfirmationTimeout as exc:
+        raise ChainError(f"{exc}; it may still land, look again before retrying") from exc
+    return block["height"]

@@ -15,13 +15,14 @@ from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.scripts import bond_script, escrow_script
+from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import describe
 from offchain.protocol.txbuild import out_ref
-from provider.onchain import parse_out_ref, utxo_at
 
 
-class DeploymentFileError(ValueError):
+class DeploymentFileError(UnchainedError, ValueError):
     """The deployment file cannot be used; the message says why and what to do."""
 
 

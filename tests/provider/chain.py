@@ -10,8 +10,8 @@ from pycardano import Address
 from offchain.chain.ogmios import request
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.process import DevnetProcess
+from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment, deploy
-from provider import deployment_file
 from tests.protocol.onchain import confirm, wallet
 
 NOTICE_MS = 30_000
