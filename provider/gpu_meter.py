@@ -14,27 +14,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from offchain.protocol.metering import GpuSample, GpuUsage
 from provider import nvml
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    t_ms: int
-    uuid: str
-    memory_bytes: int  # held by the job's processes
-    sm_percent: int | None  # busiest job process since the last sample; None: NVML had no sample
-    energy_mj: (
-        int | None
-    )  # whole device since metering began (the GPU is reserved); None: unsupported
-
-
-@dataclass(frozen=True)
-class GpuUsage:
-    uuid: str
-    energy_mj: int | None
-    memory_peak_bytes: int
-    sm_percent_peak: int | None
-    processes: int  # distinct job PIDs seen on the device
 
 
 @dataclass

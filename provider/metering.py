@@ -1,4 +1,5 @@
-"""Metering: samples of a job's cgroup (and GPUs) at 10 Hz, and the record a receipt commits to.
+"""Metering: samples of a job's cgroup (and GPUs) at 10 Hz, for the record a receipt commits to
+(`offchain.protocol.metering`, read by every party).
 
 The sampler reads cgroup files directly (a `docker stats` call per tick would cost far more
 than 1% of a core). Totals come from the job's parent cgroup after exit, so CPU time and peak
@@ -8,16 +9,13 @@ receipt's evidence hash; billable units are seconds of the reserved bundle, roun
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict
-
+from offchain.protocol.metering import GpuSample, Sample
 from provider.cgroups import JobCgroup
-from provider.gpu_meter import GpuMeter, GpuSample, GpuUsage
+from provider.gpu_meter import GpuMeter
 
 SAMPLE_INTERVAL_MS = 100
 MAX_SAMPLES = 36_000  # an hour at 10 Hz; longer jobs keep every 2nd, 4th, ... sample
@@ -40,59 +38,6 @@ def docker_time_ns(stamp: str) -> int:
     whole, _, fraction = stamp.rstrip("Z").partition(".")
     seconds = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
     return int(seconds) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
-
-
-class Sample(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    t_ms: int  # since metering began
-    cpu_ns: int
-    memory_bytes: int
-    pids: int
-
-
-class MeteringRecord(BaseModel):
-    """What one job used: evidence (CPU, memory, GPU, samples) and the billed units."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    version: int = 1
-    job_id: str
-    image_id: str
-    gpu_uuids: list[str]
-    cpu_cores: int
-    memory_mib: int
-    disk_mib: int
-    started_at_ms: int
-    finished_at_ms: int
-    wall_ms: int
-    billable_units: int
-    exit_code: int
-    oom_killed: bool
-    timed_out: bool
-    cpu_ns: int
-    memory_peak_bytes: int
-    pids_peak: int
-    pids_limit: int
-    gpu_usage: list[GpuUsage]
-    sample_interval_ms: int
-    samples: list[Sample]
-    gpu_samples: list[GpuSample]
-    gap: bool  # the runner was down for part of the job: samples are missing, totals are not
-
-    @property
-    def pids_limit_reached(self) -> bool:
-        return self.pids_peak >= self.pids_limit
-
-    def canonical_json(self) -> bytes:
-        """Sorted keys, no spaces, ASCII: the same bytes for the same record, anywhere."""
-        return json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        ).encode()
-
-    def digest(self) -> str:
-        """Hex sha256 of the canonical JSON: the receipt's evidence hash."""
-        return hashlib.sha256(self.canonical_json()).hexdigest()
 
 
 class Sampler:

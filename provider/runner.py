@@ -26,18 +26,13 @@ from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict
 
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.metering import MeteringRecord
 from provider import cgroups
 from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
 from provider.inputs import InputError, stage_inputs
-from provider.metering import (
-    MeteringRecord,
-    Sampler,
-    billable_units,
-    docker_time_ns,
-    wall_ms,
-)
+from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
 from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 

@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
+from offchain.protocol.metering import MeteringRecord
 from provider.cgroups import JobCgroup, parse_mountinfo
-from provider.metering import MeteringRecord, Sampler, billable_units, docker_time_ns, wall_ms
+from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
 from provider.sandbox import container_name
 from provider.selftest import job, log_text
 

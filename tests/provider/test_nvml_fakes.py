@@ -7,8 +7,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
+from offchain.protocol.metering import GpuSample, GpuUsage
 from provider import nvml
-from provider.gpu_meter import GpuMeter, GpuSample, GpuUsage
+from provider.gpu_meter import GpuMeter
 from provider.inventory import GpuInfo, gpu_inventory
 
 H100 = "GPU-5a1c2b3d-0000-4000-8000-00000000h100"

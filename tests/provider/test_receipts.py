@@ -16,13 +16,13 @@ from typer.testing import CliRunner
 from offchain.devnet.genesis import ADA
 from offchain.protocol import bond as bonds
 from offchain.protocol.escrow import SignedReceipt, escrow_datum, settle
+from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.payloads import acceptance_payload, verify
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from offchain.protocol.txbuild import BuildError, Wallet, out_ref
 from offchain.protocol.types import PayoutKind, SettleItem
 from provider.config import RunnerSettings
 from provider.keys import ensure_key, load_key
-from provider.metering import MeteringRecord
 from provider.receipts import NO_OUTPUT_HASH, ReceiptError, accept, receipt_fields, receipt_for
 from provider.runner import Runner, RunResult
 from provider.selftest import job

@@ -1,0 +1,87 @@
+"""The metering record: what one job used, as the provider's receipt commits to it.
+
+The provider writes it (provider/metering.py samples a job's cgroup and GPUs); the market,
+the consumer and the explorer read it back and check its sha256 against the receipt's
+evidence hash. Integers only: times in ms, memory in bytes, energy in mJ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    t_ms: int
+    uuid: str
+    memory_bytes: int  # held by the job's processes
+    sm_percent: int | None  # busiest job process since the last sample; None: NVML had no sample
+    energy_mj: (
+        int | None
+    )  # whole device since metering began (the GPU is reserved); None: unsupported
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    uuid: str
+    energy_mj: int | None
+    memory_peak_bytes: int
+    sm_percent_peak: int | None
+    processes: int  # distinct job PIDs seen on the device
+
+
+class Sample(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    t_ms: int  # since metering began
+    cpu_ns: int
+    memory_bytes: int
+    pids: int
+
+
+class MeteringRecord(BaseModel):
+    """What one job used: evidence (CPU, memory, GPU, samples) and the billed units."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = 1
+    job_id: str
+    image_id: str
+    gpu_uuids: list[str]
+    cpu_cores: int
+    memory_mib: int
+    disk_mib: int
+    started_at_ms: int
+    finished_at_ms: int
+    wall_ms: int
+    billable_units: int
+    exit_code: int
+    oom_killed: bool
+    timed_out: bool
+    cpu_ns: int
+    memory_peak_bytes: int
+    pids_peak: int
+    pids_limit: int
+    gpu_usage: list[GpuUsage]
+    sample_interval_ms: int
+    samples: list[Sample]
+    gpu_samples: list[GpuSample]
+    gap: bool  # the runner was down for part of the job: samples are missing, totals are not
+
+    @property
+    def pids_limit_reached(self) -> bool:
+        return self.pids_peak >= self.pids_limit
+
+    def canonical_json(self) -> bytes:
+        """Sorted keys, no spaces, ASCII: the same bytes for the same record, anywhere."""
+        return json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        ).encode()
+
+    def digest(self) -> str:
+        """Hex sha256 of the canonical JSON: the receipt's evidence hash."""
+        return hashlib.sha256(self.canonical_json()).hexdigest()
