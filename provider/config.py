@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec, describe
 from provider.inventory import HostInventory
 
@@ -24,7 +25,7 @@ MIB = 1 << 20
 STATE_DIR = Path("state")  # beside the config file, unless it names another
 
 
-class ConfigError(ValueError):
+class ConfigError(UnchainedError, ValueError):
     """The provider config cannot be read or does not make sense; the message says where."""
 
 

@@ -7,13 +7,14 @@ import hashlib
 import urllib.request
 from pathlib import Path
 
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import InputFile
 
 CHUNK = 1 << 20
 FETCH_TIMEOUT_S = 30
 
 
-class InputError(RuntimeError):
+class InputError(UnchainedError, RuntimeError):
     """An input could not be fetched, was too large, or had another hash than the spec says."""
 
 

@@ -12,11 +12,13 @@ from cbor2 import CBORError
 from pycardano import PaymentSigningKey
 from pycardano.exception import InvalidKeyTypeException
 
+from offchain.protocol.errors import UnchainedError
+
 KEY_FILE = "provider.skey"
 SEED_BYTES = 32
 
 
-class KeyFileError(ValueError):
+class KeyFileError(UnchainedError, ValueError):
     """The provider key is missing or unreadable; the message says what to do."""
 
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from offchain.protocol.errors import UnchainedError
 
-class OutputTooLarge(ValueError):
+
+class OutputTooLarge(UnchainedError, ValueError):
     """/out holds more than its filesystem's size in file content (sparse files can)."""
 
 

@@ -25,6 +25,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict
 
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from provider import cgroups
@@ -41,7 +42,7 @@ LogSink = Callable[[str], None]
 CGROUP_REMOVE_TRIES = 50
 
 
-class JobStartError(RuntimeError):
+class JobStartError(UnchainedError, RuntimeError):
     """The job could not start (image, inputs, engine refusal): nothing ran, nothing is billed."""
 
 

@@ -9,10 +9,12 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.sync.client import connect as connect_sync
 
+from offchain.protocol.errors import UnchainedError
+
 DEFAULT_OGMIOS_URL = "ws://127.0.0.1:1337"
 
 
-class OgmiosError(Exception):
+class OgmiosError(UnchainedError):
     """An Ogmios error answer: its code, message and data, as the server sent them."""
 
     def __init__(self, method: str, error: dict[str, Any]) -> None:

@@ -14,9 +14,10 @@ from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.context import context_url
 from offchain.chain.ogmios import request, request_sync
+from offchain.protocol.errors import UnchainedError
 
 
-class PastHorizon(ValueError):
+class PastHorizon(UnchainedError, ValueError):
     """The time is beyond what the chain can convert yet (the ledger refuses it too)."""
 
 

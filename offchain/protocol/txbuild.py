@@ -32,6 +32,7 @@ from pycardano.exception import UTxOSelectionException
 from pycardano.serialization import RawCBOR
 
 from offchain.chain.time import ChainTime, chain_time, iso
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
 
 D = TypeVar("D", bound=PlutusData)
@@ -43,7 +44,7 @@ TTL_MS = 15 * 60 * 1000  # how long a built transaction stays valid (at most)
 EXECUTION_MARGIN = 0.02
 
 
-class BuildError(Exception):
+class BuildError(UnchainedError):
     """The transaction cannot be built (yet): the message says what is missing."""
 
 
