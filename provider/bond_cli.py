@@ -23,7 +23,7 @@ from offchain.chain.time import iso
 from offchain.chain.utxo import parse_out_ref
 from offchain.protocol import bond as bonds
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
+from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
 from provider.amounts import ada, parse_lovelace
 from provider.keys import load_key
@@ -75,18 +75,7 @@ class ProviderOnChain:
             )
 
     def bonds(self) -> list[tuple[UTxO, BondDatum]]:
-        """Bonds naming this provider's key at its bond address (anything else there is
-        someone's junk: anyone can send anything to a script address)."""
-        found = []
-        address = self.deployment.bond_address(self.wallet.address)
-        for utxo in self.context.utxos(address):
-            try:
-                datum = bonds.bond_datum(self.deployment, utxo)
-            except BuildError:
-                continue
-            if datum.provider_vkey == self.wallet.vkey:
-                found.append((utxo, datum))
-        return found
+        return bonds.bonds_of(self.context, self.deployment, self.wallet.address, self.wallet.vkey)
 
     def bond(self, ref: str | None) -> tuple[UTxO, BondDatum]:
         """The bond a command acts on: the one named, or the only one."""

@@ -7,6 +7,8 @@ staking rewards) cannot be redirected.
 from __future__ import annotations
 
 from pycardano import (
+    Address,
+    ChainContext,
     PaymentVerificationKey,
     PlutusData,
     Redeemer,
@@ -71,6 +73,22 @@ def create(
 def bond_datum(deployment: Deployment, bond: UTxO) -> BondDatum:
     """The datum of a bond UTxO; raises BuildError for anything else."""
     return read_datum(bond, BondDatum, deployment.bond_hash, "bond")
+
+
+def bonds_of(
+    context: ChainContext, deployment: Deployment, provider: Address, provider_vkey: bytes
+) -> list[tuple[UTxO, BondDatum]]:
+    """The bonds naming `provider_vkey` at the provider's bond address. Every provider without
+    a stake key shares that address, and anyone can send anything there: the datum decides."""
+    found = []
+    for utxo in context.utxos(deployment.bond_address(provider)):
+        try:
+            datum = bond_datum(deployment, utxo)
+        except BuildError:
+            continue
+        if datum.provider_vkey == provider_vkey:
+            found.append((utxo, datum))
+    return found
 
 
 def top_up(

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 
@@ -14,7 +13,7 @@ from typer.testing import CliRunner
 from offchain.chain.time import iso
 from offchain.devnet.genesis import ADA
 from offchain.protocol import bond as bonds
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
+from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import Just, Nothing
 from provider.keys import load_key
 from tests.protocol.onchain import balance, confirm, travel_to
@@ -56,14 +55,9 @@ async def provider(devnet, deployment, deployment_path, tmp_path):
 
 
 def on_chain(devnet, deployment, wallet):
-    """The provider's bond UTxOs as the chain has them. Every provider without a stake key
-    shares one bond address (other tests' bonds are there too): the datum names the key."""
-    mine = []
-    for utxo in devnet.context().utxos(deployment.bond_address(wallet.address)):
-        with contextlib.suppress(BuildError):  # an attack test's junk
-            if bonds.bond_datum(deployment, utxo).provider_vkey == wallet.vkey:
-                mine.append(utxo)
-    return mine
+    """The provider's bond UTxOs as the chain has them."""
+    found = bonds.bonds_of(devnet.context(), deployment, wallet.address, wallet.vkey)
+    return [utxo for utxo, _ in found]
 
 
 def fee(output: str) -> int:
