@@ -103,6 +103,8 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     assert (await provider.send("POST", f"/jobs/{job}/start")).json()["state"] == "running"
     logged = await provider.send("POST", f"/jobs/{job}/logs", {"lines": ["hello", "done"]})
     assert logged.json() == {"next_seq": 2}
+    too_big = await provider.send("PUT", f"/jobs/{job}/result", raw=b"x" * (1 + (1 << 20)))
+    assert too_big.status_code == 413, too_big.text
     archive = b"result archive bytes " * 1000
     result_hash = hashlib.sha256(archive).hexdigest()
     uploaded = await provider.send("PUT", f"/jobs/{job}/result", raw=archive)
@@ -114,6 +116,9 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     ))  # fmt: skip
     receipt = {"units": UNITS, "result_hash": result_hash, "evidence_hash": evidence.hex(),
                "signature": signature.hex()}  # fmt: skip
+    forged = {**receipt, "signature": sign(consumer.wallet.key, b"not it").hex()}
+    refused = await provider.send("POST", f"/jobs/{job}/receipt", forged)
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["signature"]
     completed = await provider.send("POST", f"/jobs/{job}/receipt", receipt)
     assert completed.json()["state"] == "completed", completed.text
 
