@@ -3,10 +3,14 @@
 The consumer writes it (YAML), the market matches it against offers, the provider runs exactly
 it. Money is integer lovelace and time integer seconds; sizes are integer MiB. Unknown fields
 are refused so a typo (`gpu: 1`) never silently becomes "no GPU".
+
+The escrow's `job_id` is `JobSpec.job_id()`: sha256 of the spec's canonical JSON, so the
+consumer, the market and the provider agree on one job without trusting each other's bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,45 @@ PROVIDER_ENV_PREFIX = "NVIDIA_"  # the provider pins GPUs itself; a job may not 
 
 class JobSpecError(ValueError):
     """A job spec that cannot be read or is not valid; the message names each bad field."""
+
+
+# the escapes JSON's short forms give; other control characters become \u00xx
+_ESCAPES = {
+    '"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"
+}  # fmt: skip
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785-style JSON: object keys sorted (by UTF-16 code units), no insignificant
+    whitespace, strings escaped only where JSON must, UTF-8. Integers are written in full
+    (exact beyond 2**53 too) and floats are refused: two encoders agree on no float's digits.
+    `model_dump_json()` is not canonical (field order, not sorted keys)."""
+    try:
+        return _encode(value).encode()
+    except UnicodeEncodeError as exc:
+        raise JobSpecError(f"not canonical JSON: a string is not valid Unicode ({exc})") from exc
+
+
+def _encode(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_encode(item) for item in value) + "]"
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        keys = sorted(value, key=lambda key: key.encode("utf-16-be", "surrogatepass"))
+        return "{" + ",".join(f"{_string(key)}:{_encode(value[key])}" for key in keys) + "}"
+    raise JobSpecError(f"not canonical JSON: {type(value).__name__} {value!r} (integers only)")
+
+
+def _string(text: str) -> str:
+    escaped = (_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if c < " " else c) for c in text)
+    return '"' + "".join(escaped) + '"'
 
 
 class _Strict(BaseModel):
@@ -121,6 +164,14 @@ class JobSpec(_Strict):
         if len(paths) != len(set(paths)):
             raise ValueError("two inputs have the same path")
         return self
+
+    def canonical_json(self) -> bytes:
+        """Every field, defaults included, as canonical JSON: the bytes the job id digests."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    def job_id(self) -> bytes:
+        """The escrow's `job_id` for this spec: sha256 of its canonical JSON."""
+        return hashlib.sha256(self.canonical_json()).digest()
 
 
 def describe(error: ValidationError) -> str:
