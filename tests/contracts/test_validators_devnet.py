@@ -1,9 +1,9 @@
 """Every validator path on the devnet, built by hand with pycardano's TransactionBuilder.
 
-Honest transactions pass (and their budgets are printed); a few twins fail to show a check is
-not vacuous. Passing Settle/BatchSettle and Refund/Cancel also proves the OpShin-type
-workarounds on the ledger's real context: withdrawals keyed by a bare Credential, the
-RewardingScript credential, and the spending datum read from ScriptInfo.
+Honest transactions pass (and their budgets are printed); a few twins fail, each by the trace
+of the check it shows is not vacuous. Passing Settle/BatchSettle and Refund/Cancel also proves
+the OpShin-type workarounds on the ledger's real context: withdrawals keyed by a bare
+Credential, the RewardingScript credential, and the spending datum read from ScriptInfo.
 The attack suite lives in tests/protocol/.
 """
 
@@ -29,6 +29,7 @@ from opshin.ledger.api_v3 import (
 )
 from pycardano import (
     Address,
+    ExecutionUnits,
     Network,
     PaymentSigningKey,
     PlutusData,
@@ -57,6 +58,7 @@ from contracts.onchain import (
     Settle,
     SettleItem,
     Slash,
+    SlashPayout,
     TopUp,
     Withdraw,
 )
@@ -80,6 +82,8 @@ MAX_UNITS = 5_000
 ALLOWANCE = 1 * ADA
 RESULT_HASH = bytes(range(32))
 EVIDENCE_HASH = bytes(range(32, 64))
+EVALUATION_FAILED = 3010  # Ogmios: evaluateTransaction, a script failed
+FIXED = ExecutionUnits(7_000_000, 5_000_000_000)  # a failing twin's budget: nothing to estimate
 
 
 def plutus_address(address: Address) -> PlutusAddress:
@@ -204,6 +208,20 @@ async def evaluate(world: World, tx: Transaction) -> dict[str, dict[str, int]]:
     return {f"{r['validator']['purpose']}:{r['validator']['index']}": r["budget"] for r in result}
 
 
+async def refused(world: World, tx: Transaction, validator: str, trace: str) -> None:
+    """Evaluating `tx` must fail (Ogmios 3010) in `validator` ("spend", "withdraw") with
+    `trace` among its traces, so only the check under test can make the twin fail."""
+    with pytest.raises(OgmiosError) as failed:
+        await evaluate(world, tx)
+    assert failed.value.code == EVALUATION_FAILED, failed.value.message
+    traces = [
+        (f["validator"]["purpose"], t)
+        for f in failed.value.data
+        for t in f["error"]["data"]["traces"]
+    ]
+    assert (validator, trace) in traces, failed.value.data
+
+
 def report(name: str, budgets: dict[str, dict[str, int]], tx: Transaction) -> None:
     memory = sum(b["memory"] for b in budgets.values())
     cpu = sum(b["cpu"] for b in budgets.values())
@@ -317,10 +335,9 @@ async def test_settle_spend_without_the_batch_withdrawal_fails(world: World):
     [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
     builder = world.builder()
     settle = Settle(input_index(builder, escrow))
-    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(settle))
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(settle, FIXED))
     builder.add_output(TransactionOutput(world.provider.address, 19 * ADA))
-    with pytest.raises(Exception, match="settle needs the batch withdrawal"):
-        builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+    await refused(world, sign(world, builder), "spend", "settle needs the batch withdrawal")
 
 
 async def wait_until(world: World, posix_ms: int) -> None:
@@ -337,10 +354,13 @@ async def short_escrow(world: World, lovelace: int = 20 * ADA) -> tuple[UTxO, in
     return escrow, now + 2_000
 
 
-def refund_builder(world: World, escrow: UTxO, close_ms: int) -> TransactionBuilder:
+def refund_builder(
+    world: World, escrow: UTxO, close_ms: int, budget: ExecutionUnits | None = None
+) -> TransactionBuilder:
+    """A refund of `escrow` valid from just after `close_ms` (`budget`: none evaluates it)."""
     builder = world.builder()
     refund = Refund(input_index(builder, escrow), 0)
-    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(refund))
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(refund, budget))
     owed = escrow.output.amount.coin - ALLOWANCE
     builder.add_output(
         TransactionOutput(world.consumer.address, owed, datum=Payout(1, out_ref(escrow)))
@@ -361,37 +381,34 @@ async def test_refund_after_close(world: World):
 async def test_refund_before_close_fails(world: World):
     deadline, window = far_close(world)
     [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
-    builder = refund_builder(world, escrow, world.time(world.now_slot()))
-    with pytest.raises(Exception, match="refund before close"):
-        builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+    builder = refund_builder(world, escrow, world.time(world.now_slot()), FIXED)
+    await refused(world, sign(world, builder), "spend", "refund before close")
 
 
-async def test_cancel_signed_by_both(world: World):
-    deadline, window = far_close(world)
-    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
+def cancel_tx(
+    world: World, escrow: UTxO, signers: list[Party], budget: ExecutionUnits | None = None
+) -> Transaction:
+    """Cancel `escrow` to the consumer, signed by `signers` (`budget`: none evaluates it)."""
     builder = world.builder()
     cancel = Cancel(input_index(builder, escrow), 0)
-    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(cancel))
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(cancel, budget))
     owed = escrow.output.amount.coin - ALLOWANCE
     builder.add_output(
         TransactionOutput(world.consumer.address, owed, datum=Payout(2, out_ref(escrow)))
     )
-    builder.required_signers = [world.consumer.key_hash, world.provider.key_hash]
-    signers = [world.payer.key, world.consumer.key, world.provider.key]
-    tx = builder.build_and_sign(signers, change_address=world.payer.address)
+    builder.required_signers = [p.key_hash for p in signers]
+    return sign(world, builder, *signers)
+
+
+async def test_cancel_signed_by_both(world: World):
+    deadline, window = far_close(world)
+    datum = escrow_datum(world, deadline, window)
+    [escrow, alone] = await lock_escrows(world, datum, 20 * ADA, 2)
+    tx = cancel_tx(world, escrow, [world.consumer, world.provider])
     report("cancel", await evaluate(world, tx), tx)
     await confirm(world.devnet, tx)
-
-    [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
-    builder = world.builder()
-    cancel = Cancel(input_index(builder, escrow), 0)
-    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(cancel))
-    builder.add_output(
-        TransactionOutput(world.consumer.address, owed, datum=Payout(2, out_ref(escrow)))
-    )
-    builder.required_signers = [world.consumer.key_hash]
-    with pytest.raises(Exception, match="provider must sign"):
-        builder.build_and_sign([world.payer.key, world.consumer.key], world.payer.address)
+    tx = cancel_tx(world, alone, [world.consumer], FIXED)
+    await refused(world, tx, "spend", "provider must sign")
 
 
 # ------------------------------------------------------------------------------------- bond
@@ -411,9 +428,12 @@ async def post_bond(world: World, lovelace: int = 100 * ADA) -> UTxO:
     return UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
 
 
-def bond_spend(world: World, bond: UTxO, redeemer: PlutusData) -> TransactionBuilder:
+def bond_spend(
+    world: World, bond: UTxO, redeemer: PlutusData, budget: ExecutionUnits | None = None
+) -> TransactionBuilder:
+    """Spend `bond` with `redeemer` (`budget`: none evaluates it)."""
     builder = world.builder()
-    builder.add_script_input(bond, script=world.bond_ref, redeemer=Redeemer(redeemer))
+    builder.add_script_input(bond, script=world.bond_ref, redeemer=Redeemer(redeemer, budget))
     return builder
 
 
@@ -431,26 +451,26 @@ async def test_bond_top_up_unbond_and_withdraw(world: World):
     await confirm(world.devnet, tx)
     bond = UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
 
-    start = world.now_slot()
-    since = world.time(start)
+    ttl = world.now_slot() + 20  # the notice runs from the validity upper bound
+    since = world.time(ttl)
     builder = bond_spend(world, bond, BeginUnbond(0))
     builder.add_output(TransactionOutput(BOND_ADDRESS, 110 * ADA, datum=bond_datum(world, since)))
-    builder.validity_start = start
+    builder.ttl = ttl
     builder.required_signers = [world.provider.key_hash]
     tx = sign(world, builder, world.provider)
     report("bond begin-unbond", await evaluate(world, tx), tx)
     await confirm(world.devnet, tx)
     bond = UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
 
-    def withdraw(at_slot: int) -> Transaction:
-        builder = bond_spend(world, bond, Withdraw())
+    def withdraw(at_slot: int, budget: ExecutionUnits | None = None) -> Transaction:
+        builder = bond_spend(world, bond, Withdraw(), budget)
         builder.add_output(TransactionOutput(world.provider.address, 109 * ADA))
         builder.validity_start = at_slot
         builder.required_signers = [world.provider.key_hash]
         return sign(world, builder, world.provider)
 
-    with pytest.raises(Exception, match="notice not over"):
-        withdraw(world.slot(since + NOTICE_MS) - 1)
+    early = withdraw(world.slot(since + NOTICE_MS) - 1, FIXED)
+    await refused(world, early, "spend", "notice not over")
     await wait_until(world, since + NOTICE_MS)
     tx = withdraw(world.slot(since + NOTICE_MS))
     report("bond withdraw", await evaluate(world, tx), tx)
@@ -462,8 +482,9 @@ async def test_slash_with_the_refund(world: World):
     bond = await post_bond(world)
     escrow, close = await short_escrow(world)
     acceptance = Acceptance(
-        b"UNCHAINED/accept/v1", NETWORK_ID, ESCROW_HASH.payload, out_ref(escrow), bytes(32)
-    )
+        b"UNCHAINED/accept/v1", NETWORK_ID, ESCROW_HASH.payload, out_ref(escrow), bytes(32),
+        plutus_script_hash(BOND).payload,
+    )  # fmt: skip
     signature = world.provider.key.sign(acceptance.to_cbor())
     share = bond.output.amount.coin * SLASH_SHARE_BPS // 10_000
     builder = world.builder()
@@ -478,7 +499,9 @@ async def test_slash_with_the_refund(world: World):
         TransactionOutput(world.consumer.address, owed, datum=Payout(1, out_ref(escrow)))
     )
     builder.add_output(
-        TransactionOutput(world.consumer.address, share, datum=Payout(3, out_ref(escrow)))
+        TransactionOutput(
+            world.consumer.address, share, datum=SlashPayout(out_ref(escrow), out_ref(bond))
+        )
     )
     builder.add_output(
         TransactionOutput(BOND_ADDRESS, bond.output.amount.coin - share, datum=bond_datum(world))
@@ -499,9 +522,8 @@ async def test_other_purposes_fail(world: World):
     builder = world.builder()
     rewards = Address(staking_part=bond_hash, network=Network.TESTNET)
     builder.withdrawals = Withdrawals({bytes(rewards): 0})
-    builder.add_withdrawal_script(world.bond_ref, redeemer=Redeemer(Withdraw()))
-    with pytest.raises((OgmiosError, Exception), match="purpose"):
-        builder.build_and_sign([world.payer.key], change_address=world.payer.address)
+    builder.add_withdrawal_script(world.bond_ref, redeemer=Redeemer(Withdraw(), FIXED))
+    await refused(world, sign(world, builder), "withdraw", "purpose")
 
 
 @pytest.mark.parametrize(("count", "consumer_payouts"), [(54, False), (41, True)])
