@@ -69,13 +69,14 @@ async def test_two_escrows_cannot_share_one_payout(devnet, deployment):
         (b, item(deployment, provider.key, b, UNITS, 0, 2)),
     ]
     attack = settle_by_hand(devnet, deployment, market, pairs, shared)
-    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0")
+    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider payout")
 
     pairs[1] = (b, item(deployment, provider.key, b, UNITS, 2, 3))
     await confirm(devnet, settle_by_hand(devnet, deployment, market, pairs, [*pay(a), *pay(b)]))
 
 
 async def test_two_refunds_cannot_share_one_output(devnet, deployment):
+    """One output tagged for escrow a cannot be b's refund too: b finds a's tag."""
     consumer, provider, anyone = await parties(devnet)
     a = await onchain.lock(devnet, deployment, consumer, provider)
     b = await onchain.lock(devnet, deployment, consumer, provider)
@@ -83,7 +84,7 @@ async def test_two_refunds_cannot_share_one_output(devnet, deployment):
     owed = LOCKED - ALLOWANCE
     one = [tagged(consumer.address, owed, PayoutKind.REFUND, a)]
     attack = refund_by_hand(devnet, deployment, anyone, [(a, 0), (b, 0)], one)
-    await rejected(devnet, attack, SCRIPT_FAILED)
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: tag")
 
     two = [*one, tagged(consumer.address, owed, PayoutKind.REFUND, b)]
     await confirm(devnet, refund_by_hand(devnet, deployment, anyone, [(a, 0), (b, 1)], two))
@@ -151,8 +152,9 @@ async def test_payouts_go_to_full_addresses_not_a_hijacked_stake_part(devnet, de
         ]
         attack = settle_by_hand(devnet, deployment, attacker, pairs, outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", f"traces: {reason}")
-    await confirm(devnet, settle(devnet.context(), deployment, [signed_receipt(
-        deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)], attacker))  # fmt: skip
+    honest = signed_receipt(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
+    settled = settle(devnet.context(), deployment, [honest], attacker.address)
+    await confirm(devnet, attacker.sign(settled))
 
 
 async def test_a_receipt_is_good_for_one_escrow_network_and_script_only(devnet, deployment):
@@ -198,7 +200,8 @@ async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devne
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", reason)
     await travel_to(devnet, escrow_datum(deployment, escrows[-1]).close + 1)
     for escrow in escrows:
-        await confirm(devnet, refund(devnet.context(), deployment, escrow, market))
+        refunded = refund(devnet.context(), deployment, escrow, market.address)
+        await confirm(devnet, market.sign(refunded))
 
 
 async def test_a_10_kb_job_id_cannot_stop_a_refund(devnet, deployment):
@@ -220,10 +223,13 @@ async def test_200_junk_tokens_cannot_stop_a_settle_or_a_refund(devnet, deployme
     settled = await lock_by_hand(devnet, deployment, consumer, provider, dust=True)
     refunded = await lock_by_hand(devnet, deployment, consumer, provider, dust=True)
     receipt = signed_receipt(deployment, provider.key, settled, UNITS, RESULT, EVIDENCE)
-    tx = await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+    settled = settle(devnet.context(), deployment, [receipt], market.address)
+    tx = await confirm(devnet, market.sign(settled))
     assert len(tx.to_cbor()) < 16_384
     await travel_to(devnet, escrow_datum(deployment, refunded).close + 1)
-    await confirm(devnet, refund(devnet.context(), deployment, refunded, market))
+    await confirm(
+        devnet, market.sign(refund(devnet.context(), deployment, refunded, market.address))
+    )
 
 
 async def test_a_refund_below_min_utxo_and_a_lost_provider_key_lock_nothing(devnet, deployment):
@@ -237,7 +243,9 @@ async def test_a_refund_below_min_utxo_and_a_lost_provider_key_lock_nothing(devn
     )  # fmt: skip
     await travel_to(devnet, escrow_datum(deployment, small).close + 1)
     before = onchain.balance(devnet, consumer.address)
-    tx = await confirm(devnet, refund(devnet.context(), deployment, small, anyone))
+    tx = await confirm(
+        devnet, anyone.sign(refund(devnet.context(), deployment, small, anyone.address))
+    )
     paid = tx.transaction_body.outputs[0].amount.coin
     assert paid > 3_000_000 - 2_900_000
     assert onchain.balance(devnet, consumer.address) - before == paid

@@ -91,15 +91,22 @@ async def test_the_bond_is_no_withdraw_script(devnet, deployment):
 
 
 async def test_an_escrow_spent_with_a_bond_redeemer_or_junk_fails(devnet, deployment):
+    """A field-less Withdraw has no `own_input` and 42 is no constructor (the builtins fail,
+    there is no trace to give); a Slash naming the escrow's own index reads as a Cancel, the
+    only other constructor-shaped branch, and still needs both parties' signatures."""
     consumer, provider, anyone = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
     owed = [tagged(consumer.address, LOCKED - ALLOWANCE, PayoutKind.REFUND, escrow)]
     start = Clock.now(devnet.context()).tip_slot
-    for redeemer in (Withdraw(), Slash(0, bytes(64), 0, 0), 42):
+    for redeemer, reason in (
+        (Withdraw(), "BuiltInFun.HeadList on arguments [BuiltinList(values=[]"),
+        (lambda own: Slash(own, bytes(64), 0, 0), "traces: consumer signs"),
+        (42, "BuiltInFun.UnConstrData on arguments [PlutusInteger(value=42)]"),
+    ):
         attack = handmade(
             devnet, anyone, plain_fee(devnet, anyone), outputs=owed, start=start,
             spends=[Spend(escrow, deployment.escrow_ref, redeemer)],
         )  # fmt: skip
-        await rejected(devnet, attack, SCRIPT_FAILED, "spend#")
+        await rejected(devnet, attack, SCRIPT_FAILED, "spend#", reason)
     await confirm(devnet, onchain.refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed))
