@@ -1,0 +1,296 @@
+"""Signed requests to the market: a CIP-8 `COSE_Sign1` by the party's payment key, exactly as a
+CIP-30 wallet's `signData(addr, payload)` returns it (`{signature, key}`, both hex).
+
+The payload is canonical JSON under a domain tag naming everything the signature authorizes:
+the method, the path (with its query), the sha256 of the body, a nonce, the time (POSIX ms) and
+the market's identity. So a signature is worthless for another request, body or market, outside
+the tolerance window, or a second time (the nonce store). JSON, because a wallet shows the
+payload to its user before signing it.
+
+Server side: `RequestVerifier.verify`. Client side: `sign_request` (a pycardano key) or
+`RequestFields.of(...).payload()` handed to a wallet, then `headers_of(wallet_result)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from cose.keys import CoseKey
+from cose.keys.keyparam import OKPKpX
+from pycardano import Address, ExtendedSigningKey, Network, PaymentVerificationKey, SigningKey
+from pycardano.cip import cip8
+
+from offchain.market.errors import Conflict, MarketError, Unauthorized
+
+DOMAIN = "unchained/request/v1"
+SIGNATURE_HEADER = "X-Unchained-Signature"  # the COSE_Sign1, hex
+KEY_HEADER = "X-Unchained-Key"  # the COSE_Key, hex
+COSE_SIGN1_TAG = "d2"  # CBOR tag 18; wallets send the untagged array, pycardano adds the tag
+
+# Each signed field's form; a payload that strays is refused before anything else is compared.
+FORMATS = {
+    "method": re.compile(r"[A-Z]{3,16}"),
+    "path": re.compile(r"/[\x21-\x7e]{0,4095}"),
+    "body_sha256": re.compile(r"[0-9a-f]{64}"),
+    "nonce": re.compile(r"[A-Za-z0-9_-]{16,128}"),
+    "market": re.compile(r"[\x20-\x7e]{1,256}"),
+}
+MAX_TIMESTAMP_MS = 2**63 - 1  # PostgreSQL's BIGINT
+
+
+class SignedRequestError(MarketError):
+    """A signed request refused; `field` names what to fix (a header or a signed field)."""
+
+
+class BadSignature(SignedRequestError, Unauthorized):
+    """No signature, a malformed one, or one that does not verify with its COSE_Key."""
+
+
+class KeyMismatch(SignedRequestError, Unauthorized):
+    """The COSE_Key is not the payment key of the address the signature names."""
+
+
+class BadPayload(SignedRequestError, Unauthorized):
+    """A valid signature over something that is not a request to an Unchained market."""
+
+
+class WrongRequest(SignedRequestError, Unauthorized):
+    """Signed for another method, path, body or market than the one it came with."""
+
+
+class StaleRequest(SignedRequestError, Unauthorized):
+    """Signed too long ago, or in the future, for the market's tolerance."""
+
+
+class ReplayedRequest(SignedRequestError, Conflict):
+    """The signer used this nonce before: the same request a second time."""
+
+
+def body_digest(body: bytes) -> str:
+    """The body's sha256 as a request signs it (lower-case hex)."""
+    return hashlib.sha256(body).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestFields:
+    """What one request's signature covers; built valid or not at all."""
+
+    method: str
+    path: str
+    body_sha256: str
+    nonce: str
+    timestamp_ms: int
+    market: str
+
+    def __post_init__(self) -> None:
+        for name, form in FORMATS.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or not form.fullmatch(value):
+                raise BadPayload(f"signed {name} {value!r} is not of the form {form.pattern}", name)
+        stamp = self.timestamp_ms
+        if type(stamp) is not int or not 0 <= stamp <= MAX_TIMESTAMP_MS:
+            raise BadPayload(f"signed timestamp_ms {stamp!r} is not POSIX ms", "timestamp_ms")
+
+    @classmethod
+    def of(
+        cls,
+        method: str,
+        path: str,
+        body: bytes,
+        market: str,
+        *,
+        nonce: str | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RequestFields:
+        """The fields for a request about to be sent: a fresh nonce, now on the local clock."""
+        return cls(
+            method=method.upper(),
+            path=path,
+            body_sha256=body_digest(body),
+            nonce=nonce or secrets.token_urlsafe(24),
+            timestamp_ms=time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
+            market=market,
+        )
+
+    def payload(self) -> str:
+        """The text to sign: canonical JSON (sorted keys, no spaces) with the domain tag."""
+        fields = {"domain": DOMAIN, **dataclasses.asdict(self)}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, payload: str) -> RequestFields:
+        """The fields of a signed payload: exactly ours, each key once, or BadPayload."""
+        try:
+            fields = json.loads(payload, object_pairs_hook=_unique_keys)
+        except ValueError as exc:
+            raise BadPayload(f"the signed payload is not a request: {exc}", "payload") from exc
+        if not isinstance(fields, dict) or fields.pop("domain", None) != DOMAIN:
+            raise BadPayload(f"the signed payload is not tagged {DOMAIN!r}", "payload")
+        expected = {field.name for field in dataclasses.fields(cls)}
+        if set(fields) != expected:
+            raise BadPayload(f"the signed payload must hold exactly {sorted(expected)}", "payload")
+        return cls(**fields)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys appear once: a duplicate could read two ways."""
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a key appears twice in {keys}")
+    return dict(pairs)
+
+
+@dataclasses.dataclass(frozen=True)
+class SignedRequest:
+    """A request whose signature verified: who signed it (key, address) and what it says."""
+
+    vkey: PaymentVerificationKey
+    address: Address
+    fields: RequestFields
+
+    @property
+    def key_hash(self) -> str:
+        """The signer's id: the blake2b-224 of its payment key, as its address carries it."""
+        return self.vkey.hash().payload.hex()
+
+
+def headers_of(signed: Mapping[str, str]) -> dict[str, str]:
+    """The request headers for a CIP-30 `signData` result (`{signature, key}`)."""
+    return {SIGNATURE_HEADER: signed["signature"], KEY_HEADER: signed["key"]}
+
+
+def sign_request(
+    key: SigningKey | ExtendedSigningKey,
+    method: str,
+    path: str,
+    body: bytes,
+    market: str,
+    *,
+    network: Network,
+    nonce: str | None = None,
+    timestamp_ms: int | None = None,
+) -> dict[str, str]:
+    """The headers that sign one request with a payment key (the provider, the consumer SDK,
+    tests); `network` is the one of the address the signature names."""
+    fields = RequestFields.of(method, path, body, market, nonce=nonce, timestamp_ms=timestamp_ms)
+    signed = cip8.sign(fields.payload(), key, attach_cose_key=True, network=network)
+    assert isinstance(signed, dict)  # attach_cose_key=True returns {signature, key}
+    return headers_of(signed)
+
+
+def open_signed(signature: str, key: str) -> tuple[PaymentVerificationKey, Address, str]:
+    """What a `signData` result proves: this payment key signed this payload for the address
+    in the signature's protected header. The payload is not read here."""
+    try:
+        cose_key = CoseKey.decode(bytes.fromhex(key))
+        untagged = signature.removeprefix(COSE_SIGN1_TAG)
+        checked = cip8.verify({"signature": untagged, "key": key})
+        vkey = PaymentVerificationKey(cose_key[OKPKpX])
+    except Exception as exc:  # a malformed COSE structure fails in many ways
+        raise BadSignature(f"not a COSE_Sign1 with its COSE_Key: {exc!r}", "signature") from exc
+    if len(vkey.payload) != 32:
+        raise BadSignature("the COSE_Key must hold a 32-byte Ed25519 public key", "key")
+    address: Address = checked["signing_address"]
+    if address.payment_part != vkey.hash():
+        raise KeyMismatch(
+            f"the COSE_Key is not the payment key of {address} (sign with that address's "
+            "payment key, not a stake or script credential)",
+            "key",
+        )
+    if not checked["verified"]:
+        raise BadSignature("the signature does not verify with its COSE_Key", "signature")
+    return vkey, address, checked["message"]
+
+
+class NonceStore(Protocol):
+    """Where spent nonces are remembered, per signer, across every process of the market."""
+
+    def claim(self, signer: str, nonce: str, *, keep_until_ms: int, now_ms: int) -> bool:
+        """Spend the nonce: False when the signer spent it before (a replay). A store may
+        forget a nonce once `now_ms` passes its `keep_until_ms`: its request is stale by then."""
+        ...
+
+
+class MemoryNonceStore:
+    """Nonces in this process's memory, forgotten once stale: for tests and a single process."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._expiry: list[tuple[int, str, str]] = []
+        self._lock = threading.Lock()  # routes run in a thread pool
+
+    def claim(self, signer: str, nonce: str, *, keep_until_ms: int, now_ms: int) -> bool:
+        with self._lock:
+            while self._expiry and self._expiry[0][0] < now_ms:
+                _, old_signer, old_nonce = heapq.heappop(self._expiry)
+                self._seen.discard((old_signer, old_nonce))
+            if (signer, nonce) in self._seen:
+                return False
+            self._seen.add((signer, nonce))
+            heapq.heappush(self._expiry, (keep_until_ms, signer, nonce))
+            return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestVerifier:
+    """The market's side: `market` is its identity, signed into every request to it."""
+
+    market: str
+    nonces: NonceStore
+    tolerance_ms: int = 5 * 60_000
+
+    def verify(
+        self,
+        headers: Mapping[str, str],
+        method: str,
+        path: str,
+        body_sha256: str,
+        now_ms: int,
+    ) -> SignedRequest:
+        """The signer of this request, or the SignedRequestError that says what is wrong.
+        `path` includes the query (`/offers?q=...`); `body_sha256` is `body_digest(body)`,
+        computed by the caller so that an upload can be hashed while it streams. The nonce is
+        spent only when everything else holds."""
+        lower = {name.lower(): value for name, value in headers.items()}
+        signature, key = lower.get(SIGNATURE_HEADER.lower()), lower.get(KEY_HEADER.lower())
+        if not signature or not key:
+            missing = f"sign the request: send {SIGNATURE_HEADER} and {KEY_HEADER}"
+            raise BadSignature(missing, "signature")
+        vkey, address, payload = open_signed(signature, key)
+        signed = SignedRequest(vkey, address, RequestFields.parse(payload))
+        fields = signed.fields
+        expected = {
+            "market": self.market, "method": method.upper(), "path": path,
+            "body_sha256": body_sha256,
+        }  # fmt: skip
+        for name, value in expected.items():
+            if getattr(fields, name) != value:
+                raise WrongRequest(
+                    f"signed for {name} {getattr(fields, name)!r}, sent with {value!r}", name
+                )
+        skew_ms = fields.timestamp_ms - now_ms
+        if abs(skew_ms) > self.tolerance_ms:
+            when = "in the future" if skew_ms > 0 else "ago"
+            raise StaleRequest(
+                f"signed {abs(skew_ms)} ms {when}; the market accepts {self.tolerance_ms} ms "
+                "either way (check your clock, sign again)",
+                "timestamp_ms",
+            )
+        keep_until_ms = fields.timestamp_ms + self.tolerance_ms
+        if not self.nonces.claim(
+            signed.key_hash, fields.nonce, keep_until_ms=keep_until_ms, now_ms=now_ms
+        ):
+            raise ReplayedRequest("this nonce was used before: a replayed request", "nonce")
+        return signed
