@@ -239,9 +239,6 @@ class MemoryNonceStore:
             heapq.heappush(self._expiry, (keep_until_ms, signer, nonce))
             return True
 
-    def __len__(self) -> int:
-        return len(self._seen)
-
 
 @dataclasses.dataclass(frozen=True)
 class RequestVerifier:
