@@ -1,0 +1,236 @@
+"""More attacks on the escrow, each tried as a hand-made transaction the ledger must refuse by
+the trace of its check, next to the honest twin it accepts: one-signature cancels, units out
+of range, a settle and a slash sharing a payout, an acceptance for another network, another
+script version's escrow under the batch withdrawal, and escrows locked with a datum hash."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import partial
+
+from pycardano import (
+    Transaction,
+    TransactionBuilder,
+    TransactionOutput,
+    UTxO,
+)
+
+from contracts.scripts import escrow_script
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.escrow import escrow_datum
+from offchain.protocol.split import slash_share
+from offchain.protocol.txbuild import Clock, Wallet, ledger_inputs, ledger_key
+from offchain.protocol.types import BatchSettle, Cancel, PayoutKind, Settle, Slash
+from tests.protocol import onchain
+from tests.protocol.conftest import SLASH_SHARE_BPS
+from tests.protocol.onchain import (
+    ADA,
+    ALLOWANCE,
+    LOCKED,
+    MAX_UNITS,
+    PRICE,
+    SCRIPT_FAILED,
+    Spend,
+    accept,
+    confirm,
+    handmade,
+    item,
+    lock_by_hand,
+    output,
+    plain_fee,
+    post_bond,
+    refund_by_hand,
+    refund_to,
+    rejected,
+    settle_by_hand,
+    slash_by_hand,
+    slash_tagged,
+    tagged,
+    travel_to,
+)
+from tests.protocol.test_escrow_attacks import SPLIT, UNITS, parties
+
+BOND = 400 * ADA  # post_bond's default
+SHARE = slash_share(BOND, SLASH_SHARE_BPS)
+OWED = LOCKED - ALLOWANCE  # a refund or a cancel
+
+
+def continuing(bond: UTxO) -> TransactionOutput:
+    """The slashed bond going on with its datum and the rest of its lovelace."""
+    return TransactionOutput(bond.output.address, BOND - SHARE, datum=bond.output.datum)
+
+
+async def test_cancel_needs_the_consumer_and_the_provider(devnet, deployment):
+    """The consumer alone would take back a job being worked on; the provider alone could
+    end a job it was paid to do (the money goes to the consumer, but the job is gone)."""
+    consumer, provider, anyone = await parties(devnet)
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    owed = [tagged(consumer.address, OWED, PayoutKind.CANCEL, escrow)]
+
+    def cancel(*signers: Wallet) -> Transaction:
+        return handmade(
+            devnet, anyone, plain_fee(devnet, anyone), outputs=owed,
+            spends=[Spend(escrow, deployment.escrow_ref, lambda own: Cancel(own, 0))],
+            signers=[s.key for s in signers],
+        )  # fmt: skip
+
+    await rejected(devnet, cancel(consumer), SCRIPT_FAILED, "spend#", "traces: provider must sign")
+    await rejected(devnet, cancel(provider), SCRIPT_FAILED, "spend#", "traces: consumer signs")
+    await confirm(devnet, cancel(consumer, provider))
+
+
+async def test_units_above_max_units_or_negative_are_refused(devnet, deployment):
+    """A receipt the provider really signed, for more units than the consumer locked for, or
+    for -1 (a negative due that pays the provider nothing and the consumer more)."""
+    consumer, provider, market = await parties(devnet)
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+
+    def settle(units: int) -> Transaction:
+        due = PRICE * units
+        outputs = [
+            tagged(provider.address, max(due, 2 * ADA), PayoutKind.SETTLE, escrow),
+            tagged(consumer.address, LOCKED - due - ALLOWANCE, PayoutKind.SETTLE, escrow),
+        ]
+        pairs = [(escrow, item(deployment, provider.key, escrow, units, 0, 1))]
+        return settle_by_hand(devnet, deployment, market, pairs, outputs)
+
+    for units in (MAX_UNITS + 1, -1):
+        await rejected(devnet, settle(units), SCRIPT_FAILED, "withdraw#0", "traces: units or time")
+    await confirm(devnet, settle(MAX_UNITS))  # the edge itself is honest
+
+
+def settle_and_slash(
+    devnet, deployment: Deployment, provider: Wallet, payer: Wallet, escrows: Sequence[UTxO],
+    bond: UTxO, outputs: Sequence[TransactionOutput], slashed: UTxO, at: tuple[int, int],
+) -> Transaction:  # fmt: skip
+    """Settle `escrows[0]` (payouts at outputs 0 and 1), refund the others to output 2 and
+    slash `bond` for `slashed` (its payout and the bond going on at outputs `at`); the batch
+    has an item for every escrow input, as the withdrawal demands."""
+    fee = plain_fee(devnet, payer)
+    escrow_input = ledger_inputs([*escrows, bond], fee).index(slashed.input)
+    slash = Slash(escrow_input, accept(deployment, provider.key, slashed), *at)
+    ordered = sorted(escrows, key=ledger_key)
+    batch = BatchSettle([item(deployment, provider.key, e, UNITS, 0, 1) for e in ordered])
+    settled, *refunded = escrows
+    clock = Clock.now(devnet.context())
+    return handmade(
+        devnet, payer, fee, outputs=outputs,
+        spends=[
+            Spend(settled, deployment.escrow_ref, Settle),
+            *(Spend(e, deployment.escrow_ref, partial(refund_to, 2)) for e in refunded),
+            Spend(bond, deployment.bond_ref, slash),
+        ],
+        withdraw=(deployment.escrow_ref, deployment.reward_address, batch),
+        start=clock.tip_slot, ttl=clock.ttl_until(escrow_datum(deployment, settled).close),
+    )  # fmt: skip
+
+
+async def test_a_settle_and_a_slash_cannot_share_the_consumer_payout(devnet, deployment):
+    """Escrow a settles while escrow b, which the provider accepted, is refunded and slashed
+    in the same transaction, one output to the consumer (as large as either debt, tagged for
+    a's settle) counted by the slash. Two checks refuse it: the slash finds no SlashPayout
+    (`victim tag`), and the batch withdrawal wants a settled item for every escrow input of
+    its script, the refunded b included, which is past its close (`units or time`): a refund
+    and a settle of one escrow script never share a transaction, whatever the tags. Slashing
+    the settled escrow a itself is no way round: a slash needs its escrow spent with Refund
+    (`the escrow must be refunded`). Apart, the settle and the slash go through."""
+    consumer, provider, market = await parties(devnet)
+    bond = await post_bond(devnet, deployment, provider, BOND)
+    refunded = await onchain.lock(devnet, deployment, consumer, provider)
+    await travel_to(devnet, escrow_datum(deployment, refunded).close + 1)
+    settled = await onchain.lock(devnet, deployment, consumer, provider)
+    to_provider = tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, settled)
+    shared = tagged(consumer.address, SHARE, PayoutKind.SETTLE, settled)
+    refund = tagged(consumer.address, OWED, PayoutKind.REFUND, refunded)
+    both = [to_provider, shared, refund, continuing(bond)]
+    attack = settle_and_slash(
+        devnet, deployment, provider, market, [settled, refunded], bond, both, refunded, (1, 3)
+    )
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: victim tag", "traces: units or time")
+    alone = [to_provider, shared, continuing(bond)]
+    attack = settle_and_slash(
+        devnet, deployment, provider, market, [settled], bond, alone, settled, (1, 2)
+    )
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: the escrow must be refunded")
+
+    to_consumer = tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, settled)
+    pairs = [(settled, item(deployment, provider.key, settled, UNITS, 0, 1))]
+    await confirm(
+        devnet, settle_by_hand(devnet, deployment, market, pairs, [to_provider, to_consumer])
+    )
+    signature = accept(deployment, provider.key, refunded)
+    slash = lambda own: Slash(own, signature, 1, 2)  # noqa: E731
+    outputs = [refund, slash_tagged(consumer.address, SHARE, refunded, bond), continuing(bond)]
+    await confirm(
+        devnet, slash_by_hand(devnet, deployment, market, refunded, [bond], slash, outputs)
+    )
+
+
+async def test_an_acceptance_signed_for_another_network_slashes_nothing(devnet, deployment):
+    """The provider's acceptance of this very escrow, but for network 1 (mainnet)."""
+    consumer, provider, anyone = await parties(devnet)
+    bond = await post_bond(devnet, deployment, provider, BOND)
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+    outputs = [
+        tagged(consumer.address, OWED, PayoutKind.REFUND, escrow),
+        slash_tagged(consumer.address, SHARE, escrow, bond),
+        continuing(bond),
+    ]
+
+    def slash(network_id: int) -> Transaction:
+        signature = accept(deployment, provider.key, escrow, network_id)
+        make = lambda own: Slash(own, signature, 1, 2)  # noqa: E731
+        return slash_by_hand(devnet, deployment, anyone, escrow, [bond], make, outputs)
+
+    await rejected(devnet, slash(1), SCRIPT_FAILED, "spend#", "traces: acceptance signature")
+    await confirm(devnet, slash(deployment.network_id))
+
+
+async def other_version(devnet, deployment: Deployment, payer: Wallet) -> Deployment:
+    """`deployment` with the escrow script built for network id 1, published on this devnet
+    (its stake credential is not registered: it cannot batch settle here)."""
+    builder = TransactionBuilder(devnet.context())
+    builder.add_input_address(payer.address)
+    builder.add_output(TransactionOutput(payer.address, 50 * ADA, script=escrow_script(1)))
+    tx = builder.build_and_sign([payer.key], change_address=payer.address)
+    return dataclasses.replace(deployment, escrow_ref=output(await confirm(devnet, tx), 0))
+
+
+async def test_an_escrow_of_another_script_version_is_not_settled_by_this_withdrawal(
+    devnet, deployment
+):
+    """The batch withdrawal checks the escrow inputs of its own script only; an escrow of
+    another version rides along with a Settle spend and is refused by its own validator,
+    which asks for its own script's withdrawal. It still refunds under its own script."""
+    consumer, provider, market = await parties(devnet)
+    foreign = await other_version(devnet, deployment, market)
+    assert foreign.escrow_hash != deployment.escrow_hash
+    ours = await onchain.lock(devnet, deployment, consumer, provider)
+    theirs = await lock_by_hand(devnet, foreign, consumer, provider)
+    outputs = [
+        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, ours),
+        tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, ours),
+        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, theirs),
+        tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, theirs),
+    ]
+    batch = BatchSettle([item(deployment, provider.key, ours, UNITS, 0, 1)])
+    close = escrow_datum(deployment, ours).close
+    attack = handmade(
+        devnet, market, plain_fee(devnet, market), outputs=outputs,
+        spends=[
+            Spend(ours, deployment.escrow_ref, Settle),
+            Spend(theirs, foreign.escrow_ref, Settle),
+        ],
+        withdraw=(deployment.escrow_ref, deployment.reward_address, batch),
+        ttl=Clock.now(devnet.context()).ttl_until(close),
+    )  # fmt: skip
+    await rejected(
+        devnet, attack, SCRIPT_FAILED, "spend#", "traces: settle needs the batch withdrawal"
+    )
+    pairs = [(ours, batch.items[0])]
+    await confirm(devnet, settle_by_hand(devnet, deployment, market, pairs, outputs[:2]))
+    await travel_to(devnet, escrow_datum(foreign, theirs).close + 1)
+    back = [tagged(consumer.address, OWED, PayoutKind.REFUND, theirs)]
+    await confirm(devnet, refund_by_hand(devnet, foreign, market, [(theirs, 0)], back))
