@@ -1,0 +1,333 @@
+"""The offer search language, and why a search found nothing.
+
+A query is whitespace-separated terms `FIELD OP VALUE` (all must hold) and at most one
+`sort=KEY,-KEY` (`-` for descending; cheapest first when no sort is given), e.g.
+
+    gpu_model=RTX_4090 vram>=24GiB gpus>=2 price<=2ADA/h cpu>=8 memory>=64GiB sort=price,-vram
+
+| field     | offer attribute  | value                                                         |
+|-----------|------------------|---------------------------------------------------------------|
+| gpu_model | gpu_model        | words, `_` for a space, any case; the model's name must end   |
+|           |                  | with them (RTX_4090: "NVIDIA GeForce RTX 4090", not "RTX 4090 |
+|           |                  | Ti"); `*` matches anything (`*H100*`). Only = and !=.         |
+| provider  | provider_id      | the provider's key hash, same rules (`ab12*` for a prefix)    |
+| gpus      | gpu_count        | a whole number                                                |
+| cpu       | cpu_cores        | a whole number                                                |
+| vram      | vram_mib (/GPU)  | a size: 24GiB, 1.5GiB, 512MiB, 1TiB (a unit is required)      |
+| memory    | memory_mib       | a size                                                        |
+| disk      | disk_mib         | a size                                                        |
+| price     | price_per_unit   | lovelace or ADA per s, min or h: 2ADA/h, 500lovelace (per s)  |
+
+Operators: = != < <= > >=. Numbers are decimal (no exponent) and converted exactly with integer
+arithmetic: a size must come to whole MiB and an amount to whole lovelace. A price rate compares
+exactly without dividing: `price<=2ADA/h` holds when price_per_unit * 3600 <= 2_000_000. A term
+that cannot be read raises QueryError naming it, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import re
+import shlex
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from fractions import Fraction
+
+from offchain.market.errors import Invalid
+
+TEXT_OPS = ("=", "!=")
+OPS: dict[str, Callable[[object, object], bool]] = {
+    "=": operator.eq, "!=": operator.ne, "<": operator.lt,
+    "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
+TERM = re.compile(r"(?P<field>[A-Za-z_][A-Za-z0-9_]*)(?P<op>[<>=!~]+)(?P<value>.*)", re.DOTALL)
+NUMBER = r"(?P<number>\d{1,30}(?:\.\d{1,30})?)"
+SIZE = re.compile(NUMBER + r"(?P<unit>MiB|GiB|TiB)", re.IGNORECASE | re.ASCII)
+PRICE = re.compile(
+    NUMBER + r"(?P<unit>lovelace|ADA)(?:/(?P<per>s|min|h))?", re.IGNORECASE | re.ASCII
+)
+SIZE_UNITS = {"mib": ("MiB", 1), "gib": ("GiB", 1024), "tib": ("TiB", 1024 * 1024)}
+AMOUNT_UNITS = {"lovelace": ("lovelace", 1), "ada": ("ADA", 1_000_000)}
+SECONDS_PER = {"s": 1, "min": 60, "h": 3600}
+DEFAULT_SORT = ("price",)
+
+
+class QueryError(Invalid):
+    """A term of the query that cannot be read; `term` is the term as written."""
+
+    def __init__(self, message: str, term: str) -> None:
+        super().__init__(message, "query")
+        self.term = term
+
+
+@dataclasses.dataclass(frozen=True)
+class OfferRecord:
+    """What a search sees of an offer (the attributes mirror the Offer table); `online` is the
+    market's verdict (fresh heartbeat, bond checked)."""
+
+    provider_id: str
+    gpu_model: str
+    gpu_count: int
+    vram_mib: int
+    cpu_cores: int
+    memory_mib: int
+    disk_mib: int
+    price_per_unit: int
+    online: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """How a number was written: `label` per `factor` base units (MiB, lovelace), over `scale`
+    seconds for a price rate. Comparing `value * scale` with the bound keeps it all integer."""
+
+    label: str = ""
+    factor: int = 1
+    scale: int = 1
+
+    def render(self, value: int) -> str:
+        """An offer's value in the unit the user wrote (exact: 1000 MiB is 0.9765625GiB)."""
+        return decimal_text(Fraction(value * self.scale, self.factor)) + self.label
+
+
+def decimal_text(value: Fraction) -> str:
+    """A fraction whose denominator has only 2s and 5s, written out exactly in decimal."""
+    digits, scaled = 0, value
+    while scaled.denominator != 1:
+        digits, scaled = digits + 1, scaled * 10
+    text = str(int(scaled)).rjust(digits + 1, "0")
+    return f"{text[:-digits]}.{text[-digits:]}" if digits else text
+
+
+def whole(number: str, factor: int, base: str, term: str) -> int:
+    """`number` (decimal text) times `factor`, exactly, refused unless whole."""
+    value = Fraction(number) * factor
+    if value.denominator != 1:
+        raise QueryError(f"{term!r} is not a whole number of {base}", term)
+    return int(value)
+
+
+def parse_count(value: str, term: str) -> tuple[int, Unit]:
+    if not value.isascii() or not value.isdigit():
+        raise QueryError(f"{term!r}: give a whole number, e.g. 2", term)
+    return int(value), Unit()
+
+
+def parse_size(value: str, term: str) -> tuple[int, Unit]:
+    found = SIZE.fullmatch(value)
+    if found is None:
+        raise QueryError(f"{term!r}: give a size with its unit, MiB, GiB or TiB (e.g. 24GiB)", term)
+    label, factor = SIZE_UNITS[found["unit"].lower()]
+    return whole(found["number"], factor, "MiB", term), Unit(label, factor)
+
+
+def parse_price(value: str, term: str) -> tuple[int, Unit]:
+    found = PRICE.fullmatch(value)
+    if found is None:
+        raise QueryError(
+            f"{term!r}: give a price in lovelace or ADA, per s (the default), min or h "
+            "(e.g. 2ADA/h, 500lovelace)",
+            term,
+        )
+    amount, factor = AMOUNT_UNITS[found["unit"].lower()]
+    per = (found["per"] or "s").lower()
+    unit = Unit(f"{amount}/{per}", factor, SECONDS_PER[per])
+    return whole(found["number"], factor, "lovelace", term), unit
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """A searchable field: its name in queries, the offer attribute, how its values read."""
+
+    name: str
+    attr: str
+    parse: Callable[[str, str], tuple[int, Unit]] | None  # None: a text field
+
+
+FIELDS = {
+    field.name: field
+    for field in (
+        Field("gpu_model", "gpu_model", None),
+        Field("provider", "provider_id", None),
+        Field("gpus", "gpu_count", parse_count),
+        Field("cpu", "cpu_cores", parse_count),
+        Field("vram", "vram_mib", parse_size),
+        Field("memory", "memory_mib", parse_size),
+        Field("disk", "disk_mib", parse_size),
+        Field("price", "price_per_unit", parse_price),
+    )
+}
+
+
+def words(text: str) -> str:
+    """A name as compared: any case, `_` and runs of spaces as one space."""
+    return " ".join(text.replace("_", " ").casefold().split())
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """One term: `field op bound`; a text field's bound is a pattern, a number's an integer
+    in base units times the unit's scale."""
+
+    term: str
+    field: Field
+    op: str
+    bound: int | re.Pattern[str]
+    unit: Unit
+
+    def holds(self, offer: OfferRecord) -> bool:
+        value = getattr(offer, self.field.attr)
+        if isinstance(self.bound, re.Pattern):
+            named = self.bound.fullmatch(words(value)) is not None
+            return named if self.op == "=" else not named
+        return OPS[self.op](value * self.unit.scale, self.bound)
+
+    def closest(self, offers: Sequence[OfferRecord]) -> str | None:
+        """Of `offers`, none of which holds, the value nearest to holding, as the user wrote
+        it; None where "nearest" means nothing (text, = and !=)."""
+        pick = {"<": min, "<=": min, ">": max, ">=": max}.get(self.op)
+        if pick is None or not offers:
+            return None
+        return self.unit.render(pick(getattr(offer, self.field.attr) for offer in offers))
+
+
+def text_pattern(value: str) -> re.Pattern[str]:
+    """The words must end the name (after a space or from its start); `*` is anything."""
+    parts = (re.escape(part) for part in words(value).split("*"))
+    return re.compile(r"(?:.* )?" + ".*".join(parts))
+
+
+def split_term(term: str) -> tuple[str, str, str]:
+    """A term's field name (any case), operator and value."""
+    found = TERM.fullmatch(term)
+    if found is None:
+        raise QueryError(f"{term!r} is not FIELD OP VALUE (e.g. vram>=24GiB)", term)
+    return found["field"].lower(), found["op"], found["value"]
+
+
+def parse_term(term: str, name: str, op: str, value: str) -> Constraint:
+    field = FIELDS.get(name)
+    if field is None:
+        raise QueryError(f"unknown field {name!r} in {term!r}: one of {', '.join(FIELDS)}", term)
+    if op not in OPS:
+        raise QueryError(f"unknown operator {op!r} in {term!r}: one of {' '.join(OPS)}", term)
+    if not value:
+        raise QueryError(f"{term!r} has no value", term)
+    if field.parse is None:
+        if op not in TEXT_OPS:
+            raise QueryError(f"{term!r}: {name} takes = or != only", term)
+        return Constraint(term, field, op, text_pattern(value), Unit())
+    number, unit = field.parse(value, term)
+    return Constraint(term, field, op, number, unit)
+
+
+def parse_sort(term: str, value: str) -> tuple[tuple[str, bool], ...]:
+    """`price,-vram` as (field name, descending) pairs."""
+    keys = tuple((key.removeprefix("-").lower(), key.startswith("-")) for key in value.split(","))
+    for name, _ in keys:
+        if name not in FIELDS:
+            raise QueryError(
+                f"unknown sort key {name!r} in {term!r}: one of {', '.join(FIELDS)}", term
+            )
+    repeated = [name for name, count in Counter(name for name, _ in keys).items() if count > 1]
+    if repeated:
+        raise QueryError(f"{term!r} sorts by {repeated[0]} twice", term)
+    return keys
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """What a search found: the matching online offers (sorted), and the counts that say why
+    when there are none."""
+
+    offers: tuple[OfferRecord, ...]
+    total: int
+    offline: int
+    funnel: tuple[tuple[str, int], ...]  # online offers left after each term, in query order
+    alone: tuple[tuple[str, int], ...]  # online offers that meet each term by itself
+    closest: str | None  # at the term that left none, the nearest value an offer has
+
+    def why_none(self) -> str | None:
+        """None when something matched; else the reason, counted per term, e.g. "3 of 3
+        online offers have vram>=24GiB, none of those has price<=2ADA/h (the closest:
+        3ADA/h); 1 offline"."""
+        if self.offers:
+            return None
+        if not self.total:
+            return "no offers yet"
+        online = self.total - self.offline
+        if not online:
+            return f"all {self.total} offers are offline"
+        steps = []
+        for index, (term, left) in enumerate(self.funnel):
+            among = f"of the {online} online offers" if index == 0 else "of those"
+            steps.append(f"{left} {among} have {term}" if left else f"none {among} has {term}")
+        if self.closest is not None:
+            steps[-1] += f" (the closest: {self.closest})"
+        offline = f"; {self.offline} offline" if self.offline else ""
+        return ", ".join(steps) + offline
+
+
+@dataclasses.dataclass(frozen=True)
+class OfferQuery:
+    """A parsed query: every constraint must hold, results in `sort` order."""
+
+    constraints: tuple[Constraint, ...] = ()
+    sort: tuple[tuple[str, bool], ...] = tuple((name, False) for name in DEFAULT_SORT)
+
+    @classmethod
+    def parse(cls, text: str) -> OfferQuery:
+        """The query in `text` (shell-like quoting: gpu_model="NVIDIA GeForce RTX 4090"), or
+        the QueryError naming the first term that cannot be read."""
+        try:
+            terms = shlex.split(text)
+        except ValueError as exc:
+            raise QueryError(f"{text!r}: {exc} (close the quote)", text) from exc
+        constraints, sort = [], None
+        for term in terms:
+            name, op, value = split_term(term)
+            if name != "sort":
+                constraints.append(parse_term(term, name, op, value))
+            elif op != "=":
+                raise QueryError(f"{term!r}: write sort=KEY,-KEY", term)
+            elif sort is not None:
+                raise QueryError(f"{term!r}: the query sorts twice", term)
+            else:
+                sort = parse_sort(term, value)
+        return cls(tuple(constraints), sort or cls.sort)
+
+    def search(self, offers: Iterable[OfferRecord]) -> Search:
+        """The online offers that meet every constraint, sorted; with the counts behind an
+        empty answer."""
+        offers = list(offers)
+        online = [offer for offer in offers if offer.online]
+        left, funnel, closest = online, [], None
+        for constraint in self.constraints:
+            kept = [offer for offer in left if constraint.holds(offer)]
+            funnel.append((constraint.term, len(kept)))
+            if not kept:
+                closest = constraint.closest(left)
+            left = kept
+            if not left:
+                break
+        offline = len(offers) - len(online)
+        return Search(tuple(self.order(left)), len(offers), offline,
+                      tuple(funnel), self.alone(online), closest)  # fmt: skip
+
+    def alone(self, online: Sequence[OfferRecord]) -> tuple[tuple[str, int], ...]:
+        """How many online offers meet each constraint by itself."""
+        return tuple((c.term, sum(c.holds(offer) for offer in online)) for c in self.constraints)
+
+    def order(self, offers: Iterable[OfferRecord]) -> list[OfferRecord]:
+        """`offers` in this query's order: stable sorts from the last key to the first."""
+        ordered = list(offers)
+        for name, descending in reversed(self.sort):
+            attr = FIELDS[name].attr
+            ordered.sort(key=lambda offer, attr=attr: sort_value(offer, attr), reverse=descending)
+        return ordered
+
+
+def sort_value(offer: OfferRecord, attr: str) -> int | str:
+    value = getattr(offer, attr)
+    return words(value) if isinstance(value, str) else value
