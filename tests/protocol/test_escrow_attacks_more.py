@@ -6,21 +6,26 @@ script version's escrow under the batch withdrawal, and escrows locked with a da
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from pycardano import (
+    ExecutionUnits,
+    PlutusData,
+    Redeemer,
     Transaction,
     TransactionBuilder,
     TransactionOutput,
     UTxO,
+    Withdrawals,
+    datum_hash,
 )
 
 from contracts.scripts import escrow_script
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.split import slash_share
-from offchain.protocol.txbuild import Clock, Wallet, ledger_inputs, ledger_key
+from offchain.protocol.txbuild import Clock, Wallet, ledger_inputs, ledger_key, script_source
 from offchain.protocol.types import BatchSettle, Cancel, PayoutKind, Settle, Slash
 from tests.protocol import onchain
 from tests.protocol.conftest import SLASH_SHARE_BPS
@@ -34,6 +39,7 @@ from tests.protocol.onchain import (
     Spend,
     accept,
     confirm,
+    escrow_terms,
     handmade,
     item,
     lock_by_hand,
@@ -234,3 +240,72 @@ async def test_an_escrow_of_another_script_version_is_not_settled_by_this_withdr
     await travel_to(devnet, escrow_datum(foreign, theirs).close + 1)
     back = [tagged(consumer.address, OWED, PayoutKind.REFUND, theirs)]
     await confirm(devnet, refund_by_hand(devnet, foreign, market, [(theirs, 0)], back))
+
+
+FIXED = ExecutionUnits(7_000_000, 5_000_000_000)  # half a transaction's budget, no estimate
+MISSING_DATUMS = 3111  # Ogmios: a spent script input's datum is not in the witnesses
+
+
+def spend_hashed(
+    devnet, deployment: Deployment, payer: Wallet, escrow: UTxO, datum: PlutusData | None,
+    redeemer: Callable[[int], PlutusData], outputs: Sequence[TransactionOutput],
+    batch: BatchSettle | None = None, **bounds: int,
+) -> Transaction:  # fmt: skip
+    """Spend an escrow locked under a datum hash, `datum` in the witness set (None: left out),
+    with `redeemer` of its input index, and the batch withdrawal when `batch` is given;
+    `bounds` are the builder's validity_start / ttl. `handmade` cannot add a datum."""
+    builder = TransactionBuilder(devnet.context())
+    fee = plain_fee(devnet, payer)
+    own = ledger_inputs([escrow], fee).index(escrow.input)
+    script = script_source(builder, deployment.escrow_ref)
+    builder.add_script_input(escrow, script, datum, Redeemer(redeemer(own), FIXED))
+    if batch is not None:
+        builder.withdrawals = Withdrawals({bytes(deployment.reward_address): 0})
+        builder.add_withdrawal_script(script, Redeemer(batch, FIXED))
+    for made in outputs:
+        builder.add_output(made)
+    for utxo in fee:
+        builder.add_input(utxo)
+    for bound, value in bounds.items():
+        setattr(builder, bound, value)
+    return builder.build_and_sign([payer.key], change_address=payer.address)
+
+
+async def test_an_escrow_locked_under_a_datum_hash_cannot_settle_but_refunds(devnet, deployment):
+    """The batch withdrawal reads each escrow's datum from its output, where a datum hash
+    leaves only the hash (the datum is not there to read); the spend redeemers read the
+    datum the ledger resolves from the witness set, so whoever holds the datum (the locker,
+    or anyone it told) can refund it after its close; without it the ledger refuses the
+    spend (3111). Nothing is stuck for the consumer; the builders read inline datums only."""
+    consumer, provider, anyone = await parties(devnet)
+    terms = escrow_terms(consumer, provider, Clock.now(devnet.context()).tip_ms)
+    builder = TransactionBuilder(devnet.context())
+    builder.add_input_address(consumer.address)
+    at = deployment.escrow_address()
+    builder.add_output(TransactionOutput(at, LOCKED, datum_hash=datum_hash(terms)))
+    tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
+    escrow = output(await confirm(devnet, tx), 0)
+    outputs = [
+        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, escrow),
+        tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, escrow),
+    ]
+    batch = BatchSettle([item(deployment, provider.key, escrow, UNITS, 0, 1)])
+    ttl = Clock.now(devnet.context()).ttl_until(terms.close)
+    settle = spend_hashed(
+        devnet, deployment, anyone, escrow, terms, Settle, outputs, batch, ttl=ttl
+    )
+    hash_read = f"UnConstrData on arguments [PlutusByteString(value={datum_hash(terms).payload!r})]"
+    await rejected(devnet, settle, SCRIPT_FAILED, "withdraw#0", hash_read)
+
+    await travel_to(devnet, terms.close + 1)
+    back = [tagged(consumer.address, OWED, PayoutKind.REFUND, escrow)]
+    start = Clock.now(devnet.context()).tip_slot
+
+    def refund(datum: PlutusData | None) -> Transaction:
+        return spend_hashed(
+            devnet, deployment, anyone, escrow, datum, partial(refund_to, 0), back,
+            validity_start=start,
+        )  # fmt: skip
+
+    await rejected(devnet, refund(None), MISSING_DATUMS, "datums of spent script inputs")
+    await confirm(devnet, refund(terms))
