@@ -280,8 +280,10 @@ class OfferQuery:
     def parse(cls, text: str) -> OfferQuery:
         """The query in `text` (shell-like quoting: gpu_model="NVIDIA GeForce RTX 4090"), or
         the QueryError naming the first term that cannot be read."""
+        lexer = shlex.shlex(text, posix=True)
+        lexer.whitespace_split, lexer.commenters, lexer.escape = True, "", ""  # \ and # literal
         try:
-            terms = shlex.split(text)
+            terms = list(lexer)
         except ValueError as exc:
             raise QueryError(f"{text!r}: {exc} (close the quote)", text) from exc
         constraints, sort = [], None
