@@ -1,0 +1,106 @@
+"""A throwaway PostgreSQL cluster for tests: Debian's `initdb` and `pg_ctl` (scripts/setup.sh
+installs them), a unix socket in a temp dir and durability off, so it starts in about a second
+and leaves nothing behind. PostgreSQL refuses to run as root: root runs it as a dedicated
+system user, created when missing; anyone else runs it as themselves."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+from offchain.devnet.process import free_port
+
+PG_USER = "unchained-pg"
+DEBIAN_BINS = "usr/lib/postgresql/*/bin/pg_ctl"  # under /, one folder per major version
+SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "fsync": "off",  # a test cluster never survives a crash; durability only costs time
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",  # several market processes and their pools in one test
+}
+
+
+def server_bin() -> Path | None:
+    """The folder of `pg_ctl` and `initdb`: on PATH, else Debian's newest major version."""
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        return Path(on_path).parent
+    found = sorted(Path("/").glob(DEBIAN_BINS), key=lambda path: int(path.parts[-3]))
+    return found[-1].parent if found else None
+
+
+def server_user() -> str | None:
+    """Who runs the server: a dedicated system user when we are root, else None (ourselves)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(PG_USER)
+    except KeyError:
+        command = ["useradd", "--system", "--user-group", "--no-create-home", PG_USER]
+        subprocess.run(command, check=True, capture_output=True)
+    return PG_USER
+
+
+class Cluster:
+    """One server in a temp folder (data, socket, log) on a free port; a database per test."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.user = server_user()
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="unchained-pg-"))  # a socket path is <108 B
+        self.data = self.root / "data"
+        self._names = itertools.count()
+
+    def start(self) -> Cluster:
+        """initdb, our settings, pg_ctl start (waits until it accepts connections)."""
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        try:
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                      "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")  # fmt: skip
+            settings = {**SETTINGS, "port": str(self.port),
+                        "unix_socket_directories": f"'{self.root}'"}  # fmt: skip
+            with (self.data / "postgresql.conf").open("a") as conf:
+                conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+            self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
+                      "-w", "-t", "60", "start")  # fmt: skip
+        except subprocess.CalledProcessError as exc:
+            log = self.root / "server.log"
+            detail = log.read_text() if log.exists() else exc.stderr.decode(errors="replace")
+            self.stop()
+            raise RuntimeError(f"the throwaway PostgreSQL did not start: {exc}\n{detail}") from exc
+        return self
+
+    def stop(self) -> None:
+        """Stop at once (nothing in it matters) and remove every file."""
+        if (self.data / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def url(self, database: str = "postgres") -> str:
+        """The SQLAlchemy URL (psycopg 3) of `database`, over the unix socket."""
+        return f"postgresql+psycopg://postgres@/{database}?host={self.root}&port={self.port}"
+
+    def new_database(self) -> str:
+        """A new empty database's URL: each test gets its own while the server stays up."""
+        name = f"test_{next(self._names)}"
+        with psycopg.connect(host=str(self.root), port=self.port, user="postgres",
+                             dbname="postgres", autocommit=True) as connection:  # fmt: skip
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def _run(self, program: str, *args: str) -> None:
+        """A server program, as the server's user, in the cluster's folder."""
+        environment = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "")}
+        subprocess.run([str(self.bin_dir / program), *args], check=True, capture_output=True,
+                       cwd=self.root, user=self.user, group=self.user, env=environment)  # fmt: skip
