@@ -7,8 +7,9 @@ the market's identity. So a signature is worthless for another request, body or 
 the tolerance window, or a second time (the nonce store). JSON, because a wallet shows the
 payload to its user before signing it.
 
-Server side: `RequestVerifier.verify`. Client side: `sign_request` (a pycardano key) or
-`RequestFields.of(...).payload()` handed to a wallet, then `headers_of(wallet_result)`.
+Server side: `RequestVerifier.verify`. Client side: `RequestFields.of(...)`, then either
+`sign_request(key, fields, network=...)` with a pycardano key, or `fields.payload()` handed to
+a wallet's `signData` and `headers_of(its result)`.
 """
 
 from __future__ import annotations
@@ -169,19 +170,10 @@ def headers_of(signed: Mapping[str, str]) -> dict[str, str]:
 
 
 def sign_request(
-    key: SigningKey | ExtendedSigningKey,
-    method: str,
-    path: str,
-    body: bytes,
-    market: str,
-    *,
-    network: Network,
-    nonce: str | None = None,
-    timestamp_ms: int | None = None,
+    key: SigningKey | ExtendedSigningKey, fields: RequestFields, *, network: Network
 ) -> dict[str, str]:
     """The headers that sign one request with a payment key (the provider, the consumer SDK,
     tests); `network` is the one of the address the signature names."""
-    fields = RequestFields.of(method, path, body, market, nonce=nonce, timestamp_ms=timestamp_ms)
     signed = cip8.sign(fields.payload(), key, attach_cose_key=True, network=network)
     assert isinstance(signed, dict)  # attach_cose_key=True returns {signature, key}
     return headers_of(signed)

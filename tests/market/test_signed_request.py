@@ -60,7 +60,8 @@ def verifier(store: MemoryNonceStore | None = None) -> RequestVerifier:
 
 def signed(key=KEY, method="POST", path="/jobs", body=BODY, market=MARKET, **changes) -> dict:
     changes.setdefault("timestamp_ms", NOW_MS)
-    return sign_request(key, method, path, body, market, network=Network.TESTNET, **changes)
+    fields = RequestFields.of(method, path, body, market, **changes)
+    return sign_request(key, fields, network=Network.TESTNET)
 
 
 def check(headers: dict, method="POST", path="/jobs", body=BODY, now_ms=NOW_MS, store=None):
