@@ -9,7 +9,7 @@ A query is whitespace-separated terms `FIELD OP VALUE` (all must hold) and at mo
 |-----------|------------------|---------------------------------------------------------------|
 | gpu_model | gpu_model        | words, `_` for a space, any case; the model's name must end   |
 |           |                  | with them (RTX_4090: "NVIDIA GeForce RTX 4090", not "RTX 4090 |
-|           |                  | Ti"); `*` matches anything (`*H100*`). Only = and !=.         |
+|           |                  | Ti"); `*` matches anything (`*H100*`, two at most). = and !=. |
 | provider  | provider_id      | the provider's key hash, same rules (`ab12*` for a prefix)    |
 | gpus      | gpu_count        | a whole number                                                |
 | cpu       | cpu_cores        | a whole number                                                |
@@ -51,6 +51,7 @@ SIZE_UNITS = {"mib": ("MiB", 1), "gib": ("GiB", 1024), "tib": ("TiB", 1024 * 102
 AMOUNT_UNITS = {"lovelace": ("lovelace", 1), "ada": ("ADA", 1_000_000)}
 SECONDS_PER = {"s": 1, "min": 60, "h": 3600}
 DEFAULT_SORT = ("price",)
+MAX_WILDCARDS = 2
 
 
 class QueryError(Invalid):
@@ -217,6 +218,8 @@ def parse_term(term: str, name: str, op: str, value: str) -> Constraint:
     if field.parse is None:
         if op not in TEXT_OPS:
             raise QueryError(f"{term!r}: {name} takes = or != only", term)
+        if value.count("*") > MAX_WILDCARDS:  # each one multiplies the regex's backtracking
+            raise QueryError(f"{term!r}: at most {MAX_WILDCARDS} * (e.g. *H100*)", term)
         return Constraint(term, field, op, text_pattern(value), Unit())
     number, unit = field.parse(value, term)
     return Constraint(term, field, op, number, unit)

@@ -142,6 +142,7 @@ def test_sorting_by_keys_in_order_cheapest_first_by_default():
         ("sort=price,,vram", "sort=price,,vram", "unknown sort key ''"),
         ("sort=price,-price", "sort=price,-price", "twice"),
         ('gpu_model="RTX 4090', 'gpu_model="RTX 4090', "quote"),
+        ("gpu_model=*a*a*b", "gpu_model=*a*a*b", "at most 2 *"),
     ],
 )
 def test_an_unreadable_term_is_named(query, term, says):
