@@ -6,7 +6,6 @@ config (`--config`, written by `init`), then defaults.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 from pathlib import Path
@@ -14,15 +13,13 @@ from typing import Annotated
 
 import docker
 import typer
-from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.protocol.deployment import Deployment
+from offchain.protocol.escrow_check import check_acceptable
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from offchain.protocol.txbuild import Wallet, out_ref
-from offchain.protocol.types import EscrowDatum
 from provider.bond_cli import app as bond_app
 from provider.config import (
     ConfigError,
@@ -47,7 +44,7 @@ from provider.options import (
     reported,
     runner_settings,
 )
-from provider.receipts import own_escrow, receipt_fields, receipt_for, receipt_json
+from provider.receipts import EscrowJob, receipt_fields, receipt_for, receipt_json
 from provider.runner import Runner, RunResult
 from provider.selftest import GPU_BENCH_IMAGE, SelfTest
 
@@ -73,21 +70,12 @@ def provider_config(path: Path, state_dir: Path | None) -> tuple[ProviderConfig,
     return ProviderConfig(offer=default_offer(inventory), runner=settings), inventory
 
 
-@dataclasses.dataclass(frozen=True)
-class EscrowSigner:
-    """What signing a receipt for one escrow takes, gathered and checked before the job runs."""
-
-    deployment: Deployment
-    escrow: UTxO
-    datum: EscrowDatum
-    key: PaymentSigningKey
-
-
-def escrow_signer(
-    ref: str, url: str, deployment_path: Path, state_dir: Path, spec: JobSpec
-) -> EscrowSigner:
-    """The escrow at `ref` as the chain has it: this deployment's, naming this provider's key,
-    paying for the job's whole max duration (a market job is refused otherwise)."""
+def escrow_job(
+    ref: str, url: str, deployment_path: Path, state_dir: Path, spec: JobSpec, price: int
+) -> EscrowJob:
+    """The escrow at `ref` as the chain has it, checked as an acceptance is before the job runs
+    (`check_acceptable`: this deployment's, for this spec at this provider's price, key and
+    address, paying the whole max duration, with room to run and settle before it closes)."""
     try:
         wanted = parse_out_ref(ref)
     except ValueError as exc:
@@ -98,30 +86,26 @@ def escrow_signer(
         escrow = utxo_at(context, wanted)
         if escrow is None:
             raise fail(f"no unspent output {ref} on the chain at {url}", code=1)
-        datum = own_escrow(deployment, escrow, key)
-    if datum.max_units < spec.max_duration_s:
-        raise fail(
-            f"escrow {ref} pays at most {datum.max_units} units; the job may bill up to "
-            f"{spec.max_duration_s} (its max_duration_s)"
-        )
-    return EscrowSigner(deployment, escrow, datum, key)
+        job = EscrowJob(context, deployment, escrow, spec, price, key)
+        check_acceptable(context, deployment, escrow, spec, job.offer, bond=None)
+    return job
 
 
-def receipt_lines(result: RunResult, signer: EscrowSigner | None) -> list[str]:
+def receipt_lines(result: RunResult, job: EscrowJob | None) -> list[str]:
     """The run's receipt as people and scripts read it: signed for the escrow, or unsigned."""
-    if signer is None:
+    if job is None:
         fields = receipt_fields(result).as_json()
         return [
             "receipt (unsigned: a receipt is signed for one escrow; pass --escrow TXID#IX):",
             json.dumps(fields, indent=2),
         ]
     with reported():
-        receipt = receipt_for(result, signer.escrow, signer.deployment, signer.key)
-    due = receipt.units * signer.datum.price_per_unit
+        receipt = receipt_for(job, result)
+    due = receipt.units * job.price_per_unit
     return [
-        f"receipt for escrow {out_ref(signer.escrow)}, signed with this provider's key "
-        f"(settling it pays {receipt.units} x {signer.datum.price_per_unit} = {due} lovelace):",
-        json.dumps(receipt_json(receipt, signer.deployment), indent=2),
+        f"receipt for escrow {out_ref(job.escrow)}, signed with this provider's key "
+        f"(settling it pays {receipt.units} x {job.price_per_unit} = {due} lovelace):",
+        json.dumps(receipt_json(receipt, job.deployment), indent=2),
     ]
 
 
@@ -148,9 +132,11 @@ def exec_job(
     refusal = settings.offer.refusal(spec, inventory)
     if refusal:
         raise fail(f"this provider's offer cannot take the job: {refusal}")
-    signer = None
+    price = settings.offer.price_per_unit(spec)
+    signed_for = None
     if escrow is not None:
-        signer = escrow_signer(escrow, ogmios_url, deployment, settings.runner.state_dir, spec)
+        state = settings.runner.state_dir
+        signed_for = escrow_job(escrow, ogmios_url, deployment, state, spec, price)
     gpus = settings.offer.fitting_gpus(spec, inventory)[: spec.resources.gpus]
     runner = Runner(docker.from_env(), settings.runner)
     job = job_id or f"exec_{secrets.token_hex(6)}"
@@ -158,7 +144,6 @@ def exec_job(
     if result.record is None:
         raise fail(f"job {job}: {result.status}: {result.error}", code=1)
     typer.echo(result.record.model_dump_json(indent=2))
-    price = settings.offer.price_per_unit(spec)
     summary = [
         f"job {job}: {result.status} (exit code {result.exit_code})",
         f"billable units {result.record.billable_units} x {price} lovelace = "
@@ -167,7 +152,7 @@ def exec_job(
     ]
     if result.output is not None:
         summary.append(f"output {result.output.path} sha256 {result.output.sha256}")
-    summary.extend(receipt_lines(result, signer))
+    summary.extend(receipt_lines(result, signed_for))
     typer.echo("\n".join(summary), err=True)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
 

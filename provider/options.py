@@ -16,6 +16,7 @@ from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.submit import UNREACHABLE, ChainError
 from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.refusal import Refused
 from offchain.protocol.txbuild import BuildError
 from provider.config import ConfigError, RunnerSettings, load_config
 from provider.keys import KeyFileError
@@ -100,7 +101,7 @@ def reported() -> Iterator[None]:
     into one line on stderr and exit code 1."""
     try:
         yield
-    except (BuildError, ChainError, KeyFileError, ReceiptError) as exc:
+    except (BuildError, ChainError, KeyFileError, ReceiptError, Refused) as exc:
         raise fail(str(exc), code=1) from exc
     except ResponseError as exc:  # pycardano's Ogmios client: e.g. a script failed evaluation
         raise fail(f"Ogmios refused: {exc}", code=1) from exc

@@ -1,6 +1,8 @@
 """The provider's signatures: the Acceptance it gives when it takes a job, and the UsageReceipt
 that pays it, both over the canonical payloads of `offchain.protocol` (one definition of the
-bytes) and both for one escrow's out-ref only.
+bytes) and both for one escrow's out-ref only. Neither is signed before the escrow on chain
+passes the escrow check for the job and this provider's offer: a signature for an escrow that
+cannot settle as agreed is a bond the consumer may slash.
 
 A receipt commits to what the runner measured: billable units from the metering record, the
 output archive's sha256 as the result hash, the record's digest as the evidence hash.
@@ -12,12 +14,15 @@ import dataclasses
 import hashlib
 
 from pycardano import PaymentSigningKey, UTxO
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import SignedReceipt, escrow_datum, signed_receipt
+from offchain.protocol.escrow import SignedReceipt, signed_receipt
+from offchain.protocol.escrow_check import check_acceptable, check_settleable
+from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.offer import Offer
 from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.txbuild import BuildError, out_ref
-from offchain.protocol.types import EscrowDatum
+from offchain.protocol.txbuild import Wallet, out_ref
 from provider.runner import RunResult
 
 NO_OUTPUT_HASH = hashlib.sha256(b"").digest()  # the run left no archive (/out was over its limit)
@@ -53,44 +58,51 @@ def receipt_fields(result: RunResult) -> ReceiptFields:
     return ReceiptFields(record.billable_units, output, bytes.fromhex(record.digest()))
 
 
-def own_escrow(deployment: Deployment, escrow: UTxO, key: PaymentSigningKey) -> EscrowDatum:
-    """The escrow's datum, if it is an escrow of this deployment naming this provider's key."""
-    try:
-        datum = escrow_datum(deployment, escrow)
-    except BuildError as exc:
-        raise ReceiptError(str(exc)) from exc
-    vkey = key.to_verification_key().payload
-    if datum.provider_vkey != vkey:
-        raise ReceiptError(
-            f"escrow {out_ref(escrow)} pays provider key {datum.provider_vkey.hex()}, "
-            f"not this provider's {vkey.hex()}"
-        )
-    return datum
+@dataclasses.dataclass(frozen=True)
+class EscrowJob:
+    """One job at one escrow as this provider takes it. Its offer is built from the key, so
+    the key that signs is the key the escrow is checked against."""
+
+    context: OgmiosV6ChainContext
+    deployment: Deployment
+    escrow: UTxO
+    spec: JobSpec
+    price_per_unit: int  # what this provider asks per second of the spec's bundle
+    key: PaymentSigningKey
+
+    @property
+    def offer(self) -> Offer:
+        """This provider's offer for the spec: its key, its address, its price."""
+        payout = Wallet.of(self.key, self.deployment.network).address
+        vkey = self.key.to_verification_key().payload
+        return Offer(vkey, payout, self.price_per_unit, self.spec.resources)
 
 
-def accept(deployment: Deployment, escrow: UTxO, key: PaymentSigningKey) -> bytes:
-    """The signed Acceptance of the job at `escrow`: the provider's bond backs it."""
-    datum = own_escrow(deployment, escrow, key)
+def accept(job: EscrowJob, bond: UTxO | None) -> bytes:
+    """The signed Acceptance of the job at the escrow, backed by `bond` (None: no bond), once
+    the escrow is safe to accept (`check_acceptable`: EscrowRefused or BondRefused if not)."""
+    datum = check_acceptable(job.context, job.deployment, job.escrow, job.spec, job.offer, bond)
     payload = acceptance_payload(
-        deployment.network_id,
-        deployment.escrow_hash,
-        escrow.input,
+        job.deployment.network_id,
+        job.deployment.escrow_hash,
+        job.escrow.input,
         datum.job_id,
-        deployment.bond_hash,
+        job.deployment.bond_hash,
     )
-    return sign(key, payload)
+    return sign(job.key, payload)
 
 
-def receipt_for(
-    result: RunResult, escrow: UTxO, deployment: Deployment, key: PaymentSigningKey
-) -> SignedReceipt:
-    """The signed receipt that settles `escrow` for `result`'s run. It never claims more
-    units than the escrow pays for: the consumer agreed to no more (the evidence still shows
-    the whole run)."""
-    datum = own_escrow(deployment, escrow, key)
+def receipt_for(job: EscrowJob, result: RunResult) -> SignedReceipt:
+    """The signed receipt that settles the escrow for `result`'s run, once the escrow is
+    still settleable on the terms of the job (`check_settleable`). It never claims more units
+    than the escrow pays for: the consumer agreed to no more (the evidence still shows the
+    whole run)."""
+    datum = check_settleable(job.context, job.deployment, job.escrow, job.spec, job.offer)
     fields = receipt_fields(result)
     units = min(fields.units, datum.max_units)
-    return signed_receipt(deployment, key, escrow, units, fields.result_hash, fields.evidence_hash)
+    return signed_receipt(
+        job.deployment, job.key, job.escrow, units, fields.result_hash, fields.evidence_hash
+    )
 
 
 def receipt_json(receipt: SignedReceipt, deployment: Deployment) -> dict[str, int | str]:

@@ -10,7 +10,6 @@ the receipt settles the escrow. Balances before and after, and every transaction
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from pathlib import Path
 from typing import Annotated
 
@@ -37,7 +36,7 @@ from provider.images import WORKLOADS_IN_IMAGE, workloads_image
 from provider.inventory import host_inventory
 from provider.keys import ensure_key, key_path
 from provider.options import fail
-from provider.receipts import accept, receipt_for
+from provider.receipts import EscrowJob, accept, receipt_for
 from provider.runner import Runner, RunResult
 from unchained.deploy import NOTICE_MS, SLASH_SHARE_BPS
 
@@ -128,8 +127,10 @@ def walkthrough(devnet: DevnetProcess, data_dir: Path) -> None:
     checked = utxo_at(chain_context(url), escrow.input)
     if checked is None:
         raise fail(f"escrow {out_ref(escrow)} is not on the chain", code=1)
-    acceptance = accept(deployment, checked, provider_key)
-    say(f"   escrow names this provider's key; acceptance signature {acceptance.hex()[:32]}...")
+    job = EscrowJob(chain_context(url), deployment, checked, spec, price, provider_key)
+    acceptance = accept(job, None)  # the demo provider posts no bond
+    say("   escrow checked: this provider's key, address and price, the job's digest, the")
+    say(f"   lovelace and the time left; acceptance signature {acceptance.hex()[:32]}...")
 
     say("\n6. The provider runs the job in a hardened container and meters it")
     job_id = f"demo_{escrow.input.transaction_id.payload.hex()[:16]}"
@@ -137,7 +138,7 @@ def walkthrough(devnet: DevnetProcess, data_dir: Path) -> None:
     show_run(result)
 
     say("\n7. The provider signs the receipt: units, result hash, evidence hash")
-    receipt = receipt_for(result, checked, deployment, provider_key)
+    receipt = receipt_for(job, result)
     say(f"   {receipt.units} units x {price:,} lovelace = {ada(receipt.units * price)}")
     say(f"   result   {receipt.result_hash.hex()} (sha256 of the output archive)")
     say(f"   evidence {receipt.evidence_hash.hex()} (sha256 of the metering record)")
@@ -184,8 +185,7 @@ def lock(
     deadline = Clock.now(context).tip_ms + spec.max_duration_s * 1000 + DEADLINE_MARGIN_MS
     datum = escrows.new_escrow(
         consumer.address, provider.address, provider.vkey, price, spec.max_duration_s,
-        deadline, SETTLE_WINDOW_MS, hashlib.sha256(spec.model_dump_json().encode()).digest(),
-        FEE_ALLOWANCE,
+        deadline, SETTLE_WINDOW_MS, spec.job_id(), FEE_ALLOWANCE,
     )  # fmt: skip
     locked = lock_amount(price, spec.max_duration_s, FEE_ALLOWANCE)
     tx = escrows.lock(context, deployment, consumer, datum, locked)

@@ -20,6 +20,8 @@ from offchain.protocol.types import BondDatum, Just
 class BondRefused(Refused):
     """The UTxO does not count as a bond backing the provider; `reason` says why."""
 
+    what = "bond"
+
 
 def check_bond(
     deployment: Deployment,

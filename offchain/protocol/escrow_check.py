@@ -44,6 +44,8 @@ MARGINS = Margins()
 class EscrowRefused(Refused):
     """The escrow is not safe for this provider to sign for; `reason` says why."""
 
+    what = "escrow"
+
 
 def check_terms(
     context: ChainContext, deployment: Deployment, escrow: UTxO, spec: JobSpec, offer: Offer

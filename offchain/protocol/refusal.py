@@ -53,8 +53,10 @@ class Refusal(StrEnum):
 class Refused(UnchainedError):
     """A UTxO that fails a check: `reason` says which, the message says how."""
 
+    what = "UTxO"  # what the UTxO was read as, for the message
+
     def __init__(self, utxo: UTxO, reason: Refusal, detail: str) -> None:
-        super().__init__(f"{out_ref(utxo)}: {reason}: {detail}")
+        super().__init__(f"{self.what} {out_ref(utxo)} refused: {reason}: {detail}")
         self.utxo, self.reason, self.detail = utxo, reason, detail
 
 

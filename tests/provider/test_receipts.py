@@ -1,6 +1,8 @@
 """Receipts and acceptances from the provider key. A real container run's metering record,
 signed as a receipt, settles a real escrow on the devnet (balances to the lovelace); the same
-receipt tampered with is refused by the escrow validator itself; an acceptance backs a slash."""
+receipt tampered with is refused by the escrow validator itself; an acceptance backs a slash.
+Neither is signed for an escrow that fails the escrow check: a receipt up to the close, an
+acceptance only while there is room to run the job and settle."""
 
 from __future__ import annotations
 
@@ -16,17 +18,28 @@ from typer.testing import CliRunner
 from offchain.devnet.genesis import ADA
 from offchain.protocol import bond as bonds
 from offchain.protocol.escrow import SignedReceipt, escrow_datum, settle
+from offchain.protocol.escrow_check import EscrowRefused
+from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.payloads import acceptance_payload, verify
+from offchain.protocol.refusal import Refusal
 from offchain.protocol.split import refund_amount, settle_split, slash_share
-from offchain.protocol.txbuild import BuildError, Wallet, out_ref
+from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
 from offchain.protocol.types import PayoutKind, SettleItem
 from provider.config import RunnerSettings
 from provider.keys import ensure_key, load_key
-from provider.receipts import NO_OUTPUT_HASH, ReceiptError, accept, receipt_fields, receipt_for
+from provider.receipts import (
+    NO_OUTPUT_HASH,
+    EscrowJob,
+    ReceiptError,
+    accept,
+    receipt_fields,
+    receipt_for,
+)
 from provider.runner import Runner, RunResult
 from provider.selftest import job
 from tests.protocol import onchain
+from tests.protocol.evidence import SigningSpy
 from tests.protocol.onchain import (
     SCRIPT_FAILED,
     balance,
@@ -45,6 +58,7 @@ PRICE = ADA  # lovelace per unit: every payout is above the min-UTxO, so balance
 MAX_UNITS = 60
 ALLOWANCE = 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
+DEADLINE_MS, WINDOW_MS = 10 * 60_000, 5 * 60_000  # room to start, run and settle a job
 
 cli = CliRunner()
 
@@ -66,31 +80,44 @@ def key(tmp_path_factory) -> PaymentSigningKey:
 
 
 @pytest.fixture(scope="module")
-def run(client, busybox, tmp_path_factory) -> RunResult:
+def spec(busybox) -> JobSpec:
+    return job(busybox, ["sh", "-c", "echo weights > /out/model; sleep 1"], seconds=MAX_UNITS)
+
+
+@pytest.fixture(scope="module")
+def run(client, spec, tmp_path_factory) -> RunResult:
     """One job run by the provider's runner: its record and archive are what receipts claim."""
     runner = Runner(client, RunnerSettings(state_dir=tmp_path_factory.mktemp("state")))
-    spec = job(busybox, ["sh", "-c", "echo weights > /out/model; sleep 1"], seconds=MAX_UNITS)
     result = runner.run("receipt_job", spec)
     assert_no_leftovers(runner)
     assert result.status == "succeeded" and result.record.billable_units >= 2  # slept 1 s
     return result
 
 
-async def lock(devnet, deployment, consumer: Wallet, key: PaymentSigningKey, **changes):
-    terms = {"price_per_unit": PRICE, "max_units": MAX_UNITS, "fee_allowance": ALLOWANCE}
+async def lock(devnet, deployment, consumer: Wallet, key: PaymentSigningKey, spec, **changes):
+    """An escrow for `spec` at PRICE, paying its whole max duration, with room to run it."""
+    now = Clock.now(devnet.context()).tip_ms
+    terms = dict(
+        price_per_unit=PRICE, max_units=MAX_UNITS, fee_allowance=ALLOWANCE,
+        deadline=now + DEADLINE_MS, settle_window=WINDOW_MS, job_id=spec.job_id(),
+    )  # fmt: skip
     return await onchain.lock(
         devnet, deployment, consumer, Wallet.of(key), LOCKED, **{**terms, **changes}
     )
 
 
+def escrow_job(devnet, deployment, escrow, spec, key: PaymentSigningKey) -> EscrowJob:
+    return EscrowJob(devnet.context(), deployment, escrow, spec, PRICE, key)
+
+
 async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(
-    devnet, deployment, key, run
+    devnet, deployment, key, spec, run
 ):
     consumer, market = await wallet(devnet), await wallet(devnet)
     provider = Wallet.of(key)
-    escrow = await lock(devnet, deployment, consumer, key)
+    escrow = await lock(devnet, deployment, consumer, key, spec)
 
-    receipt = receipt_for(run, escrow, deployment, key)
+    receipt = receipt_for(escrow_job(devnet, deployment, escrow, spec, key), run)
 
     assert receipt.escrow == escrow and receipt.units == run.record.billable_units
     archive = run.output.path.read_bytes()
@@ -110,11 +137,11 @@ async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(
     ]
 
 
-async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment, key, run):
+async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment, key, spec, run):
     consumer, market = await wallet(devnet), await wallet(devnet)
     provider = Wallet.of(key)
-    escrow = await lock(devnet, deployment, consumer, key)
-    receipt = receipt_for(run, escrow, deployment, key)
+    escrow = await lock(devnet, deployment, consumer, key, spec)
+    receipt = receipt_for(escrow_job(devnet, deployment, escrow, spec, key), run)
     other = hashlib.sha256(b"another result").digest()
     for tampered in (
         dataclasses.replace(receipt, units=receipt.units + 1),
@@ -137,19 +164,49 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
     await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
 
 
+def refused(job: EscrowJob, reason: Refusal, sign) -> None:
+    """`sign` (accept or receipt_for, given the job) refuses `job`'s escrow for `reason`,
+    and its key signs nothing."""
+    spy = SigningSpy(job.key)
+    with pytest.raises(EscrowRefused) as refusal:
+        sign(dataclasses.replace(job, key=spy.key))
+    assert refusal.value.reason is reason, refusal.value
+    assert spy.signed == []
+
+
 async def test_a_receipt_claims_no_more_than_the_escrow_pays_and_only_for_its_provider(
-    devnet, deployment, key, run
+    devnet, deployment, key, spec, run
 ):
     consumer = await wallet(devnet)
-    short = await lock(devnet, deployment, consumer, key, max_units=1)
-    assert receipt_for(run, short, deployment, key).units == 1  # the run billed more
+    escrow = await lock(devnet, deployment, consumer, key, spec)
+    job = escrow_job(devnet, deployment, escrow, spec, key)
+    overlong = run.record.model_copy(update={"billable_units": MAX_UNITS + 5})
+    assert receipt_for(job, run.model_copy(update={"record": overlong})).units == MAX_UNITS
+    short = await lock(devnet, deployment, consumer, key, spec, max_units=MAX_UNITS - 1)
     stranger = PaymentSigningKey.generate()
-    with pytest.raises(ReceiptError, match="not this provider's"):
-        receipt_for(run, short, deployment, stranger)
-    with pytest.raises(ReceiptError, match="not this provider's"):
-        accept(deployment, short, stranger)
-    with pytest.raises(ReceiptError, match="is not at this deployment's escrow script"):
-        accept(deployment, deployment.bond_ref, key)
+    cases = [
+        (escrow_job(devnet, deployment, short, spec, key), Refusal.UNITS),
+        (dataclasses.replace(job, key=stranger), Refusal.OTHER_KEY),
+        (dataclasses.replace(job, escrow=deployment.bond_ref), Refusal.NOT_AT_SCRIPT),
+        (dataclasses.replace(job, price_per_unit=PRICE - 1), Refusal.OTHER_PRICE),
+    ]
+    for refused_job, reason in cases:
+        refused(refused_job, reason, lambda job: receipt_for(job, run))
+        refused(refused_job, reason, lambda job: accept(job, None))
+
+
+async def test_a_receipt_is_signed_until_the_close_an_acceptance_only_while_there_is_room(
+    devnet, deployment, key, spec, run
+):
+    escrow = await lock(devnet, deployment, await wallet(devnet), key, spec)
+    close = escrow_datum(deployment, escrow).close
+    await travel_to(devnet, close - 60_000)  # the chain's clock: no room left to run the job
+    job = escrow_job(devnet, deployment, escrow, spec, key)  # a fresh context: pycardano
+    refused(job, Refusal.NO_TIME, lambda job: accept(job, None))  # caches the tip for 1 s
+    assert receipt_for(job, run).units == run.record.billable_units
+    await travel_to(devnet, close)
+    job = escrow_job(devnet, deployment, escrow, spec, key)
+    refused(job, Refusal.CLOSED, lambda job: receipt_for(job, run))
 
 
 def test_receipt_fields_of_runs_without_an_archive_or_that_never_started(run):
@@ -161,17 +218,18 @@ def test_receipt_fields_of_runs_without_an_archive_or_that_never_started(run):
         receipt_fields(never)
 
 
-async def test_an_acceptance_backs_a_slash_of_the_providers_bond(devnet, deployment, key):
+async def test_an_acceptance_backs_a_slash_of_the_providers_bond(devnet, deployment, key, spec):
     consumer, anyone = await wallet(devnet), await wallet(devnet)
     provider = Wallet.of(key)
     await fund(devnet, provider.address, 200 * ADA)
     bond = await onchain.post_bond(devnet, deployment, provider, 100 * ADA)
-    escrow = await lock(devnet, deployment, consumer, key)
+    escrow = await lock(devnet, deployment, consumer, key, spec)
 
-    signature = accept(deployment, escrow, key)
+    signature = accept(escrow_job(devnet, deployment, escrow, spec, key), bond)
 
-    job_id = escrow_datum(deployment, escrow).job_id
-    payload = acceptance_payload(0, deployment.escrow_hash, escrow.input, job_id)
+    payload = acceptance_payload(
+        0, deployment.escrow_hash, escrow.input, spec.job_id(), deployment.bond_hash
+    )
     assert verify(provider.vkey, payload, signature)
     await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
     before = balance(devnet, consumer.address)
@@ -192,14 +250,17 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
     devnet, deployment, deployment_path, busybox, tmp_path
 ):
     config, state = tmp_path / "provider.toml", tmp_path / "state"
+    prices = ["--price-cpu-core", str(PRICE), "--price-memory-gib", "0", "--price-disk-gib", "0"]
     assert cli.invoke(app, ["provider", "init", "--config", str(config),
-                            "--state-dir", str(state)]).exit_code == 0  # fmt: skip
+                            "--state-dir", str(state), *prices]).exit_code == 0  # fmt: skip
     key = load_key(state)
     consumer, market = await wallet(devnet), await wallet(devnet)
     spec = tmp_path / "job.yaml"
     command = ["sh", "-c", "echo 42 > /out/a; sleep 1"]  # >1 unit: pays above the min-UTxO
-    fields = {"max_duration_s": MAX_UNITS, "max_price_lovelace": ADA}
-    spec.write_text(json.dumps({"image": busybox, "command": command, **fields}))
+    fields = {"max_duration_s": MAX_UNITS, "max_price_lovelace": PRICE * MAX_UNITS}
+    written = {"image": busybox, "command": command, **fields}
+    spec.write_text(json.dumps(written))
+    job_spec = JobSpec.model_validate(written)  # one core: PRICE per second of the bundle
 
     async def exec_job(*args: str):
         command = ["provider", "exec", str(spec), "--config", str(config), *args,
@@ -211,15 +272,15 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
     assert "receipt (unsigned: a receipt is signed for one escrow; pass --escrow" in (
         unsigned.stderr
     )
-    short = await lock(devnet, deployment, consumer, key, max_units=MAX_UNITS - 1)
-    refused = await exec_job("--escrow", out_ref(short), "--job-id", "too_long")
-    assert refused.exit_code == 2
-    assert f"pays at most {MAX_UNITS - 1} units; the job may bill up to {MAX_UNITS}" in (
-        refused.stderr
+    short = await lock(devnet, deployment, consumer, key, job_spec, max_units=MAX_UNITS - 1)
+    too_long = await exec_job("--escrow", out_ref(short), "--job-id", "too_long")
+    assert too_long.exit_code == 1
+    assert f"escrow {out_ref(short)} refused: {Refusal.UNITS}: it pays at most " in (
+        too_long.stderr
     )
     assert not (state / "results" / "too_long").exists()  # refused before it ran
 
-    escrow = await lock(devnet, deployment, consumer, key)
+    escrow = await lock(devnet, deployment, consumer, key, job_spec)
     result = await exec_job("--escrow", out_ref(escrow))
     assert result.exit_code == 0, result.output
     record = MeteringRecord.model_validate_json(result.stdout)
