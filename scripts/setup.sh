@@ -12,6 +12,10 @@ fi
 if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
   apt-get update -qq && apt-get install -y -qq python3-venv
 fi
+# PostgreSQL for DATABASE_URL and the market's tests (they start throwaway clusters with it).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then

@@ -1,8 +1,11 @@
 """The market's FastAPI application: routes, the one error handler, and what it opens at start
-(the database at Alembic's head, the chain and its protocol deployment)."""
+(the database at Alembic's head, the chain and its protocol deployment, and the bid for
+leadership: the leader follows the chain and runs the scheduled work)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +18,8 @@ from offchain.market import errors
 from offchain.market.api.routes import jobs, offers, providers
 from offchain.market.db import make_engine, upgrade
 from offchain.market.services.chain import Chain
+from offchain.market.services.crash import crash_point
+from offchain.market.services.leadership import Background
 from offchain.market.settings import MarketSettings
 from offchain.protocol.errors import UnchainedError
 
@@ -64,6 +69,21 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class CrashOnReceipt:
+    """Tests only (`crash_at = "receipt-received"`): read a receipt's whole body, then die
+    before the route can store it, as a kill between receiving and storing would."""
+
+    def __init__(self, app: ASGIApp, settings: MarketSettings) -> None:
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/receipt"):
+            while (await receive()).get("more_body"):
+                pass
+            crash_point(self.settings, "receipt-received")
+        await self.app(scope, receive, send)
+
+
 def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     """The market for `settings`; `chain` defaults to the settings' Ogmios and deployment."""
 
@@ -74,7 +94,12 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         app.state.chain = chain or await run_in_threadpool(
             Chain.connect, settings.ogmios_url, settings.deployment
         )
+        app.state.background = Background(settings, app.state.engine, app.state.chain)
+        leader = asyncio.create_task(app.state.background.run())
         yield
+        leader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leader
         app.state.engine.dispose()
 
     app = FastAPI(
@@ -88,6 +113,8 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     app.state.settings = settings
     app.add_exception_handler(UnchainedError, _unchained_error)
     app.add_middleware(BodyLimit, limit=settings.body_limit_bytes)
+    if settings.crash_at == "receipt-received":
+        app.add_middleware(CrashOnReceipt, settings=settings)
     for module in (offers, jobs, providers):
         app.include_router(module.router)
     return app

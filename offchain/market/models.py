@@ -20,9 +20,9 @@ def _big(*, index: bool = False, nullable: bool = False) -> Any:
                  nullable=nullable)  # fmt: skip
 
 
-def _name(default: Any = ..., *, nullable: bool = False) -> Any:
+def _name(default: Any = ..., *, nullable: bool = False, index: bool = False) -> Any:
     """An enum stored as its string (no database enum type to migrate when a state is added)."""
-    return Field(default=default, sa_type=String(16), nullable=nullable)
+    return Field(default=default, sa_type=String(16), nullable=nullable, index=index)
 
 
 class JobState(StrEnum):
@@ -56,6 +56,7 @@ class Provider(SQLModel, table=True):
     bond_ref: str | None = None
     bond_lovelace: int | None = _big(nullable=True)
     bond_state: str | None = Field(default=None, max_length=16)
+    offline_since_ms: int | None = _big(nullable=True)
 
 
 class Offer(SQLModel, table=True):
@@ -112,6 +113,9 @@ class Job(SQLModel, table=True):
     exit_code: int | None = None
     failure_reason: str | None = None
     settle_tx: str | None = Field(default=None, max_length=64)
+    escrow_slot: int | None = _big(nullable=True)
+    escrow_height: int | None = _big(nullable=True, index=True)
+    refundable_since_ms: int | None = _big(nullable=True)
     state: JobState = _name(JobState.REQUESTED)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
@@ -158,20 +162,62 @@ class Blob(SQLModel, table=True):
     size: int = _big()
 
 
-class ChainCursor(SQLModel, table=True):
-    """Where the chain follower stopped: it resumes from here after a restart."""
+class ChainPoint(SQLModel, table=True):
+    """A block the chain follower applied and may still see rolled back: the newest are where
+    it resumes after a restart, older ones let findIntersection succeed after a rollback."""
 
-    name: str = Field(primary_key=True, max_length=32)
-    slot: int = _big()
+    slot: int = Field(
+        sa_type=BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False}
+    )
     block_id: str = Field(max_length=64)
+    height: int = _big(index=True)
+
+
+class ChainUndo(SQLModel, table=True):
+    """What one change the follower made looked like before it (per block): a rollback past
+    `slot` restores these, newest first. `before` is the row's changed columns as JSON, or
+    null when the block created the row."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    slot: int = _big(index=True)
     height: int = _big()
+    table_name: str = Field(max_length=16)
+    key: str = Field(max_length=80)
+    before: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class Bond(SQLModel, table=True):
+    """A bond UTxO seen on chain, by out-ref: created, unbonding, spent (topped up, slashed,
+    withdrawn). A provider's current bond is its newest unspent one."""
+
+    ref: str = Field(primary_key=True, max_length=80)
+    provider_id: str = Field(index=True, max_length=56, description="blake2b-224 of the vkey")
+    lovelace: int = _big()
+    unbonding_since_ms: int | None = _big(nullable=True)
+    created_slot: int = _big()
+    spent_tx: str | None = Field(default=None, max_length=64)
+    spent_as: str | None = Field(default=None, max_length=16, description="the bond redeemer")
+
+
+class SettlementState(StrEnum):
+    BUILT = "built"  # recorded before its first submission: it may or may not be in a mempool
+    SUBMITTED = "submitted"
+    CONFIRMED = "confirmed"  # the follower saw it in a block
+    CONFLICTED = "conflicted"  # the follower saw one of its escrows spent by another transaction
+    EXPIRED = "expired"  # its ttl passed without it landing: its jobs were released
+    REFUSED = "refused"  # the ledger refused its first submission: its jobs were released
 
 
 class Settlement(SQLModel, table=True):
-    """One settle transaction the batcher built, and the escrows it spends."""
+    """One settle transaction the batcher built, and the escrows it spends: recorded, signed
+    bytes included, before it is first submitted, so a restart resubmits the same transaction
+    and never builds a second one for its escrows until this one can no longer land."""
 
     tx_id: str = Field(primary_key=True, max_length=64)
-    state: str = Field(max_length=16, index=True)
+    state: SettlementState = _name(index=True)
     escrows: str = Field(sa_column=Column(Text, nullable=False), description="JSON list")
+    tx_cbor: str = Field(sa_column=Column(Text, nullable=False), description="signed, hex")
+    ttl_slot: int = _big()
+    submitted_at_ms: int | None = _big(nullable=True)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()

@@ -12,7 +12,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,7 +23,9 @@ from offchain.protocol.jobspec import describe
 ENV_PREFIX = "UNCHAINED_MARKET_"
 ADA = 1_000_000
 MIB = 1 << 20
-PATH_FIELDS = ("data_dir", "deployment")
+PATH_FIELDS = ("data_dir", "deployment", "wallet_key")
+# Crash-safety tests: the process SIGKILLs itself at the named point (never set in production).
+CRASH_POINTS = Literal["", "receipt-received", "settlement-built", "settlement-submitted"]
 
 
 class MarketSettings(BaseModel):
@@ -49,6 +51,27 @@ class MarketSettings(BaseModel):
     clock_tolerance_ms: int = Field(5 * 60_000, ge=1000, description="Request timestamp skew.")
     online_ms: int = Field(2 * 60_000, ge=1000, description="A heartbeat keeps an offer online.")
     long_poll_max_s: int = Field(30, ge=0)
+    wallet_key: Path | None = Field(
+        None, description="The market's own payment key (.skey): it pays settlement fees and "
+        "takes the fee allowances back as change. None: the market settles nothing itself.",
+    )  # fmt: skip
+    settle_batch_max: int = Field(
+        41, ge=1, description="Escrows per settle transaction (the contract's measured maximum)."
+    )
+    settle_every_ms: int = Field(2000, ge=100, description="How often the batcher runs.")
+    resubmit_after_ms: int = Field(
+        20_000, ge=100, description="Resubmit a settle transaction not yet seen in a block."
+    )
+    schedule_every_ms: int = Field(
+        5000, ge=100, description="Quote expiry, deadline watch and liveness run this often."
+    )
+    rollback_blocks: int = Field(
+        2160, ge=1, description="Blocks the follower keeps undo records and points for."
+    )
+    leader_poll_ms: int = Field(
+        1000, ge=50, description="How often a process tries to become (and checks it is) leader."
+    )
+    crash_at: CRASH_POINTS = Field("", description="Tests only: SIGKILL this process there.")
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -88,7 +111,9 @@ def load_settings(
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     values |= _absolute(env | given, Path.cwd())
     for name in PATH_FIELDS:
-        values.setdefault(name, Path.cwd() / MarketSettings.model_fields[name].default)
+        default = MarketSettings.model_fields[name].default
+        if default is not None:
+            values.setdefault(name, Path.cwd() / default)
     try:
         return MarketSettings.model_validate(values)
     except ValidationError as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -11,6 +11,7 @@ from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment
 from tests.market.client import serve
+from tests.market.postgres import Cluster, server_bin
 from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS, deployed
 
 IDENTITY = "unchained-market:test"
@@ -21,15 +22,29 @@ async def market_deployment(devnet) -> Deployment:
     return await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS)
 
 
+@pytest.fixture(scope="session")
+def postgresql_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL server for the session (skips where none is installed)."""
+    bin_dir = server_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed: run scripts/setup.sh")
+    cluster = Cluster(bin_dir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgresql_url(postgresql_cluster) -> str:
+    """A fresh, empty database on the session's throwaway PostgreSQL."""
+    return postgresql_cluster.new_database()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request) -> str:
     """Empty for the default SQLite file; a throwaway PostgreSQL's URL otherwise."""
     if request.param == "sqlite":
         return ""
-    try:
-        return request.getfixturevalue("postgresql_url")
-    except pytest.FixtureLookupError:
-        pytest.skip("the throwaway PostgreSQL fixture (postgresql_url) is not here yet")
+    return request.getfixturevalue("postgresql_url")
 
 
 @pytest.fixture

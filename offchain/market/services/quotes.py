@@ -98,11 +98,14 @@ def escrow_parameters(chain: Chain, job: Job) -> schemas.EscrowParameters:
 
 def report_escrow(session: Session, chain: Chain, job: Job, escrow: str) -> Job:
     """The consumer says it locked `escrow`: check the UTxO on chain against the quote, then
-    the job is funded. Reporting the same escrow again is a no-op."""
-    if job.escrow_ref == escrow:
+    the job is funded (without it, the chain follower funds the job once the escrow is
+    `confirmations` deep). Reporting the same escrow again is a no-op."""
+    waiting = (JobState.QUOTED, JobState.EXPIRED)
+    if job.escrow_ref == escrow and job.state not in waiting:
         return job
-    jobs.expect(job, JobState.QUOTED, JobState.EXPIRED)
-    if jobs.by_escrow(session, escrow) is not None:
+    jobs.expect(job, *waiting)
+    holder = jobs.by_escrow(session, escrow)
+    if holder is not None and holder.id != job.id:
         raise Conflict(f"escrow {escrow} already funds another job", "escrow")
     utxo = chain.utxo(parse_ref(escrow, "escrow"))
     if utxo is None:

@@ -1,0 +1,420 @@
+"""The chain follower: one chain-sync client that turns blocks into job, bond and settlement
+state, and rollbacks into exactly the reverse.
+
+- An output at the escrow script whose datum is a quoted job's (job id, then every term,
+  value and script through `escrow_problems`) becomes that job's escrow; the job is funded
+  once `confirmations` blocks lie on top of it.
+- An escrow spent is settled, refunded (or cancelled) or slashed, as the spending redeemer
+  says; a slash is a Refund beside a bond's Slash naming this escrow and a SlashPayout output.
+- Bond outputs are recorded per provider (created, unbonding, spent and how), and a provider
+  whose bond moves follows it to its continuing output.
+
+Transactions are read from their CBOR (redeemers and inline datums), so a real Ogmios must run
+with `--include-cbor`; the devnet always includes it.
+
+Each block is applied in one database transaction with its undo records (`undo`) and its point
+(ChainPoint); the follower resumes from the newest points after a restart. Every transition is
+caused by the chain and names the block's slot and height and the transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pycardano import Address, RedeemerMap, Transaction, TransactionInput, TransactionOutput, UTxO
+from pycardano.serialization import RawCBOR
+from sqlalchemy import Engine, delete
+from sqlmodel import Session, col, select
+
+from offchain.chain.follower import Point, RollForward, follow, tip_point
+from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
+from offchain.market.models import SettlementState as Sent
+from offchain.market.services import jobs, offers, undo
+from offchain.market.services.chain import escrow_problems
+from offchain.market.services.undo import BlockAt
+from offchain.protocol.bond import bond_datum
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.escrow import escrow_datum
+from offchain.protocol.txbuild import BuildError
+from offchain.protocol.types import BondDatum, Just, SlashPayout
+
+log = logging.getLogger(__name__)
+S = JobState
+Cause = jobs.Cause
+PLUTUS_CONSTR_TAG = 121  # CBOR tag of constructor 0 (up to 6)
+SETTLE, REFUND, CANCEL = 0, 1, 2  # escrow spend redeemers
+BOND_ACTIONS = {0: "top-up", 1: "unbond", 2: "withdraw", 3: "slash"}
+SLASH = 3
+RECENT_POINTS = 10  # findIntersection gets these, then ever sparser older ones
+RETRY_S = 1.0
+
+
+def out_ref(tx_id: str, index: int) -> str:
+    return f"{tx_id}#{index}"
+
+
+def _ref_json(ref: dict[str, Any]) -> str:
+    return out_ref(ref["transaction"]["id"], ref["index"])
+
+
+def _ledger_order(refs: Sequence[str]) -> list[str]:
+    """Inputs as the ledger orders them: spend redeemers index this list."""
+    return sorted(refs, key=lambda r: (bytes.fromhex(r[:64]), int(r[65:])))
+
+
+def _constr(data: Any) -> tuple[int, list[Any]] | None:
+    """The constructor index and fields of a redeemer's Plutus data, if it is a constructor."""
+    tag = getattr(getattr(data, "data", None), "tag", None)
+    if tag is None or not PLUTUS_CONSTR_TAG <= tag < PLUTUS_CONSTR_TAG + 7:
+        return None
+    return tag - PLUTUS_CONSTR_TAG, list(data.data.value)
+
+
+def spend_redeemers(tx: Transaction) -> dict[int, tuple[int, list[Any]]]:
+    """Spend redeemers by input index (ledger order), as constructor and fields."""
+    redeemers = tx.transaction_witness_set.redeemer or []
+    pairs = (
+        [(key.tag.value, key.index, value.data) for key, value in redeemers.items()]
+        if isinstance(redeemers, RedeemerMap)
+        else [(r.tag.value, r.index, r.data) for r in redeemers]
+    )
+    found = {}
+    for tag, index, data in pairs:
+        constr = _constr(data)
+        if tag == 0 and constr is not None:  # 0: spend
+            found[index] = constr
+    return found
+
+
+def _inline(output: TransactionOutput) -> bytes | None:
+    datum = output.datum
+    if datum is None:
+        return None
+    return datum.cbor if isinstance(datum, RawCBOR) else datum.to_cbor()
+
+
+def slash_payouts(tx: Transaction) -> set[str]:
+    """The escrows this transaction's outputs name in a SlashPayout tag."""
+    named = set()
+    for output in tx.transaction_body.outputs:
+        raw = _inline(output)
+        try:
+            tag = SlashPayout.from_cbor(raw) if raw else None
+        except Exception:  # any other datum
+            continue
+        if tag is not None:
+            named.add(out_ref(tag.escrow.tx_id.hex(), tag.escrow.index))
+    return named
+
+
+class ChainFollower:
+    """Applies chain events to the market's tables; `run` follows the chain forever."""
+
+    def __init__(
+        self, engine: Engine, deployment: Deployment, confirmations: int, keep_blocks: int
+    ) -> None:
+        self.engine = engine
+        self.deployment = deployment
+        self.confirmations = confirmations
+        self.keep_blocks = keep_blocks
+        self.escrow_hash = deployment.escrow_hash.payload
+        self.bond_hash = deployment.bond_hash.payload
+        self.lag_blocks = 0  # the chain's tip height minus the last block applied
+
+    # --- where to resume ----------------------------------------------------------------------
+
+    def points(self) -> list[Point]:
+        """Stored points for findIntersection, newest first: the last few, then every 2nd,
+        4th, ... older one (a rollback deeper than those re-finds an older point)."""
+        with Session(self.engine) as session:
+            query = select(ChainPoint).order_by(col(ChainPoint.slot).desc())
+            stored = session.exec(query).all()
+        picked, step, index = [], 1, 0
+        while index < len(stored):
+            picked.append({"slot": stored[index].slot, "id": stored[index].block_id})
+            if len(picked) >= RECENT_POINTS:
+                step *= 2
+            index += step
+        return picked
+
+    # --- roll forward ---------------------------------------------------------------------------
+
+    def roll_forward(self, block: dict[str, Any]) -> None:
+        """Apply one block in one database transaction (again: a no-op)."""
+        at = BlockAt(block["slot"], block["height"], block["id"])
+        with Session(self.engine, expire_on_commit=False) as session:
+            if session.get(ChainPoint, at.slot) is not None:
+                return
+            spent = [_ref_json(i) for tx in block["transactions"] for i in tx["inputs"]]
+            escrows = {
+                job.escrow_ref: job
+                for job in session.exec(
+                    select(Job).where(col(Job.escrow_ref).in_(spent)).with_for_update()
+                )
+            }  # fmt: skip
+            bonds = {
+                bond.ref: bond
+                for bond in session.exec(select(Bond).where(col(Bond.ref).in_(spent)))
+            }
+            holders = {
+                provider.bond_ref: provider
+                for provider in session.exec(
+                    select(Provider).where(col(Provider.bond_ref).in_(spent))
+                )
+            }  # fmt: skip
+            for tx in block["transactions"]:
+                inputs = [_ref_json(i) for i in tx["inputs"]]
+                watched = [r for r in inputs if r in escrows or r in bonds or r in holders]
+                if watched or self._script_outputs(tx):
+                    decoded = Transaction.from_cbor(bytes.fromhex(tx["cbor"]))
+                    if decoded.valid is False:  # phase 2 failed: only collateral was taken
+                        continue
+                    self._spends(session, at, decoded, inputs, escrows, bonds, holders)
+                    self._outputs(session, at, decoded, holders)
+            self._fund_confirmed(session, at)
+            session.add(ChainPoint(slot=at.slot, block_id=at.id, height=at.height))
+            self._forget(session, at)
+            session.commit()
+
+    def _script_outputs(self, tx: dict[str, Any]) -> bool:
+        return any(
+            _payment(o["address"]) in (self.escrow_hash, self.bond_hash) for o in tx["outputs"]
+        )
+
+    def _spends(
+        self,
+        session: Session,
+        at: BlockAt,
+        tx: Transaction,
+        inputs: list[str],
+        escrows: dict[str, Job],
+        bonds: dict[str, Bond],
+        holders: dict[str, Provider],
+    ) -> None:
+        order = _ledger_order(inputs)
+        redeemers = spend_redeemers(tx)
+        tx_id = tx.id.payload.hex()
+        for ref in inputs:
+            redeemer = redeemers.get(order.index(ref))
+            if ref in escrows:
+                slashed = ref in slash_payouts(tx) and any(
+                    c == SLASH and fields[:1] == [order.index(ref)]
+                    for c, fields in redeemers.values()
+                )
+                self._escrow_spent(session, at, tx_id, escrows[ref], redeemer, slashed)
+            action = BOND_ACTIONS.get(redeemer[0], "spent") if redeemer else "spent"
+            if ref in bonds:
+                undo.remember(session, at, bonds[ref])
+                bonds[ref].spent_tx, bonds[ref].spent_as = tx_id, action
+                session.add(bonds[ref])
+            if ref in holders:  # the bond moves on, unless an output continues it (below)
+                undo.remember(session, at, holders[ref])
+                holders[ref].bond_state = "withdrawn" if action == "withdraw" else action
+                session.add(holders[ref])
+
+    def _escrow_spent(
+        self,
+        session: Session,
+        at: BlockAt,
+        tx_id: str,
+        job: Job,
+        redeemer: tuple[int, list[Any]] | None,
+        slashed: bool,
+    ) -> None:
+        kind = redeemer[0] if redeemer else None
+        if kind == SETTLE:
+            target, detail = S.SETTLED, "settled on chain"
+        elif kind == REFUND:
+            target = S.SLASHED if slashed else S.REFUNDED
+            detail = "refunded with a slash of the bond" if slashed else "refunded"
+        elif kind == CANCEL:
+            target, detail = S.REFUNDED, "cancelled by consumer and provider"
+        else:
+            log.warning("escrow %s spent by %s with no escrow redeemer", job.escrow_ref, tx_id)
+            return
+        if job.state in (S.QUOTED, S.EXPIRED):
+            self._move(session, at, job, S.FUNDED, "escrow spent before its confirmations", tx_id)
+        if target not in jobs.TRANSITIONS[job.state]:
+            log.warning("job %s is %s: the chain %s it in %s", job.id, job.state, target, tx_id)
+            return
+        fields = {"settle_tx": tx_id} if target == S.SETTLED else {}
+        self._move(session, at, job, target, detail, tx_id, **fields)
+        for settlement in self._pending_settlements(session, job.escrow_ref):
+            undo.remember(session, at, settlement)
+            ours = settlement.tx_id == tx_id
+            settlement.state = Sent.CONFIRMED if ours else Sent.CONFLICTED
+            session.add(settlement)
+
+    @staticmethod
+    def _pending_settlements(session: Session, escrow_ref: str) -> list[Settlement]:
+        query = select(Settlement).where(
+            col(Settlement.state).in_((Sent.BUILT, Sent.SUBMITTED, Sent.CONFLICTED))
+        )
+        return [s for s in session.exec(query) if escrow_ref in json.loads(s.escrows)]
+
+    def _move(
+        self,
+        session: Session,
+        at: BlockAt,
+        job: Job,
+        to: JobState,
+        detail: str,
+        tx_id: str,
+        **fields: Any,
+    ) -> None:
+        undo.remember(session, at, job)
+        for name, value in fields.items():
+            setattr(job, name, value)
+        jobs.transition(
+            session, job, to, Cause.CHAIN, detail, slot=at.slot, block_height=at.height,
+            tx_id=tx_id,
+        )  # fmt: skip
+
+    # --- outputs: escrows locked, bonds created or continued --------------------------------
+
+    def _outputs(
+        self, session: Session, at: BlockAt, tx: Transaction, holders: dict[str, Provider]
+    ) -> None:
+        for index, output in enumerate(tx.transaction_body.outputs):
+            utxo = UTxO(TransactionInput(tx.id, index), output)
+            payment = output.address.payment_part
+            script = payment.payload if payment is not None else None
+            if script == self.escrow_hash:
+                self._escrow_locked(session, at, utxo)
+            elif script == self.bond_hash:
+                self._bond_output(session, at, utxo, holders)
+
+    def _escrow_locked(self, session: Session, at: BlockAt, utxo: UTxO) -> None:
+        ref = out_ref(utxo.input.transaction_id.payload.hex(), utxo.input.index)
+        job = jobs.by_escrow(session, ref)
+        if job is not None and job.escrow_height is None:  # reported to the API first
+            quoted = {"state": S.QUOTED, "escrow_ref": None} if job.state == S.FUNDED else {}
+            undo.remember(session, at, job, **quoted)
+        elif job is None:
+            job = self._quoted_for(session, utxo)
+            if job is None:
+                return
+            undo.remember(session, at, job)
+            job.escrow_ref = ref
+        else:
+            return
+        job.escrow_slot, job.escrow_height = at.slot, at.height
+        session.add(job)
+
+    def _quoted_for(self, session: Session, utxo: UTxO) -> Job | None:
+        """The quoted job this escrow output is exactly the quote of, if any."""
+        try:
+            datum = escrow_datum(self.deployment, utxo)
+        except BuildError:
+            return None
+        query = select(Job).where(
+            Job.spec_digest == datum.job_id.hex(),
+            col(Job.state).in_((S.QUOTED, S.EXPIRED)),
+            col(Job.escrow_ref).is_(None),
+        )
+        return next(
+            (j for j in session.exec(query) if not escrow_problems(self.deployment, j, utxo)), None
+        )
+
+    def _bond_output(
+        self, session: Session, at: BlockAt, utxo: UTxO, holders: dict[str, Provider]
+    ) -> None:
+        try:
+            datum: BondDatum = bond_datum(self.deployment, utxo)
+        except BuildError:
+            return
+        ref = out_ref(utxo.input.transaction_id.payload.hex(), utxo.input.index)
+        since = datum.unbonding_since.value if isinstance(datum.unbonding_since, Just) else None
+        bond = Bond(
+            ref=ref, provider_id=offers.key_hash(datum.provider_vkey),
+            lovelace=utxo.output.amount.coin, unbonding_since_ms=since, created_slot=at.slot,
+        )  # fmt: skip
+        session.add(bond)
+        session.flush()
+        undo.remember_created(session, at, bond)
+        provider = session.get(Provider, bond.provider_id)
+        if provider is None or (provider.bond_ref is not None and provider.bond_ref not in holders):
+            return  # the provider's offer names another bond, still unspent
+        undo.remember(session, at, provider)
+        provider.bond_ref, provider.bond_lovelace = ref, bond.lovelace
+        provider.bond_state = "unbonding" if since is not None else "active"
+        session.add(provider)
+
+    # --- confirmations ------------------------------------------------------------------------
+
+    def _fund_confirmed(self, session: Session, at: BlockAt) -> None:
+        """Quoted jobs whose escrow now has `confirmations` blocks on top are funded."""
+        query = select(Job).where(
+            col(Job.state).in_((S.QUOTED, S.EXPIRED)),
+            col(Job.escrow_height) <= at.height - self.confirmations,
+        )
+        for job in session.exec(query.with_for_update()):
+            depth = at.height - job.escrow_height
+            self._move(
+                session, at, job, S.FUNDED, f"escrow {job.escrow_ref} {depth} block(s) deep",
+                job.escrow_ref.split("#")[0],
+            )  # fmt: skip
+
+    def _forget(self, session: Session, at: BlockAt) -> None:
+        """Keep points and undo records for the last `keep_blocks` blocks only."""
+        oldest = at.height - self.keep_blocks
+        floor = session.exec(
+            select(ChainPoint.slot).where(col(ChainPoint.height) <= oldest)
+            .order_by(col(ChainPoint.slot).desc()).limit(1)
+        ).first()  # fmt: skip
+        if floor is not None:
+            session.execute(delete(ChainPoint).where(col(ChainPoint.slot) <= floor))
+            undo.forget_before(session, floor)
+
+    # --- roll backward --------------------------------------------------------------------------
+
+    def roll_backward(self, point: Point, tip: dict[str, Any]) -> int:
+        """Undo every block after `point`; returns how many changes were undone. A first
+        start (no points yet) records `point` as where the market's chain begins."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            if point == "origin":
+                at = BlockAt(-1, 0, "origin")
+            else:
+                known = session.get(ChainPoint, point["slot"])
+                height = known.height if known else tip["height"]
+                at = BlockAt(point["slot"], height, point["id"])
+                if known is None and tip["slot"] == point["slot"]:
+                    session.add(ChainPoint(slot=at.slot, block_id=at.id, height=height))
+            undone = undo.undo_after(session, at)
+            session.execute(delete(ChainPoint).where(col(ChainPoint.slot) > at.slot))
+            session.commit()
+        if undone:
+            log.info("rollback to slot %d undid %d change(s)", at.slot, undone)
+        return undone
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def run(self, url: str) -> None:
+        """Follow the chain from the stored points (the tip on a first start), forever; a lost
+        connection is retried from the points stored so far."""
+        while True:
+            try:
+                points = await asyncio.to_thread(self.points)
+                if not points:
+                    tip = await tip_point(url)
+                    points = [{"slot": tip["slot"], "id": tip["id"]}]
+                async for event in follow(url, points):
+                    if isinstance(event, RollForward):
+                        await asyncio.to_thread(self.roll_forward, event.block)
+                        self.lag_blocks = event.tip["height"] - event.block["height"]
+                    else:
+                        await asyncio.to_thread(self.roll_backward, event.point, event.tip)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("the chain follower stopped; it resumes from its stored points")
+                await asyncio.sleep(RETRY_S)
+
+
+def _payment(address: str) -> bytes | None:
+    part = Address.from_primitive(address).payment_part
+    return part.payload if part is not None else None

@@ -1,0 +1,90 @@
+"""The leader's scheduled work (APScheduler): quote expiry, the settlement batcher, the deadline
+watch and provider liveness. Each job runs alone (one instance, missed runs coalesced) in a
+worker thread, with its own database session; chain time comes from the chain's tip.
+"""
+
+from __future__ import annotations
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from offchain.chain.time import iso
+from offchain.market.models import Cause, JobEvent, JobState, Provider
+from offchain.market.services import jobs
+from offchain.market.services.chain import Chain
+from offchain.market.services.settlement import Batcher
+from offchain.market.settings import MarketSettings
+
+S = JobState
+NOT_DELIVERED = (S.FUNDED, S.ACCEPTED, S.RUNNING)  # past the deadline, these failed
+
+
+def expire_quotes(engine: Engine, chain: Chain) -> None:
+    """Quotes nobody locked in time become expired (a late lock still funds them)."""
+    now = chain.now_ms()
+    with Session(engine) as session:
+        for job in jobs.quotes_expired(session, now):
+            jobs.transition(
+                session, job, S.EXPIRED, Cause.SCHEDULER, f"quote ran out at {iso(now)}"
+            )
+        session.commit()
+
+
+def watch_deadlines(engine: Engine, chain: Chain) -> None:
+    """A job not delivered by its deadline fails; once deadline + window has passed, the job's
+    consumer is told (an event) that a refund, and with an acceptance a slash, is possible."""
+    now = chain.now_ms()
+    with Session(engine) as session:
+        for job in jobs.past_deadline(session, now):
+            if job.state in NOT_DELIVERED:
+                job.failure_reason = "the deadline passed without a receipt"
+                jobs.transition(session, job, S.FAILED, Cause.SCHEDULER, job.failure_reason)
+            close = job.deadline_ms + job.settle_window_ms
+            if job.refundable_since_ms is None and close < now:
+                job.refundable_since_ms = now
+                slash = " and a slash of the provider's bond" if job.acceptance_signature else ""
+                session.add(job)
+                session.add(JobEvent(
+                    job_id=job.id, at_ms=jobs.now_ms(), from_state=job.state, to_state=job.state,
+                    cause=Cause.SCHEDULER,
+                    detail=f"unsettled at {iso(close)}: a refund{slash} is possible",
+                ))  # fmt: skip
+        session.commit()
+
+
+def check_liveness(engine: Engine, online_ms: int) -> None:
+    """A provider that missed its heartbeats is offline from when its last one ran out (its
+    offers no longer match); a fresh heartbeat brings it back."""
+    cutoff = jobs.now_ms() - online_ms
+    with Session(engine) as session:
+        stale = select(Provider).where(
+            col(Provider.last_heartbeat_ms) < cutoff, col(Provider.offline_since_ms).is_(None)
+        )
+        for provider in session.exec(stale):
+            provider.offline_since_ms = provider.last_heartbeat_ms + online_ms
+            session.add(provider)
+        back = select(Provider).where(
+            col(Provider.last_heartbeat_ms) >= cutoff, col(Provider.offline_since_ms).is_not(None)
+        )
+        for provider in session.exec(back):
+            provider.offline_since_ms = None
+            session.add(provider)
+        session.commit()
+
+
+def start_scheduler(
+    engine: Engine, chain: Chain, settings: MarketSettings, batcher: Batcher | None
+) -> BackgroundScheduler:
+    """The scheduled work, started; `batcher` None leaves settlement to the parties."""
+    scheduler = BackgroundScheduler(
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+    )
+    every_s = settings.schedule_every_ms / 1000
+    scheduler.add_job(expire_quotes, "interval", (engine, chain), seconds=every_s)
+    scheduler.add_job(watch_deadlines, "interval", (engine, chain), seconds=every_s)
+    scheduler.add_job(check_liveness, "interval", (engine, settings.online_ms), seconds=every_s)
+    if batcher is not None:
+        scheduler.add_job(batcher.run, "interval", seconds=settings.settle_every_ms / 1000)
+    scheduler.start()
+    return scheduler

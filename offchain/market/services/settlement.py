@@ -1,0 +1,221 @@
+"""The settlement batcher: verified receipts become batch settle transactions, paid for by the
+market's own wallet (the fee allowances come back to it as change).
+
+It never builds two transactions that spend one escrow. A transaction is recorded, signed
+bytes and all, with its jobs moved to settling, before it is first submitted; from then on
+its escrows are not batched again until it can no longer land (its ttl passed at the chain's
+tip while the escrow stayed unspent) or the ledger refused its first submission (nobody else
+ever had its bytes). Until then a restart or a rollback resubmits the same bytes. The chain
+follower, not the batcher, decides that a transaction landed (`confirmed`).
+
+One transaction is in flight at a time: each spends the wallet's fee UTxOs, which the next can
+only use once the chain has taken the first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from pycardano import PaymentSigningKey, Transaction
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from offchain.chain.ogmios import OgmiosError, request_sync
+from offchain.chain.submit import UNREACHABLE
+from offchain.market.models import Cause, Job, JobState, Settlement
+from offchain.market.models import SettlementState as Sent
+from offchain.market.services import jobs
+from offchain.market.services.chain import Chain, parse_ref
+from offchain.market.services.crash import crash_point
+from offchain.market.settings import MarketSettings
+from offchain.protocol import escrow as escrows
+from offchain.protocol.txbuild import BuildError, Clock, Wallet
+
+log = logging.getLogger(__name__)
+S = JobState
+IN_FLIGHT = (Sent.BUILT, Sent.SUBMITTED)
+WINDOW_MARGIN_MS = 60_000  # leave a receipt whose window closes sooner than this to a refund
+
+
+def market_wallet(settings: MarketSettings, chain: Chain) -> Wallet | None:
+    """The market's own wallet from its key file, or None when none is configured."""
+    if settings.wallet_key is None:
+        return None
+    key = PaymentSigningKey.load(str(settings.wallet_key))
+    return Wallet.of(key, chain.deployment.network)
+
+
+class Batcher:
+    """Builds, records, submits and reconciles settle transactions (the leader runs it)."""
+
+    def __init__(
+        self, engine: Engine, chain: Chain, wallet: Wallet, settings: MarketSettings
+    ) -> None:
+        self.engine, self.chain, self.wallet, self.settings = engine, chain, wallet, settings
+        self.batch_max = settings.settle_batch_max
+        self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
+
+    def run(self) -> None:
+        """One round: reconcile what is in flight, then build the next batch if none is."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            pending = session.exec(
+                select(Settlement).where(col(Settlement.state).in_((*IN_FLIGHT, Sent.CONFLICTED)))
+            ).all()  # fmt: skip
+        tip = Clock.now(self.chain.context).tip_slot
+        for settlement in pending:
+            if tip >= settlement.ttl_slot:
+                self._release(settlement)
+            elif settlement.state in IN_FLIGHT:
+                self._resubmit(settlement)
+        if not any(s.state in IN_FLIGHT and tip < s.ttl_slot for s in pending):
+            self._settle_next()
+
+    # --- what is in flight ----------------------------------------------------------------------
+
+    def _resubmit(self, settlement: Settlement) -> None:
+        """Submit the same signed bytes again if it has not been seen in a block for a while (a
+        restart before its first submission, a rollback that dropped it)."""
+        since = settlement.submitted_at_ms
+        if since is not None and jobs.now_ms() - since < self.settings.resubmit_after_ms:
+            return
+        try:
+            self._submit(bytes.fromhex(settlement.tx_cbor))
+        except OgmiosError as exc:  # in a mempool or a block already, or its escrows spent
+            log.info("resubmitting %s: %s", settlement.tx_id, exc.message)
+        except UNREACHABLE as exc:
+            log.warning("resubmitting %s: the chain is unreachable: %s", settlement.tx_id, exc)
+            return
+        self._mark(settlement.tx_id, Sent.SUBMITTED)
+
+    def _release(self, settlement: Settlement, why: str = "") -> None:
+        """The transaction can no longer land: its jobs whose escrow is still unspent go back to
+        the queue. Jobs whose escrow is spent wait for the follower to say by what."""
+        why = why or f"settle transaction {settlement.tx_id} expired before it landed"
+        waiting = False
+        with Session(self.engine, expire_on_commit=False) as session:
+            for ref in json.loads(settlement.escrows):
+                job = jobs.by_escrow(session, ref)
+                if job is None or job.state != S.SETTLING or job.settle_tx != settlement.tx_id:
+                    continue
+                if self.chain.utxo(parse_ref(ref, "escrow")) is None:
+                    waiting = True
+                    continue
+                job.settle_tx = None
+                jobs.transition(session, job, S.COMPLETED, Cause.SCHEDULER, why)
+            if not waiting:
+                row = session.get(Settlement, settlement.tx_id)
+                if row is not None and row.state != Sent.CONFIRMED:
+                    row.state = Sent.REFUSED if settlement.state == Sent.REFUSED else Sent.EXPIRED
+                    row.updated_at_ms = jobs.now_ms()
+                    session.add(row)
+            session.commit()
+
+    def _mark(self, tx_id: str, state: Sent) -> None:
+        with Session(self.engine) as session:
+            row = session.get(Settlement, tx_id)
+            if row is not None and row.state in IN_FLIGHT:
+                row.state, row.updated_at_ms = state, jobs.now_ms()
+                row.submitted_at_ms = row.updated_at_ms
+                session.add(row)
+                session.commit()
+
+    def _submit(self, cbor: bytes) -> None:
+        request_sync(
+            self.settings.ogmios_url, "submitTransaction", {"transaction": {"cbor": cbor.hex()}}
+        )
+
+    # --- the next batch -------------------------------------------------------------------------
+
+    def _settle_next(self) -> None:
+        batch = self._collect()
+        if not batch:
+            return
+        try:
+            tx = self._build([receipt for _, receipt in batch])
+        except BuildError as exc:
+            self._failed([job for job, _ in batch], str(exc))
+            return
+        settlement = self._record(tx, [job for job, _ in batch])
+        if settlement is None:
+            return
+        crash_point(self.settings, "settlement-built")
+        try:
+            self._submit(tx.to_cbor())
+        except OgmiosError as exc:  # never in a mempool: nobody can land it, release now
+            settlement.state = Sent.REFUSED
+            self._release(settlement, f"the ledger refused {settlement.tx_id}: {exc.message}")
+            self._failed([job for job, _ in batch], exc.message)
+            return
+        except UNREACHABLE as exc:  # it may have reached the node: resubmitted later
+            log.warning("submitting %s: the chain is unreachable: %s", settlement.tx_id, exc)
+            return
+        crash_point(self.settings, "settlement-submitted")
+        self._mark(settlement.tx_id, Sent.SUBMITTED)
+        self.batch_max = self.settings.settle_batch_max
+        log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
+
+    def _build(self, receipts: Sequence[escrows.SignedReceipt]) -> Transaction:
+        """The settle transaction, signed by the market's wallet: the one place it signs."""
+        context, deployment = self.chain.context, self.chain.deployment
+        return self.wallet.sign(escrows.settle(context, deployment, receipts, self.wallet.address))
+
+    def _collect(self) -> list[tuple[Job, escrows.SignedReceipt]]:
+        """Up to `batch_max` jobs with a verified receipt, an unspent escrow and time left."""
+        closing = Clock.now(self.chain.context).tip_ms + WINDOW_MARGIN_MS
+        batch = []
+        with Session(self.engine, expire_on_commit=False) as session:
+            queued = jobs.receipts_to_settle(session, self.batch_max + len(self.unsettleable))
+        for job in queued:
+            if job.id in self.unsettleable or job.deadline_ms + job.settle_window_ms < closing:
+                continue
+            utxo = self.chain.utxo(parse_ref(job.escrow_ref, "escrow"))
+            if utxo is None:  # spent: the follower records by what
+                continue
+            receipt = escrows.SignedReceipt(
+                utxo, job.receipt_units, bytes.fromhex(job.receipt_result_hash),
+                bytes.fromhex(job.receipt_evidence_hash), bytes.fromhex(job.receipt_signature),
+            )  # fmt: skip
+            batch.append((job, receipt))
+            if len(batch) == self.batch_max:
+                break
+        return batch
+
+    def _record(self, tx: Transaction, chosen: Sequence[Job]) -> Settlement | None:
+        """Store the transaction and move its jobs to settling, in one database transaction,
+        if they are all still waiting (rows locked); None when one moved meanwhile."""
+        tx_id = tx.id.payload.hex()
+        ids = [job.id for job in chosen]
+        with Session(self.engine, expire_on_commit=False) as session:
+            query = select(Job).where(
+                col(Job.id).in_(ids), col(Job.state).in_((S.COMPLETED, S.FAILED))
+            )
+            locked = session.exec(query.with_for_update()).all()
+            if len(locked) != len(ids):
+                return None  # the unsigned, unsubmitted transaction is simply dropped
+            now = jobs.now_ms()
+            settlement = Settlement(
+                tx_id=tx_id, state=Sent.BUILT, escrows=json.dumps([j.escrow_ref for j in chosen]),
+                tx_cbor=tx.to_cbor().hex(), ttl_slot=tx.transaction_body.ttl,
+                created_at_ms=now, updated_at_ms=now,
+            )  # fmt: skip
+            session.add(settlement)
+            for job in locked:
+                job.settle_tx = tx_id
+                jobs.transition(
+                    session, job, S.SETTLING, Cause.SCHEDULER,
+                    f"in settle transaction {tx_id} ({len(ids)} escrows)", tx_id=tx_id,
+                )  # fmt: skip
+            session.commit()
+        return settlement
+
+    def _failed(self, batch: Sequence[Job], why: str) -> None:
+        """A batch that could not be built or was refused is halved until the job at fault is
+        alone; a job that fails alone is left out (and logged) for this process's life."""
+        if len(batch) > 1:
+            self.batch_max = max(1, len(batch) // 2)
+            log.warning("a batch of %d failed (%s); trying %d", len(batch), why, self.batch_max)
+        else:
+            self.unsettleable[batch[0].id] = why
+            log.error("job %s cannot be settled by the market: %s", batch[0].id, why)

@@ -1,0 +1,156 @@
+"""Jobs driven through a running market over real HTTP, for the follower, settlement, crash and
+leadership tests: a provider with an offer, consumers who lock what they are quoted (with the
+protocol's builder, and without telling the market: its chain follower finds the escrow), and
+the scripted provider's acceptance, start and signed receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from typing import Any, TypeVar
+
+import httpx
+from pycardano import Address, Transaction, UTxO
+from sqlmodel import Session, SQLModel, select
+
+from offchain.chain.submit import submit_and_wait
+from offchain.devnet.process import DevnetProcess
+from offchain.market.db import make_engine
+from offchain.market.models import JobEvent
+from offchain.market.services import jobs
+from offchain.market.settings import MarketSettings
+from offchain.protocol import escrow as escrows
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from tests.market.client import Party
+from tests.market.test_lifecycle import job_request, offer_terms
+from tests.protocol.onchain import output, wallet
+
+T = TypeVar("T", bound=SQLModel)
+UNITS = 42
+RESULT = hashlib.sha256(b"the result").digest()
+EVIDENCE = hashlib.sha256(b"the metering").digest()
+
+
+@dataclasses.dataclass
+class Locked:
+    """A quoted job and the escrow its consumer locked for it."""
+
+    job: str
+    consumer: Party
+    lock: Transaction
+    block: dict[str, Any]  # the block that took the lock
+
+    @property
+    def escrow(self) -> UTxO:
+        return output(self.lock, escrows.ESCROW_OUTPUT)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+
+
+async def provider_with_offer(
+    devnet: DevnetProcess, http: httpx.AsyncClient, identity: str
+) -> Party:
+    provider = Party.new(http, identity, await wallet(devnet))
+    offered = await provider.send("POST", "/offers", offer_terms(provider))
+    assert offered.status_code == 201, offered.text
+    return provider
+
+
+async def quote(devnet: DevnetProcess, http: httpx.AsyncClient, identity: str) -> tuple[Party, str]:
+    """A new consumer with a quoted job."""
+    consumer = Party.new(http, identity, await wallet(devnet))
+    quoted = await consumer.send("POST", "/jobs", job_request(consumer))
+    assert quoted.status_code == 201, quoted.text
+    return consumer, quoted.json()["job_id"]
+
+
+async def lock(devnet: DevnetProcess, deployment: Deployment, consumer: Party, job: str) -> Locked:
+    """Lock the job's escrow exactly as quoted, on chain only (the market is not told)."""
+    params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
+    datum = escrows.new_escrow(
+        Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
+        bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
+        params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
+        params["fee_allowance"],
+    )  # fmt: skip
+    unsigned = escrows.lock(
+        devnet.context(), deployment, consumer.wallet.address, datum, params["lovelace"]
+    )
+    signed = consumer.wallet.sign(unsigned)
+    block = await submit_and_wait(devnet.url, signed, timeout_s=30)
+    return Locked(job, consumer, signed, block)
+
+
+async def quote_and_lock(
+    devnet: DevnetProcess, deployment: Deployment, http: httpx.AsyncClient, identity: str
+) -> Locked:
+    return await lock(devnet, deployment, *await quote(devnet, http, identity))
+
+
+async def deliver(provider: Party, deployment: Deployment, locked: Locked) -> None:
+    """The scripted provider: accept the funded job, start it, hand in a signed receipt."""
+    escrow = locked.escrow.input
+    job = locked.job
+    job_id = escrows.escrow_datum(deployment, locked.escrow).job_id
+    payload = acceptance_payload(
+        deployment.network_id, deployment.escrow_hash, escrow, job_id, deployment.bond_hash
+    )
+    accepted = await provider.send(
+        "POST", f"/jobs/{job}/acceptance", {"signature": sign(provider.wallet.key, payload).hex()}
+    )
+    assert accepted.status_code == 200, accepted.text
+    assert (await provider.send("POST", f"/jobs/{job}/start")).status_code == 200
+    receipt = await send_receipt(provider, deployment, locked)
+    assert receipt.status_code == 200, receipt.text
+
+
+async def send_receipt(provider: Party, deployment: Deployment, locked: Locked) -> httpx.Response:
+    signature = sign(provider.wallet.key, receipt_payload(
+        deployment.network_id, deployment.escrow_hash, locked.escrow.input, UNITS, RESULT,
+        EVIDENCE,
+    ))  # fmt: skip
+    body = {"units": UNITS, "result_hash": RESULT.hex(), "evidence_hash": EVIDENCE.hex(),
+            "signature": signature.hex()}  # fmt: skip
+    return await provider.send("POST", f"/jobs/{locked.job}/receipt", body)
+
+
+async def job_status(party: Party, job: str) -> dict[str, Any]:
+    answer = await party.send("GET", f"/jobs/{job}")
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+async def wait_for(party: Party, job: str, state: str, timeout_s: float = 60) -> dict[str, Any]:
+    """The job's status once it is in `state` (polled: the follower and batcher move it)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    while True:
+        status = await job_status(party, job)
+        if status["state"] == state:
+            return status
+        assert loop.time() < until, f"job {job} is {status['state']}, not {state}"
+        await asyncio.sleep(0.2)
+
+
+def timeline(settings: MarketSettings, job: str) -> list[JobEvent]:
+    """The job's events as stored, oldest first."""
+    engine = make_engine(settings)
+    try:
+        with Session(engine) as session:
+            return list(jobs.events(session, job))
+    finally:
+        engine.dispose()
+
+
+def stored(settings: MarketSettings, model: type[T], *where: Any) -> list[T]:
+    """Rows of `model` as the market stored them."""
+    engine = make_engine(settings)
+    try:
+        with Session(engine) as session:
+            return list(session.exec(select(model).where(*where)))
+    finally:
+        engine.dispose()

@@ -1,0 +1,138 @@
+"""The leader's work on the session's devnet, over real HTTP, on SQLite and PostgreSQL: the chain
+follower finds escrows nobody reported and funds them after their confirmations, the batcher
+settles verified receipts from the market's own wallet (balances to the lovelace), quotes
+expire, and providers that stop beating go offline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+from pycardano import Transaction
+
+from offchain.market.models import Cause, Provider, Settlement, SettlementState
+from offchain.market.settings import MarketSettings
+from offchain.protocol.split import settle_split
+from offchain.protocol.txbuild import Wallet
+from tests.market.client import serve
+from tests.market.flow import (
+    UNITS,
+    deliver,
+    lock,
+    provider_with_offer,
+    quote,
+    quote_and_lock,
+    stored,
+    timeline,
+    wait_for,
+)
+from tests.market.test_lifecycle import PRICE, SPEC
+from tests.protocol.onchain import balance, wallet
+
+FAST = {"settle_every_ms": 300, "schedule_every_ms": 300, "leader_poll_ms": 200,
+        "resubmit_after_ms": 1000}  # fmt: skip
+
+
+async def leader_settings(
+    settings: MarketSettings, devnet, tmp_path, **changes
+) -> tuple[MarketSettings, Wallet]:
+    """`settings` with a funded market wallet, one confirmation and quick scheduled work."""
+    market = await wallet(devnet)
+    market.key.save(str(tmp_path / "market.skey"))
+    update = {"wallet_key": tmp_path / "market.skey", "confirmations": 1, **FAST, **changes}
+    return settings.model_copy(update=update), market
+
+
+@pytest.fixture
+async def leader(
+    request, settings, devnet, tmp_path
+) -> AsyncIterator[tuple[MarketSettings, Wallet, str]]:
+    """A leading market; a test parametrizes it (indirectly) with changes to its settings."""
+    made, market = await leader_settings(
+        settings, devnet, tmp_path, **getattr(request, "param", {})
+    )
+    with serve(made) as url:
+        yield made, market, url
+
+
+async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
+    devnet, market_deployment, leader
+):
+    settings, market, url = leader
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        provider = await provider_with_offer(devnet, http, settings.identity)
+        deals = [
+            await quote_and_lock(devnet, market_deployment, http, settings.identity)
+            for _ in range(3)
+        ]
+        for deal in deals:
+            await wait_for(deal.consumer, deal.job, "funded")
+        before = {
+            "provider": balance(devnet, provider.wallet.address),
+            "market": balance(devnet, market.address),
+            **{deal.job: balance(devnet, deal.consumer.wallet.address) for deal in deals},
+        }
+        for deal in deals:
+            await deliver(provider, market_deployment, deal)
+        settled = [await wait_for(deal.consumer, deal.job, "settled") for deal in deals]
+
+    settlements = stored(settings, Settlement)
+    assert {s.state for s in settlements} == {SettlementState.CONFIRMED}
+    escrows = [ref for s in settlements for ref in json.loads(s.escrows)]
+    assert sorted(escrows) == sorted(deal.ref for deal in deals)  # each escrow in one tx
+    for deal, status in zip(deals, settled, strict=True):
+        assert status["settle_tx"] in {s.tx_id for s in settlements}
+        assert devnet.context().utxo_by_tx_id(deal.lock.id.payload.hex(), 0) is None
+        events = timeline(settings, deal.job)
+        funded = next(e for e in events if e.to_state == "funded")
+        assert funded.cause == Cause.CHAIN and funded.tx_id == deal.lock.id.payload.hex()
+        assert funded.block_height == deal.block["height"] + 1  # one block on top
+        assert events[-1].cause == Cause.CHAIN and events[-1].tx_id == status["settle_tx"]
+
+    lovelace = deals[0].escrow.output.amount.coin
+    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], settings.fee_allowance)
+    assert balance(devnet, provider.wallet.address) == before["provider"] + 3 * split.provider
+    for deal in deals:
+        assert balance(devnet, deal.consumer.wallet.address) == before[deal.job] + split.consumer
+    fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
+               for s in settlements)  # fmt: skip
+    assert balance(devnet, market.address) == before["market"] + 3 * split.fee - fees
+
+
+@pytest.mark.parametrize("leader", [{"quote_ttl_ms": 2000}], indirect=True)
+async def test_an_unlocked_quote_expires_and_a_late_lock_still_funds_it(
+    devnet, market_deployment, leader
+):
+    settings, _, url = leader
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        await provider_with_offer(devnet, http, settings.identity)
+        consumer, job = await quote(devnet, http, settings.identity)
+        await wait_for(consumer, job, "expired")
+        late = await lock(devnet, market_deployment, consumer, job)
+        await wait_for(consumer, job, "funded")
+    states = [e.to_state for e in timeline(settings, late.job)]
+    assert states == ["requested", "quoted", "expired", "funded"]
+
+
+@pytest.mark.parametrize("leader", [{"online_ms": 1000}], indirect=True)
+async def test_a_provider_that_stops_beating_goes_offline_and_comes_back(devnet, leader):
+    settings, _, url = leader
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        provider = await provider_with_offer(devnet, http, settings.identity)
+        mine = Provider.id == provider.wallet.key_hash.payload.hex()
+        await until(lambda: stored(settings, Provider, mine)[0].offline_since_ms is not None)
+        (row,) = stored(settings, Provider, mine)
+        assert row.offline_since_ms == row.last_heartbeat_ms + settings.online_ms
+        assert (await provider.send("POST", "/providers/heartbeat")).status_code == 204
+        await until(lambda: stored(settings, Provider, mine)[0].offline_since_ms is None)
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        assert loop.time() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.2)
