@@ -30,8 +30,7 @@ from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, new_builder
-from offchain.protocol.txbuild import sign as sign_tx
+from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
 from tests.protocol.onchain import confirm, output, travel_to, wallet
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"
@@ -75,7 +74,7 @@ async def lock_many(
                 60_000, bytes(32), ALLOWANCE,
             )  # fmt: skip
             builder.add_output(TransactionOutput(deployment.escrow_address(), LOCKED, datum=datum))
-        tx = await confirm(devnet, sign_tx(builder, funder))
+        tx = await confirm(devnet, funder.sign(build(builder, funder.address)))
         made += [output(tx, i) for i in range(len(tx.transaction_body.outputs) - 1)]
     return made
 
@@ -93,7 +92,7 @@ async def batch_cost(
         for e in batch
     ]
     try:
-        tx = escrows.settle(devnet.context(), deployment, receipts, market)
+        tx = market.sign(escrows.settle(devnet.context(), deployment, receipts, market.address))
         return await cost(devnet, tx)
     except (BuildError, OgmiosError, ResponseError, PyCardanoException) as exc:  # over a limit
         return {"error": str(exc).splitlines()[0][:200]}
@@ -147,7 +146,8 @@ async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, di
             consumer.address, provider.address, provider.vkey, PRICE, MAX_UNITS,
             Clock.now(context).tip_ms + 30_000, 10_000, bytes(32), ALLOWANCE,
         )  # fmt: skip
-        tx = await run("lock", escrows.lock(context, deployment, consumer, datum, LOCKED))
+        locking = escrows.lock(context, deployment, consumer.address, datum, LOCKED)
+        tx = await run("lock", consumer.sign(locking))
         return output(tx, escrows.ESCROW_OUTPUT)
 
     def context():
@@ -155,27 +155,39 @@ async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, di
 
     escrow = await lock()
     receipt = escrows.signed_receipt(deployment, provider.key, escrow, UNITS, bytes(32), bytes(32))
-    await run("settle", escrows.settle(context(), deployment, [receipt], market))
+    await run(
+        "settle", market.sign(escrows.settle(context(), deployment, [receipt], market.address))
+    )
     escrow = await lock()
-    await run("cancel", escrows.cancel(context(), deployment, escrow, consumer, provider.key))
+    cancel = escrows.cancel(context(), deployment, escrow, consumer.address)
+    await run("cancel", sign_tx(cancel, consumer.key, provider.key))
     refunded, slashed = await lock(), await lock()
-    tx = await run("bond_create", bonds.create(context(), deployment, provider, BOND))
+    created = bonds.create(context(), deployment, provider.address, provider.vkey, BOND)
+    tx = await run("bond_create", provider.sign(created))
     bond = output(tx, bonds.BOND_OUTPUT)
     await travel_to(devnet, escrows.escrow_datum(deployment, slashed).close + 1)
-    await run("refund", escrows.refund(context(), deployment, refunded, market))
+    await run(
+        "refund", market.sign(escrows.refund(context(), deployment, refunded, market.address))
+    )
     job = escrows.escrow_datum(deployment, slashed).job_id
     accepted = acceptance_payload(
         0, deployment.escrow_hash, slashed.input, job, deployment.bond_hash
     )
-    slash = bonds.slash(context(), deployment, slashed, bond, sign(provider.key, accepted), market)
+    signature = sign(provider.key, accepted)
+    slash = market.sign(
+        bonds.slash(context(), deployment, slashed, bond, signature, market.address)
+    )
     bond = output(await run("slash", slash), bonds.SLASHED_BOND_OUTPUT)
-    tx = await run("bond_top_up", bonds.top_up(context(), deployment, bond, market, 10 * ADA))
+    topped = bonds.top_up(context(), deployment, bond, market.address, 10 * ADA)
+    tx = await run("bond_top_up", market.sign(topped))
     bond = output(tx, bonds.BOND_OUTPUT)
-    tx = await run("bond_begin_unbond", bonds.begin_unbond(context(), deployment, bond, provider))
+    unbond = bonds.begin_unbond(context(), deployment, bond, provider.address)
+    tx = await run("bond_begin_unbond", provider.sign(unbond))
     bond = output(tx, bonds.BOND_OUTPUT)
     since = bonds.bond_datum(deployment, bond).unbonding_since.value
     await travel_to(devnet, since + NOTICE_MS)
-    await run("bond_withdraw", bonds.withdraw(context(), deployment, bond, provider))
+    withdraw = bonds.withdraw(context(), deployment, bond, provider.address)
+    await run("bond_withdraw", provider.sign(withdraw))
     return measured
 
 
@@ -184,7 +196,10 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         devnet = DevnetProcess(Path(tmp) / "data").start()
         try:
             deployer = await wallet(devnet, 10_000 * ADA)
-            tx, deployment = deploy(devnet.context(), deployer, 0, NOTICE_MS, SLASH_SHARE_BPS)
+            tx, deployment = deploy(
+                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS
+            )
+            tx = deployer.sign(tx)
             await confirm(devnet, tx)
             measured = await actions(devnet, deployment)
             provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]

@@ -169,7 +169,10 @@ def create(
             code=1,
         )
     chain.can_pay(lovelace)
-    tx = bonds.create(chain.context, chain.deployment, chain.wallet, lovelace)
+    wallet = chain.wallet
+    tx = wallet.sign(
+        bonds.create(chain.context, chain.deployment, wallet.address, wallet.vkey, lovelace)
+    )
     chain.submit(tx, f"posted a bond of {ada(lovelace)}")
     show_bond(chain, made_bond(tx))
 
@@ -189,7 +192,9 @@ def top_up(
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
     utxo, _ = chain.bond(bond)
     chain.can_pay(lovelace)
-    tx = bonds.top_up(chain.context, chain.deployment, utxo, chain.wallet, lovelace)
+    tx = chain.wallet.sign(
+        bonds.top_up(chain.context, chain.deployment, utxo, chain.wallet.address, lovelace)
+    )
     chain.submit(tx, f"added {ada(lovelace)}")
     show_bond(chain, made_bond(tx))
 
@@ -206,7 +211,9 @@ def unbond(
     """Give notice: withdraw once it has run out (take no job that would outlive it)."""
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
     utxo, _ = chain.bond(bond)
-    tx = bonds.begin_unbond(chain.context, chain.deployment, utxo, chain.wallet)
+    tx = chain.wallet.sign(
+        bonds.begin_unbond(chain.context, chain.deployment, utxo, chain.wallet.address)
+    )
     chain.submit(tx, "gave notice")
     show_bond(chain, made_bond(tx))
 
@@ -232,7 +239,9 @@ def withdraw(
     slot = withdrawable_slot(chain.deployment, datum.unbonding_since.value, clock)
     if clock.tip_slot < slot:
         raise fail(f"bond still unbonding: withdrawable at {clock.iso_slot(slot)}", code=1)
-    tx = bonds.withdraw(chain.context, chain.deployment, utxo, chain.wallet)
+    tx = chain.wallet.sign(
+        bonds.withdraw(chain.context, chain.deployment, utxo, chain.wallet.address)
+    )
     chain.submit(tx, f"withdrew {ada(utxo.output.amount.coin)} to {chain.wallet.address}")
 
 

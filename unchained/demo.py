@@ -86,8 +86,10 @@ def walkthrough(devnet: DevnetProcess, data_dir: Path) -> None:
 
     say("\n1. The market deploys the validators")
     market = Wallet.of(devnet.key("market"))
-    deploy_tx, deployment = deploy(chain_context(url), market, 0, NOTICE_MS, SLASH_SHARE_BPS)
-    confirm(url, deploy_tx, "deploy")
+    deploy_tx, deployment = deploy(
+        chain_context(url), market.address, 0, NOTICE_MS, SLASH_SHARE_BPS
+    )
+    confirm(url, market.sign(deploy_tx), "deploy")
     say(f"   escrow script {deployment.escrow_hash.payload.hex()}")
     say(f"   bond script   {deployment.bond_hash.payload.hex()}")
     deployment_file.save(deployment, data_dir / "deployment.json")
@@ -145,7 +147,9 @@ def walkthrough(devnet: DevnetProcess, data_dir: Path) -> None:
     say(f"   signature {receipt.signature.hex()[:32]}...")
 
     say("\n8. The market settles the escrow with the receipt")
-    settle_tx = escrows.settle(chain_context(url), deployment, [receipt], market)
+    settle_tx = market.sign(
+        escrows.settle(chain_context(url), deployment, [receipt], market.address)
+    )
     confirm(url, settle_tx, f"settled escrow {out_ref(escrow)}")
 
     after = {name: balance(url, address) for name, address in parties.items()}
@@ -188,7 +192,7 @@ def lock(
         deadline, SETTLE_WINDOW_MS, spec.job_id(), FEE_ALLOWANCE,
     )  # fmt: skip
     locked = lock_amount(price, spec.max_duration_s, FEE_ALLOWANCE)
-    tx = escrows.lock(context, deployment, consumer, datum, locked)
+    tx = consumer.sign(escrows.lock(context, deployment, consumer.address, datum, locked))
     confirm(url, tx, "lock")
     say(f"   deadline {iso(deadline)}, settle window {SETTLE_WINDOW_MS // 60_000} min after it")
     index = escrows.ESCROW_OUTPUT

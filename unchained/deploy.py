@@ -64,9 +64,12 @@ def deploy_command(
         raise fail(str(exc)) from exc
     with reported():
         try:
-            tx, made = deploy(context, payer, context.network.value, notice_ms, slash_share_bps)
+            unsigned, made = deploy(
+                context, payer.address, context.network.value, notice_ms, slash_share_bps
+            )
         except UNREACHABLE as exc:
             raise fail(f"cannot reach Ogmios at {ogmios_url}: {exc}", code=1) from exc
+        tx = payer.sign(unsigned)
         height = asyncio.run(submit_confirmed(ogmios_url, tx))
     deployment_file.save(made, deployment)
     typer.echo(f"deployed: tx {tx.id} in block {height} (fee {ada(tx.transaction_body.fee)})")

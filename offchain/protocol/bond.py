@@ -1,7 +1,8 @@
 """Bond transactions: create, top up, begin unbonding, withdraw, and slash (with a refund).
 
 The bond's continuing output keeps the bond's full address, so its stake part (and the
-staking rewards) cannot be redirected.
+staking rewards) cannot be redirected. Each builder returns an unsigned transaction; the
+provider signs create, begin-unbond and withdraw, a payer signs top-up and slash.
 """
 
 from __future__ import annotations
@@ -29,16 +30,15 @@ from offchain.protocol.txbuild import (
     TTL_MS,
     BuildError,
     Clock,
-    Wallet,
     add_inputs,
     add_output,
+    build,
     fee_inputs,
     ledger_inputs,
     new_builder,
     out_ref,
     read_datum,
     script_source,
-    sign,
     tagged_output,
 )
 from offchain.protocol.types import (
@@ -58,16 +58,19 @@ SLASHED_BOND_OUTPUT = 2  # a slash's continuing bond, after the refund and the c
 
 
 def create(
-    context: OgmiosV6ChainContext, deployment: Deployment, provider: Wallet, lovelace: int
+    context: OgmiosV6ChainContext,
+    deployment: Deployment,
+    provider: Address,
+    provider_vkey: bytes,
+    lovelace: int,
 ) -> Transaction:
-    """Post a bond backing `provider`'s acceptances, staked like the provider's address."""
-    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
+    """Post a bond from `provider`'s address backing the acceptances of `provider_vkey`,
+    staked like the provider's address."""
+    datum = BondDatum(to_plutus(provider), provider_vkey, Nothing())
     builder = new_builder(context)
-    builder.add_input_address(provider.address)
-    builder.add_output(
-        TransactionOutput(deployment.bond_address(provider.address), lovelace, datum=datum)
-    )
-    return sign(builder, provider)
+    builder.add_input_address(provider)
+    builder.add_output(TransactionOutput(deployment.bond_address(provider), lovelace, datum=datum))
+    return build(builder, provider)
 
 
 def bond_datum(deployment: Deployment, bond: UTxO) -> BondDatum:
@@ -95,7 +98,7 @@ def top_up(
     context: OgmiosV6ChainContext,
     deployment: Deployment,
     bond: UTxO,
-    payer: Wallet,
+    payer: Address,
     lovelace: int,
 ) -> Transaction:
     """Add `lovelace` to a bond (anyone may: it only ever grows the bond)."""
@@ -104,12 +107,12 @@ def top_up(
     datum = bond_datum(deployment, bond)
     builder = _spend_bond(deployment, bond, TopUp(BOND_OUTPUT), context)
     _continue(builder, bond, datum, bond.output.amount.coin + lovelace)
-    builder.add_input_address(payer.address)
-    return sign(builder, payer)
+    builder.add_input_address(payer)
+    return build(builder, payer)
 
 
 def begin_unbond(
-    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Wallet
+    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Address
 ) -> Transaction:
     """Start the notice period; withdraw after it (`Deployment.notice_ms`). The notice runs
     from the transaction's validity upper bound (at most `TTL_MS` from now): the validator
@@ -123,15 +126,15 @@ def begin_unbond(
     since = clock.time.slot_to_posix_ms(builder.ttl)  # what the validator sees as the upper bound
     unbonding = BondDatum(datum.provider, datum.provider_vkey, Just(since))
     _continue(builder, bond, unbonding, bond.output.amount.coin)
-    builder.required_signers = [provider.key_hash]
-    builder.add_input_address(provider.address)
-    return sign(builder, provider)
+    builder.required_signers = [provider.payment_part]
+    builder.add_input_address(provider)
+    return build(builder, provider)
 
 
 def withdraw(
-    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Wallet
+    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Address
 ) -> Transaction:
-    """Take the bond back to the provider's wallet once the notice has run out."""
+    """Take the bond back to the provider's address once the notice has run out."""
     datum = _provider_bond(deployment, bond, provider)
     if not isinstance(datum.unbonding_since, Just):
         raise BuildError("the bond is not unbonding: begin unbonding first")
@@ -141,9 +144,9 @@ def withdraw(
         raise BuildError(f"the unbonding notice runs until {clock.iso_slot(first)}")
     builder = _spend_bond(deployment, bond, Withdraw(), context)
     builder.validity_start = clock.tip_slot
-    builder.required_signers = [provider.key_hash]
-    builder.add_input_address(provider.address)
-    return sign(builder, provider)
+    builder.required_signers = [provider.payment_part]
+    builder.add_input_address(provider)
+    return build(builder, provider)
 
 
 def slash(
@@ -152,7 +155,7 @@ def slash(
     escrow: UTxO,
     bond: UTxO,
     acceptance_signature: bytes,
-    submitter: Wallet,
+    submitter: Address,
 ) -> Transaction:
     """Refund an accepted but unsettled escrow and pay its consumer a share of the bond.
 
@@ -188,13 +191,13 @@ def slash(
     )
     _continue(builder, bond, bond_data, bond.output.amount.coin - share)
     add_inputs(builder, fee)
-    return sign(builder, submitter)
+    return build(builder, submitter)
 
 
-def _provider_bond(deployment: Deployment, bond: UTxO, provider: Wallet) -> BondDatum:
+def _provider_bond(deployment: Deployment, bond: UTxO, provider: Address) -> BondDatum:
     datum = bond_datum(deployment, bond)
-    if provider.key_hash != PaymentVerificationKey(datum.provider_vkey).hash():
-        raise BuildError("the wallet's key is not the bond's provider key")
+    if provider.payment_part != PaymentVerificationKey(datum.provider_vkey).hash():
+        raise BuildError(f"{provider} is not the address of the bond's provider key")
     return datum
 
 

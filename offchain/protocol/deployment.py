@@ -26,7 +26,7 @@ from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from contracts.scripts import bond_script, escrow_script
 from offchain.chain.context import context_url
 from offchain.chain.ogmios import request_sync
-from offchain.protocol.txbuild import Wallet, at_least_min_utxo, new_builder, out_ref, sign
+from offchain.protocol.txbuild import at_least_min_utxo, build, new_builder, out_ref
 
 # Reference scripts sit where nobody can ever spend them (a native script "any of none" is
 # never satisfied), so no one can pull a deployment out from under everyone's builders.
@@ -76,22 +76,24 @@ class Deployment:
 
 def deploy(
     context: OgmiosV6ChainContext,
-    wallet: Wallet,
+    payer: Address,
     network_id: int,
     notice_ms: int,
     slash_share_bps: int,
 ) -> tuple[Transaction, Deployment]:
-    """Publish both scripts as reference UTxOs and register the escrow's stake credential.
+    """Publish both scripts as reference UTxOs and register the escrow's stake credential;
+    `payer` pays and signs.
 
     The escrow is output 0 and the bond output 1. Registration is skipped when the credential
-    is already registered (the same scripts deployed again).
+    is already registered (the same scripts deployed again). The deployment names outputs of
+    the unsigned transaction: its id does not change when it is signed.
     """
     escrow = escrow_script(network_id)
     escrow_hash = plutus_script_hash(escrow)
     bond = bond_script(network_id, escrow_hash.payload, notice_ms, slash_share_bps)
     holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
     builder = new_builder(context)
-    builder.add_input_address(wallet.address)
+    builder.add_input_address(payer)
     outputs = []
     for script in (escrow, bond):
         output = TransactionOutput(holder, 0, script=script)
@@ -100,7 +102,7 @@ def deploy(
         outputs.append(output)
     if not _registered(context, escrow_hash):
         builder.certificates = [StakeRegistration(StakeCredential(escrow_hash))]
-    tx = sign(builder, wallet)
+    tx = build(builder, payer)
     refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
     return tx, Deployment(network_id, notice_ms, slash_share_bps, *refs)
 

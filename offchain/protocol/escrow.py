@@ -1,6 +1,7 @@
 """Escrow transactions: lock, settle (one or a batch), refund and cancel.
 
-Each returns a signed transaction or raises BuildError saying what is missing. Payouts are
+Each returns an unsigned transaction (sign with `txbuild.sign_tx` or `Wallet.sign`) or raises
+BuildError saying what is missing. Payouts are
 tagged outputs placed at known indices; the split is `offchain.protocol.split`'s.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from pycardano import (
     Address,
     PaymentSigningKey,
+    PaymentVerificationKey,
     Redeemer,
     Transaction,
     TransactionBuilder,
@@ -31,10 +33,10 @@ from offchain.protocol.split import lock_amount, refund_amount, settle_split
 from offchain.protocol.txbuild import (
     BuildError,
     Clock,
-    Wallet,
     add_inputs,
     add_output,
     at_least_min_utxo,
+    build,
     fee_inputs,
     ledger_inputs,
     ledger_key,
@@ -44,7 +46,6 @@ from offchain.protocol.txbuild import (
     read_datum,
     script_source,
 )
-from offchain.protocol.txbuild import sign as sign_tx
 from offchain.protocol.types import (
     BatchSettle,
     Cancel,
@@ -119,20 +120,21 @@ def check_escrow(datum: EscrowDatum, lovelace: int, now_ms: int) -> None:
 def lock(
     context: OgmiosV6ChainContext,
     deployment: Deployment,
-    consumer: Wallet,
+    consumer: Address,
     datum: EscrowDatum,
     lovelace: int,
 ) -> Transaction:
-    """Lock `lovelace` for a job; the escrow is output ESCROW_OUTPUT, staked like the
-    consumer's own address."""
+    """Lock `lovelace` (and nothing else: the validators count lovelace only) from the
+    `consumer`'s address for a job; the escrow is output ESCROW_OUTPUT, staked like the
+    consumer's own address. The consumer signs it."""
     check_escrow(datum, lovelace, Clock.now(context).tip_ms)
     stake = from_plutus(datum.consumer, deployment.network)
     output = TransactionOutput(deployment.escrow_address(stake), 0, datum=datum)
     output.amount.coin = at_least_min_utxo(context, output, lovelace)
     builder = new_builder(context)
-    builder.add_input_address(consumer.address)
+    builder.add_input_address(consumer)
     builder.add_output(output)
-    return sign_tx(builder, consumer)
+    return build(builder, consumer)
 
 
 def escrow_datum(deployment: Deployment, escrow: UTxO) -> EscrowDatum:
@@ -160,12 +162,13 @@ def settle(
     context: OgmiosV6ChainContext,
     deployment: Deployment,
     receipts: Sequence[SignedReceipt],
-    submitter: Wallet,
+    submitter: Address,
 ) -> Transaction:
     """Settle one or many escrows in one transaction (withdraw-zero does the shared work).
 
     The provider of each gets price x units, the consumer the rest less the fee allowance;
-    what the allowances leave after the fee goes to the submitter as change.
+    what the allowances leave after the fee goes to the submitter as change (the submitter
+    pays the fee up front from its address and signs).
     """
     if not receipts:
         raise BuildError("nothing to settle: no receipts")
@@ -194,7 +197,7 @@ def settle(
         script_source(builder, deployment.escrow_ref), redeemer=Redeemer(BatchSettle(items))
     )
     add_inputs(builder, fee)
-    return sign_tx(builder, submitter)
+    return build(builder, submitter)
 
 
 def _check_receipt(deployment: Deployment, receipt: SignedReceipt) -> EscrowDatum:
@@ -272,36 +275,32 @@ def add_refund(
 
 
 def refund(
-    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, submitter: Wallet
+    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, submitter: Address
 ) -> Transaction:
-    """Return an unsettled escrow to its consumer after deadline + window (anyone may)."""
+    """Return an unsettled escrow to its consumer after deadline + window (anyone may: the
+    submitter pays the fee, keeps the allowance's rest and signs)."""
     builder = new_builder(context)
     fee = fee_inputs(context, submitter)
     add_refund(
         context, builder, deployment, escrow, Clock.now(context), ledger_inputs([escrow], fee)
     )
     add_inputs(builder, fee)
-    return sign_tx(builder, submitter)
+    return build(builder, submitter)
 
 
 def cancel(
-    context: OgmiosV6ChainContext,
-    deployment: Deployment,
-    escrow: UTxO,
-    consumer: Wallet,
-    provider_key: PaymentSigningKey,
+    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, payer: Address
 ) -> Transaction:
-    """Return an escrow to its consumer at any time, signed by consumer and provider."""
+    """Return an escrow to its consumer at any time. Consumer and provider must both sign
+    (each in its own process: `sign_tx` adds to the witnesses there are); `payer` pays the
+    fee, usually the consumer."""
     datum = escrow_datum(deployment, escrow)
     if not isinstance(datum.consumer.payment, PubKeyCredential):
         raise BuildError("the consumer address is a script: it cannot sign a cancel")
-    if provider_key.to_verification_key().payload != datum.provider_vkey:
-        raise BuildError("provider_key is not the escrow's provider key")
     consumer_hash = VerificationKeyHash(datum.consumer.payment.hash)
-    if consumer.key_hash != consumer_hash:
-        raise BuildError("the consumer wallet's key is not the escrow's consumer key")
+    provider_hash = PaymentVerificationKey(datum.provider_vkey).hash()
     builder = new_builder(context)
-    fee = fee_inputs(context, consumer)
+    fee = fee_inputs(context, payer)
     own = ledger_inputs([escrow], fee).index(escrow.input)
     to = from_plutus(datum.consumer, deployment.network)
     owed = refund_amount(escrow.output.amount.coin, datum.fee_allowance)
@@ -311,6 +310,6 @@ def cancel(
         script=script_source(builder, deployment.escrow_ref),
         redeemer=Redeemer(Cancel(own, index)),
     )
-    builder.required_signers = [consumer_hash, provider_key.to_verification_key().hash()]
+    builder.required_signers = [consumer_hash, provider_hash]
     add_inputs(builder, fee)
-    return sign_tx(builder, consumer, [provider_key])
+    return build(builder, payer)

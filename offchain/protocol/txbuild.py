@@ -1,5 +1,9 @@
-"""Pieces every protocol builder shares: wallets, payout outputs, fee inputs, chain clock.
+"""Pieces every protocol builder shares: wallets, payout outputs, fee inputs, chain clock, and
+the split of building from signing.
 
+Builders return unsigned transactions (pycardano's build / build_witness_set); `sign_tx` adds
+a party's witness, so a CIP-30 wallet or a hardware key can sign instead, the market never
+holds a key, and the two signers of a cancel can sign in their own processes.
 Redeemers carry output (and for Slash, input) indices, so builders place outputs themselves
 and, where an input index matters, pick the fee-paying inputs before building rather than
 leaving the choice to pycardano's selector.
@@ -7,6 +11,7 @@ leaving the choice to pycardano's selector.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import TypeVar
@@ -14,7 +19,9 @@ from typing import TypeVar
 from pycardano import (
     Address,
     ChainContext,
+    ExtendedSigningKey,
     Network,
+    NonEmptyOrderedSet,
     PaymentSigningKey,
     PlutusData,
     PlutusScript,
@@ -25,6 +32,7 @@ from pycardano import (
     TransactionOutput,
     UTxO,
     VerificationKeyHash,
+    VerificationKeyWitness,
     min_lovelace_post_alonzo,
 )
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
@@ -66,6 +74,10 @@ class Wallet:
     @property
     def key_hash(self) -> VerificationKeyHash:
         return self.key.to_verification_key().hash()
+
+    def sign(self, tx: Transaction) -> Transaction:
+        """`tx` with this wallet's witness added."""
+        return sign_tx(tx, self.key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,10 +183,10 @@ def ledger_inputs(*groups: Sequence[UTxO]) -> list[TransactionInput]:
     return [u.input for u in sorted((u for g in groups for u in g), key=ledger_key)]
 
 
-def fee_inputs(context: ChainContext, wallet: Wallet, lovelace: int = FEE_RESERVE) -> list[UTxO]:
-    """UTxOs of `wallet` worth at least `lovelace`: plain ADA first (collateral comes from
-    them), largest first; any tokens they carry go back to the wallet as change."""
-    utxos = context.utxos(wallet.address)
+def fee_inputs(context: ChainContext, payer: Address, lovelace: int = FEE_RESERVE) -> list[UTxO]:
+    """UTxOs at `payer` worth at least `lovelace`: plain ADA first (collateral comes from
+    them), largest first; any tokens they carry go back to the payer as change."""
+    utxos = context.utxos(payer)
     chosen: list[UTxO] = []
     for utxo in sorted(
         utxos, key=lambda u: (bool(u.output.amount.multi_asset), -u.output.amount.coin)
@@ -183,7 +195,7 @@ def fee_inputs(context: ChainContext, wallet: Wallet, lovelace: int = FEE_RESERV
             break
         chosen.append(utxo)
     if sum(u.output.amount.coin for u in chosen) < lovelace:
-        raise BuildError(f"{wallet.address} needs {lovelace} lovelace for the fee and collateral")
+        raise BuildError(f"{payer} needs {lovelace} lovelace for the fee and collateral")
     return chosen
 
 
@@ -192,11 +204,20 @@ def add_inputs(builder: TransactionBuilder, utxos: Sequence[UTxO]) -> None:
         builder.add_input(utxo)
 
 
-def sign(
-    builder: TransactionBuilder, payer: Wallet, cosigners: Sequence[PaymentSigningKey] = ()
-) -> Transaction:
-    """Balance (change to the payer), evaluate the scripts and sign."""
+def build(builder: TransactionBuilder, payer: Address) -> Transaction:
+    """Balance (change to `payer`) and evaluate the scripts: the unsigned transaction. Its
+    fee already counts the witnesses of its key inputs and required signers."""
     try:
-        return builder.build_and_sign([payer.key, *cosigners], change_address=payer.address)
+        body = builder.build(change_address=payer)
     except UTxOSelectionException as exc:
-        raise BuildError(f"{payer.address} cannot pay for this transaction: {exc}") from exc
+        raise BuildError(f"{payer} cannot pay for this transaction: {exc}") from exc
+    witnesses = builder.build_witness_set(True)
+    return Transaction(body, witnesses, auxiliary_data=builder.auxiliary_data)
+
+
+def sign_tx(tx: Transaction, *keys: PaymentSigningKey | ExtendedSigningKey) -> Transaction:
+    """`tx` with each key's witness added to those it has (parties may sign in turn)."""
+    witnesses = copy.copy(tx.transaction_witness_set)
+    signed = [VerificationKeyWitness(k.to_verification_key(), k.sign(tx.id.payload)) for k in keys]
+    witnesses.vkey_witnesses = NonEmptyOrderedSet([*(witnesses.vkey_witnesses or []), *signed])
+    return Transaction(tx.transaction_body, witnesses, tx.valid, tx.auxiliary_data)

@@ -80,7 +80,8 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
         params["fee_allowance"],
     )  # fmt: skip
     context = devnet.context()
-    lock = escrows.lock(context, deployment, consumer.wallet, datum, params["lovelace"])
+    unsigned = escrows.lock(context, deployment, consumer.wallet.address, datum, params["lovelace"])
+    lock = consumer.wallet.sign(unsigned)
     escrow = output(await confirm(devnet, lock), escrows.ESCROW_OUTPUT)
     ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
     funded = await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": ref})
@@ -143,7 +144,8 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
         bytes.fromhex(receipt["signature"]),
     )  # fmt: skip
     before = balance(devnet, provider.wallet.address)
-    await confirm(devnet, escrows.settle(context, deployment, [stored], submitter))
+    settled = escrows.settle(context, deployment, [stored], submitter.address)
+    await confirm(devnet, submitter.sign(settled))
     split = settle_split(params["lovelace"], PRICE, UNITS, 600, settings.fee_allowance)
     assert balance(devnet, provider.wallet.address) == before + split.provider
 

@@ -15,8 +15,8 @@ V2_SLASH_SHARE_BPS = 5_000
 
 async def deployed(devnet, notice_ms: int, slash_share_bps: int) -> Deployment:
     deployer = await wallet(devnet)
-    tx, made = deploy(devnet.context(), deployer, 0, notice_ms, slash_share_bps)
-    await confirm(devnet, tx)
+    tx, made = deploy(devnet.context(), deployer.address, 0, notice_ms, slash_share_bps)
+    await confirm(devnet, deployer.sign(tx))
     return made
 
 

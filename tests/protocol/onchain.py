@@ -120,14 +120,16 @@ async def lock(
 ) -> UTxO:
     context = devnet.context()
     datum = escrow_terms(consumer, provider, Clock.now(context).tip_ms, **changes)
-    tx = escrows.lock(context, deployment, consumer, datum, lovelace)
+    tx = consumer.sign(escrows.lock(context, deployment, consumer.address, datum, lovelace))
     return output(await confirm(devnet, tx), escrows.ESCROW_OUTPUT)
 
 
 async def post_bond(
     devnet: DevnetProcess, deployment: Deployment, provider: Wallet, lovelace: int = 400 * ADA
 ) -> UTxO:
-    tx = bonds.create(devnet.context(), deployment, provider, lovelace)
+    tx = provider.sign(
+        bonds.create(devnet.context(), deployment, provider.address, provider.vkey, lovelace)
+    )
     return output(await confirm(devnet, tx), bonds.BOND_OUTPUT)
 
 
@@ -228,7 +230,7 @@ def handmade(
 
 
 def plain_fee(devnet: DevnetProcess, payer: Wallet) -> list[UTxO]:
-    return fee_inputs(devnet.context(), payer)
+    return fee_inputs(devnet.context(), payer.address)
 
 
 # --- hand-made escrow transactions ----------------------------------------------------------

@@ -35,19 +35,25 @@ def accept(deployment, provider, escrow) -> bytes:
 async def test_a_bond_lives_from_create_to_withdraw(devnet, deployment):
     provider, friend = [await wallet(devnet) for _ in range(2)]
     start = balance(devnet, provider.address)
-    created = await confirm(devnet, bonds.create(devnet.context(), deployment, provider, BOND))
+    created = await confirm(
+        devnet,
+        provider.sign(
+            bonds.create(devnet.context(), deployment, provider.address, provider.vkey, BOND)
+        ),
+    )
     bond = output(created, bonds.BOND_OUTPUT)
     assert bond.output.address == deployment.bond_address(provider.address)
 
     topped = await confirm(
-        devnet, bonds.top_up(devnet.context(), deployment, bond, friend, 50 * ADA)
+        devnet,
+        friend.sign(bonds.top_up(devnet.context(), deployment, bond, friend.address, 50 * ADA)),
     )
     bond = output(topped, bonds.BOND_OUTPUT)
     assert bond.output.amount.coin == BOND + 50 * ADA
 
     with pytest.raises(BuildError, match="not unbonding: begin unbonding first"):
-        bonds.withdraw(devnet.context(), deployment, bond, provider)
-    unbond = bonds.begin_unbond(devnet.context(), deployment, bond, provider)
+        bonds.withdraw(devnet.context(), deployment, bond, provider.address)
+    unbond = provider.sign(bonds.begin_unbond(devnet.context(), deployment, bond, provider.address))
     clock = Clock.now(devnet.context())
     since = clock.time.slot_to_posix_ms(unbond.transaction_body.ttl)  # the upper bound
     bond = output(await confirm(devnet, unbond), bonds.BOND_OUTPUT)
@@ -55,11 +61,12 @@ async def test_a_bond_lives_from_create_to_withdraw(devnet, deployment):
     assert bond.output.amount.coin == BOND + 50 * ADA
 
     with pytest.raises(BuildError, match="the unbonding notice runs until"):
-        bonds.withdraw(devnet.context(), deployment, bond, provider)
+        bonds.withdraw(devnet.context(), deployment, bond, provider.address)
     with pytest.raises(BuildError, match="unbonding since"):
-        bonds.begin_unbond(devnet.context(), deployment, bond, provider)
+        bonds.begin_unbond(devnet.context(), deployment, bond, provider.address)
     await travel_to(devnet, since + NOTICE_MS)
-    withdrawn = await confirm(devnet, bonds.withdraw(devnet.context(), deployment, bond, provider))
+    withdraw = bonds.withdraw(devnet.context(), deployment, bond, provider.address)
+    withdrawn = await confirm(devnet, provider.sign(withdraw))
 
     fees = sum(t.transaction_body.fee for t in (created, unbond, withdrawn))
     assert balance(devnet, provider.address) == start + 50 * ADA - fees
@@ -73,12 +80,15 @@ async def test_slash_refunds_the_escrow_and_pays_the_consumer_a_share_of_the_bon
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     acceptance = accept(deployment, provider, escrow)
     with pytest.raises(BuildError, match="refundable at"):
-        bonds.slash(devnet.context(), deployment, escrow, bond, acceptance, anyone)
+        bonds.slash(devnet.context(), deployment, escrow, bond, acceptance, anyone.address)
 
     await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
     before = [balance(devnet, w.address) for w in (consumer, anyone)]
     tx = await confirm(
-        devnet, bonds.slash(devnet.context(), deployment, escrow, bond, acceptance, anyone)
+        devnet,
+        anyone.sign(
+            bonds.slash(devnet.context(), deployment, escrow, bond, acceptance, anyone.address)
+        ),
     )
 
     share = slash_share(BOND, SLASH_SHARE_BPS)
@@ -101,7 +111,7 @@ async def test_slash_needs_the_bonds_own_providers_acceptance(devnet, deployment
     context = devnet.context()
     with pytest.raises(BuildError, match="no acceptance of"):
         replayed = accept(deployment, provider, elsewhere)
-        bonds.slash(context, deployment, escrow, bond, replayed, consumer)
+        bonds.slash(context, deployment, escrow, bond, replayed, consumer.address)
     other_bond = await post_bond(devnet, deployment, other, BOND)
     with pytest.raises(BuildError, match="the escrow's provider is not the bond's provider"):
         bonds.slash(
@@ -110,5 +120,5 @@ async def test_slash_needs_the_bonds_own_providers_acceptance(devnet, deployment
             escrow,
             other_bond,
             accept(deployment, provider, escrow),
-            consumer,
+            consumer.address,
         )

@@ -229,8 +229,6 @@ async def test_only_the_provider_unbonds_and_withdraws(devnet, deployment):
     await confirm(devnet, withdraw(provider))
 
 
-
-
 async def test_bonds_of_two_versions_cannot_both_slash_one_escrow(
     devnet, deployment, deployment_v2
 ):
@@ -270,10 +268,12 @@ async def test_bonds_of_two_versions_cannot_both_slash_one_escrow(
     other = await onchain.lock(devnet, deployment_v2, consumer, provider)
     await past_close(devnet, deployment_v2, other)
     signature = accept(deployment_v2, provider.key, other)
-    honest = bonds.slash(devnet.context(), deployment_v2, other, second, signature, consumer)
-    await confirm(devnet, honest)
+    honest = bonds.slash(
+        devnet.context(), deployment_v2, other, second, signature, consumer.address
+    )
+    await confirm(devnet, consumer.sign(honest))
     with pytest.raises(BuildError, match="no acceptance of"):  # v1's acceptance is not v2's
-        bonds.slash(devnet.context(), deployment_v2, other, second, v1, consumer)
+        bonds.slash(devnet.context(), deployment_v2, other, second, v1, consumer.address)
 
 
 async def bond_with_tokens(devnet, deployment, provider: Wallet) -> UTxO:
@@ -315,7 +315,7 @@ async def test_a_top_up_cannot_rewrite_an_unbonding_bonds_datum(devnet, deployme
     """A stranger resetting `unbonding_since` would cancel (or restart) the provider's notice."""
     provider, stranger = [await wallet(devnet) for _ in range(2)]
     bond = await post_bond(devnet, deployment, provider, BOND)
-    unbond = bonds.begin_unbond(devnet.context(), deployment, bond, provider)
+    unbond = provider.sign(bonds.begin_unbond(devnet.context(), deployment, bond, provider.address))
     bond = output(await confirm(devnet, unbond), bonds.BOND_OUTPUT)
     datum = bonds.bond_datum(deployment, bond)
     for since in (Nothing(), Just(datum.unbonding_since.value + 1)):

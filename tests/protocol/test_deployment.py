@@ -31,7 +31,7 @@ async def test_scripts_are_published_where_nobody_can_spend_them(devnet, deploym
 
 async def test_deploying_the_same_scripts_again_registers_nothing(devnet, deployment):
     deployer = await wallet(devnet)
-    tx, again = deploy(devnet.context(), deployer, 0, NOTICE_MS, SLASH_SHARE_BPS)
+    tx, again = deploy(devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS)
     assert not tx.transaction_body.certificates
     assert again.escrow_hash == deployment.escrow_hash
-    await confirm(devnet, tx)
+    await confirm(devnet, deployer.sign(tx))

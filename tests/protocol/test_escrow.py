@@ -42,7 +42,9 @@ async def test_settle_pays_provider_price_times_units_and_the_consumer_the_rest(
     receipt = signed_receipt(deployment, provider.key, escrow, 1_234, RESULT, EVIDENCE)
     before = [balance(devnet, w.address) for w in (consumer, provider, market)]
 
-    tx = await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+    tx = await confirm(
+        devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
+    )
 
     split = settle_split(LOCKED, PRICE, 1_234, MAX_UNITS, ALLOWANCE)
     fee = tx.transaction_body.fee
@@ -70,7 +72,9 @@ async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(dev
     parties = [*consumers, *providers, market]
     before = [balance(devnet, w.address) for w in parties]
 
-    tx = await confirm(devnet, settle(devnet.context(), deployment, receipts, market))
+    tx = await confirm(
+        devnet, market.sign(settle(devnet.context(), deployment, receipts, market.address))
+    )
 
     context = devnet.context()
     owed = [0] * len(parties)
@@ -91,11 +95,13 @@ async def test_refund_after_deadline_and_window_returns_all_but_the_allowance(de
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     close = escrow_datum(deployment, escrow).close
     with pytest.raises(BuildError, match="not yet past deadline \\+ window: refundable at"):
-        refund(devnet.context(), deployment, escrow, anyone)
+        refund(devnet.context(), deployment, escrow, anyone.address)
 
     await travel_to(devnet, close + 1)
     before = [balance(devnet, w.address) for w in (consumer, anyone)]
-    tx = await confirm(devnet, refund(devnet.context(), deployment, escrow, anyone))
+    tx = await confirm(
+        devnet, anyone.sign(refund(devnet.context(), deployment, escrow, anyone.address))
+    )
 
     after = [balance(devnet, w.address) for w in (consumer, anyone)]
     assert after[0] - before[0] == refund_amount(LOCKED, ALLOWANCE) == LOCKED - ALLOWANCE
@@ -109,19 +115,19 @@ async def test_refund_error_names_the_first_refundable_time(devnet, deployment):
     clock = Clock.now(devnet.context())
     first = clock.iso_slot(clock.first_slot_after(close))
     with pytest.raises(BuildError, match=f"refundable at {first}"):
-        refund(devnet.context(), deployment, escrow, consumer)
+        refund(devnet.context(), deployment, escrow, consumer.address)
 
 
 async def test_cancel_signed_by_both_returns_the_escrow_at_any_time(devnet, deployment):
     consumer, provider = [await wallet(devnet) for _ in range(2)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     before = [balance(devnet, w.address) for w in (consumer, provider)]
-    tx = await confirm(devnet, cancel(devnet.context(), deployment, escrow, consumer, provider.key))
+    unsigned = cancel(devnet.context(), deployment, escrow, consumer.address)
+    by_consumer = consumer.sign(unsigned)  # each party signs in its own process, in turn
+    tx = await confirm(devnet, provider.sign(by_consumer))
     after = [balance(devnet, w.address) for w in (consumer, provider)]
     assert after[0] - before[0] == LOCKED - tx.transaction_body.fee
     assert after[1] == before[1]
-    with pytest.raises(BuildError, match="not the escrow's provider key"):
-        cancel(devnet.context(), deployment, escrow, consumer, consumer.key)
 
 
 async def test_lock_refuses_escrows_that_could_not_be_settled_as_agreed(devnet, deployment):
@@ -140,13 +146,13 @@ async def test_lock_refuses_escrows_that_could_not_be_settled_as_agreed(devnet, 
             lock(
                 context,
                 deployment,
-                consumer,
+                consumer.address,
                 escrow_terms(consumer, provider, now, **changes),
                 LOCKED,
             )
     with pytest.raises(BuildError, match=f"cannot pay max units and the fee \\({LOCKED + 1}\\)"):
         terms = escrow_terms(consumer, provider, now, fee_allowance=ALLOWANCE + 3_000_001)
-        lock(context, deployment, consumer, terms, LOCKED)
+        lock(context, deployment, consumer.address, terms, LOCKED)
 
 
 async def test_settle_refuses_a_bad_receipt_and_a_closed_window(devnet, deployment):
@@ -154,14 +160,14 @@ async def test_settle_refuses_a_bad_receipt_and_a_closed_window(devnet, deployme
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     forged = signed_receipt(deployment, consumer.key, escrow, 10, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match="not signed by the escrow's provider key"):
-        settle(devnet.context(), deployment, [forged], market)
+        settle(devnet.context(), deployment, [forged], market.address)
     too_many = signed_receipt(deployment, provider.key, escrow, MAX_UNITS + 1, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match="units must be within"):
-        settle(devnet.context(), deployment, [too_many], market)
+        settle(devnet.context(), deployment, [too_many], market.address)
     with pytest.raises(BuildError, match="two receipts for one escrow"):
-        settle(devnet.context(), deployment, [forged, forged], market)
+        settle(devnet.context(), deployment, [forged, forged], market.address)
     close = escrow_datum(deployment, escrow).close
     await travel_to(devnet, close)
     honest = signed_receipt(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match=f"the settle window closed at {iso(close)}"):
-        settle(devnet.context(), deployment, [honest], market)
+        settle(devnet.context(), deployment, [honest], market.address)

@@ -20,8 +20,9 @@ SLASH_SHARE_BPS = 2_500
 
 async def deployed(devnet: DevnetProcess, file: Path) -> Deployment:
     """Deploy the validators from a fresh wallet and write the deployment file at `file`."""
-    tx, made = deploy(devnet.context(), await wallet(devnet), 0, NOTICE_MS, SLASH_SHARE_BPS)
-    await confirm(devnet, tx)
+    deployer = await wallet(devnet)
+    tx, made = deploy(devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS)
+    await confirm(devnet, deployer.sign(tx))
     deployment_file.save(made, file)
     return made
 

@@ -106,7 +106,8 @@ async def test_with_two_bonds_a_command_asks_which_one(devnet, deployment, provi
     wallet, bond = provider
     await bond("create", "100ADA")
     # a second bond, posted past the CLI's one-bond rule with the protocol builder itself
-    await confirm(devnet, bonds.create(devnet.context(), deployment, wallet, 20 * ADA))
+    created = bonds.create(devnet.context(), deployment, wallet.address, wallet.vkey, 20 * ADA)
+    await confirm(devnet, wallet.sign(created))
     second = min(on_chain(devnet, deployment, wallet), key=lambda u: u.output.amount.coin)
     asked = await bond("top-up", "1ADA", code=2)
     assert "this provider has 2 bonds" in asked.stderr and "pick one with --bond" in asked.stderr

@@ -125,7 +125,8 @@ async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(
     assert receipt.evidence_hash == hashlib.sha256(run.record.canonical_json()).digest()
     parties = (consumer.address, provider.address, market.address)
     before = [balance(devnet, a) for a in parties]
-    tx = await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+    settled = settle(devnet.context(), deployment, [receipt], market.address)
+    tx = await confirm(devnet, market.sign(settled))
     split = settle_split(LOCKED, PRICE, receipt.units, MAX_UNITS, ALLOWANCE)
     after = [balance(devnet, a) for a in parties]
     fee = tx.transaction_body.fee
@@ -149,7 +150,7 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
         dataclasses.replace(receipt, evidence_hash=other),
     ):
         with pytest.raises(BuildError, match="not signed by the escrow's provider key"):
-            settle(devnet.context(), deployment, [tampered], market)  # the builder checks first
+            settle(devnet.context(), deployment, [tampered], market.address)  # checked first
         # built by hand past that check, paying exactly what the tampered claim is worth
         split = settle_split(LOCKED, PRICE, tampered.units, MAX_UNITS, ALLOWANCE)
         outputs = [
@@ -161,7 +162,9 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
         )
         attack = settle_by_hand(devnet, deployment, market, [(escrow, item)], outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: receipt signature")
-    await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+    await confirm(
+        devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
+    )
 
 
 def refused(job: EscrowJob, reason: Refusal, sign) -> None:
@@ -234,7 +237,10 @@ async def test_an_acceptance_backs_a_slash_of_the_providers_bond(devnet, deploym
     await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
     before = balance(devnet, consumer.address)
     await confirm(
-        devnet, bonds.slash(devnet.context(), deployment, escrow, bond, signature, anyone)
+        devnet,
+        anyone.sign(
+            bonds.slash(devnet.context(), deployment, escrow, bond, signature, anyone.address)
+        ),
     )
     share = slash_share(100 * ADA, SLASH_SHARE_BPS)
     assert balance(devnet, consumer.address) - before == refund_amount(LOCKED, ALLOWANCE) + share
@@ -295,5 +301,7 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
         bytes.fromhex(printed["evidence_hash"]),
         bytes.fromhex(printed["signature"]),
     )
-    await confirm(devnet, settle(devnet.context(), deployment, [receipt], market))
+    await confirm(
+        devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
+    )
     assert balance(devnet, Wallet.of(key).address) == record.billable_units * PRICE
