@@ -117,4 +117,12 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         app.add_middleware(CrashOnReceipt, settings=settings)
     for module in (offers, jobs, providers):
         app.include_router(module.router)
+
+    @app.get("/health", tags=["service"])
+    def health() -> dict[str, int | bool]:
+        """Whether this process leads (follows the chain, runs the scheduled work), and how
+        many blocks its follower is behind the chain's tip."""
+        background = app.state.background
+        return {"leader": background.leading, "follower_lag_blocks": background.follower.lag_blocks}
+
     return app

@@ -23,11 +23,26 @@ from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.txbuild import Wallet
 from tests.market.client import Party
 from tests.market.test_lifecycle import job_request, offer_terms
 from tests.protocol.onchain import output, wallet
 
 T = TypeVar("T", bound=SQLModel)
+FAST = {"settle_every_ms": 300, "schedule_every_ms": 300, "leader_poll_ms": 200,
+        "resubmit_after_ms": 1000}  # fmt: skip
+
+
+async def leader_settings(
+    settings: MarketSettings, devnet, tmp_path, **changes
+) -> tuple[MarketSettings, Wallet]:
+    """`settings` with a funded market wallet, one confirmation and quick scheduled work."""
+    market = await wallet(devnet)
+    market.key.save(str(tmp_path / "market.skey"))
+    update = {"wallet_key": tmp_path / "market.skey", "confirmations": 1, **FAST, **changes}
+    return settings.model_copy(update=update), market
+
+
 UNITS = 42
 RESULT = hashlib.sha256(b"the result").digest()
 EVIDENCE = hashlib.sha256(b"the metering").digest()

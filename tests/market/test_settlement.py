@@ -21,6 +21,7 @@ from tests.market.client import serve
 from tests.market.flow import (
     UNITS,
     deliver,
+    leader_settings,
     lock,
     provider_with_offer,
     quote,
@@ -30,20 +31,7 @@ from tests.market.flow import (
     wait_for,
 )
 from tests.market.test_lifecycle import PRICE, SPEC
-from tests.protocol.onchain import balance, wallet
-
-FAST = {"settle_every_ms": 300, "schedule_every_ms": 300, "leader_poll_ms": 200,
-        "resubmit_after_ms": 1000}  # fmt: skip
-
-
-async def leader_settings(
-    settings: MarketSettings, devnet, tmp_path, **changes
-) -> tuple[MarketSettings, Wallet]:
-    """`settings` with a funded market wallet, one confirmation and quick scheduled work."""
-    market = await wallet(devnet)
-    market.key.save(str(tmp_path / "market.skey"))
-    update = {"wallet_key": tmp_path / "market.skey", "confirmations": 1, **FAST, **changes}
-    return settings.model_copy(update=update), market
+from tests.protocol.onchain import balance
 
 
 @pytest.fixture
