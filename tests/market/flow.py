@@ -106,19 +106,22 @@ async def quote_and_lock(
     return await lock(devnet, deployment, *await quote(devnet, http, identity))
 
 
-async def deliver(provider: Party, deployment: Deployment, locked: Locked) -> None:
-    """The scripted provider: accept the funded job, start it, hand in a signed receipt."""
-    escrow = locked.escrow.input
-    job = locked.job
+async def accept(provider: Party, deployment: Deployment, locked: Locked) -> None:
+    """The scripted provider accepts the funded job (backing it with its bond) and starts it."""
     job_id = escrows.escrow_datum(deployment, locked.escrow).job_id
     payload = acceptance_payload(
-        deployment.network_id, deployment.escrow_hash, escrow, job_id, deployment.bond_hash
-    )
-    accepted = await provider.send(
-        "POST", f"/jobs/{job}/acceptance", {"signature": sign(provider.wallet.key, payload).hex()}
-    )
+        deployment.network_id, deployment.escrow_hash, locked.escrow.input, job_id,
+        deployment.bond_hash,
+    )  # fmt: skip
+    body = {"signature": sign(provider.wallet.key, payload).hex()}
+    accepted = await provider.send("POST", f"/jobs/{locked.job}/acceptance", body)
     assert accepted.status_code == 200, accepted.text
-    assert (await provider.send("POST", f"/jobs/{job}/start")).status_code == 200
+    assert (await provider.send("POST", f"/jobs/{locked.job}/start")).status_code == 200
+
+
+async def deliver(provider: Party, deployment: Deployment, locked: Locked) -> None:
+    """Accept, start, and hand in a signed receipt."""
+    await accept(provider, deployment, locked)
     receipt = await send_receipt(provider, deployment, locked)
     assert receipt.status_code == 200, receipt.text
 
