@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from offchain.protocol.errors import UnchainedError
-from offchain.protocol.jobspec import JobSpec, describe
+from offchain.protocol.jobspec import JobSpec, Resources, describe
 from provider.inventory import HostInventory
 
 MIB = 1 << 20
@@ -49,11 +49,17 @@ class Offer(_Section):
     cpu_cores: int = Field(ge=1)
     memory_mib: int = Field(ge=16)
     disk_mib: int = Field(ge=1)
+    cpu_bundles: int = Field(
+        1, ge=1, description="without GPUs: jobs at once, each a share of the cores"
+    )
     prices: Prices = Field(default_factory=Prices)
 
     def price_per_unit(self, spec: JobSpec) -> int:
         """Lovelace per billed second of the spec's bundle."""
-        wanted = spec.resources
+        return self.bundle_price(spec.resources)
+
+    def bundle_price(self, wanted: Resources) -> int:
+        """Lovelace per second of a bundle of `wanted` resources."""
         return (
             wanted.gpus * self.prices.gpu
             + wanted.cpu_cores * self.prices.cpu_core
@@ -113,8 +119,25 @@ class RunnerSettings(_Section):
         return state_dir
 
 
+class DaemonSettings(_Section):
+    """How `provider run` talks to the market and the chain (not part of any offer)."""
+
+    market_url: str = "http://127.0.0.1:8080"
+    market_identity: str = Field("unchained-market", description="signed into each request")
+    heartbeat_ms: int = Field(30_000, ge=100, description="heartbeat and bond check period")
+    poll_s: int = Field(20, ge=0, description="long-poll wait for an assignment")
+    grace_ms: int = Field(10 * 60_000, ge=0, description="SIGTERM: time left to running jobs")
+    payout_every_ms: int = Field(30_000, ge=100, description="how often payouts are checked")
+    payout_margin_ms: int = Field(
+        5 * 60_000, ge=0, description="settle by itself this long before an escrow closes"
+    )
+    settle_batch_max: int = Field(41, ge=1, description="escrows per settle transaction")
+    bond_minimum_lovelace: int = Field(0, ge=0, description="the market's minimum bond")
+
+
 class ProviderConfig(_Section):
     offer: Offer
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     # validated, so that a file without [runner] gets the state directory beside it
     runner: RunnerSettings = Field(default_factory=dict, validate_default=True)
 

@@ -53,6 +53,7 @@ class JobFile(BaseModel):
 
     spec: JobSpec
     gpu_uuids: list[str]
+    escrow: str | None = None  # TXID#IX of the escrow that pays the job, for a recovered run
 
 
 class RunResult(BaseModel):
@@ -65,6 +66,7 @@ class RunResult(BaseModel):
     record: MeteringRecord | None = None
     output: Archive | None = None
     log_path: Path | None = None
+    escrow: str | None = None
 
 
 def runner_id(state_dir: Path) -> str:
@@ -99,8 +101,10 @@ class Runner:
         spec: JobSpec,
         gpu_uuids: list[str] | None = None,
         on_log: LogSink | None = None,
+        escrow: str | None = None,
     ) -> RunResult:
-        """Run `spec` to the end (or its max duration) and return what happened."""
+        """Run `spec` to the end (or its max duration) and return what happened; `escrow`
+        (TXID#IX) is kept with the job so that a run recovered after a crash can be paid."""
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
@@ -110,16 +114,16 @@ class Runner:
         if workspace.exists() or (self.results_dir / job_id).exists():
             raise ValueError(f"job {job_id} has already run here")
         workspace.mkdir()
+        job = JobFile(spec=spec, gpu_uuids=gpus, escrow=escrow)
         try:
-            (workspace / "job.json").write_text(
-                JobFile(spec=spec, gpu_uuids=gpus).model_dump_json()
-            )
+            (workspace / "job.json").write_text(job.model_dump_json())
             try:
                 container = self._start(job_id, spec, gpus, cgroup, workspace)
             except (JobStartError, DockerException) as exc:
-                return self._save(RunResult(job_id=job_id, status="error", error=_reason(exc)))
+                failed = RunResult(job_id=job_id, status="error", error=_reason(exc), escrow=escrow)
+                return self._save(failed)
             deadline = time.monotonic() + spec.max_duration_s
-            return self._supervise(job_id, spec, gpus, container, cgroup, deadline, on_log)
+            return self._supervise(job_id, job, container, cgroup, deadline, on_log)
         finally:
             self._cleanup(job_id)
 
@@ -168,8 +172,7 @@ class Runner:
     def _supervise(
         self,
         job_id: str,
-        spec: JobSpec,
-        gpus: list[str],
+        job: JobFile,
         container: Container,
         cgroup: JobCgroup,
         deadline: float,
@@ -177,6 +180,7 @@ class Runner:
         gap: bool = False,
     ) -> RunResult:
         """Meter the running container until it exits or its time is up, then take the results."""
+        spec, gpus = job.spec, job.gpu_uuids
         with ExitStack() as stack:
             gpu = stack.enter_context(GpuMeter(gpus, cgroup.contains_pid)) if gpus else None
             sampler = Sampler(cgroup, gpu).start()
@@ -238,6 +242,7 @@ class Runner:
                 record=record,
                 output=output,
                 log_path=log_path,
+                escrow=job.escrow,
             )
         )
 
@@ -312,9 +317,7 @@ class Runner:
         job = JobFile.model_validate_json(job_file.read_text())
         started_s = docker_time_ns(state["StartedAt"]) / 1e9
         deadline = time.monotonic() + started_s + job.spec.max_duration_s - time.time()
-        return self._supervise(
-            job_id, job.spec, job.gpu_uuids, container, cgroup, deadline, on_log, gap=True
-        )
+        return self._supervise(job_id, job, container, cgroup, deadline, on_log, gap=True)
 
 
 def _job_of(container: Container) -> str:
