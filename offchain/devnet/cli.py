@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from offchain.devnet import phase2
 from offchain.devnet.genesis import demo_wallet_addresses, wallet_key_path
 from offchain.devnet.node import Devnet
 from offchain.devnet.params import ProtocolParameters
@@ -50,7 +51,7 @@ def devnet(
         Path | None, typer.Option(envvar="UNCHAINED_DEVNET_CONFIG", help="A TOML settings file.")
     ] = None,
 ) -> None:
-    """Serve the devnet until interrupted; the chain persists in DATA_DIR."""
+    """Serve the devnet until SIGTERM or SIGINT (a clean stop); the chain persists in DATA_DIR."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection
     file_settings = tomllib.loads(config.read_text()) if config else {}
@@ -88,4 +89,6 @@ async def _serve(
     try:
         await run(node, settings["host"], settings["port"])
     finally:
-        node.close()
+        node.close()  # the store is flushed, the script workers are stopped
+        phase2.stop_helper_processes()
+    typer.echo("devnet stopped")

@@ -22,6 +22,7 @@ from offchain.devnet import faucet, phase2, rules, scripts
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.genesis import Genesis, create_genesis
 from offchain.devnet.ledger import BlockUndo, LedgerState, PendingState, UtxoOverlay
+from offchain.devnet.ogmios_json import output_reference_json
 from offchain.devnet.params import ProtocolParameters
 from offchain.devnet.store import ChainStore, StoredBlock
 from offchain.devnet.txdecode import DecodedTx, decode_tx
@@ -30,6 +31,7 @@ from offchain.devnet.view import LedgerView
 log = logging.getLogger(__name__)
 
 EMPTY_BLOCK_EVERY_SLOTS = 20
+OVERLAPPING_ADDITIONAL_UTXO = 3002
 
 
 @dataclasses.dataclass
@@ -82,6 +84,7 @@ class Devnet:
         self.changed = asyncio.Condition()
         self.rollbacks: list[Rollback] = []
         self.generation = 0
+        self.tip_changed_ns = time.time_ns()  # when this process last saw the tip move
         self._commit_lock = asyncio.Lock()
         self._pending_slot: int | None = None
         self._replay()
@@ -164,7 +167,19 @@ class Devnet:
     async def evaluate(
         self, cbor: bytes, extra_utxo: Mapping[TransactionInput, TransactionOutput]
     ) -> list[dict]:
-        """Per-redeemer budgets, without checking signatures (clients send fake witnesses)."""
+        """Per-redeemer budgets, without checking signatures (clients send fake witnesses).
+
+        Like Ogmios, additional UTxO may not restate the ledger's own (3002): a client that
+        does so would meet a different answer on a real node. Outputs still in the mempool
+        are not in the ledger yet, so chained transactions may pass them.
+        """
+        overlapping = [ref for ref in extra_utxo if ref in self.state.utxo]
+        if overlapping:
+            raise LedgerError(
+                OVERLAPPING_ADDITIONAL_UTXO,
+                "Some output references given as additional UTxO exist in the ledger already.",
+                {"overlappingOutputReferences": [output_reference_json(r) for r in overlapping]},
+            )
         dtx = decode_tx(cbor)
         jobs = scripts.evaluation_jobs(dtx, self.view(extra_utxo))
         return phase2.evaluation_result(await self.runner.run(jobs))
@@ -182,6 +197,7 @@ class Devnet:
         self.blocks.append(block)
         self.max_slot_ever = max(self.max_slot_ever, slot)
         self.store.set_meta("max_slot_ever", str(self.max_slot_ever))
+        self.tip_changed_ns = time.time_ns()
         return block
 
     def _take_block_txs(self) -> list[DecodedTx]:
@@ -251,6 +267,7 @@ class Devnet:
                 block = self.blocks.pop()
                 self.state.undo_block(block.undo)
             self.store.truncate_above(self.tip.height)
+            self.tip_changed_ns = time.time_ns()
             self.pending.reset()
             self._pending_slot = None
             self.generation += 1

@@ -13,6 +13,9 @@ import dataclasses
 import functools
 import hashlib
 import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -209,7 +212,9 @@ class ScriptRunner:
         self._cost_models = {language: list(array) for language, array in cost_models.items()}
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([__name__])
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_leave_interrupts_to_parent
+        )
         # start the forkserver and a worker now: the first evaluation would wait ~1.5 s for it
         self._pool.submit(_warm_up, self._cost_models)
         self._cache: collections.OrderedDict[tuple[Any, ...], ScriptOutcome] = (
@@ -238,7 +243,24 @@ class ScriptRunner:
             self._cache.popitem(last=False)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the workers (queued jobs are dropped, running ones finish) and wait for them."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _leave_interrupts_to_parent() -> None:
+    """Ctrl-C reaches the whole process group: the parent shuts the pool down in order."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_helper_processes() -> None:
+    """Stop this process's forkserver and resource tracker, once every pool is closed.
+
+    Both would outlive an abrupt exit (a worker holds the tracker's pipe open), so a clean
+    shutdown stops them and reaps them. multiprocessing has only these private stoppers;
+    they start again on demand.
+    """
+    multiprocessing.forkserver._forkserver._stop()
+    multiprocessing.resource_tracker._resource_tracker._stop()
 
 
 def _warm_up(cost_models: Mapping[str, Sequence[int]]) -> None:

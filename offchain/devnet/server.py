@@ -1,21 +1,30 @@
-"""Ogmios v6 JSON-RPC over WebSocket, served from a `Devnet`.
+"""Ogmios v6 JSON-RPC over WebSocket and HTTP on one port, served from a `Devnet`.
 
-One dispatch table maps each method to a handler; every response echoes the request's
-method and id. Chain-sync and mempool-monitor state lives in the per-connection `Session`.
+One dispatch table per mini-protocol maps each method to a handler; every response echoes the
+request's method and id. A connection answers each mini-protocol on its own task and queue,
+as Ogmios does: a `nextBlock` parked at the tip never holds up a query or a submission on the
+same socket, and answers within one mini-protocol keep their order. Chain-sync and
+mempool-monitor state lives in the per-connection `Session`. Plain HTTP serves `/health`,
+`/metrics` and JSON-RPC by `POST /` (each request a fresh session, as Ogmios proxies it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import functools
+import http
 import json
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
-from offchain.devnet import genesis_json
+from offchain.devnet import genesis_json, health
 from offchain.devnet import ogmios_json as oj
 from offchain.devnet.errors import (
     INVALID_PARAMS,
@@ -27,6 +36,13 @@ from offchain.devnet.errors import (
 from offchain.devnet.genesis import (
     demo_wallet_addresses,
 )
+from offchain.devnet.http import (
+    HttpApp,
+    HttpOrWebSocket,
+    HttpRequest,
+    HttpResponse,
+    http_error,
+)
 from offchain.devnet.node import Block, Devnet
 from offchain.devnet.txdecode import DecodedTx
 
@@ -35,6 +51,11 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20  # answered with a JSON-RPC error
 MAX_FRAME_BYTES = 8 << 20  # beyond this the WebSocket layer closes the connection (1009)
 MEMPOOL_CAPACITY_BYTES = 2 * 90_112
+CLOSE_GRACE_S = 1  # at a stop, clients have this long to answer the close handshake
+MAX_QUEUED_PER_PROTOCOL = 1000  # past this a connection's reading waits (back-pressure)
+# Mini-protocols whose queued requests are still carried out once the client has gone: they
+# change the ledger, and a client may send a submission and hang up without waiting.
+FINISHED_AFTER_CLOSE = frozenset({"transactionSubmission", "devnet"})
 
 
 @dataclasses.dataclass
@@ -55,54 +76,134 @@ Handler = Callable[[Session, dict[str, Any]], Awaitable[Any]]
 class OgmiosServer:
     def __init__(self, devnet: Devnet) -> None:
         self.devnet = devnet
+        self.stats = health.ServerStats()
+        self.http_app = HttpApp(self.respond_http, max_body_bytes=MAX_FRAME_BYTES)
+        self.mini_protocols: dict[str, dict[str, Handler]] = {
+            "chainSync": {
+                "findIntersection": self.find_intersection,
+                "nextBlock": self.next_block,
+            },
+            "ledgerStateQuery": {
+                "queryNetwork/tip": self.network_tip,
+                "queryNetwork/blockHeight": self.block_height,
+                "queryNetwork/startTime": self.start_time,
+                "queryNetwork/genesisConfiguration": self.genesis_configuration,
+                "queryLedgerState/tip": self.network_tip,
+                "queryLedgerState/epoch": self.epoch,
+                "queryLedgerState/eraStart": self.era_start,
+                "queryLedgerState/eraSummaries": self.era_summaries,
+                "queryLedgerState/protocolParameters": self.protocol_parameters,
+                "queryLedgerState/utxo": self.utxo,
+                "queryLedgerState/rewardAccountSummaries": self.reward_account_summaries,
+            },
+            "transactionSubmission": {
+                "evaluateTransaction": self.evaluate_transaction,
+                "submitTransaction": self.submit_transaction,
+            },
+            "mempoolMonitoring": {
+                "acquireMempool": self.acquire_mempool,
+                "nextTransaction": self.next_transaction,
+                "hasTransaction": self.has_transaction,
+                "sizeOfMempool": self.size_of_mempool,
+                "releaseMempool": self.release_mempool,
+            },
+            "devnet": {
+                "devnet/fund": self.fund,
+                "devnet/advanceTime": self.advance_time,
+                "devnet/rollback": self.rollback,
+                "devnet/reset": self.reset,
+                "devnet/wallets": self.wallets,
+            },
+        }
         self.methods: dict[str, Handler] = {
-            "queryNetwork/tip": self.network_tip,
-            "queryNetwork/blockHeight": self.block_height,
-            "queryNetwork/startTime": self.start_time,
-            "queryNetwork/genesisConfiguration": self.genesis_configuration,
-            "queryLedgerState/tip": self.network_tip,
-            "queryLedgerState/epoch": self.epoch,
-            "queryLedgerState/eraStart": self.era_start,
-            "queryLedgerState/eraSummaries": self.era_summaries,
-            "queryLedgerState/protocolParameters": self.protocol_parameters,
-            "queryLedgerState/utxo": self.utxo,
-            "queryLedgerState/rewardAccountSummaries": self.reward_account_summaries,
-            "evaluateTransaction": self.evaluate_transaction,
-            "submitTransaction": self.submit_transaction,
-            "findIntersection": self.find_intersection,
-            "nextBlock": self.next_block,
-            "acquireMempool": self.acquire_mempool,
-            "nextTransaction": self.next_transaction,
-            "hasTransaction": self.has_transaction,
-            "sizeOfMempool": self.size_of_mempool,
-            "releaseMempool": self.release_mempool,
-            "devnet/fund": self.fund,
-            "devnet/advanceTime": self.advance_time,
-            "devnet/rollback": self.rollback,
-            "devnet/reset": self.reset,
-            "devnet/wallets": self.wallets,
+            method: handler
+            for handlers in self.mini_protocols.values()
+            for method, handler in handlers.items()
+        }
+        self.protocol_of = {
+            method: protocol
+            for protocol, handlers in self.mini_protocols.items()
+            for method in handlers
+        }
+        self.http_routes: dict[str, dict[str, Callable[[HttpRequest], Awaitable[HttpResponse]]]] = {
+            "/": {"GET": self.upgrade_required, "POST": self.json_rpc_over_http},
+            "/health": {"GET": self.health},
+            "/metrics": {"GET": self.metrics},
         }
 
-    # --- transport -----------------------------------------------------------------------------
+    # --- WebSocket transport ------------------------------------------------------------------
 
     async def serve(self, host: str, port: int) -> websockets.asyncio.server.Server:
-        return await serve(self._connection, host, port, max_size=MAX_FRAME_BYTES)
+        return await serve(
+            self._connection,
+            host,
+            port,
+            max_size=MAX_FRAME_BYTES,
+            create_connection=functools.partial(HttpOrWebSocket, app=self.http_app),
+            open_timeout=None,  # HttpOrWebSocket times the WebSocket handshake itself
+        )
 
     async def _connection(self, websocket: ServerConnection) -> None:
+        """Read messages in order and queue each on its mini-protocol's own task."""
         session = Session()
+        queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
+        tasks: dict[str, asyncio.Task[None]] = {}
+        started = self.stats.opened()
         try:
             async for message in websocket:
-                await websocket.send(json.dumps(await self.handle(session, message)))
+                self.stats.total_messages += 1
+                try:
+                    request = _parse_request(message)
+                except LedgerError as exc:
+                    self.stats.total_unrouted += 1
+                    await websocket.send(json.dumps(_response(None, None, error=exc.to_json())))
+                    continue
+                protocol = self.protocol_of.get(request["method"])
+                if protocol is None:  # answered at once: an unknown method
+                    self.stats.total_unrouted += 1
+                    await websocket.send(json.dumps(await self.answer(session, request)))
+                    continue
+                if protocol not in queues:
+                    queues[protocol] = asyncio.Queue(MAX_QUEUED_PER_PROTOCOL)
+                    tasks[protocol] = asyncio.create_task(
+                        self._answer_in_order(websocket, session, queues[protocol])
+                    )
+                await queues[protocol].put(request)
         except websockets.ConnectionClosed:
             pass
+        finally:
+            for protocol, task in tasks.items():
+                if protocol in FINISHED_AFTER_CLOSE:
+                    queues[protocol].put_nowait(None)  # never full: the reader has stopped
+                else:
+                    task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            self.stats.closed(started)
+
+    async def _answer_in_order(
+        self,
+        websocket: ServerConnection,
+        session: Session,
+        queue: asyncio.Queue[dict[str, Any] | None],
+    ) -> None:
+        """One mini-protocol of one connection: its requests answered one after another."""
+        while (request := await queue.get()) is not None:
+            response = json.dumps(await self.answer(session, request))
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await websocket.send(response)
 
     async def handle(self, session: Session, message: str | bytes) -> dict[str, Any]:
-        """Answer one JSON-RPC message; never raises, so one bad request harms nobody else."""
-        method: Any = None
-        request_id: Any = None
+        """Answer one JSON-RPC message; never raises."""
         try:
             request = _parse_request(message)
-            method, request_id = request["method"], request.get("id")
+        except LedgerError as exc:
+            return _response(None, None, error=exc.to_json())
+        return await self.answer(session, request)
+
+    async def answer(self, session: Session, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer one parsed request; never raises, so one bad request harms nobody else."""
+        method, request_id = request["method"], request.get("id")
+        try:
             handler = self.methods.get(method)
             if handler is None:
                 raise LedgerError(
@@ -112,18 +213,60 @@ class OgmiosServer:
             params = request.get("params") or {}
             if not isinstance(params, dict):
                 raise LedgerError(INVALID_PARAMS, "params must be a JSON object")
-            result = await handler(session, params)
-            response: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "result": result}
+            return _response(method, request_id, result=await handler(session, params))
         except LedgerError as exc:
-            response = {"jsonrpc": "2.0", "method": method, "error": exc.to_json()}
+            return _response(method, request_id, error=exc.to_json())
         except Exception as exc:
             log.exception("internal error answering %s", method)
             error = {"code": -32603, "message": f"Internal error: {exc}"}
-            response = {"jsonrpc": "2.0", "method": method, "error": error}
-        if method is None:
-            del response["method"]
-        response["id"] = request_id
-        return response
+            return _response(method, request_id, error=error)
+
+    # --- HTTP -----------------------------------------------------------------------------------
+
+    async def respond_http(self, request: HttpRequest) -> HttpResponse:
+        """Route a plain HTTP request: unknown paths 404, other methods 405, CORS preflight 204."""
+        methods = self.http_routes.get(request.path)
+        if methods is None:
+            return http_error(http.HTTPStatus.NOT_FOUND, f"No {request.path} here.")
+        allowed = ", ".join([*methods, "OPTIONS"])
+        if request.method == "OPTIONS":
+            cors = (
+                ("Allow", allowed),
+                ("Access-Control-Allow-Methods", allowed),
+                ("Access-Control-Allow-Headers", "Content-Type"),
+            )
+            return HttpResponse(http.HTTPStatus.NO_CONTENT, headers=cors)
+        route = methods.get(request.method)
+        if route is None:
+            return dataclasses.replace(
+                http_error(http.HTTPStatus.METHOD_NOT_ALLOWED, f"Use {allowed}."),
+                headers=(("Allow", allowed),),
+            )
+        return await route(request)
+
+    async def json_rpc_over_http(self, request: HttpRequest) -> HttpResponse:
+        """What the WebSocket would answer, on a fresh session; 400 for errors, as Ogmios."""
+        self.stats.total_messages += 1
+        answer = await self.handle(Session(), request.body)
+        status = http.HTTPStatus.BAD_REQUEST if "error" in answer else http.HTTPStatus.OK
+        return _json_response(answer, status)
+
+    async def health(self, request: HttpRequest) -> HttpResponse:
+        return _json_response(health.health(self.devnet, self.stats))
+
+    async def metrics(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(
+            http.HTTPStatus.OK, health.prometheus(health.health(self.devnet, self.stats)).encode()
+        )
+
+    async def upgrade_required(self, request: HttpRequest) -> HttpResponse:
+        return dataclasses.replace(
+            http_error(
+                http.HTTPStatus.UPGRADE_REQUIRED,
+                "Open a WebSocket here, or POST a JSON-RPC request.",
+            ),
+            headers=(("Upgrade", "websocket"),),
+        )
 
     # --- network and ledger-state queries -----------------------------------------------------
 
@@ -318,6 +461,25 @@ class OgmiosServer:
 # --- helpers --------------------------------------------------------------------------------------
 
 
+def _response(
+    method: str | None, request_id: Any, *, result: Any = None, error: Any = None
+) -> dict[str, Any]:
+    """A JSON-RPC response: the request's method (when it had one) and id, echoed exactly."""
+    response: dict[str, Any] = {"jsonrpc": "2.0"}
+    if method is not None:
+        response["method"] = method
+    if error is not None:
+        response["error"] = error
+    else:
+        response["result"] = result
+    response["id"] = request_id
+    return response
+
+
+def _json_response(document: Any, status: int = http.HTTPStatus.OK) -> HttpResponse:
+    return HttpResponse(status, json.dumps(document).encode(), "application/json; charset=utf-8")
+
+
 def _parse_request(message: str | bytes) -> dict[str, Any]:
     if len(message) > MAX_REQUEST_BYTES:
         raise LedgerError(
@@ -379,8 +541,27 @@ def _snapshot(session: Session) -> list[DecodedTx]:
 
 
 async def run(devnet: Devnet, host: str, port: int) -> None:
-    """Serve until cancelled, forging blocks on the slot clock."""
+    """Serve, forging blocks on the slot clock, until SIGTERM or SIGINT; then stop serving.
+
+    Closing the devnet itself (store, script pool) is the caller's, once this returns.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     server = OgmiosServer(devnet)
-    async with await server.serve(host, port):
-        print(f"Ogmios v6 devnet serving on ws://{host}:{port}", flush=True)
-        await devnet.run_block_production()
+    server.stats.watch_garbage_collector()
+    listener = await server.serve(host, port)
+    production = asyncio.create_task(devnet.run_block_production())
+    print(f"Ogmios v6 devnet serving on ws://{host}:{port} (and http://{host}:{port})", flush=True)
+    try:
+        await stop.wait()
+        log.info("stopping: closing connections")
+    finally:
+        listener.close()  # no new connections; WebSocket clients are asked to close
+        await server.http_app.end_connections(CLOSE_GRACE_S)
+        await listener.wait_closed()
+        production.cancel()
+        await asyncio.gather(production, return_exceptions=True)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
