@@ -1,11 +1,14 @@
-"""Signed requests to the market: a CIP-8 `COSE_Sign1` by the party's payment key, exactly as a
-CIP-30 wallet's `signData(addr, payload)` returns it (`{signature, key}`, both hex).
+"""Signed requests to an Unchained market: a CIP-8 `COSE_Sign1` by the party's payment key,
+exactly as a CIP-30 wallet's `signData(addr, payload)` returns it (`{signature, key}`, both hex).
+The provider daemon and the consumer SDK sign with it, the market verifies with it: it lives
+in the protocol library because apps never import each other.
 
 The payload is canonical JSON under a domain tag naming everything the signature authorizes:
-the method, the path (with its query), the sha256 of the body, a nonce, the time (POSIX ms) and
-the market's identity. So a signature is worthless for another request, body or market, outside
-the tolerance window, or a second time (the nonce store). JSON, because a wallet shows the
-payload to its user before signing it.
+the method, the path with its query exactly as sent (percent-encoded: the bytes on the wire,
+so client and server never disagree over an encoding), the sha256 of the body, a nonce, the
+time (POSIX ms) and the market's identity. So a signature is worthless for another request,
+body or market, outside the tolerance window, or a second time (the nonce store). JSON,
+because a wallet shows the payload to its user before signing it.
 
 Server side: `RequestVerifier.verify`. Client side: `RequestFields.of(...)`, then either
 `sign_request(key, fields, network=...)` with a pycardano key, or `fields.payload()` handed to
@@ -30,7 +33,7 @@ from cose.keys.keyparam import OKPKpX
 from pycardano import Address, ExtendedSigningKey, Network, PaymentVerificationKey, SigningKey
 from pycardano.cip import cip8
 
-from offchain.market.errors import Conflict, MarketError, Unauthorized
+from offchain.protocol.errors import UnchainedError
 
 DOMAIN = "unchained/request/v1"
 SIGNATURE_HEADER = "X-Unchained-Signature"  # the COSE_Sign1, hex
@@ -48,31 +51,36 @@ FORMATS = {
 MAX_TIMESTAMP_MS = 2**63 - 1  # PostgreSQL's BIGINT
 
 
-class SignedRequestError(MarketError):
-    """A signed request refused; `field` names what to fix (a header or a signed field)."""
+class SignedRequestError(UnchainedError):
+    """A signed request refused; `field` names what to fix (a header or a signed field). The
+    market answers 401 for each kind but a replay (409); a client says what to fix."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
 
 
-class BadSignature(SignedRequestError, Unauthorized):
+class BadSignature(SignedRequestError):
     """No signature, a malformed one, or one that does not verify with its COSE_Key."""
 
 
-class KeyMismatch(SignedRequestError, Unauthorized):
+class KeyMismatch(SignedRequestError):
     """The COSE_Key is not the payment key of the address the signature names."""
 
 
-class BadPayload(SignedRequestError, Unauthorized):
+class BadPayload(SignedRequestError):
     """A valid signature over something that is not a request to an Unchained market."""
 
 
-class WrongRequest(SignedRequestError, Unauthorized):
+class WrongRequest(SignedRequestError):
     """Signed for another method, path, body or market than the one it came with."""
 
 
-class StaleRequest(SignedRequestError, Unauthorized):
+class StaleRequest(SignedRequestError):
     """Signed too long ago, or in the future, for the market's tolerance."""
 
 
-class ReplayedRequest(SignedRequestError, Conflict):
+class ReplayedRequest(SignedRequestError):
     """The signer used this nonce before: the same request a second time."""
 
 
@@ -163,6 +171,15 @@ class SignedRequest:
         """The signer's id: the blake2b-224 of its payment key, as its address carries it."""
         return self.vkey.hash().payload.hex()
 
+    def check_body(self, body_sha256: str) -> None:
+        """For a body hashed after `verify` (an upload, hashed as it streams): WrongRequest
+        unless it is the body that was signed."""
+        if body_sha256 != self.fields.body_sha256:
+            raise WrongRequest(
+                f"signed for body_sha256 {self.fields.body_sha256!r}, sent with {body_sha256!r}",
+                "body_sha256",
+            )
+
 
 def headers_of(signed: Mapping[str, str]) -> dict[str, str]:
     """The request headers for a CIP-30 `signData` result (`{signature, key}`)."""
@@ -245,12 +262,13 @@ class RequestVerifier:
         headers: Mapping[str, str],
         method: str,
         path: str,
-        body_sha256: str,
+        body_sha256: str | None,
         now_ms: int,
     ) -> SignedRequest:
         """The signer of this request, or the SignedRequestError that says what is wrong.
-        `path` includes the query (`/offers?q=...`); `body_sha256` is `body_digest(body)`,
-        computed by the caller so that an upload can be hashed while it streams. The nonce is
+        `path` is the raw path and query as sent (`/offers?q=gpus%3E%3D2`); `body_sha256` is
+        `body_digest(body)`, or None for an upload the caller hashes as it streams and then
+        checks with `SignedRequest.check_body` (its nonce is spent before). The nonce is
         spent only when everything else holds."""
         lower = {name.lower(): value for name, value in headers.items()}
         signature, key = lower.get(SIGNATURE_HEADER.lower()), lower.get(KEY_HEADER.lower())
@@ -260,10 +278,9 @@ class RequestVerifier:
         vkey, address, payload = open_signed(signature, key)
         signed = SignedRequest(vkey, address, RequestFields.parse(payload))
         fields = signed.fields
-        expected = {
-            "market": self.market, "method": method.upper(), "path": path,
-            "body_sha256": body_sha256,
-        }  # fmt: skip
+        expected = {"market": self.market, "method": method.upper(), "path": path}
+        if body_sha256 is not None:
+            expected["body_sha256"] = body_sha256
         for name, value in expected.items():
             if getattr(fields, name) != value:
                 raise WrongRequest(

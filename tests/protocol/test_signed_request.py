@@ -13,8 +13,8 @@ import pytest
 from pycardano import Address, Network, PaymentSigningKey, StakeSigningKey
 from pycardano.cip import cip8
 
-from offchain.market.errors import Conflict, Unauthorized
-from offchain.market.signed_request import (
+from offchain.protocol.errors import UnchainedError
+from offchain.protocol.signed_request import (
     KEY_HEADER,
     SIGNATURE_HEADER,
     BadPayload,
@@ -32,7 +32,6 @@ from offchain.market.signed_request import (
     open_signed,
     sign_request,
 )
-from offchain.protocol.errors import UnchainedError
 
 MARKET = "0:unchained-market:test"
 NOW_MS = 1_795_000_000_000
@@ -231,10 +230,20 @@ def test_the_memory_store_forgets_nonces_once_their_requests_are_stale():
     assert not store.claim("a", "n2", keep_until_ms=400, now_ms=300)
 
 
-def test_refusals_map_to_one_root_and_to_http_kinds():
-    for kind in (BadSignature, KeyMismatch, BadPayload, WrongRequest, StaleRequest):
-        assert issubclass(kind, Unauthorized) and issubclass(kind, UnchainedError)
-    assert issubclass(ReplayedRequest, Conflict) and issubclass(ReplayedRequest, SignedRequestError)
+def test_refusals_share_one_root_and_name_their_field():
+    for kind in (BadSignature, KeyMismatch, BadPayload, WrongRequest, StaleRequest,
+                 ReplayedRequest):  # fmt: skip
+        assert issubclass(kind, SignedRequestError) and issubclass(kind, UnchainedError)
+    assert kind("why", "nonce").field == "nonce"
+
+
+def test_an_upload_is_verified_first_and_its_body_checked_once_hashed():
+    store = MemoryNonceStore()
+    request = verifier(store).verify(signed(), "POST", "/jobs", None, NOW_MS)
+    request.check_body(body_digest(BODY))
+    with pytest.raises(WrongRequest) as refusal:
+        request.check_body(body_digest(BODY + b" "))
+    assert refusal.value.field == "body_sha256"
 
 
 @pytest.mark.parametrize("tagged", [False, True])
