@@ -8,6 +8,7 @@ anything else is served here as HTTP/1.1 (keep-alive, Content-Length bodies) by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import http
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from websockets.asyncio.server import ServerConnection
 OPEN_TIMEOUT_S = 10  # websockets' default, for the opening request of either kind
 IDLE_TIMEOUT_S = 30  # a keep-alive connection with no request for this long is closed
 MAX_HEAD_BYTES = 64 << 10
+LINGER_S = 2  # after the last answer, how long to wait for the client to close first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,7 @@ class HttpOrWebSocket(ServerConnection):
         self.app = app
         self._head = bytearray()
         self._http: asyncio.StreamReader | None = None
+        self._http_done = False  # answered all it will: what still arrives is dropped
         self._kind_known: asyncio.Future[None] = self.loop.create_future()
 
     @property
@@ -84,6 +87,8 @@ class HttpOrWebSocket(ServerConnection):
         self.app.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._http_done:
+            return
         if self._http is not None:
             self._http.feed_data(data)
         elif self._kind_known.done():
@@ -107,7 +112,7 @@ class HttpOrWebSocket(ServerConnection):
         if self._http is None:
             return super().eof_received()
         self._http.feed_eof()
-        return True  # keep the transport open to answer what was asked
+        return not self._http_done  # while serving, stay open to answer what was asked
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.app.connections.discard(self)
@@ -130,8 +135,23 @@ class HttpOrWebSocket(ServerConnection):
         try:
             await self._serve_http(self._http)
         finally:
-            self.transport.close()  # after what was written has gone out
-            await self.connection_lost_waiter
+            await self._linger()
+
+    async def _linger(self) -> None:
+        """Close after the answers have gone out, reading and dropping what still comes.
+
+        Closing with unread data resets the connection, and the client may lose the answer
+        (a 413 while it is still uploading the body it was refused for).
+        """
+        self._http_done = True
+        self.transport.resume_reading()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_S):
+                await asyncio.shield(self.connection_lost_waiter)
+        self.transport.close()
+        await self.connection_lost_waiter
 
     async def _serve_http(self, reader: asyncio.StreamReader) -> None:
         """Answer requests one after another until the client closes, idles or asks to close."""

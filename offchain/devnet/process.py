@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -67,9 +68,10 @@ class DevnetProcess:
                 time.sleep(0.1)
         raise RuntimeError("devnet did not start listening within 60 s")
 
-    def stop(self) -> None:
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Ask for a clean stop (SIGTERM or SIGINT) and wait until the process has exited."""
         if self.process and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(signum)
             self.process.wait(timeout=20)
 
     def kill(self) -> None:
