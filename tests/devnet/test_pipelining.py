@@ -11,10 +11,11 @@ import asyncio
 import json
 from typing import Any
 
-from pycardano import PaymentSigningKey
+from pycardano import PaymentSigningKey, Transaction
 from websockets.asyncio.client import ClientConnection, connect
 
 from offchain.devnet.genesis import ADA, wallet_address
+from offchain.devnet.process import DevnetProcess
 from tests.devnet.conftest import forge
 from tests.devnet.payments import payment
 from tests.ogmios_schema import validate
@@ -47,6 +48,15 @@ async def receive(ws: ClientConnection, count: int, timeout_s: float = 10) -> li
         return [json.loads(await ws.recv()) for _ in range(count)]
 
 
+def throwaway_payment(devnet: DevnetProcess, sender: str) -> Transaction:
+    """A signed 2 ADA payment from a demo wallet to a fresh address, not yet submitted."""
+    return payment(devnet, sender, wallet_address(PaymentSigningKey.generate()), 2 * ADA)
+
+
+async def submit_on(ws: ClientConnection, tx: Transaction, request_id: Any) -> None:
+    await send(ws, "submitTransaction", {"transaction": {"cbor": tx.to_cbor().hex()}}, request_id)
+
+
 def same(a: Any, b: Any) -> bool:
     """Equal JSON values of the same types (1 is not 1.0 is not "1")."""
     return json.dumps(a) == json.dumps(b)
@@ -72,16 +82,15 @@ def check_queries(sent: list[tuple[str, Any]], answers: list[dict]) -> None:
 
 
 async def test_queries_and_a_submission_pass_a_parked_next_block(slow_devnet):
-    devnet = slow_devnet
-    tx = payment(devnet, "bob", wallet_address(PaymentSigningKey.generate()), 2 * ADA)
-    async with connect(devnet.url, max_size=None) as ws:
+    tx = throwaway_payment(slow_devnet, "bob")
+    async with connect(slow_devnet.url, max_size=None) as ws:
         await send(ws, "queryNetwork/tip", None, "tip")
         [tip] = await receive(ws, 1)
         await send(ws, "findIntersection", {"points": [tip["result"]]}, "intersect")
         await send(ws, "nextBlock", None, "backward")
         await send(ws, "nextBlock", None, "parked")  # at the tip: waits for the next block
         sent = await pipeline_queries(ws, 100)
-        await send(ws, "submitTransaction", {"transaction": {"cbor": tx.to_cbor().hex()}}, 7)
+        await submit_on(ws, tx, 7)
         answers = await receive(ws, 2 + len(sent) + 1)
         assert "parked" not in [a["id"] for a in answers]
         chain_sync = [a for a in answers if a["method"] in ("findIntersection", "nextBlock")]
@@ -92,7 +101,7 @@ async def test_queries_and_a_submission_pass_a_parked_next_block(slow_devnet):
         assert same(submitted["id"], 7)
         assert submitted["result"]["transaction"]["id"] == str(tx.id)
 
-        await forge(devnet)  # the block with the payment releases the parked nextBlock
+        await forge(slow_devnet)  # the block with the payment releases the parked nextBlock
         [parked] = await receive(ws, 1)
     validate("nextBlock", parked)
     assert parked["id"] == "parked" and parked["result"]["direction"] == "forward"
@@ -100,9 +109,8 @@ async def test_queries_and_a_submission_pass_a_parked_next_block(slow_devnet):
 
 
 async def test_a_parked_mempool_wait_holds_up_nothing_else(slow_devnet):
-    devnet = slow_devnet
-    tx = payment(devnet, "alice", wallet_address(PaymentSigningKey.generate()), 3 * ADA)
-    async with connect(devnet.url, max_size=None) as ws:
+    tx = throwaway_payment(slow_devnet, "alice")
+    async with connect(slow_devnet.url, max_size=None) as ws:
         await send(ws, "acquireMempool", None, "first")
         [first] = await receive(ws, 1)
         assert first["result"]["acquired"] == "mempool"
@@ -112,11 +120,11 @@ async def test_a_parked_mempool_wait_holds_up_nothing_else(slow_devnet):
         answers = await receive(ws, len(sent))
         check_queries(sent, answers)
 
-        await send(ws, "submitTransaction", {"transaction": {"cbor": tx.to_cbor().hex()}}, None)
+        await submit_on(ws, tx, None)
         rest = {json.dumps(a["id"]): a for a in await receive(ws, 3)}
     assert rest["null"]["result"]["transaction"]["id"] == str(tx.id)
     validate("acquireMempool", rest['"parked"'])
     after = rest['"after-parked"']
     validate("nextTransaction", after)
     assert after["result"]["transaction"]["id"] == str(tx.id)  # read the new snapshot
-    await forge(devnet)
+    await forge(slow_devnet)
