@@ -1,0 +1,105 @@
+"""How the explorer writes numbers for people, from integers only (lovelace, ms), and the inline
+SVG charts it draws (usage from the metering record, earnings per day) as plain coordinates."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+ADA = 1_000_000
+MIB = 1 << 20
+PERMILLE = 1000
+CHART_W, CHART_H = 600, 160
+
+
+def ada(lovelace: int | None) -> str:
+    """`12.5 ADA` from 12_500_000: whole ADA with thousands, the fraction without trailing 0s."""
+    if lovelace is None:
+        return "—"
+    sign = "-" if lovelace < 0 else ""
+    whole, frac = divmod(abs(lovelace), ADA)
+    fraction = f"{frac:06d}".rstrip("0")
+    return f"{sign}{whole:,}{'.' + fraction if fraction else ''} ADA"
+
+
+def when(posix_ms: int | None) -> str:
+    if posix_ms is None:
+        return "—"
+    moment = datetime.fromtimestamp(posix_ms // 1000, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(ms: int | None) -> str:
+    """`1 h 02 m 05 s`, `3.250 s`: integer ms as people read them."""
+    if ms is None:
+        return "—"
+    seconds, rest = divmod(ms, 1000)
+    if seconds < 60:
+        return f"{seconds}.{rest:03d} s"
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} m {seconds:02d} s" if hours else f"{minutes} m {seconds:02d} s"
+
+
+def short(text: str | None, keep: int = 10) -> str:
+    """A long hash or address cut in the middle (the full one goes in the title)."""
+    if not text:
+        return "—"
+    return text if len(text) <= 2 * keep + 1 else f"{text[:keep]}…{text[-6:]}"
+
+
+def _points(values: list[tuple[int, int]], t_max: int) -> str:
+    """SVG polyline points for (t_ms, per-mille) pairs across the chart."""
+    span = max(t_max, 1)
+    return " ".join(
+        f"{t * CHART_W // span},{CHART_H - min(max(v, 0), PERMILLE) * CHART_H // PERMILLE}"
+        for t, v in values
+    )
+
+
+def usage_chart(record: dict[str, Any]) -> list[dict[str, str]]:
+    """CPU (of the reserved cores), memory (of the reserved memory) and GPU SM use over the
+    job, each as per-mille series drawn as one polyline."""
+    samples = record["samples"]
+    t_max = max([s["t_ms"] for s in samples] + [g["t_ms"] for g in record["gpu_samples"]] + [1])
+    cpu = [
+        (b["t_ms"], (b["cpu_ns"] - a["cpu_ns"]) * PERMILLE
+         // max(1, (b["t_ms"] - a["t_ms"]) * 1_000_000 * record["cpu_cores"]))
+        for a, b in itertools.pairwise(samples)
+    ]  # fmt: skip
+    limit = max(1, record["memory_mib"] * MIB)
+    memory = [(s["t_ms"], s["memory_bytes"] * PERMILLE // limit) for s in samples]
+    first_gpu = record["gpu_uuids"][0] if record["gpu_uuids"] else None
+    gpu = [
+        (g["t_ms"], g["sm_percent"] * 10)
+        for g in record["gpu_samples"]
+        if g["uuid"] == first_gpu and g["sm_percent"] is not None
+    ]
+    series = (("cpu", "CPU", cpu), ("memory", "memory", memory), ("gpu", "GPU (SM)", gpu))
+    return [
+        {"key": key, "label": label, "points": _points(values, t_max)}
+        for key, label, values in series
+        if values
+    ]
+
+
+def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, int]]:
+    """One bar per day, heights relative to the best day."""
+    if not days:
+        return []
+    top = max(max(d["lovelace"] for d in days), 1)
+    width = max(CHART_W // len(days), 1)
+    return [
+        {
+            "x": i * width, "width": max(width - 2, 1),
+            "height": d["lovelace"] * CHART_H // top, "day_ms": d["day_ms"],
+            "lovelace": d["lovelace"],
+        }
+        for i, d in enumerate(days)
+    ]  # fmt: skip
+
+
+FILTERS = {"ada": ada, "when": when, "duration": duration, "short": short}
+GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars,
+           "chart_w": CHART_W, "chart_h": CHART_H}  # fmt: skip

@@ -1,0 +1,518 @@
+"""What each explorer page reads, as plain JSON-ready dicts (the HTML and the JSON of a page are
+the same data). Every list is keyset-paginated and every query is served by an index declared
+here or on the table, sized for 10,000 jobs, 1,000 providers and 100,000 transactions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pycardano import ScriptHash
+from sqlalchemy import Index, and_, func, or_
+from sqlmodel import Session, col, select
+
+from offchain.chain.time import ChainTime, PastHorizon
+from offchain.market.errors import NotFound
+from offchain.market.explorer.decode import Scripts
+from offchain.market.models import (
+    Blob,
+    Bond,
+    Job,
+    JobEvent,
+    JobState,
+    LogLine,
+    Offer,
+    Provider,
+)
+from offchain.market.services import jobs as job_states
+from offchain.market.services.chain import parse_ref
+from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
+from offchain.market.services.storage import blob_path
+from offchain.protocol.metering import MeteringRecord
+from offchain.protocol.payloads import receipt_payload, verify
+from offchain.protocol.split import settle_split
+
+S = JobState
+PAGE = 50
+RECENT = 8
+LOG_TAIL = 100
+MEDIAN_OF = 200  # settlements the home page's median is taken over
+DAY_MS = 86_400_000
+BUSY = (S.ACCEPTED, S.RUNNING)
+DONE = (S.COMPLETED, S.SETTLING, S.SETTLED)
+JOB_FILTERS = ("state", "provider", "consumer", "gpu")
+
+# The explorer's indexes on the market's tables: jobs newest first under each filter, and
+# settlements by the slot they landed in.
+_job = Job.__table__.c  # type: ignore[attr-defined]
+_event = JobEvent.__table__.c  # type: ignore[attr-defined]
+INDEXES = (
+    Index("ix_explorer_job_created", _job.created_at_ms, _job.id),
+    Index("ix_explorer_job_state", _job.state, _job.created_at_ms, _job.id),
+    Index("ix_explorer_job_provider", _job.provider_id, _job.created_at_ms, _job.id),
+    Index("ix_explorer_job_consumer", _job.consumer_id, _job.created_at_ms, _job.id),
+    Index("ix_explorer_job_gpu", _job.gpu_model, _job.created_at_ms, _job.id),
+    Index("ix_explorer_event_state_slot", _event.to_state, _event.slot),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What pages read besides the database: our scripts, the chain's clock (None until it
+    could be asked), the market's clock and how long a heartbeat keeps a provider online."""
+
+    scripts: Scripts
+    time: ChainTime | None
+    now_ms: int
+    online_ms: int
+
+    def slot_ms(self, slot: int | None) -> int | None:
+        if slot is None or self.time is None:
+            return None
+        try:
+            return self.time.slot_to_posix_ms(slot)
+        except PastHorizon:
+            return None
+
+
+# --- rows as pages show them ------------------------------------------------------------------
+
+
+def _block(block: ChainBlock, ctx: Context) -> dict[str, Any]:
+    return {
+        "height": block.height, "slot": block.slot, "id": block.block_id,
+        "time_ms": ctx.slot_ms(block.slot), "tx_count": block.tx_count,
+        "indexed_txs": block.indexed_txs,
+    }  # fmt: skip
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id, "state": job.state.value, "gpu_model": job.gpu_model,
+        "provider_id": job.provider_id, "consumer_id": job.consumer_id,
+        "price_per_unit": job.price_per_unit, "lock_lovelace": job.lock_lovelace,
+        "created_at_ms": job.created_at_ms, "updated_at_ms": job.updated_at_ms,
+    }  # fmt: skip
+
+
+def _event_row(event: JobEvent) -> dict[str, Any]:
+    return {
+        "id": event.id, "at_ms": event.at_ms,
+        "from_state": event.from_state.value if event.from_state else None,
+        "to_state": event.to_state.value, "cause": event.cause.value, "detail": event.detail,
+        "slot": event.slot, "block_height": event.block_height, "tx_id": event.tx_id,
+    }  # fmt: skip
+
+
+# --- home -------------------------------------------------------------------------------------
+
+
+def _tip(session: Session) -> ChainBlock | None:
+    return session.exec(select(ChainBlock).order_by(col(ChainBlock.slot).desc()).limit(1)).first()
+
+
+def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
+    """Per GPU model: GPUs offered by online providers, how many run a job, the lowest price."""
+    offered = session.exec(
+        select(Offer.gpu_model, func.sum(Offer.gpu_count), func.min(Offer.price_per_unit))
+        .join(Provider, col(Provider.id) == col(Offer.provider_id))
+        .where(col(Offer.active), col(Provider.last_heartbeat_ms) >= since_ms)
+        .group_by(col(Offer.gpu_model))
+    ).all()  # fmt: skip
+    busy: dict[str, int] = {}
+    for model, spec in session.exec(
+        select(Job.gpu_model, Job.spec).where(col(Job.state).in_(BUSY))
+    ):
+        gpus = json.loads(spec).get("resources", {}).get("gpus", 0)
+        busy[model or ""] = busy.get(model or "", 0) + gpus
+    models = sorted({model for model, _, _ in offered} | set(busy))
+    prices = {model: (total, price) for model, total, price in offered}
+    return [
+        {
+            "model": model, "offered": prices.get(model, (0, None))[0],
+            "busy": busy.get(model, 0),
+            "free": max(0, prices.get(model, (0, None))[0] - busy.get(model, 0)),
+            "price_per_unit": prices.get(model, (0, None))[1],
+        }
+        for model in models
+    ]  # fmt: skip
+
+
+def _settled_since(session: Session, slot: int) -> int:
+    due = func.sum(col(Job.price_per_unit) * col(Job.receipt_units))
+    query = (
+        select(due).join(JobEvent, col(JobEvent.job_id) == col(Job.id))
+        .where(col(JobEvent.to_state) == S.SETTLED, col(JobEvent.slot) >= slot)
+    )  # fmt: skip
+    return int(session.exec(query).one() or 0)
+
+
+def _median_settle_ms(session: Session) -> int | None:
+    """Median ms from a receipt (completed) to its settlement, over the latest settlements."""
+    settled = session.exec(
+        select(JobEvent.job_id, JobEvent.at_ms).where(col(JobEvent.to_state) == S.SETTLED)
+        .order_by(col(JobEvent.slot).desc()).limit(MEDIAN_OF)
+    ).all()  # fmt: skip
+    completed = dict(
+        session.exec(
+            select(JobEvent.job_id, func.max(JobEvent.at_ms))
+            .where(col(JobEvent.job_id).in_([j for j, _ in settled]),
+                   col(JobEvent.to_state) == S.COMPLETED)
+            .group_by(col(JobEvent.job_id))
+        ).all()
+    )  # fmt: skip
+    waits = sorted(at - completed[job] for job, at in settled if job in completed)
+    return waits[len(waits) // 2] if waits else None
+
+
+def home(session: Session, ctx: Context) -> dict[str, Any]:
+    tip = _tip(session)
+    tip_ms = ctx.slot_ms(tip.slot) if tip else None
+    since = ctx.now_ms - ctx.online_ms
+    count = func.count()
+    day_ago = None
+    if tip_ms is not None and ctx.time is not None:
+        try:
+            day_ago = ctx.time.posix_ms_to_slot(max(tip_ms - DAY_MS, ctx.time.system_start_ms))
+        except PastHorizon:
+            day_ago = None
+    locked = select(func.sum(Job.lock_lovelace)).where(col(Job.state).in_(job_states.LOCKED))
+    return {
+        "tip": _block(tip, ctx) if tip else None,
+        "providers_online": session.exec(
+            select(count).select_from(Provider).where(col(Provider.last_heartbeat_ms) >= since)
+        ).one(),
+        "gpus": _gpus(session, since),
+        "jobs_running": session.exec(
+            select(count).select_from(Job).where(col(Job.state).in_(BUSY))
+        ).one(),
+        "escrow_lovelace": int(session.exec(locked).one() or 0),
+        "settled_24h_lovelace": _settled_since(session, day_ago) if day_ago is not None else None,
+        "median_settle_ms": _median_settle_ms(session),
+        "blocks": [
+            _block(b, ctx) for b in session.exec(
+                select(ChainBlock).order_by(col(ChainBlock.slot).desc()).limit(RECENT)
+            )
+        ],
+        "jobs": [
+            _job_row(j) for j in session.exec(
+                select(Job).order_by(col(Job.created_at_ms).desc(), col(Job.id).desc())
+                .limit(RECENT)
+            )
+        ],
+    }  # fmt: skip
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+def _cursor(text: str | None) -> tuple[int, str] | None:
+    """A keyset cursor `created_at_ms.id`; a malformed one starts from the newest."""
+    if not text or "." not in text:
+        return None
+    at, _, key = text.partition(".")
+    return (int(at), key) if at.isdigit() else None
+
+
+def job_list(session: Session, filters: dict[str, str]) -> dict[str, Any]:
+    """Jobs newest first under the filters (state, provider id, consumer id, GPU model), one
+    page after the `after` cursor."""
+    query = select(Job)
+    column = {"state": Job.state, "provider": Job.provider_id, "consumer": Job.consumer_id,
+              "gpu": Job.gpu_model}  # fmt: skip
+    for name in JOB_FILTERS:
+        if filters.get(name):
+            query = query.where(col(column[name]) == filters[name])
+    after = _cursor(filters.get("after"))
+    if after is not None:
+        at, key = after
+        query = query.where(
+            or_(col(Job.created_at_ms) < at, and_(col(Job.created_at_ms) == at, col(Job.id) < key))
+        )
+    order = (col(Job.created_at_ms).desc(), col(Job.id).desc())
+    rows = session.exec(query.order_by(*order).limit(PAGE + 1)).all()
+    page = rows[:PAGE]
+    more = f"{page[-1].created_at_ms}.{page[-1].id}" if len(rows) > PAGE else None
+    return {
+        "filters": {name: filters.get(name, "") for name in JOB_FILTERS},
+        "states": [state.value for state in JobState],
+        "jobs": [_job_row(job) for job in page],
+        "next": more,
+    }
+
+
+def _metering(session: Session, job: Job, blob_root: Path) -> dict[str, Any] | None:
+    """The metering record the receipt's evidence hash names, if its provider stored it here."""
+    if not job.receipt_evidence_hash or session.get(Blob, job.receipt_evidence_hash) is None:
+        return None
+    path = blob_path(blob_root, job.receipt_evidence_hash)
+    if not path.exists():
+        return None
+    record = MeteringRecord.model_validate_json(path.read_bytes())
+    return {
+        "record": record.model_dump(mode="json"),
+        "matches": record.digest() == job.receipt_evidence_hash,
+    }
+
+
+def _receipt(job: Job, scripts: Scripts) -> dict[str, Any] | None:
+    if job.receipt_signature is None or job.escrow_ref is None or job.provider_vkey is None:
+        return None
+    payload = receipt_payload(
+        scripts.network_id, ScriptHash(scripts.escrow_hash), parse_ref(job.escrow_ref, "escrow"),
+        job.receipt_units or 0, bytes.fromhex(job.receipt_result_hash or ""),
+        bytes.fromhex(job.receipt_evidence_hash or ""),
+    )  # fmt: skip
+    ok = verify(bytes.fromhex(job.provider_vkey), payload, bytes.fromhex(job.receipt_signature))
+    return {
+        "units": job.receipt_units, "result_hash": job.receipt_result_hash,
+        "evidence_hash": job.receipt_evidence_hash, "signature": job.receipt_signature,
+        "provider_vkey": job.provider_vkey, "verifies": ok,
+    }  # fmt: skip
+
+
+def _split(job: Job) -> dict[str, int] | None:
+    terms = (job.lock_lovelace, job.price_per_unit, job.receipt_units, job.max_units,
+             job.fee_allowance)  # fmt: skip
+    if any(term is None for term in terms):
+        return None
+    try:
+        split = settle_split(*terms)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    return {"provider": split.provider, "consumer": split.consumer, "fee": split.fee}
+
+
+def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> dict[str, Any]:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}", "job_id")
+    tail = session.exec(
+        select(LogLine).where(LogLine.job_id == job.id)
+        .order_by(col(LogLine.seq).desc()).limit(LOG_TAIL)
+    ).all()  # fmt: skip
+    return {
+        "job": _job_row(job) | {
+            "spec": json.loads(job.spec), "spec_digest": job.spec_digest,
+            "consumer_address": job.consumer_address, "provider_address": job.provider_address,
+            "max_price": job.max_price,
+            "quote": {
+                "price_per_unit": job.price_per_unit, "max_units": job.max_units,
+                "deadline_ms": job.deadline_ms, "settle_window_ms": job.settle_window_ms,
+                "fee_allowance": job.fee_allowance, "lock_lovelace": job.lock_lovelace,
+                "expires_ms": job.quote_expires_ms,
+            },
+            "escrow_ref": job.escrow_ref, "settle_tx": job.settle_tx,
+            "result_sha256": job.result_sha256, "exit_code": job.exit_code,
+            "failure_reason": job.failure_reason,
+        },
+        "events": [_event_row(e) for e in job_states.events(session, job.id)],
+        "receipt": _receipt(job, ctx.scripts),
+        "split": _split(job),
+        "metering": _metering(session, job, blob_root),
+        "logs": [{"seq": line.seq, "at_ms": line.at_ms, "text": line.text}
+                 for line in reversed(tail)],
+    }  # fmt: skip
+
+
+def events_after(session: Session, job_id: str, after: int) -> list[dict[str, Any]]:
+    return [_event_row(e) for e in job_states.events(session, job_id, after)]
+
+
+# --- providers --------------------------------------------------------------------------------
+
+
+def _counts(session: Session, provider_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    rows = session.exec(
+        select(Job.provider_id, Job.state, func.count())
+        .where(col(Job.provider_id).in_(provider_ids))
+        .group_by(col(Job.provider_id), col(Job.state))
+    ).all()  # fmt: skip
+    counts: dict[str, dict[str, int]] = {
+        p: {"done": 0, "failed": 0, "slashed": 0} for p in provider_ids
+    }
+    for provider, state, n in rows:
+        bucket = (
+            "done" if state in DONE else state.value if state in (S.FAILED, S.SLASHED) else None
+        )
+        if bucket is not None:
+            counts[provider][bucket] += n
+    return counts
+
+
+def _provider_row(
+    provider: Provider, offers: list[Offer], counts: dict[str, int], ctx: Context
+) -> dict[str, Any]:
+    return {
+        "id": provider.id, "payout_address": provider.payout_address,
+        "online": provider.last_heartbeat_ms >= ctx.now_ms - ctx.online_ms,
+        "last_heartbeat_ms": provider.last_heartbeat_ms,
+        "offline_since_ms": provider.offline_since_ms,
+        "gpus": [{"model": o.gpu_model, "count": o.gpu_count, "price_per_unit": o.price_per_unit}
+                 for o in offers],
+        "bond": {"ref": provider.bond_ref, "lovelace": provider.bond_lovelace,
+                 "state": provider.bond_state},
+        "jobs": counts,
+    }  # fmt: skip
+
+
+def _offers(session: Session, provider_ids: Sequence[str]) -> dict[str, list[Offer]]:
+    found: dict[str, list[Offer]] = {p: [] for p in provider_ids}
+    query = select(Offer).where(col(Offer.provider_id).in_(provider_ids), col(Offer.active))
+    for offer in session.exec(query.order_by(col(Offer.id))):
+        found[offer.provider_id].append(offer)
+    return found
+
+
+def provider_list(session: Session, ctx: Context, after: str | None) -> dict[str, Any]:
+    query = select(Provider)
+    if after:
+        query = query.where(col(Provider.id) > after)
+    rows = session.exec(query.order_by(col(Provider.id)).limit(PAGE + 1)).all()
+    page = rows[:PAGE]
+    ids = [p.id for p in page]
+    offers, counts = _offers(session, ids), _counts(session, ids)
+    return {
+        "providers": [_provider_row(p, offers[p.id], counts[p.id], ctx) for p in page],
+        "next": page[-1].id if len(rows) > PAGE else None,
+    }
+
+
+def _earnings(session: Session, provider_id: str) -> list[dict[str, int]]:
+    """Lovelace earned per day (market clock of the settlement), oldest first."""
+    day = col(JobEvent.at_ms) / DAY_MS
+    rows = session.exec(
+        select(day, func.sum(col(Job.price_per_unit) * col(Job.receipt_units)))
+        .join(Job, col(Job.id) == col(JobEvent.job_id))
+        .where(col(Job.provider_id) == provider_id, col(JobEvent.to_state) == S.SETTLED)
+        .group_by(day).order_by(day)
+    ).all()  # fmt: skip
+    return [{"day_ms": int(d) * DAY_MS, "lovelace": int(v or 0)} for d, v in rows]
+
+
+def provider_page(session: Session, ctx: Context, provider_id: str) -> dict[str, Any]:
+    provider = session.get(Provider, provider_id)
+    if provider is None:
+        raise NotFound(f"no provider {provider_id}", "provider_id")
+    bonds = session.exec(
+        select(Bond).where(Bond.provider_id == provider_id).order_by(col(Bond.created_slot).desc())
+        .limit(RECENT)
+    ).all()  # fmt: skip
+    recent = job_list(session, {"provider": provider_id})
+    return {
+        "provider": _provider_row(provider, _offers(session, [provider_id])[provider_id],
+                                  _counts(session, [provider_id])[provider_id], ctx),
+        "bonds": [{"ref": b.ref, "lovelace": b.lovelace, "unbonding_since_ms": b.unbonding_since_ms,
+                   "spent_tx": b.spent_tx, "spent_as": b.spent_as} for b in bonds],
+        "earnings": _earnings(session, provider_id),
+        "jobs": recent["jobs"][:RECENT * 2],
+    }  # fmt: skip
+
+
+# --- chain: transactions, addresses, blocks ---------------------------------------------------
+
+
+def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
+    tx = session.get(ChainTx, tx_id)
+    if tx is None:
+        raise NotFound(
+            f"transaction {tx_id} is not in the index: it holds the transactions that touch "
+            "the escrow and bond scripts, from when the market began following the chain",
+            "tx_id",
+        )
+    view = json.loads(tx.view)
+    refs = [i["ref"] for i in view["inputs"]]
+    spent = {
+        o.ref: o for o in session.exec(select(ChainTxOut).where(col(ChainTxOut.ref).in_(refs)))
+    }
+    for item in view["inputs"]:
+        out = spent.get(item["ref"])
+        item["from"] = (
+            {"address": out.address, "lovelace": out.lovelace, "script": out.script,
+             "datum": json.loads(out.datum) if out.datum else None}
+            if out else None
+        )  # fmt: skip
+    outs = session.exec(
+        select(ChainTxOut.ref, ChainTxOut.spent_by)
+        .where(col(ChainTxOut.ref).in_([f"{tx_id}#{i}" for i in range(len(view["outputs"]))]))
+    ).all()  # fmt: skip
+    spent_by = dict(outs)
+    for index, output in enumerate(view["outputs"]):
+        output["ref"] = f"{tx_id}#{index}"
+        output["spent_by"] = spent_by.get(output["ref"])
+    block = session.get(ChainBlock, tx.slot)
+    jobs = session.exec(
+        select(JobEvent.job_id, JobEvent.to_state).where(JobEvent.tx_id == tx_id)
+    ).all()  # fmt: skip
+    return {
+        "tx": {"id": tx.tx_id, "slot": tx.slot, "height": tx.height,
+               "time_ms": ctx.slot_ms(tx.slot), **view},
+        "block": _block(block, ctx) if block else None,
+        "jobs": sorted({(j, s.value) for j, s in jobs}),
+    }  # fmt: skip
+
+
+def address_page(session: Session, address: str, after: str | None) -> dict[str, Any]:
+    """Outputs the index saw at `address`, newest first (cursor `slot.ref`)."""
+    query = select(ChainTxOut).where(ChainTxOut.address == address)
+    if after and "." in after and after.split(".", 1)[0].isdigit():
+        slot, ref = int(after.split(".", 1)[0]), after.split(".", 1)[1]
+        query = query.where(
+            or_(
+                col(ChainTxOut.slot) < slot,
+                and_(col(ChainTxOut.slot) == slot, col(ChainTxOut.ref) < ref),
+            )
+        )
+    order = (col(ChainTxOut.slot).desc(), col(ChainTxOut.ref).desc())
+    rows = session.exec(query.order_by(*order).limit(PAGE + 1)).all()
+    page = rows[:PAGE]
+    providers = session.exec(select(Provider.id).where(Provider.payout_address == address)).all()
+    return {
+        "address": address,
+        "outputs": [
+            {"ref": o.ref, "slot": o.slot, "lovelace": o.lovelace, "script": o.script,
+             "datum": json.loads(o.datum) if o.datum else None, "spent_by": o.spent_by}
+            for o in page
+        ],
+        "providers": list(providers),
+        "next": f"{page[-1].slot}.{page[-1].ref}" if len(rows) > PAGE else None,
+    }  # fmt: skip
+
+
+def block_page(session: Session, ctx: Context, height: int) -> dict[str, Any]:
+    block = session.exec(select(ChainBlock).where(ChainBlock.height == height)).first()
+    if block is None:
+        raise NotFound(f"block {height} is not in the index", "height")
+    txs = session.exec(
+        select(ChainTx.tx_id).where(ChainTx.slot == block.slot).order_by(col(ChainTx.tx_id))
+    ).all()
+    return {"block": _block(block, ctx), "transactions": list(txs)}
+
+
+# --- search -----------------------------------------------------------------------------------
+
+
+def search(session: Session, text: str) -> str | None:
+    """The path of what `text` names (job id, tx hash, block id or height, address, provider
+    id), or None."""
+    q = text.strip()
+    if q.isdigit():
+        found = session.exec(select(ChainBlock.height).where(ChainBlock.height == int(q))).first()
+        return f"/explorer/blocks/{found}" if found is not None else None
+    if q.startswith(("addr", "stake")):
+        return f"/explorer/addresses/{q}"
+    key = q.lower()
+    hits = (
+        (Job.id, "jobs"), (ChainTx.tx_id, "txs"), (Provider.id, "providers"),
+    )  # fmt: skip
+    for column, page in hits:
+        if session.exec(select(column).where(column == key)).first() is not None:
+            return f"/explorer/{page}/{key}"
+    height = session.exec(select(ChainBlock.height).where(ChainBlock.block_id == key)).first()
+    if height is not None:
+        return f"/explorer/blocks/{height}"
+    return None

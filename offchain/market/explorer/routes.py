@@ -1,0 +1,250 @@
+"""The explorer's routes: each page is server-rendered HTML at `/explorer/...` and the same data
+as JSON at `/api/explorer/...` (or with `Accept: application/json`); two server-sent event
+streams (home, job) push re-rendered fragments that a few lines of JavaScript swap in.
+
+Pages are public and read only: no signature, nothing written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import Engine
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
+
+from offchain.chain.time import ChainTime, chain_time
+from offchain.market.api.deps import SessionDep
+from offchain.market.errors import NotFound
+from offchain.market.explorer import queries
+from offchain.market.explorer.decode import Scripts
+from offchain.market.explorer.format import FILTERS, GLOBALS
+from offchain.market.models import Job
+from offchain.market.services import jobs
+
+HERE = Path(__file__).parent
+LIVE_EVERY_S = 1.0
+templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.filters.update(FILTERS)
+templates.env.globals.update(GLOBALS)
+router = APIRouter(tags=["explorer"])
+
+
+def mount(app: FastAPI) -> None:
+    """Serve the explorer from `app`: its pages, its JSON and its stylesheet and script."""
+    app.include_router(router)
+    app.mount("/explorer/static", StaticFiles(directory=HERE / "static"), name="explorer-static")
+
+
+@dataclasses.dataclass
+class ExplorerState:
+    """What pages need from the chain, asked once per process: our scripts and its clock."""
+
+    scripts: Scripts
+    time: ChainTime | None
+
+
+def _state(request: Request) -> ExplorerState:
+    app = request.app.state
+    state = getattr(app, "explorer", None)
+    if state is None or state.time is None:
+        chain = app.chain
+        try:
+            time = chain_time(chain.context)
+        except Exception:  # the chain is away: pages show no times until it answers
+            time = None
+        state = app.explorer = ExplorerState(Scripts.of(chain.deployment), time)
+    return state
+
+
+def context(request: Request) -> queries.Context:
+    state = _state(request)
+    online_ms = request.app.state.settings.online_ms
+    return queries.Context(state.scripts, state.time, jobs.now_ms(), online_ms)
+
+
+ContextDep = Annotated[queries.Context, Depends(context)]
+
+
+def wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return request.url.path.startswith("/api/") or (
+        "application/json" in accept and "text/html" not in accept
+    )
+
+
+def render(request: Request, template: str, build: Callable[[], dict[str, Any]]) -> Response:
+    """The page's data as JSON or through its template; a NotFound is a 404 page for people
+    (and the market's JSON error for programs)."""
+    try:
+        data = build()
+    except NotFound as exc:
+        if wants_json(request):
+            raise
+        return templates.TemplateResponse(
+            request, "error.html", {"message": str(exc), "title": "Not found"}, status_code=404
+        )
+    if wants_json(request):
+        return JSONResponse(data)
+    return templates.TemplateResponse(request, template, {"d": data})
+
+
+@router.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    return RedirectResponse("/explorer")
+
+
+@router.get("/explorer", response_class=HTMLResponse)
+@router.get("/api/explorer")
+def home(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+    """Chain tip, providers online, GPUs by model, jobs running, escrow, settlements."""
+    return render(request, "home.html", lambda: queries.home(session, ctx))
+
+
+@router.get("/explorer/jobs", response_class=HTMLResponse)
+@router.get("/api/explorer/jobs")
+def job_list(
+    request: Request,
+    session: SessionDep,
+    state: str = "",
+    provider: str = "",
+    consumer: str = "",
+    gpu: str = "",
+    after: str = "",
+) -> Response:
+    filters = {"state": state, "provider": provider, "consumer": consumer, "gpu": gpu,
+               "after": after}  # fmt: skip
+    return render(request, "jobs.html", lambda: queries.job_list(session, filters))
+
+
+@router.get("/explorer/jobs/{job_id}", response_class=HTMLResponse)
+@router.get("/api/explorer/jobs/{job_id}")
+def job_page(request: Request, job_id: str, session: SessionDep, ctx: ContextDep) -> Response:
+    blobs = request.app.state.settings.blob_dir
+    return render(request, "job.html", lambda: queries.job_page(session, ctx, job_id, blobs))
+
+
+@router.get("/explorer/providers", response_class=HTMLResponse)
+@router.get("/api/explorer/providers")
+def provider_list(
+    request: Request, session: SessionDep, ctx: ContextDep, after: str = ""
+) -> Response:
+    return render(request, "providers.html", lambda: queries.provider_list(session, ctx, after))
+
+
+@router.get("/explorer/providers/{provider_id}", response_class=HTMLResponse)
+@router.get("/api/explorer/providers/{provider_id}")
+def provider_page(
+    request: Request, provider_id: str, session: SessionDep, ctx: ContextDep
+) -> Response:
+    return render(
+        request, "provider.html", lambda: queries.provider_page(session, ctx, provider_id)
+    )
+
+
+@router.get("/explorer/txs/{tx_id}", response_class=HTMLResponse)
+@router.get("/api/explorer/txs/{tx_id}")
+def tx_page(request: Request, tx_id: str, session: SessionDep, ctx: ContextDep) -> Response:
+    return render(request, "tx.html", lambda: queries.tx_page(session, ctx, tx_id.lower()))
+
+
+@router.get("/explorer/addresses/{address}", response_class=HTMLResponse)
+@router.get("/api/explorer/addresses/{address}")
+def address_page(request: Request, address: str, session: SessionDep, after: str = "") -> Response:
+    return render(request, "address.html", lambda: queries.address_page(session, address, after))
+
+
+@router.get("/explorer/blocks/{height}", response_class=HTMLResponse)
+@router.get("/api/explorer/blocks/{height}")
+def block_page(request: Request, height: int, session: SessionDep, ctx: ContextDep) -> Response:
+    return render(request, "block.html", lambda: queries.block_page(session, ctx, height))
+
+
+@router.get("/explorer/search", response_class=HTMLResponse)
+@router.get("/api/explorer/search")
+def search(request: Request, session: SessionDep, q: Annotated[str, Query(max_length=200)] = ""):
+    """Straight to the page a job id, tx hash, block, address or provider id names."""
+    found = queries.search(session, q) if q.strip() else None
+    if wants_json(request):
+        return JSONResponse({"q": q, "path": found})
+    if found is not None:
+        return RedirectResponse(found, status_code=303)
+    return templates.TemplateResponse(
+        request, "error.html", {"message": f"Nothing found for “{q}”.", "title": "Search", "q": q},
+        status_code=404,
+    )  # fmt: skip
+
+
+# --- live updates ------------------------------------------------------------------------------
+
+
+def _home_fragment(engine: Engine, ctx: queries.Context) -> str:
+    with Session(engine) as session:
+        data = queries.home(session, dataclasses.replace(ctx, now_ms=jobs.now_ms()))
+    return templates.env.get_template("_home_live.html").render(d=data)
+
+
+def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _home_stream(engine: Engine, ctx: queries.Context) -> AsyncIterator[str]:
+    last = ""
+    while True:
+        fragment = await run_in_threadpool(_home_fragment, engine, ctx)
+        if fragment != last:
+            last = fragment
+            yield _event("home", {"html": fragment})
+        await asyncio.sleep(LIVE_EVERY_S)
+
+
+def _new_events(engine: Engine, job_id: str, after: int) -> list[dict[str, Any]]:
+    with Session(engine) as session:
+        return queries.events_after(session, job_id, after)
+
+
+async def _job_stream(engine: Engine, job_id: str, after: int) -> AsyncIterator[str]:
+    row = templates.env.get_template("_event.html")
+    while True:
+        for event in await run_in_threadpool(_new_events, engine, job_id, after):
+            after = event["id"]
+            html = row.render(e=event)
+            yield _event("transition", {"html": html, "state": event["to_state"]}, after)
+        await asyncio.sleep(LIVE_EVERY_S)
+
+
+def _sse(stream: AsyncIterator[str]) -> Response:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+@router.get("/explorer/live", response_class=Response)
+def home_live(request: Request, ctx: ContextDep) -> Response:
+    """The home page's live figures, re-rendered when they change."""
+    return _sse(_home_stream(request.app.state.engine, ctx))
+
+
+@router.get("/explorer/jobs/{job_id}/live", response_class=Response)
+def job_live(request: Request, job_id: str, session: SessionDep, after: int = 0) -> Response:
+    """The job's new timeline rows, after `after` (or the Last-Event-ID a reconnect sends)."""
+    if session.get(Job, job_id) is None:
+        raise NotFound(f"no job {job_id}", "job_id")
+    resume = request.headers.get("last-event-id", "")
+    start = int(resume) if resume.isdigit() else after
+    return _sse(_job_stream(request.app.state.engine, job_id, start))
