@@ -6,7 +6,9 @@ config (`--config`, written by `init`), then defaults.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import secrets
 from pathlib import Path
 from typing import Annotated
@@ -30,6 +32,12 @@ from provider.config import (
     load_config,
     to_toml,
 )
+from provider.daemon.bond import BondManager
+from provider.daemon.capacity import slots_of
+from provider.daemon.chain import Chain
+from provider.daemon.journal import Journal
+from provider.daemon.main import Daemon
+from provider.daemon.status import status_lines
 from provider.inventory import HostInventory, host_inventory
 from provider.keys import KeyFileError, ensure_key, key_path, load_key
 from provider.options import (
@@ -235,3 +243,60 @@ def init(
     typer.echo(f"{'made' if made else 'kept'} the provider key {key_path(settings.state_dir)}")
     typer.echo(f"provider address (testnet): {Wallet.of(key).address}")
     typer.echo(f"provider vkey: {key.to_verification_key().payload.hex()}")
+
+
+MarketUrlOption = Annotated[
+    str | None,
+    typer.Option(envvar="UNCHAINED_PROVIDER_MARKET_URL", help="The market [default: config's]."),
+]
+MarketIdentityOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="UNCHAINED_PROVIDER_MARKET_IDENTITY",
+        help="The market's identity, signed into each request [default: config's].",
+    ),
+]
+
+
+@app.command()
+def run(
+    config: ConfigOption = DEFAULT_CONFIG,
+    state_dir: StateDirOption = None,
+    market_url: MarketUrlOption = None,
+    market_identity: MarketIdentityOption = None,
+    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
+    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
+) -> None:
+    """Run the provider daemon: offer this machine on the market, take and run jobs, deliver
+    results and receipts, settle unsettled receipts itself; SIGTERM stops it gracefully."""
+    settings, inventory = provider_config(config, state_dir)
+    given = {"market_url": market_url, "market_identity": market_identity}
+    daemon_settings = settings.daemon.model_copy(
+        update={k: v for k, v in given.items() if v is not None}
+    )
+    settings = settings.model_copy(update={"daemon": daemon_settings})
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
+    context, made = open_deployment(ogmios_url, deployment)
+    with reported():
+        asyncio.run(
+            Daemon(settings, inventory, Chain.of(ogmios_url, context, made, settings)).run()
+        )
+
+
+@app.command()
+def status(
+    config: ConfigOption = DEFAULT_CONFIG,
+    state_dir: StateDirOption = None,
+    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
+    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
+) -> None:
+    """Slots free and busy, running jobs, earnings settled and pending, the bond: in chain time."""
+    settings, inventory = provider_config(config, state_dir)
+    _, slots = slots_of(settings.offer, inventory)
+    context, made = open_deployment(ogmios_url, deployment)
+    with reported():
+        chain = Chain.of(ogmios_url, context, made, settings)
+        bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
+        lines = status_lines(Journal(settings.runner.state_dir), slots, chain.now_ms(), bond)
+    typer.echo("\n".join(lines))

@@ -1,0 +1,91 @@
+"""The daemon's bond: read from the chain at start and with each heartbeat, a warning when it
+is under the market's minimum or unbonding, and the bond that backs each acceptance. A job
+whose close would outlast a running unbonding notice is refused (`check_bond` says why):
+accepting it would promise a bond that may be gone when the consumer needs it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from pycardano import UTxO
+
+from offchain.chain.time import iso
+from offchain.protocol.bond import bonds_of
+from offchain.protocol.bond_check import BondRefused, check_bond
+from offchain.protocol.txbuild import out_ref
+from offchain.protocol.types import BondDatum, Just
+from provider.daemon.chain import Chain
+
+log = logging.getLogger("unchained.provider")
+
+
+@dataclasses.dataclass(frozen=True)
+class BondView:
+    """The provider's bond as the chain has it (ref None: no bond)."""
+
+    ref: str | None
+    lovelace: int
+    unbonding_ends_ms: int | None  # None: not unbonding
+
+    def describe(self) -> str:
+        if self.ref is None:
+            return "no bond"
+        state = (
+            "active" if self.unbonding_ends_ms is None
+            else f"unbonding, withdrawable from {iso(self.unbonding_ends_ms)}"
+        )  # fmt: skip
+        return f"bond {self.ref}: {self.lovelace} lovelace, {state}"
+
+
+def _view(chain: Chain, bond: UTxO, datum: BondDatum) -> BondView:
+    since = datum.unbonding_since
+    ends = since.value + chain.deployment.notice_ms if isinstance(since, Just) else None
+    return BondView(out_ref(bond), bond.output.amount.coin, ends)
+
+
+class BondManager:
+    def __init__(self, chain: Chain, minimum_lovelace: int) -> None:
+        self.chain = chain
+        self.minimum = minimum_lovelace
+        self.view = BondView(None, 0, None)
+
+    def _bonds(self) -> list[tuple[UTxO, BondDatum]]:
+        wallet = self.chain.wallet
+        found = bonds_of(self.chain.context, self.chain.deployment, wallet.address, wallet.vkey)
+        # the active bonds first, then those unbonding longest; the largest first among equals
+        return sorted(found, key=lambda item: (
+            isinstance(item[1].unbonding_since, Just),
+            -(item[1].unbonding_since.value if isinstance(item[1].unbonding_since, Just) else 0),
+            -item[0].output.amount.coin,
+        ))  # fmt: skip
+
+    def refresh(self) -> BondView:
+        """Read the bond again and warn about what the operator should fix (worker thread)."""
+        bonds = self._bonds()
+        self.view = _view(self.chain, *bonds[0]) if bonds else BondView(None, 0, None)
+        if self.view.lovelace < self.minimum:
+            log.warning(
+                "%s: under the market's minimum of %d lovelace (`provider bond create/top-up`)",
+                self.view.describe(), self.minimum,
+            )  # fmt: skip
+        elif self.view.unbonding_ends_ms is not None:
+            log.warning("%s: jobs closing after that are refused", self.view.describe())
+        return self.view
+
+    def backing(self, close_ms: int) -> UTxO | None:
+        """The bond that backs an acceptance of a job closing at `close_ms` (worker thread);
+        None without any bond; BondRefused when every bond could leave before the close."""
+        bonds = self._bonds()
+        if not bonds:
+            return None
+        wallet = self.chain.wallet
+        refusal: BondRefused | None = None
+        for bond, _ in bonds:
+            try:
+                check_bond(self.chain.deployment, bond, wallet.vkey, wallet.address, 0, close_ms)
+                return bond
+            except BondRefused as exc:
+                refusal = refusal or exc
+        assert refusal is not None
+        raise refusal

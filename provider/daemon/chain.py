@@ -1,0 +1,79 @@
+"""The daemon's chain: one pycardano context used from worker threads one call at a time
+(its clients are not made for concurrent use), chain time from the tip, never the wall clock,
+and blocking work off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from pycardano import UTxO
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.txbuild import Clock, Wallet
+from provider.config import ProviderConfig
+from provider.keys import load_key
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Chain:
+    url: str
+    context: OgmiosV6ChainContext
+    deployment: Deployment
+    wallet: Wallet
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @classmethod
+    def of(
+        cls, url: str, context: OgmiosV6ChainContext, deployment: Deployment, config: ProviderConfig
+    ) -> Chain:
+        """The provider's chain: its key's wallet on the deployment's network."""
+        key = load_key(config.runner.state_dir)
+        return cls(url, context, deployment, Wallet.of(key, deployment.network))
+
+    async def call(self, work: Callable[..., T], *args: object) -> T:
+        """`work(*args)` on a worker thread, holding the context alone."""
+
+        def locked() -> T:
+            with self.lock:
+                return work(*args)
+
+        return await asyncio.to_thread(locked)
+
+    def now_ms(self) -> int:
+        """The chain's now: the tip's POSIX ms (call through `call`)."""
+        return Clock.now(self.context).tip_ms
+
+    def utxo(self, ref: str) -> UTxO | None:
+        """The unspent output at TXID#IX, None once spent (call through `call`)."""
+        return utxo_at(self.context, parse_out_ref(ref))
+
+
+def in_daemon_thread(work: Callable[..., T], *args: object) -> asyncio.Future[T]:
+    """`work(*args)` on a daemon thread: a job's runner must not hold the process at exit
+    (a job left running is recovered by the next start, never torn down)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def target() -> None:
+        try:
+            value = work(*args)
+        except BaseException as exc:  # handed to the awaiting task, whatever it is
+            error = exc
+            loop.call_soon_threadsafe(settle, lambda: future.set_exception(error))
+        else:
+            loop.call_soon_threadsafe(settle, lambda: future.set_result(value))
+
+    threading.Thread(target=target, name="job", daemon=True).start()
+    return future

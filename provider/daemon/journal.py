@@ -1,0 +1,83 @@
+"""The daemon's record of every job it signed for, one JSON file per job, written before each
+step it records is taken: after a crash the daemon knows what it accepted, what it still has
+to deliver and which receipts it may have to settle itself. The status command reads it too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from offchain.protocol.jobspec import JobSpec
+
+Stage = Literal["accepted", "running", "finished", "delivered", "settled", "failed"]
+OPEN: tuple[Stage, ...] = ("accepted", "running", "finished", "delivered")
+
+
+class SignedReceiptRecord(BaseModel):
+    """A receipt as signed: enough, with the escrow on chain, to settle it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    units: int
+    result_hash: str
+    evidence_hash: str
+    signature: str
+
+
+class JobEntry(BaseModel):
+    """One job this provider accepted (or is about to), and how far it got."""
+
+    job_id: str  # the market's id, also the runner's
+    escrow: str  # TXID#IX
+    spec: JobSpec
+    price_per_unit: int
+    gpu_uuids: list[str]
+    slot: int
+    close_ms: int  # deadline + settle window: the receipt must settle before it
+    stage: Stage = "accepted"
+    accepted_at_ms: int  # chain time
+    started_at_ms: int | None = None  # chain time, when the container was started
+    uploaded: bool = False  # the result archive reached the market
+    receipt: SignedReceiptRecord | None = None
+    receipt_sent: bool = False  # the market has the receipt
+    settle_tx: str | None = None  # set when this daemon settled it itself
+    reason: str | None = None  # why it failed
+
+    @property
+    def earned(self) -> int:
+        """Lovelace the receipt pays this provider (0 without one)."""
+        return self.receipt.units * self.price_per_unit if self.receipt else 0
+
+
+class Journal:
+    def __init__(self, state_dir: Path) -> None:
+        self.directory = state_dir / "daemon" / "jobs"
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def save(self, entry: JobEntry) -> None:
+        """Write the entry atomically (a crash leaves the old or the new one, never half)."""
+        path = self.directory / f"{entry.job_id}.json"
+        temporary = path.with_suffix(".tmp")
+        with open(temporary, "w") as file:
+            file.write(entry.model_dump_json(indent=1))
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.replace(path)
+
+    def get(self, job_id: str) -> JobEntry | None:
+        path = self.directory / f"{job_id}.json"
+        return JobEntry.model_validate_json(path.read_text()) if path.exists() else None
+
+    def entries(self) -> list[JobEntry]:
+        return [
+            JobEntry.model_validate_json(path.read_text())
+            for path in sorted(self.directory.glob("*.json"))
+        ]
+
+    def open_jobs(self) -> list[JobEntry]:
+        """Jobs accepted and not yet settled or failed: each keeps its bond at stake."""
+        return [entry for entry in self.entries() if entry.stage in OPEN]

@@ -1,0 +1,133 @@
+"""The daemon: recovery first, then three loops on one event loop (heartbeat + bond check,
+assignments, payouts) until SIGTERM or SIGINT. Then it takes no more work, gives running jobs
+`grace_ms` to finish and be delivered, and stops; a job still running after that keeps its
+container and is recovered by the next start. A lost market or chain connection is logged and
+retried: it never stops a running job."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+import docker
+
+from provider.config import ProviderConfig
+from provider.daemon.bond import BondManager
+from provider.daemon.capacity import Capacity, slots_of
+from provider.daemon.chain import Chain
+from provider.daemon.jobs import Worker
+from provider.daemon.journal import Journal
+from provider.daemon.market_link import MarketError, MarketLink
+from provider.daemon.offers import OfferKeeper
+from provider.daemon.payouts import PayoutWatcher
+from provider.daemon.recovery import recover
+from provider.inventory import HostInventory
+from provider.runner import Runner
+
+log = logging.getLogger("unchained.provider")
+POLL_RETRY_S = 5.0
+ERROR_PAUSE_S = 2.0
+
+
+class Daemon:
+    def __init__(self, config: ProviderConfig, inventory: HostInventory, chain: Chain) -> None:
+        self.settings = config.daemon
+        self.chain = chain
+        key = chain.wallet.key
+        network = chain.deployment.network
+        self.link = MarketLink(
+            self.settings.market_url, self.settings.market_identity, key, network
+        )
+        bundle, slots = slots_of(config.offer, inventory)
+        runner = Runner(docker.from_env(), config.runner)
+        self.journal = Journal(config.runner.state_dir)
+        self.bonds = BondManager(self.chain, self.settings.bond_minimum_lovelace)
+        self.worker = Worker(
+            self.chain, self.link, self.journal, runner, self.bonds, Capacity(slots), bundle, key,
+            self.settings,
+        )  # fmt: skip
+        self.offer = OfferKeeper(self.link, bundle, str(chain.wallet.address))
+        self.payouts = PayoutWatcher(
+            self.chain, self.journal, runner.results_dir, self.settings.payout_margin_ms,
+            self.settings.settle_batch_max,
+        )  # fmt: skip
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+        await recover(self.worker)
+        loops = [
+            asyncio.create_task(self._every(self.settings.heartbeat_ms, self._heartbeat)),
+            asyncio.create_task(self._every(self.settings.payout_every_ms, self.payouts.tick)),
+        ]
+        log.info("provider daemon running: %d slot(s), %s lovelace/s per job",
+                 len(self.worker.capacity.slots), self.worker.bundle.price_per_unit)  # fmt: skip
+        try:
+            await self._take_assignments()
+            await self._grace()
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self.link.aclose()
+        log.info("provider daemon stopped")
+
+    def stop(self) -> None:
+        if not self.stopping.is_set():
+            log.info("stopping: no new work; running jobs have %d ms", self.settings.grace_ms)
+            self.stopping.set()
+
+    async def _heartbeat(self) -> None:
+        bond = await self.chain.call(self.bonds.refresh)
+        await self.offer.beat(bond, retry_for_s=self.settings.heartbeat_ms / 2000)
+
+    async def _take_assignments(self) -> None:
+        """Long-poll for assignments while a slot is free; wait for one when none is."""
+        worker = self.worker
+        poll = f"/providers/assignments?timeout_s={self.settings.poll_s}"
+        while not self.stopping.is_set():
+            if worker.capacity.free() == 0:
+                await self._until_stop_or(worker.freed.wait())
+                worker.freed.clear()
+                continue
+            try:
+                found = await self.link.send(
+                    "GET", poll, retry_for_s=POLL_RETRY_S, timeout_s=self.settings.poll_s + 15
+                )
+            except MarketError as exc:
+                log.warning("assignments: %s", exc)
+                await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
+                continue
+            for assignment in found:
+                if self.stopping.is_set() or not await worker.take(assignment):
+                    break
+
+    async def _until_stop_or(self, awaitable: Awaitable[object]) -> None:
+        waiting = asyncio.ensure_future(awaitable)
+        stop = asyncio.create_task(self.stopping.wait())
+        await asyncio.wait([waiting, stop], return_when=asyncio.FIRST_COMPLETED)
+        for task in (waiting, stop):
+            task.cancel()
+
+    async def _grace(self) -> None:
+        """Running jobs get `grace_ms` to finish and be delivered."""
+        tasks = set(self.worker.tasks)
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.settings.grace_ms / 1000)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("%d job(s) still running: the next start recovers them", len(late))
+
+    async def _every(self, period_ms: int, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` now and every `period_ms`; an error is logged, never fatal."""
+        while True:
+            try:
+                await work()
+            except Exception:  # a lost chain or market: the next round tries again
+                log.exception("%s failed; trying again", getattr(work, "__name__", work))
+            await asyncio.sleep(period_ms / 1000)

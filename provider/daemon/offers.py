@@ -1,0 +1,61 @@
+"""The daemon's offer on the market: one slot's bundle at its price, signed with the provider
+key (GPU UUIDs stay private: the market sees the model, the count and the memory), kept online
+by heartbeats and published again after any outage (the market may have forgotten it)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from provider.daemon.bond import BondView
+from provider.daemon.capacity import Bundle
+from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
+
+log = logging.getLogger("unchained.provider")
+NOT_FOUND = 404
+
+
+def offer_terms(bundle: Bundle, payout_address: str, bond: BondView) -> dict[str, Any]:
+    """The offer's terms as the market's POST /offers reads them."""
+    resources = bundle.resources
+    terms: dict[str, Any] = {
+        "payout_address": payout_address,
+        "gpu_model": bundle.gpu_model,
+        "gpu_count": resources.gpus,
+        "vram_mib": resources.min_vram_mib,
+        "cpu_cores": resources.cpu_cores,
+        "memory_mib": resources.memory_mib,
+        "disk_mib": resources.disk_mib,
+        "price_per_unit": bundle.price_per_unit,
+    }
+    if bond.ref is not None:
+        terms["bond"] = bond.ref
+    return terms
+
+
+class OfferKeeper:
+    """Publishes the offer, then heartbeats; publishes again whenever the link was lost."""
+
+    def __init__(self, link: MarketLink, bundle: Bundle, payout_address: str) -> None:
+        self.link = link
+        self.bundle = bundle
+        self.payout_address = payout_address
+        self.published = False
+
+    async def beat(self, bond: BondView, retry_for_s: float) -> None:
+        try:
+            if self.published:
+                try:
+                    await self.link.send("POST", "/providers/heartbeat", retry_for_s=retry_for_s)
+                    return
+                except MarketRefused as exc:
+                    if exc.status != NOT_FOUND:
+                        raise
+            terms = offer_terms(self.bundle, self.payout_address, bond)
+            await self.link.send("POST", "/offers", Body.of_json(terms), retry_for_s=retry_for_s)
+            if not self.published:
+                log.info("offer published: %s", terms)
+            self.published = True
+        except MarketError as exc:
+            self.published = False
+            log.warning("market unreachable, offer to publish again: %s", exc)

@@ -1,0 +1,76 @@
+"""Payouts the provider collects itself: every receipt it signed whose escrow is still unspent
+at `close - margin` (close = deadline + settle window, chain time) is settled from the
+provider's own wallet, in batches. So the provider is paid even if the market vanishes.
+A receipt's results stay on disk until its escrow is spent."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from pycardano import UTxO
+
+from offchain.chain.submit import submit_confirmed
+from offchain.protocol import escrow as escrows
+from offchain.protocol.txbuild import out_ref
+from provider.daemon.chain import Chain
+from provider.daemon.journal import JobEntry, Journal
+
+log = logging.getLogger("unchained.provider")
+
+
+def signed_receipt(entry: JobEntry, escrow: UTxO) -> escrows.SignedReceipt:
+    assert entry.receipt is not None
+    receipt = entry.receipt
+    return escrows.SignedReceipt(
+        escrow, receipt.units, bytes.fromhex(receipt.result_hash),
+        bytes.fromhex(receipt.evidence_hash), bytes.fromhex(receipt.signature),
+    )  # fmt: skip
+
+
+class PayoutWatcher:
+    def __init__(
+        self, chain: Chain, journal: Journal, results_dir: Path, margin_ms: int, batch_max: int
+    ) -> None:
+        self.chain = chain
+        self.journal = journal
+        self.results_dir = results_dir
+        self.margin_ms = margin_ms
+        self.batch_max = batch_max
+
+    async def tick(self) -> None:
+        """Mark spent escrows settled (and drop their results); settle those falling due."""
+        signed = [e for e in self.journal.entries() if e.receipt and e.stage != "settled"]
+        if not signed:
+            return
+        now = await self.chain.call(self.chain.now_ms)
+        due: list[escrows.SignedReceipt] = []
+        for entry in signed:
+            escrow = await self.chain.call(self.chain.utxo, entry.escrow)
+            if escrow is None:
+                self._settled(entry, entry.settle_tx)
+            elif entry.close_ms - self.margin_ms <= now < entry.close_ms:
+                due.append(signed_receipt(entry, escrow))
+        for start in range(0, len(due), self.batch_max):
+            await self._settle(due[start : start + self.batch_max])
+
+    async def _settle(self, receipts: list[escrows.SignedReceipt]) -> None:
+        wallet = self.chain.wallet
+        unsigned = await self.chain.call(
+            escrows.settle, self.chain.context, self.chain.deployment, receipts, wallet.address
+        )
+        tx = wallet.sign(unsigned)
+        refs = [out_ref(r.escrow) for r in receipts]
+        log.info("settling %d receipt(s) the market left unsettled: tx %s", len(receipts), tx.id)
+        await submit_confirmed(self.chain.url, tx)
+        by_escrow = {entry.escrow: entry for entry in self.journal.entries()}
+        for ref in refs:
+            self._settled(by_escrow[ref], str(tx.id))
+
+    def _settled(self, entry: JobEntry, settle_tx: str | None) -> None:
+        """The escrow is spent: nothing is left to collect, the results may go."""
+        self.journal.save(entry.model_copy(update={"stage": "settled", "settle_tx": settle_tx}))
+        shutil.rmtree(self.results_dir / entry.job_id, ignore_errors=True)
+        log.info("job %s: escrow %s spent, %d lovelace earned", entry.job_id, entry.escrow,
+                 entry.earned)  # fmt: skip

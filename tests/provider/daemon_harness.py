@@ -1,0 +1,197 @@
+"""The provider daemon's world for tests: the session devnet, a deployment, the real market
+(uvicorn in this process), consumers who sign their requests and lock escrows with the
+protocol's builder, and `unchained provider run` as a subprocess (so it can be SIGKILLed and
+SIGTERMed) on the real docker engine. Nothing of it outlives a test."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import docker
+from pycardano import Address
+
+from offchain.devnet.process import DevnetProcess
+from offchain.market.settings import MarketSettings
+from offchain.protocol import escrow as escrows
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.txbuild import Wallet
+from provider.config import RunnerSettings
+from provider.runner import Runner
+from tests.market.client import Party
+from tests.market.flow import FAST
+from tests.protocol.onchain import confirm, wallet
+
+IDENTITY = "unchained-market:daemon-test"
+CORE_PRICE = 1_000_000  # lovelace per core-second: every payout is above the min-UTxO
+
+
+def spec(image: str, script: str, seconds: int = 60, **resources: int) -> dict[str, Any]:
+    """A job for one of the daemon's CPU slots: busybox `sh -c script`."""
+    wanted = {"cpu_cores": 1, "memory_mib": 128, "disk_mib": 8, **resources}
+    return {
+        "image": image, "command": ["sh", "-c", script], "resources": wanted,
+        "max_duration_s": seconds, "max_price_lovelace": CORE_PRICE * seconds,
+    }  # fmt: skip
+
+
+def market_settings(
+    tmp_path: Path, devnet: DevnetProcess, deployment_file: Path, market_key: Path | None,
+    **changes: Any,
+) -> MarketSettings:  # fmt: skip
+    """The market on `devnet`; with `market_key` it settles receipts from that wallet."""
+    return MarketSettings(
+        data_dir=tmp_path / "market", ogmios_url=devnet.url, deployment=deployment_file,
+        identity=IDENTITY, confirmations=1, wallet_key=market_key, **FAST, **changes,
+    )  # fmt: skip
+
+
+def provider_toml(state_dir: Path, market_url: str, bundles: int, **daemon: int) -> str:
+    settings = {"heartbeat_ms": 1000, "poll_s": 1, "payout_every_ms": 500, "grace_ms": 60_000,
+                **daemon}  # fmt: skip
+    lines = "\n".join(f"{name} = {value}" for name, value in settings.items())
+    return f"""
+[offer]
+gpus = []
+cpu_cores = {bundles}
+memory_mib = {512 * bundles}
+disk_mib = {32 * bundles}
+cpu_bundles = {bundles}
+
+[offer.prices]
+gpu = 0
+cpu_core = {CORE_PRICE}
+memory_gib = 0
+disk_gib = 0
+
+[runner]
+state_dir = "{state_dir}"
+
+[daemon]
+market_url = "{market_url}"
+market_identity = "{IDENTITY}"
+{lines}
+"""
+
+
+@dataclasses.dataclass
+class ProviderProcess:
+    """`unchained provider run` in a subprocess, its log in a file."""
+
+    config: Path
+    state_dir: Path
+    devnet_url: str
+    deployment_file: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ProviderProcess:
+        command = [
+            sys.executable, "-m", "unchained.cli", "provider", "run", "--config", str(self.config),
+            "--ogmios-url", self.devnet_url, "--deployment", str(self.deployment_file),
+        ]  # fmt: skip
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child holds it
+        self.process = subprocess.Popen(command, stdout=log, stderr=log, cwd=os.getcwd())
+        log.close()
+        return self
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        """SIGKILL if still running (a test's end): no grace."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def logged(self, text: str, timeout_s: float = 60) -> None:
+        """Wait until the daemon's log holds `text` (e.g. its offer is published)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        while text not in self.log():
+            assert self.process is not None and self.process.poll() is None, self.log()
+            assert loop.time() < until, f"no {text!r} in the daemon's log:\n{self.log()}"
+            await asyncio.sleep(0.1)
+
+    def reap(self) -> dict[str, list[str]]:
+        """Remove what jobs left (containers, workspaces, cgroups); returns what there was."""
+        runner = Runner(docker.from_env(), RunnerSettings(state_dir=self.state_dir))
+        left = runner.leftovers()
+        runner.recover()  # finishes or reaps whatever a killed daemon left
+        return left
+
+
+async def new_provider(
+    devnet: DevnetProcess, tmp_path: Path, deployment_file: Path, market_url: str,
+    bundles: int = 2, **daemon: int,
+) -> tuple[ProviderProcess, Wallet]:  # fmt: skip
+    """A funded provider key in a fresh state directory and its daemon (not started)."""
+    provider = await wallet(devnet)
+    state_dir = tmp_path / "provider"
+    state_dir.mkdir()
+    provider.key.save(str(state_dir / "provider.skey"))
+    config = tmp_path / "provider.toml"
+    config.write_text(provider_toml(state_dir, market_url, bundles, **daemon))
+    log = tmp_path / "daemon.log"
+    return ProviderProcess(config, state_dir, devnet.url, deployment_file, log), provider
+
+
+@dataclasses.dataclass
+class LockedJob:
+    job: str
+    consumer: Party
+    params: dict[str, Any]
+    escrow: str
+
+
+async def request_and_lock(
+    devnet: DevnetProcess, deployment: Deployment, consumer: Party, job_spec: dict[str, Any]
+) -> LockedJob:
+    """The consumer's side: a signed request, the quoted escrow locked on chain with the
+    protocol's builder, and the escrow reported to the market."""
+    quoted = await consumer.send("POST", "/jobs", {
+        "spec": job_spec, "consumer_address": str(consumer.wallet.address)})  # fmt: skip
+    assert quoted.status_code == 201, quoted.text
+    job = quoted.json()["job_id"]
+    params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
+    datum = escrows.new_escrow(
+        Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
+        bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
+        params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
+        params["fee_allowance"],
+    )  # fmt: skip
+    unsigned = escrows.lock(
+        devnet.context(), deployment, consumer.wallet.address, datum, params["lovelace"]
+    )
+    lock = await confirm(devnet, consumer.wallet.sign(unsigned))
+    ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    funded = await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": ref})
+    assert funded.status_code == 200, funded.text
+    return LockedJob(job, consumer, params, ref)
+
+
+async def wait_state(party: Party, job: str, states: set[str], timeout_s: float = 90) -> dict:
+    """The job's status once it is in one of `states` (polled)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    while True:
+        answer = await party.send("GET", f"/jobs/{job}")
+        status = answer.json()
+        if status.get("state") in states:
+            return status
+        assert loop.time() < until, f"job {job}: {status}"
+        await asyncio.sleep(0.3)
