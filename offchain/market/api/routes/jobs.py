@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, StreamingResponse
+from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
@@ -102,3 +103,29 @@ def _events_after(engine: Engine, job_id: str, after: int) -> list[schemas.Event
             schemas.EventPublic.model_validate(event, from_attributes=True)
             for event in jobs.events(session, job_id, after)
         ]
+
+
+# --- Consumer SDK (issue 11): what a consumer needs to act without trusting the market. ---
+# The provider's signatures exactly as stored: the acceptance slashes its bond with a refund
+# when the job is never delivered; the receipt proves which result archive it was paid for.
+# The consumer checks both against the escrow's provider key itself (`consumer/`).
+
+
+class SignedEvidence(BaseModel):
+    escrow: str | None
+    acceptance_signature: str | None = Field(description="ed25519 over the Acceptance payload.")
+    receipt_units: int | None
+    receipt_result_hash: str | None
+    receipt_evidence_hash: str | None
+    receipt_signature: str | None = Field(description="ed25519 over the Receipt payload.")
+
+
+@router.get("/{job_id}/signatures")
+def signatures(job_id: str, party: PartyDep, session: SessionDep) -> SignedEvidence:
+    """The provider's signed acceptance and receipt of the job, for its parties to check."""
+    job = jobs.visible_to(session, job_id, party)
+    return SignedEvidence(
+        escrow=job.escrow_ref, acceptance_signature=job.acceptance_signature,
+        receipt_units=job.receipt_units, receipt_result_hash=job.receipt_result_hash,
+        receipt_evidence_hash=job.receipt_evidence_hash, receipt_signature=job.receipt_signature,
+    )  # fmt: skip
