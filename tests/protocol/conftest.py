@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from offchain.protocol.deployment import Deployment, deploy
-from tests.protocol.onchain import confirm, wallet
+from tests.protocol.onchain import NOTICE_MS, SLASH_SHARE_BPS, confirm, wallet
 
-NOTICE_MS = 30_000
-SLASH_SHARE_BPS = 2_500
 V2_NOTICE_MS = 60_000  # a second bond version: same escrow script, other terms
 V2_SLASH_SHARE_BPS = 5_000
 

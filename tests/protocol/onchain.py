@@ -41,6 +41,7 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
     Clock,
     Wallet,
@@ -69,6 +70,11 @@ MAX_UNITS = 3_600
 ALLOWANCE = 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA  # 3 ADA more than the job can cost
 RESULT, EVIDENCE = b"\x01" * 32, b"\x02" * 32  # a job's result and metering evidence hashes
+NOTICE_MS = 30_000  # the session deployment's bond terms
+SLASH_SHARE_BPS = 2_500
+BOND = 400 * ADA  # post_bond's default
+SHARE = slash_share(BOND, SLASH_SHARE_BPS)  # what slashing it takes
+OWED = LOCKED - ALLOWANCE  # what a refund or a cancel of a LOCKED escrow owes
 SCRIPT_FAILED = 3136  # Ogmios: declared valid, but a script failed
 UNBOUNDED = -1  # a validity bound left out of a hand-made transaction
 
@@ -125,12 +131,17 @@ async def lock(
 
 
 async def post_bond(
-    devnet: DevnetProcess, deployment: Deployment, provider: Wallet, lovelace: int = 400 * ADA
+    devnet: DevnetProcess, deployment: Deployment, provider: Wallet, lovelace: int = BOND
 ) -> UTxO:
     tx = provider.sign(
         bonds.create(devnet.context(), deployment, provider.address, provider.vkey, lovelace)
     )
     return output(await confirm(devnet, tx), bonds.BOND_OUTPUT)
+
+
+def continuing(bond: UTxO, lovelace: int = BOND - SHARE, datum=None) -> TransactionOutput:
+    """The bond going on (by default slashed once) with its datum."""
+    return TransactionOutput(bond.output.address, lovelace, datum=datum or bond.output.datum)
 
 
 async def travel_to(devnet: DevnetProcess, posix_ms: int) -> None:

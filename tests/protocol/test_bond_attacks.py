@@ -28,16 +28,20 @@ from offchain.protocol.types import (
     Withdraw,
 )
 from tests.protocol import onchain
-from tests.protocol.conftest import SLASH_SHARE_BPS, V2_SLASH_SHARE_BPS
+from tests.protocol.conftest import V2_SLASH_SHARE_BPS
 from tests.protocol.onchain import (
     ADA,
     ALLOWANCE,
+    BOND,
     LOCKED,
+    OWED,
     SCRIPT_FAILED,
+    SHARE,
     Spend,
     accept,
     bond_by_hand,
     confirm,
+    continuing,
     handmade,
     item,
     junk_tokens,
@@ -54,14 +58,6 @@ from tests.protocol.onchain import (
     travel_to,
     wallet,
 )
-
-BOND = 400 * ADA
-SHARE = slash_share(BOND, SLASH_SHARE_BPS)
-OWED = LOCKED - ALLOWANCE  # the refund
-
-
-def continuing(bond, lovelace: int = BOND - SHARE, datum=None) -> TransactionOutput:
-    return TransactionOutput(bond.output.address, lovelace, datum=datum or bond.output.datum)
 
 
 def layout(to: Address, escrow, bond, share: int = SHARE) -> list[TransactionOutput]:

@@ -24,21 +24,23 @@ from pycardano import (
 from contracts.scripts import escrow_script
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import Clock, Wallet, ledger_inputs, ledger_key, script_source
 from offchain.protocol.types import BatchSettle, Cancel, PayoutKind, Settle, Slash
 from tests.protocol import onchain
-from tests.protocol.conftest import SLASH_SHARE_BPS
 from tests.protocol.onchain import (
     ADA,
     ALLOWANCE,
+    BOND,
     LOCKED,
     MAX_UNITS,
+    OWED,
     PRICE,
     SCRIPT_FAILED,
+    SHARE,
     Spend,
     accept,
     confirm,
+    continuing,
     escrow_terms,
     handmade,
     item,
@@ -56,15 +58,6 @@ from tests.protocol.onchain import (
     travel_to,
 )
 from tests.protocol.test_escrow_attacks import SPLIT, UNITS, parties
-
-BOND = 400 * ADA  # post_bond's default
-SHARE = slash_share(BOND, SLASH_SHARE_BPS)
-OWED = LOCKED - ALLOWANCE  # a refund or a cancel
-
-
-def continuing(bond: UTxO) -> TransactionOutput:
-    """The slashed bond going on with its datum and the rest of its lovelace."""
-    return TransactionOutput(bond.output.address, BOND - SHARE, datum=bond.output.datum)
 
 
 async def test_cancel_needs_the_consumer_and_the_provider(devnet, deployment):
