@@ -21,15 +21,19 @@ from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
 from offchain.market.services.leadership import Background
 from offchain.market.settings import MarketSettings
+from offchain.protocol import signed_request
 from offchain.protocol.errors import UnchainedError
 
-STATUS: dict[type[errors.MarketError], int] = {
+# The first kind an error is decides its status; any other UnchainedError is a 422.
+STATUS: dict[type[UnchainedError], int] = {
     errors.Invalid: 422,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
     errors.NotFound: 404,
     errors.Conflict: 409,
     errors.TooLarge: 413,
+    signed_request.ReplayedRequest: 409,  # signed well, but a second time
+    signed_request.SignedRequestError: 401,
 }
 
 

@@ -77,6 +77,10 @@ class Offer(SQLModel, table=True):
     memory_mib: int
     disk_mib: int
     price_per_unit: int = _big()
+    slots: int = Field(
+        default=1, description="Jobs it runs at once, each with this bundle (one per GPU, or "
+        "its CPU bundles): it matches no job while every slot is accepted or running.",
+    )  # fmt: skip
     created_at_ms: int = _big()
     active: bool = True
 
@@ -103,6 +107,9 @@ class Job(SQLModel, table=True):
     fee_allowance: int | None = _big(nullable=True)
     lock_lovelace: int | None = _big(nullable=True)
     quote_expires_ms: int | None = _big(nullable=True)
+    lock_tx_id: str | None = Field(
+        default=None, max_length=64, description="the unsigned lock built for the consumer"
+    )
     escrow_ref: str | None = Field(default=None, unique=True, max_length=80)
     acceptance_signature: str | None = Field(default=None, max_length=128)
     receipt_units: int | None = _big(nullable=True)
@@ -143,6 +150,7 @@ class Nonce(SQLModel, table=True):
     signer: str = Field(max_length=56)
     nonce: str = Field(max_length=128)
     seen_at_ms: int = _big(index=True)
+    keep_until_ms: int = _big(index=True)  # its request is stale after: the row may go
 
 
 class LogLine(SQLModel, table=True):

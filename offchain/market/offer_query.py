@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from offchain.market.errors import Invalid
+from offchain.protocol.jobspec import JobSpec
 
 TEXT_OPS = ("=", "!=")
 OPS: dict[str, Callable[[object, object], bool]] = {
@@ -65,7 +66,8 @@ class QueryError(Invalid):
 @dataclasses.dataclass(frozen=True)
 class OfferRecord:
     """What a search sees of an offer (the attributes mirror the Offer table); `online` is the
-    market's verdict (fresh heartbeat, bond checked)."""
+    market's verdict (fresh heartbeat, bond counted, a slot free) and `away` says why not
+    (counted by reason when nothing matched)."""
 
     provider_id: str
     gpu_model: str
@@ -76,6 +78,8 @@ class OfferRecord:
     disk_mib: int
     price_per_unit: int
     online: bool = True
+    away: str = "offline"
+    id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,26 +254,29 @@ class Search:
     funnel: tuple[tuple[str, int], ...]  # online offers left after each term, in query order
     alone: tuple[tuple[str, int], ...]  # online offers that meet each term by itself
     closest: str | None  # at the term that left none, the nearest value an offer has
+    away: tuple[tuple[str, int], ...] = ()  # offers not online, counted by why
 
     def why_none(self) -> str | None:
         """None when something matched; else the reason, counted per term, e.g. "3 of 3
         online offers have vram>=24GiB, none of those has price<=2ADA/h (the closest:
-        3ADA/h); 1 offline"."""
+        3ADA/h); 1 offline, 1 busy"."""
         if self.offers:
             return None
         if not self.total:
             return "no offers yet"
         online = self.total - self.offline
+        away = ", ".join(f"{count} {why}" for why, count in self.away)
         if not online:
-            return f"all {self.total} offers are offline"
+            if self.away == (("offline", self.total),):
+                return f"all {self.total} offers are offline"
+            return f"none of the {self.total} offers can take a job now: {away}"
         steps = []
         for index, (term, left) in enumerate(self.funnel):
             among = f"of the {online} online offers" if index == 0 else "of those"
             steps.append(f"{left} {among} have {term}" if left else f"none {among} has {term}")
         if self.closest is not None:
             steps[-1] += f" (the closest: {self.closest})"
-        offline = f"; {self.offline} offline" if self.offline else ""
-        return ", ".join(steps) + offline
+        return ", ".join(steps) + (f"; {away}" if away else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +285,29 @@ class OfferQuery:
 
     constraints: tuple[Constraint, ...] = ()
     sort: tuple[tuple[str, bool], ...] = tuple((name, False) for name in DEFAULT_SORT)
+
+    @classmethod
+    def for_job(cls, spec: JobSpec, gpu_model: str | None = None) -> OfferQuery:
+        """The offers that can take `spec`: its bundle (each resource it asks for), at a price
+        whose whole run stays within its max price, and only `gpu_model` (the whole name, any
+        case) when given. Cheapest first."""
+        wanted = spec.resources
+        asked = [
+            _at_least("gpus", wanted.gpus, Unit()),
+            _at_least("vram", wanted.min_vram_mib, Unit("MiB")),
+            _at_least("cpu", wanted.cpu_cores, Unit()),
+            _at_least("memory", wanted.memory_mib, Unit("MiB")),
+            _at_least("disk", wanted.disk_mib, Unit("MiB")),
+        ]
+        terms = [term for term in asked if term.bound]  # 0 GPUs: any offer has that many
+        if gpu_model is not None:
+            exact = re.compile(re.escape(words(gpu_model)))
+            model = Constraint(f"gpu_model={gpu_model!r}", FIELDS["gpu_model"], "=", exact, Unit())
+            terms.insert(0, model)
+        run = Unit(f"lovelace/{spec.max_duration_s}s", scale=spec.max_duration_s)
+        price = spec.max_price_lovelace  # compared with price_per_unit x the job's longest run
+        terms.append(Constraint(f"price<={price}{run.label}", FIELDS["price"], "<=", price, run))
+        return cls(tuple(terms))
 
     @classmethod
     def parse(cls, text: str) -> OfferQuery:
@@ -316,9 +346,9 @@ class OfferQuery:
             left = kept
             if not left:
                 break
-        offline = len(offers) - len(online)
-        return Search(tuple(self.order(left)), len(offers), offline,
-                      tuple(funnel), self.alone(online), closest)  # fmt: skip
+        away = Counter(offer.away for offer in offers if not offer.online)
+        return Search(tuple(self.order(left)), len(offers), away.total(), tuple(funnel),
+                      self.alone(online), closest, tuple(away.most_common()))  # fmt: skip
 
     def alone(self, online: Sequence[OfferRecord]) -> tuple[tuple[str, int], ...]:
         """How many online offers meet each constraint by itself."""
@@ -331,6 +361,10 @@ class OfferQuery:
             attr = FIELDS[name].attr
             ordered.sort(key=lambda offer, attr=attr: sort_value(offer, attr), reverse=descending)
         return ordered
+
+
+def _at_least(name: str, bound: int, unit: Unit) -> Constraint:
+    return Constraint(f"{name}>={bound}{unit.label}", FIELDS[name], ">=", bound, unit)
 
 
 def sort_value(offer: OfferRecord, attr: str) -> int | str:

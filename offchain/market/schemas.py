@@ -41,6 +41,10 @@ class OfferTerms(_Body):
     price_per_unit: int = Field(
         ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace per second of the whole bundle."
     )
+    slots: int = Field(
+        1, ge=1, le=1024, description="Jobs it runs at once, each with this bundle (one per "
+        "GPU, or its CPU bundles); no job is matched to it while all are taken.",
+    )  # fmt: skip
     bond: str | None = Field(None, pattern=OUT_REF, description="The bond UTxO, TXID#IX.")
 
     _address = field_validator("payout_address")(bech32_address)
@@ -57,13 +61,21 @@ class JobRequest(_Body):
 
     spec: JobSpec
     consumer_address: str = Field(description="Refunds and change go here (bech32).")
-    gpu_model: str | None = Field(None, max_length=64, description="Only this exact model.")
+    gpu_model: str | None = Field(
+        None, max_length=64, description="Only this exact model (any case, _ for a space)."
+    )
 
     _address = field_validator("consumer_address")(bech32_address)
 
 
 class EscrowReport(_Body):
     escrow: str = Field(pattern=OUT_REF, description="The locked escrow, TXID#IX.")
+
+
+class SignedLock(_Body):
+    transaction: str = Field(
+        pattern=r"[0-9a-f]+", description="The lock transaction built by the market, signed (hex)."
+    )
 
 
 class AcceptanceBody(_Body):
@@ -95,6 +107,15 @@ class SignedOffer(BaseModel):
     signature: str
     key: str
     terms: dict[str, Any]
+
+
+class OfferSearch(BaseModel):
+    """Offers that meet a search and can take a job now, in its order; when none does, why."""
+
+    offers: list[SignedOffer]
+    matched: int = Field(description="How many matched (`offers` holds the first `limit`).")
+    total: int = Field(description="Active offers searched, online or not.")
+    why_none: str | None = Field(description="Why nothing matched, counted per term.")
 
 
 class Quote(BaseModel):
@@ -129,6 +150,21 @@ class EscrowParameters(BaseModel):
     job_id: str
     fee_allowance: int
     lovelace: int
+
+
+class LockTransaction(BaseModel):
+    """The escrow's lock, unsigned: the consumer signs it with its own wallet and submits it,
+    or posts it back for the market to submit (only this body is accepted)."""
+
+    transaction: str = Field(description="Unsigned transaction, CBOR hex (CIP-30 signTx).")
+    tx_id: str
+    escrow: str = Field(description="The escrow it creates, TXID#IX.")
+    lovelace: int = Field(description="Locked in the escrow.")
+
+
+class Submitted(BaseModel):
+    tx_id: str
+    escrow: str
 
 
 class JobPublic(BaseModel):

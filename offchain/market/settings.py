@@ -50,6 +50,10 @@ class MarketSettings(BaseModel):
     confirmations: int = Field(3, ge=0, description="Blocks on top before an escrow counts.")
     clock_tolerance_ms: int = Field(5 * 60_000, ge=1000, description="Request timestamp skew.")
     online_ms: int = Field(2 * 60_000, ge=1000, description="A heartbeat keeps an offer online.")
+    min_bond_lovelace: int = Field(
+        0, ge=0, description="An offer matches only with a counted bond of at least this much "
+        "(0: no bond needed).",
+    )  # fmt: skip
     long_poll_max_s: int = Field(30, ge=0)
     wallet_key: Path | None = Field(
         None, description="The market's own payment key (.skey): it pays settlement fees and "

@@ -16,9 +16,9 @@ import uvicorn
 from pycardano import PaymentSigningKey
 
 from offchain.devnet.process import free_port
-from offchain.market.api.auth import sign_headers
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
+from offchain.protocol.signed_request import RequestFields, sign_request
 from offchain.protocol.txbuild import Wallet
 
 
@@ -54,7 +54,11 @@ class Party:
         return cls(wallet or Wallet.of(PaymentSigningKey.generate()), http, market)
 
     def headers(self, method: str, path: str, body: bytes = b"", **changes: Any) -> dict:
-        return sign_headers(self.wallet.key, method, path, body, self.market, **changes)
+        """The headers signing a request to `path` as httpx sends it (percent-encoded);
+        `changes` (nonce, timestamp_ms) go to the signed fields."""
+        target = httpx.URL(path).raw_path.decode()
+        fields = RequestFields.of(method, target, body, self.market, **changes)
+        return sign_request(self.wallet.key, fields, network=self.wallet.address.network)
 
     async def send(
         self, method: str, path: str, body: Any = None, *, raw: bytes | None = None, **changes: Any

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from offchain.market.errors import Invalid
 from offchain.market.offer_query import OfferQuery, OfferRecord, QueryError
+from offchain.protocol.jobspec import JobSpec, Resources
 
 EXAMPLE = (
     "gpu_model=RTX_4090 vram>=24GiB gpus>=2 price<=2ADA/h cpu>=8 memory>=64GiB disk>=100GiB "
@@ -177,6 +178,40 @@ def test_why_nothing_matched_is_counted_per_term():
     )
 
 
+def test_offers_away_are_counted_by_why():
+    offers = [offer(provider_id="a", price_per_unit=900), offer(online=False, away="busy"),
+              offer(online=False, away="busy"), offer(online=False)]  # fmt: skip
+    found = OfferQuery.parse("price<=2ADA/h").search(offers)
+    assert found.offline == 3 and found.away == (("busy", 2), ("offline", 1))
+    assert found.why_none() == (
+        "none of the 1 online offers has price<=2ADA/h (the closest: 3.24ADA/h); "
+        "2 busy, 1 offline"
+    )
+    assert OfferQuery.parse("").search(offers[1:]).why_none() == (
+        "none of the 3 offers can take a job now: 2 busy, 1 offline"
+    )
+
+
+def test_a_job_asks_for_its_bundle_its_model_and_its_whole_run_within_its_max_price():
+    spec = JobSpec(image="python:3.11", command=["true"], max_duration_s=600,
+                   max_price_lovelace=300_000, resources={"gpus": 2, "min_vram_mib": 20_000,
+                   "cpu_cores": 8, "memory_mib": 1024})  # fmt: skip
+    query = OfferQuery.for_job(spec, "nvidia_geforce_RTX 4090")
+    assert [c.term for c in query.constraints] == [
+        "gpu_model='nvidia_geforce_RTX 4090'", "gpus>=2", "vram>=20000MiB", "cpu>=8",
+        "memory>=1024MiB", "disk>=256MiB", "price<=300000lovelace/600s",
+    ]  # fmt: skip
+    assert query.search([offer(price_per_unit=500)]).offers  # 500 x 600 s = 300000
+    assert query.search([offer(price_per_unit=501)]).why_none().endswith(
+        "none of those has price<=300000lovelace/600s (the closest: 300600lovelace/600s)"
+    )
+    assert not query.search([offer(gpu_model="NVIDIA GeForce RTX 4090 Ti")]).offers  # exact
+    cpu_only = OfferQuery.for_job(spec.model_copy(update={"resources": Resources()}))
+    assert [c.term for c in cpu_only.constraints] == [
+        "cpu>=1", "memory>=512MiB", "disk>=256MiB", "price<=300000lovelace/600s"
+    ]  # fmt: skip
+
+
 def test_why_nothing_matched_when_nothing_is_online():
     assert OfferQuery.parse("gpus>=1").search([]).why_none() == "no offers yet"
     offline = [offer(online=False), offer(online=False)]
@@ -312,5 +347,6 @@ def test_offer_records_mirror_the_offer_table():
     from offchain.market.models import Offer
 
     table = set(Offer.model_fields)
-    record = {f.name for f in dataclasses.fields(OfferRecord)} - {"provider_id", "online"}
+    verdict = {"provider_id", "online", "away"}  # the market's, not the table's
+    record = {f.name for f in dataclasses.fields(OfferRecord)} - verdict
     assert record <= table and "provider_id" in table

@@ -1,25 +1,23 @@
 """What routes are handed: the settings, a database session, the chain, and the party that
-signed the request (its nonce stored, so the same request is refused a second time)."""
+signed the request (`offchain.protocol.signed_request`, its nonce spent in the database so
+the same request is refused a second time by any process of the market)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import Depends, Request
-from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from offchain.market.api.auth import SignedRequest, verify_headers
 from offchain.market.db import sessions
-from offchain.market.errors import Conflict, Unauthorized
-from offchain.market.models import Nonce
-from offchain.market.services import jobs, offers
+from offchain.market.services import jobs
 from offchain.market.services.chain import Chain
+from offchain.market.services.nonces import DatabaseNonces
 from offchain.market.settings import MarketSettings
+from offchain.protocol.signed_request import RequestVerifier, SignedRequest, body_digest
 
 
 def get_settings(request: Request) -> MarketSettings:
@@ -34,52 +32,41 @@ def get_chain(request: Request) -> Chain:
     return request.app.state.chain
 
 
-def store_nonce(engine: Engine, signer: str, nonce: str) -> None:
-    """Record the nonce in its own transaction: once seen, a nonce is spent whatever the
-    request's outcome, and a second use (by any process sharing the database) is a Conflict."""
-    with Session(engine) as session:
-        session.add(Nonce(signer=signer, nonce=nonce, seen_at_ms=jobs.now_ms()))
-        try:
-            session.commit()
-        except IntegrityError as exc:
-            raise Conflict("this nonce was used before: a replayed request", "nonce") from exc
+def signed_target(request: Request) -> str:
+    """The path and query as the client sent them (percent-encoded, never decoded and
+    re-encoded): what its signature covers. ASGI servers may leave out `raw_path`; then the
+    path is encoded back the standard way."""
+    scope = request.scope
+    path = scope.get("raw_path") or quote(scope["path"]).encode()
+    query = scope["query_string"]
+    return (path + b"?" + query if query else path).decode("latin-1")
 
 
-async def _verified(request: Request) -> SignedRequest:
+async def _verified(request: Request, body_sha256: str | None) -> SignedRequest:
     settings: MarketSettings = request.app.state.settings
-    query = request.url.query
-    target = f"{request.url.path}?{query}" if query else request.url.path  # queries are signed
-    return verify_headers(
-        dict(request.headers), request.method, target, settings.identity,
-        jobs.now_ms(), settings.clock_tolerance_ms,
+    verifier = RequestVerifier(
+        settings.identity, DatabaseNonces(request.app.state.engine), settings.clock_tolerance_ms
+    )
+    return await run_in_threadpool(
+        verifier.verify, request.headers, request.method, signed_target(request), body_sha256,
+        jobs.now_ms(),
     )  # fmt: skip
-
-
-async def _spend(request: Request, signed: SignedRequest) -> None:
-    engine = request.app.state.engine
-    await run_in_threadpool(store_nonce, engine, offers.key_hash(signed.vkey), signed.nonce)
 
 
 async def signed_request(request: Request) -> SignedRequest:
     """The signer of the whole request, body included; its nonce is spent only then."""
-    signed = await _verified(request)
-    if hashlib.sha256(await request.body()).hexdigest() != signed.body_sha256:
-        raise Unauthorized("the signature covers another body", "body_sha256")
-    await _spend(request, signed)
-    return signed
+    return await _verified(request, body_digest(await request.body()))
 
 
 async def signed_upload(request: Request) -> SignedRequest:
-    """The signer of a streamed upload: the body digest it signed is compared by the route
-    once the stream is hashed."""
-    signed = await _verified(request)
-    await _spend(request, signed)
-    return signed
+    """The signer of a streamed upload, its nonce spent: the route hashes the stream and
+    checks it with `SignedRequest.check_body`."""
+    return await _verified(request, None)
 
 
 def signer_id(signed: Annotated[SignedRequest, Depends(signed_request)]) -> str:
     """The signing party's id: the hash of its payment key."""
-    return offers.key_hash(signed.vkey)
+    return signed.key_hash
 
 
 SettingsDep = Annotated[MarketSettings, Depends(get_settings)]

@@ -24,6 +24,7 @@ from offchain.protocol.deployment_file import DeploymentFileError
 from offchain.protocol.deployment_file import load as load_deployment_file
 from offchain.protocol.escrow import escrow_datum, new_escrow
 from offchain.protocol.txbuild import BuildError, Clock
+from offchain.protocol.types import EscrowDatum
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,15 @@ def parse_ref(text: str, field: str) -> TransactionInput:
         raise Invalid(str(exc), field) from exc
 
 
+def quoted_escrow(job: Job) -> EscrowDatum:
+    """The escrow datum the job's quote asks the consumer to lock."""
+    return new_escrow(
+        Address.from_primitive(job.consumer_address), Address.from_primitive(job.provider_address),
+        bytes.fromhex(job.provider_vkey), job.price_per_unit, job.max_units, job.deadline_ms,
+        job.settle_window_ms, bytes.fromhex(job.spec_digest), job.fee_allowance,
+    )  # fmt: skip
+
+
 def escrow_problems(deployment: Deployment, job: Job, escrow: UTxO) -> list[str]:
     """How the escrow UTxO differs from the job's quote (empty when it is the one quoted):
     the script it sits at, its datum field by field, its lovelace, and no tokens.
@@ -69,11 +79,7 @@ def escrow_problems(deployment: Deployment, job: Job, escrow: UTxO) -> list[str]
         datum = escrow_datum(deployment, escrow)
     except BuildError as exc:
         return [str(exc)]
-    quoted = new_escrow(
-        Address.from_primitive(job.consumer_address), Address.from_primitive(job.provider_address),
-        bytes.fromhex(job.provider_vkey), job.price_per_unit, job.max_units, job.deadline_ms,
-        job.settle_window_ms, bytes.fromhex(job.spec_digest), job.fee_allowance,
-    )  # fmt: skip
+    quoted = quoted_escrow(job)
     problems = [
         f"datum.{field.name}: {getattr(datum, field.name)!r} locked, "
         f"{getattr(quoted, field.name)!r} quoted"

@@ -1,20 +1,38 @@
-"""Providers, their signed offers, and matching a job against the offers online now.
+"""Providers, their signed offers, and which offers can take a job now.
 
 An offer is kept exactly as signed (body, COSE_Sign1, COSE_Key), so a quote can embed it and
 the consumer can check that the price came from the provider, not from the market.
+
+An offer can take a job when its provider is online (a fresh heartbeat), its bond counts and
+is at or above the market's minimum (when the market asks for one), and one of its slots is
+free: a slot is taken by each of the provider's accepted or running jobs on that GPU model, so
+the market never promises what the provider offered twice. The search language
+(`offer_query`) decides which of those meet a job or a query, and says why when none does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
-from pycardano import PaymentVerificationKey
+from pycardano import Address, PaymentVerificationKey
+from sqlalchemy import and_, func
 from sqlmodel import Session, col, select
 
-from offchain.market.errors import Conflict, NotFound
-from offchain.market.models import Offer, Provider
+from offchain.market.errors import Conflict, Invalid, NotFound
+from offchain.market.models import Job, JobState, Offer, Provider
+from offchain.market.offer_query import OfferQuery, OfferRecord, Search
 from offchain.market.schemas import OfferTerms
+from offchain.market.services import jobs
+from offchain.market.services.chain import Chain, parse_ref
+from offchain.market.settings import MarketSettings
+from offchain.protocol.bond_check import BondRefused, check_bond
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.types import Just
+
+BUSY = (JobState.ACCEPTED, JobState.RUNNING)  # the states that hold one of a provider's slots
+ACTIVE_BOND = "active"  # as the chain follower names a bond that is not unbonding
 
 
 def key_hash(vkey: bytes) -> str:
@@ -38,24 +56,57 @@ def heartbeat(session: Session, provider_id: str, at_ms: int) -> Provider:
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class CountedBond:
+    """A bond an offer names that passed the bond check: its lovelace and whether it is
+    unbonding (the follower's names for the states, which it keeps up to date from then on)."""
+
+    lovelace: int
+    state: str
+
+
+def counted_bond(
+    chain: Chain, settings: MarketSettings, vkey: bytes, terms: OfferTerms
+) -> CountedBond | None:
+    """The bond `terms` names (None when it names none), if it counts as this provider's bond:
+    on chain now, for its key and payout address, at least the market's minimum, and not
+    withdrawable before a job quoted now could close; Invalid naming `bond` with the bond
+    check's reason otherwise."""
+    if terms.bond is None:
+        return None
+    utxo = chain.utxo(parse_ref(terms.bond, "bond"))
+    if utxo is None:
+        raise Invalid(f"bond {terms.bond} is not an unspent output on chain", "bond")
+    payout = Address.from_primitive(terms.payout_address)
+    soonest_close = chain.now_ms() + settings.quote_ttl_ms + settings.settle_window_ms
+    least = settings.min_bond_lovelace
+    try:
+        datum = check_bond(chain.deployment, utxo, vkey, payout, least, soonest_close)
+    except BondRefused as exc:
+        raise Invalid(str(exc), "bond") from exc
+    unbonding = isinstance(datum.unbonding_since, Just)
+    return CountedBond(utxo.output.amount.coin, "unbonding" if unbonding else ACTIVE_BOND)
+
+
 def post_offer(
     session: Session,
     vkey: bytes,
     terms: OfferTerms,
     signed: tuple[str, str, str],
     at_ms: int,
-    bond_lovelace: int | None = None,
+    bond: CountedBond | None = None,
 ) -> Offer:
-    """Store a signed offer (body, signature, key); it replaces the provider's earlier offers
-    of the same GPU model, and counts as a heartbeat."""
+    """Store a signed offer (body, signature, key) and the bond it names, checked
+    (`counted_bond`); it replaces the provider's earlier offers of the same GPU model, and
+    counts as a heartbeat."""
     provider_id = key_hash(vkey)
     record = session.get(Provider, provider_id) or Provider(
         id=provider_id, vkey=vkey.hex(), payout_address=terms.payout_address, last_heartbeat_ms=0
     )
     record.payout_address, record.last_heartbeat_ms = terms.payout_address, at_ms
-    if terms.bond is not None:
-        record.bond_ref, record.bond_lovelace = terms.bond, bond_lovelace
-        record.bond_state = "unchecked" if bond_lovelace is None else "counted"
+    if bond is not None:
+        record.bond_ref, record.bond_lovelace = terms.bond, bond.lovelace
+        record.bond_state = bond.state
     session.add(record)
     earlier = select(Offer).where(
         Offer.provider_id == provider_id, Offer.gpu_model == terms.gpu_model, col(Offer.active)
@@ -73,52 +124,78 @@ def post_offer(
     return offer
 
 
-def online(session: Session, since_ms: int) -> Sequence[tuple[Offer, Provider]]:
-    """Active offers of providers heard from at or after `since_ms`."""
-    query = (
-        select(Offer, Provider)
-        .join(Provider, col(Offer.provider_id) == col(Provider.id))
-        .where(col(Offer.active), col(Provider.last_heartbeat_ms) >= since_ms)
-    )
-    return session.exec(query).all()
+TERMS = tuple(f.name for f in dataclasses.fields(OfferRecord) if f.name not in ("online", "away"))
 
 
-def matching(
-    session: Session, spec: JobSpec, gpu_model: str | None, since_ms: int
-) -> Sequence[tuple[Offer, Provider]]:
-    """Online offers whose bundle holds the spec's and whose price over the job's longest run
-    stays within its max price, cheapest first (then the freshest provider)."""
-    wanted = spec.resources
-    query = (
-        select(Offer, Provider)
-        .join(Provider, col(Offer.provider_id) == col(Provider.id))
-        .where(
-            col(Offer.active),
-            col(Provider.last_heartbeat_ms) >= since_ms,
-            col(Offer.gpu_count) >= wanted.gpus,
-            col(Offer.vram_mib) >= wanted.min_vram_mib,
-            col(Offer.cpu_cores) >= wanted.cpu_cores,
-            col(Offer.memory_mib) >= wanted.memory_mib,
-            col(Offer.disk_mib) >= wanted.disk_mib,
-            col(Offer.price_per_unit) * spec.max_duration_s <= spec.max_price_lovelace,
-        )
-        .order_by(col(Offer.price_per_unit), col(Provider.last_heartbeat_ms).desc())
+@dataclasses.dataclass(frozen=True)
+class Availability:
+    """What an offer needs beyond its terms to take a job now."""
+
+    since_ms: int  # the oldest heartbeat that keeps a provider online
+    min_bond_lovelace: int  # 0: no bond needed
+
+    def away(self, offer: Mapping[str, Any]) -> str | None:
+        """Why the offer (a `records` row) can take no job now, counted as is ("2 busy");
+        None when it can."""
+        if offer["last_heartbeat_ms"] < self.since_ms:
+            return "offline"
+        least, bonded = self.min_bond_lovelace, offer["bond_state"] == ACTIVE_BOND
+        if least and not (bonded and (offer["bond_lovelace"] or 0) >= least):
+            return f"without a counted bond of at least {least} lovelace"
+        if offer["busy"] >= offer["slots"]:
+            return "busy"
+        return None
+
+
+def available_now(settings: MarketSettings) -> Availability:
+    """The settings' rules, online meaning heard from within the online window until now."""
+    return Availability(jobs.now_ms() - settings.online_ms, settings.min_bond_lovelace)
+
+
+def records(session: Session, availability: Availability) -> list[OfferRecord]:
+    """Every active offer as the search sees it, freshest provider first (the columns only:
+    a quote reads every offer)."""
+    busy = (
+        select(Job.provider_id, Job.gpu_model, func.count().label("jobs"))
+        .where(col(Job.state).in_(BUSY))
+        .group_by(col(Job.provider_id), col(Job.gpu_model))
+        .subquery()
     )
-    if gpu_model is not None:
-        query = query.where(Offer.gpu_model == gpu_model)
-    return session.exec(query).all()
+    same = and_(busy.c.provider_id == Offer.provider_id, busy.c.gpu_model == Offer.gpu_model)
+    columns = [getattr(Offer, name) for name in TERMS] + [
+        Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
+        func.coalesce(busy.c.jobs, 0).label("busy"),
+    ]  # fmt: skip
+    query = (
+        select(*columns)
+        .join(Provider, col(Offer.provider_id) == col(Provider.id))
+        .outerjoin(busy, same)
+        .where(col(Offer.active))
+        .order_by(col(Provider.last_heartbeat_ms).desc(), col(Offer.id))
+    )
+    found = []
+    for row in session.exec(query):
+        offer = row._mapping
+        away = availability.away(offer)
+        terms = {name: offer[name] for name in TERMS}
+        found.append(OfferRecord(**terms, online=away is None, away=away or ""))
+    return found
+
+
+def search(session: Session, query: OfferQuery, availability: Availability) -> Search:
+    """The offers that meet `query` and can take a job now, in its order; with the counts
+    that say why when none does."""
+    return query.search(records(session, availability))
 
 
 def best_offer(
-    session: Session, spec: JobSpec, gpu_model: str | None, since_ms: int
+    session: Session, spec: JobSpec, gpu_model: str | None, availability: Availability
 ) -> tuple[Offer, Provider]:
-    """The cheapest online offer that can take the job; Conflict saying why when none can."""
-    found = matching(session, spec, gpu_model, since_ms)
-    if not found:
-        raise Conflict(no_match_reasons(session, spec, gpu_model, since_ms), "spec")
-    return found[0]
-
-
-def no_match_reasons(session: Session, spec: JobSpec, gpu_model: str | None, since_ms: int) -> str:
-    """Why no offer matches, counted per requirement."""
-    return "no online offer meets every requirement of the job"
+    """The cheapest offer (then the freshest provider) that can take the job now; Conflict
+    saying why, counted per requirement, when none can."""
+    found = search(session, OfferQuery.for_job(spec, gpu_model), availability)
+    if not found.offers:
+        raise Conflict(f"no offer can take the job: {found.why_none()}", "spec")
+    offer = session.get(Offer, found.offers[0].id)
+    assert offer is not None  # read in this session a moment ago
+    return offer, provider(session, offer.provider_id)

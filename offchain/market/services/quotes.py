@@ -1,30 +1,26 @@
 """The consumer's side of a job: a signed request becomes a quote, the quote becomes escrow
-parameters, and a reported escrow is checked on chain before the job counts as funded."""
+parameters or an unsigned lock transaction for the consumer's own wallet to sign, and a
+reported escrow is checked on chain before the job counts as funded."""
 
 from __future__ import annotations
 
-import hashlib
 import json
+from collections.abc import Sequence
 
-from pycardano import Address
-from sqlmodel import Session
+from pycardano import Address, Transaction
+from sqlmodel import Session, col, select
 
+from offchain.chain.ogmios import OgmiosError, request_sync
 from offchain.market import schemas
 from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import Blob, Cause, Job, JobState, Offer
 from offchain.market.services import jobs, offers
-from offchain.market.services.chain import Chain, escrow_problems, parse_ref
+from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
 from offchain.market.settings import MarketSettings
-from offchain.protocol.jobspec import JobSpec
+from offchain.protocol import escrow as escrows
+from offchain.protocol.payloads import verify
 from offchain.protocol.split import lock_amount
-
-
-def canonical_spec(spec: JobSpec) -> tuple[str, bytes]:
-    """The spec as canonical JSON and its sha256: the escrow's job_id."""
-    text = json.dumps(
-        spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
-    return text, hashlib.sha256(text.encode()).digest()
+from offchain.protocol.txbuild import BuildError
 
 
 def request_job(
@@ -41,13 +37,14 @@ def request_job(
     if consumer.payment_part is None or consumer.payment_part.payload.hex() != consumer_id:
         raise Invalid("the address's payment key is not the key that signed", "consumer_address")
     spec = request.spec
-    since = jobs.now_ms() - settings.online_ms
-    offer, provider = offers.best_offer(session, spec, request.gpu_model, since)
-    text, digest = canonical_spec(spec)
+    offer, provider = offers.best_offer(
+        session, spec, request.gpu_model, offers.available_now(settings)
+    )
     expires = chain_now_ms + settings.quote_ttl_ms
     job = Job(
         id=jobs.new_job_id(), consumer_vkey=consumer_vkey.hex(), consumer_id=consumer_id,
-        consumer_address=request.consumer_address, spec=text, spec_digest=digest.hex(),
+        consumer_address=request.consumer_address, spec=spec.canonical_json().decode(),
+        spec_digest=spec.job_id().hex(),
         max_price=spec.max_price_lovelace, provider_id=provider.id, offer_id=offer.id,
         provider_vkey=provider.vkey, provider_address=provider.payout_address,
         gpu_model=offer.gpu_model, price_per_unit=offer.price_per_unit,
@@ -81,6 +78,12 @@ def signed_offer(offer: Offer) -> schemas.SignedOffer:
         id=offer.id, provider_id=offer.provider_id, body=offer.body, signature=offer.signature,
         key=offer.key, terms=json.loads(offer.body),
     )  # fmt: skip
+
+
+def signed_offers(session: Session, ids: Sequence[int | None]) -> list[schemas.SignedOffer]:
+    """The offers `ids` as signed, in that order (a search's answer)."""
+    rows = {row.id: row for row in session.exec(select(Offer).where(col(Offer.id).in_(ids)))}
+    return [signed_offer(rows[offer_id]) for offer_id in ids]
 
 
 def escrow_parameters(chain: Chain, job: Job) -> schemas.EscrowParameters:
@@ -117,6 +120,62 @@ def report_escrow(session: Session, chain: Chain, job: Job, escrow: str) -> Job:
     jobs.transition(session, job, JobState.FUNDED, Cause.API, f"escrow {escrow} checked on chain")
     session.commit()
     return job
+
+
+def lock_transaction(session: Session, chain: Chain, job: Job) -> schemas.LockTransaction:
+    """The quoted escrow's lock, unsigned, spending from the consumer's address (its payment
+    key signed the request, so its wallet can sign this); recorded as the one lock
+    `submit_lock` will take for the job (a newer one replaces it)."""
+    jobs.expect(job, JobState.QUOTED)
+    consumer = Address.from_primitive(job.consumer_address)
+    try:
+        datum = quoted_escrow(job)
+        tx = escrows.lock(chain.context, chain.deployment, consumer, datum, job.lock_lovelace)
+    except BuildError as exc:
+        raise Conflict(f"cannot build the lock: {exc}", "consumer_address") from exc
+    job.lock_tx_id = tx.id.payload.hex()
+    session.add(job)
+    session.commit()
+    output = tx.transaction_body.outputs[escrows.ESCROW_OUTPUT]
+    return schemas.LockTransaction(
+        transaction=tx.to_cbor_hex(), tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id),
+        lovelace=output.amount.coin,
+    )  # fmt: skip
+
+
+def submit_lock(settings: MarketSettings, job: Job, signed: str) -> schemas.Submitted:
+    """Submit the consumer's signed lock if it is exactly the one built for the job (same
+    body) and the consumer's key signed it; the chain follower funds the job once it is
+    `confirmations` deep (or the consumer reports the escrow)."""
+    jobs.expect(job, JobState.QUOTED, JobState.EXPIRED)
+    if job.lock_tx_id is None:
+        raise Conflict(f"no lock was built for job {job.id}: get it from its /lock", "transaction")
+    try:
+        tx = Transaction.from_cbor(bytes.fromhex(signed))
+    except Exception as exc:  # pycardano raises several kinds for bytes of another shape
+        raise Invalid(f"not a transaction: {exc}", "transaction") from exc
+    tx_id = tx.id.payload
+    if tx_id.hex() != job.lock_tx_id:
+        raise Invalid(
+            f"not the lock built for job {job.id} ({job.lock_tx_id}): sign it unchanged",
+            "transaction",
+        )
+    signers = {
+        witness.vkey.hash().payload.hex()
+        for witness in tx.transaction_witness_set.vkey_witnesses or []
+        if verify(witness.vkey.payload, tx_id, witness.signature)
+    }
+    if job.consumer_id not in signers:
+        raise Invalid("the lock is not signed by the consumer's payment key", "transaction")
+    try:
+        request_sync(settings.ogmios_url, "submitTransaction", {"transaction": {"cbor": signed}})
+    except OgmiosError as exc:
+        raise Conflict(f"the chain refused the lock: {exc.message}", "transaction") from exc
+    return schemas.Submitted(tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id))
+
+
+def lock_ref(tx_id: str) -> str:
+    return f"{tx_id}#{escrows.ESCROW_OUTPUT}"
 
 
 def spec_of(job: Job) -> dict:

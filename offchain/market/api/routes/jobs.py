@@ -27,7 +27,7 @@ def request_job(
     chain: ChainDep,
 ) -> schemas.Quote:  # fmt: skip
     """A signed job request; the answer is a quote embedding the provider's signed offer."""
-    job = quotes.request_job(session, settings, chain.now_ms(), signed.vkey, request)
+    job = quotes.request_job(session, settings, chain.now_ms(), signed.vkey.payload, request)
     return quotes.quote(session, job)
 
 
@@ -42,6 +42,26 @@ def escrow_parameters(
 ) -> schemas.EscrowParameters:
     """What to lock: the datum's fields and the lovelace (`offchain.protocol.escrow.lock`)."""
     return quotes.escrow_parameters(chain, jobs.consumers_job(session, job_id, party))
+
+
+@router.get("/{job_id}/lock")
+def lock_transaction(
+    job_id: str, party: PartyDep, session: SessionDep, chain: ChainDep
+) -> schemas.LockTransaction:
+    """The escrow's lock, unsigned, for the consumer's own wallet to sign (CIP-30 `signTx`):
+    submit it yourself, or post it signed to this path. The market holds no key."""
+    return quotes.lock_transaction(session, chain, jobs.consumers_job(session, job_id, party))
+
+
+@router.post("/{job_id}/lock")
+def submit_lock(
+    job_id: str, body: schemas.SignedLock, party: PartyDep, session: SessionDep,
+    settings: SettingsDep,
+) -> schemas.Submitted:  # fmt: skip
+    """The lock from `GET /jobs/{job_id}/lock`, signed: submitted if it is exactly that
+    transaction; the job is funded once the escrow is confirmed on chain."""
+    job = jobs.consumers_job(session, job_id, party)
+    return quotes.submit_lock(settings, job, body.transaction)
 
 
 @router.post("/{job_id}/escrow")

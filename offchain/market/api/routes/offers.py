@@ -1,18 +1,32 @@
-"""Offer search: the online offers, each exactly as its provider signed it."""
+"""Offer search: the offers that can take a job now, each exactly as its provider signed it."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from offchain.market import schemas
+from fastapi import APIRouter, Query
+
+from offchain.market import offer_query, schemas
 from offchain.market.api.deps import SessionDep, SettingsDep
-from offchain.market.services import jobs, offers, quotes
+from offchain.market.services import offers, quotes
 
 router = APIRouter(prefix="/offers", tags=["offers"])
 
 
 @router.get("")
-def online_offers(session: SessionDep, settings: SettingsDep) -> list[schemas.SignedOffer]:
-    """Offers of providers heard from within the market's online window, cheapest first."""
-    found = offers.online(session, jobs.now_ms() - settings.online_ms)
-    return [quotes.signed_offer(offer) for offer, _ in found]
+def search_offers(
+    session: SessionDep,
+    settings: SettingsDep,
+    query: Annotated[str, Query(max_length=4096, description=offer_query.__doc__ or "")] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> schemas.OfferSearch:
+    """Offers that meet every term of `query` and can take a job now (provider online, bond
+    counted, a slot free), e.g. `gpu_model=RTX_4090 vram>=24GiB gpus>=2 price<=2ADA/h
+    sort=price,-vram`; cheapest first unless it sorts. A term that cannot be read is a 422
+    naming it; when nothing matches, `why_none` says why, counted per term."""
+    parsed = offer_query.OfferQuery.parse(query)
+    found = offers.search(session, parsed, offers.available_now(settings))
+    return schemas.OfferSearch(
+        offers=quotes.signed_offers(session, [record.id for record in found.offers[:limit]]),
+        matched=len(found.offers), total=found.total, why_none=found.why_none(),
+    )  # fmt: skip

@@ -19,8 +19,8 @@ from offchain.market.api.deps import (
     SignedDep,
     UploadDep,
 )  # fmt: skip
-from offchain.market.errors import Unauthorized
 from offchain.market.services import delivery, jobs, offers, quotes, storage
+from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER
 
 router = APIRouter(tags=["providers"])
 POLL_S = 0.25
@@ -28,14 +28,19 @@ POLL_S = 0.25
 
 @router.post("/offers", status_code=201)
 async def post_offer(
-    request: Request, terms: schemas.OfferTerms, signed: SignedDep, session: SessionDep
-) -> schemas.SignedOffer:
-    """Publish a signed offer; it is kept verbatim so quotes can show the provider's words."""
+    request: Request, terms: schemas.OfferTerms, signed: SignedDep, session: SessionDep,
+    settings: SettingsDep, chain: ChainDep,
+) -> schemas.SignedOffer:  # fmt: skip
+    """Publish a signed offer; it is kept verbatim so quotes can show the provider's words. A
+    bond it names must count (the bond check, at least the market's minimum, not withdrawable
+    before a job quoted now could close): a 422 says why not."""
     body = (await request.body()).decode()
     headers = request.headers
-    signature = (headers["x-unchained-signature"], headers["x-unchained-key"])
+    signature = (headers[SIGNATURE_HEADER], headers[KEY_HEADER])
+    vkey = signed.vkey.payload
+    bond = await run_in_threadpool(offers.counted_bond, chain, settings, vkey, terms)
     offer = await run_in_threadpool(
-        offers.post_offer, session, signed.vkey, terms, (body, *signature), jobs.now_ms()
+        offers.post_offer, session, vkey, terms, (body, *signature), jobs.now_ms(), bond
     )
     return quotes.signed_offer(offer)
 
@@ -107,13 +112,12 @@ async def put_result(
     job_id: str, request: Request, signed: UploadDep, settings: SettingsDep, session: SessionDep
 ) -> schemas.JobPublic:
     """The result archive, streamed to disk and hashed on the way; over the limit is a 413."""
-    job = await run_in_threadpool(delivery.own_job, session, offers.key_hash(signed.vkey), job_id)
+    job = await run_in_threadpool(delivery.own_job, session, signed.key_hash, job_id)
     jobs.expect(job, jobs.S.RUNNING)
     sha256, size = await storage.receive_blob(
         settings.blob_dir, request.stream(), settings.result_limit_bytes
     )
-    if sha256 != signed.body_sha256:
-        raise Unauthorized("the signature covers another body", "body_sha256")
+    signed.check_body(sha256)
     job = await run_in_threadpool(delivery.attach_result, session, job, sha256, size)
     return quotes.public(session, job)
 
