@@ -62,7 +62,8 @@ class PayoutWatcher:
         )
         tx = wallet.sign(unsigned)
         refs = [out_ref(r.escrow) for r in receipts]
-        log.info("settling %d receipt(s) the market left unsettled: tx %s", len(receipts), tx.id)
+        log.info("settling %d receipt(s) the market left unsettled: tx %s fee %d lovelace",
+                 len(receipts), tx.id, tx.transaction_body.fee)  # fmt: skip
         await submit_confirmed(self.chain.url, tx)
         by_escrow = {entry.escrow: entry for entry in self.journal.entries()}
         for ref in refs:

@@ -1,0 +1,117 @@
+"""The daemon when things go wrong: SIGKILLed mid-job and started again, it finishes the job
+the container kept running and is paid for it; with the market gone during the upload, its
+payout watcher settles the receipt itself before the escrow closes; SIGTERM lets a running
+job finish and be delivered before the daemon stops."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+
+import httpx
+
+from offchain.protocol.split import settle_split
+from tests.market.client import Party, serve
+from tests.protocol.onchain import balance, travel_to, wallet
+from tests.provider.chain import deployed
+from tests.provider.daemon_harness import (
+    IDENTITY,
+    market_settings,
+    new_provider,
+    request_and_lock,
+    spec,
+    wait_state,
+)
+
+MARGIN_MS = 5 * 60_000  # the daemon's default payout margin
+
+
+async def test_killed_mid_job_the_restarted_daemon_delivers_and_is_paid(devnet, tmp_path, busybox):
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    market_wallet = await wallet(devnet)
+    market_wallet.key.save(str(tmp_path / "market.skey"))
+    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    with serve(settings) as url:
+        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
+        try:
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                before = balance(devnet, provider.address)
+                script = "echo started; sleep 5; echo survived > /out/answer"
+                job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
+                await wait_state(consumer, job.job, {"running"})
+                daemon.signal(signal.SIGKILL)
+                daemon.wait(10)
+                daemon.start()  # the container ran on; the new daemon recovers it
+                status = await wait_state(consumer, job.job, {"settled"}, timeout_s=120)
+                assert "recovering 1 job(s)" in daemon.log()
+                assert status["receipt_units"] >= 5
+                split = settle_split(
+                    job.params["lovelace"], job.params["price_per_unit"],
+                    status["receipt_units"], job.params["max_units"], job.params["fee_allowance"],
+                )  # fmt: skip
+                assert balance(devnet, provider.address) == before + split.provider
+        finally:
+            daemon.stop()
+            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+
+
+async def test_market_down_during_upload_the_payout_watcher_settles(devnet, tmp_path, busybox):
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    settings = market_settings(tmp_path, devnet, deployment_file, None)  # settles nothing
+    daemon = None
+    try:
+        with serve(settings) as url:
+            daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                script = "echo started; sleep 3; echo kept > /out/answer"
+                job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
+                await wait_state(consumer, job.job, {"running"})
+        # the market is gone before the job ends: the upload cannot happen
+        await daemon.logged("units signed")
+        before = balance(devnet, provider.address)
+        close = job.params["deadline"] + job.params["settle_window"]
+        await travel_to(devnet, close - MARGIN_MS + 10_000)
+        await daemon.logged("left unsettled", timeout_s=60)
+        await daemon.logged("earned", timeout_s=60)
+        fee = int(re.search(r"fee (\d+) lovelace", daemon.log())[1])
+        units = int(re.search(r"(\d+) units signed", daemon.log())[1])
+        params = job.params
+        split = settle_split(params["lovelace"], params["price_per_unit"], units,
+                             params["max_units"], params["fee_allowance"])  # fmt: skip
+        # paid its due, and the allowance's rest after the fee it paid as the submitter
+        assert balance(devnet, provider.address) == before + split.provider + split.fee - fee
+    finally:
+        if daemon is not None:
+            daemon.stop()
+            daemon.reap()
+
+
+async def test_sigterm_lets_the_running_job_finish_and_be_delivered(devnet, tmp_path, busybox):
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    settings = market_settings(tmp_path, devnet, deployment_file, None)
+    with serve(settings) as url:
+        daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url)
+        try:
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                job = await request_and_lock(
+                    devnet, deployment, consumer, spec(busybox, "sleep 3; echo done")
+                )
+                await wait_state(consumer, job.job, {"running"})
+                daemon.signal(signal.SIGTERM)
+                assert await asyncio.to_thread(daemon.wait, 60) == 0
+                status = await wait_state(consumer, job.job, {"completed"}, timeout_s=5)
+                assert status["receipt_units"] >= 3
+                assert "provider daemon stopped" in daemon.log()
+        finally:
+            daemon.stop()
+            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
