@@ -26,6 +26,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
 from provider.amounts import ada, parse_lovelace
+from provider.daemon.journal import Journal
 from provider.keys import load_key
 from provider.options import (
     DEFAULT_CONFIG,
@@ -208,7 +209,12 @@ def unbond(
     config: ConfigOption = DEFAULT_CONFIG,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Give notice: withdraw once it has run out (take no job that would outlive it)."""
+    """Give notice: withdraw once it has run out (take no job that would outlive it). Refused
+    while the daemon has an accepted job open: its bond backs that job until it settles."""
+    open_jobs = Journal(state_dir_of(config, state_dir)).open_jobs()
+    if open_jobs:
+        jobs = ", ".join(entry.job_id for entry in open_jobs)
+        raise fail(f"accepted jobs are open ({jobs}): unbond once they are settled", code=1)
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
     utxo, _ = chain.bond(bond)
     tx = chain.wallet.sign(
