@@ -273,7 +273,8 @@ class Search:
         steps = []
         for index, (term, left) in enumerate(self.funnel):
             among = f"of the {online} online offers" if index == 0 else "of those"
-            steps.append(f"{left} {among} have {term}" if left else f"none {among} has {term}")
+            verb = "has" if left == 1 else "have"
+            steps.append(f"{left} {among} {verb} {term}" if left else f"none {among} has {term}")
         if self.closest is not None:
             steps[-1] += f" (the closest: {self.closest})"
         return ", ".join(steps) + (f"; {away}" if away else "")

@@ -1,16 +1,19 @@
-"""One job from signed request to completed, over real HTTP, on the devnet: the consumer locks
-with the protocol's own builder, a scripted provider (test code holding a provider key) takes
-the assignment, accepts, logs, uploads its result and hands in its receipt; the stored receipt
-then settles on chain exactly as signed."""
+"""One job from signed request to completed, over real HTTP, on the devnet: the consumer signs
+the lock the market built with its own key and the market submits it (or the consumer does), a
+scripted provider (test code holding a provider key) takes the assignment, accepts, logs,
+uploads its result and hands in its receipt; the stored receipt then settles on chain exactly
+as signed."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 
-from pycardano import Address, TransactionId, TransactionInput
+from pycardano import Address, Transaction, TransactionId, TransactionInput
 from pycardano.cip import cip8
 
+from offchain.chain.submit import submit_and_wait
 from offchain.protocol import escrow as escrows
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
 from offchain.protocol.split import settle_split
@@ -79,14 +82,20 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
         params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
         params["fee_allowance"],
     )  # fmt: skip
+    # the market builds the lock, the consumer's own wallet signs it, the market submits it
     context = devnet.context()
-    unsigned = escrows.lock(context, deployment, consumer.wallet.address, datum, params["lovelace"])
+    built = (await consumer.send("GET", f"/jobs/{job}/lock")).json()
+    unsigned = Transaction.from_cbor(bytes.fromhex(built["transaction"]))
+    assert not unsigned.transaction_witness_set.vkey_witnesses  # the market holds no key
+    assert built["lovelace"] == params["lovelace"] and built["tx_id"] == unsigned.id.payload.hex()
     lock = consumer.wallet.sign(unsigned)
-    escrow = output(await confirm(devnet, lock), escrows.ESCROW_OUTPUT)
     ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
-    funded = await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": ref})
-    assert funded.status_code == 200, funded.text
-    assert funded.json()["state"] == "funded"
+    submitted = await consumer.send(
+        "POST", f"/jobs/{job}/lock", {"transaction": lock.to_cbor_hex()}
+    )
+    assert submitted.json() == {"tx_id": lock.id.payload.hex(), "escrow": ref}, submitted.text
+    escrow = output(lock, escrows.ESCROW_OUTPUT)
+    assert (await report_escrow(consumer, job, ref))["state"] == "funded"
 
     # the scripted provider
     assigned = await provider.send("GET", "/providers/assignments?timeout_s=5")
@@ -148,6 +157,58 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     await confirm(devnet, submitter.sign(settled))
     split = settle_split(params["lovelace"], PRICE, UNITS, 600, settings.fee_allowance)
     assert balance(devnet, provider.wallet.address) == before + split.provider
+
+
+async def report_escrow(consumer: Party, job: str, ref: str, timeout_s: float = 60) -> dict:
+    """The job once the market has checked its escrow on chain (409 until it lands)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    while True:
+        reported = await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": ref})
+        if reported.status_code != 409 or loop.time() > until:
+            assert reported.status_code == 200, reported.text
+            return reported.json()
+        await asyncio.sleep(0.2)
+
+
+async def test_the_market_takes_back_only_the_lock_it_built_signed_by_the_consumer(
+    devnet, market_deployment, http, settings
+):
+    provider = Party.new(http, settings.identity)
+    assert (await provider.send("POST", "/offers", offer_terms(provider))).status_code == 201
+    consumer = Party.new(http, settings.identity, await wallet(devnet))
+    stranger = Party.new(http, settings.identity, await wallet(devnet))
+    job = (await consumer.send("POST", "/jobs", job_request(consumer))).json()["job_id"]
+    path = f"/jobs/{job}/lock"
+
+    def refused(answer, status: int, says: str) -> None:
+        assert answer.status_code == status, answer.text
+        (problem,) = answer.json()["detail"]
+        assert problem["loc"] == ["transaction"] and says in problem["msg"], problem
+
+    refused(await consumer.send("POST", path, {"transaction": "00"}), 409, "no lock was built")
+    assert (await stranger.send("GET", path)).status_code == 403
+    built = (await consumer.send("GET", path)).json()
+    unsigned = Transaction.from_cbor(bytes.fromhex(built["transaction"]))
+    datum = escrows.escrow_datum(market_deployment, output(unsigned, escrows.ESCROW_OUTPUT))
+    more = built["lovelace"] + 1
+    other = escrows.lock(devnet.context(), market_deployment, consumer.wallet.address, datum, more)
+    for tx, status, says in [
+        (consumer.wallet.sign(other), 422, "not the lock built"),
+        (unsigned, 422, "not signed by the consumer's payment key"),
+        (stranger.wallet.sign(unsigned), 422, "not signed by the consumer's payment key"),
+    ]:
+        refused(await consumer.send("POST", path, {"transaction": tx.to_cbor_hex()}), status, says)
+    refused(await consumer.send("POST", path, {"transaction": "00ff"}), 422, "not a transaction")
+    assert (await stranger.send("POST", path, {"transaction": "00"})).status_code == 403
+
+    # the consumer may submit the lock itself, and report the escrow
+    lock = consumer.wallet.sign(unsigned)
+    await submit_and_wait(devnet.url, lock, timeout_s=30)
+    ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    assert (await report_escrow(consumer, job, ref))["state"] == "funded"
+    again = await consumer.send("POST", path, {"transaction": lock.to_cbor_hex()})
+    assert again.status_code == 409 and again.json()["detail"][0]["loc"] == ["state"]
 
 
 async def events_until(party: Party, job: str, last: str) -> list[str]:
