@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from offchain.market import errors
 from offchain.market.api.routes import jobs, offers, providers
 from offchain.market.db import make_engine, upgrade
+from offchain.market.explorer import routes as explorer
 from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
 from offchain.market.services.leadership import Background
@@ -121,6 +122,7 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         app.add_middleware(CrashOnReceipt, settings=settings)
     for module in (offers, jobs, providers):
         app.include_router(module.router)
+    explorer.mount(app)  # the explorer's pages, JSON and static files (offchain/market/explorer)
 
     @app.get("/health", tags=["service"])
     def health() -> dict[str, int | bool]:

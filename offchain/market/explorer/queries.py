@@ -92,7 +92,7 @@ def _block(block: ChainBlock, ctx: Context) -> dict[str, Any]:
 
 def _job_row(job: Job) -> dict[str, Any]:
     return {
-        "id": job.id, "state": job.state.value, "gpu_model": job.gpu_model,
+        "id": job.id, "state": str(job.state), "gpu_model": job.gpu_model,
         "provider_id": job.provider_id, "consumer_id": job.consumer_id,
         "price_per_unit": job.price_per_unit, "lock_lovelace": job.lock_lovelace,
         "created_at_ms": job.created_at_ms, "updated_at_ms": job.updated_at_ms,
@@ -102,8 +102,8 @@ def _job_row(job: Job) -> dict[str, Any]:
 def _event_row(event: JobEvent) -> dict[str, Any]:
     return {
         "id": event.id, "at_ms": event.at_ms,
-        "from_state": event.from_state.value if event.from_state else None,
-        "to_state": event.to_state.value, "cause": event.cause.value, "detail": event.detail,
+        "from_state": str(event.from_state) if event.from_state else None,
+        "to_state": str(event.to_state), "cause": str(event.cause), "detail": event.detail,
         "slot": event.slot, "block_height": event.block_height, "tx_id": event.tx_id,
     }  # fmt: skip
 
@@ -336,9 +336,7 @@ def _counts(session: Session, provider_ids: Sequence[str]) -> dict[str, dict[str
         p: {"done": 0, "failed": 0, "slashed": 0} for p in provider_ids
     }
     for provider, state, n in rows:
-        bucket = (
-            "done" if state in DONE else state.value if state in (S.FAILED, S.SLASHED) else None
-        )
+        bucket = "done" if state in DONE else str(state) if state in (S.FAILED, S.SLASHED) else None
         if bucket is not None:
             counts[provider][bucket] += n
     return counts
@@ -452,7 +450,7 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
         "tx": {"id": tx.tx_id, "slot": tx.slot, "height": tx.height,
                "time_ms": ctx.slot_ms(tx.slot), **view},
         "block": _block(block, ctx) if block else None,
-        "jobs": sorted({(j, s.value) for j, s in jobs}),
+        "jobs": sorted({(j, str(s)) for j, s in jobs}),
     }  # fmt: skip
 
 

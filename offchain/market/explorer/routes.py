@@ -185,9 +185,8 @@ def search(request: Request, session: SessionDep, q: Annotated[str, Query(max_le
     if found is not None:
         return RedirectResponse(found, status_code=303)
     return templates.TemplateResponse(
-        request, "error.html", {"message": f"Nothing found for “{q}”.", "title": "Search", "q": q},
-        status_code=404,
-    )  # fmt: skip
+        request, "error.html", {"message": f"Nothing found for “{q}”.", "title": "Search", "q": q}
+    )
 
 
 # --- live updates ------------------------------------------------------------------------------

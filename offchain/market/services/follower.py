@@ -33,7 +33,7 @@ from sqlmodel import Session, col, select
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
-from offchain.market.services import jobs, offers, undo
+from offchain.market.services import chain_index, jobs, offers, undo
 from offchain.market.services.chain import escrow_problems
 from offchain.market.services.undo import BlockAt
 from offchain.protocol.bond import bond_datum
@@ -176,6 +176,7 @@ class ChainFollower:
                     self._spends(session, at, decoded, inputs, escrows, bonds, holders)
                     self._outputs(session, at, decoded, holders)
             self._fund_confirmed(session, at)
+            chain_index.index_block(session, self.deployment, block)  # the explorer's chain index
             session.add(ChainPoint(slot=at.slot, block_id=at.id, height=at.height))
             self._forget(session, at)
             session.commit()
@@ -385,6 +386,7 @@ class ChainFollower:
                 if known is None and tip["slot"] == point["slot"]:
                     session.add(ChainPoint(slot=at.slot, block_id=at.id, height=height))
             undone = undo.undo_after(session, at)
+            chain_index.roll_back(session, at.slot)
             session.execute(delete(ChainPoint).where(col(ChainPoint.slot) > at.slot))
             session.commit()
         if undone:

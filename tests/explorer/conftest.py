@@ -1,0 +1,51 @@
+"""The explorer in a real browser: Debian's chromium driven by Playwright (no browser download;
+`UNCHAINED_CHROMIUM` points elsewhere), a market on the session's devnet, and a folder for the
+screenshots (`UNCHAINED_EXPLORER_ARTIFACTS`, else a pytest temporary folder)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from offchain.market.settings import MarketSettings
+from offchain.protocol import deployment_file
+from tests.market.conftest import IDENTITY, market_deployment  # noqa: F401 - a shared fixture
+
+CHROMIUM = os.environ.get("UNCHAINED_CHROMIUM", "/usr/bin/chromium")
+# Headless, and nothing that reaches out of this machine (its network is closed).
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+@pytest.fixture
+def settings(tmp_path, devnet, market_deployment) -> MarketSettings:  # noqa: F811
+    deployment_file.save(market_deployment, tmp_path / "deployment.json")
+    return MarketSettings(
+        data_dir=tmp_path / "market", ogmios_url=devnet.url,
+        deployment=tmp_path / "deployment.json", identity=IDENTITY,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator:
+    playwright_api = pytest.importorskip("playwright.async_api")
+    if shutil.which(CHROMIUM) is None:
+        pytest.skip(f"no chromium at {CHROMIUM}: run scripts/setup.sh")
+    async with playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        await browser.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory) -> Path:
+    chosen = os.environ.get("UNCHAINED_EXPLORER_ARTIFACTS")
+    folder = Path(chosen) if chosen else tmp_path_factory.mktemp("explorer-screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
