@@ -25,6 +25,7 @@ class Bundle:
     resources: Resources
     gpu_model: str
     price_per_unit: int
+    slots: int  # jobs at once, each with these resources
 
 
 def slots_of(offer: Offer, inventory: HostInventory) -> tuple[Bundle, list[Slot]]:
@@ -41,7 +42,7 @@ def slots_of(offer: Offer, inventory: HostInventory) -> tuple[Bundle, list[Slot]
         memory_mib=max(16, offer.memory_mib // count),
         disk_mib=max(1, offer.disk_mib // count),
     )
-    bundle = Bundle(resources, gpus[0].name if gpus else "", offer.bundle_price(resources))
+    bundle = Bundle(resources, gpus[0].name if gpus else "", offer.bundle_price(resources), count)
     slots = [
         Slot(n, (gpus[n].uuid,) if gpus else (), resources) for n in range(count)
     ]  # fmt: skip

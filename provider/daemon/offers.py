@@ -27,6 +27,7 @@ def offer_terms(bundle: Bundle, payout_address: str, bond: BondView) -> dict[str
         "memory_mib": resources.memory_mib,
         "disk_mib": resources.disk_mib,
         "price_per_unit": bundle.price_per_unit,
+        "slots": bundle.slots,
     }
     if bond.ref is not None:
         terms["bond"] = bond.ref
