@@ -1,0 +1,128 @@
+"""The market's HTTP API as the consumer calls it: every request CIP-8 signed with the
+consumer's key (fresh nonce), answers as plain data, refusals as MarketRefused naming the
+field the market named. The wire stays here; `consumer.session` gives it meaning."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from consumer.errors import MarketRefused, NoMatchingProvider
+from consumer.keys import ConsumerKey
+from offchain.protocol.signed_request import RequestFields
+
+CHUNK_BYTES = 1 << 20
+TIMEOUT_S = 60
+
+
+@dataclasses.dataclass
+class MarketClient:
+    """One consumer key talking to one market (`identity` is signed into every request)."""
+
+    url: str
+    identity: str
+    key: ConsumerKey
+    http: httpx.AsyncClient
+
+    @classmethod
+    def open(cls, url: str, identity: str, key: ConsumerKey) -> MarketClient:
+        return cls(url, identity, key, httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def _headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
+        fields = RequestFields.of(method, path, body, self.identity)
+        return self.key.sign_request(fields)
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        """One signed JSON request; its JSON answer."""
+        content = b"" if body is None else json.dumps(body).encode()
+        headers = self._headers(method, path, content)
+        if body is not None:
+            headers["content-type"] = "application/json"
+        try:
+            answer = await self.http.request(method, path, content=content, headers=headers)
+        except httpx.TransportError as exc:
+            raise MarketRefused(
+                f"cannot reach the market at {self.url} ({exc!r}): is it running? "
+                "(--market-url / UNCHAINED_CONSUMER_MARKET_URL)",
+                url=self.url,
+            ) from exc
+        check(answer)
+        return answer.json()
+
+    async def request_job(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self.call("POST", "/jobs", request)
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return await self.call("GET", f"/jobs/{job_id}")
+
+    async def escrow_parameters(self, job_id: str) -> dict[str, Any]:
+        return await self.call("GET", f"/jobs/{job_id}/escrow")
+
+    async def report_escrow(self, job_id: str, escrow: str) -> dict[str, Any]:
+        return await self.call("POST", f"/jobs/{job_id}/escrow", {"escrow": escrow})
+
+    async def signatures(self, job_id: str) -> dict[str, Any]:
+        return await self.call("GET", f"/jobs/{job_id}/signatures")
+
+    async def logs(self, job_id: str, after: int = -1) -> list[dict[str, Any]]:
+        return await self.call("GET", f"/jobs/{job_id}/logs?after={after}")
+
+    async def search_offers(self, query: str, limit: int = 100) -> dict[str, Any]:
+        return await self.call("GET", f"/offers?query={quote(query, safe='')}&limit={limit}")
+
+    async def events(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The job's transitions (server-sent events) from the first; ends at a final state."""
+        path = f"/jobs/{job_id}/events"
+        headers = self._headers("GET", path, b"")
+        timeout = httpx.Timeout(TIMEOUT_S, read=None)
+        async with self.http.stream("GET", path, headers=headers, timeout=timeout) as stream:
+            if stream.is_error:
+                await stream.aread()
+                check(stream)
+            async for line in stream.aiter_lines():
+                if line.startswith("data: "):
+                    yield json.loads(line.removeprefix("data: "))
+
+    async def download_result(self, job_id: str, into: Path) -> str:
+        """Stream the result archive into `into`, hashing as it arrives; its sha256 (hex)."""
+        path = f"/jobs/{job_id}/result"
+        digest = hashlib.sha256()
+        headers = self._headers("GET", path, b"")
+        async with self.http.stream("GET", path, headers=headers) as stream:
+            if stream.is_error:
+                await stream.aread()
+                check(stream)
+            with into.open("wb") as file:
+                async for chunk in stream.aiter_raw(CHUNK_BYTES):
+                    digest.update(chunk)
+                    file.write(chunk)
+        return digest.hexdigest()
+
+
+def check(answer: httpx.Response) -> None:
+    """MarketRefused (NoMatchingProvider for a job no offer can take) for a refusal."""
+    if answer.is_success:
+        return
+    try:
+        problems = answer.json()["detail"]
+        field = ".".join(str(part) for part in problems[0]["loc"])
+        message = "; ".join(str(problem["msg"]) for problem in problems)
+    except (ValueError, KeyError, IndexError, TypeError):
+        field, message = "", answer.text[:500]
+    kind = MarketRefused
+    if answer.status_code == 409 and message.startswith("no offer can take the job"):
+        kind = NoMatchingProvider
+    raise kind(
+        f"the market refused ({answer.status_code}): {message}",
+        status=answer.status_code, field=field,
+    )  # fmt: skip

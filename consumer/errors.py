@@ -1,0 +1,49 @@
+"""The consumer's refusals. Each says what was wrong and what to do about it, so the CLI prints
+the message as it is and `--json` carries the kind and the fields a script acts on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offchain.protocol.errors import UnchainedError
+
+
+class ConsumerError(UnchainedError):
+    """A consumer-side refusal; `details` are its facts as plain data (for `--json`)."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message, self.details = message, details
+
+
+class WalletError(ConsumerError):
+    """No usable key: missing file, unreadable envelope, not a mnemonic."""
+
+
+class MarketRefused(ConsumerError):
+    """The market answered 4xx/5xx; `field` names what it refused, as it said."""
+
+
+class NoMatchingProvider(MarketRefused):
+    """No offer can take the job now; the message says why, per requirement."""
+
+
+class QuoteRejected(ConsumerError):
+    """The quote or the escrow it asks for is not what was requested or not signed by the
+    provider it names: nothing is locked."""
+
+
+class InsufficientFunds(ConsumerError):
+    """The consumer's address holds less than the lock and its fee need."""
+
+
+class NotRefundableYet(ConsumerError):
+    """The escrow's deadline and settle window have not passed in chain time."""
+
+
+class NothingToDo(ConsumerError):
+    """The escrow is already spent (settled, refunded) or the job has no escrow."""
+
+
+class ResultMismatch(ConsumerError):
+    """The result archive or its receipt is not what the provider signed: nothing unpacked."""

@@ -1,0 +1,329 @@
+"""The consumer SDK: request a job, check its quote, lock its escrow (signed here, or as
+unsigned CBOR for an external wallet), follow it, verify and unpack its results, and get the
+money back (refund, slash) without the market's help. Async at the edges; blocking chain
+reads and builders run in a thread so an event loop never stalls.
+
+    consumer = Consumer(key, market, context, ogmios_url, deployment, store)
+    quote = await consumer.quote(spec)            # checked: QuoteRejected otherwise
+    escrow = await consumer.lock(quote)           # built locally, signed, submitted, reported
+    async for event in consumer.events(quote.job_id): ...
+    result = await consumer.results(quote.job_id, Path("out"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import shutil
+import tarfile
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pycardano import Transaction, UTxO
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from consumer.client import MarketClient
+from consumer.errors import (
+    ConsumerError,
+    InsufficientFunds,
+    NothingToDo,
+    NotRefundableYet,
+    ResultMismatch,
+)
+from consumer.keys import ConsumerKey
+from consumer.quote import CheckedQuote, check_quote
+from consumer.store import JobRecord, JobStore
+from offchain.chain.submit import submit_confirmed
+from offchain.chain.time import iso
+from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.protocol import bond as bonds
+from offchain.protocol import escrow as escrows
+from offchain.protocol.addresses import from_plutus
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.payloads import receipt_payload, verify
+from offchain.protocol.txbuild import ADA, BuildError, Clock
+
+LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
+RESULT_FILE = "result.tar"
+RECEIPT_FILE = "receipt.json"
+
+
+def ada(lovelace: int) -> str:
+    """Lovelace as ADA for people, exactly (integer arithmetic)."""
+    whole, fraction = divmod(abs(lovelace), ADA)
+    return f"{'-' if lovelace < 0 else ''}{whole:,}.{fraction:06d} ADA"
+
+
+def local_time(posix_ms: int) -> str:
+    """A POSIX ms instant on this machine's clock and zone, to the second."""
+    return datetime.fromtimestamp(posix_ms // 1000, UTC).astimezone().isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifiedResult:
+    """A result archive whose sha256 is the one the escrow's provider signed a receipt for."""
+
+    job_id: str
+    archive: Path
+    unpacked: Path | None
+    sha256: str
+    size: int
+    units: int
+    cost: int  # price x units, what the provider is paid
+
+
+@dataclasses.dataclass
+class Consumer:
+    key: ConsumerKey
+    market: MarketClient
+    context: OgmiosV6ChainContext
+    ogmios_url: str
+    deployment: Deployment
+    store: JobStore
+
+    # --- quote and lock ---------------------------------------------------------------
+
+    async def quote(self, spec: JobSpec, gpu_model: str | None = None) -> CheckedQuote:
+        """Request the job and check the quote (the provider's signed offer, the escrow terms);
+        the checked quote is recorded locally before anything is locked."""
+        request: dict[str, Any] = {
+            "spec": spec.model_dump(mode="json"), "consumer_address": str(self.key.address),
+        }  # fmt: skip
+        if gpu_model:
+            request["gpu_model"] = gpu_model
+        quote = await self.market.request_job(request)
+        params = await self.market.escrow_parameters(quote["job_id"])
+        clock = await asyncio.to_thread(Clock.now, self.context)
+        checked = check_quote(
+            quote, params, spec, self.key.address, self.deployment, self.market.identity,
+            clock.tip_ms, gpu_model,
+        )  # fmt: skip
+        self.store.save(JobRecord(
+            job_id=checked.job_id, market_url=self.market.url, provider_id=checked.provider_id,
+            gpu_model=checked.gpu_model, spec=spec.model_dump(mode="json"),
+            datum_cbor=checked.datum.to_cbor_hex(), lovelace=checked.lovelace,
+            created_ms=time.time_ns() // 1_000_000,
+        ))  # fmt: skip
+        return checked
+
+    def balance(self) -> int:
+        """Lovelace at the consumer's address (tokens aside)."""
+        return sum(utxo.output.amount.coin for utxo in self.context.utxos(self.key.address))
+
+    async def build_lock(self, job_id: str) -> Transaction:
+        """The job's escrow lock, unsigned, built here from the checked quote; InsufficientFunds
+        when the address cannot pay it (what is missing, where to send it)."""
+        record = self.store.get(job_id)
+        needed = record.lovelace + LOCK_FEE_MARGIN
+        held = await asyncio.to_thread(self.balance)
+        try:
+            if held < needed:
+                raise BuildError("balance below the lock and its fee")
+            tx = await asyncio.to_thread(
+                escrows.lock, self.context, self.deployment, self.key.address, record.datum,
+                record.lovelace,
+            )  # fmt: skip
+        except BuildError as exc:
+            raise InsufficientFunds(
+                f"not enough funds: the lock needs {ada(record.lovelace)} plus up to "
+                f"{ada(LOCK_FEE_MARGIN)} for its fee, {ada(needed)} in all, at "
+                f"{self.key.address}; it holds {ada(held)}. Send at least "
+                f"{ada(max(needed - held, 0))} there and submit again. ({exc})",
+                address=str(self.key.address), needed=needed, held=held,
+            ) from exc  # fmt: skip
+        record.lock_tx_id = tx.id.payload.hex()
+        self.store.save(record)
+        return tx
+
+    def accept_signed(self, job_id: str, cbor: bytes) -> Transaction:
+        """The lock as an external wallet signed it: it must be the very transaction built
+        for the job (same id) and carry a valid witness of the consumer's key."""
+        record = self.store.get(job_id)
+        try:
+            tx = Transaction.from_cbor(cbor)
+        except Exception as exc:  # pycardano raises several kinds for other bytes
+            raise ConsumerError(f"not a signed transaction: {exc}") from exc
+        if tx.id.payload.hex() != record.lock_tx_id:
+            raise ConsumerError(
+                f"this is not the lock built for job {job_id} ({record.lock_tx_id}); sign the "
+                "unsigned transaction unchanged"
+            )
+        witnesses = tx.transaction_witness_set.vkey_witnesses or []
+        if not any(
+            w.vkey.hash().payload.hex() == self.key.key_hash
+            and verify(w.vkey.payload[:32], tx.id.payload, w.signature)
+            for w in witnesses
+        ):
+            raise ConsumerError(f"the lock carries no valid signature by {self.key.address}")
+        return tx
+
+    async def submit_lock(self, job_id: str, signed: Transaction) -> str:
+        """Submit the signed lock, wait for its block, tell the market: the escrow `TXID#IX`."""
+        record = self.store.get(job_id)
+        await submit_confirmed(self.ogmios_url, signed)
+        record.escrow = f"{signed.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+        self.store.save(record)
+        await self.market.report_escrow(job_id, record.escrow)
+        return record.escrow
+
+    async def lock(self, job_id: str) -> str:
+        """Build, sign with the consumer's key and submit the job's lock; the escrow."""
+        return await self.submit_lock(job_id, self.key.sign(await self.build_lock(job_id)))
+
+    # --- follow -------------------------------------------------------------------------
+
+    async def status(self, job_id: str) -> dict[str, Any]:
+        return await self.market.job(job_id)
+
+    def events(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+        return self.market.events(job_id)
+
+    async def logs(self, job_id: str, after: int = -1) -> list[dict[str, Any]]:
+        return await self.market.logs(job_id, after)
+
+    # --- results ------------------------------------------------------------------------
+
+    async def results(self, job_id: str, into: Path, unpack: bool = True) -> VerifiedResult:
+        """Download the result archive into `into`, check its sha256 against the receipt and
+        the receipt's signature against the escrow's provider key; only then unpack it (into
+        `into/out`). ResultMismatch when either fails: the download is removed."""
+        record = self.store.get(job_id)
+        signed = await self.market.signatures(job_id)
+        if signed["receipt_signature"] is None or signed["receipt_result_hash"] is None:
+            state = (await self.market.job(job_id))["state"]
+            raise ConsumerError(f"job {job_id} has no receipt yet (it is {state})", state=state)
+        self.check_receipt(record, signed)
+        into.mkdir(parents=True, exist_ok=True)
+        partial = into / f".{RESULT_FILE}.part"
+        arrived = await self.market.download_result(job_id, partial)
+        expected = signed["receipt_result_hash"]
+        if arrived != expected:
+            partial.unlink()
+            raise ResultMismatch(
+                f"the result archive is not the one the provider signed for: expected sha256 "
+                f"{expected}, arrived {arrived}; nothing was unpacked (removed the download)",
+                expected=expected, arrived=arrived,
+            )  # fmt: skip
+        archive = into / RESULT_FILE
+        partial.replace(archive)
+        (into / RECEIPT_FILE).write_text(receipt_json(record, signed))
+        unpacked = unpack_archive(archive, into / "out") if unpack else None
+        units = signed["receipt_units"]
+        return VerifiedResult(
+            job_id, archive, unpacked, arrived, archive.stat().st_size, units,
+            record.datum.price_per_unit * units,
+        )  # fmt: skip
+
+    def check_receipt(self, record: JobRecord, signed: dict[str, Any]) -> None:
+        """ResultMismatch unless the receipt names the job's escrow and is signed by the
+        provider key the consumer locked for (its own record, not the market's word)."""
+        if record.escrow is None or signed["escrow"] != record.escrow:
+            raise ResultMismatch(
+                f"the receipt is for escrow {signed['escrow']}, not this job's {record.escrow}"
+            )
+        payload = receipt_payload(
+            self.deployment.network_id, self.deployment.escrow_hash,
+            parse_out_ref(record.escrow), signed["receipt_units"],
+            bytes.fromhex(signed["receipt_result_hash"]),
+            bytes.fromhex(signed["receipt_evidence_hash"]),
+        )  # fmt: skip
+        vkey = record.datum.provider_vkey
+        if not verify(vkey, payload, bytes.fromhex(signed["receipt_signature"])):
+            raise ResultMismatch(
+                f"the receipt is not signed by the escrow's provider key {vkey.hex()}: "
+                "nothing was downloaded or unpacked",
+                provider_vkey=vkey.hex(),
+            )
+
+    # --- money back ---------------------------------------------------------------------
+
+    async def refund(self, job_id: str) -> Transaction:
+        """Refund the escrow to the consumer once deadline + settle window passed (chain
+        time); the confirmed transaction."""
+        escrow = await asyncio.to_thread(self._refundable, job_id)
+        tx = await asyncio.to_thread(
+            escrows.refund, self.context, self.deployment, escrow, self.key.address
+        )
+        return await self._submit(tx)
+
+    async def slash(self, job_id: str) -> Transaction:
+        """Refund and take the slash share of the provider's bond in one transaction, with the
+        provider's signed acceptance of the escrow; the confirmed transaction."""
+        signed = await self.market.signatures(job_id)
+        acceptance = signed["acceptance_signature"]
+        if acceptance is None:
+            raise NothingToDo(
+                f"the provider never accepted job {job_id}, so there is nothing to slash: "
+                f"`unchained job refund {job_id}` returns the escrow"
+            )
+        escrow = await asyncio.to_thread(self._refundable, job_id)
+        bond = await asyncio.to_thread(self._provider_bond, job_id)
+        tx = await asyncio.to_thread(
+            bonds.slash, self.context, self.deployment, escrow, bond, bytes.fromhex(acceptance),
+            self.key.address,
+        )  # fmt: skip
+        return await self._submit(tx)
+
+    def _refundable(self, job_id: str) -> UTxO:
+        """The job's escrow UTxO if it can be refunded now; NotRefundableYet says when."""
+        record = self.store.get(job_id)
+        if record.escrow is None:
+            raise NothingToDo(f"job {job_id} has no escrow: nothing was locked")
+        escrow = utxo_at(self.context, parse_out_ref(record.escrow))
+        if escrow is None:
+            raise NothingToDo(
+                f"escrow {record.escrow} is spent already (settled, refunded or slashed): "
+                f"see `unchained job status {job_id}`"
+            )
+        clock = Clock.now(self.context)
+        first = clock.first_slot_after(record.datum.close)
+        if clock.tip_slot < first:
+            at_ms = clock.time.slot_to_posix_ms(first)
+            local_ms = time.time_ns() // 1_000_000 + at_ms - clock.tip_ms
+            raise NotRefundableYet(
+                f"escrow {record.escrow} is not refundable yet: at {iso(at_ms)} chain time "
+                f"(about {local_time(local_ms)} on this machine's clock; the chain is at "
+                f"{iso(clock.tip_ms)}). Run `unchained job refund {job_id}` then.",
+                refundable_at_ms=at_ms, chain_now_ms=clock.tip_ms, local_eta_ms=local_ms,
+            )  # fmt: skip
+        return escrow
+
+    def _provider_bond(self, job_id: str) -> UTxO:
+        datum = self.store.get(job_id).datum
+        provider = from_plutus(datum.provider, self.deployment.network)
+        found = bonds.bonds_of(self.context, self.deployment, provider, datum.provider_vkey)
+        if not found:
+            raise NothingToDo(
+                f"the provider has no bond on chain to slash: `unchained job refund {job_id}` "
+                "returns the escrow"
+            )
+        return max(found, key=lambda pair: pair[0].output.amount.coin)[0]
+
+    async def _submit(self, unsigned: Transaction) -> Transaction:
+        signed = self.key.sign(unsigned)
+        await submit_confirmed(self.ogmios_url, signed)
+        return signed
+
+
+def receipt_json(record: JobRecord, signed: dict[str, Any]) -> str:
+    """The receipt kept beside a verified result: what was signed, for which escrow and key."""
+    kept = {**signed, "job_id": record.job_id, "provider_vkey": record.datum.provider_vkey.hex()}
+    return json.dumps(kept, indent=2, sort_keys=True) + "\n"
+
+
+def unpack_archive(archive: Path, into: Path) -> Path | None:
+    """Unpack a verified tar archive with the `data` filter (no absolute paths, links out of
+    `into`, devices or set-id bits); None when it is not a tar (it stays as it arrived)."""
+    if not tarfile.is_tarfile(archive):
+        return None
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into

@@ -1,0 +1,63 @@
+"""The consumer's own record of its jobs, one JSON file each under the state directory: the
+escrow datum it locked (so results are checked against the provider key it agreed to, and it
+can refund or slash with the market gone), the lock's transaction id and the escrow."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from consumer.errors import ConsumerError
+from offchain.protocol.types import EscrowDatum
+
+
+class JobRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    market_url: str
+    provider_id: str
+    gpu_model: str
+    spec: dict[str, Any]
+    datum_cbor: str  # the EscrowDatum as locked (hex CBOR)
+    lovelace: int
+    created_ms: int
+    lock_tx_id: str | None = None
+    escrow: str | None = None
+
+    @property
+    def datum(self) -> EscrowDatum:
+        return EscrowDatum.from_cbor(bytes.fromhex(self.datum_cbor))
+
+
+class JobStore:
+    """`<state_dir>/jobs/<job_id>.json`, each written whole (rename), so a crash never leaves
+    half a record."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir / "jobs"
+
+    def save(self, record: JobRecord) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / f"{record.job_id}.json"
+        partial = path.with_suffix(".json.part")
+        partial.write_text(record.model_dump_json(indent=2) + "\n")
+        os.replace(partial, path)
+
+    def get(self, job_id: str) -> JobRecord:
+        path = self.dir / f"{job_id}.json"
+        if not path.exists():
+            raise ConsumerError(
+                f"no job {job_id} in {self.dir}: see `unchained job list` (or pass the "
+                "--state-dir it was submitted with)",
+                job=job_id,
+            )
+        return JobRecord.model_validate_json(path.read_text())
+
+    def all(self) -> list[JobRecord]:
+        """Every job, oldest first."""
+        records = [JobRecord.model_validate_json(p.read_text()) for p in self.dir.glob("*.json")]
+        return sorted(records, key=lambda record: record.created_ms)
