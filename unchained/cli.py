@@ -2,6 +2,7 @@
 
 import typer
 
+from consumer.cli import job_app, offers_app, wallet_app
 from contracts.cli import app as contracts_app
 from offchain.devnet.cli import app as devnet_app
 from offchain.market.cli import app as market_app
@@ -18,6 +19,9 @@ app.add_typer(contracts_app, name="contracts")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(provider_app, name="provider")
 app.add_typer(market_app, name="market")
+app.add_typer(job_app, name="job")
+app.add_typer(offers_app, name="offers")
+app.add_typer(wallet_app, name="wallet")
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,455 @@
+"""`unchained job ...`, `unchained offers search` and `unchained wallet ...`: the consumer's
+commands. Each parses its input, calls the SDK (`consumer.session`) and prints: a human reading
+by default, one JSON document with `--json`. Errors are messages that say what to do (exit 1),
+or `{"error": kind, "message": ..., facts}` with `--json`.
+
+Connection options come after any command, from flags or `UNCHAINED_*` variables: the key,
+the market (URL and the identity its requests are signed for), the chain's Ogmios, the
+protocol deployment and the state directory where jobs are recorded."""
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pycardano import Network
+from rich.console import Console
+from rich.table import Table
+
+from consumer.client import MarketClient
+from consumer.errors import ConsumerError
+from consumer.example import EXAMPLE_SPEC
+from consumer.keys import load_key, new_wallet
+from consumer.progress import FINAL, watch
+from consumer.quote import CheckedQuote
+from consumer.session import Consumer, ada, local_time
+from consumer.store import JobStore
+from offchain.chain.context import chain_context, quiet_chain_clients
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain.time import iso
+from offchain.protocol import deployment_file
+from offchain.protocol.errors import UnchainedError
+from offchain.protocol.jobspec import JobSpecError, load_jobspec
+
+T = TypeVar("T")
+job_app = typer.Typer(help="Submit GPU jobs, follow them, get verified results or a refund.",
+                      no_args_is_help=True)  # fmt: skip
+offers_app = typer.Typer(help="Offers on the market.", no_args_is_help=True)
+wallet_app = typer.Typer(help="The consumer's key and funds.", no_args_is_help=True)
+
+Json = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
+JobId = Annotated[str, typer.Argument(help="The job id `job submit` printed.")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Env:
+    """Where the consumer's key, market, chain and records are."""
+
+    key: Path
+    market_url: str
+    market_identity: str
+    ogmios_url: str
+    deployment: Path
+    state_dir: Path
+    network: str
+
+    @property
+    def pycardano_network(self) -> Network:
+        return Network.MAINNET if self.network == "mainnet" else Network.TESTNET
+
+
+ENV_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "key": (Path, typer.Option(envvar="UNCHAINED_CONSUMER_KEY", resolve_path=True,
+                               help="cardano-cli .skey file or BIP-39 mnemonic file.")),
+    "market_url": (str, typer.Option(envvar="UNCHAINED_CONSUMER_MARKET_URL",
+                                     help="The market's base URL.")),
+    "market_identity": (str, typer.Option(envvar="UNCHAINED_CONSUMER_MARKET_IDENTITY",
+                                          help="The market's identity, signed into requests.")),
+    "ogmios_url": (str, typer.Option(envvar="UNCHAINED_OGMIOS_URL", help="The chain's Ogmios.")),
+    "deployment": (Path, typer.Option(envvar="UNCHAINED_DEPLOYMENT", resolve_path=True,
+                                      help="The protocol deployment (JSON).")),
+    "state_dir": (Path, typer.Option(envvar="UNCHAINED_CONSUMER_STATE_DIR", resolve_path=True,
+                                     help="Where submitted jobs are recorded.")),
+    "network": (str, typer.Option(envvar="UNCHAINED_NETWORK", help="testnet or mainnet.")),
+}  # fmt: skip
+ENV_DEFAULTS = Env(
+    key=Path("data/consumer/consumer.skey"), market_url="http://127.0.0.1:8080",
+    market_identity="unchained-market", ogmios_url=DEFAULT_OGMIOS_URL,
+    deployment=Path("data/deployment.json"), state_dir=Path("data/consumer"), network="testnet",
+)  # fmt: skip
+
+
+def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(env, ..., as_json)` as a command taking the connection options after its
+    own, turning every UnchainedError (and a bad job spec) into its message and exit 1."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(fn).parameters.values() if p.name != "env"]
+        extra = [
+            inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY,
+                              annotation=Annotated[kind, option],
+                              default=getattr(ENV_DEFAULTS, field))
+            for field, (kind, option) in ENV_OPTIONS.items()
+        ]  # fmt: skip
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            env = Env(**{field: kwargs.pop(field) for field in ENV_OPTIONS})
+            as_json = kwargs.get("as_json", False)
+            try:
+                return fn(env, *args, **kwargs)
+            except (UnchainedError, JobSpecError) as exc:
+                details = getattr(exc, "details", {})
+                if as_json:
+                    error = {"error": type(exc).__name__, "message": str(exc), **details}
+                    typer.echo(json.dumps(error, indent=2))
+                else:
+                    typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(1) from exc
+
+        run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
+        del run.__wrapped__  # typer reads the signature above, not the wrapped function's
+        return app.command(name)(run)
+
+    return register
+
+
+def emit(as_json: bool, data: Any, human: str) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else human)
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+@asynccontextmanager
+async def opened(env: Env) -> AsyncIterator[Consumer]:
+    """The SDK for `env`: the key, the chain (the deployment checked on it) and the market."""
+    quiet_chain_clients()
+    context = chain_context(env.ogmios_url, env.pycardano_network)
+    deployment = await asyncio.to_thread(deployment_file.load, env.deployment, context)
+    key = load_key(env.key, deployment.network)
+    market = MarketClient.open(env.market_url, env.market_identity, key)
+    try:
+        yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir))
+    finally:
+        await market.aclose()
+
+
+# --- job -----------------------------------------------------------------------------------
+
+
+@job_app.command("init")
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
+        "job.yaml"
+    ),
+    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Write a commented example job spec to edit."""
+    if path.exists() and not force:
+        typer.echo(f"error: {path} exists (use --force to replace it)", err=True)
+        raise typer.Exit(1)
+    path.write_text(EXAMPLE_SPEC)
+    emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained job submit {path}`")
+
+
+def quote_summary(quote: CheckedQuote) -> dict[str, Any]:
+    datum = quote.datum
+    return {
+        "job_id": quote.job_id, "provider_id": quote.provider_id, "gpu_model": quote.gpu_model,
+        "gpu_count": quote.terms["gpu_count"], "price_per_unit": datum.price_per_unit,
+        "max_units": datum.max_units, "max_cost": quote.max_cost,
+        "fee_allowance": datum.fee_allowance, "lock_lovelace": quote.lovelace,
+        "worst_case_lovelace": quote.worst_case, "deadline_ms": datum.deadline,
+        "settle_window_ms": datum.settle_window, "quote_expires_ms": quote.quote_expires_ms,
+    }  # fmt: skip
+
+
+def quote_text(quote: CheckedQuote) -> str:
+    datum, terms = quote.datum, quote.terms
+    gpus = f"{terms['gpu_count']} x {quote.gpu_model}" if terms["gpu_count"] else "no GPU"
+    return "\n".join([
+        f"quote for job {quote.job_id} (offer signed by its provider: checked)",
+        f"  provider    {quote.provider_id}",
+        f"  GPU         {gpus} ({terms['vram_mib']} MiB each), {terms['cpu_cores']} cores, "
+        f"{terms['memory_mib']} MiB memory",
+        f"  price       {ada(datum.price_per_unit)} per second ({ada(datum.price_per_unit * 3600)}"
+        " per hour)",
+        f"  worst case  {ada(quote.worst_case)}: {datum.max_units} s at most "
+        f"({ada(quote.max_cost)}) + {ada(datum.fee_allowance)} settle-fee allowance",
+        f"  locked      {ada(quote.lovelace)}; unused time comes back at settlement",
+        f"  deadline    {iso(datum.deadline)} chain time; refundable after "
+        f"{iso(datum.close)} if not settled",
+    ])  # fmt: skip
+
+
+@command(job_app, "submit")
+def submit(
+    env: Env,
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The job spec (YAML).")],
+    gpu_model: Annotated[str | None, typer.Option(help="Only this exact GPU model.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Lock without asking.")] = False,
+    unsigned_tx: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the unsigned lock (CBOR hex) here for an external "
+            "wallet instead of signing; then `job lock JOB SIGNED`."
+        ),
+    ] = None,
+    detach: Annotated[bool, typer.Option(help="Return once funded; don't show progress.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Quote a job, show the quote, lock its escrow (after asking), then show live progress."""
+    spec = load_jobspec(spec_path)
+
+    async def go() -> str | None:
+        async with opened(env) as consumer:
+            quote = await consumer.quote(spec, gpu_model)
+            summary = quote_summary(quote)
+            if not as_json:
+                typer.echo(quote_text(quote))
+            unsigned = await consumer.build_lock(quote.job_id)
+            if unsigned_tx is not None:
+                unsigned_tx.write_text(unsigned.to_cbor_hex() + "\n")
+                emit(as_json, {**summary, "unsigned_tx": str(unsigned_tx)},
+                     f"unsigned lock written to {unsigned_tx}: sign it with your wallet, then "
+                     f"`unchained job lock {quote.job_id} SIGNED_FILE`")  # fmt: skip
+                return None
+            if not yes:
+                if as_json:
+                    raise ConsumerError("--json needs --yes: there is no one to ask")
+                if not typer.confirm(f"lock {ada(quote.lovelace)} for this job?"):
+                    typer.echo("nothing locked")
+                    return None
+            escrow = await consumer.submit_lock(quote.job_id, consumer.key.sign(unsigned))
+            emit(as_json, {**summary, "escrow": escrow, "lock_tx": unsigned.id.payload.hex()},
+                 f"escrow {escrow} locked and funded")  # fmt: skip
+            if as_json or detach:
+                return None
+            return await follow(consumer, quote.job_id)
+
+    run_sync(go())
+
+
+async def follow(consumer: Consumer, job_id: str) -> str:
+    """Live progress until a final state or Ctrl-C (the job goes on without the display)."""
+    try:
+        state = await watch(consumer, job_id, Console())
+    except asyncio.CancelledError:
+        state = "detached"
+    hint = {
+        "settled": f"`unchained job results {job_id}` downloads and verifies the results",
+        "detached": f"detached; the job goes on: `unchained job status {job_id} --watch`",
+    }.get(state, f"`unchained job status {job_id}`")
+    typer.echo(hint)
+    return state
+
+
+@command(job_app, "lock")
+def lock(
+    env: Env,
+    job_id: JobId,
+    signed: Annotated[Path, typer.Argument(help="The lock signed by your wallet (CBOR hex).")],
+    as_json: Json = False,
+) -> None:
+    """Submit the lock an external wallet signed (from `job submit --unsigned-tx`)."""
+
+    async def go() -> str:
+        async with opened(env) as consumer:
+            tx = consumer.accept_signed(job_id, bytes.fromhex(signed.read_text().strip()))
+            return await consumer.submit_lock(job_id, tx)
+
+    escrow = run_sync(go())
+    emit(as_json, {"job_id": job_id, "escrow": escrow}, f"escrow {escrow} locked and funded")
+
+
+@command(job_app, "status")
+def status(
+    env: Env,
+    job_id: JobId,
+    watch_: Annotated[bool, typer.Option("--watch", help="Show live progress.")] = False,
+    as_json: Json = False,
+) -> None:
+    """The job's state as the market knows it (`--watch`: live until it ends)."""
+
+    async def go() -> dict[str, Any]:
+        async with opened(env) as consumer:
+            if watch_ and not as_json:
+                await follow(consumer, job_id)
+            return await consumer.status(job_id)
+
+    job = run_sync(go())
+    units = job["receipt_units"]
+    lines = [f"job {job['id']}: {job['state']}", f"  escrow   {job['escrow'] or '-'}",
+             f"  GPU      {job['gpu_model'] or '-'}",
+             f"  receipt  {'-' if units is None else f'{units} units'}"]  # fmt: skip
+    if job["failure_reason"]:
+        lines.append(f"  failure  {job['failure_reason']}")
+    emit(as_json, job, "\n".join(lines))
+
+
+@command(job_app, "logs")
+def logs(
+    env: Env,
+    job_id: JobId,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Until the job ends.")] = False,
+    as_json: Json = False,
+) -> None:
+    """The job's log lines."""
+
+    async def go() -> None:
+        async with opened(env) as consumer:
+            after = -1
+            while True:
+                for line in await consumer.logs(job_id, after):
+                    after = line["seq"]
+                    typer.echo(json.dumps(line) if as_json else line["text"])
+                if not follow_ or (await consumer.status(job_id))["state"] in FINAL:
+                    return
+                await asyncio.sleep(1)
+
+    run_sync(go())
+
+
+@command(job_app, "results")
+def results(
+    env: Env,
+    job_id: JobId,
+    out: Annotated[Path | None, typer.Option(help="Folder [default: results/JOB].")] = None,
+    unpack: Annotated[bool, typer.Option(help="Unpack the verified archive into out/.")] = True,
+    as_json: Json = False,
+) -> None:
+    """Download the result archive, verify it against the provider's signed receipt, unpack."""
+
+    async def go() -> Any:
+        async with opened(env) as consumer:
+            return await consumer.results(job_id, out or Path("results") / job_id, unpack)
+
+    result = run_sync(go())
+    data = {k: str(v) if isinstance(v, Path) else v for k, v in
+            dataclasses.asdict(result).items()}  # fmt: skip
+    emit(as_json, data,
+         f"verified: sha256 {result.sha256} ({result.size} bytes) is what the provider signed "
+         f"for {result.units} units ({ada(result.cost)}); archive {result.archive}"
+         + (f", unpacked in {result.unpacked}" if result.unpacked else ""))  # fmt: skip
+
+
+def money_back(env: Env, job_id: str, as_json: bool, slash: bool) -> None:
+    async def go() -> Any:
+        async with opened(env) as consumer:
+            return await (consumer.slash(job_id) if slash else consumer.refund(job_id))
+
+    tx = run_sync(go())
+    what = "refunded with a slash of the provider's bond" if slash else "refunded"
+    emit(as_json, {"job_id": job_id, "tx_id": tx.id.payload.hex(), "fee": tx.transaction_body.fee},
+         f"{what}: transaction {tx.id.payload.hex()}")  # fmt: skip
+
+
+@command(job_app, "refund")
+def refund(env: Env, job_id: JobId, as_json: Json = False) -> None:
+    """Return the escrow to you once its deadline and settle window passed (chain time)."""
+    money_back(env, job_id, as_json, slash=False)
+
+
+@command(job_app, "slash")
+def slash(env: Env, job_id: JobId, as_json: Json = False) -> None:
+    """Refund and take a share of the provider's bond: it accepted the job and never delivered."""
+    money_back(env, job_id, as_json, slash=True)
+
+
+@command(job_app, "list")
+def list_jobs(env: Env, as_json: Json = False) -> None:
+    """The jobs submitted from this state directory, oldest first."""
+    records = JobStore(env.state_dir).all()
+    rows = [{"job_id": r.job_id, "created": local_time(r.created_ms), "gpu_model": r.gpu_model,
+             "provider_id": r.provider_id, "lovelace": r.lovelace, "escrow": r.escrow}
+            for r in records]  # fmt: skip
+    if as_json:
+        emit(True, rows, "")
+        return
+    table = Table("job", "created", "GPU", "locked", "escrow")
+    for row in rows:
+        table.add_row(row["job_id"], row["created"], row["gpu_model"] or "-",
+                      ada(row["lovelace"]), row["escrow"] or "(not locked)")  # fmt: skip
+    Console().print(table)
+
+
+# --- offers --------------------------------------------------------------------------------
+
+
+@command(offers_app, "search")
+def search(
+    env: Env,
+    query: Annotated[
+        str, typer.Argument(help="e.g. 'gpu_model=RTX_4090 vram>=24GiB price<=2ADA/h sort=price'")
+    ] = "",
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    as_json: Json = False,
+) -> None:
+    """Offers that meet every term of QUERY and can take a job now."""
+
+    async def go() -> dict[str, Any]:
+        key = load_key(env.key, env.pycardano_network)
+        market = MarketClient.open(env.market_url, env.market_identity, key)
+        try:
+            return await market.search_offers(query, limit)
+        finally:
+            await market.aclose()
+
+    found = run_sync(go())
+    if as_json:
+        emit(True, found, "")
+        return
+    if not found["offers"]:
+        typer.echo(f"no offer matches ({found['total']} searched): {found['why_none']}")
+        return
+    table = Table("provider", "GPU", "VRAM MiB", "cores", "memory MiB", "disk MiB", "per hour",
+                  title=f"{found['matched']} of {found['total']} offers match")  # fmt: skip
+    for offer in found["offers"]:
+        t = offer["terms"]
+        gpus = f"{t['gpu_count']} x {t['gpu_model']}" if t["gpu_count"] else "-"
+        table.add_row(offer["provider_id"][:16], gpus, str(t["vram_mib"]), str(t["cpu_cores"]),
+                      str(t["memory_mib"]), str(t["disk_mib"]),
+                      ada(t["price_per_unit"] * 3600))  # fmt: skip
+    Console().print(table)
+
+
+# --- wallet --------------------------------------------------------------------------------
+
+
+@command(wallet_app, "new")
+def wallet_new(
+    env: Env,
+    mnemonic: Annotated[bool, typer.Option(help="A 24-word mnemonic instead of a .skey.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Make a new key at --key (never over an existing one) and print its address."""
+    made = new_wallet(env.key, mnemonic=mnemonic, network=env.pycardano_network)
+    emit(as_json, {"key": str(env.key), "address": str(made.address)},
+         f"new key in {env.key} (keep it secret, back it up)\naddress {made.address}")  # fmt: skip
+
+
+@command(wallet_app, "address")
+def wallet_address(env: Env, as_json: Json = False) -> None:
+    """The address of --key: fund it to pay for jobs; refunds come back to it."""
+    address = str(load_key(env.key, env.pycardano_network).address)
+    emit(as_json, {"address": address}, address)
+
+
+@command(wallet_app, "balance")
+def wallet_balance(env: Env, as_json: Json = False) -> None:
+    """What --key's address holds on chain."""
+    quiet_chain_clients()
+    key = load_key(env.key, env.pycardano_network)
+    context = chain_context(env.ogmios_url, env.pycardano_network)
+    lovelace = sum(u.output.amount.coin for u in context.utxos(key.address))
+    emit(as_json, {"address": str(key.address), "lovelace": lovelace},
+         f"{ada(lovelace)} at {key.address}")  # fmt: skip

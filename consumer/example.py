@@ -1,0 +1,34 @@
+"""The commented example spec `unchained job init` writes (it must load as a JobSpec)."""
+
+EXAMPLE_SPEC = """\
+# An Unchained job spec: what to run, on what, for how long and for at most how much.
+# `unchained job submit job.yaml` asks the market for a quote and shows it before locking.
+# Unknown fields are refused, so a typo never silently changes the job.
+
+# The container image (docker reference); the provider runs it as uid 65534, read-only root,
+# no capabilities, and no network unless `network: true` below.
+image: python:3.11-slim
+
+# argv of the job (no shell is added). Write results under /out: they come back as a tar
+# archive whose sha256 the provider signs in its receipt.
+command: [python3, -c, "import pathlib; pathlib.Path('/out/hello.txt').write_text('hi')"]
+
+# Environment variables (NVIDIA_* are the provider's).
+env: {SEED: "7"}
+
+# Files fetched and checked by the provider before the start, mounted read-only under /in.
+# inputs:
+#   - {path: data/train.csv, url: "https://example.org/train.csv", sha256: "<64 hex digits>"}
+
+# The reserved bundle; the price is per second of all of it.
+resources:
+  gpus: 0              # how many GPUs (give gpu_model on the command line for an exact model)
+  min_vram_mib: 0      # per GPU
+  cpu_cores: 1
+  memory_mib: 512
+  disk_mib: 256        # size of /out
+
+max_duration_s: 600              # killed after this; the escrow holds price x this
+max_price_lovelace: 5000000      # the most the whole job may cost (5 ADA)
+network: false
+"""

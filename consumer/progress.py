@@ -1,0 +1,112 @@
+"""Live progress of one job in the terminal (rich): state, elapsed time, metered units, cost so
+far and the log tail, from the market's event stream and its logs. Display only: what is paid
+is decided by the provider's signed receipt, shown once it arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from consumer.session import Consumer, ada
+
+FINAL = {"settled", "refunded", "slashed", "failed", "expired"}
+POLL_S = 1
+TAIL_LINES = 8
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass
+class Progress:
+    """What the display shows; updated by the event stream and the log/status poller."""
+
+    job_id: str
+    price_per_unit: int
+    max_units: int
+    state: str = "…"
+    created_ms: int | None = None
+    running_since_ms: int | None = None
+    receipt_units: int | None = None
+    log_seq: int = -1
+    tail: list[str] = dataclasses.field(default_factory=list)
+
+    def event(self, event: dict[str, Any]) -> None:
+        self.state = event["to_state"]
+        if self.created_ms is None:
+            self.created_ms = event["at_ms"]
+        if self.state == "running":
+            self.running_since_ms = event["at_ms"]
+
+    @property
+    def units(self) -> int:
+        """The receipt's units once signed; until then the seconds run so far, rounded up."""
+        if self.receipt_units is not None:
+            return self.receipt_units
+        if self.running_since_ms is None:
+            return 0
+        return min(-(-(wall_ms() - self.running_since_ms) // 1000), self.max_units)
+
+    def render(self) -> Panel:
+        elapsed_s = (wall_ms() - self.created_ms) // 1000 if self.created_ms else 0
+        metered = "receipt" if self.receipt_units is not None else "so far"
+        table = Table.grid(padding=(0, 2))
+        table.add_row("state", Text(self.state, style="bold"))
+        table.add_row("elapsed", f"{elapsed_s // 60}m{elapsed_s % 60:02d}s")
+        table.add_row("units", f"{self.units} / {self.max_units} s ({metered})")
+        table.add_row("cost", f"{ada(self.units * self.price_per_unit)} ({metered})")
+        logs = Text("\n".join(self.tail[-TAIL_LINES:]) or "(no log lines yet)", style="dim")
+        title = f"job {self.job_id}"
+        return Panel(
+            Group(table, Panel(logs, title="log")), title=title, subtitle="Ctrl-C detaches"
+        )
+
+
+async def watch(consumer: Consumer, job_id: str, console: Console) -> str:
+    """Show the job live until a final state; its last state. Ctrl-C leaves the job running."""
+    datum = consumer.store.get(job_id).datum
+    progress = Progress(job_id, datum.price_per_unit, datum.max_units)
+
+    async def follow_events() -> None:
+        async for event in consumer.events(job_id):
+            progress.event(event)
+
+    async def refresh() -> None:
+        for line in await consumer.logs(job_id, progress.log_seq):
+            progress.tail.append(line["text"])
+            progress.log_seq = line["seq"]
+        progress.receipt_units = (await consumer.status(job_id))["receipt_units"]
+
+    async def poll() -> None:
+        while True:
+            await refresh()
+            await asyncio.sleep(POLL_S)
+
+    with Live(progress.render(), console=console, refresh_per_second=4) as live:
+        poller = asyncio.create_task(poll())
+        events = asyncio.create_task(follow_events())
+        try:
+            while not events.done():
+                live.update(progress.render())
+                await asyncio.wait([events, poller], timeout=0.25,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if poller.done():
+                    poller.result()  # a market error ends the display with its message
+            events.result()
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        await refresh()
+        live.update(progress.render())
+    return progress.state
