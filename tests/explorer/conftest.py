@@ -13,7 +13,13 @@ import pytest
 
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
-from tests.market.conftest import IDENTITY, market_deployment  # noqa: F401 - a shared fixture
+from tests.market.conftest import (  # noqa: F401 - shared fixtures
+    IDENTITY,
+    database_url,
+    market_deployment,
+    postgresql_cluster,
+    postgresql_url,
+)
 
 CHROMIUM = os.environ.get("UNCHAINED_CHROMIUM", "/usr/bin/chromium")
 # Headless, and nothing that reaches out of this machine (its network is closed).

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pycardano import ScriptHash
-from sqlalchemy import Index, and_, func, or_
+from sqlalchemy import JSON, Index, and_, cast, func, or_
 from sqlmodel import Session, col, select
 
 from offchain.chain.time import ChainTime, PastHorizon
@@ -45,6 +45,7 @@ DAY_MS = 86_400_000
 BUSY = (S.ACCEPTED, S.RUNNING)
 DONE = (S.COMPLETED, S.SETTLING, S.SETTLED)
 JOB_FILTERS = ("state", "provider", "consumer", "gpu")
+HEIGHT_DIGITS = 12  # a longer number is a hash that happens to have no letters
 
 # The explorer's indexes on the market's tables: jobs newest first under each filter, and
 # settlements by the slot they landed in.
@@ -53,6 +54,7 @@ _event = JobEvent.__table__.c  # type: ignore[attr-defined]
 INDEXES = (
     Index("ix_explorer_job_created", _job.created_at_ms, _job.id),
     Index("ix_explorer_job_state", _job.state, _job.created_at_ms, _job.id),
+    Index("ix_explorer_job_locked", _job.state, _job.lock_lovelace),
     Index("ix_explorer_job_provider", _job.provider_id, _job.created_at_ms, _job.id),
     Index("ix_explorer_job_consumer", _job.consumer_id, _job.created_at_ms, _job.id),
     Index("ix_explorer_job_gpu", _job.gpu_model, _job.created_at_ms, _job.id),
@@ -123,12 +125,14 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
         .where(col(Offer.active), col(Provider.last_heartbeat_ms) >= since_ms)
         .group_by(col(Offer.gpu_model))
     ).all()  # fmt: skip
-    busy: dict[str, int] = {}
-    for model, spec in session.exec(
-        select(Job.gpu_model, Job.spec).where(col(Job.state).in_(BUSY))
-    ):
-        gpus = json.loads(spec).get("resources", {}).get("gpus", 0)
-        busy[model or ""] = busy.get(model or "", 0) + gpus
+    gpus = cast(col(Job.spec), JSON)[("resources", "gpus")].as_integer()
+    busy = dict(
+        session.exec(
+            select(Job.gpu_model, func.sum(gpus)).where(col(Job.state).in_(BUSY))
+            .group_by(col(Job.gpu_model))
+        ).all()
+    )  # fmt: skip
+    busy = {model or "": int(n or 0) for model, n in busy.items()}
     models = sorted({model for model, _, _ in offered} | set(busy))
     prices = {model: (total, price) for model, total, price in offered}
     return [
@@ -180,17 +184,20 @@ def home(session: Session, ctx: Context) -> dict[str, Any]:
             day_ago = ctx.time.posix_ms_to_slot(max(tip_ms - DAY_MS, ctx.time.system_start_ms))
         except PastHorizon:
             day_ago = None
-    locked = select(func.sum(Job.lock_lovelace)).where(col(Job.state).in_(job_states.LOCKED))
+    by_state = {
+        str(state): (n, int(lovelace or 0))
+        for state, n, lovelace in session.exec(
+            select(Job.state, func.count(), func.sum(Job.lock_lovelace)).group_by(col(Job.state))
+        )
+    }  # fmt: skip
     return {
         "tip": _block(tip, ctx) if tip else None,
         "providers_online": session.exec(
             select(count).select_from(Provider).where(col(Provider.last_heartbeat_ms) >= since)
         ).one(),
         "gpus": _gpus(session, since),
-        "jobs_running": session.exec(
-            select(count).select_from(Job).where(col(Job.state).in_(BUSY))
-        ).one(),
-        "escrow_lovelace": int(session.exec(locked).one() or 0),
+        "jobs_running": sum(by_state.get(state, (0, 0))[0] for state in BUSY),
+        "escrow_lovelace": sum(by_state.get(state, (0, 0))[1] for state in job_states.LOCKED),
         "settled_24h_lovelace": _settled_since(session, day_ago) if day_ago is not None else None,
         "median_settle_ms": _median_settle_ms(session),
         "blocks": [
@@ -498,7 +505,7 @@ def search(session: Session, text: str) -> str | None:
     """The path of what `text` names (job id, tx hash, block id or height, address, provider
     id), or None."""
     q = text.strip()
-    if q.isdigit():
+    if q.isdigit() and len(q) <= HEIGHT_DIGITS:
         found = session.exec(select(ChainBlock.height).where(ChainBlock.height == int(q))).first()
         return f"/explorer/blocks/{found}" if found is not None else None
     if q.startswith(("addr", "stake")):

@@ -36,6 +36,7 @@ from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.format import FILTERS, GLOBALS
 from offchain.market.models import Job
 from offchain.market.services import jobs
+from offchain.market.settings import MarketSettings
 
 HERE = Path(__file__).parent
 LIVE_EVERY_S = 1.0
@@ -102,6 +103,19 @@ def render(request: Request, template: str, build: Callable[[], dict[str, Any]])
     if wants_json(request):
         return JSONResponse(data)
     return templates.TemplateResponse(request, template, {"d": data})
+
+
+def explorer_app(settings: MarketSettings, engine: Engine, state: ExplorerState) -> FastAPI:
+    """The explorer alone over a database, with a given chain clock and scripts (no chain):
+    what the benchmark measures and the page tests render."""
+    from offchain.market.app import error_response  # the market's one error shape; app.py
+    # imports this module, so the import waits until it is loaded
+
+    app = FastAPI()
+    app.add_exception_handler(NotFound, lambda _request, exc: error_response(exc))
+    mount(app)
+    app.state.settings, app.state.engine, app.state.explorer = settings, engine, state
+    return app
 
 
 @router.get("/", include_in_schema=False)

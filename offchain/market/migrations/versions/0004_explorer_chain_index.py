@@ -21,6 +21,7 @@ depends_on: str | Sequence[str] | None = None
 JOB_INDEXES = {
     "ix_explorer_job_created": ["created_at_ms", "id"],
     "ix_explorer_job_state": ["state", "created_at_ms", "id"],
+    "ix_explorer_job_locked": ["state", "lock_lovelace"],
     "ix_explorer_job_provider": ["provider_id", "created_at_ms", "id"],
     "ix_explorer_job_consumer": ["consumer_id", "created_at_ms", "id"],
     "ix_explorer_job_gpu": ["gpu_model", "created_at_ms", "id"],
