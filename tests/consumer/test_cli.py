@@ -1,0 +1,112 @@
+"""The consumer's CLI end to end: `unchained job submit` in a real terminal (tmux) showing the
+quote, then live progress read back from the screen, detached with Ctrl-C and followed again,
+to results verified on disk and the balance exact to the lovelace; and each mistake a user can
+make answered with what to do, with nothing locked."""
+
+from __future__ import annotations
+
+import asyncio
+
+import yaml
+
+from offchain.chain.follower import tip_point
+from offchain.chain.submit import wait_for_confirmations
+from offchain.protocol.split import settle_split
+from tests.consumer.cli import Terminal, cli_env, run, run_json
+from tests.consumer.scripted import PRICE
+from tests.consumer.test_sdk import SPEC, UNITS, archive
+from tests.protocol.onchain import balance, wallet
+
+LOCKED = PRICE * SPEC["max_duration_s"]
+
+
+async def tx_fee(devnet, tx_id: str, since) -> int:
+    """The fee a confirmed transaction paid, read from the block that holds it."""
+    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
+    (tx,) = [t for t in block["transactions"] if t["id"] == tx_id]
+    return tx["fee"]["ada"]["lovelace"]
+
+
+async def funded_key(devnet, tmp_path, lovelace: int):
+    funded = await wallet(devnet, lovelace)
+    path = tmp_path / "consumer.skey"
+    funded.key.save(str(path))
+    return funded, path
+
+
+async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet, tmp_path):
+    funded, key = await funded_key(devnet, tmp_path, 100_000_000)
+    env = cli_env(market, devnet, key, tmp_path / "state")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
+    await provider.offer()
+    start = balance(devnet, funded.address)
+    since = await tip_point(devnet.url)
+    terminal = Terminal(env, ["job", "submit", "job.yaml"], tmp_path)
+    try:
+        screen = terminal.wait_for("lock ", "[y/N]")
+        for shown in ("provider", "NVIDIA H100 80GB HBM3", "worst case", "deadline",
+                      "0.020000 ADA per second"):  # fmt: skip
+            assert shown in screen, screen
+        terminal.keys("y", "Enter")
+        job = await asyncio.wait_for(provider.assignment(), 60)
+        terminal.wait_for("funded")
+        await provider.accept(job)
+        await provider.run(job, ["epoch 1 loss 0.50", "epoch 2 loss 0.25"])
+        screen = terminal.wait_for("running", "epoch 2 loss 0.25", "units")
+        assert "Ctrl-C detaches" in screen
+        terminal.keys("C-c")
+        terminal.wait_for("detached; the job goes on", "EXIT=0")
+    finally:
+        terminal.close()
+    code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
+    assert code == 0 and status["state"] == "running"  # Ctrl-C cancelled nothing
+
+    await provider.deliver(job, archive({"model.bin": b"\x00" * 1000}), UNITS)
+    terminal = Terminal(env, ["job", "status", job["job_id"], "--watch"], tmp_path)
+    try:
+        screen = terminal.wait_for("settled", "EXIT=0")
+        assert f"{UNITS} / {SPEC['max_duration_s']} s (receipt)" in screen, screen
+    finally:
+        terminal.close()
+    code, result = run_json(env, "job", "results", job["job_id"], "--out", "res", cwd=tmp_path)
+    assert code == 0, result
+    assert result["units"] == UNITS and result["cost"] == UNITS * PRICE
+    assert (tmp_path / "res" / "out" / "model.bin").read_bytes() == b"\x00" * 1000
+
+    lock_tx = job["escrow"].split("#")[0]
+    fee = await tx_fee(devnet, lock_tx, since)
+    allowance = market.settings.fee_allowance
+    split = settle_split(LOCKED + allowance, PRICE, UNITS, SPEC["max_duration_s"], allowance)
+    assert balance(devnet, funded.address) == start - fee - LOCKED - allowance + split.consumer
+    assert split.consumer == LOCKED - PRICE * UNITS
+
+
+async def test_mistakes_are_explained_and_lock_nothing(market, provider, devnet, tmp_path):
+    funded, key = await funded_key(devnet, tmp_path, 5_000_000)
+    env = cli_env(market, devnet, key, tmp_path / "state")
+    await provider.offer()
+    start = balance(devnet, funded.address)
+
+    (tmp_path / "bad.yaml").write_text("image: python\ncommand: [a\n")
+    code, error = run_json(env, "job", "submit", "bad.yaml", "--yes", cwd=tmp_path)
+    assert code == 1 and "not valid YAML" in error["message"]
+
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump({**SPEC, "gpu": 1}))
+    code, error = run_json(env, "job", "submit", "typo.yaml", "--yes", cwd=tmp_path)
+    assert code == 1 and "gpu: unknown field" in error["message"]
+
+    impossible = {**SPEC, "resources": {**SPEC["resources"], "gpus": 8}}
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(impossible))
+    code, error = run_json(env, "job", "submit", "big.yaml", "--yes", cwd=tmp_path)
+    assert code == 1 and error["error"] == "NoMatchingProvider", error
+    assert "no offer can take the job" in error["message"] and "gpus" in error["message"]
+
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
+    done = run(env, "job", "submit", "job.yaml", "--yes", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "not enough funds" in done.stderr and str(funded.address) in done.stderr, done.stderr
+    assert "Send at least" in done.stderr
+
+    assert balance(devnet, funded.address) == start
+    code, jobs = run_json(env, "job", "list", cwd=tmp_path)
+    assert code == 0 and [job["escrow"] for job in jobs] == [None]  # quoted, never locked
