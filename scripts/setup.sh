@@ -20,6 +20,10 @@ fi
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 fi
+# Debian's tmux: the consumer's tests drive its live progress display in a real terminal.
+if ! command -v tmux >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
