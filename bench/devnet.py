@@ -4,6 +4,8 @@
 - script spends/s: the same for spends of a validator that decodes its datum and checks a
   signature (contracts.handwritten.SIGNED_BY_DATUM_OWNER)
 - p50/p99 latency of queryLedgerState/utxo and evaluateTransaction on an open connection
+- p50/p99 latency of the same utxo query on a connection whose nextBlock is parked at the tip
+  (each mini-protocol has its own queue, so the query must not wait for the next block)
 
 Prints a table and writes bench/results/devnet.json. Run: .venv/bin/python -m bench.devnet
 """
@@ -37,6 +39,7 @@ from pycardano import (
 )
 from pycardano.plutus import CostModels, RawPlutusData
 from pycardano.utils import script_data_hash
+from websockets.asyncio.client import connect
 
 from contracts.handwritten import SIGNED_BY_DATUM_OWNER, compile_uplc
 from offchain.chain.follower import RollForward, follow, tip_point
@@ -163,8 +166,45 @@ async def latencies(url: str, method: str, requests: list[dict]) -> tuple[float,
             start = time.perf_counter()
             await ogmios.request(method, params)
             timings.append((time.perf_counter() - start) * 1000)
-    quantiles = statistics.quantiles(timings, n=100)
-    return statistics.median(timings), quantiles[98]
+    return median_and_p99(timings)
+
+
+async def latencies_beside_parked_next_block(
+    url: str, method: str, requests: list[dict]
+) -> tuple[float, float]:
+    """`latencies` on a connection that also follows the chain: its nextBlock waits at the
+    tip, and is sent again whenever a block answers it."""
+    next_block = json.dumps({"jsonrpc": "2.0", "method": "nextBlock", "id": "next"})
+    timings = []
+    async with connect(url, max_size=64 << 20) as ws:
+        tip = await request(url, "queryNetwork/tip")
+        await ws.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "findIntersection",
+                    "id": "find",
+                    "params": {"points": [tip]},
+                }
+            )
+        )
+        await ws.send(next_block)  # the roll backward to the intersection, at once
+        for _ in ("find", "next"):
+            await ws.recv()
+        await ws.send(next_block)  # parked at the tip
+        for n, params in enumerate(requests):
+            start = time.perf_counter()
+            await ws.send(
+                json.dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": n})
+            )
+            while json.loads(await ws.recv())["id"] == "next":
+                await ws.send(next_block)  # a block came: park another
+            timings.append((time.perf_counter() - start) * 1000)
+    return median_and_p99(timings)
+
+
+def median_and_p99(timings: list[float]) -> tuple[float, float]:
+    return statistics.median(timings), statistics.quantiles(timings, n=100)[98]
 
 
 async def run(count: int, script_count: int, samples: int) -> dict:
@@ -210,8 +250,10 @@ async def measure(devnet: DevnetProcess, count: int, script_count: int, samples:
     wallet = wallet_address(PaymentSigningKey.generate())
     await fan_out(devnet, wallet, 3, each)
     ledger_size = len(await request(url, "queryLedgerState/utxo"))
-    utxo_p50, utxo_p99 = await latencies(
-        url, "queryLedgerState/utxo", [{"addresses": [str(wallet)]}] * samples
+    wallet_query = [{"addresses": [str(wallet)]}] * samples
+    utxo_p50, utxo_p99 = await latencies(url, "queryLedgerState/utxo", wallet_query)
+    parked_p50, parked_p99 = await latencies_beside_parked_next_block(
+        url, "queryLedgerState/utxo", wallet_query
     )
     # Distinct transactions (other outputs), so no answer comes from the evaluation cache.
     fresh = (await fan_out(devnet, script_address, 1, each, datum=datum))[0]
@@ -231,6 +273,8 @@ async def measure(devnet: DevnetProcess, count: int, script_count: int, samples:
         "utxo_set_size": ledger_size,
         "utxo_query_p50_ms": round(utxo_p50, 2),
         "utxo_query_p99_ms": round(utxo_p99, 2),
+        "utxo_query_beside_parked_next_block_p50_ms": round(parked_p50, 2),
+        "utxo_query_beside_parked_next_block_p99_ms": round(parked_p99, 2),
         "evaluate_p50_ms": round(eval_p50, 2),
         "evaluate_p99_ms": round(eval_p99, 2),
         "slot_length_ms": devnet.slot_length_ms,

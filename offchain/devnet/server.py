@@ -193,7 +193,7 @@ class OgmiosServer:
                 await websocket.send(response)
 
     async def handle(self, session: Session, message: str | bytes) -> dict[str, Any]:
-        """Answer one JSON-RPC message; never raises."""
+        """Answer one JSON-RPC message by itself (what HTTP needs); never raises."""
         try:
             request = _parse_request(message)
         except LedgerError as exc:
