@@ -56,8 +56,11 @@ class ScriptedProvider:
     async def bond(self, devnet: DevnetProcess) -> None:
         await post_bond(devnet, self.deployment, self.party.wallet)
 
+    async def assignments(self) -> list[dict[str, Any]]:
+        return await self.send("GET", "/providers/assignments?timeout_s=20")
+
     async def assignment(self) -> dict[str, Any]:
-        assigned = await self.send("GET", "/providers/assignments?timeout_s=20")
+        assigned = await self.assignments()
         assert len(assigned) == 1, assigned
         return assigned[0]
 

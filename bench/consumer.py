@@ -1,0 +1,148 @@
+"""The consumer's two waits, measured on a devnet of its own (1 s slots, as `unchained devnet`)
+with the real market (`unchained market serve` in its own process, SQLite, one confirmation)
+and a scripted provider:
+
+- submit_to_funded_s: wall seconds of `unchained job submit --yes --detach` (a new process:
+  start-up, quote and its checks, lock built, signed, submitted, confirmed and the market
+  told), which returns once the job is funded; and the blocks the chain made meanwhile
+  (target: funded within 3 blocks); `cli_start_s` is how long `unchained` takes to start
+  here (importing every app), included in the above;
+- results_verify_mb_per_s: a 100 MB result archive downloaded, hashed as it arrives, checked
+  against the provider's signed receipt and kept on disk (`Consumer.results`, no unpacking).
+
+Prints a table and writes bench/results/consumer.json. Run: .venv/bin/python -m bench.consumer
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from consumer.client import MarketClient
+from consumer.keys import ConsumerKey
+from consumer.session import Consumer
+from consumer.store import JobStore
+from offchain.chain.ogmios import request_sync
+from offchain.devnet.process import DevnetProcess
+from offchain.market.settings import MarketSettings
+from offchain.protocol import deployment_file
+from tests.consumer.cli import UNCHAINED
+from tests.consumer.scripted import ScriptedProvider
+from tests.consumer.test_sdk import SPEC
+from tests.market.processes import MarketProcess
+from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS, deployed
+from tests.protocol.onchain import wallet
+
+RESULTS = Path(__file__).parent / "results" / "consumer.json"
+IDENTITY = "unchained-market:bench"
+RUNS = 3
+ARCHIVE_MB = 100
+MB = 1_000_000
+
+
+async def measure(work: Path) -> dict[str, Any]:
+    devnet = DevnetProcess(work / "devnet", slot_length_ms=1000).start()
+    try:
+        deployment = await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS)
+        deployment_file.save(deployment, work / "deployment.json")
+        settings = MarketSettings(
+            data_dir=work / "market", ogmios_url=devnet.url, deployment=work / "deployment.json",
+            identity=IDENTITY, confirmations=1, result_limit_bytes=2 * ARCHIVE_MB * MB,
+        )  # fmt: skip
+        market = MarketProcess(settings, work / "market.log").start()
+        try:
+            return await runs(devnet, deployment, market.url, work)
+        finally:
+            market.stop()
+    finally:
+        devnet.stop()
+
+
+async def runs(devnet: DevnetProcess, deployment, url: str, work: Path) -> dict[str, Any]:
+    provider = await ScriptedProvider.start(devnet, deployment, url, IDENTITY)
+    await provider.offer(slots=RUNS)
+    funded = await wallet(devnet, 1_000 * 1_000_000)
+    funded.key.save(str(work / "consumer.skey"))
+    (work / "job.yaml").write_text(yaml.safe_dump(SPEC))
+    env = {
+        **os.environ, "UNCHAINED_CONSUMER_MARKET_URL": url,
+        "UNCHAINED_CONSUMER_MARKET_IDENTITY": IDENTITY, "UNCHAINED_OGMIOS_URL": devnet.url,
+        "UNCHAINED_DEPLOYMENT": str(work / "deployment.json"),
+        "UNCHAINED_CONSUMER_KEY": str(work / "consumer.skey"),
+        "UNCHAINED_CONSUMER_STATE_DIR": str(work / "state"),
+    }  # fmt: skip
+    submits: list[int] = []  # ms
+    blocks: list[int] = []
+    jobs: list[str] = []
+    for _ in range(RUNS):
+        height = _height(devnet)
+        started = time.perf_counter_ns()
+        done = subprocess.run([*UNCHAINED, "job", "submit", "job.yaml", "--yes", "--detach",
+                               "--json"], env=env, cwd=work, capture_output=True, text=True,
+                              check=True)  # fmt: skip
+        submits.append((time.perf_counter_ns() - started) // 1_000_000)
+        blocks.append(_height(devnet) - height)
+        jobs.append(json.loads(done.stdout)["job_id"])
+
+    started = time.perf_counter_ns()
+    subprocess.run([*UNCHAINED, "--help"], capture_output=True, check=True)
+    start_ms = (time.perf_counter_ns() - started) // 1_000_000
+    key = ConsumerKey(funded.key)
+    consumer = Consumer(key, MarketClient.open(url, IDENTITY, key), devnet.context(), devnet.url,
+                        deployment, JobStore(work / "state"))  # fmt: skip
+    archive = os.urandom(ARCHIVE_MB * MB)
+    rates = []
+    assigned = await provider.assignments()
+    assert sorted(a["job_id"] for a in assigned) == sorted(jobs)
+    for assignment in assigned:
+        await provider.accept(assignment)
+        await provider.run(assignment, ["bench"])
+        await provider.deliver(assignment, archive, 10)
+        started = time.perf_counter_ns()
+        result = await consumer.results(
+            assignment["job_id"], work / "results" / assignment["job_id"], False
+        )
+        elapsed_ns = time.perf_counter_ns() - started
+        assert result.size == len(archive)
+        rates.append(len(archive) * 1_000_000_000 // elapsed_ns // MB)
+    await consumer.market.aclose()
+    await provider.http.aclose()
+    return {
+        "submit_to_funded_s": statistics.median(submits) / 1000,
+        "submit_to_funded_blocks": statistics.median(blocks),
+        "submit_to_funded_ms_runs": submits,
+        "cli_start_s": start_ms / 1000,
+        "results_verify_mb_per_s": statistics.median(rates),
+        "results_verify_mb_per_s_runs": rates,
+        "archive_mb": ARCHIVE_MB,
+        "slot_length_ms": 1000,
+        "runs": RUNS,
+    }
+
+
+def _height(devnet: DevnetProcess) -> int:
+    return request_sync(devnet.url, "queryNetwork/blockHeight")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = asyncio.run(measure(Path(tmp)))
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(measured, indent=2) + "\n")
+    print(f"{'measure':<28} value")
+    for name, value in measured.items():
+        print(f"{name:<28} {value}")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
