@@ -206,10 +206,20 @@ def search(request: Request, session: SessionDep, q: Annotated[str, Query(max_le
 # --- live updates ------------------------------------------------------------------------------
 
 
+# The latest home fragment per database and second: every open home page shares one render.
+_home_cache: dict[tuple[int, int], str] = {}
+
+
 def _home_fragment(engine: Engine, ctx: queries.Context) -> str:
-    with Session(engine) as session:
-        data = queries.home(session, dataclasses.replace(ctx, now_ms=jobs.now_ms()))
-    return templates.env.get_template("_home_live.html").render(d=data)
+    now = jobs.now_ms()
+    key = (id(engine), now // 1000)
+    if key not in _home_cache:
+        with Session(engine) as session:
+            data = queries.home(session, dataclasses.replace(ctx, now_ms=now))
+        fragment = templates.env.get_template("_home_live.html").render(d=data)
+        _home_cache.clear()
+        _home_cache[key] = fragment
+    return _home_cache[key]
 
 
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
