@@ -28,12 +28,13 @@ from consumer.example import EXAMPLE_SPEC
 from consumer.keys import load_key, new_wallet
 from consumer.progress import FINAL, watch
 from consumer.quote import CheckedQuote
-from consumer.session import Consumer, ada, local_time
+from consumer.session import Consumer, local_time
 from consumer.store import JobStore
 from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.chain.time import iso
 from offchain.protocol import deployment_file
+from offchain.protocol.amounts import ada
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpecError, load_jobspec
 

@@ -16,7 +16,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from consumer.session import Consumer, ada
+from consumer.session import Consumer
+from offchain.protocol.amounts import ada
 
 FINAL = {"settled", "refunded", "slashed", "failed", "expired"}
 POLL_S = 1

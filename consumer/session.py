@@ -43,6 +43,7 @@ from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
+from offchain.protocol.amounts import ada
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.payloads import receipt_payload, verify
@@ -51,12 +52,6 @@ from offchain.protocol.txbuild import ADA, BuildError, Clock
 LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
 RESULT_FILE = "result.tar"
 RECEIPT_FILE = "receipt.json"
-
-
-def ada(lovelace: int) -> str:
-    """Lovelace as ADA for people, exactly (integer arithmetic)."""
-    whole, fraction = divmod(abs(lovelace), ADA)
-    return f"{'-' if lovelace < 0 else ''}{whole:,}.{fraction:06d} ADA"
 
 
 def local_time(posix_ms: int) -> str:

@@ -22,10 +22,10 @@ from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
 from offchain.chain.utxo import parse_out_ref
 from offchain.protocol import bond as bonds
+from offchain.protocol.amounts import ada, parse_lovelace
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
-from provider.amounts import ada, parse_lovelace
 from provider.daemon.journal import Journal
 from provider.keys import load_key
 from provider.options import (

@@ -26,11 +26,11 @@ from offchain.devnet.genesis import ADA
 from offchain.devnet.process import DevnetProcess
 from offchain.protocol import deployment_file
 from offchain.protocol import escrow as escrows
+from offchain.protocol.amounts import ada
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
-from provider.amounts import ada
 from provider.config import Prices, RunnerSettings, default_offer
 from provider.images import WORKLOADS_IN_IMAGE, workloads_image
 from provider.inventory import host_inventory

@@ -17,9 +17,9 @@ from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.chain.submit import UNREACHABLE, submit_confirmed
 from offchain.protocol import deployment_file
+from offchain.protocol.amounts import ada
 from offchain.protocol.deployment import deploy
 from offchain.protocol.txbuild import Wallet
-from provider.amounts import ada
 from provider.options import (
     DEFAULT_DEPLOYMENT,
     DeploymentOption,

@@ -1,5 +1,6 @@
-"""Amounts of ADA as operators type and read them. A unit is always written out (`400ADA`,
-`1.5ada`, `2000000lovelace`): a bare number could be either, off by a factor of a million."""
+"""Amounts of ADA as people type and read them, one way for operators and consumers alike.
+A unit is always written out (`400ADA`, `1.5ada`, `2000000lovelace`): a bare number could be
+either, off by a factor of a million."""
 
 from __future__ import annotations
 
