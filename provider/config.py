@@ -11,6 +11,7 @@ defaults to `state/` beside the file.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,18 @@ class RunnerSettings(_Section):
     pids_limit: int = Field(1024, ge=8)
     tmp_mib: int = Field(256, ge=1, description="/tmp tmpfs; counts against the job's memory")
     pull_images: bool = Field(True, description="pull a missing image when a registry answers")
+    inputs_deadline_s: int = Field(300, ge=1, description="all of a job's inputs, fetched")
+    inputs_allow: list[str] = Field(
+        default_factory=list,
+        description="networks input fetching may reach besides the public Internet (CIDR)",
+    )
+
+    @field_validator("inputs_allow")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            ipaddress.ip_network(network)  # a ValueError names the one that is not a network
+        return networks
 
     @field_validator("state_dir")
     @classmethod

@@ -28,11 +28,11 @@ from pydantic import BaseModel, ConfigDict
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
-from provider import cgroups
+from provider import cgroups, egress
 from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
-from provider.inputs import InputError, stage_inputs
+from provider.inputs import FetchPolicy, InputError, stage_inputs
 from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
 from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
@@ -135,8 +135,14 @@ class Runner:
         if spec.inputs:
             inputs = workspace / "in"
             try:
-                stage_inputs(spec.inputs, inputs, spec.resources.disk_mib << 20)
+                policy = FetchPolicy.of(self.settings.inputs_deadline_s, self.settings.inputs_allow)
+                stage_inputs(spec.inputs, inputs, spec.resources.disk_mib << 20, policy)
             except InputError as exc:
+                raise JobStartError(str(exc)) from exc
+        if spec.network:
+            try:
+                egress.create_network(self.client, self.runner_id, job_id)
+            except egress.EgressUnavailable as exc:
                 raise JobStartError(str(exc)) from exc
         volume = OutVolume(workspace)
         volume.mountpoint.mkdir()
@@ -259,6 +265,7 @@ class Runner:
         for container in self._containers(job_id):
             with suppress(NotFound):
                 container.remove(force=True, v=True)
+        egress.remove_network(self.client, self.runner_id, job_id)
         workspace = self.jobs_dir / job_id
         OutVolume(workspace).remove()
         shutil.rmtree(workspace, ignore_errors=True)

@@ -1,9 +1,10 @@
 """The hardened docker options for one job: everything the runner asks the engine for, in one
 pure function, so what a job gets can be read (and tested) without starting anything.
 
-Defaults deny: no network unless the spec asks, read-only root, no capabilities, no privilege
-gain, a non-root user, bounded pids, memory (no swap), CPU and logs, /tmp as tmpfs, /out as
-the job's own size-limited filesystem, GPUs pinned by UUID and nothing else visible.
+Defaults deny: no network unless the spec asks (then a bridge of its own that reaches only the
+Internet: `egress.py`), read-only root, no capabilities, no privilege gain, a non-root user,
+bounded pids, memory (no swap), CPU and logs, /tmp as tmpfs, /out as the job's own
+size-limited filesystem, GPUs pinned by UUID and nothing else visible.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from offchain.protocol.jobspec import JobSpec
 from provider.config import MIB, RunnerSettings
+from provider.egress import network_name
 
 LABEL_RUNNER = "unchained.runner"  # which runner (state directory) owns the container
 LABEL_JOB = "unchained.job"
@@ -79,7 +81,8 @@ def container_options(
         },
         "user": f"{settings.uid}:{settings.gid}",
         "working_dir": "/out",
-        "network_mode": "bridge" if spec.network else "none",
+        # a networked job has its own bridge, fenced off from the host and its LAN (egress.py)
+        "network_mode": network_name(runner_id, job_id) if spec.network else "none",
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from offchain.protocol.jobspec import InputFile
+from provider.config import RunnerSettings
 from provider.selftest import archive_files, data_input, job, log_text
 
 WRITE_OUT = (
@@ -57,6 +58,13 @@ def test_failing_jobs_report_their_exit_code_and_still_deliver_out(runner, busyb
     result = runner.run("exit_3", job(busybox, ["sh", "-c", "echo partial > /out/p; exit 3"]))
     assert result.status == "failed" and result.exit_code == 3 and result.record.exit_code == 3
     assert archive_files(result.output) == {"p": b"partial\n"}
+
+
+@pytest.fixture
+def settings(tmp_path) -> RunnerSettings:
+    """The runner may fetch inputs from this machine's loopback: `web` stands in for a host
+    on the Internet (test_inputs_fence.py shows loopback refused by default)."""
+    return RunnerSettings(state_dir=tmp_path / "state", inputs_allow=["127.0.0.1/32"])
 
 
 @pytest.fixture
