@@ -64,7 +64,9 @@ def test_pycardano_reads_the_chain(devnet):
     assert context.genesis_param.slot_length == devnet.slot_length_ms
 
 
-async def test_slot_and_time_agree_across_era_summaries_and_genesis(devnet):
+async def test_slot_and_time_agree_across_era_summaries_and_genesis(own_devnet):
+    """On a devnet of its own: others' time travel moves the shared devnet's clock ahead."""
+    devnet = own_devnet
     summaries = (await rpc_raw(devnet.url, "queryLedgerState/eraSummaries"))["result"]
     assert len(summaries) == 7
     conway = summaries[-1]
