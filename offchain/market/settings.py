@@ -63,6 +63,10 @@ class MarketSettings(BaseModel):
         41, ge=1, description="Escrows per settle transaction (the contract's measured maximum)."
     )
     settle_every_ms: int = Field(2000, ge=100, description="How often the batcher runs.")
+    settle_wait_ms: int = Field(
+        0, ge=0, description="A receipt waits up to this long for a full batch "
+        "(settle_batch_max) before a smaller one is settled (0: settle at once).",
+    )  # fmt: skip
     resubmit_after_ms: int = Field(
         20_000, ge=100, description="Resubmit a settle transaction not yet seen in a block."
     )

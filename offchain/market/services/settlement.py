@@ -130,7 +130,7 @@ class Batcher:
 
     def _settle_next(self) -> None:
         batch = self._collect()
-        if not batch:
+        if not batch or self._waiting_for_more(batch):
             return
         try:
             tx = self._build([receipt for _, receipt in batch])
@@ -155,6 +155,13 @@ class Batcher:
         self._mark(settlement.tx_id, Sent.SUBMITTED)
         self.batch_max = self.settings.settle_batch_max
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
+
+    def _waiting_for_more(self, batch: Sequence[tuple[Job, escrows.SignedReceipt]]) -> bool:
+        """A batch short of full waits while its oldest receipt is younger than
+        `settle_wait_ms`: fewer transactions, one fee (`unchained demo --jobs N` shows it)."""
+        oldest = batch[0][0].updated_at_ms  # receipts_to_settle: oldest first
+        wait = self.settings.settle_wait_ms
+        return len(batch) < self.batch_max and jobs.now_ms() - oldest < wait
 
     def _build(self, receipts: Sequence[escrows.SignedReceipt]) -> Transaction:
         """The settle transaction, signed by the market's wallet: the one place it signs."""
