@@ -1,0 +1,57 @@
+"""`unchained demo`: the whole market on this machine in one command. A fresh devnet, the
+validators deployed, the market with its explorer and a provider daemon as child processes;
+consumers submit the sample job (a small NumPy network trained in a container) with the
+consumer SDK, follow it live, verify its result and see every party's balance on chain."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from offchain.chain.context import quiet_chain_clients
+from offchain.protocol.errors import UnchainedError
+from unchained.demo.children import DemoFailed
+from unchained.demo.story import run
+
+app = typer.Typer()
+MAX_JOBS = 41  # escrows one settle transaction can hold (the contract's measured maximum)
+
+
+@app.callback(invoke_without_command=True)
+def demo(
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            resolve_path=True,  # absolute from here on: docker mounts it, the devnet keeps it
+            help="Where the demo keeps its chain, keys, logs and job results.",
+        ),
+    ] = Path("data/demo"),
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port for the demo's devnet [default: a free one, beside any other]."),
+    ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            min=1, max=MAX_JOBS, help="Jobs from as many consumers at once, settled in one batch."
+        ),
+    ] = 1,
+    exit_: Annotated[
+        bool,
+        typer.Option("--exit", help="Stop once settled [default when not in a terminal]."),
+    ] = False,
+) -> None:
+    """Run the whole market locally: devnet, market + explorer, provider, consumers."""
+    quiet_chain_clients()
+    stay = not exit_ and sys.stdin.isatty() and sys.stdout.isatty()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run(data_dir, port, jobs, stay)
+    except (DemoFailed, UnchainedError) as exc:
+        typer.echo(f"\nthe demo failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    except KeyboardInterrupt:
+        typer.echo("\nstopped: the devnet, market and provider daemon are down")

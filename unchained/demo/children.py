@@ -1,0 +1,124 @@
+"""The demo's long-running parties as child processes: the market (with its explorer) and the
+provider daemon, each `unchained ...` in a session of its own, so a terminal's Ctrl-C reaches
+the demo alone and it stops them in order. Their output goes to log files in the data dir."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from offchain.devnet.genesis import ADA
+from provider.config import DaemonSettings, Offer, Prices, ProviderConfig, RunnerSettings, to_toml
+
+START_TIMEOUT_S = 120  # three CLIs importing at once on a busy 2-core machine
+STOP_TIMEOUT_S = 30
+IDENTITY = "unchained-market"  # the default identity: the consumer CLI needs no flag for it
+# The demo provider's prices, lovelace per second: one core, 1 GiB memory and 1 GiB of /out
+# cost 0.46 ADA a second, so the payout is well above the smallest output the ledger allows.
+PRICES = Prices(gpu=2 * ADA, cpu_core=400_000, memory_gib=50_000, disk_gib=10_000)
+SLOT = {"cpu_cores": 1, "memory_mib": 512, "disk_mib": 64}  # one job's bundle
+# Quick rounds: a demo job settles seconds after its receipt, not minutes.
+MARKET_TIMING = {"confirmations": 1, "settle_every_ms": 300, "schedule_every_ms": 300,
+                 "leader_poll_ms": 200, "resubmit_after_ms": 2000}  # fmt: skip
+DAEMON_TIMING = {"heartbeat_ms": 1000, "poll_s": 1, "payout_every_ms": 1000, "grace_ms": 20_000}
+BATCH_WAIT_MS = 120_000  # --jobs N: the batch waits this long at most for all N receipts
+
+
+class DemoFailed(Exception):
+    """A step of the demo did not happen; the message says which and where to look."""
+
+
+@dataclasses.dataclass
+class Child:
+    """`unchained ARGS...` in the background, its output appended to `log`."""
+
+    name: str
+    args: list[str]
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Child:
+        command = [sys.executable, "-m", "unchained.cli", *self.args]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    def check(self) -> None:
+        """DemoFailed once the process has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise DemoFailed(f"the {self.name} exited ({self.process.returncode}): see {self.log}")
+
+    def wait_for(self, ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not ready():
+            self.check()
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the {self.name} did not {what} in {START_TIMEOUT_S} s: "
+                                 f"see {self.log}")  # fmt: skip
+            time.sleep(0.2)
+
+    def logged(self, text: str) -> bool:
+        return text in self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM and wait (a clean stop); SIGKILL only if it hangs."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def toml_table(values: dict[str, Any]) -> str:
+    """Flat TOML: JSON's strings, integers and booleans are TOML's too."""
+    return "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+
+
+def market(data_dir: Path, ogmios_url: str, deployment: Path, wallet_key: Path, port: int,
+           jobs: int) -> Child:  # fmt: skip
+    """`unchained market serve` settling from `wallet_key`, all `jobs` receipts in one batch."""
+    config = data_dir / "market.toml"
+    config.write_text(toml_table({
+        "data_dir": str(data_dir / "market"), "ogmios_url": ogmios_url,
+        "deployment": str(deployment), "identity": IDENTITY, "port": port,
+        "wallet_key": str(wallet_key), "settle_batch_max": jobs,
+        "settle_wait_ms": BATCH_WAIT_MS if jobs > 1 else 0, **MARKET_TIMING,
+    }))  # fmt: skip
+    args = ["market", "serve", "--config", str(config)]
+    return Child("market", args, data_dir / "market.log")
+
+
+def market_up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).json().get("leader") is True
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def provider(data_dir: Path, state_dir: Path, ogmios_url: str, deployment: Path,
+             market_url: str, slots: int) -> Child:  # fmt: skip
+    """`unchained provider run` offering `slots` CPU bundles of SLOT each."""
+    offer = Offer(gpus=[], **{name: size * slots for name, size in SLOT.items()},
+                  cpu_bundles=slots, prices=PRICES)  # fmt: skip
+    daemon = DaemonSettings(market_url=market_url, market_identity=IDENTITY, **DAEMON_TIMING)
+    config = data_dir / "provider.toml"
+    config.write_text(to_toml(ProviderConfig(
+        offer=offer, daemon=daemon, runner=RunnerSettings(state_dir=state_dir)
+    )))  # fmt: skip
+    args = ["provider", "run", "--config", str(config), "--ogmios-url", ogmios_url,
+            "--deployment", str(deployment)]  # fmt: skip
+    return Child("provider daemon", args, data_dir / "provider.log")
