@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up, then run the demo: a devnet, the validators deployed, an escrow locked for a NumPy
-# training job, the job run and metered in a hardened container, its receipt settling the escrow.
+# Set up, then run the demo: the whole market on this machine. A fresh devnet, the validators
+# deployed, the market with its explorer and a provider daemon; a consumer submits a NumPy
+# training job, follows it live, verifies its result; the market settles it. In a terminal the
+# explorer stays up until Ctrl-C; otherwise (or with --exit) it stops once the job is settled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
