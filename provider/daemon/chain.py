@@ -8,11 +8,12 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pycardano import UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
+from offchain.chain.ogmios import request_sync
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Clock, Wallet
@@ -50,6 +51,11 @@ class Chain:
     def now_ms(self) -> int:
         """The chain's now: the tip's POSIX ms (call through `call`)."""
         return Clock.now(self.context).tip_ms
+
+    def tip_point(self) -> dict[str, Any]:
+        """The tip as a chain-sync point ({slot, id}): where a later search may start."""
+        tip = request_sync(self.url, "queryNetwork/tip")
+        return {"slot": tip["slot"], "id": tip["id"]}
 
     def utxo(self, ref: str) -> UTxO | None:
         """The unspent output at TXID#IX, None once spent (call through `call`)."""

@@ -14,6 +14,7 @@ from typing import Any
 from pycardano import PaymentSigningKey
 from pydantic import ValidationError
 
+from offchain.chain.time import iso
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import Offer
@@ -108,12 +109,18 @@ class Worker:
         if escrow is None:
             raise Refusal(f"no unspent escrow {ref} on chain")
         job = self._escrow_job(escrow, spec)
-        close = escrow_datum(self.chain.deployment, escrow).close
+        datum = escrow_datum(self.chain.deployment, escrow)
+        now = self.chain.now_ms()
+        if datum.deadline <= now:  # the chain would still settle it, the consumer did not agree
+            raise Refusal(
+                f"escrow {ref}: its deadline {iso(datum.deadline)} has passed (chain {iso(now)})"
+            )
+        close = datum.close
         signature = accept(job, self.bonds.backing(close))
         entry = JobEntry(
             job_id=job_id, escrow=ref, spec=spec, price_per_unit=job.price_per_unit,
             gpu_uuids=list(slot.gpu_uuids), slot=slot.index, close_ms=close,
-            accepted_at_ms=self.chain.now_ms(),
+            accepted_at_ms=now, unspent_at=self.chain.tip_point(),
         )  # fmt: skip
         return entry, signature
 

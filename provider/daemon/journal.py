@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from offchain.protocol.jobspec import JobSpec
 
-Stage = Literal["accepted", "running", "finished", "delivered", "settled", "failed"]
+Stage = Literal["accepted", "running", "finished", "delivered", "settled", "refunded", "failed"]
 OPEN: tuple[Stage, ...] = ("accepted", "running", "finished", "delivered")
 
 
@@ -44,12 +44,15 @@ class JobEntry(BaseModel):
     uploaded: bool = False  # the result archive reached the market
     receipt: SignedReceiptRecord | None = None
     receipt_sent: bool = False  # the market has the receipt
-    settle_tx: str | None = None  # set when this daemon settled it itself
+    unspent_at: dict[str, Any] | None = None  # a chain point where the escrow was unspent
+    settle_tx: str | None = None  # the transaction that spent the escrow, once it is spent
+    settled_lovelace: int | None = None  # what that transaction paid this provider (settle)
     reason: str | None = None  # why it failed
 
     @property
     def earned(self) -> int:
-        """Lovelace the receipt pays this provider (0 without one)."""
+        """Lovelace the receipt claims for this provider (0 without one); what a settlement
+        really paid is `settled_lovelace`."""
         return self.receipt.units * self.price_per_unit if self.receipt else 0
 
 

@@ -1,7 +1,8 @@
 """Payouts the provider collects itself: every receipt it signed whose escrow is still unspent
 at `close - margin` (close = deadline + settle window, chain time) is settled from the
 provider's own wallet, in batches. So the provider is paid even if the market vanishes.
-A receipt's results stay on disk until its escrow is spent."""
+A receipt's results stay on disk until its escrow is spent; then the spending transaction says
+whether it was a settlement (earnings) or a refund (none): `spends.py`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.txbuild import out_ref
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
+from provider.daemon.spends import Spend, find_spend, read_spend
 
 log = logging.getLogger("unchained.provider")
 
@@ -40,8 +42,9 @@ class PayoutWatcher:
         self.batch_max = batch_max
 
     async def tick(self) -> None:
-        """Mark spent escrows settled (and drop their results); settle those falling due."""
-        signed = [e for e in self.journal.entries() if e.receipt and e.stage != "settled"]
+        """Read how spent escrows were spent (and drop their results); settle those falling due."""
+        entries = self.journal.entries()
+        signed = [e for e in entries if e.receipt and e.stage in ("finished", "delivered")]
         if not signed:
             return
         now = await self.chain.call(self.chain.now_ms)
@@ -49,7 +52,7 @@ class PayoutWatcher:
         for entry in signed:
             escrow = await self.chain.call(self.chain.utxo, entry.escrow)
             if escrow is None:
-                self._settled(entry, entry.settle_tx)
+                await self._spent(entry)
             elif entry.close_ms - self.margin_ms <= now < entry.close_ms:
                 due.append(signed_receipt(entry, escrow))
         for start in range(0, len(due), self.batch_max):
@@ -67,11 +70,31 @@ class PayoutWatcher:
         await submit_confirmed(self.chain.url, tx)
         by_escrow = {entry.escrow: entry for entry in self.journal.entries()}
         for ref in refs:
-            self._settled(by_escrow[ref], str(tx.id))
+            self._settled(by_escrow[ref], read_spend(tx, ref, wallet.address))
 
-    def _settled(self, entry: JobEntry, settle_tx: str | None) -> None:
+    async def _spent(self, entry: JobEntry) -> None:
+        """The escrow is gone: read how (a settle pays, a refund does not)."""
+        try:
+            spend = await find_spend(
+                self.chain.url, entry.escrow, entry.unspent_at, self.chain.wallet.address
+            )
+        except (LookupError, OSError, TimeoutError) as exc:  # the next round looks again
+            log.warning("job %s: escrow %s spent, its transaction not found yet: %s",
+                        entry.job_id, entry.escrow, exc)  # fmt: skip
+            return
+        self._settled(entry, spend)
+
+    def _settled(self, entry: JobEntry, spend: Spend) -> None:
         """The escrow is spent: nothing is left to collect, the results may go."""
-        self.journal.save(entry.model_copy(update={"stage": "settled", "settle_tx": settle_tx}))
+        self.journal.save(entry.model_copy(update={
+            "stage": "settled" if spend.settled else "refunded", "settle_tx": spend.tx_id,
+            "settled_lovelace": spend.settled_lovelace,
+        }))  # fmt: skip
         shutil.rmtree(self.results_dir / entry.job_id, ignore_errors=True)
-        log.info("job %s: escrow %s spent, %d lovelace earned", entry.job_id, entry.escrow,
-                 entry.earned)  # fmt: skip
+        if spend.settled:
+            log.info("job %s: escrow %s settled by %s, %d lovelace earned", entry.job_id,
+                     entry.escrow, spend.tx_id, spend.settled_lovelace)  # fmt: skip
+        else:
+            log.warning("job %s: escrow %s spent by %s without a settlement to this provider "
+                        "(refunded or cancelled): nothing earned", entry.job_id, entry.escrow,
+                        spend.tx_id)  # fmt: skip

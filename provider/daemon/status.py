@@ -33,9 +33,13 @@ def status_lines(journal: Journal, slots: list[Slot], now_ms: int, bond: BondVie
             f"job {entry.job_id}: running {elapsed // 1000} s, {units} unit(s) x "
             f"{entry.price_per_unit} lovelace so far, escrow {entry.escrow}"
         )
-    settled = sum(e.earned for e in entries if e.stage == "settled")
+    settled = sum(e.settled_lovelace or 0 for e in entries if e.stage == "settled")
+    refunded = [e for e in entries if e.stage == "refunded"]
     pending = [e for e in entries if e.stage in PENDING and e.receipt]
     lines.append(f"earnings settled: {settled} lovelace")
+    if refunded:
+        lines.append(f"refunded to consumers (nothing earned): {len(refunded)} job(s): "
+                     + ", ".join(e.job_id for e in refunded))  # fmt: skip
     lines.append(f"earnings pending: {sum(e.earned for e in pending)} lovelace "
                  f"({len(pending)} receipt(s))")  # fmt: skip
     for entry in pending:

@@ -1,0 +1,184 @@
+"""The daemon against a market it must not trust, and a spent escrow it must not misread.
+
+A misbehaving market is a tiny fake here, not the real one: the real market checks every
+reported escrow against its quote on chain before a job is funded, so it never assigns an
+unsafe escrow and cannot be made to. The escrows are real (locked on the devnet past the
+builder's own checks); the fake hands them out as assignments, answers the offer and the
+heartbeat, and records every request. The daemon must refuse each with its reason, sign
+nothing (no journal entry) and send nothing about the job.
+
+A refund after the close is not earnings: the daemon reads the spending transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
+from typing import Any
+
+import httpx
+import pytest
+
+from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.protocol import escrow as escrows
+from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.split import lock_amount
+from offchain.protocol.txbuild import Clock
+from provider.daemon.journal import Journal
+from tests.market.client import Party, serve
+from tests.protocol.onchain import confirm, travel_to, wallet
+from tests.provider.chain import deployed
+from tests.provider.daemon_harness import (
+    CORE_PRICE,
+    IDENTITY,
+    market_settings,
+    new_provider,
+    request_and_lock,
+    spec,
+    wait_state,
+)
+from tests.provider.test_daemon import cli
+from unchained.cli import app
+
+MINUTE_MS = 60_000
+
+
+@pytest.fixture
+def fake_market() -> Iterator[tuple[str, list[dict[str, Any]], list[str]]]:
+    """(url, assignments to hand out once, requests seen as 'METHOD path')."""
+    pending: list[dict[str, Any]] = []
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self, value: Any) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with suppress(OSError):  # a long-poll the daemon gave up on at its stop
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            seen.append(f"GET {self.path}")
+            if self.path.startswith("/providers/assignments"):
+                handed, pending[:] = list(pending), []
+                if not handed:
+                    threading.Event().wait(0.5)  # a short long-poll
+                self.answer(handed)
+            else:
+                self.answer({})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"POST {self.path}")
+            self.answer({})
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", pending, seen
+    server.shutdown()
+    server.server_close()
+
+
+async def lock_unsafe(devnet, deployment, consumer, terms: dict[str, Any], monkeypatch) -> str:
+    """Lock an escrow with `terms` as they are: the builder's own checks are switched off,
+    since a misbehaving party does not use them."""
+    with monkeypatch.context() as patch:
+        patch.setattr(escrows, "check_escrow", lambda *_: None)
+        datum = escrows.new_escrow(**terms)
+        lovelace = lock_amount(CORE_PRICE, terms["max_units"], terms["fee_allowance"])
+        unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
+    tx = await confirm(devnet, consumer.sign(unsigned))
+    return f"{tx.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+
+
+async def test_a_misbehaving_market_gets_nothing_signed(
+    devnet, tmp_path, busybox, fake_market, monkeypatch
+):  # fmt: skip
+    url, pending, seen = fake_market
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
+    consumer, stranger = await wallet(devnet), await wallet(devnet)
+    job = spec(busybox, "echo never")
+    digest = JobSpec.model_validate(job).job_id()
+    now = Clock.now(devnet.context()).tip_ms
+    safe = {
+        "consumer": consumer.address, "provider": provider.address,
+        "provider_vkey": provider.vkey, "price_per_unit": CORE_PRICE, "max_units": 60,
+        "deadline": now + 30 * MINUTE_MS, "settle_window": 30 * MINUTE_MS, "job_id": digest,
+        "fee_allowance": 2_000_000,
+    }  # fmt: skip
+    unsafe = {
+        "negative price": ({"price_per_unit": -1}, "negative price_per_unit"),
+        "deadline passed": ({"deadline": now - MINUTE_MS}, "has passed"),
+        "another address": ({"provider": stranger.address}, "it pays"),
+        "another job": ({"job_id": hashlib.sha256(b"another job").digest()}, "the spec's is"),
+        "another key": ({"provider_vkey": stranger.vkey}, "it names"),
+    }  # fmt: skip
+    refs = {}
+    for name, (change, _) in unsafe.items():
+        refs[name] = await lock_unsafe(devnet, deployment, consumer, {**safe, **change},
+                                       monkeypatch)  # fmt: skip
+    try:
+        await daemon.start().logged("offer published")
+        pending.extend(
+            {"job_id": f"job_{n}", "spec": job, "escrow": refs[name]}
+            for n, name in enumerate(unsafe)
+        )  # fmt: skip
+        for n, (name, (_, reason)) in enumerate(unsafe.items()):
+            await daemon.logged(f"job job_{n} refused", timeout_s=30)
+            refused = next(line for line in daemon.log().splitlines()
+                           if f"job job_{n} refused" in line)  # fmt: skip
+            assert reason in refused, (name, refused)
+    finally:
+        daemon.stop()
+        assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    assert Journal(daemon.state_dir).entries() == []  # nothing signed
+    about_jobs = [line for line in seen if "/jobs/" in line]
+    assert about_jobs == [], about_jobs  # no acceptance, start, log, result or failure sent
+    assert any(line.startswith("GET /providers/assignments") for line in seen)
+
+
+async def test_a_refund_after_the_close_is_not_counted_as_earnings(devnet, tmp_path, busybox):
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    settings = market_settings(tmp_path, devnet, deployment_file, None)  # settles nothing
+    with serve(settings) as url:
+        daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url)
+        try:
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                job = await request_and_lock(devnet, deployment, consumer, spec(busybox, "true"))
+                await wait_state(consumer, job.job, {"completed"})
+            await daemon.logged("units signed")
+            # past the close in one step: the payout watcher's window (close - margin) is
+            # skipped, and the consumer takes the escrow back
+            await travel_to(devnet, job.params["deadline"] + job.params["settle_window"] + 1_000)
+            context = devnet.context()
+            escrow = utxo_at(context, parse_out_ref(job.escrow))
+            address = consumer.wallet.address
+            refund = escrows.refund(context, deployment, escrow, address)
+            await confirm(devnet, consumer.wallet.sign(refund))
+            await daemon.logged("without a settlement to this provider", timeout_s=60)
+            status = cli.invoke(app, [
+                "provider", "status", "--config", str(daemon.config), "--ogmios-url", devnet.url,
+                "--deployment", str(daemon.deployment_file)])  # fmt: skip
+            assert "earnings settled: 0 lovelace" in status.output, status.output
+            assert f"nothing earned): 1 job(s): {job.job}" in status.output, status.output
+            assert "earnings pending: 0 lovelace" in status.output, status.output
+            entry = Journal(daemon.state_dir).get(job.job)
+            assert entry.stage == "refunded" and entry.settled_lovelace == 0
+            assert entry.settle_tx == str(refund.id)
+        finally:
+            daemon.stop()
+            daemon.reap()
