@@ -2,7 +2,8 @@
 skip, saying so). The GPU machine has PyTorch but no docker engine, so the per-process test
 meters a real CUDA process found through its cgroup, as the runner finds a container's.
 
-Needs only nvidia-ml-py and pytest there: `pytest --noconftest -m gpu tests/provider/test_gpu.py`.
+Needs only nvidia-ml-py, pydantic and pytest there:
+`pytest --noconftest -m gpu tests/provider/test_gpu.py`.
 """
 
 from __future__ import annotations
