@@ -8,32 +8,63 @@
 - metering: CPU time of the sampling thread while it samples a live job's cgroup at 10 Hz,
   as a percentage of one core (`metering_core_percent_10hz`)
 
-Targets: start overhead <= 150 ms; metering <= 1% of a core.
-Prints a table and writes bench/results/provider.json. Run: .venv/bin/python -m bench.provider
+- the daemon (`unchained provider run` in its own process, default loop periods) against a
+  devnet and the real market in its own process: `assignment_to_running_ms_p50`, from the
+  daemon's log line for an assignment received to the engine's start event for the job's
+  container (image cached; the escrow checked on chain and the acceptance sent in between);
+  `daemon_idle_core_percent`, the daemon's CPU time (/proc/<pid>/stat) while it heartbeats,
+  long-polls and runs its payout rounds with no job, as a percentage of one core
+
+Targets: start overhead <= 150 ms; metering <= 1% of a core; assignment to running p50
+<= 1,000 ms; idle daemon <= 1% of a core.
+Prints a table and writes bench/results/provider.json (`--daemon-only` measures the daemon
+and keeps the other figures). Run: .venv/bin/python -m bench.provider
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import statistics
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import docker
+import httpx
 
+from offchain.devnet.process import DevnetProcess
 from offchain.protocol.jobspec import JobSpec
 from provider import images
 from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.metering import SAMPLE_INTERVAL_MS, Sampler, docker_time_ns
 from provider.runner import Runner
+from provider.sandbox import LABEL_JOB
+from tests.market.client import Party
+from tests.market.processes import MarketProcess
+from tests.protocol.onchain import wallet
+from tests.provider.chain import deployed
+from tests.provider.daemon_harness import (
+    IDENTITY,
+    ProviderProcess,
+    market_settings,
+    new_provider,
+    request_and_lock,
+    wait_state,
+)
+from tests.provider.daemon_harness import spec as daemon_spec
 
 RESULTS = Path(__file__).parent / "results" / "provider.json"
 TARGET_START_OVERHEAD_MS = 150
 TARGET_METERING_CORE_PERCENT = 1.0
+TARGET_ASSIGNMENT_TO_RUNNING_MS = 1_000
+TARGET_DAEMON_IDLE_CORE_PERCENT = 1.0
+PRODUCTION_LOOPS = {"heartbeat_ms": 30_000, "poll_s": 20, "payout_every_ms": 30_000}
 
 
 def spec(image: str, command: list[str], seconds: int = 60) -> JobSpec:
@@ -112,12 +143,95 @@ def run(rounds: int, metering_seconds: int) -> dict[str, float | int | str]:
     }
 
 
+def assigned_ms(log: str, job: str) -> int:
+    """When the daemon received `job`'s assignment: its log line's time (local, ms)."""
+    line = next(line for line in log.splitlines() if f"job {job} assigned" in line)
+    stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return int(stamp.timestamp() * 1000)
+
+
+def started_ms(client: docker.DockerClient, job: str, since: int) -> int:
+    """The engine's start event for `job`'s container (ms)."""
+    events = client.events(
+        since=since, until=int(time.time()) + 1, decode=True,
+        filters={"event": "start", "label": f"{LABEL_JOB}={job}"},
+    )  # fmt: skip
+    return next(iter(events))["timeNano"] // 1_000_000
+
+
+def daemon_cpu_ticks(pid: int) -> int:
+    """utime + stime of the process, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+async def daemon_figures(work: Path, rounds: int, idle_s: int) -> dict[str, float | int]:
+    """The daemon on a devnet with the real market: assignment to running, then idle CPU."""
+    client = docker.from_env()
+    image = images.busybox_image(client)
+    devnet = DevnetProcess(work / "devnet").start()
+    daemon: ProviderProcess | None = None
+    try:
+        deployment_file = work / "deployment.json"
+        deployment = await deployed(devnet, deployment_file)
+        settle_key = await wallet(devnet)
+        settle_key.key.save(str(work / "market.skey"))
+        settings = market_settings(work, devnet, deployment_file, work / "market.skey")
+        market = MarketProcess(settings, work / "market.log").start()
+        try:
+            daemon, _ = await new_provider(devnet, work, deployment_file, market.url,
+                                           bundles=1, **PRODUCTION_LOOPS)  # fmt: skip
+            await daemon.start().logged("offer published")
+            latencies = []
+            async with httpx.AsyncClient(base_url=market.url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                for _ in range(rounds):  # one slot: each job ends before the next is locked
+                    since = int(time.time()) - 1
+                    job = await request_and_lock(
+                        devnet, deployment, consumer, daemon_spec(image, "true")
+                    )
+                    await wait_state(consumer, job.job, {"completed", "settling", "settled"})
+                    began = assigned_ms(daemon.log(), job.job)
+                    latencies.append(started_ms(client, job.job, since) - began)
+                    await wait_state(consumer, job.job, {"settled"})
+            await asyncio.sleep(2)  # the last delivery's requests are over
+            assert daemon.process is not None
+            ticks = os.sysconf("SC_CLK_TCK")
+            before, began_s = daemon_cpu_ticks(daemon.process.pid), time.monotonic()
+            await asyncio.sleep(idle_s)
+            used = daemon_cpu_ticks(daemon.process.pid) - before
+            idle = used / ticks / (time.monotonic() - began_s) * 100
+        finally:
+            if daemon is not None:
+                daemon.stop()
+                daemon.reap()
+            market.stop()
+    finally:
+        devnet.stop()
+    return {
+        "daemon_rounds": rounds,
+        "assignment_to_running_ms_p50": round(statistics.median(latencies)),
+        "assignment_to_running_ms_max": max(latencies),
+        "daemon_idle_seconds": idle_s,
+        "daemon_idle_core_percent": round(idle, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--metering-seconds", type=int, default=20)
+    parser.add_argument("--daemon-rounds", type=int, default=10)
+    parser.add_argument("--idle-seconds", type=int, default=30)
+    parser.add_argument("--daemon-only", action="store_true", help="keep the runner's figures")
     args = parser.parse_args()
-    results = run(args.rounds, args.metering_seconds)
+    if args.daemon_only:
+        results = json.loads(RESULTS.read_text())
+    else:
+        results = run(args.rounds, args.metering_seconds)
+    with tempfile.TemporaryDirectory(prefix="unchained-bench-daemon-") as work:
+        daemon = asyncio.run(daemon_figures(Path(work), args.daemon_rounds, args.idle_seconds))
+    results.update(daemon)
     width = max(len(k) for k in results)
     for name, value in results.items():
         print(f"{name:<{width}}  {value}")
@@ -125,6 +239,10 @@ def main() -> None:
         "start_overhead_ms": results["start_overhead_ms"] <= TARGET_START_OVERHEAD_MS,
         "metering_core_percent_10hz": results["metering_core_percent_10hz"]
         <= TARGET_METERING_CORE_PERCENT,
+        "assignment_to_running_ms_p50": results["assignment_to_running_ms_p50"]
+        <= TARGET_ASSIGNMENT_TO_RUNNING_MS,
+        "daemon_idle_core_percent": results["daemon_idle_core_percent"]
+        <= TARGET_DAEMON_IDLE_CORE_PERCENT,
     }
     for name, met in verdicts.items():
         print(f"target {name}: {'met' if met else 'MISSED'}")

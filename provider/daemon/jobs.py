@@ -68,6 +68,7 @@ class Worker:
         if slot is None:
             return False
         self.seen.add(job_id)
+        log.info("job %s assigned: escrow %s", job_id, assignment.get("escrow"))
         try:
             entry = await self._accept(job_id, assignment, slot)
         except (Refusal, Refused, BuildError) as exc:

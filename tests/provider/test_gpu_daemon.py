@@ -1,0 +1,80 @@
+"""The daemon's GPU path on a machine with an NVIDIA GPU (marked `gpu`, deselected in CI with
+`-m "not gpu"`): the offer the daemon publishes names the real GPU as NVML names it, one slot
+per GPU with its memory; and a job's CUDA process in a container, started by the runner with
+the GPU pinned by UUID, is found and metered by NVML per process. The container test needs a
+docker engine with the NVIDIA container toolkit and skips, saying so, where there is none
+(the GPU machines lent so far have no docker). The CUDA process calls the driver API through
+ctypes (libcuda is mounted by the toolkit), so the project's Python image is enough."""
+
+from __future__ import annotations
+
+import docker
+import pytest
+
+from offchain.protocol.jobspec import JobSpec, Resources
+from provider import images, nvml
+from provider.config import MIB, Offer, RunnerSettings
+from provider.daemon.bond import BondView
+from provider.daemon.capacity import slots_of
+from provider.daemon.offers import offer_terms
+from provider.inventory import host_inventory
+from provider.runner import Runner
+
+pytestmark = pytest.mark.gpu
+
+CUDA_HOLD = """
+import ctypes, time
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+device, context, memory = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
+assert cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(memory), 512 << 20) == 0
+print("holding 512 MiB", flush=True)
+time.sleep(4)
+"""
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory):
+    found = host_inventory(tmp_path_factory.mktemp("disk"))
+    if not found.gpu.gpus:
+        pytest.skip(nvml.NO_GPU)
+    return found
+
+
+def test_the_offer_names_each_real_gpu_exactly(inventory):
+    gpus = inventory.gpu.gpus
+    offer = Offer(gpus=[gpu.uuid for gpu in gpus], cpu_cores=len(gpus), memory_mib=1024 * len(gpus),
+                  disk_mib=64 * len(gpus))  # fmt: skip
+    bundle, slots = slots_of(offer, inventory)
+    first = [gpu for gpu in gpus if gpu.name == gpus[0].name]  # one model per offer
+    assert bundle.gpu_model == gpus[0].name and bundle.slots == len(first) == len(slots)
+    assert [slot.gpu_uuids for slot in slots] == [(gpu.uuid,) for gpu in first]
+    assert bundle.resources.min_vram_mib == min(gpu.memory_bytes for gpu in first) // MIB
+    terms = offer_terms(bundle, "addr_test1", BondView(None, 0, None))
+    assert terms["gpu_model"] == gpus[0].name and terms["gpu_count"] == 1
+    assert not any(gpu.uuid in str(terms) for gpu in gpus)  # UUIDs stay private
+
+
+def test_a_cuda_process_in_a_job_container_is_metered_by_nvml(inventory, tmp_path):
+    try:
+        client = docker.from_env()
+        runtimes = client.info().get("Runtimes", {})
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"no docker engine here ({exc})")
+    if "nvidia" not in runtimes:
+        pytest.skip("docker has no NVIDIA runtime here (nvidia-container-toolkit)")
+    gpu = inventory.gpu.gpus[0]
+    runner = Runner(client, RunnerSettings(state_dir=tmp_path / "state"))
+    spec = JobSpec(
+        image=images.workloads_image(client), command=["python3", "-c", CUDA_HOLD],
+        resources=Resources(gpus=1, cpu_cores=1, memory_mib=1024, disk_mib=16),
+        max_duration_s=60, max_price_lovelace=0,
+    )  # fmt: skip
+    result = runner.run("cuda_job", spec, [gpu.uuid])
+    assert result.status == "succeeded", result
+    (usage,) = result.record.gpu_usage
+    assert usage.uuid == gpu.uuid and usage.processes >= 1
+    assert usage.memory_peak_bytes >= 512 * MIB
+    assert runner.leftovers() == {"containers": [], "workspaces": [], "cgroups": []}
