@@ -29,12 +29,12 @@ from consumer.keys import load_key, new_wallet
 from consumer.progress import FINAL, watch
 from consumer.quote import CheckedQuote
 from consumer.session import Consumer, local_time
-from consumer.store import JobStore
+from consumer.store import JobRecord, JobStore
 from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.chain.time import iso
 from offchain.protocol import deployment_file
-from offchain.protocol.amounts import ada
+from offchain.protocol.amounts import ada, parse_lovelace
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpecError, load_jobspec
 
@@ -45,6 +45,7 @@ offers_app = typer.Typer(help="Offers on the market.", no_args_is_help=True)
 wallet_app = typer.Typer(help="The consumer's key and funds.", no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
+MIN_BOND_HELP = "Only a provider whose bond, checked on chain, holds at least this (e.g. 100ADA)."
 JobId = Annotated[str, typer.Argument(help="The job id `job submit` printed.")]
 
 
@@ -171,12 +172,16 @@ def quote_summary(quote: CheckedQuote) -> dict[str, Any]:
         "fee_allowance": datum.fee_allowance, "lock_lovelace": quote.lovelace,
         "worst_case_lovelace": quote.worst_case, "deadline_ms": datum.deadline,
         "settle_window_ms": datum.settle_window, "quote_expires_ms": quote.quote_expires_ms,
+        "bond": quote.terms.get("bond"), "bond_lovelace": quote.bond_lovelace,
     }  # fmt: skip
 
 
 def quote_text(quote: CheckedQuote) -> str:
     datum, terms = quote.datum, quote.terms
     gpus = f"{terms['gpu_count']} x {quote.gpu_model}" if terms["gpu_count"] else "no GPU"
+    bond = "none named (nothing to slash if it never delivers)"
+    if quote.bond_lovelace:
+        bond = f"{ada(quote.bond_lovelace)} (checked on chain: backs this job until it closes)"
     return "\n".join([
         f"quote for job {quote.job_id} (offer signed by its provider: checked)",
         f"  provider    {quote.provider_id}",
@@ -187,6 +192,7 @@ def quote_text(quote: CheckedQuote) -> str:
         f"  worst case  {ada(quote.worst_case)}: {datum.max_units} s at most "
         f"({ada(quote.max_cost)}) + {ada(datum.fee_allowance)} settle-fee allowance",
         f"  locked      {ada(quote.lovelace)}; unused time comes back at settlement",
+        f"  bond        {bond}",
         f"  deadline    {iso(datum.deadline)} chain time; refundable after "
         f"{iso(datum.close)} if not settled",
     ])  # fmt: skip
@@ -206,13 +212,21 @@ def submit(
         ),
     ] = None,
     detach: Annotated[bool, typer.Option(help="Return once funded; don't show progress.")] = False,
+    min_bond: Annotated[
+        str | None, typer.Option(envvar="UNCHAINED_CONSUMER_MIN_BOND", help=MIN_BOND_HELP)
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Quote a job, show the quote, lock its escrow (after asking), then show live progress."""
     spec = load_jobspec(spec_path)
+    try:
+        least = 0 if min_bond is None else parse_lovelace(min_bond)
+    except ValueError as exc:
+        raise ConsumerError(f"--min-bond: {exc}") from exc
 
     async def go() -> str | None:
         async with opened(env) as consumer:
+            consumer.min_bond_lovelace = least
             quote = await consumer.quote(spec, gpu_model)
             summary = quote_summary(quote)
             if not as_json:
@@ -367,20 +381,60 @@ def slash(env: Env, job_id: JobId, as_json: Json = False) -> None:
 
 
 @command(job_app, "list")
-def list_jobs(env: Env, as_json: Json = False) -> None:
-    """The jobs submitted from this state directory, oldest first."""
-    records = JobStore(env.state_dir).all()
-    rows = [{"job_id": r.job_id, "created": local_time(r.created_ms), "gpu_model": r.gpu_model,
-             "provider_id": r.provider_id, "lovelace": r.lovelace, "escrow": r.escrow}
-            for r in records]  # fmt: skip
+def list_jobs(
+    env: Env,
+    local: Annotated[bool, typer.Option("--local", help="Only this state directory's records "
+                                        "(no market call).")] = False,
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Your jobs, oldest first: the ones recorded in this state directory merged with the ones
+    the market knows for your key (its state; `where` says which of the two knows it)."""
+
+    async def market_jobs() -> list[dict[str, Any]]:
+        key = load_key(env.key, env.pycardano_network)
+        market = MarketClient.open(env.market_url, env.market_identity, key)
+        try:
+            return await market.my_jobs(LIST_LIMIT)
+        finally:
+            await market.aclose()
+
+    remote = [] if local else run_sync(market_jobs())
+    rows = merged_jobs(JobStore(env.state_dir).all(), remote)
     if as_json:
         emit(True, rows, "")
         return
-    table = Table("job", "created", "GPU", "locked", "escrow")
+    table = Table("job", "created", "state", "GPU", "locked", "escrow", "where")
     for row in rows:
-        table.add_row(row["job_id"], row["created"], row["gpu_model"] or "-",
-                      ada(row["lovelace"]), row["escrow"] or "(not locked)")  # fmt: skip
+        locked = "-" if row["lovelace"] is None else ada(row["lovelace"])
+        table.add_row(row["job_id"], local_time(row["created_ms"]), row["state"] or "-",
+                      row["gpu_model"] or "-", locked, row["escrow"] or "(not locked)",
+                      row["where"])  # fmt: skip
     Console().print(table)
+
+
+LIST_LIMIT = 1000
+
+
+def merged_jobs(records: list[JobRecord], remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per job id from the local records and the market's answer, oldest first; the
+    local record's lock and escrow win (it is what this consumer signed), the market adds the
+    state."""
+    rows: dict[str, dict[str, Any]] = {}
+    for job in remote:
+        rows[job["id"]] = {
+            "job_id": job["id"], "created_ms": job["created_at_ms"], "state": job["state"],
+            "gpu_model": job["gpu_model"], "provider_id": job["provider_id"], "lovelace": None,
+            "escrow": job["escrow"], "where": "market",
+        }  # fmt: skip
+    for record in records:
+        known = rows.get(record.job_id)
+        rows[record.job_id] = {
+            "job_id": record.job_id, "created_ms": record.created_ms,
+            "state": known["state"] if known else None, "gpu_model": record.gpu_model,
+            "provider_id": record.provider_id, "lovelace": record.lovelace,
+            "escrow": record.escrow, "where": "both" if known else "local",
+        }  # fmt: skip
+    return sorted(rows.values(), key=lambda row: row["created_ms"])
 
 
 # --- offers --------------------------------------------------------------------------------

@@ -65,6 +65,10 @@ class MarketClient:
     async def job(self, job_id: str) -> dict[str, Any]:
         return await self.call("GET", f"/jobs/{job_id}")
 
+    async def my_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The jobs this key requested, as the market knows them (newest first)."""
+        return await self.call("GET", f"/jobs?limit={limit}")
+
     async def escrow_parameters(self, job_id: str) -> dict[str, Any]:
         return await self.call("GET", f"/jobs/{job_id}/escrow")
 

@@ -39,6 +39,7 @@ class CheckedQuote:
     datum: EscrowDatum
     lovelace: int
     quote_expires_ms: int
+    bond_lovelace: int = 0  # the bond the offer names, checked on chain (0: none named)
 
     @property
     def max_cost(self) -> int:

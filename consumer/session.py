@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pycardano import Transaction, UTxO
+from pycardano import Address, Transaction, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from consumer.client import MarketClient
@@ -32,6 +32,7 @@ from consumer.errors import (
     InsufficientFunds,
     NothingToDo,
     NotRefundableYet,
+    QuoteRejected,
     ResultMismatch,
 )
 from consumer.keys import ConsumerKey
@@ -44,6 +45,7 @@ from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.amounts import ada
+from offchain.protocol.bond_check import BondRefused, check_bond
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.payloads import receipt_payload, verify
@@ -80,6 +82,7 @@ class Consumer:
     ogmios_url: str
     deployment: Deployment
     store: JobStore
+    min_bond_lovelace: int = 0  # refuse a provider whose counted bond is less (0: none needed)
 
     # --- quote and lock ---------------------------------------------------------------
 
@@ -98,6 +101,9 @@ class Consumer:
             quote, params, spec, self.key.address, self.deployment, self.market.identity,
             clock.tip_ms, gpu_model,
         )  # fmt: skip
+        checked = dataclasses.replace(
+            checked, bond_lovelace=await asyncio.to_thread(self.checked_bond, checked)
+        )
         self.store.save(JobRecord(
             job_id=checked.job_id, market_url=self.market.url, provider_id=checked.provider_id,
             gpu_model=checked.gpu_model, spec=spec.model_dump(mode="json"),
@@ -105,6 +111,38 @@ class Consumer:
             created_ms=time.time_ns() // 1_000_000,
         ))  # fmt: skip
         return checked
+
+    def checked_bond(self, quote: CheckedQuote) -> int:
+        """The lovelace of the bond the quote's offer names, read from the chain and checked
+        to back this provider until the job closes (`check_bond`) with at least the
+        consumer's minimum; QuoteRejected, before anything is locked, when it does not count.
+        The market checked it too, but a slash is only as good as the bond really there."""
+        ref, least = quote.terms.get("bond"), self.min_bond_lovelace
+        if ref is None:
+            if least:
+                raise QuoteRejected(
+                    f"provider {quote.provider_id} names no bond and you require one of at "
+                    f"least {ada(least)} (--min-bond): nothing locked; lower --min-bond or "
+                    "pick another offer (--gpu-model)",
+                    min_bond=least,
+                )  # fmt: skip
+            return 0
+        bond = utxo_at(self.context, parse_out_ref(ref))
+        if bond is None:
+            raise QuoteRejected(
+                f"the bond {ref} the provider's offer names is not on chain (spent or never "
+                "made), so it backs nothing: nothing locked", bond=ref,
+            )  # fmt: skip
+        payout = Address.from_primitive(quote.terms["payout_address"])
+        try:
+            check_bond(self.deployment, bond, quote.datum.provider_vkey, payout, least,
+                       quote.datum.close)  # fmt: skip
+        except BondRefused as exc:
+            raise QuoteRejected(
+                f"the provider's bond does not count: {exc}; nothing locked (--min-bond is "
+                f"{ada(least)})", bond=ref, min_bond=least,
+            ) from exc  # fmt: skip
+        return bond.output.amount.coin
 
     def balance(self) -> int:
         """Lovelace at the consumer's address (tokens aside)."""

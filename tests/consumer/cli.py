@@ -13,15 +13,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from offchain.chain.submit import wait_for_confirmations
+from offchain.protocol.txbuild import Wallet
 from tests.consumer.conftest import IDENTITY
+from tests.protocol.onchain import wallet
 
 UNCHAINED = [sys.executable, "-m", "unchained.cli"]
 
 
-def cli_env(market, devnet, key: Path, state_dir: Path) -> dict[str, str]:
+def cli_env(market, devnet, key: Path, state_dir: Path, identity: str = IDENTITY) -> dict[str, str]:
     return {
         **os.environ, "UNCHAINED_CONSUMER_MARKET_URL": market.url,
-        "UNCHAINED_CONSUMER_MARKET_IDENTITY": IDENTITY, "UNCHAINED_OGMIOS_URL": devnet.url,
+        "UNCHAINED_CONSUMER_MARKET_IDENTITY": identity, "UNCHAINED_OGMIOS_URL": devnet.url,
         "UNCHAINED_DEPLOYMENT": str(market.deployment_path), "UNCHAINED_CONSUMER_KEY": str(key),
         "UNCHAINED_CONSUMER_STATE_DIR": str(state_dir), "COLUMNS": "120",
     }  # fmt: skip
@@ -36,6 +39,21 @@ def run(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProce
 def run_json(env: dict[str, str], *args: str, cwd: Path) -> tuple[int, Any]:
     done = run(env, *args, "--json", cwd=cwd)
     return done.returncode, json.loads(done.stdout)
+
+
+async def tx_fee(devnet, tx_id: str, since) -> int:
+    """The fee a confirmed transaction paid, read from the block that holds it."""
+    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
+    (tx,) = [t for t in block["transactions"] if t["id"] == tx_id]
+    return tx["fee"]["ada"]["lovelace"]
+
+
+async def funded_key(devnet, tmp_path: Path, lovelace: int) -> tuple[Wallet, Path]:
+    """A fresh key holding exactly `lovelace`, saved as `consumer.skey` for the CLI."""
+    funded = await wallet(devnet, lovelace)
+    path = tmp_path / "consumer.skey"
+    funded.key.save(str(path))
+    return funded, path
 
 
 class Terminal:

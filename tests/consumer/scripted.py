@@ -10,6 +10,7 @@ import hashlib
 from typing import Any
 
 import httpx
+from pycardano import UTxO
 
 from offchain.chain.utxo import parse_out_ref
 from offchain.devnet.process import DevnetProcess
@@ -53,8 +54,8 @@ class ScriptedProvider:
     async def offer(self, **changes: Any) -> dict[str, Any]:
         return await self.send("POST", "/offers", offer_terms(self.party, **changes))
 
-    async def bond(self, devnet: DevnetProcess) -> None:
-        await post_bond(devnet, self.deployment, self.party.wallet)
+    async def bond(self, devnet: DevnetProcess) -> UTxO:
+        return await post_bond(devnet, self.deployment, self.party.wallet)
 
     async def assignments(self) -> list[dict[str, Any]]:
         return await self.send("GET", "/providers/assignments?timeout_s=20")

@@ -10,28 +10,13 @@ import asyncio
 import yaml
 
 from offchain.chain.follower import tip_point
-from offchain.chain.submit import wait_for_confirmations
 from offchain.protocol.split import settle_split
-from tests.consumer.cli import Terminal, cli_env, run, run_json
+from tests.consumer.cli import Terminal, cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.scripted import PRICE
 from tests.consumer.test_sdk import SPEC, UNITS, archive
-from tests.protocol.onchain import balance, wallet
+from tests.protocol.onchain import balance
 
 LOCKED = PRICE * SPEC["max_duration_s"]
-
-
-async def tx_fee(devnet, tx_id: str, since) -> int:
-    """The fee a confirmed transaction paid, read from the block that holds it."""
-    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
-    (tx,) = [t for t in block["transactions"] if t["id"] == tx_id]
-    return tx["fee"]["ada"]["lovelace"]
-
-
-async def funded_key(devnet, tmp_path, lovelace: int):
-    funded = await wallet(devnet, lovelace)
-    path = tmp_path / "consumer.skey"
-    funded.key.save(str(path))
-    return funded, path
 
 
 async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet, tmp_path):
@@ -110,3 +95,4 @@ async def test_mistakes_are_explained_and_lock_nothing(market, provider, devnet,
     assert balance(devnet, funded.address) == start
     code, jobs = run_json(env, "job", "list", cwd=tmp_path)
     assert code == 0 and [job["escrow"] for job in jobs] == [None]  # quoted, never locked
+    assert [(job["state"], job["where"]) for job in jobs] == [("quoted", "both")]

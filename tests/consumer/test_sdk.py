@@ -182,3 +182,19 @@ async def test_slash_after_a_provider_accepts_and_disappears(consumer, provider,
     fees = lock_fee + slash.transaction_body.fee
     assert balance(devnet, consumer.key.address) == start - fees + share
     await until(consumer, job_id, "slashed")
+
+
+async def test_a_bond_that_does_not_count_is_refused_before_locking(consumer, provider, devnet):
+    await provider.offer()
+    consumer.min_bond_lovelace = 1
+    with pytest.raises(QuoteRejected, match="names no bond and you require one"):
+        await consumer.quote(parse_jobspec(SPEC))
+    bond = await provider.bond(devnet)
+    await provider.offer(bond=f"{bond.input.transaction_id}#{bond.input.index}")
+    consumer.min_bond_lovelace = BOND + 1
+    with pytest.raises(QuoteRejected, match="bond does not count") as small:
+        await consumer.quote(parse_jobspec(SPEC))
+    assert f"{BOND} < {BOND + 1} lovelace" in str(small.value)
+    assert list(consumer.store.all()) == []  # nothing recorded, nothing locked
+    consumer.min_bond_lovelace = BOND
+    assert (await consumer.quote(parse_jobspec(SPEC))).bond_lovelace == BOND

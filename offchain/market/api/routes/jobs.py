@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from offchain.market import schemas
 from offchain.market.api.deps import ChainDep, PartyDep, SessionDep, SettingsDep, SignedDep
+from offchain.market.models import Job
 from offchain.market.services import jobs, quotes, storage
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -29,6 +31,17 @@ def request_job(
     """A signed job request; the answer is a quote embedding the provider's signed offer."""
     job = quotes.request_job(session, settings, chain.now_ms(), signed.vkey.payload, request)
     return quotes.quote(session, job)
+
+
+@router.get("")
+def my_jobs(
+    party: PartyDep, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[schemas.JobPublic]:
+    """The signer's own jobs as consumer, newest first: `unchained job list` merges them with
+    the jobs it recorded locally (a job quoted from another machine shows up too)."""
+    query = select(Job).where(Job.consumer_id == party)
+    found = session.exec(query.order_by(col(Job.created_at_ms).desc()).limit(limit)).all()
+    return [quotes.public(session, job) for job in found]
 
 
 @router.get("/{job_id}")

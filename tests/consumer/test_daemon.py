@@ -1,0 +1,162 @@
+"""The consumer's CLI against the real provider daemon (`unchained provider run` in its own
+process, jobs in the docker engine), the real market and the devnet: what the scripted
+provider cannot show. `job submit --yes` to a job the daemon runs, delivers and is paid for,
+then `job results` verified against the daemon's own receipt, the balance exact to the
+lovelace; and the daemon SIGKILLed after it accepted one job (slashed) with a second job
+locked on its still-listed offer that it never starts (refunded), both by the CLI."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+import yaml
+
+from consumer.store import JobStore
+from offchain.chain.follower import tip_point
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.split import settle_split, slash_share
+from provider import images
+from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
+from tests.consumer.conftest import Market
+from tests.consumer.test_sdk import travel_past
+from tests.market.client import Party, serve
+from tests.protocol.onchain import BOND, balance, post_bond, wallet
+from tests.provider.chain import SLASH_SHARE_BPS, deployed
+from tests.provider.daemon_harness import (
+    IDENTITY,
+    ProviderProcess,
+    market_settings,
+    new_provider,
+    spec,
+    wait_state,
+)
+
+
+@pytest.fixture(scope="module")
+def busybox() -> str:
+    return images.busybox_image(docker.from_env())
+
+
+async def daemon_world(devnet, tmp_path, bonded: bool):
+    """A deployment, a market settling from its own wallet and a started daemon (2 slots),
+    its provider bonded if `bonded`."""
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    market_wallet = await wallet(devnet)
+    market_wallet.key.save(str(tmp_path / "market.skey"))
+    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    with serve(settings) as url:
+        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
+        if bonded:
+            await post_bond(devnet, deployment, provider)
+        try:
+            await daemon.start().logged("offer published")
+            yield deployment, Market(settings, url, deployment_file), daemon
+        finally:
+            daemon.stop()
+            daemon.reap()
+
+
+World = tuple[Deployment, Market, ProviderProcess]
+
+
+@pytest.fixture
+async def world(devnet, tmp_path, busybox) -> AsyncIterator[World]:
+    async for made in daemon_world(devnet, tmp_path, bonded=False):
+        yield made
+
+
+@pytest.fixture
+async def bonded_world(devnet, tmp_path, busybox) -> AsyncIterator[World]:
+    async for made in daemon_world(devnet, tmp_path, bonded=True):
+        yield made
+
+
+def submit(env: dict[str, str], cwd: Path, name: str, job: dict) -> dict:
+    """`unchained job submit NAME.yaml --yes --json`: the quote summary, once funded."""
+    (cwd / f"{name}.yaml").write_text(yaml.safe_dump(job))
+    done = run(env, "job", "submit", f"{name}.yaml", "--yes", "--json", cwd=cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def here(tmp_path):
+    """The CLI's working directory: not tmp_path, where the daemon's `provider` state folder
+    would shadow the package of that name for `python -m`."""
+    made = tmp_path / "consumer"
+    made.mkdir()
+    return made
+
+
+async def test_submit_to_results_the_daemon_ran_and_signed(devnet, world, busybox, here):
+    _, market, daemon = world
+    funded, key = await funded_key(devnet, here, 200_000_000)
+    env = cli_env(market, devnet, key, here / "state", IDENTITY)
+    start = balance(devnet, funded.address)
+    since = await tip_point(devnet.url)
+    script = "echo started; sleep 2; echo 42 > /out/answer; echo done"
+    job = submit(env, here, "job", spec(busybox, script))
+
+    async with httpx.AsyncClient(base_url=market.url, timeout=60) as http:
+        status = await wait_state(Party.new(http, IDENTITY, funded), job["job_id"], {"settled"},
+                                  timeout_s=120)  # fmt: skip
+    code, result = run_json(env, "job", "results", job["job_id"], "--out", "res", cwd=here)
+    assert code == 0, result
+    assert result["sha256"] == status["result_sha256"]
+    assert result["units"] == status["receipt_units"] >= 2
+    assert (here / "res" / "out" / "answer").read_text() == "42\n"
+    assert f"job {job['job_id']}" in daemon.log()
+    code, listed = run_json(env, "job", "list", cwd=here)
+    assert [(row["job_id"], row["state"], row["where"]) for row in listed] == [
+        (job["job_id"], "settled", "both")]  # fmt: skip
+    code, elsewhere = run_json(env, "job", "list", "--state-dir", "other", cwd=here)
+    assert [row["where"] for row in elsewhere] == ["market"]  # not recorded there
+
+    fee = await tx_fee(devnet, job["lock_tx"], since)
+    split = settle_split(job["lock_lovelace"], job["price_per_unit"], result["units"],
+                         job["max_units"], job["fee_allowance"])  # fmt: skip
+    assert split.consumer == job["lock_lovelace"] - job["fee_allowance"] - result["cost"]
+    assert balance(devnet, funded.address) == start - fee - job["lock_lovelace"] + split.consumer
+
+
+async def test_killed_after_accepting_is_slashed_and_never_started_is_refunded(
+    devnet, bonded_world, busybox, here
+):
+    _, market, daemon = bonded_world
+    funded, key = await funded_key(devnet, here, 300_000_000)
+    env = cli_env(market, devnet, key, here / "state", IDENTITY)
+    start = balance(devnet, funded.address)
+    since = await tip_point(devnet.url)
+    async with httpx.AsyncClient(base_url=market.url, timeout=60) as http:
+        party = Party.new(http, IDENTITY, funded)
+        accepted = submit(env, here, "long", spec(busybox, "echo started; sleep 600"))
+        await wait_state(party, accepted["job_id"], {"running"})
+        daemon.signal(signal.SIGKILL)  # the provider disappears holding a signed acceptance
+        daemon.wait(10)
+        # its offer is still listed (heartbeats count for a while): a second job is locked
+        never = submit(env, here, "never", spec(busybox, "echo never"))
+        assert (await wait_state(party, never["job_id"], {"funded"}))["state"] == "funded"
+
+        store = JobStore(here / "state")
+        closes = [store.get(job["job_id"]).datum.close for job in (accepted, never)]
+        await travel_past(devnet, max(closes))
+        code, slashed = run_json(env, "job", "slash", accepted["job_id"], cwd=here)
+        assert code == 0, slashed
+        code, refused = run_json(env, "job", "slash", never["job_id"], cwd=here)
+        assert code == 1 and "never accepted" in refused["message"], refused
+        code, refunded = run_json(env, "job", "refund", never["job_id"], cwd=here)
+        assert code == 0, refunded
+        await wait_state(party, accepted["job_id"], {"slashed"})
+        await wait_state(party, never["job_id"], {"refunded"})
+
+    locks = [await tx_fee(devnet, job["lock_tx"], since) for job in (accepted, never)]
+    fees = sum(locks) + slashed["fee"] + refunded["fee"]
+    share = slash_share(BOND, SLASH_SHARE_BPS)
+    assert balance(devnet, funded.address) == start - fees + share
