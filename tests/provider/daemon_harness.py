@@ -24,6 +24,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Wallet
 from provider.config import RunnerSettings
 from provider.runner import Runner
+from provider.sandbox import LABEL_JOB
 from tests.market.client import Party
 from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
@@ -195,3 +196,15 @@ async def wait_state(party: Party, job: str, states: set[str], timeout_s: float 
             return status
         assert loop.time() < until, f"job {job}: {status}"
         await asyncio.sleep(0.3)
+
+
+async def wait_container_running(job: str, timeout_s: float = 30) -> None:
+    """Until the job's container runs: the market hears "running" just before the runner
+    creates and starts it, so a kill at that word may find it only created."""
+    client = docker.from_env()
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    wanted = {"label": f"{LABEL_JOB}={job}", "status": "running"}
+    while not client.containers.list(filters=wanted, sparse=True):
+        assert loop.time() < until, f"job {job}: no running container"
+        await asyncio.sleep(0.05)

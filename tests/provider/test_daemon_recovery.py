@@ -21,6 +21,7 @@ from tests.provider.daemon_harness import (
     new_provider,
     request_and_lock,
     spec,
+    wait_container_running,
     wait_state,
 )
 
@@ -43,6 +44,7 @@ async def test_killed_mid_job_the_restarted_daemon_delivers_and_is_paid(devnet, 
                 script = "echo started; sleep 5; echo survived > /out/answer"
                 job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
                 await wait_state(consumer, job.job, {"running"})
+                await wait_container_running(job.job)
                 daemon.signal(signal.SIGKILL)
                 daemon.wait(10)
                 daemon.start()  # the container ran on; the new daemon recovers it
