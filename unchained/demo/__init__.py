@@ -5,6 +5,7 @@ consumer SDK, follow it live, verify its result and see every party's balance on
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -46,6 +47,8 @@ def demo(
 ) -> None:
     """Run the whole market locally: devnet, market + explorer, provider, consumers."""
     quiet_chain_clients()
+    # SIGTERM unwinds like Ctrl-C, so the children (in sessions of their own) are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     stay = not exit_ and sys.stdin.isatty() and sys.stdout.isatty()
     data_dir.mkdir(parents=True, exist_ok=True)
     try:

@@ -8,8 +8,9 @@ import contextlib
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import docker
 import httpx
@@ -32,6 +33,8 @@ from unchained.demo.consumers import FUNDS, DemoConsumer, follow, fund, open_con
 from unchained.deploy import NOTICE_MS, SLASH_SHARE_BPS
 
 SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
+FOLLOW_TIMEOUT_S = 600  # the job's 120 s at most, its settlement, and a loaded machine
+T = TypeVar("T")
 
 
 def say(text: str = "") -> None:
@@ -155,9 +158,7 @@ async def trade(
 
     step("7. The provider checks each escrow on chain, accepts, runs the job in a hardened "
          "container and signs a receipt; the market settles")  # fmt: skip
-    for child in alive:
-        child.check()
-    states = await follow(consumers)
+    states = await guarded(follow(consumers), alive, data_dir)
     failed = {name: state for name, state in states.items() if state != "settled"}
     if failed:
         raise DemoFailed(f"not settled: {failed}; see the logs in {data_dir}")
@@ -177,6 +178,23 @@ async def trade(
     after = {name: balance(devnet.url, address) for name, address in parties.items()}
     show_balances(before, after)
     check_balances(before, after, consumers, settle_fee)
+
+
+async def guarded(work: Awaitable[T], alive: list[Child], data_dir: Path) -> T:
+    """`work`'s result, unless a child exits or FOLLOW_TIMEOUT_S passes first (DemoFailed):
+    a demo never waits for a job nobody is running."""
+    task = asyncio.ensure_future(work)
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    try:
+        while not task.done():
+            for child in alive:
+                child.check()
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"not settled in {FOLLOW_TIMEOUT_S} s: see the logs in {data_dir}")
+            await asyncio.wait([task], timeout=1)
+        return task.result()
+    finally:
+        task.cancel()
 
 
 async def settlement(market_url: str, consumers: list[DemoConsumer]) -> int:
