@@ -17,7 +17,11 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 def make_engine(settings: MarketSettings) -> Engine:
-    """An engine for the settings' database; SQLite waits for a lock rather than failing."""
+    """An engine for the settings' database; SQLite waits for a lock rather than failing.
+
+    SQLite runs in WAL mode with synchronous=NORMAL: a commit no longer waits for an fsync
+    (about 5 ms each, two per signed request, every writer queued behind it); a killed process
+    loses nothing, a power cut may lose the last commits but never corrupts the file."""
     url = settings.sqlalchemy_url
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
@@ -28,6 +32,7 @@ def make_engine(settings: MarketSettings) -> Engine:
     def _pragmas(connection, _record) -> None:
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

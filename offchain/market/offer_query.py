@@ -27,6 +27,7 @@ that cannot be read raises QueryError naming it, never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import re
 import shlex
@@ -252,9 +253,15 @@ class Search:
     total: int
     offline: int
     funnel: tuple[tuple[str, int], ...]  # online offers left after each term, in query order
-    alone: tuple[tuple[str, int], ...]  # online offers that meet each term by itself
+    _alone: Callable[[], tuple[tuple[str, int], ...]] = dataclasses.field(repr=False, compare=False)
     closest: str | None  # at the term that left none, the nearest value an offer has
     away: tuple[tuple[str, int], ...] = ()  # offers not online, counted by why
+
+    @functools.cached_property
+    def alone(self) -> tuple[tuple[str, int], ...]:
+        """Online offers that meet each term by itself: counted when first asked for, not on
+        every quote (each term again over every online offer)."""
+        return self._alone()
 
     def why_none(self) -> str | None:
         """None when something matched; else the reason, counted per term, e.g. "3 of 3
@@ -349,7 +356,8 @@ class OfferQuery:
                 break
         away = Counter(offer.away for offer in offers if not offer.online)
         return Search(tuple(self.order(left)), len(offers), away.total(), tuple(funnel),
-                      self.alone(online), closest, tuple(away.most_common()))  # fmt: skip
+                      functools.partial(self.alone, online), closest,
+                      tuple(away.most_common()))  # fmt: skip
 
     def alone(self, online: Sequence[OfferRecord]) -> tuple[tuple[str, int], ...]:
         """How many online offers meet each constraint by itself."""

@@ -6,13 +6,17 @@ pycardano's Ogmios context is synchronous; async callers run these in a worker t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
+import time
 from pathlib import Path
 
 from pycardano import Address, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.context import chain_context
+from offchain.chain.time import ChainTime, PastHorizon, chain_time
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.market.errors import Invalid
 from offchain.market.models import Job
@@ -23,8 +27,32 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.deployment_file import DeploymentFileError
 from offchain.protocol.deployment_file import load as load_deployment_file
 from offchain.protocol.escrow import escrow_datum, new_escrow
-from offchain.protocol.txbuild import BuildError, Clock
+from offchain.protocol.txbuild import BuildError
 from offchain.protocol.types import EscrowDatum
+
+TIME_TTL_S = 60.0  # how long the era summaries are reused before they are asked for again
+
+
+class _CachedTime:
+    """The chain's slot <-> time conversion, asked for once a minute (or when the tip is past
+    its horizon) rather than twice per quote: two Ogmios round trips on each signed request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._time: ChainTime | None = None
+        self._until = 0.0
+
+    def tip_ms(self, context: OgmiosV6ChainContext) -> int:
+        tip = context.last_block_slot
+        with self._lock:
+            cached = self._time if time.monotonic() < self._until else None
+        if cached is not None:
+            with contextlib.suppress(PastHorizon):
+                return cached.slot_to_posix_ms(tip)
+        fresh = chain_time(context)
+        with self._lock:
+            self._time, self._until = fresh, time.monotonic() + TIME_TTL_S
+        return fresh.slot_to_posix_ms(tip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +61,7 @@ class Chain:
 
     context: OgmiosV6ChainContext
     deployment: Deployment
+    _time: _CachedTime = dataclasses.field(default_factory=_CachedTime, repr=False, compare=False)
 
     @classmethod
     def connect(cls, ogmios_url: str, deployment_file: Path) -> Chain:
@@ -46,7 +75,7 @@ class Chain:
 
     def now_ms(self) -> int:
         """The chain's time at its tip: what deadlines and validity bounds are measured in."""
-        return Clock.now(self.context).tip_ms
+        return self._time.tip_ms(self.context)
 
     def utxo(self, ref: TransactionInput) -> UTxO | None:
         return utxo_at(self.context, ref)
