@@ -199,10 +199,12 @@ class ChainFollower:
         order = _ledger_order(inputs)
         redeemers = spend_redeemers(tx)
         tx_id = tx.id.payload.hex()
+        # Once per transaction, not per escrow input: a batch settle has 41 and ~80 outputs.
+        tagged = slash_payouts(tx) if any(ref in escrows for ref in inputs) else set()
         for ref in inputs:
             redeemer = redeemers.get(order.index(ref))
             if ref in escrows:
-                slashed = ref in slash_payouts(tx) and any(
+                slashed = ref in tagged and any(
                     c == SLASH and fields[:1] == [order.index(ref)]
                     for c, fields in redeemers.values()
                 )
@@ -280,8 +282,9 @@ class ChainFollower:
     def _outputs(
         self, session: Session, at: BlockAt, tx: Transaction, holders: dict[str, Provider]
     ) -> None:
+        tx_id = tx.id  # hashes the whole body: once, not once per output
         for index, output in enumerate(tx.transaction_body.outputs):
-            utxo = UTxO(TransactionInput(tx.id, index), output)
+            utxo = UTxO(TransactionInput(tx_id, index), output)
             payment = output.address.payment_part
             script = payment.payload if payment is not None else None
             if script == self.escrow_hash:
