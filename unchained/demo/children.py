@@ -38,16 +38,19 @@ class DemoFailed(Exception):
 
 @dataclasses.dataclass
 class Child:
-    """`unchained ARGS...` in the background, its output appended to `log`."""
+    """`unchained ARGS...` in the background, its output appended to `log` (which keeps
+    earlier runs' output: only what this run wrote counts as `logged`)."""
 
     name: str
     args: list[str]
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    log_start: int = 0  # the log's size when this run started
 
     def start(self) -> Child:
         command = [sys.executable, "-m", "unchained.cli", *self.args]
         with self.log.open("ab") as log:
+            self.log_start = log.tell()
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -69,7 +72,10 @@ class Child:
             time.sleep(0.2)
 
     def logged(self, text: str) -> bool:
-        return text in self.log.read_text(errors="replace")
+        """Whether this run (not an earlier one appending to the same log) printed `text`."""
+        with self.log.open("rb") as log:
+            log.seek(self.log_start)
+            return text in log.read().decode(errors="replace")
 
     def stop(self) -> None:
         """SIGTERM and wait (a clean stop); SIGKILL only if it hangs."""
