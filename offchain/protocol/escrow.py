@@ -27,6 +27,7 @@ from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.time import iso
 from offchain.protocol.addresses import from_plutus, to_plutus
+from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import VKEY_BYTES, receipt_payload, sign, verify
 from offchain.protocol.split import lock_amount, refund_amount, settle_split
@@ -163,41 +164,51 @@ def settle(
     deployment: Deployment,
     receipts: Sequence[SignedReceipt],
     submitter: Address,
+    budgets: ExecutionBudgets | None = None,
 ) -> Transaction:
     """Settle one or many escrows in one transaction (withdraw-zero does the shared work).
 
     The provider of each gets price x units, the consumer the rest less the fee allowance;
     what the allowances leave after the fee goes to the submitter as change (the submitter
-    pays the fee up front from its address and signs).
+    pays the fee up front from its address and signs). With `budgets` (kept by a submitter that
+    settles often), a batch of a shape already evaluated declares its execution units and
+    skips evaluateTransaction: the node runs the scripts once, on submit.
     """
     if not receipts:
         raise BuildError("nothing to settle: no receipts")
     if len({r.escrow.input for r in receipts}) != len(receipts):
         raise BuildError("two receipts for one escrow")
+    budgets = budgets if budgets is not None else ExecutionBudgets()
     clock = Clock.now(context)
     builder = new_builder(context)
     fee = fee_inputs(context, submitter)
     inputs = ledger_inputs([r.escrow for r in receipts], fee)
+    ordered = sorted(receipts, key=lambda r: ledger_key(r.escrow))
     items = []
     closes = []
-    for receipt in sorted(receipts, key=lambda r: ledger_key(r.escrow)):
+    for receipt in ordered:
         datum = _check_receipt(deployment, receipt)
         closes.append(datum.close)
         items.append(_add_settle_outputs(context, builder, deployment, receipt, datum))
-        builder.add_script_input(
-            receipt.escrow,
-            script=script_source(builder, deployment.escrow_ref),
-            redeemer=Redeemer(Settle(inputs.index(receipt.escrow.input))),
-        )
+    # A spend's cost depends on its input's index, the batch's on the transaction's size.
+    own = [inputs.index(receipt.escrow.input) for receipt in ordered]
+    keyed = [(("settle-spend", index), Settle(index)) for index in own]
+    keyed.append((("settle-batch", len(inputs), len(builder.outputs)), BatchSettle(items)))
+    redeemers = budgets.redeemers(keyed)
+    for receipt, redeemer in zip(ordered, redeemers, strict=False):
+        source = script_source(builder, deployment.escrow_ref)
+        builder.add_script_input(receipt.escrow, script=source, redeemer=redeemer)
     builder.ttl = clock.ttl_until(min(closes))
     if builder.ttl <= clock.tip_slot + 1:
         raise BuildError(f"the settle window closed at {iso(min(closes))}")
     builder.withdrawals = Withdrawals({bytes(deployment.reward_address): 0})
     builder.add_withdrawal_script(
-        script_source(builder, deployment.escrow_ref), redeemer=Redeemer(BatchSettle(items))
+        script_source(builder, deployment.escrow_ref), redeemer=redeemers[-1]
     )
     add_inputs(builder, fee)
-    return build(builder, submitter)
+    tx = build(builder, submitter)
+    budgets.learn([key for key, _ in keyed], redeemers)
+    return tx
 
 
 def _check_receipt(deployment: Deployment, receipt: SignedReceipt) -> EscrowDatum:

@@ -6,15 +6,18 @@ expire, and providers that stop beating go offline."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from pycardano import Transaction
+from pycardano import ExecutionUnits, Transaction
 
 from offchain.market.models import Cause, Provider, Settlement, SettlementState
+from offchain.market.services import settlement
 from offchain.market.settings import MarketSettings
+from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
 from tests.market.client import serve
@@ -88,6 +91,59 @@ async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
     fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
                for s in settlements)  # fmt: skip
     assert balance(devnet, market.address) == before["market"] + 3 * split.fee - fees
+
+
+@dataclasses.dataclass
+class StarvedOnce(ExecutionBudgets):
+    """A stand-in for remembered units that have become too small (scripts dearer than when
+    they were learned): the batcher's first batch declares far too few."""
+
+    starved: bool = False
+
+    def redeemers(self, keyed):
+        if not self.starved:
+            self.starved = True
+            self.units = {key: ExecutionUnits(1_000, 1_000_000) for key, _ in keyed}
+        return super().redeemers(keyed)
+
+
+@pytest.fixture
+def starved_budgets(monkeypatch) -> None:
+    monkeypatch.setattr(settlement, "ExecutionBudgets", StarvedOnce)
+
+
+ONE_BATCH_OF_TWO = {"settle_batch_max": 2, "settle_wait_ms": 60_000}
+
+
+@pytest.mark.parametrize("leader", [ONE_BATCH_OF_TWO], indirect=True)
+async def test_a_batch_refused_for_its_remembered_units_is_evaluated_and_settled_once(
+    devnet, market_deployment, starved_budgets, leader
+):
+    settings, _, url = leader
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        provider = await provider_with_offer(devnet, http, settings.identity)
+        deals = [
+            await quote_and_lock(devnet, market_deployment, http, settings.identity)
+            for _ in range(2)
+        ]
+        for deal in deals:
+            await wait_for(deal.consumer, deal.job, "funded")
+        before = balance(devnet, provider.wallet.address)
+        for deal in deals:
+            await deliver(provider, market_deployment, deal)
+        settled = [await wait_for(deal.consumer, deal.job, "settled") for deal in deals]
+
+    rows = stored(settings, Settlement)
+    refused = [s for s in rows if s.state == SettlementState.REFUSED]
+    confirmed = [s for s in rows if s.state == SettlementState.CONFIRMED]
+    assert len(refused) == 1 and len(confirmed) == 1 and len(rows) == 2
+    assert sorted(json.loads(refused[0].escrows)) == sorted(deal.ref for deal in deals)
+    assert {status["settle_tx"] for status in settled} == {confirmed[0].tx_id}
+    details = [e.detail for deal in deals for e in timeline(settings, deal.job)]
+    assert any("ran out of its budget" in detail for detail in details)
+    lovelace = deals[0].escrow.output.amount.coin
+    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], settings.fee_allowance)
+    assert balance(devnet, provider.wallet.address) == before + 2 * split.provider  # once
 
 
 @pytest.mark.parametrize("leader", [{"quote_ttl_ms": 2000}], indirect=True)

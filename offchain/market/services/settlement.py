@@ -31,6 +31,7 @@ from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.services.crash import crash_point
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
+from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.txbuild import BuildError, Clock, Wallet
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Batcher:
         self.engine, self.chain, self.wallet, self.settings = engine, chain, wallet, settings
         self.batch_max = settings.settle_batch_max
         self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
+        self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
 
     def run(self) -> None:
         """One round: reconcile what is in flight, then build the next batch if none is."""
@@ -146,7 +148,10 @@ class Batcher:
         except OgmiosError as exc:  # never in a mempool: nobody can land it, release now
             settlement.state = Sent.REFUSED
             self._release(settlement, f"the ledger refused {settlement.tx_id}: {exc.message}")
-            self._failed([job for job, _ in batch], exc.message)
+            if self.budgets.declared:  # maybe only the remembered units: evaluate it again
+                self.budgets.forget()
+            else:
+                self._failed([job for job, _ in batch], exc.message)
             return
         except UNREACHABLE as exc:  # it may have reached the node: resubmitted later
             log.warning("submitting %s: the chain is unreachable: %s", settlement.tx_id, exc)
@@ -166,7 +171,8 @@ class Batcher:
     def _build(self, receipts: Sequence[escrows.SignedReceipt]) -> Transaction:
         """The settle transaction, signed by the market's wallet: the one place it signs."""
         context, deployment = self.chain.context, self.chain.deployment
-        return self.wallet.sign(escrows.settle(context, deployment, receipts, self.wallet.address))
+        tx = escrows.settle(context, deployment, receipts, self.wallet.address, self.budgets)
+        return self.wallet.sign(tx)
 
     def _collect(self) -> list[tuple[Job, escrows.SignedReceipt]]:
         """Up to `batch_max` jobs with a verified receipt, an unspent escrow and time left."""
