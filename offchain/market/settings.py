@@ -1,5 +1,6 @@
 """The market's settings: one model, filled from flags, then `UNCHAINED_MARKET_*` environment
-variables, then a TOML file, then the defaults (the project's order for every process).
+variables (and the usual `DATABASE_URL`), then a TOML file, then the defaults (the project's
+order for every process).
 
 Money is integer lovelace and time integer ms. Paths are made absolute once, here: a relative
 path in the TOML file is read from the file's folder, one from a flag or the environment from
@@ -116,6 +117,8 @@ def load_settings(
         for name, value in environ.items()
         if name.startswith(ENV_PREFIX) and name != f"{ENV_PREFIX}CONFIG"
     }
+    if "DATABASE_URL" in environ:  # the name hosting platforms and most tools use
+        env.setdefault("database_url", environ["DATABASE_URL"])
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     values |= _absolute(env | given, Path.cwd())
     for name in PATH_FIELDS:

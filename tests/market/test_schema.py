@@ -28,3 +28,10 @@ def test_flags_over_environment_over_toml(tmp_path):
     assert settings.data_dir == tmp_path / "here"  # relative to the TOML file
     assert settings.sqlalchemy_url == f"sqlite:///{tmp_path / 'here' / 'market.db'}"
     assert load_settings(None, {}, {}).fee_allowance == MarketSettings().fee_allowance
+
+
+def test_database_url_comes_from_the_usual_variable_unless_the_markets_own_is_set():
+    usual = {"DATABASE_URL": "postgresql+psycopg://u@/db"}
+    assert load_settings(None, {}, usual).sqlalchemy_url == "postgresql+psycopg://u@/db"
+    both = usual | {"UNCHAINED_MARKET_DATABASE_URL": "sqlite:////tmp/own.db"}
+    assert load_settings(None, {}, both).database_url == "sqlite:////tmp/own.db"
