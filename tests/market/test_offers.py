@@ -9,6 +9,7 @@ import asyncio
 import httpx
 import pytest
 
+from offchain.market.services import offers
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
@@ -106,6 +107,26 @@ async def test_a_job_with_no_match_is_told_why_per_requirement(settings, tmp_pat
             exact = {**job_request(consumer), "gpu_model": "nvidia_h100_80gb_HBM3"}
             quoted = await consumer.send("POST", "/jobs", exact)
             assert quoted.status_code == 201 and quoted.json()["gpu_model"] == GPU, quoted.text
+
+
+async def test_a_quote_reads_every_offer_when_the_cheapest_few_cannot_take_the_job(
+    http, settings, monkeypatch
+):
+    """A quote first reads only the cheapest offers that could take the job (LIKELY of them);
+    when none of those can (here: another GPU model than asked), it reads them all."""
+    monkeypatch.setattr(offers, "LIKELY", 2)
+    cheap = [await offer(http, settings.identity, gpu_model="NVIDIA LIKELY A", price_per_unit=1)
+             for _ in range(2)]  # fmt: skip
+    await offer(http, settings.identity, gpu_model="NVIDIA LIKELY B", price_per_unit=7)
+    consumer = Party.new(http, settings.identity)
+    asked = {**job_request(consumer), "gpu_model": "NVIDIA LIKELY B"}
+    quoted = await consumer.send("POST", "/jobs", asked)
+    assert quoted.status_code == 201, quoted.text
+    assert (quoted.json()["gpu_model"], quoted.json()["price_per_unit"]) == ("NVIDIA LIKELY B", 7)
+
+    anything = await consumer.send("POST", "/jobs", job_request(consumer))  # the cheapest two
+    assert anything.status_code == 201, anything.text
+    assert anything.json()["offer"]["provider_id"] == cheap[1].wallet.key_hash.payload.hex()
 
 
 async def test_signed_paths_and_queries_are_the_bytes_sent(http, settings):

@@ -13,11 +13,11 @@ the market never promises what the provider offered twice. The search language
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pycardano import Address, PaymentVerificationKey
-from sqlalchemy import and_, func
+from sqlalchemy import ColumnElement, and_, func
 from sqlmodel import Session, col, select
 
 from offchain.market.errors import Conflict, Invalid, NotFound
@@ -33,6 +33,7 @@ from offchain.protocol.types import Just
 
 BUSY = (JobState.ACCEPTED, JobState.RUNNING)  # the states that hold one of a provider's slots
 ACTIVE_BOND = "active"  # as the chain follower names a bond that is not unbonding
+LIKELY = 32  # the cheapest offers a quote reads before it reads them all
 
 
 def key_hash(vkey: bytes) -> str:
@@ -152,9 +153,15 @@ def available_now(settings: MarketSettings) -> Availability:
     return Availability(jobs.now_ms() - settings.online_ms, settings.min_bond_lovelace)
 
 
-def records(session: Session, availability: Availability) -> list[OfferRecord]:
-    """Every active offer as the search sees it, freshest provider first (the columns only:
-    a quote reads every offer)."""
+def records(
+    session: Session,
+    availability: Availability,
+    where: Sequence[ColumnElement[bool]] = (),
+    limit: int | None = None,
+) -> list[OfferRecord]:
+    """Active offers as the search sees them (the columns only: a quote may read every
+    offer), freshest provider first; with `limit`, the cheapest `limit` of those meeting
+    `where`, in the order a job's search sorts them (price, then freshest)."""
     busy = (
         select(Job.provider_id, Job.gpu_model, func.count().label("jobs"))
         .where(col(Job.state).in_(BUSY))
@@ -166,12 +173,14 @@ def records(session: Session, availability: Availability) -> list[OfferRecord]:
         Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
         func.coalesce(busy.c.jobs, 0).label("busy"),
     ]  # fmt: skip
+    order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
     query = (
         select(*columns)
         .join(Provider, col(Offer.provider_id) == col(Provider.id))
         .outerjoin(busy, same)
-        .where(col(Offer.active))
-        .order_by(col(Provider.last_heartbeat_ms).desc(), col(Offer.id))
+        .where(col(Offer.active), *where)
+        .order_by(*([col(Offer.price_per_unit)] if limit else []), *order)
+        .limit(limit)
     )
     found = []
     for row in session.exec(query):
@@ -180,6 +189,21 @@ def records(session: Session, availability: Availability) -> list[OfferRecord]:
         terms = {name: offer[name] for name in TERMS}
         found.append(OfferRecord(**terms, online=away is None, away=away or ""))
     return found
+
+
+def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[bool]]:
+    """What any offer that can take `spec` has (necessary, not sufficient: the search decides):
+    the bundle, a price within the job's max, and a fresh heartbeat."""
+    wanted = spec.resources
+    return [
+        col(Offer.gpu_count) >= wanted.gpus,
+        col(Offer.vram_mib) >= wanted.min_vram_mib,
+        col(Offer.cpu_cores) >= wanted.cpu_cores,
+        col(Offer.memory_mib) >= wanted.memory_mib,
+        col(Offer.disk_mib) >= wanted.disk_mib,
+        col(Offer.price_per_unit) * spec.max_duration_s <= spec.max_price_lovelace,
+        col(Provider.last_heartbeat_ms) >= availability.since_ms,
+    ]
 
 
 def search(session: Session, query: OfferQuery, availability: Availability) -> Search:
@@ -192,8 +216,15 @@ def best_offer(
     session: Session, spec: JobSpec, gpu_model: str | None, availability: Availability
 ) -> tuple[Offer, Provider]:
     """The cheapest offer (then the freshest provider) that can take the job now; Conflict
-    saying why, counted per requirement, when none can."""
-    found = search(session, OfferQuery.for_job(spec, gpu_model), availability)
+    saying why, counted per requirement, when none can.
+
+    The search runs first over the cheapest few offers that could take the job (read in its
+    own order, so the first match there is the first match of all), and over every offer
+    only when none of those can (busy, bond) or to count why nothing can."""
+    query = OfferQuery.for_job(spec, gpu_model)
+    found = query.search(records(session, availability, could_take(spec, availability), LIKELY))
+    if not found.offers:
+        found = search(session, query, availability)
     if not found.offers:
         raise Conflict(f"no offer can take the job: {found.why_none()}", "spec")
     offer = session.get(Offer, found.offers[0].id)
