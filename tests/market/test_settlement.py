@@ -23,6 +23,7 @@ from offchain.protocol.txbuild import Wallet
 from tests.market.client import serve
 from tests.market.flow import (
     UNITS,
+    Locked,
     deliver,
     leader_settings,
     lock,
@@ -49,18 +50,21 @@ async def leader(
         yield made, market, url
 
 
+async def funded_deals(devnet, deployment, http, identity: str, count: int) -> list[Locked]:
+    """`count` jobs quoted, locked by their consumers and funded by the follower."""
+    deals = [await quote_and_lock(devnet, deployment, http, identity) for _ in range(count)]
+    for deal in deals:
+        await wait_for(deal.consumer, deal.job, "funded")
+    return deals
+
+
 async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
     devnet, market_deployment, leader
 ):
     settings, market, url = leader
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         provider = await provider_with_offer(devnet, http, settings.identity)
-        deals = [
-            await quote_and_lock(devnet, market_deployment, http, settings.identity)
-            for _ in range(3)
-        ]
-        for deal in deals:
-            await wait_for(deal.consumer, deal.job, "funded")
+        deals = await funded_deals(devnet, market_deployment, http, settings.identity, 3)
         before = {
             "provider": balance(devnet, provider.wallet.address),
             "market": balance(devnet, market.address),
@@ -122,12 +126,7 @@ async def test_a_batch_refused_for_its_remembered_units_is_evaluated_and_settled
     settings, _, url = leader
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         provider = await provider_with_offer(devnet, http, settings.identity)
-        deals = [
-            await quote_and_lock(devnet, market_deployment, http, settings.identity)
-            for _ in range(2)
-        ]
-        for deal in deals:
-            await wait_for(deal.consumer, deal.job, "funded")
+        deals = await funded_deals(devnet, market_deployment, http, settings.identity, 2)
         before = balance(devnet, provider.wallet.address)
         for deal in deals:
             await deliver(provider, market_deployment, deal)
