@@ -6,6 +6,7 @@ SIGTERMed) on the real docker engine. Nothing of it outlives a test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -24,7 +25,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Wallet
 from provider.config import RunnerSettings
 from provider.runner import Runner
-from provider.sandbox import LABEL_JOB
+from provider.sandbox import LABEL_JOB, LABEL_RUNNER
 from tests.market.client import Party
 from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
@@ -129,10 +130,17 @@ class ProviderProcess:
             await asyncio.sleep(0.1)
 
     def reap(self) -> dict[str, list[str]]:
-        """Remove what jobs left (containers, workspaces, cgroups); returns what there was."""
-        runner = Runner(docker.from_env(), RunnerSettings(state_dir=self.state_dir))
+        """Remove what jobs left (containers, workspaces, cgroups); returns what there was.
+        A job still running is killed first: recovery would otherwise supervise it to its
+        deadline (a test's end needs no result)."""
+        client = docker.from_env()
+        runner = Runner(client, RunnerSettings(state_dir=self.state_dir))
         left = runner.leftovers()
-        runner.recover()  # finishes or reaps whatever a killed daemon left
+        mine = f"{LABEL_RUNNER}={runner.runner_id}"
+        for container in client.containers.list(filters={"label": [mine]}):
+            with contextlib.suppress(docker.errors.APIError):  # it may exit meanwhile
+                container.kill()
+        runner.recover()  # collects or reaps whatever a killed daemon left
         return left
 
 
