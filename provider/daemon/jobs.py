@@ -21,6 +21,7 @@ from offchain.protocol.offer import Offer
 from offchain.protocol.refusal import Refused
 from offchain.protocol.txbuild import BuildError
 from provider.config import DaemonSettings
+from provider.daemon import evidence
 from provider.daemon.bond import BondManager
 from provider.daemon.capacity import Bundle, Capacity, Slot
 from provider.daemon.chain import Chain, in_daemon_thread
@@ -189,6 +190,7 @@ class Worker:
         while True:
             try:
                 entry = await self._deliver_once(entry)
+                await evidence.upload(self.link, self.runner.results_dir, entry)
                 return
             except MarketError as exc:
                 now = await self.chain.call(self.chain.now_ms)

@@ -1,21 +1,31 @@
 """The provider's side of a job: accept it, run it, log, upload the result, hand in the
-signed receipt (or report the failure). Signatures that reach the chain are checked here with
-`offchain.protocol.payloads`, the same bytes the validators check, before anything is stored.
+signed receipt (or report the failure), then upload the metering record the receipt commits
+to. Signatures that reach the chain are checked here with `offchain.protocol.payloads`, the
+same bytes the validators check, before anything is stored.
+
+The metering record is taken only after the receipt: its evidence hash, which the provider
+signed, is what the upload must hash to, so a record is never stored on the provider's word
+alone and never waits for a receipt that may not come.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pydantic import ValidationError
 from sqlmodel import Session
 
 from offchain.market import schemas
-from offchain.market.errors import Forbidden, Invalid
+from offchain.market.errors import Conflict, Forbidden, Invalid
 from offchain.market.models import Cause, Job, JobState
 from offchain.market.services import jobs, storage
 from offchain.market.services.chain import parse_ref
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, verify
 
 S = JobState
+EVIDENCE_LIMIT_BYTES = 64 << 20  # a day of one-second samples with GPUs is well under this
 
 
 def own_job(session: Session, provider_id: str, job_id: str) -> Job:
@@ -86,6 +96,35 @@ def hand_in_receipt(
     jobs.transition(session, job, S.COMPLETED, Cause.API, f"receipt for {receipt.units} units")
     session.commit()
     return job
+
+
+def expect_receipt(job: Job) -> str:
+    """The evidence hash the job's signed receipt names; Conflict before there is one."""
+    if job.receipt_evidence_hash is None:
+        raise Conflict(f"job {job.id} has no receipt yet: its metering record comes after", "state")
+    return job.receipt_evidence_hash
+
+
+def check_evidence(job: Job, sha256: str, upload: Path) -> None:
+    """Invalid unless the upload is the metering record the receipt signed: the canonical JSON
+    of a record whose digest is the receipt's evidence hash."""
+    expected = expect_receipt(job)
+    if sha256 != expected:
+        raise Invalid(f"sha256 {sha256} is not the receipt's evidence hash {expected}", "body")
+    try:
+        record = MeteringRecord.model_validate_json(upload.read_bytes())
+    except ValidationError as exc:
+        raise Invalid(f"not a metering record: {exc.error_count()} errors", "body") from exc
+    if record.digest() != sha256:
+        raise Invalid("not the record's canonical JSON (sorted keys, no spaces, ASCII)", "body")
+    if record.job_id != job.id:
+        raise Invalid(f"the record is for job {record.job_id}, not {job.id}", "body")
+
+
+def attach_evidence(session: Session, sha256: str, size: int) -> None:
+    """Record the stored metering record; the explorer finds it by the receipt's hash."""
+    storage.record_blob(session, sha256, size)
+    session.commit()
 
 
 def fail(session: Session, job: Job, failure: schemas.FailureBody) -> Job:

@@ -7,10 +7,11 @@ consumer checks them against the hash the provider signed in its receipt.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from sqlmodel import Session, col, func, select
@@ -25,8 +26,15 @@ def blob_path(root: Path, sha256: str) -> Path:
     return root / sha256[:2] / sha256
 
 
-async def receive_blob(root: Path, chunks: AsyncIterator[bytes], limit: int) -> tuple[str, int]:
-    """Write `chunks` under `root` by their sha256; TooLarge (nothing kept) past `limit`."""
+async def receive_blob(
+    root: Path,
+    chunks: AsyncIterator[bytes],
+    limit: int,
+    check: Callable[[str, Path], None] | None = None,
+) -> tuple[str, int]:
+    """Write `chunks` under `root` by their sha256; TooLarge (nothing kept) past `limit`.
+    `check(sha256, file)` sees the whole upload before it is kept: whatever it raises leaves
+    nothing behind (a blob already stored under that hash is never touched)."""
     root.mkdir(parents=True, exist_ok=True)
     digest, size = hashlib.sha256(), 0
     handle, temporary = tempfile.mkstemp(dir=root, prefix=".upload-")
@@ -35,10 +43,12 @@ async def receive_blob(root: Path, chunks: AsyncIterator[bytes], limit: int) -> 
             async for chunk in chunks:
                 size += len(chunk)
                 if size > limit:
-                    raise TooLarge(f"the result is over its limit of {limit} bytes", "body")
+                    raise TooLarge(f"the upload is over its limit of {limit} bytes", "body")
                 digest.update(chunk)
                 out.write(chunk)
         sha256 = digest.hexdigest()
+        if check is not None:
+            await asyncio.to_thread(check, sha256, Path(temporary))
         final = blob_path(root, sha256)
         final.parent.mkdir(exist_ok=True)
         os.replace(temporary, final)

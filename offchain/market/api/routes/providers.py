@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -130,6 +131,27 @@ def receipt(
     """The signed usage receipt: verified against the escrow and the provider's key."""
     job = delivery.own_job(session, party, job_id)
     return quotes.public(session, delivery.hand_in_receipt(session, chain.deployment, job, body))
+
+
+@router.put("/jobs/{job_id}/metering")
+async def put_metering(
+    job_id: str, request: Request, signed: UploadDep, settings: SettingsDep, session: SessionDep
+) -> schemas.JobPublic:
+    """The metering record the signed receipt commits to (its canonical JSON): taken only once
+    the receipt is in (409 before) and only if it hashes to the receipt's evidence hash (422
+    otherwise, nothing kept); over its limit is a 413. The explorer charts it."""
+    job = await run_in_threadpool(delivery.own_job, session, signed.key_hash, job_id)
+    delivery.expect_receipt(job)
+
+    def check(sha256: str, upload: Path) -> None:
+        signed.check_body(sha256)
+        delivery.check_evidence(job, sha256, upload)
+
+    sha256, size = await storage.receive_blob(
+        settings.blob_dir, request.stream(), delivery.EVIDENCE_LIMIT_BYTES, check
+    )
+    await run_in_threadpool(delivery.attach_evidence, session, sha256, size)
+    return quotes.public(session, job)
 
 
 @router.post("/jobs/{job_id}/failure")
