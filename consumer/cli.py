@@ -25,6 +25,7 @@ from rich.table import Table
 from consumer.client import MarketClient
 from consumer.errors import ConsumerError
 from consumer.example import EXAMPLE_SPEC
+from consumer.external import signed_cbor
 from consumer.keys import load_key, new_wallet
 from consumer.progress import FINAL, watch
 from consumer.quote import CheckedQuote
@@ -272,14 +273,19 @@ async def follow(consumer: Consumer, job_id: str) -> str:
 def lock(
     env: Env,
     job_id: JobId,
-    signed: Annotated[Path, typer.Argument(help="The lock signed by your wallet (CBOR hex).")],
+    signed: Annotated[
+        Path,
+        typer.Argument(
+            help="The lock your wallet signed: CBOR hex, a TextEnvelope or a CIP-30 witness set."
+        ),
+    ],
     as_json: Json = False,
 ) -> None:
     """Submit the lock an external wallet signed (from `job submit --unsigned-tx`)."""
 
     async def go() -> str:
         async with opened(env) as consumer:
-            tx = consumer.accept_signed(job_id, bytes.fromhex(signed.read_text().strip()))
+            tx = consumer.accept_signed(job_id, signed_cbor(signed.read_text()))
             return await consumer.submit_lock(job_id, tx)
 
     escrow = run_sync(go())

@@ -35,6 +35,7 @@ from consumer.errors import (
     QuoteRejected,
     ResultMismatch,
 )
+from consumer.external import signed_lock
 from consumer.keys import ConsumerKey
 from consumer.quote import CheckedQuote, check_quote
 from consumer.store import JobRecord, JobStore
@@ -169,18 +170,16 @@ class Consumer:
                 f"{ada(max(needed - held, 0))} there and submit again. ({exc})",
                 address=str(self.key.address), needed=needed, held=held,
             ) from exc  # fmt: skip
-        record.lock_tx_id = tx.id.payload.hex()
+        record.lock_tx_id, record.lock_tx_cbor = tx.id.payload.hex(), tx.to_cbor_hex()
         self.store.save(record)
         return tx
 
     def accept_signed(self, job_id: str, cbor: bytes) -> Transaction:
-        """The lock as an external wallet signed it: it must be the very transaction built
-        for the job (same id) and carry a valid witness of the consumer's key."""
+        """The lock as an external wallet signed it (a whole transaction, or a CIP-30 witness
+        set for the unsigned lock recorded): it must be the very transaction built for the job
+        (same id) and carry a valid witness of the consumer's key."""
         record = self.store.get(job_id)
-        try:
-            tx = Transaction.from_cbor(cbor)
-        except Exception as exc:  # pycardano raises several kinds for other bytes
-            raise ConsumerError(f"not a signed transaction: {exc}") from exc
+        tx = signed_lock(cbor, record.lock_tx_cbor)
         if tx.id.payload.hex() != record.lock_tx_id:
             raise ConsumerError(
                 f"this is not the lock built for job {job_id} ({record.lock_tx_id}); sign the "

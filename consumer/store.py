@@ -26,6 +26,7 @@ class JobRecord(BaseModel):
     lovelace: int
     created_ms: int
     lock_tx_id: str | None = None
+    lock_tx_cbor: str | None = None  # the unsigned lock, for a wallet's bare witness set
     escrow: str | None = None
 
     @property
