@@ -1,6 +1,7 @@
 """The explorer in a real browser: Debian's chromium driven by Playwright (no browser download;
 `UNCHAINED_CHROMIUM` points elsewhere), a market on the session's devnet, and a folder for the
-screenshots (`UNCHAINED_EXPLORER_ARTIFACTS`, else a pytest temporary folder)."""
+screenshots (`UNCHAINED_EXPLORER_ARTIFACTS`, else the repository's gitignored
+`artifacts/explorer/`, where a CI run keeps them as artifacts)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.market.conftest import (  # noqa: F401 - shared fixtures
     postgresql_url,
 )
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "explorer"
 CHROMIUM = os.environ.get("UNCHAINED_CHROMIUM", "/usr/bin/chromium")
 # Headless, and nothing that reaches out of this machine (its network is closed).
 CHROMIUM_ARGS = [
@@ -50,8 +52,8 @@ async def browser() -> AsyncIterator:
 
 
 @pytest.fixture(scope="session")
-def artifacts(tmp_path_factory) -> Path:
+def artifacts() -> Path:
     chosen = os.environ.get("UNCHAINED_EXPLORER_ARTIFACTS")
-    folder = Path(chosen) if chosen else tmp_path_factory.mktemp("explorer-screenshots")
+    folder = Path(chosen) if chosen else ARTIFACTS
     folder.mkdir(parents=True, exist_ok=True)
     return folder

@@ -10,17 +10,13 @@ from __future__ import annotations
 import hashlib
 
 import httpx
-from sqlmodel import Session
 
-from offchain.market.db import make_engine
-from offchain.market.services import storage
 from offchain.protocol import escrow as escrows
-from offchain.protocol.metering import MeteringRecord, Sample
-from offchain.protocol.payloads import receipt_payload, sign
 from offchain.protocol.split import settle_split
 from tests.explorer.viewer import Viewer
 from tests.market.client import Party, serve
 from tests.market.flow import Locked, accept, leader_settings, lock, wait_for
+from tests.market.records import metering, receipt_body
 from tests.market.test_lifecycle import PRICE, SPEC, job_request, offer_terms
 from tests.protocol.onchain import wallet
 
@@ -29,51 +25,21 @@ GPU = "<script>window.pwned=3</script> H100"
 UNITS = 42
 
 
-def metering(job: str) -> MeteringRecord:
-    """A record as the provider's runner writes one: a second of CPU-heavy samples."""
-    samples = [Sample(t_ms=t * 100, cpu_ns=t * 150_000_000, memory_bytes=(t + 1) << 26, pids=3)
-               for t in range(11)]  # fmt: skip
-    return MeteringRecord(
-        job_id=job, image_id="sha256:" + "ab" * 32, gpu_uuids=[], cpu_cores=2, memory_mib=4096,
-        disk_mib=1024, started_at_ms=0, finished_at_ms=1000, wall_ms=1000, billable_units=UNITS,
-        exit_code=0, oom_killed=False, timed_out=False, cpu_ns=1_500_000_000,
-        memory_peak_bytes=11 << 26, pids_peak=3, pids_limit=256, gpu_usage=[],
-        sample_interval_ms=100, samples=samples, gpu_samples=[], gap=False,
-    )  # fmt: skip
-
-
-def keep_record(settings, record: MeteringRecord) -> None:
-    """The market's API takes no metering upload yet: store the record where the explorer looks
-    for it, content-addressed by the receipt's evidence hash, as an upload would."""
-    body = record.canonical_json()
-    path = storage.blob_path(settings.blob_dir, record.digest())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(body)
-    engine = make_engine(settings)
-    with Session(engine) as session:
-        storage.record_blob(session, record.digest(), len(body))
-        session.commit()
-    engine.dispose()
-
-
-async def run_and_receipt(provider: Party, deployment, locked: Locked, settings) -> str:
-    """The scripted provider's work: logs, result, metering record and the signed receipt."""
+async def run_and_receipt(provider: Party, deployment, locked: Locked) -> str:
+    """The scripted provider's work: logs, result, the signed receipt, then the metering record
+    the receipt commits to (the explorer charts it)."""
     await accept(provider, deployment, locked)
     path = f"/jobs/{locked.job}"
     assert (await provider.send("POST", f"{path}/logs", {"lines": ["start", PLANTED]})).is_success
     archive = b"the result archive"
     assert (await provider.send("PUT", f"{path}/result", raw=archive)).is_success
-    record = metering(locked.job)
-    keep_record(settings, record)
-    result, evidence = hashlib.sha256(archive).digest(), bytes.fromhex(record.digest())
-    signed = sign(provider.wallet.key, receipt_payload(
-        deployment.network_id, deployment.escrow_hash, locked.escrow.input, UNITS, result,
-        evidence,
-    ))  # fmt: skip
-    body = {"units": UNITS, "result_hash": result.hex(), "evidence_hash": evidence.hex(),
-            "signature": signed.hex()}  # fmt: skip
+    record = metering(locked.job, UNITS)
+    result = hashlib.sha256(archive).digest()
+    body = receipt_body(provider, deployment, locked, result, record)
     answer = await provider.send("POST", f"{path}/receipt", body)
     assert answer.status_code == 200, answer.text
+    uploaded = await provider.send("PUT", f"{path}/metering", raw=record.canonical_json())
+    assert uploaded.status_code == 200, uploaded.text
     return result.hex()
 
 
@@ -103,7 +69,7 @@ async def test_a_jobs_life_through_the_explorer(
 
             locked = await lock(devnet, market_deployment, consumer, job)
             await page.locator("#timeline .state-funded").first.wait_for(timeout=60_000)
-            result = await run_and_receipt(provider, market_deployment, locked, made)
+            result = await run_and_receipt(provider, market_deployment, locked)
             status = await wait_for(consumer, job, "settled", timeout_s=90)
             settled = page.locator("#timeline .event", has=page.locator(".state-settled"))
             await settled.last.wait_for(timeout=30_000)
