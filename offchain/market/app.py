@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -16,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from offchain.market import errors
 from offchain.market.api.routes import jobs, offers, providers
-from offchain.market.db import make_engine, upgrade
+from offchain.market.db import POOL_SIZE, make_engine, upgrade
 from offchain.market.explorer import routes as explorer
 from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
@@ -95,6 +97,8 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine = make_engine(settings)
+        # As many worker threads as database connections: a thread never waits for one.
+        to_thread.current_default_thread_limiter().total_tokens = POOL_SIZE
         await run_in_threadpool(upgrade, app.state.engine)
         app.state.chain = chain or await run_in_threadpool(
             Chain.connect, settings.ogmios_url, settings.deployment
@@ -132,3 +136,12 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         return {"leader": background.leading, "follower_lag_blocks": background.follower.lag_blocks}
 
     return app
+
+
+SETTINGS_ENV = "UNCHAINED_MARKET_SETTINGS_JSON"  # how `serve --workers N` hands its settings on
+
+
+def from_environment() -> FastAPI:
+    """The app factory each worker process of `unchained market serve --workers N` calls:
+    the settings the command resolved, as JSON in the environment."""
+    return create_app(MarketSettings.model_validate_json(os.environ[SETTINGS_ENV]))

@@ -3,13 +3,14 @@ then the TOML file)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
 
-from offchain.market.app import create_app
+from offchain.market.app import SETTINGS_ENV, create_app, from_environment
 from offchain.market.errors import MarketError
 from offchain.market.settings import load_settings
 
@@ -28,6 +29,10 @@ def serve(
     identity: Annotated[str | None, typer.Option(help="Signed into every request.")] = None,
     host: Annotated[str | None, typer.Option()] = None,
     port: Annotated[int | None, typer.Option()] = None,
+    workers: Annotated[
+        int, typer.Option(min=1, help="API processes; one of them leads (follower, batcher).")
+    ] = 1,
+    access_log: Annotated[bool, typer.Option(help="Log every request (costs CPU).")] = False,
 ) -> None:
     """Serve the market's API (OpenAPI at /docs)."""
     flags = {
@@ -39,4 +44,10 @@ def serve(
     except MarketError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+    served = {"host": settings.host, "port": settings.port, "access_log": access_log}
+    if workers == 1:
+        uvicorn.run(create_app(settings), **served)
+        return
+    os.environ[SETTINGS_ENV] = settings.model_dump_json()  # each worker's app factory reads it
+    uvicorn.run(f"{from_environment.__module__}:{from_environment.__name__}", factory=True,
+                workers=workers, **served)  # fmt: skip

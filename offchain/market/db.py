@@ -3,6 +3,8 @@ Alembic's head at start (SQLite file by default, PostgreSQL through `database_ur
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,12 @@ from sqlmodel import Session, create_engine
 from offchain.market.settings import MarketSettings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# Connections per process; the API's thread pool is sized to match (`app.py`), so a request
+# thread never waits for a connection while holding a slot of the pool.
+POOL_SIZE = 16
+RECYCLE_S = 1800  # a PostgreSQL connection is replaced after this long (no ping per checkout)
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
 
 
 def make_engine(settings: MarketSettings) -> Engine:
@@ -24,9 +32,14 @@ def make_engine(settings: MarketSettings) -> Engine:
     loses nothing, a power cut may lose the last commits but never corrupts the file."""
     url = settings.sqlalchemy_url
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(
+            url, pool_size=POOL_SIZE, max_overflow=POOL_SIZE, pool_recycle=RECYCLE_S
+        )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=POOL_SIZE, max_overflow=POOL_SIZE,
+    )  # fmt: skip
 
     @event.listens_for(engine, "connect")
     def _pragmas(connection, _record) -> None:
@@ -37,6 +50,22 @@ def make_engine(settings: MarketSettings) -> Engine:
         cursor.close()
 
     return engine
+
+
+@contextlib.contextmanager
+def writing(engine: Engine) -> Iterator[None]:
+    """Held around a write transaction: on SQLite the process's writers take turns here
+    rather than in SQLite's busy handler, which sleeps up to 100 ms per try while the file is
+    locked (the seconds-long tail of a signed request under load). PostgreSQL locks rows
+    itself: nothing to hold."""
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    key = str(engine.url)
+    with _WRITE_LOCKS_GUARD:
+        lock = _WRITE_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        yield
 
 
 def alembic_config(engine: Engine) -> Config:

@@ -4,6 +4,7 @@ the same request is refused a second time by any process of the market)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Annotated
 from urllib.parse import quote
@@ -15,12 +16,15 @@ from starlette.concurrency import run_in_threadpool
 from offchain.market.db import sessions
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain
-from offchain.market.services.nonces import DatabaseNonces
+from offchain.market.services.nonces import DatabaseNonces, PendingNonce
 from offchain.market.settings import MarketSettings
 from offchain.protocol.signed_request import RequestVerifier, SignedRequest, body_digest
 
+# The cheap dependencies are `async def`: FastAPI runs a plain `def` one in the thread pool,
+# a thread hop each for nothing but an attribute read.
 
-def get_settings(request: Request) -> MarketSettings:
+
+async def get_settings(request: Request) -> MarketSettings:
     return request.app.state.settings
 
 
@@ -28,7 +32,7 @@ def get_session(request: Request) -> Iterator[Session]:
     yield from sessions(request.app.state.engine)
 
 
-def get_chain(request: Request) -> Chain:
+async def get_chain(request: Request) -> Chain:
     return request.app.state.chain
 
 
@@ -58,13 +62,35 @@ async def signed_request(request: Request) -> SignedRequest:
     return await _verified(request, body_digest(await request.body()))
 
 
+@dataclasses.dataclass(frozen=True)
+class Unspent:
+    """A verified request whose nonce is not spent yet: the route spends it in the same
+    transaction as what it stores (`PendingNonce.spend`)."""
+
+    signed: SignedRequest
+    nonce: PendingNonce
+
+
+async def signed_unspent(request: Request) -> Unspent:
+    """The signer of the whole request, verified here on the event loop (a CIP-8 check is a
+    fraction of a ms: no thread hop), its nonce left for the route to spend."""
+    settings: MarketSettings = request.app.state.settings
+    nonce = PendingNonce()
+    verifier = RequestVerifier(settings.identity, nonce, settings.clock_tolerance_ms)
+    body_sha256 = body_digest(await request.body())
+    signed = verifier.verify(
+        request.headers, request.method, signed_target(request), body_sha256, jobs.now_ms()
+    )
+    return Unspent(signed, nonce)
+
+
 async def signed_upload(request: Request) -> SignedRequest:
     """The signer of a streamed upload, its nonce spent: the route hashes the stream and
     checks it with `SignedRequest.check_body`."""
     return await _verified(request, None)
 
 
-def signer_id(signed: Annotated[SignedRequest, Depends(signed_request)]) -> str:
+async def signer_id(signed: Annotated[SignedRequest, Depends(signed_request)]) -> str:
     """The signing party's id: the hash of its payment key."""
     return signed.key_hash
 
@@ -73,5 +99,6 @@ SettingsDep = Annotated[MarketSettings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 ChainDep = Annotated[Chain, Depends(get_chain)]
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]
+UnspentDep = Annotated[Unspent, Depends(signed_unspent)]
 UploadDep = Annotated[SignedRequest, Depends(signed_upload)]
 PartyDep = Annotated[str, Depends(signer_id)]

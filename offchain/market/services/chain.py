@@ -41,9 +41,16 @@ class _CachedTime:
         self._lock = threading.Lock()
         self._time: ChainTime | None = None
         self._until = 0.0
+        self._tip = (0, float("-inf"))  # the last tip slot read, and when (monotonic s)
 
-    def tip_ms(self, context: OgmiosV6ChainContext) -> int:
-        tip = context.last_block_slot
+    def tip_ms(self, context: OgmiosV6ChainContext, max_age_s: float = 0.0) -> int:
+        """The tip's time; a tip read within `max_age_s` is reused (0: always read)."""
+        with self._lock:
+            tip, read_at = self._tip
+        if max_age_s <= 0 or time.monotonic() - read_at > max_age_s:
+            tip = context.last_block_slot
+            with self._lock:
+                self._tip = (tip, time.monotonic())
         with self._lock:
             cached = self._time if time.monotonic() < self._until else None
         if cached is not None:
@@ -73,9 +80,11 @@ class Chain:
             raise Invalid(str(exc), "deployment") from exc
         return cls(context, deployment)
 
-    def now_ms(self) -> int:
-        """The chain's time at its tip: what deadlines and validity bounds are measured in."""
-        return self._time.tip_ms(self.context)
+    def now_ms(self, max_age_s: float = 0.0) -> int:
+        """The chain's time at its tip: what deadlines and validity bounds are measured in.
+        A quote may take a tip read up to `max_age_s` ago (an Ogmios round trip saved per
+        request; its deadlines come out that much earlier, never later)."""
+        return self._time.tip_ms(self.context, max_age_s)
 
     def utxo(self, ref: TransactionInput) -> UTxO | None:
         return utxo_at(self.context, ref)

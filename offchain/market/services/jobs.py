@@ -62,6 +62,24 @@ def transition(
 ) -> JobEvent:
     """Move `job` to `to_state` and record why; Conflict if the table forbids the move. The
     caller commits (with whatever else the move changes, in one transaction)."""
+    event = move(job, to_state, cause, detail, slot=slot, block_height=block_height, tx_id=tx_id)
+    session.add(job)
+    session.add(event)
+    return event
+
+
+def move(
+    job: Job,
+    to_state: JobState,
+    cause: Cause,
+    detail: str = "",
+    *,
+    slot: int | None = None,
+    block_height: int | None = None,
+    tx_id: str | None = None,
+) -> JobEvent:
+    """`transition` without a session: the job moved and its event, for the caller to store
+    (the signed request's hot path writes them with its nonce in one statement batch)."""
     if to_state not in TRANSITIONS[job.state]:
         raise Conflict(f"job {job.id} is {job.state}: it cannot become {to_state}", "state")
     at = now_ms()
@@ -70,19 +88,14 @@ def transition(
         detail=detail, slot=slot, block_height=block_height, tx_id=tx_id,
     )  # fmt: skip
     job.state, job.updated_at_ms = to_state, at
-    session.add(job)
-    session.add(event)
     return event
 
 
-def created(session: Session, job: Job, detail: str) -> JobEvent:
-    """Record a new job's first state (it has no state to come from)."""
-    event = JobEvent(
+def first_event(job: Job, detail: str) -> JobEvent:
+    """A new job's first event, by an API call."""
+    return JobEvent(
         job_id=job.id, at_ms=job.created_at_ms, to_state=job.state, cause=Cause.API, detail=detail
     )
-    session.add(job)
-    session.add(event)
-    return event
 
 
 def get(session: Session, job_id: str) -> Job:

@@ -227,6 +227,6 @@ def best_offer(
         found = search(session, query, availability)
     if not found.offers:
         raise Conflict(f"no offer can take the job: {found.why_none()}", "spec")
-    offer = session.get(Offer, found.offers[0].id)
-    assert offer is not None  # read in this session a moment ago
-    return offer, provider(session, offer.provider_id)
+    chosen = select(Offer, Provider).join(Provider).where(Offer.id == found.offers[0].id)
+    offer, owner = session.exec(chosen).one()  # read in this session a moment ago
+    return offer, owner

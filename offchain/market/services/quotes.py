@@ -8,31 +8,67 @@ import json
 from collections.abc import Sequence
 
 from pycardano import Address, Transaction
+from sqlalchemy import Engine, insert
 from sqlmodel import Session, col, select
 
 from offchain.chain.ogmios import OgmiosError, request_sync
 from offchain.market import schemas
+from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
-from offchain.market.models import Blob, Cause, Job, JobState, Offer
+from offchain.market.models import Blob, Cause, Job, JobEvent, JobState, Offer
 from offchain.market.services import jobs, offers
 from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
+from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.payloads import verify
+from offchain.protocol.signed_request import SignedRequest
 from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import BuildError
 
+TIP_AGE_S = 1.0  # a quote's chain time may come from a tip read this long ago (Chain.now_ms)
+
 
 def request_job(
+    engine: Engine,
+    settings: MarketSettings,
+    chain: Chain,
+    signed: SignedRequest,
+    nonce: PendingNonce,
+    request: schemas.JobRequest,
+) -> schemas.Quote:
+    """Match a verified request to the cheapest online offer and quote it: the nonce, the job
+    and its events are one write transaction (a replay changes nothing: ReplayedRequest).
+    When no offer can take the job, only the nonce is spent and Conflict says why."""
+    try:
+        with Session(engine) as session:
+            job, offer = match(session, settings, chain.now_ms(TIP_AGE_S), signed, request)
+    except UnchainedError:
+        with writing(engine), engine.begin() as connection:
+            nonce.spend(connection)
+        raise
+    created = jobs.first_event(job, "signed job request")
+    quoted = jobs.move(job, JobState.QUOTED, Cause.API, f"offer {offer.id}")
+    with writing(engine), engine.begin() as connection:
+        nonce.spend(connection)
+        connection.execute(insert(Job), [job.model_dump()])
+        events = [event.model_dump(exclude={"id"}) for event in (created, quoted)]
+        connection.execute(insert(JobEvent), events)
+    return quote(job, offer)
+
+
+def match(
     session: Session,
     settings: MarketSettings,
     chain_now_ms: int,
-    consumer_vkey: bytes,
+    signed: SignedRequest,
     request: schemas.JobRequest,
-) -> Job:
-    """Match the request to the cheapest online offer and quote it (nothing is stored when no
-    offer can take the job: Conflict says why)."""
-    consumer_id = offers.key_hash(consumer_vkey)
+) -> tuple[Job, Offer]:
+    """The job the request asks for, quoted on the cheapest online offer (not stored: the
+    caller writes it); Conflict saying why when no offer can take it."""
+    consumer_vkey = signed.vkey.payload
+    consumer_id = signed.key_hash
     consumer = Address.from_primitive(request.consumer_address)
     if consumer.payment_part is None or consumer.payment_part.payload.hex() != consumer_id:
         raise Invalid("the address's payment key is not the key that signed", "consumer_address")
@@ -41,6 +77,7 @@ def request_job(
         session, spec, request.gpu_model, offers.available_now(settings)
     )
     expires = chain_now_ms + settings.quote_ttl_ms
+    at = jobs.now_ms()
     job = Job(
         id=jobs.new_job_id(), consumer_vkey=consumer_vkey.hex(), consumer_id=consumer_id,
         consumer_address=request.consumer_address, spec=spec.canonical_json().decode(),
@@ -52,18 +89,14 @@ def request_job(
         settle_window_ms=settings.settle_window_ms, fee_allowance=settings.fee_allowance,
         lock_lovelace=lock_amount(offer.price_per_unit, spec.max_duration_s,
                                   settings.fee_allowance),
-        quote_expires_ms=expires, created_at_ms=jobs.now_ms(), updated_at_ms=jobs.now_ms(),
+        quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
-    jobs.created(session, job, "signed job request")
-    jobs.transition(session, job, JobState.QUOTED, Cause.API, f"offer {offer.id}")
-    session.commit()
-    return job
+    return job, offer
 
 
-def quote(session: Session, job: Job) -> schemas.Quote:
+def quote(job: Job, offer: Offer) -> schemas.Quote:
     """The quote for `job`, with the provider's offer exactly as it was signed."""
-    offer = session.get(Offer, job.offer_id)
-    assert offer is not None and job.price_per_unit is not None and job.max_units is not None
+    assert job.price_per_unit is not None and job.max_units is not None
     return schemas.Quote(
         job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
         price_per_unit=job.price_per_unit, max_units=job.max_units,

@@ -1,6 +1,7 @@
 """The leader's scheduled work (APScheduler): quote expiry, the settlement batcher, the deadline
-watch and provider liveness. Each job runs alone (one instance, missed runs coalesced) in a
-worker thread, with its own database session; chain time comes from the chain's tip.
+watch, provider liveness and forgetting stale nonces. Each job runs alone (one instance,
+missed runs coalesced) in a worker thread, with its own database session; chain time comes
+from the chain's tip.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from sqlmodel import Session, col, select
 
 from offchain.chain.time import iso
 from offchain.market.models import Cause, JobEvent, JobState, Provider
-from offchain.market.services import jobs
+from offchain.market.services import jobs, nonces
 from offchain.market.services.chain import Chain
 from offchain.market.services.settlement import Batcher
 from offchain.market.settings import MarketSettings
@@ -73,6 +74,11 @@ def check_liveness(engine: Engine, online_ms: int) -> None:
         session.commit()
 
 
+def forget_nonces(engine: Engine) -> None:
+    """Stale requests' nonces go here rather than on each signed request (its one write)."""
+    nonces.forget_stale(engine, jobs.now_ms())
+
+
 def start_scheduler(
     engine: Engine, chain: Chain, settings: MarketSettings, batcher: Batcher | None
 ) -> BackgroundScheduler:
@@ -84,6 +90,7 @@ def start_scheduler(
     scheduler.add_job(expire_quotes, "interval", (engine, chain), seconds=every_s)
     scheduler.add_job(watch_deadlines, "interval", (engine, chain), seconds=every_s)
     scheduler.add_job(check_liveness, "interval", (engine, settings.online_ms), seconds=every_s)
+    scheduler.add_job(forget_nonces, "interval", (engine,), seconds=every_s)
     if batcher is not None:
         scheduler.add_job(batcher.run, "interval", seconds=settings.settle_every_ms / 1000)
     scheduler.start()

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
@@ -15,7 +15,7 @@ from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from offchain.market import schemas
-from offchain.market.api.deps import ChainDep, PartyDep, SessionDep, SettingsDep, SignedDep
+from offchain.market.api.deps import ChainDep, PartyDep, SessionDep, SettingsDep, UnspentDep
 from offchain.market.models import Job
 from offchain.market.services import jobs, quotes, storage
 
@@ -25,13 +25,16 @@ RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default
 
 
 @router.post("", status_code=201)
-def request_job(
-    request: schemas.JobRequest, signed: SignedDep, session: SessionDep, settings: SettingsDep,
+async def request_job(
+    request: schemas.JobRequest, unspent: UnspentDep, http: Request, settings: SettingsDep,
     chain: ChainDep,
 ) -> schemas.Quote:  # fmt: skip
-    """A signed job request; the answer is a quote embedding the provider's signed offer."""
-    job = quotes.request_job(session, settings, chain.now_ms(), signed.vkey.payload, request)
-    return quotes.quote(session, job)
+    """A signed job request; the answer is a quote embedding the provider's signed offer.
+    The matching and the one write transaction run in one worker thread (the hot path)."""
+    engine = http.app.state.engine
+    return await run_in_threadpool(
+        quotes.request_job, engine, settings, chain, unspent.signed, unspent.nonce, request
+    )
 
 
 @router.get("")
