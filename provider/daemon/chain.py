@@ -1,17 +1,21 @@
 """The daemon's chain: one pycardano context used from worker threads one call at a time
 (its clients are not made for concurrent use), chain time from the tip, never the wall clock,
-and blocking work off the event loop."""
+and blocking work off the event loop. An unreachable chain (`CHAIN_DOWN`: the socket refused
+or dropped, what Ogmios' clients raise then) is transient: callers retry, never give up a job."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pycardano import UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+from websockets.exceptions import WebSocketException
 
 from offchain.chain.ogmios import request_sync
 from offchain.chain.utxo import parse_out_ref, utxo_at
@@ -21,6 +25,16 @@ from provider.config import ProviderConfig
 from provider.keys import load_key
 
 T = TypeVar("T")
+log = logging.getLogger("unchained.provider")
+FIRST_PAUSE_S = 0.5
+MAX_PAUSE_S = 10.0
+# what the chain's clients raise while the devnet or Ogmios is down or restarting (a refused or
+# dropped socket, a handshake to a server not ready yet; TimeoutError is an OSError)
+CHAIN_DOWN: tuple[type[BaseException], ...] = (OSError, WebSocketException)
+
+
+class ChainUnavailable(Exception):
+    """The chain could not be reached for as long as the caller could wait."""
 
 
 @dataclasses.dataclass
@@ -30,6 +44,7 @@ class Chain:
     deployment: Deployment
     wallet: Wallet
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    seen: tuple[int, float] = (0, 0.0)  # the last tip's ms and the monotonic time it was read
 
     @classmethod
     def of(
@@ -48,9 +63,31 @@ class Chain:
 
         return await asyncio.to_thread(locked)
 
+    async def call_until(self, until_ms: int, work: Callable[..., T], *args: object) -> T:
+        """`call`, retried with backoff while the chain is unreachable; ChainUnavailable once
+        the chain's (estimated) time reaches `until_ms`."""
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                return await self.call(work, *args)
+            except CHAIN_DOWN as exc:
+                if self.estimated_now_ms() >= until_ms:
+                    raise ChainUnavailable(f"the chain is unreachable: {exc!r}") from exc
+                log.warning("the chain is unreachable (%r); trying again in %.1f s", exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+
     def now_ms(self) -> int:
         """The chain's now: the tip's POSIX ms (call through `call`)."""
-        return Clock.now(self.context).tip_ms
+        tip_ms = Clock.now(self.context).tip_ms
+        self.seen = (tip_ms, time.monotonic())
+        return tip_ms
+
+    def estimated_now_ms(self) -> int:
+        """The chain's now while it cannot be read: the last tip seen plus the time since.
+        Only for deciding how long to wait for the chain, never for what is signed."""
+        tip_ms, at = self.seen
+        return tip_ms + int((time.monotonic() - at) * 1000)
 
     def tip_point(self) -> dict[str, Any]:
         """The tip as a chain-sync point ({slot, id}): where a later search may start."""

@@ -2,7 +2,9 @@
 sign and send the acceptance, run the job with the hardened runner while its log streams to
 the market, then sign the receipt and deliver the result archive and the receipt, retrying
 until the market takes them or the escrow is about to close (the payout watcher then settles
-the receipt itself). Every step is in the journal before it is taken."""
+the receipt itself). Every step is in the journal before it is taken. An unreachable chain
+never ends a job: an assignment waits for it, a running job runs on, and its receipt and
+delivery retry until the escrow nears its close."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
 from provider.daemon.capacity import Bundle, Capacity, Slot
-from provider.daemon.chain import Chain, in_daemon_thread
+from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.journal import JobEntry, Journal, SignedReceiptRecord
 from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
 from provider.receipts import EscrowJob, ReceiptError, accept, receipt_for
@@ -61,7 +63,9 @@ class Worker:
 
     async def take(self, assignment: dict[str, Any]) -> bool:
         """Accept the assignment and start it in the background; False when no slot is free
-        (it stays assigned, to be taken once one is). A refusal is logged, never signed."""
+        (it stays assigned, to be taken once one is). A refusal is logged, never signed.
+        ChainUnavailable: the escrow cannot be checked now; the assignment stays, to be taken
+        once the chain is back."""
         job_id = str(assignment.get("job_id"))
         if job_id in self.seen:
             return True
@@ -76,6 +80,10 @@ class Worker:
             self.release(job_id)
             log.warning("job %s refused: %s", job_id, exc)
             return True
+        except CHAIN_DOWN as exc:
+            self.release(job_id)
+            self.seen.discard(job_id)
+            raise ChainUnavailable(f"job {job_id} to take again: {exc!r}") from exc
         except MarketError as exc:
             self.release(job_id)
             self._fail_locally(job_id, f"the market did not take the acceptance: {exc}")
@@ -138,7 +146,7 @@ class Worker:
         """Start, run and deliver an accepted job; the slot is free once its container ends."""
         try:
             await self._report_start(entry)
-            now = await self.chain.call(self.chain.now_ms)
+            now = await self._chain_now()
             entry = entry.model_copy(update={"stage": "running", "started_at_ms": now})
             self.journal.save(entry)
             shipper = LogShipper(self.link, entry.job_id)
@@ -160,19 +168,28 @@ class Worker:
         except MarketError as exc:  # the job runs anyway; delivery tells the market again
             log.warning("job %s: the market did not hear of its start: %s", entry.job_id, exc)
 
+    async def _chain_now(self) -> int:
+        """The chain's now, estimated from the last tip while the chain is unreachable."""
+        try:
+            return await self.chain.call(self.chain.now_ms)
+        except CHAIN_DOWN as exc:
+            log.warning("chain time estimated from the last tip: %r", exc)
+            return self.chain.estimated_now_ms()
+
     async def finish(self, entry: JobEntry, result: RunResult) -> None:
         """Sign the receipt for a run that happened and deliver it; report one that did not."""
         if result.record is None:
             await self.fail(entry, f"{result.status}: {result.error}")
             return
+        until = entry.close_ms - self.settings.payout_margin_ms
         try:
-            escrow = await self.chain.call(self.chain.utxo, entry.escrow)
+            escrow = await self.chain.call_until(until, self.chain.utxo, entry.escrow)
             if escrow is None:
                 raise ReceiptError(f"escrow {entry.escrow} was spent before the receipt")
-            receipt = await self.chain.call(
-                receipt_for, self._escrow_job(escrow, entry.spec), result
+            receipt = await self.chain.call_until(
+                until, receipt_for, self._escrow_job(escrow, entry.spec), result
             )
-        except (Refused, ReceiptError) as exc:
+        except (Refused, ReceiptError, ChainUnavailable) as exc:
             await self.fail(entry, f"no receipt can be signed: {exc}")
             return
         record = SignedReceiptRecord(
@@ -193,7 +210,7 @@ class Worker:
                 await evidence.upload(self.link, self.runner.results_dir, entry)
                 return
             except MarketError as exc:
-                now = await self.chain.call(self.chain.now_ms)
+                now = await self._chain_now()
                 if now >= entry.close_ms - self.settings.payout_margin_ms:
                     log.warning("job %s: undelivered (%s); the payout watcher settles it",
                                 entry.job_id, exc)  # fmt: skip

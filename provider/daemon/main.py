@@ -1,5 +1,6 @@
 """The daemon: recovery first, then three loops on one event loop (heartbeat + bond check,
-assignments, payouts) until SIGTERM or SIGINT. Then it takes no more work, gives running jobs
+assignments, payouts) until SIGTERM or SIGINT. Then it takes no more work and stops
+heartbeating (the market lets the offer go offline and matches it no job), gives running jobs
 `grace_ms` to finish and be delivered, and stops; a job still running after that keeps its
 container and is recovered by the next start. A lost market or chain connection is logged and
 retried: it never stops a running job."""
@@ -16,7 +17,7 @@ import docker
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
 from provider.daemon.capacity import Capacity, slots_of
-from provider.daemon.chain import Chain
+from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.jobs import Worker
 from provider.daemon.journal import Journal
 from provider.daemon.market_link import MarketError, MarketLink
@@ -60,14 +61,16 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
         await recover(self.worker)
+        heartbeat = asyncio.create_task(self._every(self.settings.heartbeat_ms, self._heartbeat))
         loops = [
-            asyncio.create_task(self._every(self.settings.heartbeat_ms, self._heartbeat)),
+            heartbeat,
             asyncio.create_task(self._every(self.settings.payout_every_ms, self.payouts.tick)),
         ]
         log.info("provider daemon running: %d slot(s), %s lovelace/s per job",
                  len(self.worker.capacity.slots), self.worker.bundle.price_per_unit)  # fmt: skip
         try:
             await self._take_assignments()
+            heartbeat.cancel()  # the offer goes offline: the market matches no new job to it
             await self._grace()
         finally:
             for task in loops:
@@ -78,11 +81,16 @@ class Daemon:
 
     def stop(self) -> None:
         if not self.stopping.is_set():
-            log.info("stopping: no new work; running jobs have %d ms", self.settings.grace_ms)
+            log.info("stopping: no new work, no heartbeat; running jobs have %d ms",
+                     self.settings.grace_ms)  # fmt: skip
             self.stopping.set()
 
     async def _heartbeat(self) -> None:
-        bond = await self.chain.call(self.bonds.refresh)
+        try:
+            bond = await self.chain.call(self.bonds.refresh)
+        except CHAIN_DOWN as exc:  # the offer stays online on the bond last read
+            log.warning("bond not read, the chain is unreachable: %r", exc)
+            bond = self.bonds.view
         await self.offer.beat(bond, retry_for_s=self.settings.heartbeat_ms / 2000)
 
     async def _take_assignments(self) -> None:
@@ -102,9 +110,13 @@ class Daemon:
                 log.warning("assignments: %s", exc)
                 await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
                 continue
-            for assignment in found:
-                if self.stopping.is_set() or not await worker.take(assignment):
-                    break
+            try:
+                for assignment in found:
+                    if self.stopping.is_set() or not await worker.take(assignment):
+                        break
+            except ChainUnavailable as exc:  # the market keeps it assigned: taken once back
+                log.warning("assignments wait for the chain: %s", exc)
+                await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
 
     async def _until_stop_or(self, awaitable: Awaitable[object]) -> None:
         waiting = asyncio.ensure_future(awaitable)
