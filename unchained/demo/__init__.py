@@ -1,7 +1,7 @@
 """`unchained demo`: the whole market on this machine in one command. A fresh devnet, the
 validators deployed, the market with its explorer and a provider daemon as child processes;
 consumers submit the sample job (a small NumPy network trained in a container) with the
-consumer SDK, follow it live, verify its result and see every party's balance on chain."""
+consumer CLI, follow it live, verify its result and see every party's balance on chain."""
 
 from __future__ import annotations
 

@@ -1,38 +1,40 @@
-"""The demo's consumers, each with the consumer SDK (what `unchained job submit` runs): a key
-of its own, funded from the devnet's faucet, the sample job quoted, checked and locked, its
-progress followed live, its result downloaded and verified against the provider's receipt."""
+"""The demo's consumers: each a key of its own, funded from the devnet's faucet, that runs the
+consumer CLI a newcomer uses next, as child processes: `unchained job submit SPEC --yes`, then
+`unchained job results JOB`. Its key, market, chain, deployment and job store are given by
+`UNCHAINED_*` variables. What the demo tells about a job it reads back where a person would:
+the consumer's job store (what the CLI recorded) and the market's explorer."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from pycardano import Transaction
+import httpx
+import yaml
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from consumer.client import MarketClient
 from consumer.keys import ConsumerKey, load_key, new_wallet
-from consumer.progress import FINAL, watch
-from consumer.quote import CheckedQuote
-from consumer.session import Consumer, VerifiedResult
-from consumer.store import JobStore
-from offchain.chain.context import chain_context
+from consumer.progress import FINAL
+from consumer.store import JobRecord, JobStore
 from offchain.chain.ogmios import request
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.genesis import ADA
-from offchain.protocol import deployment_file
 from offchain.protocol.jobspec import JobSpec, Resources
 from provider.images import WORKLOADS_IN_IMAGE
-from unchained.demo.children import IDENTITY, SLOT
+from unchained.demo.children import SLOT, DemoFailed
 
 FUNDS = 100 * ADA
 EPOCHS = 200  # consumer n trains for EPOCHS + 10 (n - 1): each job its own spec, its own id
 MAX_DURATION_S = 120
+POLL_S = 1
 
 
 def sample_job(image: str, epochs: int) -> JobSpec:
@@ -46,54 +48,72 @@ def sample_job(image: str, epochs: int) -> JobSpec:
 
 @dataclasses.dataclass
 class DemoConsumer:
-    """One consumer and, once submitted, its job."""
+    """One consumer, its job spec file and, once submitted, what its CLI recorded."""
 
     name: str
-    sdk: Consumer
-    spec: JobSpec
-    quote: CheckedQuote | None = None
-    lock: Transaction | None = None
-    escrow: str = ""
-    units: int = 0  # from the signed receipt, once verified
+    key: ConsumerKey
+    env: dict[str, str]  # the UNCHAINED_* settings of its CLI
+    spec: Path
+    epochs: int
+    record: JobRecord | None = None  # its job store's record of the job, once submitted
+    lock_fee: int = 0  # from the explorer, once the lock is indexed
+    units: int = 0  # from the verified result
 
     @property
     def job_id(self) -> str:
-        """The market's id for the job, once quoted."""
-        assert self.quote is not None, "submit first"
-        return self.quote.job_id
+        assert self.record is not None, "submit first"
+        return self.record.job_id
 
-    async def submit(self) -> None:
-        """Quote (checked by the SDK), lock built and signed here, escrow reported."""
-        self.quote = await self.sdk.quote(self.spec)
-        unsigned = await self.sdk.build_lock(self.job_id)
-        self.lock = self.sdk.key.sign(unsigned)
-        self.escrow = await self.sdk.submit_lock(self.job_id, self.lock)
+    async def cli(self, *args: str, terminal: bool = False) -> Any:
+        """`unchained ARGS...` as this consumer: its output in the terminal (`terminal`), or
+        its --json document, parsed. DemoFailed if it fails; killed if the demo gives up."""
+        piped = None if terminal else subprocess.PIPE
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "unchained.cli", *args, *([] if terminal else ["--json"]),
+            env={**os.environ, **self.env}, stdin=subprocess.DEVNULL, stdout=piped, stderr=piped,
+        )  # fmt: skip
+        try:
+            out, err = await process.communicate()
+        except BaseException:
+            process.kill()
+            await process.wait()
+            raise
+        if process.returncode:
+            said = (out or b"").decode() + (err or b"").decode()
+            raise DemoFailed(f"{self.name}: `unchained {' '.join(args)}` failed "
+                             f"({process.returncode}): {said.strip()[-2000:]}")  # fmt: skip
+        return None if terminal else json.loads(out)
 
-    async def result(self, into: Path) -> tuple[VerifiedResult, dict[str, Any]]:
-        """The result verified against the signed receipt, and the job's metrics.json."""
-        verified = await self.sdk.results(self.job_id, into)
-        self.units = verified.units
-        metrics = (verified.unpacked / "metrics.json") if verified.unpacked else None
-        return verified, json.loads(metrics.read_text()) if metrics and metrics.exists() else {}
+    async def submit(self, terminal: bool) -> None:
+        """`unchained job submit SPEC --yes`; the record it made in the (fresh) job store."""
+        await self.cli("job", "submit", str(self.spec), "--yes", terminal=terminal)
+        self.record = JobStore(Path(self.env["UNCHAINED_CONSUMER_STATE_DIR"])).all()[-1]
 
-
-def consumer_key(path: Path) -> ConsumerKey:
-    """The key at `path`, made on the first run (the chain is new each run, the key is not)."""
-    return load_key(path) if path.exists() else new_wallet(path, mnemonic=False)
+    async def result(self, into: Path) -> dict[str, Any]:
+        """`unchained job results JOB`: the result verified against the signed receipt."""
+        verified = await self.cli("job", "results", self.job_id, "--out", str(into))
+        self.units = verified["units"]
+        return verified
 
 
 def open_consumers(data_dir: Path, count: int, image: str, ogmios_url: str, deployment: Path,
                    market_url: str) -> list[DemoConsumer]:  # fmt: skip
+    """`count` consumers, each with its key (made on the first run: the chain is new each run,
+    the key is not), its job store and its spec file."""
     consumers = []
     for n in range(1, count + 1):
-        key = consumer_key(data_dir / "keys" / f"consumer-{n}.skey")
-        context = chain_context(ogmios_url)
-        sdk = Consumer(
-            key, MarketClient.open(market_url, IDENTITY, key), context, ogmios_url,
-            deployment_file.load(deployment, context), JobStore(data_dir / "consumers" / str(n)),
-        )  # fmt: skip
-        spec = sample_job(image, EPOCHS + 10 * (n - 1))
-        consumers.append(DemoConsumer(f"consumer-{n}", sdk, spec))
+        key_file = data_dir / "keys" / f"consumer-{n}.skey"
+        state_dir = data_dir / "consumers" / str(n)
+        key = load_key(key_file) if key_file.exists() else new_wallet(key_file, mnemonic=False)
+        env = {"UNCHAINED_CONSUMER_KEY": str(key_file), "UNCHAINED_CONSUMER_MARKET_URL": market_url,
+               "UNCHAINED_OGMIOS_URL": ogmios_url, "UNCHAINED_DEPLOYMENT": str(deployment),
+               "UNCHAINED_CONSUMER_STATE_DIR": str(state_dir)}  # fmt: skip
+        epochs = EPOCHS + 10 * (n - 1)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        spec = state_dir / "job.yaml"
+        spec.write_text(yaml.safe_dump(sample_job(image, epochs).model_dump(mode="json"),
+                                       sort_keys=False))  # fmt: skip
+        consumers.append(DemoConsumer(f"consumer-{n}", key, env, spec, epochs))
     return consumers
 
 
@@ -106,29 +126,35 @@ async def fund(ogmios_url: str, address: str) -> str:
     return tx_id
 
 
-async def follow(consumers: list[DemoConsumer]) -> dict[str, str]:
-    """Live progress until every job is final: the consumer's own display for one job, a
-    table of all for several. The final state of each job, by consumer."""
-    console = Console()
-    if len(consumers) == 1:
-        only = consumers[0]
-        return {only.name: await watch(only.sdk, only.job_id, console)}
-    states: dict[str, dict[str, Any]] = {}
+async def explorer(http: httpx.AsyncClient, path: str) -> dict[str, Any]:
+    """The explorer's JSON for `path`, once it has indexed it (not found until then)."""
+    while True:
+        response = await http.get(f"/api/explorer/{path}")
+        if response.status_code != httpx.codes.NOT_FOUND:
+            return response.raise_for_status().json()
+        await asyncio.sleep(POLL_S)
+
+
+async def follow(http: httpx.AsyncClient, consumers: list[DemoConsumer]) -> dict[str, Any]:
+    """A live table of every job, from the explorer, until each is final; their pages, by
+    consumer."""
+    pages: dict[str, dict[str, Any]] = {}
 
     def table() -> Table:
         shown = Table("consumer", "job", "state", "units", "settled by", title="jobs")
         for c in consumers:
-            status = states.get(c.name, {})
-            units = status.get("receipt_units")
-            shown.add_row(c.name, c.job_id[:16], status.get("state", "…"),
+            page = pages.get(c.name, {"job": {"state": "…", "settle_tx": None}, "receipt": None})
+            units = (page["receipt"] or {}).get("units")
+            shown.add_row(c.name, c.job_id[:16], page["job"]["state"],
                           "-" if units is None else str(units),
-                          (status.get("settle_tx") or "-")[:16])  # fmt: skip
+                          (page["job"]["settle_tx"] or "-")[:16])  # fmt: skip
         return shown
 
-    with Live(table(), console=console, refresh_per_second=4) as live:
-        while len(states) < len(consumers) or any(s["state"] not in FINAL for s in states.values()):
-            found = await asyncio.gather(*(c.sdk.status(c.job_id) for c in consumers))
-            states = {c.name: s for c, s in zip(consumers, found, strict=True)}
+    with Live(table(), console=Console(), refresh_per_second=4) as live:
+        while True:
+            found = await asyncio.gather(*(explorer(http, f"jobs/{c.job_id}") for c in consumers))
+            pages = {c.name: page for c, page in zip(consumers, found, strict=True)}
             live.update(table())
-            await asyncio.sleep(0.5)
-    return {name: status["state"] for name, status in states.items()}
+            if all(page["job"]["state"] in FINAL for page in found):
+                return pages
+            await asyncio.sleep(POLL_S)

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import sys
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import docker
 import httpx
 import typer
-from pycardano import Address, Transaction
+from pycardano import Address, Network, Transaction
 
 from offchain.chain.context import chain_context
 from offchain.chain.submit import submit_confirmed
@@ -29,11 +30,11 @@ from provider.images import workloads_image
 from provider.keys import ensure_key
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
-from unchained.demo.consumers import FUNDS, DemoConsumer, follow, fund, open_consumers
+from unchained.demo.consumers import FUNDS, DemoConsumer, explorer, follow, fund, open_consumers
 from unchained.deploy import NOTICE_MS, SLASH_SHARE_BPS
 
 SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
-FOLLOW_TIMEOUT_S = 600  # the job's 120 s at most, its settlement, and a loaded machine
+TRADE_TIMEOUT_S = 600  # the job's 120 s at most, its settlement, and a loaded machine
 T = TypeVar("T")
 
 
@@ -68,7 +69,10 @@ def fresh(data_dir: Path, provider_state: Path) -> None:
 
 
 def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
-    """The whole demo: its devnet, market and provider stop when it returns or fails."""
+    """The whole demo: its devnet, market and provider stop when it returns or fails. One job
+    in a terminal: the consumer CLI shows its own live display there."""
+    started = time.monotonic()
+    terminal = jobs == 1 and sys.stdout.isatty()
     provider_state = data_dir / "provider"
     fresh(data_dir, provider_state)
     many = f"{jobs} jobs from {jobs} consumers" if jobs > 1 else "one job"
@@ -103,17 +107,19 @@ def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
             say(f"   provider daemon: offer published, {jobs} slot(s) of 1 core, 512 MiB, "
                 f"64 MiB disk (log {provider.log})")  # fmt: skip
             consumers = open_consumers(data_dir, jobs, image, devnet.url, deployment, market_url)
-            parties = {"provider": Wallet.of(provider_key).address,
-                       **{c.name: c.sdk.key.address for c in consumers},
-                       "market": Wallet.of(devnet.key("market")).address}  # fmt: skip
-            asyncio.run(trade(devnet, market_url, consumers, parties, data_dir, [market, provider]))
+            parties = {"provider": Wallet.of(provider_key, Network.TESTNET).address,
+                       **{c.name: c.key.address for c in consumers},
+                       "market": Wallet.of(devnet.key("market"), Network.TESTNET).address}  # fmt: skip
+            asyncio.run(guarded(trade(devnet, market_url, consumers, parties, data_dir, terminal),
+                                [market, provider], data_dir))  # fmt: skip
+            say(f"\ndemo took {time.monotonic() - started:.0f} s")
             if stay:
-                stay_up(market_url, consumers, data_dir, deployment, [market, provider])
+                stay_up(market_url, consumers[0], [market, provider])
 
 
 def deployed(devnet: DevnetProcess, path: Path) -> Path:
     step("3. The market deploys the validators")
-    market = Wallet.of(devnet.key("market"))
+    market = Wallet.of(devnet.key("market"), Network.TESTNET)
     tx, deployment = deploy(chain_context(devnet.url), market.address, 0, NOTICE_MS,
                             SLASH_SHARE_BPS)  # fmt: skip
     confirm(devnet.url, market.sign(tx), "deploy")
@@ -131,48 +137,55 @@ def confirm(url: str, tx: Transaction, what: str) -> None:
 
 async def trade(
     devnet: DevnetProcess, market_url: str, consumers: list[DemoConsumer],
-    parties: dict[str, Address], data_dir: Path, alive: list[Child],
+    parties: dict[str, Address], data_dir: Path, terminal: bool,
 ) -> None:  # fmt: skip
     step("5. The parties")
     for name, address in parties.items():
         say(f"   {name:<11}{address}")
-    funded = await asyncio.gather(*(fund(devnet.url, str(c.sdk.key.address)) for c in consumers))
+    funded = await asyncio.gather(*(fund(devnet.url, str(c.key.address)) for c in consumers))
     for consumer, tx_id in zip(consumers, funded, strict=True):
         say(f"   {consumer.name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
     before = {name: balance(devnet.url, address) for name, address in parties.items()}
 
-    step("6. Each consumer submits the sample job: a quote checked against the provider's "
+    step("6. Each consumer submits the sample job with the consumer CLI (its key, market and "
+         "job store in UNCHAINED_CONSUMER_* variables): a quote checked against the provider's "
          "signed offer, the escrow locked from its own wallet")  # fmt: skip
-    await asyncio.gather(*(c.submit() for c in consumers))
     for c in consumers:
-        assert c.quote is not None and c.lock is not None
-        say(
-            f"   {c.name}: job {c.job_id}, {c.spec.command[-1]} epochs, "
-            f"{ada(c.quote.datum.price_per_unit)}/s for at most {c.quote.datum.max_units} s"
-        )
-        say(
-            f"   {c.name} lock: tx {c.lock.id} (fee {ada(c.lock.transaction_body.fee)}); "
-            f"escrow {c.escrow} holds {ada(c.quote.lovelace)}"
-        )
-        say(f"   explorer {market_url}/explorer/jobs/{c.job_id}")
+        say(f"   {c.name}$ unchained job submit {c.spec} --yes{'' if terminal else ' --json'}")
+    sys.stdout.flush()  # before the CLI's own output, in a terminal
+    await asyncio.gather(*(c.submit(terminal) for c in consumers))
+    async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
+        for c in consumers:
+            assert c.record is not None
+            datum = c.record.datum
+            c.lock_fee = (await explorer(http, f"txs/{c.record.lock_tx_id}"))["tx"]["fee"]
+            say(f"   {c.name}: job {c.job_id}, {c.epochs} epochs, "
+                f"{ada(datum.price_per_unit)}/s for at most {datum.max_units} s")  # fmt: skip
+            say(f"   {c.name} lock: tx {c.record.lock_tx_id} (fee {ada(c.lock_fee)}); "
+                f"escrow {c.record.escrow} holds {ada(c.record.lovelace)}")  # fmt: skip
+            say(f"   explorer {market_url}/explorer/jobs/{c.job_id}")
 
-    step("7. The provider checks each escrow on chain, accepts, runs the job in a hardened "
-         "container and signs a receipt; the market settles")  # fmt: skip
-    states = await guarded(follow(consumers), alive, data_dir)
-    failed = {name: state for name, state in states.items() if state != "settled"}
-    if failed:
-        raise DemoFailed(f"not settled: {failed}; see the logs in {data_dir}")
+        step("7. The provider checks each escrow on chain, accepts, runs the job in a hardened "
+             "container and signs a receipt; the market settles")  # fmt: skip
+        pages = await follow(http, consumers)
+        failed = {name: p["job"]["state"] for name, p in pages.items()
+                  if p["job"]["state"] != "settled"}  # fmt: skip
+        if failed:
+            raise DemoFailed(f"not settled: {failed}; see the logs in {data_dir}")
 
-    step("8. Settlement")
-    settle_fee = await settlement(market_url, consumers)
+        step("8. Settlement")
+        settle_fee = await settlement(http, market_url, consumers, pages)
 
     step("9. The verified results")
     for c in consumers:
-        verified, metrics = await c.result(data_dir / "results" / c.job_id)
-        accuracy = f", accuracy {metrics['accuracy']:.3f}" if "accuracy" in metrics else ""
+        say(f"   {c.name}$ unchained job results {c.job_id} --out "
+            f"{data_dir / 'results' / c.job_id} --json")  # fmt: skip
+    verified = await asyncio.gather(*(c.result(data_dir / "results" / c.job_id) for c in consumers))
+    for c, result in zip(consumers, verified, strict=True):
         say(
-            f"   {c.name}: sha256 {verified.sha256} matches the receipt signed by the "
-            f"escrow's provider key ({verified.size} bytes{accuracy}); in {verified.unpacked}"
+            f"   {c.name}: sha256 {result['sha256']} matches the receipt signed by the "
+            f"escrow's provider key ({result['size']} bytes{accuracy(result['unpacked'])}); "
+            f"in {result['unpacked']}"
         )
 
     after = {name: balance(devnet.url, address) for name, address in parties.items()}
@@ -180,43 +193,52 @@ async def trade(
     check_balances(before, after, consumers, settle_fee)
 
 
+def accuracy(unpacked: str) -> str:
+    """What the job's metrics.json says it learnt, if it wrote one."""
+    metrics = Path(unpacked) / "metrics.json"
+    if not metrics.exists():
+        return ""
+    return f", accuracy {json.loads(metrics.read_text())['accuracy']:.3f}"
+
+
 async def guarded(work: Awaitable[T], alive: list[Child], data_dir: Path) -> T:
-    """`work`'s result, unless a child exits or FOLLOW_TIMEOUT_S passes first (DemoFailed):
+    """`work`'s result, unless a child exits or TRADE_TIMEOUT_S passes first (DemoFailed):
     a demo never waits for a job nobody is running."""
     task = asyncio.ensure_future(work)
-    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    deadline = time.monotonic() + TRADE_TIMEOUT_S
     try:
         while not task.done():
             for child in alive:
                 child.check()
             if time.monotonic() > deadline:
-                raise DemoFailed(f"not settled in {FOLLOW_TIMEOUT_S} s: see the logs in {data_dir}")
+                raise DemoFailed(f"not settled in {TRADE_TIMEOUT_S} s: see the logs in {data_dir}")
             await asyncio.wait([task], timeout=1)
         return task.result()
     finally:
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task  # a consumer CLI still running is killed before the children stop
 
 
-async def settlement(market_url: str, consumers: list[DemoConsumer]) -> int:
+async def settlement(http: httpx.AsyncClient, market_url: str, consumers: list[DemoConsumer],
+                     pages: dict[str, Any]) -> int:  # fmt: skip
     """Print the settle transaction(s) and each escrow's split; the settle fees paid."""
-    statuses = [await c.sdk.status(c.job_id) for c in consumers]
     fees = 0
-    async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
-        for tx_id in sorted({s["settle_tx"] for s in statuses}):
-            tx = (await http.get(f"/api/explorer/txs/{tx_id}")).json()["tx"]
-            spent = {i["ref"] for i in tx["inputs"]}
-            held = [c for c in consumers if c.escrow in spent]
-            fees += tx["fee"]
-            say(
-                f"   settle: tx {tx_id} (block {tx['height']}, fee {ada(tx['fee'])}) spends "
-                f"{len(held)} escrow(s) in one batch, paid by the market's wallet"
-            )
-            say(f"   explorer {market_url}/explorer/txs/{tx_id}")
-    for c, status in zip(consumers, statuses, strict=True):
-        record = c.sdk.store.get(c.job_id)
-        datum, units = record.datum, status["receipt_units"]
+    for tx_id in sorted({page["job"]["settle_tx"] for page in pages.values()}):
+        tx = (await explorer(http, f"txs/{tx_id}"))["tx"]
+        spent = {i["ref"] for i in tx["inputs"]}
+        held = [c for c in consumers if c.record and c.record.escrow in spent]
+        fees += tx["fee"]
+        say(
+            f"   settle: tx {tx_id} (block {tx['height']}, fee {ada(tx['fee'])}) spends "
+            f"{len(held)} escrow(s) in one batch, paid by the market's wallet"
+        )
+        say(f"   explorer {market_url}/explorer/txs/{tx_id}")
+    for c in consumers:
+        assert c.record is not None
+        datum, units = c.record.datum, pages[c.name]["receipt"]["units"]
         split = settle_split(
-            record.lovelace, datum.price_per_unit, units, datum.max_units, datum.fee_allowance
+            c.record.lovelace, datum.price_per_unit, units, datum.max_units, datum.fee_allowance
         )
         say(
             f"   {c.name}'s escrow: {units} units x "
@@ -244,11 +266,11 @@ def check_balances(before: dict[str, int], after: dict[str, int],
     """The changes are exactly the receipts, the lock fees and the allowances: else fail."""
     expected = {"provider": 0, "market": -settle_fee}
     for c in consumers:
-        datum = c.sdk.store.get(c.job_id).datum
-        assert c.lock is not None
+        assert c.record is not None
+        datum = c.record.datum
         cost = datum.price_per_unit * c.units
         expected["provider"] += cost
-        expected[c.name] = -(cost + datum.fee_allowance + c.lock.transaction_body.fee)
+        expected[c.name] = -(cost + datum.fee_allowance + c.lock_fee)
         expected["market"] += datum.fee_allowance
     changes = {name: after[name] - before[name] for name in before}
     if changes != expected:
@@ -257,20 +279,11 @@ def check_balances(before: dict[str, int], after: dict[str, int],
     say("its lock fee and the fee allowance; the market kept the allowances less the settle fee.")
 
 
-def stay_up(market_url: str, consumers: list[DemoConsumer], data_dir: Path, deployment: Path,
-            alive: list[Child]) -> None:  # fmt: skip
+def stay_up(market_url: str, first: DemoConsumer, alive: list[Child]) -> None:
     """Keep the devnet, market and provider up for a person to look around, until Ctrl-C."""
-    first = consumers[0]
     step(f"The explorer stays up at {market_url}/explorer; Ctrl-C stops everything.")
     say(f"Try the consumer CLI as {first.name}, in another terminal:")
-    say(
-        f"   export UNCHAINED_CONSUMER_MARKET_URL={market_url} "
-        f"UNCHAINED_OGMIOS_URL={first.sdk.ogmios_url} UNCHAINED_DEPLOYMENT={deployment}"
-    )
-    say(
-        f"   export UNCHAINED_CONSUMER_KEY={data_dir / 'keys' / 'consumer-1.skey'} "
-        f"UNCHAINED_CONSUMER_STATE_DIR={data_dir / 'consumers' / '1'}"
-    )
+    say("   export " + " ".join(f"{name}={value}" for name, value in first.env.items()))
     say(f"   .venv/bin/unchained job list; .venv/bin/unchained job status {first.job_id}")
     sys.stdout.flush()
     while True:
