@@ -7,6 +7,8 @@ provider signs create, begin-unbond and withdraw, a payer signs top-up and slash
 
 from __future__ import annotations
 
+import copy
+
 from pycardano import (
     Address,
     ChainContext,
@@ -17,6 +19,7 @@ from pycardano import (
     TransactionBuilder,
     TransactionOutput,
     UTxO,
+    Value,
 )
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
@@ -212,5 +215,8 @@ def _spend_bond(
 
 
 def _continue(builder: TransactionBuilder, bond: UTxO, datum: BondDatum, lovelace: int) -> int:
-    """The bond's continuing output: same full address, the given datum and lovelace."""
-    return add_output(builder, TransactionOutput(bond.output.address, lovelace, datum=datum))
+    """The bond's continuing output: same full address and native tokens (the validator wants
+    exactly the bond's tokens to go on, so none can be taken out or dusted in), the given
+    datum and lovelace."""
+    value = Value(lovelace, copy.deepcopy(bond.output.amount.multi_asset))
+    return add_output(builder, TransactionOutput(bond.output.address, value, datum=datum))

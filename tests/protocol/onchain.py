@@ -15,6 +15,7 @@ from pycardano import (
     AssetName,
     ExecutionUnits,
     MultiAsset,
+    Network,
     NonEmptyOrderedSet,
     PaymentSigningKey,
     PlutusData,
@@ -38,7 +39,7 @@ from offchain.devnet.genesis import ADA
 from offchain.devnet.process import DevnetProcess
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
-from offchain.protocol.addresses import from_plutus
+from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
 from offchain.protocol.split import slash_share
@@ -52,7 +53,9 @@ from offchain.protocol.txbuild import (
 )
 from offchain.protocol.types import (
     BatchSettle,
+    BondDatum,
     EscrowDatum,
+    Nothing,
     Payout,
     PayoutKind,
     Refund,
@@ -86,7 +89,7 @@ async def confirm(devnet: DevnetProcess, tx: Transaction) -> Transaction:
 
 async def wallet(devnet: DevnetProcess, lovelace: int = 1_000 * ADA) -> Wallet:
     """A fresh key holding `lovelace` from the faucet (fresh, so balances are exact)."""
-    made = Wallet.of(PaymentSigningKey.generate())
+    made = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
     since = await tip_point(devnet.url)
     funding = await request(
         devnet.url, "devnet/fund", {"address": str(made.address), "lovelace": lovelace}
@@ -338,6 +341,22 @@ def junk_tokens(owner: Wallet, count: int = 200) -> tuple[ScriptPubkey, MultiAss
     policy = ScriptPubkey(owner.key_hash)
     names = {AssetName(bytes([n])): 1 for n in range(count)}
     return policy, MultiAsset({script_hash(policy): Asset(names)})
+
+
+async def bond_with_tokens(
+    devnet: DevnetProcess, deployment: Deployment, provider: Wallet, tokens: int = 20
+) -> UTxO:
+    """A bond of BOND lovelace that also holds `tokens` junk tokens (anyone may lock such a
+    UTxO at a bond address, and top-ups must keep them)."""
+    policy, held = junk_tokens(provider, tokens)
+    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
+    builder = TransactionBuilder(devnet.context())
+    builder.add_input_address(provider.address)
+    builder.mint, builder.native_scripts = held, [policy]
+    address = deployment.bond_address(provider.address)
+    builder.add_output(TransactionOutput(address, Value(BOND, held), datum=datum))
+    tx = builder.build_and_sign([provider.key], change_address=provider.address)
+    return output(await confirm(devnet, tx), 0)
 
 
 async def lock_by_hand(

@@ -8,7 +8,7 @@ import dataclasses
 from functools import partial
 
 import pytest
-from pycardano import Address, TransactionBuilder, TransactionOutput, UTxO, Value
+from pycardano import Address, TransactionOutput, Value
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.addresses import to_plutus
@@ -40,6 +40,7 @@ from tests.protocol.onchain import (
     Spend,
     accept,
     bond_by_hand,
+    bond_with_tokens,
     confirm,
     continuing,
     handmade,
@@ -270,19 +271,6 @@ async def test_bonds_of_two_versions_cannot_both_slash_one_escrow(
     await confirm(devnet, consumer.sign(honest))
     with pytest.raises(BuildError, match="no acceptance of"):  # v1's acceptance is not v2's
         bonds.slash(devnet.context(), deployment_v2, other, second, v1, consumer.address)
-
-
-async def bond_with_tokens(devnet, deployment, provider: Wallet) -> UTxO:
-    """A bond that also holds 20 native tokens (anyone may lock such a UTxO)."""
-    policy, tokens = junk_tokens(provider, 20)
-    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
-    builder = TransactionBuilder(devnet.context())
-    builder.add_input_address(provider.address)
-    builder.mint, builder.native_scripts = tokens, [policy]
-    address = deployment.bond_address(provider.address)
-    builder.add_output(TransactionOutput(address, Value(BOND, tokens), datum=datum))
-    tx = builder.build_and_sign([provider.key], change_address=provider.address)
-    return output(await confirm(devnet, tx), 0)
 
 
 async def test_a_top_up_keeps_the_bonds_tokens_and_adds_none(devnet, deployment):
