@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ogmios.errors import ResponseError
-from pycardano import PaymentSigningKey, Transaction, TransactionOutput, UTxO
+from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput, UTxO
 from pycardano.exception import PyCardanoException
 
 from offchain.chain.ogmios import OgmiosError, request
@@ -68,7 +68,7 @@ async def lock_many(
         builder = new_builder(context)
         builder.add_input_address(funder.address)
         for _ in range(min(60, count - len(made))):
-            consumer = Wallet.of(PaymentSigningKey.generate())
+            consumer = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
             datum = escrows.new_escrow(
                 consumer.address, provider.address, provider.vkey, PRICE, MAX_UNITS, deadline,
                 60_000, bytes(32), ALLOWANCE,

@@ -85,7 +85,9 @@ LAG_SAMPLE_S = 0.02
 
 def key(name: str) -> Wallet:
     """A deterministic key (the same parties every run)."""
-    return Wallet.of(PaymentSigningKey(hashlib.sha256(f"bench/market/{name}".encode()).digest()))
+    return Wallet.of(
+        PaymentSigningKey(hashlib.sha256(f"bench/market/{name}".encode()).digest()), Network.TESTNET
+    )
 
 
 def p99(values: Sequence[float]) -> float:
@@ -203,7 +205,7 @@ class Market:
     def port(self) -> int:
         return self.settings.port
 
-    def start(self, **changes: Any) -> Market:
+    def start(self, workers: int = 1, **changes: Any) -> Market:
         settings = self.settings.model_copy(update=changes)
         values = {k: str(v) if isinstance(v, Path) else v
                   for k, v in settings.model_dump().items() if v is not None}  # fmt: skip
@@ -218,6 +220,8 @@ class Market:
             "serve",
             "--config",
             str(config),
+            "--workers",
+            str(workers),
         ]
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
@@ -581,7 +585,7 @@ async def one_database(
         data_dir=root / "data", database_url=database_url, ogmios_url=devnet.url,
         deployment=deployment_path, identity=IDENTITY, port=free_port(), confirmations=1,
     )  # fmt: skip
-    market = Market(root, settings).start()
+    market = Market(root, settings).start(args.workers)
     lag: list[int] = []
     try:
         await wait_leading(market.port)
@@ -602,7 +606,9 @@ async def one_database(
             market.port, providers, args.quotes, args.submissions, args.concurrency, profile
         )
         print(f"  {name}: {measured}")
-        measured |= baseline
+        measured |= baseline | {"market_workers": args.workers}
+        if args.submissions_only:
+            return measured
         spy = None
         if args.py_spy:
             spy = (args.py_spy, Path(args.profile_dir) / f"{name}-settle.spy")
@@ -638,9 +644,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     results[name] = await one_database(
                         name, url(), devnet, path, Path(tmp) / name, args
                     )
-            results["devnet_settle_tx"] = await devnet_settle_costs(
-                devnet, deployment, args.batch, SETTLE_ROUNDS
-            )
+            if not args.submissions_only:
+                results["devnet_settle_tx"] = await devnet_settle_costs(
+                    devnet, deployment, args.batch, SETTLE_ROUNDS
+                )
         finally:
             if cluster is not None:
                 cluster.stop()
@@ -655,6 +662,18 @@ KEYS = ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms", "settled_es
 TARGETS = {"signed_submissions_per_s": ">= 500", "submit_p99_ms": "< 100",
            "quote_p99_ms": "< 50", "settled_escrows_per_min": ">= 1000",
            "follower_lag_blocks_p99": "<= 1"}  # fmt: skip
+
+
+def kept_settlement(earlier: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """`results` (submissions and quotes only) with the earlier run's settlement, follower
+    and devnet figures, each database's marked `settlement_from_earlier_run`."""
+    for db in ("sqlite", "postgresql"):
+        if db in results and db in earlier:
+            kept = {k: v for k, v in earlier[db].items() if k not in results[db]}
+            results[db] |= kept | {"settlement_from_earlier_run": True}
+    if "devnet_settle_tx" in earlier:
+        results["devnet_settle_tx"] = earlier["devnet_settle_tx"]
+    return results
 
 
 def table(results: dict[str, Any]) -> str:
@@ -683,9 +702,17 @@ def main() -> None:
     parser.add_argument("--py-spy", help="py-spy's path: record the market under load")
     parser.add_argument("--profile-dir", default="/tmp", help="where --py-spy writes")
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
+    parser.add_argument("--workers", type=int, default=1, help="market API processes")
+    parser.add_argument(
+        "--submissions-only", action="store_true",
+        help="measure submissions and quotes only; keep the settlement and follower figures "
+        "of the results file (marked as from an earlier run)",
+    )  # fmt: skip
     args = parser.parse_args()
     logging.getLogger("PyCardano").setLevel(logging.CRITICAL)
     results = asyncio.run(run(args))
+    if args.submissions_only:
+        results = kept_settlement(json.loads(RESULTS.read_text()), results)
     print(table(results))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")

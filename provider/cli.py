@@ -15,6 +15,7 @@ from typing import Annotated
 
 import docker
 import typer
+from pycardano import Network
 from pydantic import ValidationError
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
@@ -241,7 +242,7 @@ def init(
     typer.echo(f"gpus: {', '.join(chosen) if chosen else inventory.gpu.note or 'none offered'}")
     typer.echo(f"cores {offer.cpu_cores}, memory {offer.memory_mib} MiB, disk {offer.disk_mib} MiB")
     typer.echo(f"{'made' if made else 'kept'} the provider key {key_path(settings.state_dir)}")
-    typer.echo(f"provider address (testnet): {Wallet.of(key).address}")
+    typer.echo(f"provider address (testnet): {Wallet.of(key, Network.TESTNET).address}")
     typer.echo(f"provider vkey: {key.to_verification_key().payload.hex()}")
 
 

@@ -55,13 +55,14 @@ def deploy_command(
     """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
     quiet_chain_clients()
     try:
-        payer = Wallet.of(PaymentSigningKey.load(str(wallet)))
+        key = PaymentSigningKey.load(str(wallet))
     except (OSError, ValueError, KeyError, CBORError, PyCardanoException) as exc:
         raise fail(f"no signing key at {wallet} ({exc}); pass one with --wallet") from exc
     try:
         context = chain_context(ogmios_url)
     except ValueError as exc:
         raise fail(str(exc)) from exc
+    payer = Wallet.of(key, context.network)  # the network the deployment is made for
     with reported():
         try:
             unsigned, made = deploy(

@@ -64,7 +64,8 @@ class Wallet:
     address: Address
 
     @classmethod
-    def of(cls, key: PaymentSigningKey, network: Network = Network.TESTNET) -> Wallet:
+    def of(cls, key: PaymentSigningKey, network: Network) -> Wallet:
+        """The wallet of `key` on `network` (a deployment's: `Deployment.network`)."""
         return cls(key, Address(key.to_verification_key().hash(), network=network))
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from pycardano import PaymentSigningKey
+from pycardano import Network, PaymentSigningKey
 
 from offchain.devnet.process import free_port
 from offchain.market.app import create_app
@@ -51,7 +51,7 @@ class Party:
 
     @classmethod
     def new(cls, http: httpx.AsyncClient, market: str, wallet: Wallet | None = None) -> Party:
-        return cls(wallet or Wallet.of(PaymentSigningKey.generate()), http, market)
+        return cls(wallet or Wallet.of(PaymentSigningKey.generate(), Network.TESTNET), http, market)
 
     def headers(self, method: str, path: str, body: bytes = b"", **changes: Any) -> dict:
         """The headers signing a request to `path` as httpx sends it (percent-encoded);

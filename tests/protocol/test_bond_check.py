@@ -6,7 +6,7 @@ provider: each refused for its reason; the honest one counts."""
 from __future__ import annotations
 
 import pytest
-from pycardano import PaymentSigningKey, UTxO
+from pycardano import Network, PaymentSigningKey, UTxO
 
 from offchain.chain.utxo import utxo_at
 from offchain.devnet.genesis import ADA
@@ -21,7 +21,7 @@ from tests.protocol.onchain import post_bond, wallet
 
 MINIMUM = 100 * ADA
 CLOSE_IN_MS = 60 * 60_000  # the jobs the bond backs close an hour from now
-STRANGER = Wallet.of(PaymentSigningKey.generate())
+STRANGER = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from cbor2 import CBORTag
 from pycardano import (
     Address,
     IndefiniteList,
+    Network,
     PaymentSigningKey,
     RawPlutusData,
     ScriptHash,
@@ -236,7 +237,7 @@ async def test_a_refund_below_min_utxo_and_a_lost_provider_key_lock_nothing(devn
     """Owed less than an output can hold, and a provider that vanished: the consumer still
     gets its money back (the output is topped up from the allowance)."""
     consumer, anyone = await parties(devnet, 2)
-    vanished = Wallet.of(PaymentSigningKey.generate())  # never funded, key thrown away
+    vanished = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)  # never funded
     small = await onchain.lock(
         devnet, deployment, consumer, vanished, lovelace=3_000_000,
         price_per_unit=1, max_units=10, fee_allowance=2_900_000,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pycardano import Address, PaymentSigningKey, UTxO, VerificationKeyHash
+from pycardano import Address, Network, PaymentSigningKey, UTxO, VerificationKeyHash
 
 from offchain.chain.utxo import utxo_at
 from offchain.devnet.genesis import ADA
@@ -44,7 +44,7 @@ REST = 3 * ADA  # the consumer's rest after a full-length job
 LOCKED = PRICE * UNITS + ALLOWANCE + REST
 DEADLINE_MS, WINDOW_MS = 10 * 60_000, 5 * 60_000  # room for the default margins
 NEEDED_MS = MARGINS.start_ms + UNITS * 1000 + MARGINS.settle_ms  # start, run, settle
-STRANGER = Wallet.of(PaymentSigningKey.generate())
+STRANGER = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
 OTHER_STAKE = VerificationKeyHash(bytes(range(28)))
 
 

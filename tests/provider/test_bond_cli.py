@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from pycardano import Network
 from typer.testing import CliRunner
 
 from offchain.chain.time import iso
@@ -40,7 +41,7 @@ async def provider(devnet, deployment, deployment_path, tmp_path):
     made = cli.invoke(app, ["provider", "init", "--config", str(tmp_path / "provider.toml"),
                             "--state-dir", str(state)])  # fmt: skip
     assert made.exit_code == 0, made.output
-    wallet = Wallet.of(load_key(state))
+    wallet = Wallet.of(load_key(state), Network.TESTNET)
     await fund(devnet, wallet.address, 1_000 * ADA)
 
     async def bond(*args: str, code: int = 0):

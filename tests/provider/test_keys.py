@@ -7,7 +7,7 @@ import json
 import stat
 
 import pytest
-from pycardano import PaymentSigningKey
+from pycardano import Network, PaymentSigningKey
 from typer.testing import CliRunner
 
 from offchain.protocol.txbuild import Wallet
@@ -36,7 +36,7 @@ def test_init_makes_a_signing_key_and_prints_its_address_and_vkey(tmp_path):
     vkey = key.to_verification_key().payload
     assert f"made the provider key {path}" in out
     assert f"provider vkey: {vkey.hex()}" in out and len(vkey) == 32
-    assert f"provider address (testnet): {Wallet.of(key).address}" in out
+    assert f"provider address (testnet): {Wallet.of(key, Network.TESTNET).address}" in out
 
 
 def test_init_force_rewrites_the_config_but_never_the_key(tmp_path):

@@ -12,7 +12,7 @@ import hashlib
 import json
 
 import pytest
-from pycardano import PaymentSigningKey
+from pycardano import Network, PaymentSigningKey
 from typer.testing import CliRunner
 
 from offchain.devnet.genesis import ADA
@@ -102,7 +102,12 @@ async def lock(devnet, deployment, consumer: Wallet, key: PaymentSigningKey, spe
         deadline=now + DEADLINE_MS, settle_window=WINDOW_MS, job_id=spec.job_id(),
     )  # fmt: skip
     return await onchain.lock(
-        devnet, deployment, consumer, Wallet.of(key), LOCKED, **{**terms, **changes}
+        devnet,
+        deployment,
+        consumer,
+        Wallet.of(key, Network.TESTNET),
+        LOCKED,
+        **{**terms, **changes},
     )
 
 
@@ -114,7 +119,7 @@ async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(
     devnet, deployment, key, spec, run
 ):
     consumer, market = await wallet(devnet), await wallet(devnet)
-    provider = Wallet.of(key)
+    provider = Wallet.of(key, Network.TESTNET)
     escrow = await lock(devnet, deployment, consumer, key, spec)
 
     receipt = receipt_for(escrow_job(devnet, deployment, escrow, spec, key), run)
@@ -140,7 +145,7 @@ async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(
 
 async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment, key, spec, run):
     consumer, market = await wallet(devnet), await wallet(devnet)
-    provider = Wallet.of(key)
+    provider = Wallet.of(key, Network.TESTNET)
     escrow = await lock(devnet, deployment, consumer, key, spec)
     receipt = receipt_for(escrow_job(devnet, deployment, escrow, spec, key), run)
     other = hashlib.sha256(b"another result").digest()
@@ -223,7 +228,7 @@ def test_receipt_fields_of_runs_without_an_archive_or_that_never_started(run):
 
 async def test_an_acceptance_backs_a_slash_of_the_providers_bond(devnet, deployment, key, spec):
     consumer, anyone = await wallet(devnet), await wallet(devnet)
-    provider = Wallet.of(key)
+    provider = Wallet.of(key, Network.TESTNET)
     await fund(devnet, provider.address, 200 * ADA)
     bond = await onchain.post_bond(devnet, deployment, provider, 100 * ADA)
     escrow = await lock(devnet, deployment, consumer, key, spec)
@@ -304,4 +309,4 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
     await confirm(
         devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
     )
-    assert balance(devnet, Wallet.of(key).address) == record.billable_units * PRICE
+    assert balance(devnet, Wallet.of(key, Network.TESTNET).address) == record.billable_units * PRICE

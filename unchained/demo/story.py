@@ -109,7 +109,7 @@ def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
             consumers = open_consumers(data_dir, jobs, image, devnet.url, deployment, market_url)
             parties = {"provider": Wallet.of(provider_key, Network.TESTNET).address,
                        **{c.name: c.key.address for c in consumers},
-                       "market": Wallet.of(devnet.key("market"), Network.TESTNET).address}  # fmt: skip
+                       "market": devnet.address("market")}  # fmt: skip
             asyncio.run(guarded(trade(devnet, market_url, consumers, parties, data_dir, terminal),
                                 [market, provider], data_dir))  # fmt: skip
             say(f"\ndemo took {time.monotonic() - started:.0f} s")
