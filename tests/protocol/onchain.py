@@ -30,6 +30,7 @@ from pycardano import (
     Value,
     VerificationKeyWitness,
     Withdrawals,
+    datum_hash,
     script_hash,
 )
 
@@ -173,6 +174,7 @@ class Spend:
     utxo: UTxO
     ref: UTxO  # the reference UTxO holding its script
     redeemer: PlutusData | int | Callable[[int], PlutusData]  # called with its input's index
+    datum: PlutusData | None = None  # for the witness set, when `utxo` holds only its hash
 
 
 def handmade(
@@ -205,9 +207,8 @@ def handmade(
         data = spend.redeemer
         if callable(data):
             data = data(inputs.index(spend.utxo.input))
-        builder.add_script_input(
-            spend.utxo, script=script_source(builder, spend.ref), redeemer=Redeemer(data, budget)
-        )
+        script = script_source(builder, spend.ref)
+        builder.add_script_input(spend.utxo, script, spend.datum, Redeemer(data, budget))
     for made in outputs:
         builder.add_output(made)
     if withdraw is not None:
@@ -262,11 +263,16 @@ def slash_tagged(to: Address, lovelace: int, escrow: UTxO, bond: UTxO) -> Transa
 
 
 def accept(
-    deployment: Deployment, key: PaymentSigningKey, escrow: UTxO, network_id: int = 0
+    deployment: Deployment,
+    key: PaymentSigningKey,
+    escrow: UTxO,
+    network_id: int = 0,
+    job: bytes | None = None,
 ) -> bytes:
     """An Acceptance of `escrow` backed by `deployment`'s bond, signed by `key` (the
-    provider's, or a forger's)."""
-    job = escrows.escrow_datum(deployment, escrow).job_id
+    provider's, or a forger's); `job` is read from the escrow's inline datum unless given."""
+    if job is None:
+        job = escrows.escrow_datum(deployment, escrow).job_id
     payload = acceptance_payload(
         network_id, deployment.escrow_hash, escrow.input, job, deployment.bond_hash
     )
@@ -326,11 +332,15 @@ def refund_by_hand(
     refunds: Sequence[tuple[UTxO, int]],
     outputs: Sequence[TransactionOutput],
     start: int | None = None,
+    witness: PlutusData | None = None,
 ) -> Transaction:
-    """Refund each escrow naming the given output; the lower bound defaults to the tip."""
+    """Refund each escrow naming the given output; the lower bound defaults to the tip;
+    `witness` is the datum of escrows locked under its hash."""
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
-        spends=[Spend(e, deployment.escrow_ref, partial(refund_to, i)) for e, i in refunds],
+        spends=[
+            Spend(e, deployment.escrow_ref, partial(refund_to, i), witness) for e, i in refunds
+        ],
         outputs=outputs,
         start=Clock.now(devnet.context()).tip_slot if start is None else start,
     )  # fmt: skip
@@ -348,13 +358,30 @@ async def bond_with_tokens(
 ) -> UTxO:
     """A bond of BOND lovelace that also holds `tokens` junk tokens (anyone may lock such a
     UTxO at a bond address, and top-ups must keep them)."""
-    policy, held = junk_tokens(provider, tokens)
-    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
+    return await lock_bond(devnet, deployment, provider, tokens=tokens)
+
+
+async def lock_bond(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    provider: Wallet,
+    datum: PlutusData | None = None,
+    tokens: int = 0,
+    lovelace: int = BOND,
+) -> UTxO:
+    """A bond output made without the bond builder's checks (anyone may lock such a UTxO):
+    `datum` (by default the provider's, not unbonding) and `tokens` native tokens of the
+    provider's own policy beside `lovelace`."""
+    if datum is None:
+        datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
     builder = TransactionBuilder(devnet.context())
     builder.add_input_address(provider.address)
-    builder.mint, builder.native_scripts = held, [policy]
+    value = Value(lovelace)
+    if tokens:
+        policy, value.multi_asset = junk_tokens(provider, tokens)
+        builder.mint, builder.native_scripts = value.multi_asset, [policy]
     address = deployment.bond_address(provider.address)
-    builder.add_output(TransactionOutput(address, Value(BOND, held), datum=datum))
+    builder.add_output(TransactionOutput(address, value, datum=datum))
     tx = builder.build_and_sign([provider.key], change_address=provider.address)
     return output(await confirm(devnet, tx), 0)
 
@@ -367,9 +394,11 @@ async def lock_by_hand(
     lovelace: int = LOCKED,
     datum: PlutusData | RawPlutusData | None = None,
     dust: bool = False,
+    hashed: bool = False,
     **changes,
 ) -> UTxO:
-    """An escrow output made without the lock builder's checks: anyone can do this."""
+    """An escrow output made without the lock builder's checks: anyone can do this;
+    `hashed` locks it under its datum's hash instead of the inline datum."""
     context = devnet.context()
     if datum is None:
         datum = escrow_terms(consumer, provider, Clock.now(context).tip_ms, **changes)
@@ -380,7 +409,11 @@ async def lock_by_hand(
         policy, value.multi_asset = junk_tokens(consumer)
         builder.mint, builder.native_scripts = value.multi_asset, [policy]
     stake = from_plutus(escrow_terms(consumer, provider, 0).consumer, deployment.network)
-    builder.add_output(TransactionOutput(deployment.escrow_address(stake), value, datum=datum))
+    at = deployment.escrow_address(stake)
+    if hashed:
+        builder.add_output(TransactionOutput(at, value, datum_hash=datum_hash(datum)))
+    else:
+        builder.add_output(TransactionOutput(at, value, datum=datum))
     tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
     return output(await confirm(devnet, tx), 0)
 
@@ -397,14 +430,16 @@ def slash_by_hand(
     slash: Callable[[int], Slash],
     outputs: Sequence[TransactionOutput],
     escrow_redeemer: Callable[[int], PlutusData] | None = None,
+    witness: PlutusData | None = None,
     **extra,
 ) -> Transaction:
-    """Spend `escrow` (Refund to output 0 unless told otherwise) and each bond with the Slash
-    that `slash` makes from the escrow's input index; `extra` goes to `handmade`."""
+    """Spend `escrow` (Refund to output 0 unless told otherwise; `witness` is its datum when
+    it holds only the hash) and each bond with the Slash that `slash` makes from the escrow's
+    input index; `extra` goes to `handmade`."""
     fee = plain_fee(devnet, payer)
     own = ledger_inputs([escrow, *bonds], fee).index(escrow.input)
     spends = [
-        Spend(escrow, deployment.escrow_ref, escrow_redeemer or partial(refund_to, 0)),
+        Spend(escrow, deployment.escrow_ref, escrow_redeemer or partial(refund_to, 0), witness),
         *(Spend(b, deployment.bond_ref, slash(own)) for b in bonds),
     ]
     extra.setdefault("start", Clock.now(devnet.context()).tip_slot)
