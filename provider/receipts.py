@@ -17,6 +17,7 @@ from pycardano import PaymentSigningKey, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.errors import UnchainedError
 from offchain.protocol.escrow import SignedReceipt, signed_receipt
 from offchain.protocol.escrow_check import check_acceptable, check_settleable
 from offchain.protocol.jobspec import JobSpec
@@ -28,7 +29,7 @@ from provider.runner import RunResult
 NO_OUTPUT_HASH = hashlib.sha256(b"").digest()  # the run left no archive (/out was over its limit)
 
 
-class ReceiptError(ValueError):
+class ReceiptError(UnchainedError, ValueError):
     """No receipt or acceptance can be signed for this escrow or run; the message says why."""
 
 

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from offchain.protocol.errors import UnchainedError
+
 MAX_SUPPLY_LOVELACE = 45_000_000_000_000_000  # no price can exceed all ADA there is
 MAX_DURATION_S = 30 * 24 * 3600
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -32,7 +34,7 @@ INPUT_SCHEMES = ("https", "http", "data")
 PROVIDER_ENV_PREFIX = "NVIDIA_"  # the provider pins GPUs itself; a job may not widen that
 
 
-class JobSpecError(ValueError):
+class JobSpecError(UnchainedError, ValueError):
     """A job spec that cannot be read or is not valid; the message names each bad field."""
 
 
