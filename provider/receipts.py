@@ -13,8 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from pycardano import PaymentSigningKey, UTxO
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+from pycardano import ChainContext, PaymentSigningKey, UTxO
 
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.errors import UnchainedError
@@ -64,7 +63,7 @@ class EscrowJob:
     """One job at one escrow as this provider takes it. Its offer is built from the key, so
     the key that signs is the key the escrow is checked against."""
 
-    context: OgmiosV6ChainContext
+    context: ChainContext
     deployment: Deployment
     escrow: UTxO
     spec: JobSpec

@@ -1,25 +1,42 @@
-"""A pycardano chain context from an Ogmios URL."""
+"""A pycardano chain context from an Ogmios URL, answering the protocol's extra queries."""
 
 from __future__ import annotations
 
 import logging
 from urllib.parse import urlparse
 
-from pycardano import Network
+from pycardano import Network, ScriptHash
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL, request_sync
+from offchain.chain.time import ChainTime, read_chain_time
+
+
+class OgmiosContext(OgmiosV6ChainContext):
+    """pycardano's Ogmios v6 context, and the queries builders make beyond ChainContext
+    (`offchain.protocol.queries.ChainQueries`) over the same Ogmios, synchronously."""
+
+    def chain_time(self) -> ChainTime:
+        return read_chain_time(context_url(self))
+
+    def script_stake_registered(self, script: ScriptHash) -> bool:
+        summaries = request_sync(
+            context_url(self),
+            "queryLedgerState/rewardAccountSummaries",
+            {"scripts": [script.payload.hex()]},
+        )
+        return bool(summaries)
 
 
 def chain_context(
     url: str = DEFAULT_OGMIOS_URL, network: Network = Network.TESTNET
-) -> OgmiosV6ChainContext:
-    """pycardano's own Ogmios v6 context for `ws://host:port[/path]` (or `wss://`)."""
+) -> OgmiosContext:
+    """An Ogmios v6 context for `ws://host:port[/path]` (or `wss://`)."""
     parsed = urlparse(url)
     if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
         raise ValueError(f"expected an Ogmios URL like ws://127.0.0.1:1337, got {url!r}")
     secure = parsed.scheme == "wss"
-    return OgmiosV6ChainContext(
+    return OgmiosContext(
         host=parsed.hostname,
         port=parsed.port or (443 if secure else 80),
         path=parsed.path.lstrip("/"),

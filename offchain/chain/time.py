@@ -10,9 +10,6 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
-
-from offchain.chain.context import context_url
 from offchain.chain.ogmios import request, request_sync
 from offchain.protocol.errors import UnchainedError
 
@@ -80,9 +77,8 @@ async def query_chain_time(url: str) -> ChainTime:
     )
 
 
-def chain_time(context: OgmiosV6ChainContext) -> ChainTime:
-    """The chain's time conversion, over the context's own Ogmios (synchronous)."""
-    url = context_url(context)
+def read_chain_time(url: str) -> ChainTime:
+    """`query_chain_time` for synchronous callers (beside pycardano's own calls)."""
     return ChainTime.from_ogmios(
         request_sync(url, "queryNetwork/startTime"),
         request_sync(url, "queryLedgerState/eraSummaries"),

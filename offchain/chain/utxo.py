@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pycardano import ChainContext, TransactionId, TransactionInput, UTxO
+from pycardano import TransactionId, TransactionInput, UTxO
+
+from offchain.protocol.queries import ChainQueries
 
 OUT_REF = re.compile(r"^([0-9a-fA-F]{64})#(\d+)$")
 
@@ -17,6 +19,6 @@ def parse_out_ref(text: str) -> TransactionInput:
     return TransactionInput(TransactionId(bytes.fromhex(match[1])), int(match[2]))
 
 
-def utxo_at(context: ChainContext, ref: TransactionInput) -> UTxO | None:
+def utxo_at(context: ChainQueries, ref: TransactionInput) -> UTxO | None:
     """The unspent output at `ref`, or None when it is spent or never was."""
     return context.utxo_by_tx_id(ref.transaction_id.payload.hex(), ref.index)

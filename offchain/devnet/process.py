@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 from pycardano import Address, Network, PaymentSigningKey, PaymentVerificationKey
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.chain.context import chain_context
+from offchain.chain.context import OgmiosContext, chain_context
 
 
 def free_port() -> int:
@@ -79,7 +78,7 @@ class DevnetProcess:
             self.process.kill()
             self.process.wait(timeout=20)
 
-    def context(self) -> OgmiosV6ChainContext:
+    def context(self) -> OgmiosContext:
         """A fresh pycardano context (pycardano caches the tip for 1 s per context)."""
         return chain_context(self.url)
 

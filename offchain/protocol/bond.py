@@ -21,7 +21,6 @@ from pycardano import (
     UTxO,
     Value,
 )
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.time import iso
 from offchain.protocol.addresses import from_plutus, to_plutus
@@ -61,7 +60,7 @@ SLASHED_BOND_OUTPUT = 2  # a slash's continuing bond, after the refund and the c
 
 
 def create(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     deployment: Deployment,
     provider: Address,
     provider_vkey: bytes,
@@ -98,7 +97,7 @@ def bonds_of(
 
 
 def top_up(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     deployment: Deployment,
     bond: UTxO,
     payer: Address,
@@ -115,7 +114,7 @@ def top_up(
 
 
 def begin_unbond(
-    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Address
+    context: ChainContext, deployment: Deployment, bond: UTxO, provider: Address
 ) -> Transaction:
     """Start the notice period; withdraw after it (`Deployment.notice_ms`). The notice runs
     from the transaction's validity upper bound (at most `TTL_MS` from now): the validator
@@ -135,7 +134,7 @@ def begin_unbond(
 
 
 def withdraw(
-    context: OgmiosV6ChainContext, deployment: Deployment, bond: UTxO, provider: Address
+    context: ChainContext, deployment: Deployment, bond: UTxO, provider: Address
 ) -> Transaction:
     """Take the bond back to the provider's address once the notice has run out."""
     datum = _provider_bond(deployment, bond, provider)
@@ -153,7 +152,7 @@ def withdraw(
 
 
 def slash(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     deployment: Deployment,
     escrow: UTxO,
     bond: UTxO,
@@ -205,7 +204,7 @@ def _provider_bond(deployment: Deployment, bond: UTxO, provider: Address) -> Bon
 
 
 def _spend_bond(
-    deployment: Deployment, bond: UTxO, redeemer: PlutusData, context: OgmiosV6ChainContext
+    deployment: Deployment, bond: UTxO, redeemer: PlutusData, context: ChainContext
 ) -> TransactionBuilder:
     builder = new_builder(context)
     builder.add_script_input(

@@ -8,6 +8,7 @@ import dataclasses
 
 from pycardano import (
     Address,
+    ChainContext,
     Network,
     PlutusV3Script,
     ScriptAny,
@@ -21,11 +22,9 @@ from pycardano import (
     plutus_script_hash,
     script_hash,
 )
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from contracts.scripts import bond_script, escrow_script
-from offchain.chain.context import context_url
-from offchain.chain.ogmios import request_sync
+from offchain.protocol.queries import queries
 from offchain.protocol.txbuild import at_least_min_utxo, build, new_builder, out_ref
 
 # Reference scripts sit where nobody can ever spend them (a native script "any of none" is
@@ -75,7 +74,7 @@ class Deployment:
 
 
 def deploy(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     payer: Address,
     network_id: int,
     notice_ms: int,
@@ -100,20 +99,11 @@ def deploy(
         output.amount.coin = at_least_min_utxo(context, output, 0)
         builder.add_output(output)
         outputs.append(output)
-    if not _registered(context, escrow_hash):
+    if not queries(context).script_stake_registered(escrow_hash):
         builder.certificates = [StakeRegistration(StakeCredential(escrow_hash))]
     tx = build(builder, payer)
     refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
     return tx, Deployment(network_id, notice_ms, slash_share_bps, *refs)
-
-
-def _registered(context: OgmiosV6ChainContext, script: ScriptHash) -> bool:
-    summaries = request_sync(
-        context_url(context),
-        "queryLedgerState/rewardAccountSummaries",
-        {"scripts": [script.payload.hex()]},
-    )
-    return bool(summaries)
 
 
 def _script(ref: UTxO) -> PlutusV3Script:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pycardano import plutus_script_hash
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+from pycardano import ChainContext, plutus_script_hash
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.scripts import bond_script, escrow_script
@@ -19,6 +18,7 @@ from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import describe
+from offchain.protocol.queries import queries
 from offchain.protocol.txbuild import out_ref
 
 
@@ -54,7 +54,7 @@ def save(deployment: Deployment, path: Path) -> None:
     path.write_text(record.model_dump_json(indent=2) + "\n")
 
 
-def load(path: Path, context: OgmiosV6ChainContext) -> Deployment:
+def load(path: Path, context: ChainContext) -> Deployment:
     """The deployment at `path`, its reference scripts read from the chain behind `context`."""
     try:
         record = DeploymentFile.model_validate_json(path.read_text())
@@ -68,7 +68,7 @@ def load(path: Path, context: OgmiosV6ChainContext) -> Deployment:
     for name in ("escrow_ref", "bond_ref"):
         text = getattr(record, name)
         try:
-            utxo = utxo_at(context, parse_out_ref(text))
+            utxo = utxo_at(queries(context), parse_out_ref(text))
         except ValueError as exc:
             raise DeploymentFileError(f"{path}: {name}: {exc}") from exc
         if utxo is None:

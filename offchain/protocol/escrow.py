@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pycardano import (
     Address,
+    ChainContext,
     PaymentSigningKey,
     PaymentVerificationKey,
     Redeemer,
@@ -23,7 +24,6 @@ from pycardano import (
     VerificationKeyHash,
     Withdrawals,
 )
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.time import iso
 from offchain.protocol.addresses import from_plutus, to_plutus
@@ -119,7 +119,7 @@ def check_escrow(datum: EscrowDatum, lovelace: int, now_ms: int) -> None:
 
 
 def lock(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     deployment: Deployment,
     consumer: Address,
     datum: EscrowDatum,
@@ -160,7 +160,7 @@ def signed_receipt(
 
 
 def settle(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     deployment: Deployment,
     receipts: Sequence[SignedReceipt],
     submitter: Address,
@@ -225,7 +225,7 @@ def _check_receipt(deployment: Deployment, receipt: SignedReceipt) -> EscrowDatu
 
 
 def _add_settle_outputs(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     builder: TransactionBuilder,
     deployment: Deployment,
     receipt: SignedReceipt,
@@ -257,7 +257,7 @@ def _add_settle_outputs(
 
 
 def add_refund(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     builder: TransactionBuilder,
     deployment: Deployment,
     escrow: UTxO,
@@ -286,7 +286,7 @@ def add_refund(
 
 
 def refund(
-    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, submitter: Address
+    context: ChainContext, deployment: Deployment, escrow: UTxO, submitter: Address
 ) -> Transaction:
     """Return an unsettled escrow to its consumer after deadline + window (anyone may: the
     submitter pays the fee, keeps the allowance's rest and signs)."""
@@ -300,7 +300,7 @@ def refund(
 
 
 def cancel(
-    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, payer: Address
+    context: ChainContext, deployment: Deployment, escrow: UTxO, payer: Address
 ) -> Transaction:
     """Return an escrow to its consumer at any time. Consumer and provider must both sign
     (each in its own process: `sign_tx` adds to the witnesses there are); `payer` pays the

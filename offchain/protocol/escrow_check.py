@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 from pycardano import ChainContext, UTxO
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.time import iso
 from offchain.protocol.addresses import from_plutus, to_plutus
@@ -70,7 +69,7 @@ def check_terms(
 
 
 def check_acceptable(
-    context: OgmiosV6ChainContext,
+    context: ChainContext,
     deployment: Deployment,
     escrow: UTxO,
     spec: JobSpec,
@@ -97,7 +96,7 @@ def check_acceptable(
 
 
 def check_settleable(
-    context: OgmiosV6ChainContext, deployment: Deployment, escrow: UTxO, spec: JobSpec, offer: Offer
+    context: ChainContext, deployment: Deployment, escrow: UTxO, spec: JobSpec, offer: Offer
 ) -> EscrowDatum:
     """`check_terms`, and the escrow is not closed yet. Call it before signing a receipt."""
     datum = check_terms(context, deployment, escrow, spec, offer)
@@ -161,7 +160,7 @@ def _check_amounts(
             )
 
 
-def _check_open(context: OgmiosV6ChainContext, escrow: UTxO, datum: EscrowDatum) -> int:
+def _check_open(context: ChainContext, escrow: UTxO, datum: EscrowDatum) -> int:
     """The chain's now, if the escrow has not closed by then."""
     now = Clock.now(context).tip_ms
     if now >= datum.close:

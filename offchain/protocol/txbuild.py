@@ -35,12 +35,12 @@ from pycardano import (
     VerificationKeyWitness,
     min_lovelace_post_alonzo,
 )
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from pycardano.exception import UTxOSelectionException
 from pycardano.serialization import RawCBOR
 
-from offchain.chain.time import ChainTime, chain_time, iso
+from offchain.chain.time import ChainTime, iso
 from offchain.protocol.errors import UnchainedError
+from offchain.protocol.queries import queries
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
 
 D = TypeVar("D", bound=PlutusData)
@@ -89,8 +89,8 @@ class Clock:
     tip_slot: int
 
     @classmethod
-    def now(cls, context: OgmiosV6ChainContext) -> Clock:
-        return cls(chain_time(context), context.last_block_slot)
+    def now(cls, context: ChainContext) -> Clock:
+        return cls(queries(context).chain_time(), context.last_block_slot)
 
     @property
     def tip_ms(self) -> int:

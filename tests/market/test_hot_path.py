@@ -5,7 +5,7 @@ quote, and a search's per-term counts made only when someone reads them."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -13,7 +13,6 @@ from sqlalchemy import text
 from offchain.chain.time import ChainTime, Era
 from offchain.market.db import make_engine
 from offchain.market.offer_query import OfferQuery, OfferRecord
-from offchain.market.services import chain as chain_module
 from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
 
@@ -31,19 +30,20 @@ def test_sqlite_runs_in_wal_mode_without_an_fsync_per_commit(tmp_path):
 
 @dataclasses.dataclass
 class Tip:
+    """A context whose tip the test moves; it counts the times its chain time is asked for."""
+
     last_block_slot: int
+    asked: list[int] = dataclasses.field(default_factory=list)
+    horizons: Iterator[int] = dataclasses.field(default_factory=lambda: iter([100, 1000]))
+
+    def chain_time(self) -> ChainTime:
+        self.asked.append(self.last_block_slot)
+        return ChainTime(5_000, (Era(0, 0, next(self.horizons), 200),))
 
 
-def test_the_chain_time_is_asked_for_once_until_the_tip_passes_its_horizon(monkeypatch):
-    asked: list[Any] = []
-    horizons = iter([100, 1000])
-
-    def chain_time(context: Any) -> ChainTime:
-        asked.append(context)
-        return ChainTime(5_000, (Era(0, 0, next(horizons), 200),))
-
-    monkeypatch.setattr(chain_module, "chain_time", chain_time)
+def test_the_chain_time_is_asked_for_once_until_the_tip_passes_its_horizon():
     context = Tip(10)
+    asked = context.asked
     chain = Chain(context, None)  # type: ignore[arg-type]
     assert [chain.now_ms() for _ in range(3)] == [5_000 + 10 * 200] * 3
     context.last_block_slot = 50

@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from offchain.chain.time import ChainTime, chain_time
+from offchain.chain.time import ChainTime
 from offchain.market.api.deps import SessionDep
 from offchain.market.errors import NotFound
 from offchain.market.explorer import queries
@@ -66,7 +66,7 @@ def _state(request: Request) -> ExplorerState:
     if state is None or state.time is None:
         chain = app.chain
         try:
-            time = chain_time(chain.context)
+            time = chain.context.chain_time()
         except Exception:  # the chain is away: pages show no times until it answers
             time = None
         state = app.explorer = ExplorerState(Scripts.of(chain.deployment), time)

@@ -13,17 +13,13 @@ import time
 from pathlib import Path
 
 from pycardano import Address, TransactionInput, UTxO
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.chain.context import chain_context
-from offchain.chain.time import ChainTime, PastHorizon, chain_time
+from offchain.chain.context import OgmiosContext, chain_context
+from offchain.chain.time import ChainTime, PastHorizon
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.market.errors import Invalid
 from offchain.market.models import Job
 from offchain.protocol.deployment import Deployment
-
-# The deployment file and out-ref parsing still live in the provider app; they move to
-# offchain/protocol and offchain/chain with the protocol refactor (issue 9, section 0).
 from offchain.protocol.deployment_file import DeploymentFileError
 from offchain.protocol.deployment_file import load as load_deployment_file
 from offchain.protocol.escrow import escrow_datum, new_escrow
@@ -43,7 +39,7 @@ class _CachedTime:
         self._until = 0.0
         self._tip = (0, float("-inf"))  # the last tip slot read, and when (monotonic s)
 
-    def tip_ms(self, context: OgmiosV6ChainContext, max_age_s: float = 0.0) -> int:
+    def tip_ms(self, context: OgmiosContext, max_age_s: float = 0.0) -> int:
         """The tip's time; a tip read within `max_age_s` is reused (0: always read)."""
         with self._lock:
             tip, read_at = self._tip
@@ -56,7 +52,7 @@ class _CachedTime:
         if cached is not None:
             with contextlib.suppress(PastHorizon):
                 return cached.slot_to_posix_ms(tip)
-        fresh = chain_time(context)
+        fresh = context.chain_time()
         with self._lock:
             self._time, self._until = fresh, time.monotonic() + TIME_TTL_S
         return fresh.slot_to_posix_ms(tip)
@@ -66,7 +62,7 @@ class _CachedTime:
 class Chain:
     """The chain behind one Ogmios URL and the deployment the market quotes escrows for."""
 
-    context: OgmiosV6ChainContext
+    context: OgmiosContext
     deployment: Deployment
     _time: _CachedTime = dataclasses.field(default_factory=_CachedTime, repr=False, compare=False)
 
