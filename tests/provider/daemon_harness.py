@@ -12,16 +12,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import docker
+import uvicorn
 from pycardano import Address
 
-from offchain.devnet.process import DevnetProcess
+from offchain.devnet.process import DevnetProcess, free_port
+from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
 from provider.config import RunnerSettings
 from provider.runner import Runner
@@ -54,7 +59,10 @@ def market_settings(
     )  # fmt: skip
 
 
-def provider_toml(state_dir: Path, market_url: str, bundles: int, **daemon: int) -> str:
+def provider_toml(
+    state_dir: Path, market_url: str, bundles: int, disk_mib: int = 32, **daemon: int
+) -> str:
+    """`bundles` CPU bundles of one core, 512 MiB and `disk_mib` each."""
     settings = {"heartbeat_ms": 1000, "poll_s": 1, "payout_every_ms": 500, "grace_ms": 60_000,
                 **daemon}  # fmt: skip
     lines = "\n".join(f"{name} = {value}" for name, value in settings.items())
@@ -63,7 +71,7 @@ def provider_toml(state_dir: Path, market_url: str, bundles: int, **daemon: int)
 gpus = []
 cpu_cores = {bundles}
 memory_mib = {512 * bundles}
-disk_mib = {32 * bundles}
+disk_mib = {disk_mib * bundles}
 cpu_bundles = {bundles}
 
 [offer.prices]
@@ -120,11 +128,11 @@ class ProviderProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    async def logged(self, text: str, timeout_s: float = 60) -> None:
-        """Wait until the daemon's log holds `text` (e.g. its offer is published)."""
+    async def logged(self, text: str, timeout_s: float = 60, times: int = 1) -> None:
+        """Wait until the daemon's log holds `text` (e.g. its offer is published) `times`."""
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
-        while text not in self.log():
+        while self.log().count(text) < times:
             assert self.process is not None and self.process.poll() is None, self.log()
             assert loop.time() < until, f"no {text!r} in the daemon's log:\n{self.log()}"
             await asyncio.sleep(0.1)
@@ -146,7 +154,7 @@ class ProviderProcess:
 
 async def new_provider(
     devnet: DevnetProcess, tmp_path: Path, deployment_file: Path, market_url: str,
-    bundles: int = 2, **daemon: int,
+    bundles: int = 2, disk_mib: int = 32, **daemon: int,
 ) -> tuple[ProviderProcess, Wallet]:  # fmt: skip
     """A funded provider key in a fresh state directory and its daemon (not started)."""
     provider = await wallet(devnet)
@@ -154,9 +162,42 @@ async def new_provider(
     state_dir.mkdir()
     provider.key.save(str(state_dir / "provider.skey"))
     config = tmp_path / "provider.toml"
-    config.write_text(provider_toml(state_dir, market_url, bundles, **daemon))
+    config.write_text(provider_toml(state_dir, market_url, bundles, disk_mib, **daemon))
     log = tmp_path / "daemon.log"
     return ProviderProcess(config, state_dir, devnet.url, deployment_file, log), provider
+
+
+@dataclasses.dataclass
+class MarketServer:
+    """The market (uvicorn in this process) on one port, stopped and started again on the
+    same port and database: a market outage as the daemon sees it."""
+
+    settings: MarketSettings
+    port: int = dataclasses.field(default_factory=free_port)
+    server: uvicorn.Server | None = None
+    thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> MarketServer:
+        app = create_app(self.settings)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "no market"
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None and self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(timeout=30)
+            self.server = self.thread = None
 
 
 @dataclasses.dataclass
@@ -216,3 +257,12 @@ async def wait_container_running(job: str, timeout_s: float = 30) -> None:
     while not client.containers.list(filters=wanted, sparse=True):
         assert loop.time() < until, f"job {job}: no running container"
         await asyncio.sleep(0.05)
+
+
+def provider_share(job: LockedJob, units: int) -> int:
+    """What a settlement of `units` pays the provider of `job` (market-submitted)."""
+    params = job.params
+    return settle_split(
+        params["lovelace"], params["price_per_unit"], units, params["max_units"],
+        params["fee_allowance"],
+    ).provider  # fmt: skip
