@@ -8,7 +8,7 @@ import dataclasses
 from functools import partial
 
 import pytest
-from pycardano import Address, TransactionOutput, Value
+from pycardano import Address, TransactionOutput, UTxO, Value
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.addresses import to_plutus
@@ -198,7 +198,9 @@ async def test_the_bond_keeps_its_stake_part_and_only_grows_on_top_up(devnet, de
     await confirm(devnet, bond_by_hand(devnet, deployment, attacker, bond, TopUp(0), [honest]))
 
 
-async def test_only_the_provider_unbonds_and_withdraws(devnet, deployment):
+async def test_only_the_provider_unbonds_keeping_the_bond_then_withdraws(devnet, deployment):
+    """Only the provider's signature unbonds and withdraws; its unbond may not take lovelace
+    out of the bond on the way, and a bond that never gave notice does not withdraw."""
     provider, attacker = [await wallet(devnet) for _ in range(2)]
     bond = await post_bond(devnet, deployment, provider, BOND)
     clock = Clock.now(devnet.context())
@@ -206,24 +208,26 @@ async def test_only_the_provider_unbonds_and_withdraws(devnet, deployment):
     since = clock.time.slot_to_posix_ms(ttl)
     unbonding = dataclasses.replace(bonds.bond_datum(deployment, bond), unbonding_since=Just(since))
 
-    def unbond(signer: Wallet):
-        made = [TransactionOutput(bond.output.address, BOND, datum=unbonding)]
+    def unbond(signer: Wallet, kept: int = BOND):
+        made = [TransactionOutput(bond.output.address, kept, datum=unbonding)]
         return bond_by_hand(
             devnet, deployment, signer, bond, BeginUnbond(0), made, ttl=ttl, signers=[signer.key]
         )
 
-    await rejected(devnet, unbond(attacker), SCRIPT_FAILED, "traces: provider must sign")
-    bond = output(await confirm(devnet, unbond(provider)), 0)
-    await travel_to(devnet, since + deployment.notice_ms)
-    start = Clock.now(devnet.context()).tip_slot
-
-    def withdraw(signer: Wallet):
+    def withdraw(signer: Wallet, spent: UTxO):
+        start = Clock.now(devnet.context()).tip_slot
         return bond_by_hand(
-            devnet, deployment, signer, bond, Withdraw(), start=start, signers=[signer.key]
+            devnet, deployment, signer, spent, Withdraw(), start=start, signers=[signer.key]
         )
 
-    await rejected(devnet, withdraw(attacker), SCRIPT_FAILED, "traces: provider must sign")
-    await confirm(devnet, withdraw(provider))
+    await rejected(devnet, withdraw(provider, bond), SCRIPT_FAILED, "traces: not unbonding")
+    await rejected(devnet, unbond(attacker), SCRIPT_FAILED, "traces: provider must sign")
+    taken = unbond(provider, BOND - 1)
+    await rejected(devnet, taken, SCRIPT_FAILED, "traces: unbonding keeps the bond")
+    bond = output(await confirm(devnet, unbond(provider)), 0)
+    await travel_to(devnet, since + deployment.notice_ms)
+    await rejected(devnet, withdraw(attacker, bond), SCRIPT_FAILED, "traces: provider must sign")
+    await confirm(devnet, withdraw(provider, bond))
 
 
 async def test_bonds_of_two_versions_cannot_both_slash_one_escrow(
