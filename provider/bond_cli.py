@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pycardano import Transaction, TransactionInput, UTxO
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.chain.submit import submit_confirmed
@@ -26,6 +27,13 @@ from offchain.protocol.amounts import ada, parse_lovelace
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
+from provider.bonding import (
+    BondError,
+    BondNotChosen,
+    ProviderBonds,
+    check_no_open_jobs,
+    withdrawable_slot,
+)
 from provider.daemon.journal import Journal
 from provider.keys import load_key
 from provider.options import (
@@ -53,48 +61,10 @@ BondOption = Annotated[
 
 
 @dataclasses.dataclass(frozen=True)
-class ProviderOnChain:
+class ProviderOnChain(ProviderBonds):
     """One provider on one chain: what every bond command starts from."""
 
     url: str
-    context: OgmiosV6ChainContext
-    deployment: Deployment
-    wallet: Wallet
-
-    def balance(self) -> int:
-        """Lovelace in the provider's wallet."""
-        return sum(u.output.amount.coin for u in self.context.utxos(self.wallet.address))
-
-    def can_pay(self, lovelace: int) -> None:
-        """Refuse early, and plainly, what the wallet cannot pay."""
-        held = self.balance()
-        if held < lovelace:
-            raise fail(
-                f"the provider's wallet {self.wallet.address} holds {ada(held)}, "
-                f"less than {ada(lovelace)} and the fee: send ADA to it first",
-                code=1,
-            )
-
-    def bonds(self) -> list[tuple[UTxO, BondDatum]]:
-        return bonds.bonds_of(self.context, self.deployment, self.wallet.address, self.wallet.vkey)
-
-    def bond(self, ref: str | None) -> tuple[UTxO, BondDatum]:
-        """The bond a command acts on: the one named, or the only one."""
-        found = self.bonds()
-        if ref is not None:
-            wanted = _out_ref(ref)
-            for utxo, datum in found:
-                if utxo.input == wanted:
-                    return utxo, datum
-            raise fail(f"{ref} is not a bond of this provider (see `bond show`)", code=1)
-        if not found:
-            raise fail(
-                f"no bond for {self.wallet.address}: post one with `bond create AMOUNT`", code=1
-            )
-        if len(found) > 1:
-            refs = ", ".join(out_ref(utxo) for utxo, _ in found)
-            raise fail(f"this provider has {len(found)} bonds ({refs}): pick one with --bond")
-        return found[0]
 
     def submit(self, tx: Transaction, what: str) -> None:
         height = asyncio.run(submit_confirmed(self.url, tx))
@@ -106,12 +76,18 @@ def provider_on_chain(
 ) -> ProviderOnChain:
     context, deployment = open_deployment(url, deployment_path)
     key = load_key(state_dir_of(config, state_dir))
-    return ProviderOnChain(url, context, deployment, Wallet.of(key, deployment.network))
+    return ProviderOnChain(context, deployment, Wallet.of(key, deployment.network), url)
 
 
-def withdrawable_slot(deployment: Deployment, since_ms: int, clock: Clock) -> int:
-    """The first slot a withdrawal may start at, as `bonds.withdraw` computes it."""
-    return clock.first_slot_at(since_ms + deployment.notice_ms)
+@contextmanager
+def refused() -> Iterator[None]:
+    """A bond rule's refusal as one line on stderr: exit 2 when a bond must be named, else 1."""
+    try:
+        yield
+    except BondNotChosen as exc:
+        raise fail(str(exc)) from exc
+    except BondError as exc:
+        raise fail(str(exc), code=1) from exc
 
 
 def standing(deployment: Deployment, datum: BondDatum, clock: Clock) -> str:
@@ -142,7 +118,10 @@ def _amount(text: str) -> int:
         raise fail(str(exc)) from exc
 
 
-def _out_ref(text: str) -> TransactionInput:
+def _out_ref(text: str | None) -> TransactionInput | None:
+    """The bond named with --bond, if one is."""
+    if text is None:
+        return None
     try:
         return parse_out_ref(text)
     except ValueError as exc:
@@ -151,6 +130,7 @@ def _out_ref(text: str) -> TransactionInput:
 
 @app.command()
 @reported()
+@refused()
 def create(
     amount: AmountArgument,
     ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
@@ -161,14 +141,7 @@ def create(
     """Post a bond from the provider's wallet (one per provider: top it up to grow it)."""
     lovelace = _amount(amount)
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
-    existing = chain.bonds()
-    if existing:
-        utxo, _ = existing[0]
-        raise fail(
-            f"this provider already has a bond ({out_ref(utxo)}, "
-            f"{ada(utxo.output.amount.coin)}): grow it with `bond top-up AMOUNT`",
-            code=1,
-        )
+    chain.check_none_yet()
     chain.can_pay(lovelace)
     wallet = chain.wallet
     tx = wallet.sign(
@@ -180,6 +153,7 @@ def create(
 
 @app.command("top-up")
 @reported()
+@refused()
 def top_up(
     amount: AmountArgument,
     bond: BondOption = None,
@@ -191,7 +165,7 @@ def top_up(
     """Add to the bond from the provider's wallet."""
     lovelace = _amount(amount)
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
-    utxo, _ = chain.bond(bond)
+    utxo, _ = chain.bond(_out_ref(bond))
     chain.can_pay(lovelace)
     tx = chain.wallet.sign(
         bonds.top_up(chain.context, chain.deployment, utxo, chain.wallet.address, lovelace)
@@ -202,6 +176,7 @@ def top_up(
 
 @app.command()
 @reported()
+@refused()
 def unbond(
     bond: BondOption = None,
     ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
@@ -212,11 +187,9 @@ def unbond(
     """Give notice: withdraw once it has run out (take no job that would outlive it). Refused
     while the daemon has an accepted job open: its bond backs that job until it settles."""
     open_jobs = Journal(state_dir_of(config, state_dir)).open_jobs()
-    if open_jobs:
-        jobs = ", ".join(entry.job_id for entry in open_jobs)
-        raise fail(f"accepted jobs are open ({jobs}): unbond once they are settled", code=1)
+    check_no_open_jobs([entry.job_id for entry in open_jobs])
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
-    utxo, _ = chain.bond(bond)
+    utxo, _ = chain.bond(_out_ref(bond))
     tx = chain.wallet.sign(
         bonds.begin_unbond(chain.context, chain.deployment, utxo, chain.wallet.address)
     )
@@ -226,6 +199,7 @@ def unbond(
 
 @app.command()
 @reported()
+@refused()
 def withdraw(
     bond: BondOption = None,
     ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
@@ -235,16 +209,8 @@ def withdraw(
 ) -> None:
     """Take the bond back to the provider's wallet after its notice period."""
     chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
-    utxo, datum = chain.bond(bond)
-    if not isinstance(datum.unbonding_since, Just):
-        raise fail(
-            f"bond {out_ref(utxo)} is not unbonding: give notice with `bond unbond` first",
-            code=1,
-        )
-    clock = Clock.now(chain.context)
-    slot = withdrawable_slot(chain.deployment, datum.unbonding_since.value, clock)
-    if clock.tip_slot < slot:
-        raise fail(f"bond still unbonding: withdrawable at {clock.iso_slot(slot)}", code=1)
+    utxo, datum = chain.bond(_out_ref(bond))
+    chain.check_withdrawable(utxo, datum)
     tx = chain.wallet.sign(
         bonds.withdraw(chain.context, chain.deployment, utxo, chain.wallet.address)
     )
@@ -253,6 +219,7 @@ def withdraw(
 
 @app.command()
 @reported()
+@refused()
 def show(
     ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
     deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
