@@ -30,7 +30,6 @@ from pycardano import (
     Value,
     VerificationKeyWitness,
     Withdrawals,
-    datum_hash,
     script_hash,
 )
 
@@ -358,30 +357,13 @@ async def bond_with_tokens(
 ) -> UTxO:
     """A bond of BOND lovelace that also holds `tokens` junk tokens (anyone may lock such a
     UTxO at a bond address, and top-ups must keep them)."""
-    return await lock_bond(devnet, deployment, provider, tokens=tokens)
-
-
-async def lock_bond(
-    devnet: DevnetProcess,
-    deployment: Deployment,
-    provider: Wallet,
-    datum: PlutusData | None = None,
-    tokens: int = 0,
-    lovelace: int = BOND,
-) -> UTxO:
-    """A bond output made without the bond builder's checks (anyone may lock such a UTxO):
-    `datum` (by default the provider's, not unbonding) and `tokens` native tokens of the
-    provider's own policy beside `lovelace`."""
-    if datum is None:
-        datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
+    policy, held = junk_tokens(provider, tokens)
+    datum = BondDatum(to_plutus(provider.address), provider.vkey, Nothing())
     builder = TransactionBuilder(devnet.context())
     builder.add_input_address(provider.address)
-    value = Value(lovelace)
-    if tokens:
-        policy, value.multi_asset = junk_tokens(provider, tokens)
-        builder.mint, builder.native_scripts = value.multi_asset, [policy]
+    builder.mint, builder.native_scripts = held, [policy]
     address = deployment.bond_address(provider.address)
-    builder.add_output(TransactionOutput(address, value, datum=datum))
+    builder.add_output(TransactionOutput(address, Value(BOND, held), datum=datum))
     tx = builder.build_and_sign([provider.key], change_address=provider.address)
     return output(await confirm(devnet, tx), 0)
 
@@ -394,11 +376,9 @@ async def lock_by_hand(
     lovelace: int = LOCKED,
     datum: PlutusData | RawPlutusData | None = None,
     dust: bool = False,
-    hashed: bool = False,
     **changes,
 ) -> UTxO:
-    """An escrow output made without the lock builder's checks: anyone can do this;
-    `hashed` locks it under its datum's hash instead of the inline datum."""
+    """An escrow output made without the lock builder's checks: anyone can do this."""
     context = devnet.context()
     if datum is None:
         datum = escrow_terms(consumer, provider, Clock.now(context).tip_ms, **changes)
@@ -409,11 +389,7 @@ async def lock_by_hand(
         policy, value.multi_asset = junk_tokens(consumer)
         builder.mint, builder.native_scripts = value.multi_asset, [policy]
     stake = from_plutus(escrow_terms(consumer, provider, 0).consumer, deployment.network)
-    at = deployment.escrow_address(stake)
-    if hashed:
-        builder.add_output(TransactionOutput(at, value, datum_hash=datum_hash(datum)))
-    else:
-        builder.add_output(TransactionOutput(at, value, datum=datum))
+    builder.add_output(TransactionOutput(deployment.escrow_address(stake), value, datum=datum))
     tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
     return output(await confirm(devnet, tx), 0)
 

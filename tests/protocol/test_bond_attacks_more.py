@@ -9,7 +9,9 @@ from pycardano import Address, datum_hash
 
 from offchain.protocol.txbuild import Clock, ledger_inputs
 from offchain.protocol.types import PayoutKind, Slash
+from tests.protocol.evidence import place
 from tests.protocol.onchain import (
+    LOCKED,
     OWED,
     SCRIPT_FAILED,
     SHARE,
@@ -107,7 +109,8 @@ async def test_an_escrow_locked_under_a_datum_hash_slashes_no_bond(devnet, deplo
     consumer, provider = [await wallet(devnet) for _ in range(2)]
     bond = await post_bond(devnet, deployment, provider)
     terms = escrow_terms(consumer, provider, Clock.now(devnet.context()).tip_ms)
-    escrow = await lock_by_hand(devnet, deployment, consumer, provider, datum=terms, hashed=True)
+    at = deployment.escrow_address()
+    escrow = await place(devnet, consumer, at, LOCKED, terms, hashed=True)
     await travel_to(devnet, terms.close + 1)
     signature = accept(deployment, provider.key, escrow, job=terms.job_id)
     outputs = layout(consumer.address, escrow, bond)
