@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from pycardano import Network
@@ -33,6 +33,7 @@ from consumer.session import Consumer, local_time
 from consumer.store import JobRecord, JobStore
 from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain.submit import UNREACHABLE
 from offchain.chain.time import iso
 from offchain.protocol import deployment_file
 from offchain.protocol.amounts import ada, parse_lovelace
@@ -108,19 +109,31 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
             try:
                 return fn(env, *args, **kwargs)
             except (UnchainedError, JobSpecError) as exc:
-                details = getattr(exc, "details", {})
-                if as_json:
-                    error = {"error": type(exc).__name__, "message": str(exc), **details}
-                    typer.echo(json.dumps(error, indent=2))
-                else:
-                    typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(1) from exc
+                fail(as_json, type(exc).__name__, str(exc), **getattr(exc, "details", {}))
+            except UNREACHABLE as exc:  # the market client says so itself when it is the market
+                fail(as_json, "OgmiosUnreachable",
+                     f"cannot reach Ogmios at {env.ogmios_url} ({reason(exc)}): is the devnet "
+                     "(or your node's Ogmios) running? Point --ogmios-url or "
+                     "UNCHAINED_OGMIOS_URL at it", ogmios_url=env.ogmios_url)  # fmt: skip
 
         run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
         del run.__wrapped__  # typer reads the signature above, not the wrapped function's
         return app.command(name)(run)
 
     return register
+
+
+def fail(as_json: bool, kind: str, message: str, **details: Any) -> NoReturn:
+    """Exit 1 saying `message`: on stderr, or as one JSON document `{"error": kind, ...}`."""
+    if as_json:
+        typer.echo(json.dumps({"error": kind, "message": message, **details}, indent=2))
+    else:
+        typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def emit(as_json: bool, data: Any, human: str) -> None:
@@ -158,8 +171,7 @@ def init(
 ) -> None:
     """Write a commented example job spec to edit."""
     if path.exists() and not force:
-        typer.echo(f"error: {path} exists (use --force to replace it)", err=True)
-        raise typer.Exit(1)
+        fail(as_json, "FileExists", f"{path} exists (use --force to replace it)", path=str(path))
     path.write_text(EXAMPLE_SPEC)
     emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained job submit {path}`")
 
@@ -276,7 +288,9 @@ def lock(
     signed: Annotated[
         Path,
         typer.Argument(
-            help="The lock your wallet signed: CBOR hex, a TextEnvelope or a CIP-30 witness set."
+            exists=True,
+            dir_okay=False,
+            help="The lock your wallet signed: CBOR hex, a TextEnvelope or a CIP-30 witness set.",
         ),
     ],
     as_json: Json = False,
@@ -299,11 +313,15 @@ def status(
     watch_: Annotated[bool, typer.Option("--watch", help="Show live progress.")] = False,
     as_json: Json = False,
 ) -> None:
-    """The job's state as the market knows it (`--watch`: live until it ends)."""
+    """The job's state as the market knows it (`--watch`: live until it ends; with `--json`,
+    the state it ended in)."""
 
     async def go() -> dict[str, Any]:
         async with opened(env) as consumer:
-            if watch_ and not as_json:
+            if watch_ and as_json:
+                async for _ in consumer.events(job_id):  # the stream ends at a final state
+                    pass
+            elif watch_:
                 await follow(consumer, job_id)
             return await consumer.status(job_id)
 
@@ -324,7 +342,10 @@ def logs(
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Until the job ends.")] = False,
     as_json: Json = False,
 ) -> None:
-    """The job's log lines."""
+    """The job's log lines (`--json`: one document holding them all, once the job ends with
+    `--follow`)."""
+
+    kept: list[dict[str, Any]] = []
 
     async def go() -> None:
         async with opened(env) as consumer:
@@ -332,12 +353,17 @@ def logs(
             while True:
                 for line in await consumer.logs(job_id, after):
                     after = line["seq"]
-                    typer.echo(json.dumps(line) if as_json else line["text"])
+                    if as_json:
+                        kept.append(line)
+                    else:
+                        typer.echo(line["text"])
                 if not follow_ or (await consumer.status(job_id))["state"] in FINAL:
                     return
                 await asyncio.sleep(1)
 
     run_sync(go())
+    if as_json:
+        emit(True, {"job_id": job_id, "lines": kept}, "")
 
 
 @command(job_app, "results")
