@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,7 @@ from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.escrow_check import check_acceptable
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.txbuild import Wallet, out_ref
 from provider.bond_cli import app as bond_app
 from provider.config import (
@@ -53,9 +55,9 @@ from provider.options import (
     reported,
     runner_settings,
 )
-from provider.receipts import EscrowJob, receipt_fields, receipt_for, receipt_json
+from provider.receipts import EscrowJob, receipt_fields, receipt_for
 from provider.runner import Runner, RunResult
-from provider.selftest import GPU_BENCH_IMAGE, SelfTest
+from provider.selftest import GPU_BENCH_IMAGE, Check, SelfTest, save_summary
 
 app = typer.Typer(
     help="The provider node: its key, offer, self-test, job runner and bond.",
@@ -114,7 +116,7 @@ def receipt_lines(result: RunResult, job: EscrowJob | None) -> list[str]:
     return [
         f"receipt for escrow {out_ref(job.escrow)}, signed with this provider's key "
         f"(settling it pays {receipt.units} x {job.price_per_unit} = {due} lovelace):",
-        json.dumps(receipt_json(receipt, job.deployment), indent=2),
+        json.dumps(Receipt.of(receipt).record(job.deployment), indent=2),
     ]
 
 
@@ -178,10 +180,12 @@ def selftest(
         client = docker.from_env()
     except docker.errors.DockerException as exc:
         raise fail(f"FAIL engine: no docker engine answers: {exc}", code=1) from exc
-    failed = 0
+    checks: list[Check] = []
     for check in SelfTest(client, settings.runner, inventory, gpu_image).run():
-        failed += check.outcome == "fail"
+        checks.append(check)
         typer.echo(f"{check.outcome.upper():<4}  {check.name:<24}  {check.detail}")
+    failed = sum(check.outcome == "fail" for check in checks)
+    save_summary(settings.runner.state_dir, checks, int(time.time() * 1000))  # offers carry it
     typer.echo(f"{'FAILED' if failed else 'PASSED'}: {failed} check(s) failed")
     raise typer.Exit(1 if failed else 0)
 

@@ -22,6 +22,7 @@ from typing import Literal
 import docker
 
 from offchain.protocol.jobspec import InputFile, JobSpec, Resources
+from offchain.protocol.offer import SelfTestSummary
 from provider import images
 from provider.config import RunnerSettings
 from provider.inventory import HostInventory
@@ -34,6 +35,7 @@ GPU_BENCH_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 ROOT_CAPS = "0000000000000000"  # no capability at all
 SECCOMP_FILTER = "2"
 SELFTEST_PIDS_LIMIT = 16
+SUMMARY_FILE = "selftest.json"  # in the state directory: the daemon's offers carry it
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,22 @@ class Check:
     name: str
     outcome: Literal["pass", "fail", "skip"]
     detail: str
+
+
+def save_summary(state_dir: Path, checks: list[Check], at_ms: int) -> SelfTestSummary:
+    """Keep the run's outcome where the daemon finds it for its next offer."""
+    summary = SelfTestSummary.of(((c.name, c.outcome) for c in checks), at_ms)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / SUMMARY_FILE).write_text(summary.model_dump_json())
+    return summary
+
+
+def load_summary(state_dir: Path) -> SelfTestSummary | None:
+    """The latest saved self-test (None: never run here, or unreadable)."""
+    try:
+        return SelfTestSummary.model_validate_json((state_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def verdict(name: str, ok: bool, detail: str) -> Check:

@@ -57,6 +57,23 @@ class Provider(SQLModel, table=True):
     bond_lovelace: int | None = _big(nullable=True)
     bond_state: str | None = Field(default=None, max_length=16)
     offline_since_ms: int | None = _big(nullable=True)
+    selftest: str | None = Field(
+        default=None, sa_column=Column(Text, nullable=True),
+        description="the self-test summary of its latest offer, as signed (JSON)",
+    )  # fmt: skip
+
+
+class OnlineSpan(SQLModel, table=True):
+    """A stretch of time a provider kept heartbeating (no gap longer than the online window):
+    its first and latest heartbeat. One row per stretch keeps a week of history small and
+    uptime one grouped sum."""
+
+    __table_args__ = (Index("ix_onlinespan_provider_end", "provider_id", "end_ms"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider_id: str = Field(foreign_key="provider.id", max_length=56)
+    start_ms: int = _big()
+    end_ms: int = _big()
 
 
 class Offer(SQLModel, table=True):

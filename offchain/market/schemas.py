@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from offchain.market.models import JobState
 from offchain.protocol.jobspec import MAX_SUPPLY_LOVELACE, JobSpec
+from offchain.protocol.offer import SelfTestSummary
 
 HEX32 = r"[0-9a-f]{64}"
 HEX64 = r"[0-9a-f]{128}"
@@ -46,6 +47,9 @@ class OfferTerms(_Body):
         "GPU, or its CPU bundles); no job is matched to it while all are taken.",
     )  # fmt: skip
     bond: str | None = Field(None, pattern=OUT_REF, description="The bond UTxO, TXID#IX.")
+    selftest: SelfTestSummary | None = Field(
+        None, description="The provider's latest self-test, shown by the explorer."
+    )
 
     _address = field_validator("payout_address")(bech32_address)
 

@@ -1,13 +1,17 @@
 """A provider's offer as the escrow check reads it: who signs, where it is paid, and the price
 per second of the bundle it quoted. Kept to what an escrow is checked against; the market's
-offer (GPU model, bond, signature) builds on it.
+offer (GPU model, bond, signature) builds on it, and may carry the provider's latest self-test
+summary, which the explorer shows (the provider's own word, signed with the offer).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from typing import Literal
 
 from pycardano import Address
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from offchain.protocol.jobspec import JobSpec, Resources
 
@@ -28,3 +32,31 @@ class Offer:
             if getattr(spec.resources, name) > getattr(self.bundle, name)
         ]
         return ", ".join(over) or None
+
+
+class SelfTestCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    outcome: Literal["pass", "fail", "skip"]
+
+
+class SelfTestSummary(BaseModel):
+    """What `unchained provider selftest` found on this machine, and when (POSIX ms)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    passed: bool = Field(description="No check failed.")
+    at_ms: int = Field(ge=0)
+    checks: list[SelfTestCheck] = Field(max_length=64)
+
+    @model_validator(mode="after")
+    def _passed_means_none_failed(self) -> SelfTestSummary:
+        if self.passed != all(check.outcome != "fail" for check in self.checks):
+            raise ValueError("passed: true exactly when no check failed")
+        return self
+
+    @classmethod
+    def of(cls, outcomes: Iterable[tuple[str, str]], at_ms: int) -> SelfTestSummary:
+        checks = [SelfTestCheck.model_validate({"name": n, "outcome": o}) for n, o in outcomes]
+        return cls(passed=all(c.outcome != "fail" for c in checks), at_ms=at_ms, checks=checks)

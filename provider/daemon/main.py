@@ -49,7 +49,9 @@ class Daemon:
             self.chain, self.link, self.journal, runner, self.bonds, Capacity(slots), bundle, key,
             self.settings,
         )  # fmt: skip
-        self.offer = OfferKeeper(self.link, bundle, str(chain.wallet.address))
+        self.offer = OfferKeeper(
+            self.link, bundle, str(chain.wallet.address), config.runner.state_dir
+        )
         self.payouts = PayoutWatcher(
             self.chain, self.journal, runner.results_dir, self.settings.payout_margin_ms,
             self.settings.settle_batch_max,

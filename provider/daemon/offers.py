@@ -1,21 +1,28 @@
 """The daemon's offer on the market: one slot's bundle at its price, signed with the provider
 key (GPU UUIDs stay private: the market sees the model, the count and the memory), kept online
-by heartbeats and published again after any outage (the market may have forgotten it)."""
+by heartbeats and published again after any outage (the market may have forgotten it). Each
+publication carries the latest `unchained provider selftest` summary saved in the state
+directory, if any."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
+from offchain.protocol.offer import SelfTestSummary
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
 from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
+from provider.selftest import load_summary
 
 log = logging.getLogger("unchained.provider")
 NOT_FOUND = 404
 
 
-def offer_terms(bundle: Bundle, payout_address: str, bond: BondView) -> dict[str, Any]:
+def offer_terms(
+    bundle: Bundle, payout_address: str, bond: BondView, selftest: SelfTestSummary | None = None
+) -> dict[str, Any]:
     """The offer's terms as the market's POST /offers reads them."""
     resources = bundle.resources
     terms: dict[str, Any] = {
@@ -31,16 +38,21 @@ def offer_terms(bundle: Bundle, payout_address: str, bond: BondView) -> dict[str
     }
     if bond.ref is not None:
         terms["bond"] = bond.ref
+    if selftest is not None:
+        terms["selftest"] = selftest.model_dump(mode="json")
     return terms
 
 
 class OfferKeeper:
     """Publishes the offer, then heartbeats; publishes again whenever the link was lost."""
 
-    def __init__(self, link: MarketLink, bundle: Bundle, payout_address: str) -> None:
+    def __init__(
+        self, link: MarketLink, bundle: Bundle, payout_address: str, state_dir: Path | None = None
+    ) -> None:
         self.link = link
         self.bundle = bundle
         self.payout_address = payout_address
+        self.state_dir = state_dir  # where the self-test summary is saved
         self.published = False
 
     async def beat(self, bond: BondView, retry_for_s: float) -> None:
@@ -52,7 +64,8 @@ class OfferKeeper:
                 except MarketRefused as exc:
                     if exc.status != NOT_FOUND:
                         raise
-            terms = offer_terms(self.bundle, self.payout_address, bond)
+            selftest = load_summary(self.state_dir) if self.state_dir else None
+            terms = offer_terms(self.bundle, self.payout_address, bond, selftest)
             await self.link.send("POST", "/offers", Body.of_json(terms), retry_for_s=retry_for_s)
             if not self.published:
                 log.info("offer published: %s", terms)

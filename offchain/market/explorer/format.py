@@ -42,6 +42,11 @@ def duration(ms: int | None) -> str:
     return f"{hours} h {minutes:02d} m {seconds:02d} s" if hours else f"{minutes} m {seconds:02d} s"
 
 
+def percent(part: int, whole: int) -> str:
+    """`part` of `whole` as a percentage with one decimal (display only)."""
+    return f"{100 * part / whole:.1f} %" if whole else "—"
+
+
 def short(text: str | None, keep: int = 10) -> str:
     """A long hash or address cut in the middle (the full one goes in the title)."""
     if not text:
@@ -100,6 +105,6 @@ def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, int]]:
     ]  # fmt: skip
 
 
-FILTERS = {"ada": ada, "when": when, "duration": duration, "short": short}
+FILTERS = {"ada": ada, "when": when, "duration": duration, "short": short, "percent": percent}
 GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars,
            "chart_w": CHART_W, "chart_h": CHART_H}  # fmt: skip

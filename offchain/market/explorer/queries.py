@@ -28,6 +28,7 @@ from offchain.market.models import (
     Offer,
     Provider,
 )
+from offchain.market.services import health
 from offchain.market.services import jobs as job_states
 from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
@@ -349,9 +350,15 @@ def _counts(session: Session, provider_ids: Sequence[str]) -> dict[str, dict[str
     return counts
 
 
+def _uptime(online: dict[str, int]) -> dict[str, dict[str, int]]:
+    return {name: {"online_ms": online[name], "of_ms": window}
+            for name, window in health.WINDOWS.items()}  # fmt: skip
+
+
 def _provider_row(
-    provider: Provider, offers: list[Offer], counts: dict[str, int], ctx: Context
-) -> dict[str, Any]:
+    provider: Provider, offers: list[Offer], counts: dict[str, int], online: dict[str, int],
+    ctx: Context,
+) -> dict[str, Any]:  # fmt: skip
     return {
         "id": provider.id, "payout_address": provider.payout_address,
         "online": provider.last_heartbeat_ms >= ctx.now_ms - ctx.online_ms,
@@ -362,6 +369,8 @@ def _provider_row(
         "bond": {"ref": provider.bond_ref, "lovelace": provider.bond_lovelace,
                  "state": provider.bond_state},
         "jobs": counts,
+        "uptime": _uptime(online),
+        "selftest": json.loads(provider.selftest) if provider.selftest else None,
     }  # fmt: skip
 
 
@@ -381,8 +390,10 @@ def provider_list(session: Session, ctx: Context, after: str | None) -> dict[str
     page = rows[:PAGE]
     ids = [p.id for p in page]
     offers, counts = _offers(session, ids), _counts(session, ids)
+    online = health.uptime(session, ids, ctx.now_ms)
+    rows_shown = [_provider_row(p, offers[p.id], counts[p.id], online[p.id], ctx) for p in page]
     return {
-        "providers": [_provider_row(p, offers[p.id], counts[p.id], ctx) for p in page],
+        "providers": rows_shown,
         "next": page[-1].id if len(rows) > PAGE else None,
     }
 
@@ -410,7 +421,9 @@ def provider_page(session: Session, ctx: Context, provider_id: str) -> dict[str,
     recent = job_list(session, {"provider": provider_id})
     return {
         "provider": _provider_row(provider, _offers(session, [provider_id])[provider_id],
-                                  _counts(session, [provider_id])[provider_id], ctx),
+                                  _counts(session, [provider_id])[provider_id],
+                                  health.uptime(session, [provider_id], ctx.now_ms)[provider_id],
+                                  ctx),
         "bonds": [{"ref": b.ref, "lovelace": b.lovelace, "unbonding_since_ms": b.unbonding_since_ms,
                    "spent_tx": b.spent_tx, "spent_as": b.spent_as} for b in bonds],
         "earnings": _earnings(session, provider_id),

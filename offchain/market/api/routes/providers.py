@@ -20,7 +20,8 @@ from offchain.market.api.deps import (
     SignedDep,
     UploadDep,
 )  # fmt: skip
-from offchain.market.services import delivery, jobs, offers, quotes, storage
+from offchain.market.models import Offer
+from offchain.market.services import delivery, health, jobs, offers, quotes, storage
 from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER
 
 router = APIRouter(tags=["providers"])
@@ -41,15 +42,29 @@ async def post_offer(
     vkey = signed.vkey.payload
     bond = await run_in_threadpool(offers.counted_bond, chain, settings, vkey, terms)
     offer = await run_in_threadpool(
-        offers.post_offer, session, vkey, terms, (body, *signature), jobs.now_ms(), bond
+        _publish, session, vkey, terms, (body, *signature), bond, settings.online_ms
     )
     return quotes.signed_offer(offer)
 
 
+def _publish(
+    session: Session, vkey: bytes, terms: schemas.OfferTerms, signed: tuple[str, str, str],
+    bond: offers.CountedBond | None, online_ms: int,
+) -> Offer:  # fmt: skip
+    """Store the offer, count it as a heartbeat and keep the self-test it carries."""
+    at_ms = jobs.now_ms()
+    offer = offers.post_offer(session, vkey, terms, signed, at_ms, bond)
+    provider = offers.provider(session, offer.provider_id)
+    health.offered(session, provider, at_ms, online_ms, terms.selftest)
+    return offer
+
+
 @router.post("/providers/heartbeat", status_code=204)
-def heartbeat(party: PartyDep, session: SessionDep) -> None:
-    """Keep this provider's offers online."""
-    offers.heartbeat(session, party, jobs.now_ms())
+def heartbeat(party: PartyDep, session: SessionDep, settings: SettingsDep) -> None:
+    """Keep this provider's offers online (and count the time towards its uptime)."""
+    at_ms = jobs.now_ms()
+    offers.heartbeat(session, party, at_ms)
+    health.heartbeat(session, party, at_ms, settings.online_ms)
 
 
 @router.get("/providers/assignments")
