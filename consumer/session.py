@@ -49,7 +49,8 @@ from offchain.protocol.amounts import ada
 from offchain.protocol.bond_check import BondRefused, check_bond
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.payloads import receipt_payload, verify
+from offchain.protocol.payloads import verify
+from offchain.protocol.receipt import Receipt, ReceiptFormatError
 from offchain.protocol.txbuild import ADA, BuildError, Clock
 
 LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
@@ -229,7 +230,7 @@ class Consumer:
         if signed["receipt_signature"] is None or signed["receipt_result_hash"] is None:
             state = (await self.market.job(job_id))["state"]
             raise ConsumerError(f"job {job_id} has no receipt yet (it is {state})", state=state)
-        self.check_receipt(record, signed)
+        receipt = self.check_receipt(record, signed)
         into.mkdir(parents=True, exist_ok=True)
         partial = into / f".{RESULT_FILE}.part"
         arrived = await self.market.download_result(job_id, partial)
@@ -243,7 +244,7 @@ class Consumer:
             )  # fmt: skip
         archive = into / RESULT_FILE
         partial.replace(archive)
-        (into / RECEIPT_FILE).write_text(receipt_json(record, signed))
+        (into / RECEIPT_FILE).write_text(kept_receipt(record, receipt, self.deployment))
         unpacked = unpack_archive(archive, into / "out") if unpack else None
         units = signed["receipt_units"]
         return VerifiedResult(
@@ -251,26 +252,25 @@ class Consumer:
             record.datum.price_per_unit * units,
         )  # fmt: skip
 
-    def check_receipt(self, record: JobRecord, signed: dict[str, Any]) -> None:
+    def check_receipt(self, record: JobRecord, signed: dict[str, Any]) -> Receipt:
         """ResultMismatch unless the receipt names the job's escrow and is signed by the
         provider key the consumer locked for (its own record, not the market's word)."""
         if record.escrow is None or signed["escrow"] != record.escrow:
             raise ResultMismatch(
                 f"the receipt is for escrow {signed['escrow']}, not this job's {record.escrow}"
             )
-        payload = receipt_payload(
-            self.deployment.network_id, self.deployment.escrow_hash,
-            parse_out_ref(record.escrow), signed["receipt_units"],
-            bytes.fromhex(signed["receipt_result_hash"]),
-            bytes.fromhex(signed["receipt_evidence_hash"]),
-        )  # fmt: skip
+        try:
+            receipt = Receipt.from_body(parse_out_ref(record.escrow), signed, prefix="receipt_")
+        except ReceiptFormatError as exc:
+            raise ResultMismatch(f"the market served no valid receipt: {exc}") from exc
         vkey = record.datum.provider_vkey
-        if not verify(vkey, payload, bytes.fromhex(signed["receipt_signature"])):
+        if not receipt.signed_by(vkey, self.deployment.network_id, self.deployment.escrow_hash):
             raise ResultMismatch(
                 f"the receipt is not signed by the escrow's provider key {vkey.hex()}: "
                 "nothing was downloaded or unpacked",
                 provider_vkey=vkey.hex(),
             )
+        return receipt
 
     # --- money back ---------------------------------------------------------------------
 
@@ -342,9 +342,14 @@ class Consumer:
         return signed
 
 
-def receipt_json(record: JobRecord, signed: dict[str, Any]) -> str:
-    """The receipt kept beside a verified result: what was signed, for which escrow and key."""
-    kept = {**signed, "job_id": record.job_id, "provider_vkey": record.datum.provider_vkey.hex()}
+def kept_receipt(record: JobRecord, receipt: Receipt, deployment: Deployment) -> str:
+    """The receipt kept beside a verified result: its self-contained record (what was signed,
+    for which escrow), the job and the provider key that signed it."""
+    kept = {
+        **receipt.record(deployment),
+        "job_id": record.job_id,
+        "provider_vkey": record.datum.provider_vkey.hex(),
+    }
     return json.dumps(kept, indent=2, sort_keys=True) + "\n"
 
 

@@ -22,7 +22,7 @@ from offchain.protocol.escrow_check import check_acceptable, check_settleable
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import Offer
 from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.txbuild import Wallet, out_ref
+from offchain.protocol.txbuild import Wallet
 from provider.runner import RunResult
 
 NO_OUTPUT_HASH = hashlib.sha256(b"").digest()  # the run left no archive (/out was over its limit)
@@ -104,14 +104,3 @@ def receipt_for(job: EscrowJob, result: RunResult) -> SignedReceipt:
         job.deployment, job.key, job.escrow, units, fields.result_hash, fields.evidence_hash
     )
 
-
-def receipt_json(receipt: SignedReceipt, deployment: Deployment) -> dict[str, int | str]:
-    """A signed receipt as JSON: with the escrow's datum on chain, all a verifier needs."""
-    fields = ReceiptFields(receipt.units, receipt.result_hash, receipt.evidence_hash)
-    return {
-        "escrow": out_ref(receipt.escrow),
-        "network_id": deployment.network_id,
-        "escrow_hash": deployment.escrow_hash.payload.hex(),
-        **fields.as_json(),
-        "signature": receipt.signature.hex(),
-    }

@@ -70,7 +70,7 @@ def check_settled(data_dir: Path, out: str, jobs: int) -> None:
         ).groups()[::-1]  # fmt: skip
         result = Path(job)
         assert hashlib.sha256((result / "result.tar").read_bytes()).hexdigest() == sha256
-        assert json.loads((result / "receipt.json").read_text())["receipt_result_hash"] == sha256
+        assert json.loads((result / "receipt.json").read_text())["result_hash"] == sha256
     assert balances(out, "provider") == [0, due, due]
     assert balances(out, "market")[2] == jobs * FEE_ALLOWANCE - settle_fee
     assert "Checked: the provider earned exactly its receipts" in out

@@ -16,7 +16,8 @@ from offchain.chain.utxo import parse_out_ref
 from offchain.devnet.process import DevnetProcess
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import parse_jobspec
-from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.receipt import Receipt
 from tests.market.client import Party
 from tests.protocol.onchain import post_bond, wallet
 
@@ -81,11 +82,8 @@ class ScriptedProvider:
         """Upload `archive` and hand in the signed receipt for `units` of the job."""
         uploaded = await self.send("PUT", f"/jobs/{job['job_id']}/result", raw=archive)
         result = bytes.fromhex(uploaded["result_sha256"])
-        payload = receipt_payload(
-            self.deployment.network_id, self.deployment.escrow_hash,
+        body = Receipt.sign(
+            self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
             parse_out_ref(job["escrow"]), units, result, EVIDENCE,
-        )  # fmt: skip
-        signature = sign(self.party.wallet.key, payload)
-        body = {"units": units, "result_hash": result.hex(), "evidence_hash": EVIDENCE.hex(),
-                "signature": signature.hex()}  # fmt: skip
+        ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/receipt", body)

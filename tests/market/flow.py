@@ -22,7 +22,8 @@ from offchain.market.services import jobs
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.txbuild import Wallet
 from tests.market.client import Party
 from tests.market.test_lifecycle import job_request, offer_terms
@@ -127,12 +128,10 @@ async def deliver(provider: Party, deployment: Deployment, locked: Locked) -> No
 
 
 async def send_receipt(provider: Party, deployment: Deployment, locked: Locked) -> httpx.Response:
-    signature = sign(provider.wallet.key, receipt_payload(
-        deployment.network_id, deployment.escrow_hash, locked.escrow.input, UNITS, RESULT,
-        EVIDENCE,
-    ))  # fmt: skip
-    body = {"units": UNITS, "result_hash": RESULT.hex(), "evidence_hash": EVIDENCE.hex(),
-            "signature": signature.hex()}  # fmt: skip
+    body = Receipt.sign(
+        provider.wallet.key, deployment.network_id, deployment.escrow_hash, locked.escrow.input,
+        UNITS, RESULT, EVIDENCE,
+    ).body()  # fmt: skip
     return await provider.send("POST", f"/jobs/{locked.job}/receipt", body)
 
 

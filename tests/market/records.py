@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.metering import MeteringRecord, Sample
-from offchain.protocol.payloads import receipt_payload, sign
+from offchain.protocol.receipt import Receipt
 from tests.market.client import Party
 from tests.market.flow import Locked
 
@@ -28,9 +28,7 @@ def receipt_body(
 ) -> dict:
     """The provider's signed receipt for `record`'s units, its evidence hash the record's."""
     units, evidence = record.billable_units, bytes.fromhex(record.digest())
-    signed = sign(provider.wallet.key, receipt_payload(
-        deployment.network_id, deployment.escrow_hash, locked.escrow.input, units, result,
-        evidence,
-    ))  # fmt: skip
-    return {"units": units, "result_hash": result.hex(), "evidence_hash": evidence.hex(),
-            "signature": signed.hex()}  # fmt: skip
+    return Receipt.sign(
+        provider.wallet.key, deployment.network_id, deployment.escrow_hash, locked.escrow.input,
+        units, result, evidence,
+    ).body()  # fmt: skip

@@ -15,7 +15,8 @@ from pycardano.cip import cip8
 
 from offchain.chain.submit import submit_and_wait
 from offchain.protocol import escrow as escrows
-from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Clock
 from tests.market.client import Party
@@ -120,12 +121,10 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     uploaded = await provider.send("PUT", f"/jobs/{job}/result", raw=archive)
     assert uploaded.json()["result_sha256"] == result_hash, uploaded.text
     evidence = hashlib.sha256(b"metering").digest()
-    signature = sign(provider.wallet.key, receipt_payload(
-        deployment.network_id, deployment.escrow_hash, escrow.input, UNITS,
+    receipt = Receipt.sign(
+        provider.wallet.key, deployment.network_id, deployment.escrow_hash, escrow.input, UNITS,
         bytes.fromhex(result_hash), evidence,
-    ))  # fmt: skip
-    receipt = {"units": UNITS, "result_hash": result_hash, "evidence_hash": evidence.hex(),
-               "signature": signature.hex()}  # fmt: skip
+    ).body()  # fmt: skip
     forged = {**receipt, "signature": sign(consumer.wallet.key, b"not it").hex()}
     refused = await provider.send("POST", f"/jobs/{job}/receipt", forged)
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["signature"]

@@ -17,11 +17,12 @@ from typer.testing import CliRunner
 
 from offchain.devnet.genesis import ADA
 from offchain.protocol import bond as bonds
-from offchain.protocol.escrow import SignedReceipt, escrow_datum, settle
+from offchain.protocol.escrow import escrow_datum, settle
 from offchain.protocol.escrow_check import EscrowRefused
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.payloads import acceptance_payload, verify
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.refusal import Refusal
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
@@ -299,13 +300,7 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
     assert printed["escrow"] == out_ref(escrow) and printed["units"] == record.billable_units
     assert printed["evidence_hash"] == record.digest()
     assert printed["escrow_hash"] == deployment.escrow_hash.payload.hex()
-    receipt = SignedReceipt(
-        escrow,
-        printed["units"],
-        bytes.fromhex(printed["result_hash"]),
-        bytes.fromhex(printed["evidence_hash"]),
-        bytes.fromhex(printed["signature"]),
-    )
+    receipt = Receipt.from_record(printed).settling(escrow)
     await confirm(
         devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
     )

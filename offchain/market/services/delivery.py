@@ -22,7 +22,8 @@ from offchain.market.services import jobs, storage
 from offchain.market.services.chain import parse_ref
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.metering import MeteringRecord
-from offchain.protocol.payloads import acceptance_payload, receipt_payload, verify
+from offchain.protocol.payloads import acceptance_payload, verify
+from offchain.protocol.receipt import Receipt
 
 S = JobState
 EVIDENCE_LIMIT_BYTES = 64 << 20  # a day of one-second samples with GPUs is well under this
@@ -85,11 +86,9 @@ def hand_in_receipt(
         raise Invalid(f"{receipt.units} units is more than the quoted {job.max_units}", "units")
     if job.result_sha256 is not None and receipt.result_hash != job.result_sha256:
         raise Invalid("not the sha256 of the uploaded result", "result_hash")
-    payload = receipt_payload(
-        deployment.network_id, deployment.escrow_hash, parse_ref(job.escrow_ref, "escrow"),
-        receipt.units, bytes.fromhex(receipt.result_hash), bytes.fromhex(receipt.evidence_hash),
-    )  # fmt: skip
-    if not verify(bytes.fromhex(job.provider_vkey), payload, bytes.fromhex(receipt.signature)):
+    signed = Receipt.from_body(parse_ref(job.escrow_ref, "escrow"), receipt.model_dump())
+    vkey = bytes.fromhex(job.provider_vkey)
+    if not signed.signed_by(vkey, deployment.network_id, deployment.escrow_hash):
         raise Invalid("not the provider's signature of this receipt for the escrow", "signature")
     job.receipt_units, job.receipt_signature = receipt.units, receipt.signature
     job.receipt_result_hash, job.receipt_evidence_hash = receipt.result_hash, receipt.evidence_hash

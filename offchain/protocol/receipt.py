@@ -1,0 +1,147 @@
+"""A provider's signed usage receipt as JSON, encoded and decoded in this one place.
+
+The provider prints it and hands it to the market, the market stores and serves it, the
+consumer checks and keeps it: each reads and writes the same fields here, and checks the
+signature over the same canonical payload (`payloads.receipt_payload`).
+
+- `body`: what the provider hands the market for an escrow it already names (units, result
+  and evidence hashes, signature);
+- `record`: the self-contained form (the escrow's out-ref and the deployment's network and
+  escrow script beside the body), with the escrow's datum on chain all a verifier needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from pycardano import PaymentSigningKey, ScriptHash, TransactionInput, UTxO
+
+from offchain.chain.utxo import parse_out_ref
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.errors import UnchainedError
+from offchain.protocol.escrow import SignedReceipt
+from offchain.protocol.payloads import receipt_payload, sign, verify
+
+HASH_BYTES = 32
+SIGNATURE_BYTES = 64
+BODY_FIELDS = ("units", "result_hash", "evidence_hash", "signature")
+
+
+class ReceiptFormatError(UnchainedError, ValueError):
+    """JSON that is not a receipt; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Receipt:
+    """What a provider signed to be paid `units` for the job at `escrow`."""
+
+    escrow: TransactionInput
+    units: int
+    result_hash: bytes
+    evidence_hash: bytes
+    signature: bytes
+
+    @classmethod
+    def sign(
+        cls,
+        key: PaymentSigningKey,
+        network_id: int,
+        escrow_hash: ScriptHash,
+        escrow: TransactionInput,
+        units: int,
+        result_hash: bytes,
+        evidence_hash: bytes,
+    ) -> Receipt:
+        """The receipt `key` signs for `units` of the job at `escrow` of this deployment."""
+        payload = receipt_payload(
+            network_id, escrow_hash, escrow, units, result_hash, evidence_hash
+        )
+        return cls(escrow, units, result_hash, evidence_hash, sign(key, payload))
+
+    @classmethod
+    def of(cls, signed: SignedReceipt) -> Receipt:
+        return cls(
+            signed.escrow.input, signed.units, signed.result_hash, signed.evidence_hash,
+            signed.signature,
+        )  # fmt: skip
+
+    def signed_by(self, vkey: bytes, network_id: int, escrow_hash: ScriptHash) -> bool:
+        """Whether `vkey` signed this receipt for this escrow of this deployment."""
+        payload = receipt_payload(
+            network_id, escrow_hash, self.escrow, self.units, self.result_hash,
+            self.evidence_hash,
+        )  # fmt: skip
+        return verify(vkey, payload, self.signature)
+
+    def settling(self, escrow: UTxO) -> SignedReceipt:
+        """The receipt as a settle builder takes it, with the escrow UTxO it names."""
+        if escrow.input != self.escrow:
+            raise ReceiptFormatError(f"the receipt is for {ref_text(self.escrow)}, not that UTxO")
+        return SignedReceipt(
+            escrow, self.units, self.result_hash, self.evidence_hash, self.signature
+        )
+
+    def body(self) -> dict[str, int | str]:
+        return {
+            "units": self.units,
+            "result_hash": self.result_hash.hex(),
+            "evidence_hash": self.evidence_hash.hex(),
+            "signature": self.signature.hex(),
+        }
+
+    def record(self, deployment: Deployment) -> dict[str, int | str]:
+        return {
+            "escrow": ref_text(self.escrow),
+            "network_id": deployment.network_id,
+            "escrow_hash": deployment.escrow_hash.payload.hex(),
+            **self.body(),
+        }
+
+    @classmethod
+    def from_body(
+        cls, escrow: TransactionInput, data: Mapping[str, Any], prefix: str = ""
+    ) -> Receipt:
+        """The receipt for `escrow` in `data`'s body fields, each named `prefix` + field (the
+        market serves them as receipt_units, ...); ReceiptFormatError naming a bad one."""
+        units = _field(data, prefix, "units")
+        if not isinstance(units, int) or isinstance(units, bool) or units < 0:
+            raise ReceiptFormatError(f"{prefix}units: a non-negative integer, got {units!r}")
+        return cls(
+            escrow, units,
+            _hex(data, prefix, "result_hash", HASH_BYTES),
+            _hex(data, prefix, "evidence_hash", HASH_BYTES),
+            _hex(data, prefix, "signature", SIGNATURE_BYTES),
+        )  # fmt: skip
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> Receipt:
+        """A receipt from its self-contained record (`record`'s output)."""
+        try:
+            escrow = parse_out_ref(str(_field(data, "", "escrow")))
+        except ValueError as exc:
+            raise ReceiptFormatError(f"escrow: {exc}") from exc
+        return cls.from_body(escrow, data)
+
+
+def ref_text(ref: TransactionInput) -> str:
+    return f"{ref.transaction_id.payload.hex()}#{ref.index}"
+
+
+def _field(data: Mapping[str, Any], prefix: str, name: str) -> Any:
+    try:
+        return data[prefix + name]
+    except KeyError:
+        raise ReceiptFormatError(f"{prefix}{name}: required field is missing") from None
+
+
+def _hex(data: Mapping[str, Any], prefix: str, name: str, size: int) -> bytes:
+    value = _field(data, prefix, name)
+    try:
+        raw = bytes.fromhex(value)
+    except (TypeError, ValueError):
+        raw = b""
+    if len(raw) != size:
+        raise ReceiptFormatError(f"{prefix}{name}: {size} bytes in hex, got {value!r}")
+    return raw
