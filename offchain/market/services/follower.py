@@ -7,7 +7,12 @@ state, and rollbacks into exactly the reverse.
 - An escrow spent is settled, refunded (or cancelled) or slashed, as the spending redeemer
   says; a slash is a Refund beside a bond's Slash naming this escrow and a SlashPayout output.
 - Bond outputs are recorded per provider (created, unbonding, spent and how), and a provider
-  whose bond moves follows it to its continuing output.
+  whose bond moves follows it to its continuing output. Only an output that passes the bond
+  check (`check_bond`, as for an offer's bond: inline datum of the right shape, lovelace only,
+  a 32-byte key, the provider's payout address, not withdrawable when its block was made) is
+  a bond: anyone can lock anything at the bond script, and a bond created with
+  `unbonding_since = Just 0` or with tokens must not count. Any other is logged with the
+  check's reason; a provider whose bond moves into one is left with a "refused" bond.
 
 Transactions are read from their CBOR (redeemers and inline datums), so a real Ogmios must run
 with `--include-cbor`; the devnet always includes it.
@@ -20,6 +25,7 @@ caused by the chain and names the block's slot and height and the transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -31,14 +37,18 @@ from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
+from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
 from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
 from offchain.market.services import chain_index, jobs, offers, undo
 from offchain.market.services.chain import escrow_problems
 from offchain.market.services.undo import BlockAt
+from offchain.protocol.addresses import from_plutus
 from offchain.protocol.bond import bond_datum
+from offchain.protocol.bond_check import BondRefused, check_bond
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import escrow_datum
+from offchain.protocol.refusal import check_address
 from offchain.protocol.txbuild import BuildError
 from offchain.protocol.types import BondDatum, Just, SlashPayout
 
@@ -51,6 +61,7 @@ BOND_ACTIONS = {0: "top-up", 1: "unbond", 2: "withdraw", 3: "slash"}
 SLASH = 3
 RECENT_POINTS = 10  # findIntersection gets these, then ever sparser older ones
 RETRY_S = 1.0
+REFUSED_BOND = "refused"  # a provider's bond moved into an output that is no bond
 
 
 def out_ref(tx_id: str, index: int) -> str:
@@ -124,6 +135,8 @@ class ChainFollower:
         self.escrow_hash = deployment.escrow_hash.payload
         self.bond_hash = deployment.bond_hash.payload
         self.lag_blocks = 0  # the chain's tip height minus the last block applied
+        self.url = ""  # the Ogmios followed (`run`): era summaries for a block's time
+        self._time: ChainTime | None = None
 
     # --- where to resume ----------------------------------------------------------------------
 
@@ -332,6 +345,17 @@ class ChainFollower:
         except BuildError:
             return
         ref = out_ref(utxo.input.transaction_id.payload.hex(), utxo.input.index)
+        provider = session.get(Provider, offers.key_hash(datum.provider_vkey))
+        moved = provider is not None and provider.bond_ref in holders
+        try:
+            self._check_bond(at, utxo, datum, provider)
+        except BondRefused as refused:
+            log.warning("not counted as a bond: %s", refused)
+            if moved:  # its bond went on into this output: it has none that counts now
+                undo.remember(session, at, provider)
+                provider.bond_state = REFUSED_BOND
+                session.add(provider)
+            return
         since = datum.unbonding_since.value if isinstance(datum.unbonding_since, Just) else None
         bond = Bond(
             ref=ref, provider_id=offers.key_hash(datum.provider_vkey),
@@ -340,13 +364,35 @@ class ChainFollower:
         session.add(bond)
         session.flush()
         undo.remember_created(session, at, bond)
-        provider = session.get(Provider, bond.provider_id)
-        if provider is None or (provider.bond_ref is not None and provider.bond_ref not in holders):
+        if provider is None or (provider.bond_ref is not None and not moved):
             return  # the provider's offer names another bond, still unspent
         undo.remember(session, at, provider)
         provider.bond_ref, provider.bond_lovelace = ref, bond.lovelace
-        provider.bond_state = "unbonding" if since is not None else "active"
+        provider.bond_state = "unbonding" if since is not None else offers.ACTIVE_BOND
         session.add(provider)
+
+    def _check_bond(
+        self, at: BlockAt, utxo: UTxO, datum: BondDatum, provider: Provider | None
+    ) -> None:
+        """The bond check at the block's time, for the provider's payout address (the datum's
+        own for a provider the market does not know yet); the market's minimum is applied
+        when offers are matched. Raises BondRefused."""
+        if provider is not None:
+            payout = Address.from_primitive(provider.payout_address)
+        else:
+            check_address(utxo, "provider", datum.provider, BondRefused)  # then it encodes
+            payout = from_plutus(datum.provider, self.deployment.network)
+        # only an unbonding bond's check reads the time: only then are era summaries asked
+        now = self._slot_ms(at.slot) if isinstance(datum.unbonding_since, Just) else 0
+        check_bond(self.deployment, utxo, datum.provider_vkey, payout, 0, now)
+
+    def _slot_ms(self, slot: int) -> int:
+        """When `slot` began, by the era summaries (asked again once past their horizon)."""
+        if self._time is not None:
+            with contextlib.suppress(PastHorizon):
+                return self._time.slot_to_posix_ms(slot)
+        self._time = read_chain_time(self.url)
+        return self._time.slot_to_posix_ms(slot)
 
     # --- confirmations ------------------------------------------------------------------------
 
@@ -401,6 +447,7 @@ class ChainFollower:
     async def run(self, url: str) -> None:
         """Follow the chain from the stored points (the tip on a first start), forever; a lost
         connection is retried from the points stored so far."""
+        self.url = url
         while True:
             try:
                 points = await asyncio.to_thread(self.points)
