@@ -11,6 +11,7 @@ import hashlib
 
 import httpx
 
+from offchain.market.explorer.queries import DAY_MS
 from offchain.protocol import escrow as escrows
 from offchain.protocol.split import settle_split
 from tests.explorer.viewer import Viewer
@@ -80,6 +81,19 @@ async def test_a_jobs_life_through_the_explorer(
                 "settling", "settled",
             ]  # fmt: skip
 
+            # the home figures and the provider's earnings count this settlement
+            at = {
+                e["to_state"]: e["at_ms"]
+                for e in (await http.get(f"/api/explorer/jobs/{job}")).json()["events"]
+            }
+            home = (await http.get("/api/explorer")).json()
+            assert home["median_settle_ms"] == at["settled"] - at["completed"]
+            assert home["settled_24h_lovelace"] == PRICE * UNITS
+            earned = (await http.get(f"/api/explorer/providers/{status['provider_id']}")).json()
+            assert earned["earnings"] == [
+                {"day_ms": at["settled"] // DAY_MS * DAY_MS, "lovelace": PRICE * UNITS}
+            ]
+
             # the planted text is shown as text, and nothing planted ran
             await view.visit(f"/explorer/jobs/{job}")
             assert PLANTED in await view.text(".logs")
@@ -135,6 +149,7 @@ async def test_a_jobs_life_through_the_explorer(
             await view.shoot("providers")
             await view.visit(f"/explorer/providers/{status['provider_id']}")
             assert "1 done" in await view.text("#main")
+            assert "not reported" in await view.text("#main")  # this offer carried no self-test
             await view.shoot("provider")
             await view.visit(f"/explorer/addresses/{provider.wallet.address}")
             assert status["settle_tx"][:10] in await view.text("tbody")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from pycardano import PaymentSigningKey, ScriptHash
 from sqlmodel import Session
 
 from offchain.chain.time import ChainTime, Era
@@ -17,9 +18,11 @@ from offchain.market.explorer import routes
 from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.queries import PAGE
 from offchain.market.models import Cause, Job, JobEvent, JobState, LogLine, Offer, Provider
+from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
 from offchain.market.settings import MarketSettings
+from offchain.protocol.payloads import receipt_payload, sign
 
 PLANTED = "<script>window.pwned=1</script>"
 START_MS = 1_700_000_000_000
@@ -27,6 +30,9 @@ PROVIDER = "ab" * 28
 ADDRESS = "addr_test1vz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3jcu5d8"
 TX = "cd" * 32
 JOBS = PAGE + 10
+SPEC = {"image": "python:3.11", "command": ["echo", PLANTED], "env": {"NOTE": PLANTED},
+        "resources": {"gpus": 1, "cpu_cores": 1, "memory_mib": 512, "disk_mib": 1},
+        "max_duration_s": 60, "max_price_lovelace": 1, "network": False}  # fmt: skip
 
 
 def seed(session: Session) -> None:
@@ -36,12 +42,9 @@ def seed(session: Session) -> None:
     session.add(Offer(provider_id=PROVIDER, body="{}", signature="", key="", gpu_model=PLANTED,
                       gpu_count=2, vram_mib=1, cpu_cores=1, memory_mib=1, disk_mib=1,
                       price_per_unit=1_500_000, created_at_ms=START_MS))  # fmt: skip
-    spec = {"image": "python:3.11", "command": ["echo", PLANTED], "env": {"NOTE": PLANTED},
-            "resources": {"gpus": 1, "cpu_cores": 1, "memory_mib": 512, "disk_mib": 1},
-            "max_duration_s": 60, "max_price_lovelace": 1, "network": False}  # fmt: skip
     for i in range(JOBS):
         job = Job(id=f"{i:032x}", consumer_vkey="00" * 32, consumer_id="ee" * 28,
-                  consumer_address=ADDRESS, spec=json.dumps(spec), spec_digest="11" * 32,
+                  consumer_address=ADDRESS, spec=json.dumps(SPEC), spec_digest="11" * 32,
                   max_price=1, provider_id=PROVIDER, gpu_model=PLANTED, state=JobState.FAILED,
                   failure_reason=PLANTED, created_at_ms=START_MS + i // 2,
                   updated_at_ms=START_MS)  # fmt: skip
@@ -144,3 +147,33 @@ def test_unknown_ids_are_404_pages_and_search_finds_each_kind(client):
         assert (found.status_code, found.headers.get("location")) == (303, path), q
     nothing = client.get("/explorer/search", params={"q": PLANTED})
     assert PLANTED not in nothing.text and "Nothing found" in nothing.text
+
+
+def test_a_tampered_receipt_signature_does_not_verify(client):
+    """The job page checks the receipt itself: the provider's signature over its escrow's
+    receipt verifies; the same receipt with one signature byte changed does not."""
+    key = PaymentSigningKey.generate()
+    units, result, evidence = 7, bytes(range(32)), bytes(32)
+    shown = {}
+    with Session(client.app.state.engine) as session:
+        for job_id, tamper in (("a" * 32, False), ("b" * 32, True)):
+            escrow = f"{job_id[:2] * 32}#0"
+            payload = receipt_payload(0, ScriptHash(bytes(28)), parse_ref(escrow, "escrow"),
+                                      units, result, evidence)  # fmt: skip
+            signature = bytearray(sign(key, payload))
+            signature[0] ^= tamper
+            session.add(Job(
+                id=job_id, consumer_vkey="00" * 32, consumer_id="ee" * 28,
+                consumer_address=ADDRESS, spec=json.dumps(SPEC), spec_digest="11" * 32, max_price=1,
+                provider_id=PROVIDER, provider_vkey=key.to_verification_key().payload.hex(),
+                escrow_ref=escrow, receipt_units=units, receipt_result_hash=result.hex(),
+                receipt_evidence_hash=evidence.hex(), receipt_signature=signature.hex(),
+                state=JobState.COMPLETED, created_at_ms=START_MS, updated_at_ms=START_MS,
+            ))  # fmt: skip
+        session.commit()
+    for job_id in ("a" * 32, "b" * 32):
+        shown[job_id] = (
+            client.get(f"/api/explorer/jobs/{job_id}").json()["receipt"]["verifies"],
+            "Signature does NOT verify" in client.get(f"/explorer/jobs/{job_id}").text,
+        )
+    assert shown == {"a" * 32: (True, False), "b" * 32: (False, True)}
