@@ -11,8 +11,13 @@ import typer
 import uvicorn
 
 from offchain.market.app import SETTINGS_ENV, create_app, from_environment
+from offchain.market.db import make_engine, upgrade
 from offchain.market.errors import MarketError
 from offchain.market.settings import load_settings
+
+# A spawned worker answers the supervisor's health check only once it has imported the app
+# (pycardano and all): uvicorn's 5 s default kills it as hung on a busy machine.
+WORKER_START_S = 120
 
 app = typer.Typer(help="The marketplace and settlement service.", no_args_is_help=True)
 
@@ -48,6 +53,9 @@ def serve(
     if workers == 1:
         uvicorn.run(create_app(settings), **served)
         return
+    engine = make_engine(settings)
+    upgrade(engine)  # once, before the workers start (each would race to create the tables)
+    engine.dispose()
     os.environ[SETTINGS_ENV] = settings.model_dump_json()  # each worker's app factory reads it
     uvicorn.run(f"{from_environment.__module__}:{from_environment.__name__}", factory=True,
-                workers=workers, **served)  # fmt: skip
+                workers=workers, timeout_worker_healthcheck=WORKER_START_S, **served)  # fmt: skip

@@ -35,9 +35,10 @@ class MarketProcess:
         values = self.settings.model_dump(exclude={"host", "port"}, exclude_none=True)
         return os.environ | {f"{ENV_PREFIX}{k.upper()}": str(v) for k, v in values.items()}
 
-    def start(self) -> MarketProcess:
+    def start(self, *flags: str) -> MarketProcess:
+        """`flags` go to `unchained market serve` (`--workers 2`)."""
         command = [sys.executable, "-m", "unchained.cli", "market", "serve",
-                   "--port", str(self.port)]  # fmt: skip
+                   "--port", str(self.port), *flags]  # fmt: skip
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=self.environment()
