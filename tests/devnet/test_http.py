@@ -1,5 +1,6 @@
 """Ogmios over plain HTTP on the WebSocket's port: `GET /health`, `GET /metrics`, and JSON-RPC
-by `POST /` answering exactly as the WebSocket does; other paths and methods get HTTP errors."""
+by `POST /` answering exactly as the WebSocket does (a payment submitted, a real script spend
+evaluated, a 3002 refusal); other paths and methods get HTTP errors."""
 
 from __future__ import annotations
 
@@ -10,11 +11,16 @@ from typing import Any
 
 import httpx
 import pytest
-from pycardano import PaymentSigningKey
+from pycardano import PaymentSigningKey, TransactionBuilder, TransactionInput
 
+from offchain.chain.ogmios import request
+from offchain.chain.submit import submit
 from offchain.devnet.genesis import ADA, wallet_address
+from offchain.devnet.ogmios_json import output_reference_json, utxo_json
+from tests.devnet.conftest import forge
 from tests.devnet.payments import payment
 from tests.devnet.rpc import rpc_raw
+from tests.devnet.test_evaluate_errors import SCRIPT, locked_at, spend
 from tests.ogmios_schema import validate
 
 STATELESS = [
@@ -114,6 +120,8 @@ async def test_post_answers_as_the_websocket_does(slow_devnet, method, params):
 async def test_submit_and_evaluate_over_http(slow_devnet):
     tx = payment(slow_devnet, "consumer", wallet_address(PaymentSigningKey.generate()), 2 * ADA)
     submit = rpc_body("submitTransaction", {"transaction": {"cbor": tx.to_cbor().hex()}}, 5)
+    evaluated = await evaluate_both(slow_devnet, tx.to_cbor().hex())
+    assert evaluated.json()["result"] == []  # a payment runs no script
     async with httpx.AsyncClient(base_url=http_url(slow_devnet)) as client:
         accepted = await client.post("/", json=submit)
         again = await client.post("/", json=submit)  # its inputs are spent in the mempool now
@@ -173,3 +181,45 @@ async def test_malformed_http_is_refused_and_keep_alive_serves_many(slow_devnet)
     assert three.count(b"HTTP/1.1 200 OK") == 3
     body = three.rsplit(b"\r\n\r\n", 1)[1]
     assert json.loads(body)["connectionStatus"] == "connected"
+
+
+async def evaluate_both(devnet, cbor: str, additional: list | None = None) -> httpx.Response:
+    """`evaluateTransaction` by POST /, checked to be the WebSocket's answer, byte for byte
+    the same JSON, and valid under the Ogmios schema."""
+    params = {"transaction": {"cbor": cbor}, "additionalUtxo": additional}
+    over_socket = await rpc_raw(devnet.url, "evaluateTransaction", params, id="same")
+    async with httpx.AsyncClient(base_url=http_url(devnet)) as client:
+        response = await client.post("/", json=rpc_body("evaluateTransaction", params, "same"))
+    assert response.json() == over_socket
+    assert response.status_code == (400 if "error" in over_socket else 200)
+    validate("evaluateTransaction", response.json())
+    return response
+
+
+async def test_evaluate_a_script_spend_over_http(slow_devnet):
+    """A real script spend's budget by POST /: with the locked output passed as additionalUtxo
+    while its transaction waits in the mempool, then from the ledger once a block holds it;
+    restating that ledger output in additionalUtxo is 3002 over HTTP as over the socket."""
+    key = PaymentSigningKey.generate()
+    owner = wallet_address(key)
+    await request(slow_devnet.url, "devnet/fund", {"address": str(owner), "lovelace": 100 * ADA})
+    await forge(slow_devnet)
+    builder = TransactionBuilder(slow_devnet.context())
+    builder.add_input_address(owner)
+    builder.add_output(locked_at(SCRIPT))
+    lock = builder.build_and_sign([key], change_address=owner)
+    await submit(slow_devnet.url, lock)
+    locked = TransactionInput(lock.id, 0)
+    additional = [utxo_json(locked, lock.transaction_body.outputs[0])]
+    cbor = spend(locked, plutus_v3_script=[SCRIPT])
+
+    chained = (await evaluate_both(slow_devnet, cbor, additional)).json()["result"]
+    [evaluated] = chained
+    assert evaluated["validator"] == {"purpose": "spend", "index": 0}
+    assert evaluated["budget"]["memory"] > 0 and evaluated["budget"]["cpu"] > 0
+
+    await forge(slow_devnet)  # the ledger holds the locked output now
+    assert (await evaluate_both(slow_devnet, cbor)).json()["result"] == chained
+    overlapping = (await evaluate_both(slow_devnet, cbor, additional)).json()["error"]
+    assert overlapping["code"] == 3002
+    assert overlapping["data"] == {"overlappingOutputReferences": [output_reference_json(locked)]}
