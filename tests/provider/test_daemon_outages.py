@@ -108,7 +108,7 @@ async def test_an_assignment_while_the_chain_is_down_is_taken_once_it_is_back(wo
     before = balance(devnet, world.provider.address)
     daemon.signal(signal.SIGSTOP)  # held off while the job is funded and the chain stops
     try:
-        job = await world.job("echo taken; sleep 1")
+        job = await world.job("echo taken; sleep 2")  # 2+ units: each payout over min-UTxO
         devnet.stop()
     finally:
         daemon.signal(signal.SIGCONT)
@@ -127,6 +127,6 @@ async def test_the_market_down_and_back_gets_the_offer_again_and_a_new_job(world
     market.start()  # the same port and database
     await daemon.logged("offer published", timeout_s=60, times=2)
     before = balance(world.devnet, world.provider.address)
-    job = await world.job("echo after the outage")
+    job = await world.job("sleep 2; echo after the outage")
     await world.settled_and_paid(job, before)
     assert pid(daemon) == started_as
