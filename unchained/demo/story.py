@@ -156,14 +156,7 @@ async def trade(
     await asyncio.gather(*(c.submit(terminal) for c in consumers))
     async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
         for c in consumers:
-            assert c.record is not None
-            datum = c.record.datum
-            c.lock_fee = (await explorer(http, f"txs/{c.record.lock_tx_id}"))["tx"]["fee"]
-            say(f"   {c.name}: job {c.job_id}, {c.epochs} epochs, "
-                f"{ada(datum.price_per_unit)}/s for at most {datum.max_units} s")  # fmt: skip
-            say(f"   {c.name} lock: tx {c.record.lock_tx_id} (fee {ada(c.lock_fee)}); "
-                f"escrow {c.record.escrow} holds {ada(c.record.lovelace)}")  # fmt: skip
-            say(f"   explorer {market_url}/explorer/jobs/{c.job_id}")
+            await locked(http, market_url, c)
 
         step("7. The provider checks each escrow on chain, accepts, runs the job in a hardened "
              "container and signs a receipt; the market settles")  # fmt: skip
@@ -191,6 +184,19 @@ async def trade(
     after = {name: balance(devnet.url, address) for name, address in parties.items()}
     show_balances(before, after)
     check_balances(before, after, consumers, settle_fee)
+
+
+async def locked(http: httpx.AsyncClient, market_url: str, c: DemoConsumer) -> None:
+    """Print the job and its lock as the CLI recorded them, the lock's fee as the explorer
+    indexed it (kept for the balance check)."""
+    assert c.record is not None
+    datum = c.record.datum
+    c.lock_fee = (await explorer(http, f"txs/{c.record.lock_tx_id}"))["tx"]["fee"]
+    say(f"   {c.name}: job {c.job_id}, {c.epochs} epochs, "
+        f"{ada(datum.price_per_unit)}/s for at most {datum.max_units} s")  # fmt: skip
+    say(f"   {c.name} lock: tx {c.record.lock_tx_id} (fee {ada(c.lock_fee)}); "
+        f"escrow {c.record.escrow} holds {ada(c.record.lovelace)}")  # fmt: skip
+    say(f"   explorer {market_url}/explorer/jobs/{c.job_id}")
 
 
 def accuracy(unpacked: str) -> str:
