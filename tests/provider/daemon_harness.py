@@ -216,7 +216,13 @@ async def request_and_lock(
     quoted = await consumer.send("POST", "/jobs", {
         "spec": job_spec, "consumer_address": str(consumer.wallet.address)})  # fmt: skip
     assert quoted.status_code == 201, quoted.text
-    job = quoted.json()["job_id"]
+    return await fund_quoted(devnet, deployment, consumer, quoted.json()["job_id"])
+
+
+async def fund_quoted(
+    devnet: DevnetProcess, deployment: Deployment, consumer: Party, job: str
+) -> LockedJob:
+    """A quoted job's escrow locked on chain and reported to the market."""
     params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
     datum = escrows.new_escrow(
         Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),

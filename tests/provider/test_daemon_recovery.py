@@ -1,13 +1,16 @@
 """The daemon when things go wrong: SIGKILLed mid-job and started again, it finishes the job
 the container kept running and is paid for it; with the market gone during the upload, its
-payout watcher settles the receipt itself before the escrow closes; SIGTERM lets a running
-job finish and be delivered before the daemon stops."""
+payout watcher settles the receipt itself before the escrow closes; SIGKILLed while the result
+uploads, the restarted daemon delivers it once and is paid once; SIGTERM lets a running job
+finish and be delivered before the daemon stops, and stops its heartbeat so the market lets
+the offer go offline and a job funded meanwhile is never taken."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import signal
+from pathlib import Path
 
 import httpx
 
@@ -17,8 +20,10 @@ from tests.protocol.onchain import balance, travel_to, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     IDENTITY,
+    fund_quoted,
     market_settings,
     new_provider,
+    provider_share,
     request_and_lock,
     spec,
     wait_container_running,
@@ -26,6 +31,7 @@ from tests.provider.daemon_harness import (
 )
 
 MARGIN_MS = 5 * 60_000  # the daemon's default payout margin
+BIG_MIB = 200  # a result that takes a while to upload, so the kill can land during it
 
 
 async def test_killed_mid_job_the_restarted_daemon_delivers_and_is_paid(devnet, tmp_path, busybox):
@@ -117,3 +123,97 @@ async def test_sigterm_lets_the_running_job_finish_and_be_delivered(devnet, tmp_
         finally:
             daemon.stop()
             assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+
+
+async def upload_begun(blob_dir: Path, timeout_s: float = 120) -> None:
+    """Until the market is writing an upload (its temporary `.upload-*` file has bytes)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    while not any(f.stat().st_size > 0 for f in blob_dir.glob(".upload-*") if f.exists()):
+        assert loop.time() < until, "no upload began"
+        await asyncio.sleep(0.005)
+
+
+async def test_killed_mid_upload_the_restarted_daemon_delivers_once(devnet, tmp_path, busybox):
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    market_wallet = await wallet(devnet)
+    market_wallet.key.save(str(tmp_path / "market.skey"))
+    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    with serve(settings) as url:
+        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url, bundles=1,
+                                              disk_mib=BIG_MIB + 56)  # fmt: skip
+        try:
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                before = balance(devnet, provider.address)
+                script = f"sleep 2; head -c {BIG_MIB}m /dev/urandom > /out/big"
+                job_spec = spec(busybox, script, disk_mib=BIG_MIB + 56)
+                job = await request_and_lock(devnet, deployment, consumer, job_spec)
+                await upload_begun(settings.blob_dir)
+                daemon.signal(signal.SIGKILL)
+                daemon.wait(10)
+                assert "units signed" in daemon.log()
+                assert f"job {job.job} delivered" not in daemon.log()  # killed mid-upload
+                daemon.start()
+                status = await wait_state(consumer, job.job, {"settled"}, timeout_s=180)
+                assert daemon.log().count(f"job {job.job} delivered") == 1
+                share = provider_share(job, status["receipt_units"])
+                assert balance(devnet, provider.address) == before + share
+                result = await consumer.send("GET", f"/jobs/{job.job}/result")
+                assert len(result.content) > BIG_MIB << 20
+                assert result.headers["x-result-sha256"] == status["result_sha256"]
+        finally:
+            daemon.stop()
+            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+
+
+async def test_after_sigterm_the_offer_goes_offline_and_no_job_is_taken(
+    devnet, tmp_path, busybox
+):  # fmt: skip
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    settings = market_settings(tmp_path, devnet, deployment_file, None, online_ms=2_000)
+    with serve(settings) as url:
+        daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url, heartbeat_ms=300)
+        try:
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                late = Party.new(http, IDENTITY, await wallet(devnet))
+                running = await request_and_lock(
+                    devnet, deployment, consumer, spec(busybox, "sleep 20; echo done")
+                )
+                await wait_state(consumer, running.job, {"running"})
+                quoted = await late.send("POST", "/jobs", {
+                    "spec": spec(busybox, "echo never"),
+                    "consumer_address": str(late.wallet.address)})  # fmt: skip
+                assert quoted.status_code == 201, quoted.text
+                daemon.signal(signal.SIGTERM)
+                await daemon.logged("stopping: no new work, no heartbeat")
+                unwanted = quoted.json()["job_id"]
+                await fund_quoted(devnet, deployment, late, unwanted)  # assigned to it
+                await offline(late, busybox)  # no heartbeat: no more quotes for it
+                # ... while the daemon still runs its job: stopping, not stopped, did that
+                assert daemon.process is not None and daemon.process.poll() is None
+                assert f"job {running.job} delivered" not in daemon.log()
+                assert await asyncio.to_thread(daemon.wait, 60) == 0
+                await wait_state(consumer, running.job, {"completed", "settled"}, timeout_s=5)
+                status = await wait_state(late, unwanted, {"funded"}, timeout_s=5)
+                assert status["state"] == "funded"  # assigned, never accepted
+                assert f"job {unwanted}" not in daemon.log()
+        finally:
+            daemon.stop()
+            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+
+
+async def offline(party: Party, image: str, timeout_s: float = 60) -> None:
+    """Until the market quotes no job: every offer has gone offline (409, no offer)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    body = {"spec": spec(image, "echo never"), "consumer_address": str(party.wallet.address)}
+    while (answer := await party.send("POST", "/jobs", body)).status_code == 201:
+        assert loop.time() < until, "the offer stayed online"
+        await asyncio.sleep(0.3)
+    assert answer.status_code == 409, answer.text
