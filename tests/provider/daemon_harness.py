@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import http.server
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,8 @@ from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.split import settle_split
+from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.split import lock_amount, settle_split
 from offchain.protocol.txbuild import Wallet
 from provider.config import RunnerSettings
 from provider.runner import Runner
@@ -36,7 +40,8 @@ from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
 
 IDENTITY = "unchained-market:daemon-test"
-CORE_PRICE = 1_000_000  # lovelace per core-second: every payout is above the min-UTxO
+CORE_PRICE = 1_000_000  # lovelace per core-second: a payout of 2+ s is above the min-UTxO
+MINUTE_MS = 60_000
 
 
 def spec(image: str, script: str, seconds: int = 60, **resources: int) -> dict[str, Any]:
@@ -272,3 +277,69 @@ def provider_share(job: LockedJob, units: int) -> int:
         params["lovelace"], params["price_per_unit"], units, params["max_units"],
         params["fee_allowance"],
     ).provider  # fmt: skip
+
+
+@contextlib.contextmanager
+def fake_market_server() -> Iterator[tuple[str, list[dict[str, Any]], list[str]]]:
+    """A market that misbehaves on purpose (tests/provider/test_daemon_market.py says why):
+    (url, assignments to hand out once, requests seen as 'METHOD path')."""
+    pending: list[dict[str, Any]] = []
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self, value: Any) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # a long-poll the daemon gave up on at its stop
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            seen.append(f"GET {self.path}")
+            if self.path.startswith("/providers/assignments"):
+                handed, pending[:] = list(pending), []
+                if not handed:
+                    threading.Event().wait(0.5)  # a short long-poll
+                self.answer(handed)
+            else:
+                self.answer({})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"POST {self.path}")
+            self.answer({})
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", pending, seen
+    server.shutdown()
+    server.server_close()
+
+
+def safe_terms(
+    consumer: Wallet, provider: Wallet, job: dict[str, Any], now_ms: int
+) -> dict[str, Any]:
+    """An escrow's terms as an honest market quotes `job` to `provider`: closing in an hour."""
+    return {
+        "consumer": consumer.address, "provider": provider.address,
+        "provider_vkey": provider.vkey, "price_per_unit": CORE_PRICE, "max_units": 60,
+        "deadline": now_ms + 30 * MINUTE_MS, "settle_window": 30 * MINUTE_MS,
+        "job_id": JobSpec.model_validate(job).job_id(), "fee_allowance": 2_000_000,
+    }  # fmt: skip
+
+
+async def lock_escrow(
+    devnet: DevnetProcess, deployment: Deployment, consumer: Wallet, terms: dict[str, Any]
+) -> str:
+    """Lock an escrow with `terms` on the devnet; its TXID#IX."""
+    datum = escrows.new_escrow(**terms)
+    lovelace = lock_amount(CORE_PRICE, terms["max_units"], terms["fee_allowance"])
+    unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
+    tx = await confirm(devnet, consumer.sign(unsigned))
+    return f"{tx.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"

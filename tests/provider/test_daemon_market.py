@@ -12,11 +12,7 @@ A refund after the close is not earnings: the daemon reads the spending transact
 from __future__ import annotations
 
 import hashlib
-import http.server
-import json
-import threading
 from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import httpx
@@ -24,68 +20,32 @@ import pytest
 
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import escrow as escrows
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import Clock
 from provider.daemon.journal import Journal
 from tests.market.client import Party, serve
 from tests.protocol.onchain import confirm, travel_to, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
-    CORE_PRICE,
     IDENTITY,
+    MINUTE_MS,
+    fake_market_server,
+    lock_escrow,
     market_settings,
     new_provider,
     request_and_lock,
+    safe_terms,
     spec,
     wait_state,
 )
 from tests.provider.test_daemon import cli
 from unchained.cli import app
 
-MINUTE_MS = 60_000
-
 
 @pytest.fixture
 def fake_market() -> Iterator[tuple[str, list[dict[str, Any]], list[str]]]:
     """(url, assignments to hand out once, requests seen as 'METHOD path')."""
-    pending: list[dict[str, Any]] = []
-    seen: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def answer(self, value: Any) -> None:
-            body = json.dumps(value).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            with suppress(OSError):  # a long-poll the daemon gave up on at its stop
-                self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            seen.append(f"GET {self.path}")
-            if self.path.startswith("/providers/assignments"):
-                handed, pending[:] = list(pending), []
-                if not handed:
-                    threading.Event().wait(0.5)  # a short long-poll
-                self.answer(handed)
-            else:
-                self.answer({})
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            seen.append(f"POST {self.path}")
-            self.answer({})
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", pending, seen
-    server.shutdown()
-    server.server_close()
+    with fake_market_server() as served:
+        yield served
 
 
 async def lock_unsafe(devnet, deployment, consumer, terms: dict[str, Any], monkeypatch) -> str:
@@ -93,11 +53,7 @@ async def lock_unsafe(devnet, deployment, consumer, terms: dict[str, Any], monke
     since a misbehaving party does not use them."""
     with monkeypatch.context() as patch:
         patch.setattr(escrows, "check_escrow", lambda *_: None)
-        datum = escrows.new_escrow(**terms)
-        lovelace = lock_amount(CORE_PRICE, terms["max_units"], terms["fee_allowance"])
-        unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
-    tx = await confirm(devnet, consumer.sign(unsigned))
-    return f"{tx.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+        return await lock_escrow(devnet, deployment, consumer, terms)
 
 
 async def test_a_misbehaving_market_gets_nothing_signed(
@@ -109,14 +65,8 @@ async def test_a_misbehaving_market_gets_nothing_signed(
     daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
     consumer, stranger = await wallet(devnet), await wallet(devnet)
     job = spec(busybox, "echo never")
-    digest = JobSpec.model_validate(job).job_id()
     now = Clock.now(devnet.context()).tip_ms
-    safe = {
-        "consumer": consumer.address, "provider": provider.address,
-        "provider_vkey": provider.vkey, "price_per_unit": CORE_PRICE, "max_units": 60,
-        "deadline": now + 30 * MINUTE_MS, "settle_window": 30 * MINUTE_MS, "job_id": digest,
-        "fee_allowance": 2_000_000,
-    }  # fmt: skip
+    safe = safe_terms(consumer, provider, job, now)
     unsafe = {
         "negative price": ({"price_per_unit": -1}, "negative price_per_unit"),
         "deadline passed": ({"deadline": now - MINUTE_MS}, "has passed"),

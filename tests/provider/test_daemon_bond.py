@@ -1,0 +1,102 @@
+"""The daemon's staking rules on the devnet, the bond made and unbonded with `provider bond`:
+a provider whose bond is unbonding refuses a job that would close after the notice runs out
+(nothing signed, nothing sent about it), and `provider bond unbond` is refused while the
+daemon has an accepted job open (no transaction: the bond stays active, the wallet as it was)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from typer.testing import CliRunner
+
+from offchain.protocol import bond as bonds
+from offchain.protocol.txbuild import Clock
+from offchain.protocol.types import Just
+from provider.daemon.journal import Journal
+from tests.market.client import Party, serve
+from tests.protocol.onchain import balance, wallet
+from tests.provider.chain import deployed
+from tests.provider.daemon_harness import (
+    IDENTITY,
+    ProviderProcess,
+    fake_market_server,
+    lock_escrow,
+    market_settings,
+    new_provider,
+    request_and_lock,
+    safe_terms,
+    spec,
+    wait_container_running,
+    wait_state,
+)
+from unchained.cli import app
+
+cli = CliRunner()
+
+
+async def bond_command(daemon: ProviderProcess, *args: str):
+    """`unchained provider bond ARGS` for the daemon's provider (its config and chain)."""
+    command = ["provider", "bond", *args, "--config", str(daemon.config),
+               "--ogmios-url", daemon.devnet_url,
+               "--deployment", str(daemon.deployment_file)]  # fmt: skip
+    return await asyncio.to_thread(cli.invoke, app, command)  # the command runs its own loop
+
+
+async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
+    devnet, tmp_path, busybox
+):  # fmt: skip
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    with fake_market_server() as (url, pending, seen):
+        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
+        for step in (("create", "400ADA"), ("unbond",)):
+            done = await bond_command(daemon, *step)
+            assert done.exit_code == 0, done.output
+        consumer = await wallet(devnet)
+        job = spec(busybox, "echo never")
+        terms = safe_terms(consumer, provider, job, Clock.now(devnet.context()).tip_ms)
+        escrow = await lock_escrow(devnet, deployment, consumer, terms)
+        try:
+            await daemon.start().logged("offer published")
+            assert "jobs closing after that are refused" in daemon.log()  # its warning
+            pending.append({"job_id": "job_u", "spec": job, "escrow": escrow})
+            await daemon.logged("job job_u refused", timeout_s=30)
+        finally:
+            daemon.stop()
+            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    refused = next(line for line in daemon.log().splitlines() if "job job_u refused" in line)
+    assert "withdrawable from" in refused and "the jobs it backs close at" in refused, refused
+    assert Journal(daemon.state_dir).entries() == []  # nothing signed
+    assert [line for line in seen if "/jobs/" in line] == []  # no acceptance sent
+
+
+async def test_unbond_is_refused_while_the_daemon_has_an_accepted_job(devnet, tmp_path, busybox):
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    settings = market_settings(tmp_path, devnet, deployment_file, None)
+    with serve(settings) as url:
+        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
+        made = await bond_command(daemon, "create", "400ADA")
+        assert made.exit_code == 0, made.output
+        try:
+            await daemon.start().logged("offer published")
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+                job = await request_and_lock(devnet, deployment, consumer,
+                                             spec(busybox, "sleep 10"))  # fmt: skip
+                await wait_state(consumer, job.job, {"running"})
+                await wait_container_running(job.job)
+                before = balance(devnet, provider.address)
+                refused = await bond_command(daemon, "unbond")
+                assert refused.exit_code != 0
+                assert f"accepted jobs are open ({job.job}): unbond once they are settled" in (
+                    refused.output
+                ), refused.output
+                assert balance(devnet, provider.address) == before  # no transaction, no fee
+                found = bonds.bonds_of(devnet.context(), deployment, provider.address,
+                                       provider.vkey)  # fmt: skip
+                assert [not isinstance(d.unbonding_since, Just) for _, d in found] == [True]
+        finally:
+            daemon.stop()
+            daemon.reap()  # the job still running: killed and cleaned up
