@@ -4,6 +4,8 @@ Alembic's head at start (SQLite file by default, PostgreSQL through `database_ur
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +22,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # thread never waits for a connection while holding a slot of the pool.
 POOL_SIZE = 16
 RECYCLE_S = 1800  # a PostgreSQL connection is replaced after this long (no ping per checkout)
-_WRITE_LOCKS: dict[str, threading.Lock] = {}
-_WRITE_LOCKS_GUARD = threading.Lock()
+_WRITERS: dict[str, _Writers] = {}
+_WRITERS_GUARD = threading.Lock()
 
 
 def make_engine(settings: MarketSettings) -> Engine:
@@ -52,19 +54,44 @@ def make_engine(settings: MarketSettings) -> Engine:
     return engine
 
 
+class _Writers:
+    """One SQLite file's writers: the threads of this process take turns on a lock, and the
+    processes (`serve --workers N`) on an exclusive `flock` of a file beside the database.
+    Both queue a writer without sleeping, where SQLite's busy handler sleeps up to 100 ms per
+    try while the file is locked (the seconds-long tail of a signed request under load)."""
+
+    def __init__(self, database: str | None) -> None:
+        self.threads = threading.Lock()
+        self.fd = None
+        if database and database != ":memory:":
+            self.fd = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        with self.threads:
+            if self.fd is None:
+                yield
+                return
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def writing(engine: Engine) -> Iterator[None]:
-    """Held around a write transaction: on SQLite the process's writers take turns here
-    rather than in SQLite's busy handler, which sleeps up to 100 ms per try while the file is
-    locked (the seconds-long tail of a signed request under load). PostgreSQL locks rows
-    itself: nothing to hold."""
+    """Held around an API write transaction: on SQLite, writers take turns (`_Writers`);
+    PostgreSQL locks rows itself: nothing to hold."""
     if engine.dialect.name != "sqlite":
         yield
         return
     key = str(engine.url)
-    with _WRITE_LOCKS_GUARD:
-        lock = _WRITE_LOCKS.setdefault(key, threading.Lock())
-    with lock:
+    with _WRITERS_GUARD:
+        writers = _WRITERS.get(key)
+        if writers is None:
+            writers = _WRITERS[key] = _Writers(engine.url.database)
+    with writers.turn():
         yield
 
 

@@ -16,8 +16,8 @@ from offchain.market.models import Nonce
 from offchain.market.services.jobs import now_ms
 from offchain.market.services.nonces import DatabaseNonces
 from offchain.market.services.scheduler import forget_nonces
+from tests.market import processes
 from tests.market.client import Party
-from tests.market.processes import MarketProcess
 from tests.market.test_bad_input import refused, snapshot
 from tests.market.test_lifecycle import job_request, offer_terms
 
@@ -71,8 +71,10 @@ def worker_pids(parent: int) -> list[int]:
     return [int(pid) for pid in children]
 
 
-async def test_serve_with_two_workers_shares_one_nonce_table(settings, tmp_path):
-    market = MarketProcess(settings, tmp_path / "market.log")
+async def test_serve_with_two_workers_shares_one_nonce_table(settings, tmp_path, monkeypatch):
+    # three interpreters import the app (the supervisor, then each spawned worker)
+    monkeypatch.setattr(processes, "START_TIMEOUT_S", 3 * processes.START_TIMEOUT_S)
+    market = processes.MarketProcess(settings, tmp_path / "market.log")
     market.start("--workers", "2")
     try:
         assert market.process is not None
