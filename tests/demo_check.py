@@ -74,6 +74,7 @@ def check_settled(data_dir: Path, out: str, jobs: int) -> None:
     assert balances(out, "provider") == [0, due, due]
     assert balances(out, "market")[2] == jobs * FEE_ALLOWANCE - settle_fee
     assert "Checked: the provider earned exactly its receipts" in out
+    assert re.search(r"^demo took \d+ s$", out, re.MULTILINE), out
 
     parties = ["provider", *consumers, "market"]
     printed = {party: balances(out, party)[1] for party in parties}

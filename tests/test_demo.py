@@ -32,6 +32,7 @@ def run_demo(clone: Path) -> str:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert leftovers(str(clone)) == []  # devnet, market and provider daemon all stopped
+    print(done.stdout.splitlines()[-1])  # "demo took N s" (setup.sh not counted), for `-s`
     return done.stdout
 
 
@@ -66,6 +67,7 @@ def test_the_readme_demo_runs_again_on_what_the_first_run_built(clone, first_run
     again = run_demo(clone)
     took_s = time.monotonic() - started
     check_settled(clone / "data" / "demo", again, jobs=1)
+    print(f"the second run of {' '.join(COMMAND)} took {took_s:.0f} s")
     assert took_s < AGAIN_S, f"the second run took {took_s:.0f} s"
     assert re.search(r"image (\S+)$", again, re.M)[1] == image
     assert docker.from_env().images.get(image).id == image_id  # not rebuilt
