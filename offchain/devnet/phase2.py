@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import dataclasses
 import functools
 import hashlib
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -200,7 +202,9 @@ class ScriptRunner:
 
     Outcomes are cached by (script hash, arguments hash, budget): the cost models are fixed
     for a runner, so make a new runner when they change. Workers come from a forkserver, so
-    the program's main module must be safe to import (guard it with `__name__ == "__main__"`).
+    the program's main module must be safe to import (guard it with `__name__ == "__main__"`),
+    and the first runner must be made on a thread that outlives it (the main thread): the
+    forkserver ends when the thread that started it does (see `_end_with_parent`).
     """
 
     def __init__(
@@ -250,6 +254,23 @@ class ScriptRunner:
 def _leave_interrupts_to_parent() -> None:
     """Ctrl-C reaches the whole process group: the parent shuts the pool down in order."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _end_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies. Without it a devnet killed with
+    SIGKILL leaves its forkserver, workers and resource tracker behind as orphans (seen after
+    every test run that kills one); elsewhere this does nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _in_forkserver() -> bool:
+    """Whether this module is being preloaded by a forkserver (it imports it by name)."""
+    return any("multiprocessing.forkserver import main" in arg for arg in sys.orig_argv)
 
 
 def stop_helper_processes() -> None:
@@ -324,3 +345,8 @@ def require_success(outcomes: Sequence[ScriptOutcome]) -> None:
 def _describe(outcome: ScriptOutcome) -> str:
     traces = " | ".join(outcome.traces) if outcome.traces else "none"
     return f"{outcome.purpose}#{outcome.index}: {outcome.error} (traces: {traces})"
+
+
+if _in_forkserver():  # the forkserver ends with the devnet, each worker the instant it forks
+    _end_with_parent()
+    os.register_at_fork(after_in_child=_end_with_parent)

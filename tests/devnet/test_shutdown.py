@@ -1,5 +1,7 @@
 """A stopped devnet leaves no process behind: its script workers, their forkserver and the
-resource tracker all end with it, on SIGTERM (what `DevnetProcess.stop` sends) and SIGINT."""
+resource tracker all end with it, on SIGTERM (what `DevnetProcess.stop` sends) and SIGINT, and
+even when it is killed with SIGKILL (nothing of it runs then: the helpers end with their
+parent)."""
 
 from __future__ import annotations
 
@@ -63,7 +65,9 @@ def command_line(pid: int) -> str:
 
 
 @pytest.mark.skipif(not (PROC / str(os.getpid()) / "stat").exists(), reason="needs /proc")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"]
+)
 async def test_stop_leaves_no_child_process(tmp_path, signum):
     devnet = DevnetProcess(tmp_path / "data").start()
     try:
@@ -76,10 +80,14 @@ async def test_stop_leaves_no_child_process(tmp_path, signum):
         commands = {pid: command_line(pid) for pid in children}
         assert any("forkserver" in c for c in commands.values()), commands
         assert any("resource_tracker" in c for c in commands.values()), commands
-        devnet.stop(signum)
-        assert devnet.process.returncode == 0
+        if signum == signal.SIGKILL:
+            devnet.kill()
+            assert devnet.process.returncode == -signal.SIGKILL
+        else:
+            devnet.stop(signum)
+            assert devnet.process.returncode == 0
+            assert "devnet stopped" in (devnet.data_dir / "devnet.log").read_text()
         left = survivors(children)
         assert not left, {pid: commands[pid] for pid in left}
-        assert "devnet stopped" in (devnet.data_dir / "devnet.log").read_text()
     finally:
         devnet.kill()
