@@ -16,7 +16,7 @@ from provider.daemon.market_link import Body, MarketError, MarketLink
 from provider.runner import RunResult
 
 log = logging.getLogger("unchained.provider")
-CALL_S = 60.0
+CALL_S = 15.0  # best effort: when the market is away the record just stays on disk
 
 
 def saved_record(results_dir: Path, job_id: str) -> MeteringRecord | None:
