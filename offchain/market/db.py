@@ -62,21 +62,22 @@ class _Writers:
 
     def __init__(self, database: str | None) -> None:
         self.threads = threading.Lock()
-        self.fd = None
-        if database and database != ":memory:":
-            self.fd = os.open(f"{database}.writers", os.O_RDWR | os.O_CREAT, 0o600)
+        in_memory = not database or database == ":memory:"
+        self.path = None if in_memory else f"{database}.writers"
 
     @contextlib.contextmanager
     def turn(self) -> Iterator[None]:
         with self.threads:
-            if self.fd is None:
+            if self.path is None:
                 yield
                 return
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            # opened per turn (a few microseconds): no descriptor held per database for life
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
+                os.close(fd)  # releases the flock
 
 
 @contextlib.contextmanager

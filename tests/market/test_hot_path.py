@@ -1,17 +1,20 @@
 """What keeps a signed job request cheap (bench/market.py measures it): SQLite commits without
-an fsync each, the chain's time conversion asked for once a minute rather than twice per
-quote, and a search's per-term counts made only when someone reads them."""
+an fsync each, its writers queued on a lock rather than in SQLite's busy handler, the chain's
+time conversion asked for once a minute rather than twice per quote, and a search's per-term
+counts made only when someone reads them."""
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import os
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
 
 from offchain.chain.time import ChainTime, Era
-from offchain.market.db import make_engine
+from offchain.market.db import make_engine, writing
 from offchain.market.offer_query import OfferQuery, OfferRecord
 from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
@@ -54,6 +57,17 @@ def test_the_chain_time_is_asked_for_once_until_the_tip_passes_its_horizon():
     assert len(asked) == 2
 
 
+def test_a_quote_reuses_a_recent_tip_read_and_a_plain_read_never_does():
+    context = Tip(10)
+    chain = Chain(context, None)  # type: ignore[arg-type]
+    assert chain.now_ms(max_age_s=3600) == 5_000 + 10 * 200
+    context.last_block_slot = 20
+    assert chain.now_ms(max_age_s=3600) == 5_000 + 10 * 200  # read within the hour: reused
+    assert chain.now_ms() == 5_000 + 20 * 200  # no age given: the tip is read
+    context.last_block_slot = 30
+    assert chain.now_ms(max_age_s=0.0) == 5_000 + 30 * 200
+
+
 def test_the_per_term_counts_are_made_when_read_and_still_right():
     offers = [
         OfferRecord(str(i), "NVIDIA H100", 1, 80 * 1024, 8 * i, 65536, 100_000, 100 + i)
@@ -70,3 +84,25 @@ def test_the_per_term_counts_are_made_when_read_and_still_right():
 def test_a_search_still_compares_by_what_it_found(query):
     offers = [OfferRecord("p", "NVIDIA H100", 1, 1024, 8, 65536, 100_000, 100)]
     assert OfferQuery.parse(query).search(offers) == OfferQuery.parse(query).search(offers)
+
+
+def test_sqlite_writers_of_every_process_take_turns_on_one_flock(tmp_path):
+    engine = make_engine(MarketSettings(data_dir=tmp_path))
+    lock_file = f"{engine.url.database}.writers"
+
+    def another_process_could_write() -> bool:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT)  # its own open file: as a process's
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    try:
+        with writing(engine):
+            assert not another_process_could_write()
+        assert another_process_could_write()
+    finally:
+        engine.dispose()
