@@ -28,6 +28,7 @@ from offchain.chain.ogmios import request
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.genesis import ADA
 from offchain.protocol.jobspec import JobSpec, Resources
+from offchain.protocol.split import SettleSplit
 from provider.images import WORKLOADS_IN_IMAGE
 from unchained.demo.children import SLOT, DemoFailed
 
@@ -46,6 +47,16 @@ def sample_job(image: str, epochs: int) -> JobSpec:
     )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class Paid:
+    """What a settlement pays out of one escrow: each payout is what is owed, raised to the
+    ledger's min-UTxO for that output (the settler tops it up from its allowance)."""
+
+    owed: SettleSplit
+    provider: int
+    consumer: int
+
+
 @dataclasses.dataclass
 class DemoConsumer:
     """One consumer, its job spec file and, once submitted, what its CLI recorded."""
@@ -58,6 +69,7 @@ class DemoConsumer:
     record: JobRecord | None = None  # its job store's record of the job, once submitted
     lock_fee: int = 0  # from the explorer, once the lock is indexed
     units: int = 0  # from the verified result
+    paid: Paid | None = None  # what the settlement paid out of the escrow, once settled
 
     @property
     def job_id(self) -> str:

@@ -16,21 +16,33 @@ from typing import Any, TypeVar
 import docker
 import httpx
 import typer
-from pycardano import Address, Network, Transaction
+from pycardano import Address, ChainContext, Network, Transaction
 
+from consumer.store import JobRecord
 from offchain.chain.context import chain_context
 from offchain.chain.submit import submit_confirmed
+from offchain.chain.utxo import parse_out_ref
 from offchain.devnet.process import DevnetProcess, free_port
 from offchain.protocol import deployment_file
+from offchain.protocol.addresses import from_plutus
 from offchain.protocol.amounts import ada
 from offchain.protocol.deployment import deploy
 from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.txbuild import Wallet, payout
+from offchain.protocol.types import PayoutKind, PlutusAddress
 from provider.images import workloads_image
 from provider.keys import ensure_key
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
-from unchained.demo.consumers import FUNDS, DemoConsumer, explorer, follow, fund, open_consumers
+from unchained.demo.consumers import (
+    FUNDS,
+    DemoConsumer,
+    Paid,
+    explorer,
+    follow,
+    fund,
+    open_consumers,
+)
 from unchained.deploy import NOTICE_MS, SLASH_SHARE_BPS
 
 SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
@@ -167,7 +179,7 @@ async def trade(
             raise DemoFailed(f"not settled: {failed}; see the logs in {data_dir}")
 
         step("8. Settlement")
-        settle_fee = await settlement(http, market_url, consumers, pages)
+        settle_fee = await settlement(http, market_url, devnet.url, consumers, pages)
 
     step("9. The verified results")
     for c in consumers:
@@ -226,8 +238,8 @@ async def guarded(work: Awaitable[T], alive: list[Child], data_dir: Path) -> T:
             await task  # a consumer CLI still running is killed before the children stop
 
 
-async def settlement(http: httpx.AsyncClient, market_url: str, consumers: list[DemoConsumer],
-                     pages: dict[str, Any]) -> int:  # fmt: skip
+async def settlement(http: httpx.AsyncClient, market_url: str, ogmios_url: str,
+                     consumers: list[DemoConsumer], pages: dict[str, Any]) -> int:  # fmt: skip
     """Print the settle transaction(s) and each escrow's split; the settle fees paid."""
     fees = 0
     for tx_id in sorted({page["job"]["settle_tx"] for page in pages.values()}):
@@ -240,18 +252,40 @@ async def settlement(http: httpx.AsyncClient, market_url: str, consumers: list[D
             f"{len(held)} escrow(s) in one batch, paid by the market's wallet"
         )
         say(f"   explorer {market_url}/explorer/txs/{tx_id}")
+    context = chain_context(ogmios_url)
     for c in consumers:
         assert c.record is not None
         datum, units = c.record.datum, pages[c.name]["receipt"]["units"]
-        split = settle_split(
-            c.record.lovelace, datum.price_per_unit, units, datum.max_units, datum.fee_allowance
-        )
+        c.paid = paid = settle_paid(context, c.record, units)
         say(
             f"   {c.name}'s escrow: {units} units x "
-            f"{datum.price_per_unit:,} lovelace = {ada(split.provider)} to the provider, "
-            f"{ada(split.consumer)} back to {c.name}, {ada(split.fee)} fee allowance to the market"
+            f"{datum.price_per_unit:,} lovelace = {ada(paid.owed.provider)} to the provider, "
+            f"{ada(paid.owed.consumer)} back to {c.name}, {ada(paid.owed.fee)} fee allowance "
+            "to the market"
         )
+        for party, owed, got in (("the provider", paid.owed.provider, paid.provider),
+                                 (c.name, paid.owed.consumer, paid.consumer)):  # fmt: skip
+            if got > owed:
+                say(f"   {c.name}'s escrow: {party}'s payout is raised to the ledger's "
+                    f"min-UTxO, {ada(got)}: the market adds {ada(got - owed)} "
+                    "from the allowance")  # fmt: skip
     return fees
+
+
+def settle_paid(context: ChainContext, record: JobRecord, units: int) -> Paid:
+    """What the settle builder pays out of `record`'s escrow for `units`: the split, each
+    payout raised to its output's min-UTxO (`txbuild.payout`, the builder's own rule)."""
+    datum, escrow = record.datum, parse_out_ref(record.escrow or "")
+    owed = settle_split(
+        record.lovelace, datum.price_per_unit, units, datum.max_units, datum.fee_allowance
+    )
+
+    def paid(to: PlutusAddress, lovelace: int) -> int:
+        address = from_plutus(to, Network.TESTNET)  # the devnet is a testnet (id 0)
+        return payout(context, address, lovelace, PayoutKind.SETTLE, escrow).amount.coin
+
+    consumer = paid(datum.consumer, owed.consumer) if owed.consumer > 0 else 0
+    return Paid(owed, paid(datum.provider, owed.provider), consumer)
 
 
 def balance(url: str, address: Address) -> int:
@@ -269,20 +303,21 @@ def show_balances(before: dict[str, int], after: dict[str, int]) -> None:
 
 def check_balances(before: dict[str, int], after: dict[str, int],
                    consumers: list[DemoConsumer], settle_fee: int) -> None:  # fmt: skip
-    """The changes are exactly the receipts, the lock fees and the allowances: else fail."""
+    """The changes are exactly the receipts, the lock fees and the allowances (less any
+    min-UTxO top-up the market paid): else fail."""
     expected = {"provider": 0, "market": -settle_fee}
     for c in consumers:
-        assert c.record is not None
-        datum = c.record.datum
-        cost = datum.price_per_unit * c.units
-        expected["provider"] += cost
-        expected[c.name] = -(cost + datum.fee_allowance + c.lock_fee)
-        expected["market"] += datum.fee_allowance
+        assert c.record is not None and c.paid is not None
+        assert c.paid.owed.provider == c.record.datum.price_per_unit * c.units  # the receipt's
+        expected["provider"] += c.paid.provider
+        expected[c.name] = c.paid.consumer - c.record.lovelace - c.lock_fee
+        expected["market"] += c.record.lovelace - c.paid.provider - c.paid.consumer
     changes = {name: after[name] - before[name] for name in before}
     if changes != expected:
         raise DemoFailed(f"the balances do not add up: changed {changes}, expected {expected}")
     say("\nChecked: the provider earned exactly its receipts; each consumer paid its job's units,")
-    say("its lock fee and the fee allowance; the market kept the allowances less the settle fee.")
+    say("its lock fee and the fee allowance; the market kept the allowances less the settle fee")
+    say("(and less any top-up of a payout to the ledger's min-UTxO).")
 
 
 def stay_up(market_url: str, first: DemoConsumer, alive: list[Child]) -> None:
