@@ -26,13 +26,13 @@ from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.consumer.test_sdk import travel_past
 from tests.market.client import Party, serve
-from tests.protocol.onchain import BOND, balance, post_bond, wallet
-from tests.provider.chain import SLASH_SHARE_BPS, deployed
+from tests.protocol.onchain import BOND, balance, post_bond
+from tests.provider.chain import SLASH_SHARE_BPS
 from tests.provider.daemon_harness import (
     IDENTITY,
     ProviderProcess,
-    market_settings,
     new_provider,
+    settling_market,
     spec,
     wait_state,
 )
@@ -46,11 +46,7 @@ def busybox() -> str:
 async def daemon_world(devnet, tmp_path, bonded: bool):
     """A deployment, a market settling from its own wallet and a started daemon (2 slots),
     its provider bonded if `bonded`."""
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    market_wallet = await wallet(devnet)
-    market_wallet.key.save(str(tmp_path / "market.skey"))
-    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
     with serve(settings) as url:
         daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
         if bonded:

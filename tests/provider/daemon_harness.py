@@ -38,6 +38,7 @@ from provider.sandbox import LABEL_JOB, LABEL_RUNNER
 from tests.market.client import Party
 from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
+from tests.provider.chain import deployed
 
 IDENTITY = "unchained-market:daemon-test"
 CORE_PRICE = 1_000_000  # lovelace per core-second: a payout of 2+ s is above the min-UTxO
@@ -62,6 +63,19 @@ def market_settings(
         data_dir=tmp_path / "market", ogmios_url=devnet.url, deployment=deployment_file,
         identity=IDENTITY, confirmations=1, wallet_key=market_key, **FAST, **changes,
     )  # fmt: skip
+
+
+async def settling_market(
+    devnet: DevnetProcess, tmp_path: Path
+) -> tuple[Path, Deployment, MarketSettings]:
+    """A fresh deployment (its file and itself) and the settings of a market on `devnet` that
+    settles receipts from a funded wallet of its own."""
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    market_key = tmp_path / "market.skey"
+    (await wallet(devnet)).key.save(str(market_key))
+    settings = market_settings(tmp_path, devnet, deployment_file, market_key)
+    return deployment_file, deployment, settings
 
 
 def provider_toml(

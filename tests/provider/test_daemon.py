@@ -14,13 +14,12 @@ from typer.testing import CliRunner
 from offchain.protocol.split import settle_split
 from tests.market.client import Party, serve
 from tests.protocol.onchain import balance, wallet
-from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     CORE_PRICE,
     IDENTITY,
-    market_settings,
     new_provider,
     request_and_lock,
+    settling_market,
     spec,
     wait_state,
 )
@@ -32,11 +31,7 @@ cli = CliRunner()
 @pytest.fixture
 async def world(devnet, tmp_path, busybox):
     """A deployment, a market that settles from its own wallet, a provider daemon (2 slots)."""
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    market_wallet = await wallet(devnet)
-    market_wallet.key.save(str(tmp_path / "market.skey"))
-    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
     with serve(settings) as url:
         daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
         try:

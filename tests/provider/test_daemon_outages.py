@@ -18,16 +18,15 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Wallet
 from tests.market.client import Party
 from tests.protocol.onchain import balance, wallet
-from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     IDENTITY,
     LockedJob,
     MarketServer,
     ProviderProcess,
-    market_settings,
     new_provider,
     provider_share,
     request_and_lock,
+    settling_market,
     spec,
     wait_container_running,
     wait_state,
@@ -62,11 +61,7 @@ class World:
 async def world(own_devnet, tmp_path, busybox) -> AsyncIterator[World]:
     """A devnet of the test's own (it is stopped and started again), a market that settles
     from its own wallet, and a running provider daemon with its offer published."""
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(own_devnet, deployment_file)
-    market_wallet = await wallet(own_devnet)
-    market_wallet.key.save(str(tmp_path / "market.skey"))
-    settings = market_settings(tmp_path, own_devnet, deployment_file, tmp_path / "market.skey")
+    deployment_file, deployment, settings = await settling_market(own_devnet, tmp_path)
     market = MarketServer(settings).start()
     daemon, provider = await new_provider(own_devnet, tmp_path, deployment_file, market.url)
     try:

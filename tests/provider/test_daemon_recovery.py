@@ -25,6 +25,7 @@ from tests.provider.daemon_harness import (
     new_provider,
     provider_share,
     request_and_lock,
+    settling_market,
     spec,
     wait_container_running,
     wait_state,
@@ -35,11 +36,7 @@ BIG_MIB = 200  # a result that takes a while to upload, so the kill can land dur
 
 
 async def test_killed_mid_job_the_restarted_daemon_delivers_and_is_paid(devnet, tmp_path, busybox):
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    market_wallet = await wallet(devnet)
-    market_wallet.key.save(str(tmp_path / "market.skey"))
-    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
     with serve(settings) as url:
         daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
         try:
@@ -135,11 +132,7 @@ async def upload_begun(blob_dir: Path, timeout_s: float = 120) -> None:
 
 
 async def test_killed_mid_upload_the_restarted_daemon_delivers_once(devnet, tmp_path, busybox):
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    market_wallet = await wallet(devnet)
-    market_wallet.key.save(str(tmp_path / "market.skey"))
-    settings = market_settings(tmp_path, devnet, deployment_file, tmp_path / "market.skey")
+    deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
     with serve(settings) as url:
         daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url, bundles=1,
                                               disk_mib=BIG_MIB + 56)  # fmt: skip
