@@ -58,7 +58,7 @@ from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
 from offchain.protocol.signed_request import RequestFields, sign_request
 from offchain.protocol.txbuild import Clock, Wallet, build, new_builder
 from tests.market.postgres import Cluster, server_bin
-from tests.protocol.onchain import confirm, output, wallet
+from tests.protocol.onchain import confirm, fund, output, wallet
 
 RESULTS = Path(__file__).parent / "results" / "market.json"
 IDENTITY = "unchained-market:bench"
@@ -484,6 +484,8 @@ async def settlement(
     market.stop()
 
     market_wallet = await wallet(devnet, 2_000 * ADA)
+    for _ in range(settings.settle_in_flight_max - 1):  # a fee UTxO per settlement in flight
+        await fund(devnet, market_wallet.address, 500 * ADA)
     skey = market.root / "market.skey"
     market_wallet.key.save(str(skey))
     started = time.perf_counter()
@@ -511,6 +513,7 @@ async def settlement(
         "settle_record_to_submitted_ms_median": round(statistics.median(submit_ms), 1),
         "restart_to_leading_s": round(leading - started, 2),
         "settle_every_ms": settings.settle_every_ms,
+        "settle_in_flight_max": settings.settle_in_flight_max,
         "confirmations": settings.confirmations,
     }
 

@@ -19,7 +19,7 @@ import multiprocessing.resource_tracker
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -28,6 +28,7 @@ from uplc.ast import (
     BuiltinByteString,
     BuiltInFun,
     BuiltInFunEvalMap,
+    BuiltinList,
     BuiltinUnit,
     PlutusByteString,
     PlutusConstr,
@@ -83,6 +84,27 @@ def _ledger_serialise_data(value: PlutusData) -> BuiltinByteString:
 # lists (definite length) and 2**64 - 1 (bignum). Scripts that sign or hash Data must see the
 # ledger's bytes, so the builtin is replaced (same cost: costing looks only at the argument).
 BuiltInFunEvalMap[BuiltInFun.SerialiseData] = typechecked(PlutusData)(_ledger_serialise_data)
+
+
+def _remembered(size: Callable[[Any], int]) -> Callable[[Any], int]:
+    """`size` computed once per value: uplc's values are frozen, so it cannot change."""
+
+    def remembered(value: Any) -> int:
+        known = value.__dict__.get("_unchained_size")
+        if known is None:
+            known = size(value)
+            object.__setattr__(value, "_unchained_size", known)
+        return known
+
+    return remembered
+
+
+# Costing a builtin call measures its arguments, and uplc walks a Data or list argument whole
+# every time: a script reading a 41-escrow settle's context spent half its run re-measuring it.
+# The same numbers, each compound value measured once (what the costs mean is unchanged).
+for _compound in (PlutusList, PlutusMap, PlutusConstr):
+    _compound.d_ex_mem = _remembered(_compound.d_ex_mem)  # type: ignore[method-assign]
+BuiltinList.ex_mem = _remembered(BuiltinList.ex_mem)  # type: ignore[method-assign]
 
 SCRIPT_EXECUTION_FAILURE = 3010
 VALIDATION_FAILURE = 3012

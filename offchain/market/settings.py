@@ -64,6 +64,10 @@ class MarketSettings(BaseModel):
         41, ge=1, description="Escrows per settle transaction (the contract's measured maximum)."
     )
     settle_every_ms: int = Field(2000, ge=100, description="How often the batcher runs.")
+    settle_in_flight_max: int = Field(
+        4, ge=1, description="Settle transactions in flight at once, each paying its fee from "
+        "its own UTxO of the market's wallet (the batcher splits the wallet into this many).",
+    )  # fmt: skip
     settle_wait_ms: int = Field(
         0, ge=0, description="A receipt waits up to this long for a full batch "
         "(settle_batch_max) before a smaller one is settled (0: settle at once).",

@@ -8,7 +8,7 @@ tagged outputs placed at known indices; the split is `offchain.protocol.split`'s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pycardano import (
     Address,
@@ -165,6 +165,7 @@ def settle(
     receipts: Sequence[SignedReceipt],
     submitter: Address,
     budgets: ExecutionBudgets | None = None,
+    busy: Collection[TransactionInput] = (),
 ) -> Transaction:
     """Settle one or many escrows in one transaction (withdraw-zero does the shared work).
 
@@ -172,7 +173,8 @@ def settle(
     what the allowances leave after the fee goes to the submitter as change (the submitter
     pays the fee up front from its address and signs). With `budgets` (kept by a submitter that
     settles often), a batch of a shape already evaluated declares its execution units and
-    skips evaluateTransaction: the node runs the scripts once, on submit.
+    skips evaluateTransaction: the node runs the scripts once, on submit. The fee is paid
+    from the submitter's UTxOs outside `busy` (its settlements in flight spend those).
     """
     if not receipts:
         raise BuildError("nothing to settle: no receipts")
@@ -181,7 +183,7 @@ def settle(
     budgets = budgets if budgets is not None else ExecutionBudgets()
     clock = Clock.now(context)
     builder = new_builder(context)
-    fee = fee_inputs(context, submitter)
+    fee = fee_inputs(context, submitter, busy=busy)
     inputs = ledger_inputs([r.escrow for r in receipts], fee)
     ordered = sorted(receipts, key=lambda r: ledger_key(r.escrow))
     items = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TypeVar
 
 from pycardano import (
@@ -37,6 +37,7 @@ from pycardano import (
 )
 from pycardano.exception import UTxOSelectionException
 from pycardano.serialization import RawCBOR
+from typeguard import suppress_type_checks
 
 from offchain.chain.time import ChainTime, iso
 from offchain.protocol.errors import UnchainedError
@@ -184,10 +185,16 @@ def ledger_inputs(*groups: Sequence[UTxO]) -> list[TransactionInput]:
     return [u.input for u in sorted((u for g in groups for u in g), key=ledger_key)]
 
 
-def fee_inputs(context: ChainContext, payer: Address, lovelace: int = FEE_RESERVE) -> list[UTxO]:
+def fee_inputs(
+    context: ChainContext,
+    payer: Address,
+    lovelace: int = FEE_RESERVE,
+    busy: Collection[TransactionInput] = (),
+) -> list[UTxO]:
     """UTxOs at `payer` worth at least `lovelace`: plain ADA first (collateral comes from
-    them), largest first; any tokens they carry go back to the payer as change."""
-    utxos = context.utxos(payer)
+    them), largest first; any tokens they carry go back to the payer as change. None of
+    `busy`: those the payer's transactions still in flight spend."""
+    utxos = [u for u in context.utxos(payer) if u.input not in busy]
     chosen: list[UTxO] = []
     for utxo in sorted(
         utxos, key=lambda u: (bool(u.output.amount.multi_asset), -u.output.amount.coin)
@@ -209,7 +216,11 @@ def build(builder: TransactionBuilder, payer: Address) -> Transaction:
     """Balance (change to `payer`) and evaluate the scripts: the unsigned transaction. Its
     fee already counts the witnesses of its key inputs and required signers."""
     try:
-        body = builder.build(change_address=payer)
+        # pycardano type-checks the whole transaction at each of the many serialisations
+        # balancing does: half of a 41-escrow settle's build. The finished transaction is
+        # still checked when it is serialised to be signed and sent.
+        with suppress_type_checks():
+            body = builder.build(change_address=payer)
     except UTxOSelectionException as exc:
         raise BuildError(f"{payer} cannot pay for this transaction: {exc}") from exc
     witnesses = builder.build_witness_set(True)

@@ -14,13 +14,16 @@ import httpx
 import pytest
 from pycardano import ExecutionUnits, Transaction
 
+from offchain.devnet.genesis import ADA
+from offchain.market.db import make_engine
 from offchain.market.models import Cause, Provider, Settlement, SettlementState
 from offchain.market.services import settlement
+from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
-from tests.market.client import serve
+from tests.market.client import Party, serve
 from tests.market.flow import (
     UNITS,
     Locked,
@@ -35,7 +38,7 @@ from tests.market.flow import (
     wait_for,
 )
 from tests.market.test_lifecycle import PRICE, SPEC
-from tests.protocol.onchain import balance
+from tests.protocol.onchain import balance, fund
 
 
 @pytest.fixture
@@ -143,6 +146,53 @@ async def test_a_batch_refused_for_its_remembered_units_is_evaluated_and_settled
     lovelace = deals[0].escrow.output.amount.coin
     split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], settings.fee_allowance)
     assert balance(devnet, provider.wallet.address) == before + 2 * split.provider  # once
+
+
+async def test_settlements_in_flight_pay_from_separate_wallet_utxos(
+    devnet, market_deployment, settings, tmp_path
+):
+    """A market wallet funded in two outputs keeps two settle transactions in flight, each
+    paying from its own UTxO; a third batch waits for one to land. The follower is stopped
+    while the batcher runs, so neither of the two counts as landed however fast the chain is."""
+    made, market = await leader_settings(
+        settings, devnet, tmp_path, settle_batch_max=1, settle_in_flight_max=2
+    )
+    await fund(devnet, market.address, 1_000 * ADA)  # the wallet's second fee UTxO
+    with serve(made.model_copy(update={"wallet_key": None})) as url:  # funds, settles nothing
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            provider = await provider_with_offer(devnet, http, settings.identity)
+            deals = await funded_deals(devnet, market_deployment, http, settings.identity, 3)
+            for deal in deals:
+                await deliver(provider, market_deployment, deal)
+                await wait_for(deal.consumer, deal.job, "completed")
+    before = balance(devnet, market.address)
+    wallet_utxos = {u.input for u in devnet.context().utxos(market.address)}
+    engine = make_engine(made)
+    batcher = settlement.Batcher(
+        engine, Chain.connect(made.ogmios_url, made.deployment), market, made
+    )
+    for _ in range(3):
+        await asyncio.to_thread(batcher.run)
+    engine.dispose()
+
+    in_flight = stored(made, Settlement)
+    assert [s.state for s in in_flight] == [SettlementState.SUBMITTED] * 2
+    paying = [settlement._spends(s) & wallet_utxos for s in in_flight]
+    assert all(paying) and not paying[0] & paying[1]  # one fee UTxO each, not shared
+    with serve(made) as url:  # the follower sees both land, the third batch follows
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            settled = [
+                await wait_for(Party.new(http, made.identity, d.consumer.wallet), d.job, "settled")
+                for d in deals
+            ]
+    rows = stored(made, Settlement)
+    assert {s.state for s in rows} == {SettlementState.CONFIRMED} and len(rows) == 3
+    assert {status["settle_tx"] for status in settled} == {s.tx_id for s in rows}
+    fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
+               for s in rows)  # fmt: skip
+    lovelace = deals[0].escrow.output.amount.coin
+    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], made.fee_allowance)
+    assert balance(devnet, market.address) == before + 3 * split.fee - fees
 
 
 @pytest.mark.parametrize("leader", [{"quote_ttl_ms": 2000}], indirect=True)

@@ -90,12 +90,17 @@ async def confirm(devnet: DevnetProcess, tx: Transaction) -> Transaction:
 async def wallet(devnet: DevnetProcess, lovelace: int = 1_000 * ADA) -> Wallet:
     """A fresh key holding `lovelace` from the faucet (fresh, so balances are exact)."""
     made = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
+    await fund(devnet, made.address, lovelace)
+    return made
+
+
+async def fund(devnet: DevnetProcess, address: Address, lovelace: int) -> None:
+    """One more UTxO of `lovelace` at `address` from the faucet, confirmed."""
     since = await tip_point(devnet.url)
     funding = await request(
-        devnet.url, "devnet/fund", {"address": str(made.address), "lovelace": lovelace}
+        devnet.url, "devnet/fund", {"address": str(address), "lovelace": lovelace}
     )
     await wait_for_confirmations(devnet.url, funding["transaction"]["id"], since, timeout_s=30)
-    return made
 
 
 def balance(devnet: DevnetProcess, address: Address) -> int:

@@ -8,8 +8,10 @@ tip while the escrow stayed unspent) or the ledger refused its first submission 
 ever had its bytes). Until then a restart or a rollback resubmits the same bytes. The chain
 follower, not the batcher, decides that a transaction landed (`confirmed`).
 
-One transaction is in flight at a time: each spends the wallet's fee UTxOs, which the next can
-only use once the chain has taken the first.
+Up to `settle_in_flight_max` transactions are in flight at once, each paying its fee from
+wallet UTxOs that none of the others spends (its change comes back as a new one once it
+lands). A wallet of one UTxO therefore settles one transaction at a time; one funded in N
+outputs of at least `FEE_RESERVE` keeps N batches in the pipeline.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-from pycardano import PaymentSigningKey, Transaction
+from pycardano import PaymentSigningKey, Transaction, TransactionInput
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
@@ -32,7 +34,7 @@ from offchain.market.services.crash import crash_point
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.txbuild import BuildError, Clock, Wallet
+from offchain.protocol.txbuild import BuildError, Clock, Wallet, fee_inputs
 
 log = logging.getLogger(__name__)
 S = JobState
@@ -58,6 +60,7 @@ class Batcher:
         self.batch_max = settings.settle_batch_max
         self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
         self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
+        self.spends: dict[str, frozenset[TransactionInput]] = {}  # in flight: tx id -> inputs
 
     def run(self) -> None:
         """One round: reconcile what is in flight, then build the next batch if none is."""
@@ -71,8 +74,25 @@ class Batcher:
                 self._release(settlement)
             elif settlement.state in IN_FLIGHT:
                 self._resubmit(settlement)
-        if not any(s.state in IN_FLIGHT and tip < s.ttl_slot for s in pending):
-            self._settle_next()
+        in_flight = [s for s in pending if s.state in IN_FLIGHT and tip < s.ttl_slot]
+        busy = self._spent_by(in_flight)
+        if len(in_flight) < self.settings.settle_in_flight_max and (
+            not in_flight or self._can_pay(busy)
+        ):
+            self._settle_next(busy)
+
+    def _spent_by(self, in_flight: Sequence[Settlement]) -> frozenset[TransactionInput]:
+        """The wallet UTxOs the transactions in flight spend (their inputs and collateral)."""
+        self.spends = {s.tx_id: self.spends.get(s.tx_id) or _spends(s) for s in in_flight}
+        return frozenset().union(*self.spends.values())
+
+    def _can_pay(self, busy: frozenset[TransactionInput]) -> bool:
+        """Whether the wallet holds a fee UTxO that no transaction in flight spends."""
+        try:
+            fee_inputs(self.chain.context, self.wallet.address, busy=busy)
+        except BuildError:
+            return False
+        return True
 
     # --- what is in flight ----------------------------------------------------------------------
 
@@ -130,12 +150,12 @@ class Batcher:
 
     # --- the next batch -------------------------------------------------------------------------
 
-    def _settle_next(self) -> None:
+    def _settle_next(self, busy: frozenset[TransactionInput]) -> None:
         batch = self._collect()
         if not batch or self._waiting_for_more(batch):
             return
         try:
-            tx = self._build([receipt for _, receipt in batch])
+            tx = self._build([receipt for _, receipt in batch], busy)
         except BuildError as exc:
             self._failed([job for job, _ in batch], str(exc))
             return
@@ -168,10 +188,12 @@ class Batcher:
         wait = self.settings.settle_wait_ms
         return len(batch) < self.batch_max and jobs.now_ms() - oldest < wait
 
-    def _build(self, receipts: Sequence[escrows.SignedReceipt]) -> Transaction:
+    def _build(
+        self, receipts: Sequence[escrows.SignedReceipt], busy: frozenset[TransactionInput]
+    ) -> Transaction:
         """The settle transaction, signed by the market's wallet: the one place it signs."""
         context, deployment = self.chain.context, self.chain.deployment
-        tx = escrows.settle(context, deployment, receipts, self.wallet.address, self.budgets)
+        tx = escrows.settle(context, deployment, receipts, self.wallet.address, self.budgets, busy)
         return self.wallet.sign(tx)
 
     def _collect(self) -> list[tuple[Job, escrows.SignedReceipt]]:
@@ -232,3 +254,8 @@ class Batcher:
         else:
             self.unsettleable[batch[0].id] = why
             log.error("job %s cannot be settled by the market: %s", batch[0].id, why)
+
+
+def _spends(settlement: Settlement) -> frozenset[TransactionInput]:
+    body = Transaction.from_cbor(settlement.tx_cbor).transaction_body
+    return frozenset([*body.inputs, *(body.collateral or [])])
