@@ -177,7 +177,7 @@ async def test_settlements_in_flight_pay_from_separate_wallet_utxos(
 
     in_flight = stored(made, Settlement)
     assert [s.state for s in in_flight] == [SettlementState.SUBMITTED] * 2
-    paying = [settlement._spends(s) & wallet_utxos for s in in_flight]
+    paying = [settlement._spends(s.tx_cbor) & wallet_utxos for s in in_flight]
     assert all(paying) and not paying[0] & paying[1]  # one fee UTxO each, not shared
     with serve(made) as url:  # the follower sees both land, the third batch follows
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:

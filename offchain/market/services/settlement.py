@@ -63,7 +63,7 @@ class Batcher:
         self.spends: dict[str, frozenset[TransactionInput]] = {}  # in flight: tx id -> inputs
 
     def run(self) -> None:
-        """One round: reconcile what is in flight, then build the next batch if none is."""
+        """One round: reconcile what is in flight, then build batches while there is room."""
         with Session(self.engine, expire_on_commit=False) as session:
             pending = session.exec(
                 select(Settlement).where(col(Settlement.state).in_((*IN_FLIGHT, Sent.CONFLICTED)))
@@ -75,15 +75,18 @@ class Batcher:
             elif settlement.state in IN_FLIGHT:
                 self._resubmit(settlement)
         in_flight = [s for s in pending if s.state in IN_FLIGHT and tip < s.ttl_slot]
-        busy = self._spent_by(in_flight)
-        if len(in_flight) < self.settings.settle_in_flight_max and (
-            not in_flight or self._can_pay(busy)
-        ):
-            self._settle_next(busy)
+        while len(in_flight) < self.settings.settle_in_flight_max:
+            busy = self._spent_by(in_flight)
+            if in_flight and not self._can_pay(busy):
+                return
+            sent = self._settle_next(busy)
+            if sent is None:
+                return
+            in_flight.append(sent)
 
     def _spent_by(self, in_flight: Sequence[Settlement]) -> frozenset[TransactionInput]:
         """The wallet UTxOs the transactions in flight spend (their inputs and collateral)."""
-        self.spends = {s.tx_id: self.spends.get(s.tx_id) or _spends(s) for s in in_flight}
+        self.spends = {s.tx_id: self.spends.get(s.tx_id) or _spends(s.tx_cbor) for s in in_flight}
         return frozenset().union(*self.spends.values())
 
     def _can_pay(self, busy: frozenset[TransactionInput]) -> bool:
@@ -150,18 +153,20 @@ class Batcher:
 
     # --- the next batch -------------------------------------------------------------------------
 
-    def _settle_next(self, busy: frozenset[TransactionInput]) -> None:
+    def _settle_next(self, busy: frozenset[TransactionInput]) -> Settlement | None:
+        """The next batch built, recorded and submitted; None when there is none to send."""
         batch = self._collect()
         if not batch or self._waiting_for_more(batch):
-            return
+            return None
         try:
             tx = self._build([receipt for _, receipt in batch], busy)
         except BuildError as exc:
             self._failed([job for job, _ in batch], str(exc))
-            return
+            return None
         settlement = self._record(tx, [job for job, _ in batch])
         if settlement is None:
-            return
+            return None
+        self.spends[settlement.tx_id] = _spends(settlement.tx_cbor)
         crash_point(self.settings, "settlement-built")
         try:
             self._submit(tx.to_cbor())
@@ -172,14 +177,15 @@ class Batcher:
                 self.budgets.forget()
             else:
                 self._failed([job for job, _ in batch], exc.message)
-            return
+            return None
         except UNREACHABLE as exc:  # it may have reached the node: resubmitted later
             log.warning("submitting %s: the chain is unreachable: %s", settlement.tx_id, exc)
-            return
+            return None
         crash_point(self.settings, "settlement-submitted")
         self._mark(settlement.tx_id, Sent.SUBMITTED)
         self.batch_max = self.settings.settle_batch_max
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
+        return settlement
 
     def _waiting_for_more(self, batch: Sequence[tuple[Job, escrows.SignedReceipt]]) -> bool:
         """A batch short of full waits while its oldest receipt is younger than
@@ -256,6 +262,6 @@ class Batcher:
             log.error("job %s cannot be settled by the market: %s", batch[0].id, why)
 
 
-def _spends(settlement: Settlement) -> frozenset[TransactionInput]:
-    body = Transaction.from_cbor(settlement.tx_cbor).transaction_body
+def _spends(tx_cbor: str) -> frozenset[TransactionInput]:
+    body = Transaction.from_cbor(tx_cbor).transaction_body
     return frozenset([*body.inputs, *(body.collateral or [])])
