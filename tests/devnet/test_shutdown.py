@@ -5,7 +5,6 @@ parent)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -64,7 +63,6 @@ def command_line(pid: int) -> str:
         return "(gone)"
 
 
-@pytest.mark.skipif(not (PROC / str(os.getpid()) / "stat").exists(), reason="needs /proc")
 @pytest.mark.parametrize(
     "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"]
 )

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from playwright.async_api import async_playwright
 
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
@@ -42,10 +43,9 @@ def settings(tmp_path, devnet, market_deployment) -> MarketSettings:  # noqa: F8
 
 @pytest.fixture(scope="session")
 async def browser() -> AsyncIterator:
-    playwright_api = pytest.importorskip("playwright.async_api")
     if shutil.which(CHROMIUM) is None:
-        pytest.skip(f"no chromium at {CHROMIUM}: run scripts/setup.sh")
-    async with playwright_api.async_playwright() as playwright:
+        pytest.fail(f"no chromium at {CHROMIUM}: run scripts/setup.sh")
+    async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         await browser.close()

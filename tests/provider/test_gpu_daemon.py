@@ -62,7 +62,7 @@ def test_a_cuda_process_in_a_job_container_is_metered_by_nvml(inventory, tmp_pat
         client = docker.from_env()
         runtimes = client.info().get("Runtimes", {})
     except docker.errors.DockerException as exc:
-        pytest.skip(f"no docker engine here ({exc})")
+        pytest.fail(f"no docker engine here ({exc}): run scripts/setup-docker.sh")
     if "nvidia" not in runtimes:
         pytest.skip("docker has no NVIDIA runtime here (nvidia-container-toolkit)")
     gpu = inventory.gpu.gpus[0]
