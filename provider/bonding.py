@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from pycardano import ChainContext, TransactionInput, UTxO
 
+from offchain.chain.utxo import format_out_ref
 from offchain.protocol import bond as bonds
 from offchain.protocol.amounts import ada
 from offchain.protocol.deployment import Deployment
@@ -56,7 +57,7 @@ class ProviderBonds:
             for utxo, datum in found:
                 if utxo.input == wanted:
                     return utxo, datum
-            named = f"{wanted.transaction_id.payload.hex()}#{wanted.index}"
+            named = format_out_ref(wanted)
             raise BondError(f"{named} is not a bond of this provider (see `bond show`)")
         if not found:
             raise BondError(

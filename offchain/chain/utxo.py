@@ -19,6 +19,11 @@ def parse_out_ref(text: str) -> TransactionInput:
     return TransactionInput(TransactionId(bytes.fromhex(match[1])), int(match[2]))
 
 
+def format_out_ref(ref: TransactionInput) -> str:
+    """`TXID#IX`: the text `parse_out_ref` reads back."""
+    return f"{ref.transaction_id.payload.hex()}#{ref.index}"
+
+
 def utxo_at(context: ChainQueries, ref: TransactionInput) -> UTxO | None:
     """The unspent output at `ref`, or None when it is spent or never was."""
     return context.utxo_by_tx_id(ref.transaction_id.payload.hex(), ref.index)

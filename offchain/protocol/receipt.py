@@ -18,14 +18,12 @@ from typing import Any
 
 from pycardano import PaymentSigningKey, ScriptHash, TransactionInput, UTxO
 
-from offchain.chain.utxo import parse_out_ref
+from offchain.chain.utxo import format_out_ref, parse_out_ref
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.errors import UnchainedError
-from offchain.protocol.escrow import SignedReceipt
-from offchain.protocol.payloads import receipt_payload, sign, verify
+from offchain.protocol.escrow import HASH_BYTES, SignedReceipt
+from offchain.protocol.payloads import SIGNATURE_BYTES, receipt_payload, sign, verify
 
-HASH_BYTES = 32
-SIGNATURE_BYTES = 64
 BODY_FIELDS = ("units", "result_hash", "evidence_hash", "signature")
 
 
@@ -78,7 +76,8 @@ class Receipt:
     def settling(self, escrow: UTxO) -> SignedReceipt:
         """The receipt as a settle builder takes it, with the escrow UTxO it names."""
         if escrow.input != self.escrow:
-            raise ReceiptFormatError(f"the receipt is for {ref_text(self.escrow)}, not that UTxO")
+            named = format_out_ref(self.escrow)
+            raise ReceiptFormatError(f"the receipt is for {named}, not that UTxO")
         return SignedReceipt(
             escrow, self.units, self.result_hash, self.evidence_hash, self.signature
         )
@@ -93,7 +92,7 @@ class Receipt:
 
     def record(self, deployment: Deployment) -> dict[str, int | str]:
         return {
-            "escrow": ref_text(self.escrow),
+            "escrow": format_out_ref(self.escrow),
             "network_id": deployment.network_id,
             "escrow_hash": deployment.escrow_hash.payload.hex(),
             **self.body(),
@@ -123,10 +122,6 @@ class Receipt:
         except ValueError as exc:
             raise ReceiptFormatError(f"escrow: {exc}") from exc
         return cls.from_body(escrow, data)
-
-
-def ref_text(ref: TransactionInput) -> str:
-    return f"{ref.transaction_id.payload.hex()}#{ref.index}"
 
 
 def _field(data: Mapping[str, Any], prefix: str, name: str) -> Any:

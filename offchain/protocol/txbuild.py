@@ -40,6 +40,7 @@ from pycardano.serialization import RawCBOR
 from typeguard import suppress_type_checks
 
 from offchain.chain.time import ChainTime, iso
+from offchain.chain.utxo import format_out_ref
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.queries import queries
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
@@ -158,7 +159,7 @@ def add_output(builder: TransactionBuilder, output: TransactionOutput) -> int:
 
 def out_ref(utxo: UTxO) -> str:
     """`txid#index`, as people and explorers write an output reference."""
-    return f"{utxo.input.transaction_id.payload.hex()}#{utxo.input.index}"
+    return format_out_ref(utxo.input)
 
 
 def read_datum(utxo: UTxO, kind: type[D], script: ScriptHash, what: str) -> D:
