@@ -8,7 +8,14 @@ import dataclasses
 import cbor2
 import pytest
 from cbor2 import CBORTag
-from uplc.ast import PlutusConstr, PlutusInteger, PlutusList, PlutusMap
+from uplc.ast import (
+    BuiltinList,
+    PlutusByteString,
+    PlutusConstr,
+    PlutusInteger,
+    PlutusList,
+    PlutusMap,
+)
 
 from contracts.handwritten import REDEEMER_IS_42, compile_uplc
 from offchain.devnet.errors import LedgerError
@@ -183,3 +190,23 @@ def test_serialise_data_writes_the_ledgers_bytes():
     source = SERIALISES_LIKE_THE_LEDGER % (sixty_four.hex(), expected.hex())
     outcome = run_job(job(source), COST_MODELS)
     assert outcome.error is None, outcome.traces
+
+
+def test_a_data_values_size_is_measured_once_and_as_uplc_walks_it():
+    """Costing measures builtin arguments; the devnet remembers each compound value's size
+    (uplc's values are frozen). The sizes must be uplc's own walk, shared parts included."""
+
+    def walk(value) -> int:  # uplc's definition: 4 per node over its children, atoms as they are
+        if isinstance(value, PlutusConstr | PlutusList):
+            items = value.fields if isinstance(value, PlutusConstr) else value.value
+            return 4 + sum(walk(item) for item in items)
+        if isinstance(value, PlutusMap):
+            return 4 + sum(walk(k) + walk(v) for k, v in value.value.items())
+        return value.ex_mem()
+
+    shared = PlutusList([PlutusInteger(2**70), PlutusByteString(b"x" * 100)])
+    value = PlutusConstr(3, [shared, PlutusMap({PlutusInteger(1): shared}), shared])
+    assert value.ex_mem() == walk(value) == value.ex_mem()
+    assert shared.ex_mem() == walk(shared)
+    listed = BuiltinList([value, PlutusConstr(0, [])])
+    assert listed.ex_mem() == walk(value) + 4 == listed.ex_mem()
