@@ -140,6 +140,14 @@ class Job(SQLModel, table=True):
     escrow_slot: int | None = _big(nullable=True)
     escrow_height: int | None = _big(nullable=True, index=True)
     refundable_since_ms: int | None = _big(nullable=True)
+    unsettleable: str | None = Field(
+        default=None, description="why the market's batcher leaves this receipt alone (the "
+        "escrow is spent, its window closes, it would cost more than its fee allowance)",
+    )  # fmt: skip
+    escrow_terms: str | None = Field(
+        default=None, unique=True, max_length=64,
+        description="sha256 of the quoted escrow datum: no two quotes share one lock",
+    )  # fmt: skip
     state: JobState = _name(JobState.REQUESTED)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
