@@ -15,30 +15,27 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pycardano import Network
 from rich.console import Console
 from rich.table import Table
 
-from consumer.client import MarketClient
 from consumer.errors import ConsumerError
 from consumer.example import EXAMPLE_SPEC
-from consumer.external import signed_cbor
-from consumer.keys import load_key, new_wallet
-from consumer.progress import FINAL, watch
-from consumer.quote import CheckedQuote
-from consumer.session import Consumer, local_time
-from consumer.store import JobRecord, JobStore
-from offchain.chain.context import chain_context, quiet_chain_clients
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
-from offchain.chain.submit import UNREACHABLE
-from offchain.chain.time import iso
-from offchain.protocol import deployment_file
+from consumer.store import JobRecord, JobStore, local_time
+from offchain.chain.ogmios import DEFAULT_OGMIOS_URL, UNREACHABLE
 from offchain.protocol.amounts import ada, parse_lovelace
 from offchain.protocol.errors import UnchainedError
-from offchain.protocol.jobspec import JobSpecError, load_jobspec
+
+# What a command uses beyond this is imported in the command: pycardano, the chain clients and
+# the SDK take seconds to import, and `unchained job list` or `--help` needs none of them.
+if TYPE_CHECKING:
+    from pycardano import Network
+
+    from consumer.client import MarketClient
+    from consumer.quote import CheckedQuote
+    from consumer.session import Consumer
 
 T = TypeVar("T")
 job_app = typer.Typer(help="Submit GPU jobs, follow them, get verified results or a refund.",
@@ -64,7 +61,9 @@ class Env:
     network: str
 
     @property
-    def pycardano_network(self) -> Network:
+    def pycardano_network(self) -> "Network":
+        from pycardano import Network
+
         return Network.MAINNET if self.network == "mainnet" else Network.TESTNET
 
 
@@ -108,7 +107,7 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
             as_json = kwargs.get("as_json", False)
             try:
                 return fn(env, *args, **kwargs)
-            except (UnchainedError, JobSpecError) as exc:
+            except UnchainedError as exc:  # a bad job spec (JobSpecError) too
                 fail(as_json, type(exc).__name__, str(exc), **getattr(exc, "details", {}))
             except UNREACHABLE as exc:  # the market client says so itself when it is the market
                 fail(as_json, "OgmiosUnreachable",
@@ -145,8 +144,14 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 @asynccontextmanager
-async def opened(env: Env) -> AsyncIterator[Consumer]:
+async def opened(env: Env) -> AsyncIterator["Consumer"]:
     """The SDK for `env`: the key, the chain (the deployment checked on it) and the market."""
+    from consumer.client import MarketClient
+    from consumer.keys import load_key
+    from consumer.session import Consumer
+    from offchain.chain.context import chain_context, quiet_chain_clients
+    from offchain.protocol import deployment_file
+
     quiet_chain_clients()
     context = chain_context(env.ogmios_url, env.pycardano_network)
     deployment = await asyncio.to_thread(deployment_file.load, env.deployment, context)
@@ -154,6 +159,20 @@ async def opened(env: Env) -> AsyncIterator[Consumer]:
     market = MarketClient.open(env.market_url, env.market_identity, key)
     try:
         yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir))
+    finally:
+        await market.aclose()
+
+
+@asynccontextmanager
+async def market_of(env: Env) -> AsyncIterator["MarketClient"]:
+    """The market alone, its requests signed with --key (no chain, no deployment)."""
+    from consumer.client import MarketClient
+    from consumer.keys import load_key
+
+    key = load_key(env.key, env.pycardano_network)
+    market = MarketClient.open(env.market_url, env.market_identity, key)
+    try:
+        yield market
     finally:
         await market.aclose()
 
@@ -176,7 +195,7 @@ def init(
     emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained job submit {path}`")
 
 
-def quote_summary(quote: CheckedQuote) -> dict[str, Any]:
+def quote_summary(quote: "CheckedQuote") -> dict[str, Any]:
     datum = quote.datum
     return {
         "job_id": quote.job_id, "provider_id": quote.provider_id, "gpu_model": quote.gpu_model,
@@ -189,7 +208,9 @@ def quote_summary(quote: CheckedQuote) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def quote_text(quote: CheckedQuote) -> str:
+def quote_text(quote: "CheckedQuote") -> str:
+    from offchain.chain.time import iso
+
     datum, terms = quote.datum, quote.terms
     gpus = f"{terms['gpu_count']} x {quote.gpu_model}" if terms["gpu_count"] else "no GPU"
     bond = "none named (nothing to slash if it never delivers)"
@@ -231,6 +252,8 @@ def submit(
     as_json: Json = False,
 ) -> None:
     """Quote a job, show the quote, lock its escrow (after asking), then show live progress."""
+    from offchain.protocol.jobspec import load_jobspec
+
     spec = load_jobspec(spec_path)
     try:
         least = 0 if min_bond is None else parse_lovelace(min_bond)
@@ -267,8 +290,10 @@ def submit(
     run_sync(go())
 
 
-async def follow(consumer: Consumer, job_id: str) -> str:
+async def follow(consumer: "Consumer", job_id: str) -> str:
     """Live progress until a final state or Ctrl-C (the job goes on without the display)."""
+    from consumer.progress import watch
+
     try:
         state = await watch(consumer, job_id, Console())
     except asyncio.CancelledError:
@@ -296,6 +321,8 @@ def lock(
     as_json: Json = False,
 ) -> None:
     """Submit the lock an external wallet signed (from `job submit --unsigned-tx`)."""
+    from consumer.external import signed_cbor
+
 
     async def go() -> str:
         async with opened(env) as consumer:
@@ -344,6 +371,8 @@ def logs(
 ) -> None:
     """The job's log lines (`--json`: one document holding them all, once the job ends with
     `--follow`)."""
+
+    from consumer.progress import FINAL
 
     kept: list[dict[str, Any]] = []
 
@@ -423,12 +452,8 @@ def list_jobs(
     the market knows for your key (its state; `where` says which of the two knows it)."""
 
     async def market_jobs() -> list[dict[str, Any]]:
-        key = load_key(env.key, env.pycardano_network)
-        market = MarketClient.open(env.market_url, env.market_identity, key)
-        try:
+        async with market_of(env) as market:
             return await market.my_jobs(LIST_LIMIT)
-        finally:
-            await market.aclose()
 
     remote = [] if local else run_sync(market_jobs())
     rows = merged_jobs(JobStore(env.state_dir).all(), remote)
@@ -484,12 +509,8 @@ def search(
     """Offers that meet every term of QUERY and can take a job now."""
 
     async def go() -> dict[str, Any]:
-        key = load_key(env.key, env.pycardano_network)
-        market = MarketClient.open(env.market_url, env.market_identity, key)
-        try:
+        async with market_of(env) as market:
             return await market.search_offers(query, limit)
-        finally:
-            await market.aclose()
 
     found = run_sync(go())
     if as_json:
@@ -519,6 +540,8 @@ def wallet_new(
     as_json: Json = False,
 ) -> None:
     """Make a new key at --key (never over an existing one) and print its address."""
+    from consumer.keys import new_wallet
+
     made = new_wallet(env.key, mnemonic=mnemonic, network=env.pycardano_network)
     emit(as_json, {"key": str(env.key), "address": str(made.address)},
          f"new key in {env.key} (keep it secret, back it up)\naddress {made.address}")  # fmt: skip
@@ -527,6 +550,8 @@ def wallet_new(
 @command(wallet_app, "address")
 def wallet_address(env: Env, as_json: Json = False) -> None:
     """The address of --key: fund it to pay for jobs; refunds come back to it."""
+    from consumer.keys import load_key
+
     address = str(load_key(env.key, env.pycardano_network).address)
     emit(as_json, {"address": address}, address)
 
@@ -534,6 +559,9 @@ def wallet_address(env: Env, as_json: Json = False) -> None:
 @command(wallet_app, "balance")
 def wallet_balance(env: Env, as_json: Json = False) -> None:
     """What --key's address holds on chain."""
+    from consumer.keys import load_key
+    from offchain.chain.context import chain_context, quiet_chain_clients
+
     quiet_chain_clients()
     key = load_key(env.key, env.pycardano_network)
     context = chain_context(env.ogmios_url, env.pycardano_network)

@@ -19,7 +19,6 @@ import shutil
 import tarfile
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from consumer.errors import (
 from consumer.external import signed_lock
 from consumer.keys import ConsumerKey
 from consumer.quote import CheckedQuote, check_quote
-from consumer.store import JobRecord, JobStore
+from consumer.store import JobRecord, JobStore, local_time
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
 from offchain.chain.utxo import parse_out_ref, utxo_at
@@ -56,11 +55,6 @@ from offchain.protocol.txbuild import ADA, BuildError, Clock
 LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
 RESULT_FILE = "result.tar"
 RECEIPT_FILE = "receipt.json"
-
-
-def local_time(posix_ms: int) -> str:
-    """A POSIX ms instant on this machine's clock and zone, to the second."""
-    return datetime.fromtimestamp(posix_ms // 1000, UTC).astimezone().isoformat(timespec="seconds")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,13 +5,21 @@ can refund or slash with the market gone), the lock's transaction id and the esc
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from consumer.errors import ConsumerError
-from offchain.protocol.types import EscrowDatum
+
+if TYPE_CHECKING:  # imported where a datum is read: `job list` needs no Plutus types
+    from offchain.protocol.types import EscrowDatum
+
+
+def local_time(posix_ms: int) -> str:
+    """A POSIX ms instant on this machine's clock and zone, to the second."""
+    return datetime.fromtimestamp(posix_ms // 1000, UTC).astimezone().isoformat(timespec="seconds")
 
 
 class JobRecord(BaseModel):
@@ -31,6 +39,8 @@ class JobRecord(BaseModel):
 
     @property
     def datum(self) -> EscrowDatum:
+        from offchain.protocol.types import EscrowDatum
+
         return EscrowDatum.from_cbor(bytes.fromhex(self.datum_cbor))
 
 

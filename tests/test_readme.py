@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from unchained.cli import app
@@ -65,9 +66,12 @@ def split_path(args: list[str]) -> tuple[list[str], list[str]]:
     command = typer.main.get_command(app)
     path: list[str] = []
     for word in args:
-        if word not in getattr(command, "commands", {}):  # a group has `commands`
+        if not isinstance(command, TyperGroup):  # a group loads its sub-commands on demand
             break
-        command = command.commands[word]  # type: ignore[attr-defined]
+        found = command.get_command(typer.Context(command), word)
+        if found is None:
+            break
+        command = found
         path.append(word)
     return path, args[len(path) :]
 

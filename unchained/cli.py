@@ -1,27 +1,91 @@
-"""The `unchained` command: one CLI, each component's sub-commands mounted from its package."""
+"""The `unchained` command: one CLI, each component's sub-commands mounted from its package.
+
+A component is imported only when one of its commands runs (or its own `--help` is asked):
+pycardano, the Ogmios client, the market's server and the OpShin compiler take seconds to
+import, and `unchained --help` or `unchained job list` needs none of them. So the listing
+below names each component's module and says what it is, and `unchained --help` prints it
+without importing any (tests/test_cli_imports.py checks both that and that each line is the
+component's own help)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from consumer.cli import job_app, offers_app, wallet_app
-from contracts.cli import app as contracts_app
-from offchain.devnet.cli import app as devnet_app
-from offchain.market.cli import app as market_app
-from provider.cli import app as provider_app
-from unchained.demo import app as demo_app
-from unchained.deploy import app as deploy_app
+
+class Component(NamedTuple):
+    """A sub-command group: the module holding its Typer app, and its one-line help."""
+
+    module: str
+    attribute: str
+    help: str
+
+
+COMPONENTS = {
+    "devnet": Component("offchain.devnet.cli", "app",
+                        "A local Cardano ledger (Conway) served over Ogmios v6 JSON-RPC."),
+    "demo": Component("unchained.demo", "app", "Run the whole market locally: devnet, market + "
+                      "explorer, provider, consumers."),
+    "contracts": Component("contracts.cli", "app",
+                           "The OpShin validators and their committed artifacts."),
+    "deploy": Component("unchained.deploy", "app", "Publish the escrow and bond validators as "
+                        "reference scripts; write DEPLOYMENT."),
+    "provider": Component("provider.cli", "app",
+                          "The provider node: its key, offer, self-test, job runner and bond."),
+    "market": Component("offchain.market.cli", "app", "The marketplace and settlement service."),
+    "job": Component("consumer.cli", "job_app",
+                     "Submit GPU jobs, follow them, get verified results or a refund."),
+    "offers": Component("consumer.cli", "offers_app", "Offers on the market."),
+    "wallet": Component("consumer.cli", "wallet_app", "The consumer's key and funds."),
+}  # fmt: skip
+
+
+def load(name: str) -> TyperGroup:
+    """The component's sub-commands as click builds them (what `add_typer` would mount)."""
+    component = COMPONENTS[name]
+    sub_app = getattr(importlib.import_module(component.module), component.attribute)
+    group = typer.main.get_group(sub_app)
+    group.name = name
+    return group
+
+
+class Components(TyperGroup):
+    """The top-level group: each component loaded when it is called, listed without loading."""
+
+    listing = False  # True while the help is written: each component is its one-line help
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *COMPONENTS]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMPONENTS:
+            return super().get_command(ctx, cmd_name)
+        if self.listing:
+            return TyperCommand(cmd_name, help=COMPONENTS[cmd_name].help)
+        return load(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
 
 app = typer.Typer(
-    help="Unchained: a GPU compute marketplace settled on Cardano.", no_args_is_help=True
+    cls=Components,
+    help="Unchained: a GPU compute marketplace settled on Cardano.",
+    no_args_is_help=True,
 )
-app.add_typer(devnet_app, name="devnet")
-app.add_typer(demo_app, name="demo")
-app.add_typer(contracts_app, name="contracts")
-app.add_typer(deploy_app, name="deploy")
-app.add_typer(provider_app, name="provider")
-app.add_typer(market_app, name="market")
-app.add_typer(job_app, name="job")
-app.add_typer(offers_app, name="offers")
-app.add_typer(wallet_app, name="wallet")
+
+
+@app.callback()
+def main() -> None:
+    """Typer makes a group (of the components) only of an app with a callback: none to run."""
+
 
 if __name__ == "__main__":
     app()

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+import socket
+from typing import TYPE_CHECKING, Any
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.sync.client import connect as connect_sync
+from websockets.exceptions import WebSocketException
 
 from offchain.protocol.errors import UnchainedError
 
+if TYPE_CHECKING:  # the clients are imported on first use: a CLI naming the URL needs neither
+    from websockets.asyncio.client import ClientConnection
+
 DEFAULT_OGMIOS_URL = "ws://127.0.0.1:1337"
+# What a lost or refused connection to Ogmios raises, whichever client made it.
+UNREACHABLE = (ConnectionError, socket.gaierror, TimeoutError, WebSocketException)
 
 
 class OgmiosError(UnchainedError):
@@ -34,6 +39,8 @@ class Ogmios:
         self._ws: ClientConnection | None = None
 
     async def __aenter__(self) -> Ogmios:
+        from websockets.asyncio.client import connect
+
         self._ws = await connect(self.url, max_size=64 << 20)
         return self
 
@@ -56,6 +63,8 @@ async def request(url: str, method: str, params: dict[str, Any] | None = None) -
 
 def request_sync(url: str, method: str, params: dict[str, Any] | None = None) -> Any:
     """`request` for synchronous callers (transaction builders run beside pycardano's calls)."""
+    from websockets.sync.client import connect as connect_sync
+
     with connect_sync(url, max_size=64 << 20) as ws:
         ws.send(_message(method, params, 0))
         return _result(method, ws.recv())

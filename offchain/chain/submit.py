@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 from pycardano import Transaction
-from websockets.exceptions import WebSocketException
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
+from offchain.chain.ogmios import UNREACHABLE as UNREACHABLE  # where its users import it from
 from offchain.chain.ogmios import Ogmios, OgmiosError
 from offchain.protocol.errors import UnchainedError
 
 CONFIRM_TIMEOUT_S = 60
-# What a lost or refused connection to Ogmios raises, whichever client made it.
-UNREACHABLE = (ConnectionError, socket.gaierror, TimeoutError, WebSocketException)
 
 
 class ConfirmationTimeout(TimeoutError):

@@ -1,0 +1,72 @@
+"""`unchained` starts at once: `unchained --help`, a component's `--help` and `unchained job
+list` on an empty store import none of the modules that take seconds (pycardano, the Ogmios
+client, the OpShin compiler, the market's server, docker). Checked in a child process with
+`-X importtime`, as a user's shell runs it; the time itself is measured by bench/consumer.py,
+not here (it depends on the machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unchained.cli import COMPONENTS, load
+
+HEAVY = ("pycardano", "opshin", "uplc", "pluthon", "ogmios", "fastapi", "starlette", "uvicorn",
+         "sqlalchemy", "sqlmodel", "alembic", "psycopg", "docker", "jinja2", "cose",
+         "websockets.asyncio", "websockets.sync", "offchain.market", "offchain.devnet",
+         "offchain.protocol.types", "contracts")  # fmt: skip
+
+
+def imported(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `unchained ARGS` in a fresh interpreter; what it printed and every module it
+    imported."""
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "unchained.cli", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "typer" in modules, done.stderr[-2000:]  # the report was read
+    return done, modules
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(f"{h}.") for h in HEAVY))
+
+
+def test_help_lists_every_component_and_imports_none(tmp_path: Path):
+    done, modules = imported("--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, component in COMPONENTS.items():
+        assert f" {name} " in done.stdout and component.help in done.stdout, done.stdout
+    assert heavy(modules) == []
+    assert not any(m.startswith(("consumer.", "provider.")) for m in modules), sorted(modules)
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_each_component_is_listed_with_its_own_help(name: str):
+    assert load(name).help == COMPONENTS[name].help
+
+
+@pytest.mark.parametrize("component", ["job", "offers", "wallet"])
+def test_consumer_help_imports_nothing_heavy(component: str, tmp_path: Path):
+    done, modules = imported(component, "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "Commands" in done.stdout, done.stderr[-2000:]
+    assert heavy(modules) == []
+
+
+def test_job_list_on_an_empty_store_imports_nothing_heavy(tmp_path: Path):
+    state = tmp_path / "state"
+    done, modules = imported("job", "list", "--local", "--json", "--state-dir", str(state),
+                             cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr[-2000:]
+    assert heavy(modules) == []
