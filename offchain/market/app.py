@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -55,6 +58,20 @@ def error_response(exc: UnchainedError) -> JSONResponse:
 async def _unchained_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UnchainedError)
     return error_response(exc)
+
+
+class _AsciiJSON(JSONResponse):
+    """JSON with every non-ASCII character escaped: a refusal echoes the input it refused,
+    which may hold a lone surrogate that UTF-8 cannot encode (the 422 would become a 500)."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+async def _invalid_request(_request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 for a request that does not validate, each problem naming its field."""
+    assert isinstance(exc, RequestValidationError)
+    return _AsciiJSON({"detail": jsonable_encoder(exc.errors())}, status_code=422)
 
 
 class BodyLimit:
@@ -121,6 +138,7 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.add_exception_handler(UnchainedError, _unchained_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_middleware(BodyLimit, limit=settings.body_limit_bytes)
     if settings.crash_at == "receipt-received":
         app.add_middleware(CrashOnReceipt, settings=settings)

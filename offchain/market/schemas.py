@@ -3,18 +3,42 @@ refuse unknown fields, so a typo is a 422 naming it rather than a silently dropp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pycardano import Address
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offchain.market.models import JobState
-from offchain.protocol.jobspec import MAX_SUPPLY_LOVELACE, JobSpec
+from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
 from offchain.protocol.offer import SelfTestSummary
 
 HEX32 = r"[0-9a-f]{64}"
 HEX64 = r"[0-9a-f]{128}"
 OUT_REF = r"[0-9a-f]{64}#[0-9]{1,5}"
+# Bounds on what a request may carry, so every value it stores fits the columns of both
+# databases and can be shown: a price per second whose job of the longest run costs no more
+# than all ADA there is (so price x units, a lock and their sums over jobs stay far below
+# 2**63 per job), a time no later than the last ms of the year 9999 (the calendar's end), an
+# exit code a 32-bit column holds, a log position a 64-bit one does.
+MAX_PRICE_PER_UNIT = MAX_SUPPLY_LOVELACE // MAX_DURATION_S
+MAX_POSIX_MS = 253_402_300_799_999
+INT32 = (-(1 << 31), (1 << 31) - 1)
+MAX_SEQ = (1 << 63) - 1
+
+
+def storable_text(text: str) -> str:
+    """Text either database stores as sent: UTF-8 cannot encode a lone surrogate, and
+    PostgreSQL refuses NUL in text."""
+    if "\x00" in text:
+        raise ValueError("must not contain NUL (\\u0000)")
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be Unicode text, no lone surrogate (\\ud800-\\udfff)") from exc
+    return text
+
+
+Text = Annotated[str, AfterValidator(storable_text)]
 
 
 class _Body(BaseModel):
@@ -33,14 +57,14 @@ class OfferTerms(_Body):
     """A provider's bundle: what one job gets, at what price per second of all of it."""
 
     payout_address: str = Field(description="Where settlements pay the provider (bech32).")
-    gpu_model: str = Field("", max_length=64, description="Exact model, as NVML names it.")
+    gpu_model: Text = Field("", max_length=64, description="Exact model, as NVML names it.")
     gpu_count: int = Field(ge=0, le=64)
     vram_mib: int = Field(0, ge=0, le=1 << 24, description="Per GPU.")
     cpu_cores: int = Field(ge=1, le=1024)
     memory_mib: int = Field(ge=16, le=1 << 24)
     disk_mib: int = Field(ge=1, le=1 << 26)
     price_per_unit: int = Field(
-        ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace per second of the whole bundle."
+        ge=0, le=MAX_PRICE_PER_UNIT, description="Lovelace per second of the whole bundle."
     )
     slots: int = Field(
         1, ge=1, le=1024, description="Jobs it runs at once, each with this bundle (one per "
@@ -52,6 +76,13 @@ class OfferTerms(_Body):
     )
 
     _address = field_validator("payout_address")(bech32_address)
+
+    @field_validator("selftest")
+    @classmethod
+    def _selftest_time(cls, selftest: SelfTestSummary | None) -> SelfTestSummary | None:
+        if selftest is not None and selftest.at_ms > MAX_POSIX_MS:
+            raise ValueError(f"at_ms: {selftest.at_ms} is after the year 9999 ({MAX_POSIX_MS})")
+        return selftest
 
     @model_validator(mode="after")
     def _named_gpus(self) -> OfferTerms:
@@ -65,11 +96,22 @@ class JobRequest(_Body):
 
     spec: JobSpec
     consumer_address: str = Field(description="Refunds and change go here (bech32).")
-    gpu_model: str | None = Field(
+    gpu_model: Text | None = Field(
         None, max_length=64, description="Only this exact model (any case, _ for a space)."
     )
 
     _address = field_validator("consumer_address")(bech32_address)
+
+    @field_validator("spec")
+    @classmethod
+    def _canonical(cls, spec: JobSpec) -> JobSpec:
+        """The spec's digest is taken over its canonical JSON: one that has none (a lone
+        surrogate in a string) is refused here, naming the spec."""
+        try:
+            spec.canonical_json()
+        except JobSpecError as exc:
+            raise ValueError(str(exc)) from exc
+        return spec
 
 
 class EscrowReport(_Body):
@@ -87,19 +129,19 @@ class AcceptanceBody(_Body):
 
 
 class LogLines(_Body):
-    lines: list[str] = Field(min_length=1, max_length=10_000)
+    lines: list[Text] = Field(min_length=1, max_length=10_000)
 
 
 class ReceiptBody(_Body):
-    units: int = Field(ge=0)
+    units: int = Field(ge=0, le=MAX_DURATION_S, description="Seconds billed.")
     result_hash: str = Field(pattern=HEX32)
     evidence_hash: str = Field(pattern=HEX32)
     signature: str = Field(pattern=HEX64)
 
 
 class FailureBody(_Body):
-    exit_code: int | None = None
-    reason: str = Field(min_length=1, max_length=4096)
+    exit_code: int | None = Field(None, ge=INT32[0], le=INT32[1])
+    reason: Text = Field(min_length=1, max_length=4096)
 
 
 class SignedOffer(BaseModel):

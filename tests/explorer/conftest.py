@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from playwright.async_api import async_playwright
+from sqlmodel import Session
 
+from offchain.chain.time import ChainTime, Era
+from offchain.market.db import make_engine, upgrade
+from offchain.market.explorer import routes
+from offchain.market.explorer.decode import Scripts
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from tests.market.conftest import (  # noqa: F401 - shared fixtures
@@ -39,6 +46,30 @@ def settings(tmp_path, devnet, market_deployment) -> MarketSettings:  # noqa: F8
         data_dir=tmp_path / "market", ogmios_url=devnet.url,
         deployment=tmp_path / "deployment.json", identity=IDENTITY,
     )  # fmt: skip
+
+
+START_MS = 1_700_000_000_000  # the seeded chain's system start: slot n is START_MS + n s
+
+
+@contextmanager
+def explorer_over(
+    tmp_path: Path, url: str, seed: Callable[[Session], None]
+) -> Iterator[TestClient]:
+    """The explorer alone (no chain) over a fresh database at Alembic's head, seeded by
+    `seed`, with a one-second-slot chain clock from START_MS (`url`: "" for SQLite)."""
+    settings = MarketSettings(data_dir=tmp_path / "market", database_url=url)
+    engine = make_engine(settings)
+    upgrade(engine)
+    with Session(engine) as session:
+        seed(session)
+    state = routes.ExplorerState(
+        Scripts(0, bytes(28), bytes(range(28))), ChainTime(START_MS, (Era(0, 0, None, 1000),))
+    )
+    try:
+        with TestClient(routes.explorer_app(settings, engine, state)) as client:
+            yield client
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture(scope="session")

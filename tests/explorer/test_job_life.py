@@ -2,8 +2,9 @@
 provider and consumer drive the market over HTTP (as tests/market do), the market's own
 follower and batcher fund and settle it, and the job page's timeline grows without a reload;
 the settlement link opens that transaction, whose decoded datum is the escrow's on chain.
-Text planted by the parties (script tags in the command, environment, logs and GPU model) is
-shown, never run. Every page is photographed at phone and desktop sizes."""
+Text planted by the parties (script tags in the command, environment and GPU model) is shown,
+never run; the job's log lines are its consumer's only and a stranger's browser shows none.
+Every page is photographed at phone and desktop sizes."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.protocol.onchain import wallet
 
 PLANTED = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 GPU = "<script>window.pwned=3</script> H100"
+LOGGED = "a log line for the consumer only"
 UNITS = 42
 
 
@@ -31,7 +33,7 @@ async def run_and_receipt(provider: Party, deployment, locked: Locked) -> str:
     the receipt commits to (the explorer charts it)."""
     await accept(provider, deployment, locked)
     path = f"/jobs/{locked.job}"
-    assert (await provider.send("POST", f"{path}/logs", {"lines": ["start", PLANTED]})).is_success
+    assert (await provider.send("POST", f"{path}/logs", {"lines": ["start", LOGGED]})).is_success
     archive = b"the result archive"
     assert (await provider.send("PUT", f"{path}/result", raw=archive)).is_success
     record = metering(locked.job, UNITS)
@@ -96,7 +98,8 @@ async def test_a_jobs_life_through_the_explorer(
 
             # the planted text is shown as text, and nothing planted ran
             await view.visit(f"/explorer/jobs/{job}")
-            assert PLANTED in await view.text(".logs")
+            assert LOGGED not in await view.text("#main")
+            assert "unchained job logs" in await view.text("[data-testid=logs-private]")
             assert PLANTED in await view.text(".command")
             assert await page.evaluate("window.pwned") is None
             assert "Signature verifies" in await view.text("[data-testid=receipt-verdict]")

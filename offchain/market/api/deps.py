@@ -14,6 +14,8 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from offchain.market.db import sessions
+from offchain.market.errors import Invalid
+from offchain.market.schemas import storable_text
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain
 from offchain.market.services.nonces import DatabaseNonces, PendingNonce
@@ -34,6 +36,17 @@ def get_session(request: Request) -> Iterator[Session]:
 
 async def get_chain(request: Request) -> Chain:
     return request.app.state.chain
+
+
+async def storable_params(request: Request) -> None:
+    """Every path and query value as text either database can compare with (PostgreSQL
+    refuses NUL in text): a 422 naming the parameter, never a database error. Routers take
+    it as a dependency of all their routes."""
+    for name, value in (*request.path_params.items(), *request.query_params.multi_items()):
+        try:
+            storable_text(str(value))
+        except ValueError as exc:
+            raise Invalid(f"{name}: {exc}", name) from exc
 
 
 def signed_target(request: Request) -> str:

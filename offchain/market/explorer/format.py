@@ -24,9 +24,14 @@ def ada(lovelace: int | None) -> str:
 
 
 def when(posix_ms: int | None) -> str:
+    """The UTC date and time of `posix_ms`; a stored value no calendar can show (a key's offer
+    may claim any time) is written as the number it is, never an error that breaks the page."""
     if posix_ms is None:
         return "—"
-    moment = datetime.fromtimestamp(posix_ms // 1000, UTC)
+    try:
+        moment = datetime.fromtimestamp(posix_ms // 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{posix_ms} ms since 1970 (no date)"
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -43,8 +48,12 @@ def duration(ms: int | None) -> str:
 
 
 def percent(part: int, whole: int) -> str:
-    """`part` of `whole` as a percentage with one decimal (display only)."""
-    return f"{100 * part / whole:.1f} %" if whole else "—"
+    """`part` of `whole` as a percentage with one decimal, rounded half up, in integers (no
+    float to overflow or round differently)."""
+    if not whole:
+        return "—"
+    tenths = (2000 * part + whole) // (2 * whole)
+    return f"{tenths // 10}.{tenths % 10} %"
 
 
 def short(text: str | None, keep: int = 10) -> str:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+import logging
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +18,15 @@ from sqlalchemy import JSON, Index, and_, cast, func, or_
 from sqlmodel import Session, col, select
 
 from offchain.chain.time import ChainTime, PastHorizon
-from offchain.market.errors import NotFound
+from offchain.market.errors import Invalid, NotFound
 from offchain.market.explorer.decode import Scripts
 from offchain.market.models import (
     Blob,
     Bond,
+    Cause,
     Job,
     JobEvent,
     JobState,
-    LogLine,
     Offer,
     Provider,
 )
@@ -40,13 +42,18 @@ from offchain.protocol.split import settle_split
 S = JobState
 PAGE = 50
 RECENT = 8
-LOG_TAIL = 100
 MEDIAN_OF = 200  # settlements the home page's median is taken over
 DAY_MS = 86_400_000
 BUSY = (S.ACCEPTED, S.RUNNING)
 DONE = (S.COMPLETED, S.SETTLING, S.SETTLED)
 JOB_FILTERS = ("state", "provider", "consumer", "gpu")
 HEIGHT_DIGITS = 12  # a longer number is a hash that happens to have no letters
+MAX_INT64 = (1 << 63) - 1
+# A keyset cursor as a page's `next` writes it: a number (ms or slot) and the row's key (a job
+# id, an out-ref); ASCII digits only, so "²" or 5,000 digits are refused, never parsed.
+CURSOR = re.compile(r"([0-9]{1,19})\.([0-9a-f]{1,64}(?:#[0-9]{1,5})?)")
+SUM_SPLIT = 1 << 32
+log = logging.getLogger(__name__)
 
 # The explorer's indexes on the market's tables: jobs newest first under each filter, and
 # settlements by the slot they landed in.
@@ -103,12 +110,29 @@ def _job_row(job: Job) -> dict[str, Any]:
 
 
 def _event_row(event: JobEvent) -> dict[str, Any]:
+    """A timeline row as anyone may see it: the failure the provider reported through the API
+    carries its own words (its reason), which are its consumer's only, like the logs."""
+    private = event.to_state == S.FAILED and event.cause == Cause.API
     return {
         "id": event.id, "at_ms": event.at_ms,
         "from_state": str(event.from_state) if event.from_state else None,
-        "to_state": str(event.to_state), "cause": str(event.cause), "detail": event.detail,
+        "to_state": str(event.to_state), "cause": str(event.cause),
+        "detail": "" if private else event.detail,
         "slot": event.slot, "block_height": event.block_height, "tx_id": event.tx_id,
     }  # fmt: skip
+
+
+def _exact_sum(value: Any) -> tuple[Any, Any]:
+    """`sum(value)` of non-negative integers as two sums that cannot overflow (SQLite's sum()
+    fails past 2**63, and total() is a float): of the high and the low 32 bits of each value,
+    joined exactly by `_joined`."""
+    return func.sum(value // SUM_SPLIT), func.sum(value % SUM_SPLIT)
+
+
+def _joined(high: Any, low: Any) -> int:
+    """The exact sum from `_exact_sum`'s two parts (None for no rows; a Decimal from
+    PostgreSQL, whose integer sums are numeric)."""
+    return int(high or 0) * SUM_SPLIT + int(low or 0)
 
 
 # --- home -------------------------------------------------------------------------------------
@@ -148,12 +172,12 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
 
 
 def _settled_since(session: Session, slot: int) -> int:
-    due = func.sum(col(Job.price_per_unit) * col(Job.receipt_units))
+    due = _exact_sum(col(Job.price_per_unit) * col(Job.receipt_units))
     query = (
-        select(due).join(JobEvent, col(JobEvent.job_id) == col(Job.id))
+        select(*due).join(JobEvent, col(JobEvent.job_id) == col(Job.id))
         .where(col(JobEvent.to_state) == S.SETTLED, col(JobEvent.slot) >= slot)
     )  # fmt: skip
-    return int(session.exec(query).one() or 0)
+    return _joined(*session.exec(query).one())
 
 
 def _median_settle_ms(session: Session) -> int | None:
@@ -174,56 +198,96 @@ def _median_settle_ms(session: Session) -> int | None:
     return waits[len(waits) // 2] if waits else None
 
 
-def home(session: Session, ctx: Context) -> dict[str, Any]:
-    tip = _tip(session)
+def _day_ago(ctx: Context, tip: ChainBlock | None) -> int | None:
+    """The slot a day before the tip, if the chain's clock can say."""
     tip_ms = ctx.slot_ms(tip.slot) if tip else None
+    if tip_ms is None or ctx.time is None:
+        return None
+    try:
+        return ctx.time.posix_ms_to_slot(max(tip_ms - DAY_MS, ctx.time.system_start_ms))
+    except PastHorizon:
+        return None
+
+
+def _jobs_by_state(session: Session) -> dict[str, tuple[int, int]]:
+    """Per state: how many jobs, and the lovelace their quotes lock (summed exactly)."""
+    rows = session.exec(
+        select(Job.state, func.count(), *_exact_sum(col(Job.lock_lovelace)))
+        .group_by(col(Job.state))
+    ).all()  # fmt: skip
+    return {str(state): (n, _joined(high, low)) for state, n, high, low in rows}
+
+
+def _settled_24h(session: Session, ctx: Context) -> int | None:
+    day_ago = _day_ago(ctx, _tip(session))
+    return _settled_since(session, day_ago) if day_ago is not None else None
+
+
+def _panel(session: Session, name: str, build: Callable[[], Any], failed: list[str]) -> Any:
+    """One figure or list of the home page: if it cannot be read it is None and named in
+    `failed` (shown as unavailable) while the rest of the page stands; the session's failed
+    transaction is rolled back so the next panel reads on (PostgreSQL refuses until then)."""
+    try:
+        return build()
+    except Exception:  # any failure of one panel, whatever its kind, must not take the page
+        log.exception("the explorer's home panel %s could not be read", name)
+        session.rollback()
+        failed.append(name)
+        return None
+
+
+def home(session: Session, ctx: Context) -> dict[str, Any]:
+    """The home page's panels; `unavailable` names those that could not be read."""
     since = ctx.now_ms - ctx.online_ms
-    count = func.count()
-    day_ago = None
-    if tip_ms is not None and ctx.time is not None:
-        try:
-            day_ago = ctx.time.posix_ms_to_slot(max(tip_ms - DAY_MS, ctx.time.system_start_ms))
-        except PastHorizon:
-            day_ago = None
-    by_state = {
-        str(state): (n, int(lovelace or 0))
-        for state, n, lovelace in session.exec(
-            select(Job.state, func.count(), func.sum(Job.lock_lovelace)).group_by(col(Job.state))
-        )
-    }  # fmt: skip
-    return {
-        "tip": _block(tip, ctx) if tip else None,
-        "providers_online": session.exec(
-            select(count).select_from(Provider).where(col(Provider.last_heartbeat_ms) >= since)
+    failed: list[str] = []
+    tip = _panel(session, "tip", lambda: _tip(session), failed)
+    by_state = _panel(session, "jobs_running", lambda: _jobs_by_state(session), failed)
+    panels: dict[str, Callable[[], Any]] = {
+        "providers_online": lambda: session.exec(
+            select(func.count()).select_from(Provider)
+            .where(col(Provider.last_heartbeat_ms) >= since)
         ).one(),
-        "gpus": _gpus(session, since),
-        "jobs_running": sum(by_state.get(state, (0, 0))[0] for state in BUSY),
-        "escrow_lovelace": sum(by_state.get(state, (0, 0))[1] for state in job_states.LOCKED),
-        "settled_24h_lovelace": _settled_since(session, day_ago) if day_ago is not None else None,
-        "median_settle_ms": _median_settle_ms(session),
-        "blocks": [
+        "gpus": lambda: _gpus(session, since),
+        "settled_24h_lovelace": lambda: _settled_24h(session, ctx),
+        "median_settle_ms": lambda: _median_settle_ms(session),
+        "blocks": lambda: [
             _block(b, ctx) for b in session.exec(
                 select(ChainBlock).order_by(col(ChainBlock.slot).desc()).limit(RECENT)
             )
         ],
-        "jobs": [
+        "jobs": lambda: [
             _job_row(j) for j in session.exec(
                 select(Job).order_by(col(Job.created_at_ms).desc(), col(Job.id).desc())
                 .limit(RECENT)
             )
         ],
     }  # fmt: skip
+    shown = {name: _panel(session, name, build, failed) for name, build in panels.items()}
+    if by_state is None:
+        failed.append("escrow_lovelace")
+    counted = by_state or {}
+    return {
+        "tip": _block(tip, ctx) if tip else None,
+        **shown,
+        "jobs_running": sum(counted.get(state, (0, 0))[0] for state in BUSY),
+        "escrow_lovelace": sum(counted.get(state, (0, 0))[1] for state in job_states.LOCKED),
+        "unavailable": failed,
+    }
 
 
 # --- jobs -------------------------------------------------------------------------------------
 
 
 def _cursor(text: str | None) -> tuple[int, str] | None:
-    """A keyset cursor `created_at_ms.id`; a malformed one starts from the newest."""
-    if not text or "." not in text:
+    """A keyset cursor `number.key` as a page's `next` wrote it (None: from the newest); any
+    other text is Invalid, naming `after`."""
+    if not text:
         return None
-    at, _, key = text.partition(".")
-    return (int(at), key) if at.isdigit() else None
+    found = CURSOR.fullmatch(text)
+    if found is None or int(found[1]) > MAX_INT64:
+        raise Invalid(f"not a page cursor (`number.key`, as a page's `next`): {text[:80]!r}",
+                      "after")  # fmt: skip
+    return int(found[1]), found[2]
 
 
 def job_list(session: Session, filters: dict[str, str]) -> dict[str, Any]:
@@ -299,10 +363,6 @@ def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> di
     job = session.get(Job, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", "job_id")
-    tail = session.exec(
-        select(LogLine).where(LogLine.job_id == job.id)
-        .order_by(col(LogLine.seq).desc()).limit(LOG_TAIL)
-    ).all()  # fmt: skip
     return {
         "job": _job_row(job) | {
             "spec": json.loads(job.spec), "spec_digest": job.spec_digest,
@@ -316,14 +376,11 @@ def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> di
             },
             "escrow_ref": job.escrow_ref, "settle_tx": job.settle_tx,
             "result_sha256": job.result_sha256, "exit_code": job.exit_code,
-            "failure_reason": job.failure_reason,
         },
         "events": [_event_row(e) for e in job_states.events(session, job.id)],
         "receipt": _receipt(job, ctx.scripts),
         "split": _split(job),
         "metering": _metering(session, job, blob_root),
-        "logs": [{"seq": line.seq, "at_ms": line.at_ms, "text": line.text}
-                 for line in reversed(tail)],
     }  # fmt: skip
 
 
@@ -402,12 +459,12 @@ def _earnings(session: Session, provider_id: str) -> list[dict[str, int]]:
     """Lovelace earned per day (market clock of the settlement), oldest first."""
     day = col(JobEvent.at_ms) / DAY_MS
     rows = session.exec(
-        select(day, func.sum(col(Job.price_per_unit) * col(Job.receipt_units)))
+        select(day, *_exact_sum(col(Job.price_per_unit) * col(Job.receipt_units)))
         .join(Job, col(Job.id) == col(JobEvent.job_id))
         .where(col(Job.provider_id) == provider_id, col(JobEvent.to_state) == S.SETTLED)
         .group_by(day).order_by(day)
     ).all()  # fmt: skip
-    return [{"day_ms": int(d) * DAY_MS, "lovelace": int(v or 0)} for d, v in rows]
+    return [{"day_ms": int(d) * DAY_MS, "lovelace": _joined(high, low)} for d, high, low in rows]
 
 
 def provider_page(session: Session, ctx: Context, provider_id: str) -> dict[str, Any]:
@@ -477,8 +534,9 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
 def address_page(session: Session, address: str, after: str | None) -> dict[str, Any]:
     """Outputs the index saw at `address`, newest first (cursor `slot.ref`)."""
     query = select(ChainTxOut).where(ChainTxOut.address == address)
-    if after and "." in after and after.split(".", 1)[0].isdigit():
-        slot, ref = int(after.split(".", 1)[0]), after.split(".", 1)[1]
+    cursor = _cursor(after)
+    if cursor is not None:
+        slot, ref = cursor
         query = query.where(
             or_(
                 col(ChainTxOut.slot) < slot,
@@ -518,7 +576,7 @@ def search(session: Session, text: str) -> str | None:
     """The path of what `text` names (job id, tx hash, block id or height, address, provider
     id), or None."""
     q = text.strip()
-    if q.isdigit() and len(q) <= HEIGHT_DIGITS:
+    if q.isascii() and q.isdigit() and len(q) <= HEIGHT_DIGITS:
         found = session.exec(select(ChainBlock.height).where(ChainBlock.height == int(q))).first()
         return f"/explorer/blocks/{found}" if found is not None else None
     if q.startswith(("addr", "stake")):

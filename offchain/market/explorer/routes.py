@@ -11,10 +11,10 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -29,8 +29,8 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from offchain.chain.time import ChainTime
-from offchain.market.api.deps import SessionDep
-from offchain.market.errors import NotFound
+from offchain.market.api.deps import SessionDep, storable_params
+from offchain.market.errors import Invalid, MarketError, NotFound
 from offchain.market.explorer import queries
 from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.format import FILTERS, GLOBALS
@@ -38,12 +38,12 @@ from offchain.market.models import Job
 from offchain.market.services import jobs
 from offchain.market.settings import MarketSettings
 
-HERE = Path(__file__).parent
+HERE = FilePath(__file__).parent
 LIVE_EVERY_S = 1.0
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.filters.update(FILTERS)
 templates.env.globals.update(GLOBALS)
-router = APIRouter(tags=["explorer"])
+router = APIRouter(tags=["explorer"], dependencies=[Depends(storable_params)])
 
 
 def mount(app: FastAPI) -> None:
@@ -89,16 +89,24 @@ def wants_json(request: Request) -> bool:
     )
 
 
+# What a person reads when a page refuses: its title and status (programs get the JSON error).
+REFUSALS: dict[type[MarketError], tuple[str, int]] = {
+    NotFound: ("Not found", 404),
+    Invalid: ("Not understood", 422),
+}
+
+
 def render(request: Request, template: str, build: Callable[[], dict[str, Any]]) -> Response:
-    """The page's data as JSON or through its template; a NotFound is a 404 page for people
-    (and the market's JSON error for programs)."""
+    """The page's data as JSON or through its template; a NotFound is a 404 page for people,
+    a bad cursor a 422 page (and the market's JSON error for programs)."""
     try:
         data = build()
-    except NotFound as exc:
+    except tuple(REFUSALS) as exc:
         if wants_json(request):
             raise
+        title, status = next(shown for kind, shown in REFUSALS.items() if isinstance(exc, kind))
         return templates.TemplateResponse(
-            request, "error.html", {"message": str(exc), "title": "Not found"}, status_code=404
+            request, "error.html", {"message": str(exc), "title": title}, status_code=status
         )
     if wants_json(request):
         return JSONResponse(data)
@@ -112,7 +120,7 @@ def explorer_app(settings: MarketSettings, engine: Engine, state: ExplorerState)
     # imports this module, so the import waits until it is loaded
 
     app = FastAPI()
-    app.add_exception_handler(NotFound, lambda _request, exc: error_response(exc))
+    app.add_exception_handler(MarketError, lambda _request, exc: error_response(exc))
     mount(app)
     app.state.settings, app.state.engine, app.state.explorer = settings, engine, state
     return app
@@ -185,7 +193,10 @@ def address_page(request: Request, address: str, session: SessionDep, after: str
 
 @router.get("/explorer/blocks/{height}", response_class=HTMLResponse)
 @router.get("/api/explorer/blocks/{height}")
-def block_page(request: Request, height: int, session: SessionDep, ctx: ContextDep) -> Response:
+def block_page(
+    request: Request, height: Annotated[int, Path(ge=0, le=queries.MAX_INT64)], session: SessionDep,
+    ctx: ContextDep,
+) -> Response:  # fmt: skip
     return render(request, "block.html", lambda: queries.block_page(session, ctx, height))
 
 

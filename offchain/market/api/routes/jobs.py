@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
@@ -15,11 +15,18 @@ from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from offchain.market import schemas
-from offchain.market.api.deps import ChainDep, PartyDep, SessionDep, SettingsDep, UnspentDep
+from offchain.market.api.deps import (
+    ChainDep,
+    PartyDep,
+    SessionDep,
+    SettingsDep,
+    UnspentDep,
+    storable_params,
+)  # fmt: skip
 from offchain.market.models import Job
 from offchain.market.services import jobs, quotes, storage
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
 POLL_S = 0.25
 RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default: 16x fewer
 
@@ -93,8 +100,9 @@ def report_escrow(
 
 @router.get("/{job_id}/logs")
 def logs(
-    job_id: str, party: PartyDep, session: SessionDep, after: int = -1
-) -> list[schemas.LogPublic]:
+    job_id: str, party: PartyDep, session: SessionDep,
+    after: Annotated[int, Query(ge=-1, le=schemas.MAX_SEQ, description="Lines after this.")] = -1,
+) -> list[schemas.LogPublic]:  # fmt: skip
     job = jobs.visible_to(session, job_id, party)
     return [
         schemas.LogPublic(seq=line.seq, at_ms=line.at_ms, text=line.text)

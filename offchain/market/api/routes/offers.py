@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from offchain.market import offer_query, schemas
-from offchain.market.api.deps import SessionDep, SettingsDep
+from offchain.market.api.deps import SessionDep, SettingsDep, storable_params
 from offchain.market.services import offers, quotes
 
-router = APIRouter(prefix="/offers", tags=["offers"])
+router = APIRouter(prefix="/offers", tags=["offers"], dependencies=[Depends(storable_params)])
 
 
 @router.get("")

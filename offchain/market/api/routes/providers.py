@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
@@ -19,12 +19,13 @@ from offchain.market.api.deps import (
     SettingsDep,
     SignedDep,
     UploadDep,
+    storable_params,
 )  # fmt: skip
 from offchain.market.models import Offer
 from offchain.market.services import delivery, health, jobs, offers, quotes, storage
 from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER
 
-router = APIRouter(tags=["providers"])
+router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
 POLL_S = 0.25
 
 
