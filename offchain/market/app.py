@@ -17,7 +17,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offchain.market import errors
 from offchain.market.api.routes import jobs, offers, providers
@@ -74,23 +74,89 @@ async def _invalid_request(_request: Request, exc: Exception) -> JSONResponse:
     return _AsciiJSON({"detail": jsonable_encoder(exc.errors())}, status_code=422)
 
 
+LINGER_S = 2  # after a 413, how long what the client still sends is read and dropped
+
+
+class BodyOverLimit(Exception):
+    """Raised into the app by `BodyLimit`'s receive: the body is over the limit, read no more."""
+
+
+async def _drop_the_rest(receive: Receive) -> None:
+    """Read and drop what the client still sends, for up to LINGER_S: closing with unread data
+    resets the connection, and a client still sending would lose the 413 it was sent."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_S):
+            while (await receive()).get("more_body"):
+                pass
+
+
+def _closing_on_413(receive: Receive, send: Send) -> Send:
+    """`send` that closes the connection after a 413 (`Connection: close`), lingering first
+    (`_drop_the_rest`), so the server does not go on reading the body it refused."""
+    refusing = False
+
+    async def sending(message: Message) -> None:
+        nonlocal refusing
+        if message["type"] == "http.response.start" and message["status"] == 413:
+            refusing = True
+            message = {**message, "headers": [*message["headers"], (b"connection", b"close")]}
+        elif refusing and not message.get("more_body"):  # the 413's last part
+            await send({**message, "more_body": True})
+            await _drop_the_rest(receive)
+            message = {"type": "http.response.body", "body": b""}
+        await send(message)
+
+    return sending
+
+
 class BodyLimit:
-    """Refuse a body declared over the limit before reading it (413); an upload (PUT) is
-    limited by its own route while it streams."""
+    """Stop reading a body at the limit however it is framed (Content-Length, chunked, or a
+    length that lies) and answer 413 naming the limit, so no body over it is held whole in
+    memory. An upload (PUT) streams to disk and is limited by its own route; any 413 closes
+    the connection rather than read the rest (`_closing_on_413`)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
 
+    async def refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exc = errors.TooLarge(f"the body is over the limit of {self.limit} bytes", "body")
+        await error_response(exc)(scope, receive, send)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] != "PUT":
-            length = dict(scope["headers"]).get(b"content-length", b"0")
-            if not length.isdigit() or int(length) > self.limit:
-                response = error_response(
-                    errors.TooLarge(f"the body is over the limit of {self.limit} bytes", "body")
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = _closing_on_413(receive, send)
+        limited = scope["method"] != "PUT"
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if limited and (not length.isdigit() or int(length) > self.limit):
+            await self.refuse(scope, receive, send)
+            return
+        received, started, refused = 0, False, False
+
+        async def counted() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if limited and message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    refused = not started  # 413 unless the app has begun its own answer
+                    raise BodyOverLimit
+            return message
+
+        async def answer(message: Message) -> None:
+            nonlocal started
+            if not refused:  # once refused, what the app makes of the error is dropped
+                started = True
+                await send(message)
+
+        try:
+            await self.app(scope, counted, answer)
+        except BodyOverLimit:
+            if not refused:
+                raise
+        if refused:
+            await self.refuse(scope, receive, send)
 
 
 class CrashOnReceipt:
