@@ -48,6 +48,11 @@ class MarketSettings(BaseModel):
     quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
     settle_window_ms: int = Field(60 * 60_000, ge=1000)
     fee_allowance: int = Field(2 * ADA, ge=0, description="Lovelace kept for the settle fee.")
+    settle_fee_share: int = Field(
+        300_000, ge=0, description="Lovelace of each escrow's fee allowance counted for its "
+        "share of a settle fee (one escrow settled alone costs about 257,000 on the devnet): "
+        "a quote whose payouts' min-UTxO top-ups could need more than the rest is refused.",
+    )  # fmt: skip
     confirmations: int = Field(3, ge=0, description="Blocks on top before an escrow counts.")
     clock_tolerance_ms: int = Field(5 * 60_000, ge=1000, description="Request timestamp skew.")
     online_ms: int = Field(2 * 60_000, ge=1000, description="A heartbeat keeps an offer online.")

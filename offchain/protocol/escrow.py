@@ -18,6 +18,7 @@ from pycardano import (
     Redeemer,
     Transaction,
     TransactionBuilder,
+    TransactionId,
     TransactionInput,
     TransactionOutput,
     UTxO,
@@ -30,7 +31,13 @@ from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import VKEY_BYTES, receipt_payload, sign, verify
-from offchain.protocol.split import lock_amount, refund_amount, settle_split
+from offchain.protocol.split import (
+    SettleSplit,
+    lock_amount,
+    refund_amount,
+    settle_split,
+    worst_settle_topup,
+)
 from offchain.protocol.txbuild import (
     BuildError,
     Clock,
@@ -129,13 +136,22 @@ def lock(
     `consumer`'s address for a job; the escrow is output ESCROW_OUTPUT, staked like the
     consumer's own address. The consumer signs it."""
     check_escrow(datum, lovelace, Clock.now(context).tip_ms)
-    stake = from_plutus(datum.consumer, deployment.network)
-    output = TransactionOutput(deployment.escrow_address(stake), 0, datum=datum)
-    output.amount.coin = at_least_min_utxo(context, output, lovelace)
+    output = escrow_output(context, deployment, datum, lovelace)
     builder = new_builder(context)
     builder.add_input_address(consumer)
     builder.add_output(output)
     return build(builder, consumer)
+
+
+def escrow_output(
+    context: ChainContext, deployment: Deployment, datum: EscrowDatum, lovelace: int
+) -> TransactionOutput:
+    """The escrow output a lock places: `lovelace` raised to its min-UTxO, staked like the
+    consumer's own address."""
+    stake = from_plutus(datum.consumer, deployment.network)
+    output = TransactionOutput(deployment.escrow_address(stake), 0, datum=datum)
+    output.amount.coin = at_least_min_utxo(context, output, lovelace)
+    return output
 
 
 def escrow_datum(deployment: Deployment, escrow: UTxO) -> EscrowDatum:
@@ -234,6 +250,40 @@ def _add_settle_outputs(
     datum: EscrowDatum,
 ) -> SettleItem:
     """The provider's and (if owed anything) the consumer's payouts, and the item naming them."""
+    payouts = settle_payouts(context, deployment, receipt, datum)
+    provider_output = add_output(builder, payouts.provider)
+    # not read when nothing is owed to the consumer
+    consumer_output = 0 if payouts.consumer is None else add_output(builder, payouts.consumer)
+    return SettleItem(
+        receipt.units, receipt.result_hash, receipt.evidence_hash, receipt.signature,
+        provider_output, consumer_output,
+    )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class SettlePayouts:
+    """One escrow's payouts as a settle places them: the split, the provider's output and the
+    consumer's (None when it is owed nothing)."""
+
+    split: SettleSplit
+    provider: TransactionOutput
+    consumer: TransactionOutput | None
+
+    @property
+    def topup(self) -> int:
+        """What the settler adds to raise them to the ledger's minimum UTxO."""
+        paid = self.provider.amount.coin + (self.consumer.amount.coin if self.consumer else 0)
+        return paid - self.split.provider - self.split.consumer
+
+
+def settle_payouts(
+    context: ChainContext,
+    deployment: Deployment,
+    receipt: SignedReceipt,
+    datum: EscrowDatum | None = None,
+) -> SettlePayouts:
+    """The payouts a settle of `receipt` places (tagged, at the parties' own addresses)."""
+    datum = datum or escrow_datum(deployment, receipt.escrow)
     try:
         split = settle_split(
             receipt.escrow.output.amount.coin, datum.price_per_unit, receipt.units,
@@ -243,18 +293,28 @@ def _add_settle_outputs(
         raise BuildError(f"cannot settle {out_ref(receipt.escrow)}: {exc}") from exc
     ref = receipt.escrow.input
     provider = from_plutus(datum.provider, deployment.network)
-    provider_output = add_output(
-        builder, payout(context, provider, split.provider, PayoutKind.SETTLE, ref)
+    consumer = from_plutus(datum.consumer, deployment.network)
+    return SettlePayouts(
+        split, payout(context, provider, split.provider, PayoutKind.SETTLE, ref),
+        payout(context, consumer, split.consumer, PayoutKind.SETTLE, ref)
+        if split.consumer > 0 else None,
+    )  # fmt: skip
+
+
+def worst_topup(
+    context: ChainContext, deployment: Deployment, datum: EscrowDatum, locked: int
+) -> int:
+    """The most a settle of a lock of `datum` holding `locked` (its escrow at ESCROW_OUTPUT)
+    can need added to its payouts, over every unit count a receipt may name: each payout's
+    min-UTxO is its real output's (tag, address)."""
+    ref = TransactionInput(TransactionId(bytes(HASH_BYTES)), ESCROW_OUTPUT)
+    provider, consumer = (
+        payout(context, from_plutus(party, deployment.network), 0, PayoutKind.SETTLE, ref)
+        for party in (datum.provider, datum.consumer)
     )
-    consumer_output = 0  # not read when nothing is owed to the consumer
-    if split.consumer > 0:
-        consumer = from_plutus(datum.consumer, deployment.network)
-        consumer_output = add_output(
-            builder, payout(context, consumer, split.consumer, PayoutKind.SETTLE, ref)
-        )
-    return SettleItem(
-        receipt.units, receipt.result_hash, receipt.evidence_hash, receipt.signature,
-        provider_output, consumer_output,
+    return worst_settle_topup(
+        locked, datum.price_per_unit, datum.max_units, datum.fee_allowance,
+        provider.amount.coin, consumer.amount.coin,
     )  # fmt: skip
 
 

@@ -37,6 +37,41 @@ def settle_split(
     return SettleSplit(due, consumer, locked - due - consumer)
 
 
+def settle_topup(split: SettleSplit, provider_min: int, consumer_min: int) -> int:
+    """What a settler adds to raise `split`'s payouts to their outputs' minimum UTxO
+    (`provider_min`, `consumer_min`); a consumer owed nothing gets no output to raise."""
+    provider = max(0, provider_min - split.provider)
+    consumer = max(0, consumer_min - split.consumer) if split.consumer > 0 else 0
+    return provider + consumer
+
+
+def worst_settle_topup(
+    locked: int,
+    price_per_unit: int,
+    max_units: int,
+    fee_allowance: int,
+    provider_min: int,
+    consumer_min: int,
+) -> int:
+    """The most `settle_topup` over receipts for every unit count 0..max_units. Both payouts are
+    linear in the units but for their kinks (a payout reaching its minimum, the consumer's
+    reaching zero), so the most is at the ends or beside a kink: a few units, not all."""
+    due_edges = (provider_min, locked - fee_allowance - consumer_min, locked - fee_allowance)
+    units = {0, max_units}
+    if price_per_unit > 0:
+        for due in due_edges:
+            at = due // price_per_unit
+            units |= {at - 1, at, at + 1}
+    return max(
+        settle_topup(
+            settle_split(locked, price_per_unit, n, max_units, fee_allowance), provider_min,
+            consumer_min,
+        )
+        for n in units
+        if 0 <= n <= max_units
+    )  # fmt: skip
+
+
 def refund_amount(locked: int, fee_allowance: int) -> int:
     """What a refund or cancel owes the consumer (the allowance pays the fee)."""
     return max(0, locked - fee_allowance)

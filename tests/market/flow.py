@@ -127,10 +127,12 @@ async def deliver(provider: Party, deployment: Deployment, locked: Locked) -> No
     assert receipt.status_code == 200, receipt.text
 
 
-async def send_receipt(provider: Party, deployment: Deployment, locked: Locked) -> httpx.Response:
+async def send_receipt(
+    provider: Party, deployment: Deployment, locked: Locked, units: int = UNITS
+) -> httpx.Response:
     body = Receipt.sign(
         provider.wallet.key, deployment.network_id, deployment.escrow_hash, locked.escrow.input,
-        UNITS, RESULT, EVIDENCE,
+        units, RESULT, EVIDENCE,
     ).body()  # fmt: skip
     return await provider.send("POST", f"/jobs/{locked.job}/receipt", body)
 

@@ -128,7 +128,7 @@ def attach_evidence(session: Session, sha256: str, size: int) -> None:
 
 def fail(session: Session, job: Job, failure: schemas.FailureBody) -> Job:
     """The job could not run to its end; its logs and reason are kept for the consumer."""
-    job.exit_code, job.failure_reason = failure.exit_code, failure.reason
     jobs.transition(session, job, S.FAILED, Cause.API, failure.reason)
+    job.exit_code, job.failure_reason = failure.exit_code, failure.reason
     session.commit()
     return job

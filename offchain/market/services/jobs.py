@@ -1,7 +1,8 @@
 """Jobs and their state machine: the one place a job changes state, and the queries the chain
 follower, the settlement batcher and the scheduler start from.
 
-Every change goes through `transition`, which checks the move against `TRANSITIONS` and
+Every change goes through `transition`, which checks the move against `TRANSITIONS` (`FORWARD`
+only for an API call: the moves back are the chain follower's and the batcher's) and
 writes a JobEvent with its cause (an API call, a block and transaction, scheduled work), so
 the explorer's timeline is the table itself.
 """
@@ -18,20 +19,32 @@ from offchain.market.errors import Conflict, Forbidden, NotFound
 from offchain.market.models import Cause, Job, JobEvent, JobState
 
 S = JobState
-# Forward moves, and the moves back a rollback or a failed settlement needs (follower, batcher).
-TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+# The moves a job makes as it goes its way: the only ones an API call may make.
+FORWARD: dict[JobState, frozenset[JobState]] = {
     S.REQUESTED: frozenset({S.QUOTED, S.EXPIRED}),
     S.QUOTED: frozenset({S.FUNDED, S.EXPIRED}),
-    S.FUNDED: frozenset({S.ACCEPTED, S.FAILED, S.REFUNDED, S.QUOTED}),
+    S.FUNDED: frozenset({S.ACCEPTED, S.FAILED, S.REFUNDED}),
     S.ACCEPTED: frozenset({S.RUNNING, S.FAILED, S.REFUNDED, S.SLASHED}),
     S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.REFUNDED, S.SLASHED}),
     S.COMPLETED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED}),
-    S.SETTLING: frozenset({S.SETTLED, S.COMPLETED, S.REFUNDED, S.SLASHED}),
+    S.SETTLING: frozenset({S.SETTLED, S.REFUNDED, S.SLASHED}),
     S.FAILED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED}),
     S.EXPIRED: frozenset({S.FUNDED, S.REFUNDED}),
+    S.SETTLED: frozenset(),
+    S.REFUNDED: frozenset(),
+    S.SLASHED: frozenset(),
+}
+# The moves back: the chain follower's undo of a rollback, the batcher's release of a settle
+# transaction that can no longer land. Never an API call's (a closed job stays closed).
+BACK: dict[JobState, frozenset[JobState]] = {
+    S.FUNDED: frozenset({S.QUOTED}),
+    S.SETTLING: frozenset({S.COMPLETED}),
     S.SETTLED: frozenset({S.SETTLING, S.COMPLETED}),
     S.REFUNDED: frozenset({S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.FAILED, S.EXPIRED}),
     S.SLASHED: frozenset({S.ACCEPTED, S.RUNNING, S.COMPLETED, S.FAILED}),
+}
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    state: FORWARD[state] | BACK.get(state, frozenset()) for state in JobState
 }
 # States whose escrow is on chain and not yet spent: the follower watches these.
 LOCKED = (S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.SETTLING, S.FAILED)
@@ -79,8 +92,10 @@ def move(
     tx_id: str | None = None,
 ) -> JobEvent:
     """`transition` without a session: the job moved and its event, for the caller to store
-    (the signed request's hot path writes them with its nonce in one statement batch)."""
-    if to_state not in TRANSITIONS[job.state]:
+    (the signed request's hot path writes them with its nonce in one statement batch). An API
+    call moves a job forward only; Conflict names the state it is in."""
+    allowed = FORWARD if cause == Cause.API else TRANSITIONS
+    if to_state not in allowed[job.state]:
         raise Conflict(f"job {job.id} is {job.state}: it cannot become {to_state}", "state")
     at = now_ms()
     event = JobEvent(
@@ -141,14 +156,27 @@ def locked(session: Session) -> Sequence[Job]:
     return session.exec(select(Job).where(col(Job.state).in_(LOCKED))).all()
 
 
-def receipts_to_settle(session: Session, limit: int) -> Sequence[Job]:
-    """Jobs holding a verified receipt and not yet in a settlement, oldest first (batcher).
+def receipts_to_settle(session: Session, limit: int, skip: Sequence[str] = ()) -> Sequence[Job]:
+    """Jobs holding a verified receipt and not yet in a settlement, oldest first (batcher),
+    but those it left to the parties and those in `skip`.
 
     A failed job may hold a receipt too (the provider is owed the seconds it ran)."""
     query = select(Job).where(
-        col(Job.state).in_((S.COMPLETED, S.FAILED)), col(Job.receipt_signature).is_not(None)
-    )
+        col(Job.state).in_((S.COMPLETED, S.FAILED)), col(Job.receipt_signature).is_not(None),
+        col(Job.unsettleable).is_(None), col(Job.id).not_in(skip),
+    )  # fmt: skip
     return session.exec(query.order_by(col(Job.updated_at_ms)).limit(limit)).all()
+
+
+def leave_unsettled(session: Session, job: Job, why: str) -> None:
+    """The market's batcher will not settle `job`'s receipt: say why in its timeline (the
+    provider may still settle it itself, or the consumer refunds after the close)."""
+    job.unsettleable = why
+    session.add(job)
+    session.add(JobEvent(
+        job_id=job.id, at_ms=now_ms(), from_state=job.state, to_state=job.state,
+        cause=Cause.SCHEDULER, detail=f"not settled by the market: {why}",
+    ))  # fmt: skip
 
 
 def quotes_expired(session: Session, chain_now_ms: int) -> Sequence[Job]:

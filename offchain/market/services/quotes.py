@@ -8,15 +8,15 @@ import json
 from collections.abc import Sequence
 
 from pycardano import Address, Transaction
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from offchain.chain.ogmios import OgmiosError, request_sync
 from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
-from offchain.market.models import Blob, Cause, Job, JobEvent, JobState, Offer
-from offchain.market.services import jobs, offers
+from offchain.market.models import Blob, Cause, Job, JobState, Offer
+from offchain.market.services import jobs, offers, quote_terms
 from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
@@ -39,22 +39,20 @@ def request_job(
     request: schemas.JobRequest,
 ) -> schemas.Quote:
     """Match a verified request to the cheapest online offer and quote it: the nonce, the job
-    and its events are one write transaction (a replay changes nothing: ReplayedRequest).
-    When no offer can take the job, only the nonce is spent and Conflict says why."""
+    and its events are one write transaction (a replay changes nothing: ReplayedRequest),
+    its escrow terms no other job's (`quote_terms`). When no offer can take the job, or its
+    payouts could need a subsidy, only the nonce is spent and Conflict says why."""
     try:
         with Session(engine) as session:
             job, offer = match(session, settings, chain.now_ms(TIP_AGE_S), signed, request)
+        quote_terms.refuse_subsidy(chain, settings, job)
     except UnchainedError:
         with writing(engine), engine.begin() as connection:
             nonce.spend(connection)
         raise
     created = jobs.first_event(job, "signed job request")
     quoted = jobs.move(job, JobState.QUOTED, Cause.API, f"offer {offer.id}")
-    with writing(engine), engine.begin() as connection:
-        nonce.spend(connection)
-        connection.execute(insert(Job), [job.model_dump()])
-        events = [event.model_dump(exclude={"id"}) for event in (created, quoted)]
-        connection.execute(insert(JobEvent), events)
+    quote_terms.store(engine, nonce, job, [created, quoted])
     return quote(job, offer)
 
 

@@ -8,6 +8,13 @@ tip while the escrow stayed unspent) or the ledger refused its first submission 
 ever had its bytes). Until then a restart or a rollback resubmits the same bytes. The chain
 follower, not the batcher, decides that a transaction landed (`confirmed`).
 
+The market never pays more than the fee allowances of the escrows it settles: an escrow whose
+payouts need more lovelace to reach the ledger's minimum than its allowance leaves after its
+fee share is left to the parties, and a built transaction that would cost the wallet more
+than the allowances bring is not sent. A receipt the market will not settle (that, a spent
+escrow, a window about to close) is dropped from its queue with the reason in the job's
+timeline, and the next one taken in its place: no number of bad receipts holds up a good one.
+
 Up to `settle_in_flight_max` transactions are in flight at once, each paying its fee from
 wallet UTxOs that none of the others spends (its change comes back as a new one once it
 lands). A wallet of one UTxO therefore settles one transaction at a time; one funded in N
@@ -26,6 +33,7 @@ from sqlmodel import Session, col, select
 
 from offchain.chain.ogmios import OgmiosError, request_sync
 from offchain.chain.submit import UNREACHABLE
+from offchain.chain.time import iso
 from offchain.market.models import Cause, Job, JobState, Settlement
 from offchain.market.models import SettlementState as Sent
 from offchain.market.services import jobs
@@ -59,6 +67,7 @@ class Batcher:
         self.engine, self.chain, self.wallet, self.settings = engine, chain, wallet, settings
         self.batch_max = settings.settle_batch_max
         self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
+        self.fee_share = settings.settle_fee_share
         self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
         self.spends: dict[str, frozenset[TransactionInput]] = {}  # in flight: tx id -> inputs
 
@@ -161,7 +170,7 @@ class Batcher:
         try:
             tx = self._build([receipt for _, receipt in batch], busy)
         except BuildError as exc:
-            self._failed([job for job, _ in batch], str(exc))
+            self._failed([job for job, _ in batch], str(exc), lasting=isinstance(exc, TooDear))
             return None
         settlement = self._record(tx, [job for job, _ in batch])
         if settlement is None:
@@ -200,28 +209,69 @@ class Batcher:
         """The settle transaction, signed by the market's wallet: the one place it signs."""
         context, deployment = self.chain.context, self.chain.deployment
         tx = escrows.settle(context, deployment, receipts, self.wallet.address, self.budgets, busy)
+        over = _wallet_pays(tx, receipts, self.wallet)
+        if over > 0:
+            raise TooDear(f"its fee and top-ups take {over} lovelace more than its allowances")
         return self.wallet.sign(tx)
 
     def _collect(self) -> list[tuple[Job, escrows.SignedReceipt]]:
-        """Up to `batch_max` jobs with a verified receipt, an unspent escrow and time left."""
+        """Up to `batch_max` receipts to settle, oldest first. One the market will not settle
+        is left to the parties (`_leave`) and the next taken in its place."""
         closing = Clock.now(self.chain.context).tip_ms + WINDOW_MARGIN_MS
-        batch = []
-        with Session(self.engine, expire_on_commit=False) as session:
-            queued = jobs.receipts_to_settle(session, self.batch_max + len(self.unsettleable))
-        for job in queued:
-            if job.id in self.unsettleable or job.deadline_ms + job.settle_window_ms < closing:
-                continue
-            utxo = self.chain.utxo(parse_ref(job.escrow_ref, "escrow"))
-            if utxo is None:  # spent: the follower records by what
-                continue
-            receipt = escrows.SignedReceipt(
-                utxo, job.receipt_units, bytes.fromhex(job.receipt_result_hash),
-                bytes.fromhex(job.receipt_evidence_hash), bytes.fromhex(job.receipt_signature),
-            )  # fmt: skip
-            batch.append((job, receipt))
-            if len(batch) == self.batch_max:
+        batch: list[tuple[Job, escrows.SignedReceipt]] = []
+        while len(batch) < self.batch_max:
+            skip = [*self.unsettleable, *(job.id for job, _ in batch)]
+            with Session(self.engine, expire_on_commit=False) as session:
+                queued = jobs.receipts_to_settle(session, self.batch_max - len(batch), skip)
+            if not queued:
                 break
+            for job in queued:
+                receipt, why = self._receipt(job, closing)
+                if receipt is None:
+                    self._leave(job, why)
+                else:
+                    batch.append((job, receipt))
         return batch
+
+    def _receipt(self, job: Job, closing: int) -> tuple[escrows.SignedReceipt | None, str]:
+        """The job's receipt on its unspent escrow, or None and why the market leaves it: its
+        window closes before `closing`, its escrow is spent, or settling it would cost more
+        than its fee allowance (payouts raised to the ledger's minimum, and its fee share)."""
+        close = job.deadline_ms + job.settle_window_ms
+        if close < closing:
+            return None, f"its settle window closes at {iso(close)}: too soon to land a settle"
+        utxo = self.chain.utxo(parse_ref(job.escrow_ref, "escrow"))
+        if utxo is None:
+            return None, f"its escrow {job.escrow_ref} is spent (the follower records by what)"
+        receipt = escrows.SignedReceipt(
+            utxo, job.receipt_units, bytes.fromhex(job.receipt_result_hash),
+            bytes.fromhex(job.receipt_evidence_hash), bytes.fromhex(job.receipt_signature),
+        )  # fmt: skip
+        try:
+            payouts = escrows.settle_payouts(self.chain.context, self.chain.deployment, receipt)
+        except BuildError as exc:
+            return None, str(exc)
+        if payouts.topup + self.fee_share > payouts.split.fee:
+            return None, (
+                f"its payouts need {payouts.topup} lovelace to reach the ledger's minimum UTxO; "
+                f"with a fee share of {self.fee_share} that is more than the {payouts.split.fee} "
+                "its fee allowance leaves, and the market pays nothing from its own funds"
+            )
+        return receipt, ""
+
+    def _leave(self, job: Job, why: str) -> None:
+        """Drop `job`'s receipt from the market's queue for good, saying why in its timeline,
+        if it still waits there (rows locked)."""
+        with Session(self.engine) as session:
+            query = select(Job).where(
+                Job.id == job.id, col(Job.state).in_((S.COMPLETED, S.FAILED)),
+                col(Job.unsettleable).is_(None),
+            )  # fmt: skip
+            row = session.exec(query.with_for_update()).first()
+            if row is not None:
+                jobs.leave_unsettled(session, row, why)
+                session.commit()
+        log.warning("job %s is left to its parties: %s", job.id, why)
 
     def _record(self, tx: Transaction, chosen: Sequence[Job]) -> Settlement | None:
         """Store the transaction and move its jobs to settling, in one database transaction,
@@ -251,15 +301,31 @@ class Batcher:
             session.commit()
         return settlement
 
-    def _failed(self, batch: Sequence[Job], why: str) -> None:
+    def _failed(self, batch: Sequence[Job], why: str, lasting: bool = False) -> None:
         """A batch that could not be built or was refused is halved until the job at fault is
-        alone; a job that fails alone is left out (and logged) for this process's life."""
+        alone; a job that fails alone is left out (and logged) for this process's life, or for
+        good (`_leave`) when the reason lasts."""
         if len(batch) > 1:
             self.batch_max = max(1, len(batch) // 2)
             log.warning("a batch of %d failed (%s); trying %d", len(batch), why, self.batch_max)
+        elif lasting:
+            self._leave(batch[0], why)
         else:
             self.unsettleable[batch[0].id] = why
             log.error("job %s cannot be settled by the market: %s", batch[0].id, why)
+
+
+class TooDear(BuildError):
+    """The settle would take more from the market's wallet than its escrows' allowances."""
+
+
+def _wallet_pays(tx: Transaction, receipts: Sequence[escrows.SignedReceipt], wallet: Wallet) -> int:
+    """What `tx` takes from `wallet` net: everything it pays out and its fee, less what its
+    escrows and withdrawal bring (the rest comes back to the wallet as change)."""
+    body = tx.transaction_body
+    paid = sum(out.amount.coin for out in body.outputs if out.address != wallet.address)
+    brought = sum(r.escrow.output.amount.coin for r in receipts)
+    return paid + body.fee - brought - sum((body.withdraws or {}).values())
 
 
 def _spends(tx_cbor: str) -> frozenset[TransactionInput]:
