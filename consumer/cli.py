@@ -114,6 +114,8 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
                      f"cannot reach Ogmios at {env.ogmios_url} ({reason(exc)}): is the devnet "
                      "(or your node's Ogmios) running? Point --ogmios-url or "
                      "UNCHAINED_OGMIOS_URL at it", ogmios_url=env.ogmios_url)  # fmt: skip
+            except OSError as exc:  # a file or folder named that cannot be read or written
+                file_error(as_json, exc)
 
         run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
         del run.__wrapped__  # typer reads the signature above, not the wrapped function's
@@ -129,6 +131,12 @@ def fail(as_json: bool, kind: str, message: str, **details: Any) -> NoReturn:
     else:
         typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
+
+
+def file_error(as_json: bool, exc: OSError) -> NoReturn:
+    """Exit 1 naming the path the system refused and why (e.g. `IsADirectoryError`)."""
+    message = f"{exc.filename}: {exc.strerror}" if exc.filename else reason(exc)
+    fail(as_json, type(exc).__name__, message, path=exc.filename)
 
 
 def reason(exc: Exception) -> str:
@@ -191,7 +199,10 @@ def init(
     """Write a commented example job spec to edit."""
     if path.exists() and not force:
         fail(as_json, "FileExists", f"{path} exists (use --force to replace it)", path=str(path))
-    path.write_text(EXAMPLE_SPEC)
+    try:
+        path.write_text(EXAMPLE_SPEC)
+    except OSError as exc:
+        file_error(as_json, exc)
     emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained job submit {path}`")
 
 

@@ -47,3 +47,8 @@ class NothingToDo(ConsumerError):
 
 class ResultMismatch(ConsumerError):
     """The result archive or its receipt is not what the provider signed: nothing unpacked."""
+
+
+class UnpackRefused(ConsumerError):
+    """The result archive is what the provider signed, but unpacking it would write outside
+    its folder, make links or devices, or cannot finish: nothing unpacked, the archive kept."""

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import shutil
-import tarfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 from pycardano import Address, Transaction, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
+from consumer.archive import unpack_archive
 from consumer.client import MarketClient
 from consumer.errors import (
     ConsumerError,
@@ -345,16 +344,3 @@ def kept_receipt(record: JobRecord, receipt: Receipt, deployment: Deployment) ->
         "provider_vkey": record.datum.provider_vkey.hex(),
     }
     return json.dumps(kept, indent=2, sort_keys=True) + "\n"
-
-
-def unpack_archive(archive: Path, into: Path) -> Path | None:
-    """Unpack a verified tar archive with the `data` filter (no absolute paths, links out of
-    `into`, devices or set-id bits); None when it is not a tar (it stays as it arrived)."""
-    if not tarfile.is_tarfile(archive):
-        return None
-    if into.exists():
-        shutil.rmtree(into)
-    into.mkdir(parents=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into

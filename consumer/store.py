@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from consumer.errors import ConsumerError
 
@@ -66,9 +66,24 @@ class JobStore:
                 "--state-dir it was submitted with)",
                 job=job_id,
             )
-        return JobRecord.model_validate_json(path.read_text())
+        return read(path)
 
     def all(self) -> list[JobRecord]:
         """Every job, oldest first."""
-        records = [JobRecord.model_validate_json(p.read_text()) for p in self.dir.glob("*.json")]
+        records = [read(path) for path in self.dir.glob("*.json")]
         return sorted(records, key=lambda record: record.created_ms)
+
+
+def read(path: Path) -> JobRecord:
+    """The record in `path`, or ConsumerError naming the file when it is not one (edited or
+    damaged): a bad file is named, never a traceback."""
+    try:
+        return JobRecord.model_validate_json(path.read_text())
+    except ValidationError as exc:  # invalid JSON too
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        raise ConsumerError(
+            f"{path} is not a job record ({where}: {first['msg']}): move it out of the state "
+            "directory or restore it",
+            path=str(path),
+        ) from exc

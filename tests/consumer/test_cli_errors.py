@@ -1,0 +1,48 @@
+"""Bad input a user can give any consumer command without a chain or market: a path that is a
+folder, one that cannot be written, a damaged job record in the state directory. Each is one
+JSON error document with `--json` and a one-line `error:` without it, exit 1, never a
+traceback (as `job results` on a hostile archive: tests/consumer/test_results_cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.consumer.cli import run
+
+CASES = {
+    "spec written into a missing folder": (["job", "init", "no/such/folder/job.yaml"],
+                                           "FileNotFoundError", "no/such/folder/job.yaml"),
+    "key that is a folder": (["wallet", "address", "--key", "folder"], "IsADirectoryError",
+                             "folder"),
+    "new key where none can be written": (["wallet", "new", "--key", "/proc/unchained.skey"],
+                                          "FileNotFoundError", "/proc/unchained.skey"),
+    "market call signed with a folder": (["offers", "search", "--key", "folder"],
+                                         "IsADirectoryError", "folder"),
+    "a damaged job record": (["job", "list", "--local"], "ConsumerError",
+                             "jobs/damaged.json is not a job record"),
+    "a record of another shape": (["job", "list", "--local"], "ConsumerError",
+                                  "market_url: Field required"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_an_error_document_not_a_traceback(case: str, tmp_path: Path):
+    args, kind, said = CASES[case]
+    (tmp_path / "folder").mkdir()
+    jobs = tmp_path / "state" / "jobs"
+    jobs.mkdir(parents=True)
+    damaged = '{"job_id": "j", "created' if case == "a damaged job record" else '{"job_id": "j"}'
+    (jobs / "damaged.json").write_text(damaged)
+    env = {**os.environ, "UNCHAINED_CONSUMER_STATE_DIR": str(tmp_path / "state")}
+
+    done = run(env, *args, "--json", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    error = json.loads(done.stdout)
+    assert error["error"] == kind and said in error["message"], error
+    done = run(env, *args, cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert done.stderr.startswith("error: ") and said in done.stderr, done.stderr[-3000:]
