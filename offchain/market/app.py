@@ -38,6 +38,8 @@ STATUS: dict[type[UnchainedError], int] = {
     errors.NotFound: 404,
     errors.Conflict: 409,
     errors.TooLarge: 413,
+    errors.TooMany: 429,
+    errors.Busy: 503,
     signed_request.ReplayedRequest: 409,  # signed well, but a second time
     signed_request.SignedRequestError: 401,
 }

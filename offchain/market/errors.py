@@ -38,3 +38,11 @@ class Conflict(MarketError):
 
 class TooLarge(MarketError):
     """A body or upload over its limit."""
+
+
+class TooMany(MarketError):
+    """One client asks for more at once than it may hold (live streams)."""
+
+
+class Busy(MarketError):
+    """The market holds all it can of something at once (live streams): try again later."""

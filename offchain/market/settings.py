@@ -61,6 +61,14 @@ class MarketSettings(BaseModel):
         "(0: no bond needed).",
     )  # fmt: skip
     long_poll_max_s: int = Field(30, ge=0)
+    streams_per_client: int = Field(
+        16, ge=1, description="Live streams (server-sent events) one client address may hold "
+        "open at once; past it a new one is refused 429.",
+    )  # fmt: skip
+    streams_max: int = Field(
+        1000, ge=1, description="Live streams this process holds open at once, all clients "
+        "together; past it a new one is refused 503.",
+    )  # fmt: skip
     wallet_key: Path | None = Field(
         None, description="The market's own payment key (.skey): it pays settlement fees and "
         "takes the fee allowances back as change. None: the market settles nothing itself.",

@@ -20,7 +20,6 @@ from fastapi.responses import (
     JSONResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -29,6 +28,7 @@ from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
 from offchain.chain.time import ChainTime
+from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
 from offchain.market.errors import Invalid, MarketError, NotFound
 from offchain.market.explorer import queries
@@ -263,22 +263,27 @@ async def _job_stream(engine: Engine, job_id: str, after: int) -> AsyncIterator[
         await asyncio.sleep(LIVE_EVERY_S)
 
 
-def _sse(stream: AsyncIterator[str]) -> Response:
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+# Live streams hold no session while open (each poll reads in its own) and are bounded per
+# client address and in all (`offchain/market/api/streams.py`).
 
 
 @router.get("/explorer/live", response_class=Response)
-def home_live(request: Request, ctx: ContextDep) -> Response:
+async def home_live(request: Request, ctx: ContextDep) -> Response:
     """The home page's live figures, re-rendered when they change."""
-    return _sse(_home_stream(request.app.state.engine, ctx))
+    return streams.open_stream(request, _home_stream(request.app.state.engine, ctx))
+
+
+def _check_job(engine: Engine, job_id: str) -> None:
+    with Session(engine) as session:
+        if session.get(Job, job_id) is None:
+            raise NotFound(f"no job {job_id}", "job_id")
 
 
 @router.get("/explorer/jobs/{job_id}/live", response_class=Response)
-def job_live(request: Request, job_id: str, session: SessionDep, after: int = 0) -> Response:
+async def job_live(request: Request, job_id: str, after: int = 0) -> Response:
     """The job's new timeline rows, after `after` (or the Last-Event-ID a reconnect sends)."""
-    if session.get(Job, job_id) is None:
-        raise NotFound(f"no job {job_id}", "job_id")
+    engine = request.app.state.engine
+    await run_in_threadpool(_check_job, engine, job_id)
     resume = request.headers.get("last-event-id", "")
     start = int(resume) if resume.isdigit() else after
-    return _sse(_job_stream(request.app.state.engine, job_id, start))
+    return streams.open_stream(request, _job_stream(engine, job_id, start))

@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
 
 from offchain.market import schemas
+from offchain.market.api import streams
 from offchain.market.api.deps import (
     ChainDep,
     PartyDep,
@@ -125,11 +126,17 @@ def result(
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse)
-def events(job_id: str, party: PartyDep, session: SessionDep) -> StreamingResponse:
-    """The job's transitions as server-sent events, from the first; ends at a final state."""
-    jobs.visible_to(session, job_id, party)
-    engine = session.get_bind()
-    return StreamingResponse(_stream(engine, job_id), media_type="text/event-stream")
+async def events(job_id: str, party: PartyDep, http: Request) -> StreamingResponse:
+    """The job's transitions as server-sent events, from the first; ends at a final state.
+    A live stream: no session held while it is open, and bounded (`api/streams.py`)."""
+    engine = http.app.state.engine
+    await run_in_threadpool(_check_visible, engine, job_id, party)
+    return streams.open_stream(http, _stream(engine, job_id))
+
+
+def _check_visible(engine: Engine, job_id: str, party: str) -> None:
+    with Session(engine) as session:
+        jobs.visible_to(session, job_id, party)
 
 
 async def _stream(engine: Engine, job_id: str) -> AsyncIterator[str]:
