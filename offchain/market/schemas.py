@@ -3,6 +3,7 @@ refuse unknown fields, so a typo is a 422 naming it rather than a silently dropp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from pycardano import Address
@@ -39,6 +40,19 @@ def storable_text(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(storable_text)]
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every string in parsed JSON, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
 
 
 class _Body(BaseModel):
@@ -106,11 +120,14 @@ class JobRequest(_Body):
     @classmethod
     def _canonical(cls, spec: JobSpec) -> JobSpec:
         """The spec's digest is taken over its canonical JSON: one that has none (a lone
-        surrogate in a string) is refused here, naming the spec."""
+        surrogate in a string) is refused here, naming the spec; so is a NUL, which no
+        command line, environment or path can carry (and PostgreSQL cannot read as JSON)."""
         try:
             spec.canonical_json()
         except JobSpecError as exc:
             raise ValueError(str(exc)) from exc
+        if any("\x00" in text for text in _texts(spec.model_dump(mode="json"))):
+            raise ValueError("a string holds NUL (\\u0000), which no process can be given")
         return spec
 
 

@@ -45,6 +45,9 @@ def seed(session: Session) -> None:
                          selftest=selftest.model_dump_json()))  # fmt: skip
     session.add(ChainBlock(slot=5, height=5, block_id="ef" * 32, tx_count=1, indexed_txs=0))
     session.flush()
+    running = _job(-1, JobState.RUNNING, gpu_model="H100")
+    running.spec = json.dumps({"resources": {"gpus": 2}})
+    session.add(running)
     for i in range(EACH):
         for n, state in enumerate((JobState.QUOTED, JobState.FUNDED)):
             session.add(_job(3 * i + n, state, lock_lovelace=MAX_SUPPLY_LOVELACE))
@@ -65,6 +68,7 @@ def client(tmp_path, database_url) -> Iterator[TestClient]:
 def test_sums_of_the_largest_amounts_are_exact(client):
     home = client.get("/api/explorer").json()
     assert home["unavailable"] == []
+    assert home["jobs_running"] == 1 and home["gpus"][0]["busy"] == 2  # SQLite counted 0
     assert home["escrow_lovelace"] == EACH * MAX_SUPPLY_LOVELACE > 2**63
     assert home["settled_24h_lovelace"] == EACH * SETTLED_EACH > 2**63
     page = client.get("/explorer")

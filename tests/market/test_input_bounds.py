@@ -42,8 +42,9 @@ async def test_out_of_bounds_values_are_4xx_naming_the_field(http, settings):
          "selftest"),
     ]:  # fmt: skip
         refused(await provider.send("POST", "/offers", terms), 422, field)
-    refused(await consumer.send("POST", "/jobs", job_request(consumer, command=[SURROGATE])),
-            422, "spec")  # fmt: skip
+    for command in ([SURROGATE], ["echo", "a\x00b"]):
+        refused(await consumer.send("POST", "/jobs", job_request(consumer, command=command)),
+                422, "spec")  # fmt: skip
     refused(await consumer.send("GET", "/jobs/%00"), 422, "job_id")
     refused(await http.get(f"/api/explorer/blocks/{HUGE}"), 422, "height")
     refused(await http.get(f"/explorer/blocks/{HUGE}"), 422, "height")

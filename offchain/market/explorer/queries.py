@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pycardano import ScriptHash
-from sqlalchemy import JSON, Index, and_, cast, func, or_
+from sqlalchemy import JSON, Index, Text, and_, cast, func, or_
 from sqlmodel import Session, col, select
 
 from offchain.chain.time import ChainTime, PastHorizon
@@ -53,6 +53,9 @@ MAX_INT64 = (1 << 63) - 1
 # id, an out-ref); ASCII digits only, so "²" or 5,000 digits are refused, never parsed.
 CURSOR = re.compile(r"([0-9]{1,19})\.([0-9a-f]{1,64}(?:#[0-9]{1,5})?)")
 SUM_SPLIT = 1 << 32
+# The job's spec read as JSON: PostgreSQL casts its text to json; SQLite must read the text as
+# it is (its CAST AS JSON is a numeric cast, 0, and every spec's GPUs counted as none).
+SPEC_JSON = JSON().with_variant(Text(), "sqlite")
 log = logging.getLogger(__name__)
 
 # The explorer's indexes on the market's tables: jobs newest first under each filter, and
@@ -150,7 +153,7 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
         .where(col(Offer.active), col(Provider.last_heartbeat_ms) >= since_ms)
         .group_by(col(Offer.gpu_model))
     ).all()  # fmt: skip
-    gpus = cast(col(Job.spec), JSON)[("resources", "gpus")].as_integer()
+    gpus = cast(col(Job.spec), SPEC_JSON)[("resources", "gpus")].as_integer()
     busy = dict(
         session.exec(
             select(Job.gpu_model, func.sum(gpus)).where(col(Job.state).in_(BUSY))
