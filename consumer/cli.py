@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from consumer.errors import ConsumerError
 from consumer.example import EXAMPLE_SPEC
@@ -29,7 +27,8 @@ from offchain.protocol.amounts import ada, parse_lovelace
 from offchain.protocol.errors import UnchainedError
 
 # What a command uses beyond this is imported in the command: pycardano, the chain clients and
-# the SDK take seconds to import, and `unchained job list` or `--help` needs none of them.
+# the SDK take seconds to import, and `unchained job list` or `--help` needs none of them (nor
+# rich's tables with --json).
 if TYPE_CHECKING:
     from pycardano import Network
 
@@ -59,6 +58,11 @@ class Env:
     deployment: Path
     state_dir: Path
     network: str
+
+    @property
+    def network_id(self) -> int:
+        """The network id an address carries: 1 on mainnet, 0 on a test network."""
+        return 1 if self.network == "mainnet" else 0
 
     @property
     def pycardano_network(self) -> "Network":
@@ -173,11 +177,16 @@ async def opened(env: Env) -> AsyncIterator["Consumer"]:
 
 @asynccontextmanager
 async def market_of(env: Env) -> AsyncIterator["MarketClient"]:
-    """The market alone, its requests signed with --key (no chain, no deployment)."""
-    from consumer.client import MarketClient
-    from consumer.keys import load_key
+    """The market alone, its requests signed with --key (no chain, no deployment; a plain key
+    signs without pycardano)."""
+    from consumer.client import MarketClient, RequestSigner
+    from consumer.request_key import plain_request_key
 
-    key = load_key(env.key, env.pycardano_network)
+    key: RequestSigner | None = plain_request_key(env.key, env.network_id)
+    if key is None:
+        from consumer.keys import load_key
+
+        key = load_key(env.key, env.pycardano_network)
     market = MarketClient.open(env.market_url, env.market_identity, key)
     try:
         yield market
@@ -303,6 +312,8 @@ def submit(
 
 async def follow(consumer: "Consumer", job_id: str) -> str:
     """Live progress until a final state or Ctrl-C (the job goes on without the display)."""
+    from rich.console import Console
+
     from consumer.progress import watch
 
     try:
@@ -471,6 +482,9 @@ def list_jobs(
     if as_json:
         emit(True, rows, "")
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("job", "created", "state", "GPU", "locked", "escrow", "where")
     for row in rows:
         locked = "-" if row["lovelace"] is None else ada(row["lovelace"])
@@ -530,6 +544,9 @@ def search(
     if not found["offers"]:
         typer.echo(f"no offer matches ({found['total']} searched): {found['why_none']}")
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("provider", "GPU", "VRAM MiB", "cores", "memory MiB", "disk MiB", "per hour",
                   title=f"{found['matched']} of {found['total']} offers match")  # fmt: skip
     for offer in found["offers"]:

@@ -10,17 +10,23 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote
 
 import httpx
 
 from consumer.errors import MarketRefused, NoMatchingProvider
-from consumer.keys import ConsumerKey
 from offchain.protocol.signed_request import RequestFields
 
 BATCH_BYTES = 4 << 20  # hashed and written at once, off the event loop
 TIMEOUT_S = 60
+
+
+class RequestSigner(Protocol):
+    """What signs the requests: `consumer.keys.ConsumerKey`, or a plain key alone
+    (`consumer.request_key.RequestKey`) for a command that never touches the chain."""
+
+    def sign_request(self, fields: RequestFields) -> dict[str, str]: ...
 
 
 @dataclasses.dataclass
@@ -29,11 +35,11 @@ class MarketClient:
 
     url: str
     identity: str
-    key: ConsumerKey
+    key: RequestSigner
     http: httpx.AsyncClient
 
     @classmethod
-    def open(cls, url: str, identity: str, key: ConsumerKey) -> MarketClient:
+    def open(cls, url: str, identity: str, key: RequestSigner) -> MarketClient:
         return cls(url, identity, key, httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S))
 
     async def aclose(self) -> None:

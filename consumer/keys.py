@@ -20,6 +20,7 @@ from pycardano import (
 )
 
 from consumer.errors import WalletError
+from consumer.request_key import key_text
 from offchain.protocol.signed_request import RequestFields, sign_request
 from offchain.protocol.txbuild import sign_tx
 
@@ -65,12 +66,7 @@ def from_mnemonic(words: str, account: int = 0, index: int = 0) -> PaymentExtend
 
 def load_key(path: Path, network: Network = Network.TESTNET) -> ConsumerKey:
     """The key in `path`: a cardano-cli envelope (JSON) or a mnemonic (words)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError as exc:
-        raise WalletError(
-            f"no key at {path}: run `unchained wallet new` (or pass --key FILE)", path=str(path)
-        ) from exc
+    text = key_text(path)
     if not text.lstrip().startswith("{"):
         return ConsumerKey(from_mnemonic(text), network)
     for kind in (PaymentSigningKey, PaymentExtendedSigningKey):

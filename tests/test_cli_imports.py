@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from consumer.keys import new_wallet
 from unchained.cli import COMPONENTS, load
 
 HEAVY = ("pycardano", "opshin", "uplc", "pluthon", "ogmios", "fastapi", "starlette", "uvicorn",
@@ -69,4 +71,19 @@ def test_job_list_on_an_empty_store_imports_nothing_heavy(tmp_path: Path):
     done, modules = imported("job", "list", "--local", "--json", "--state-dir", str(state),
                              cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr[-2000:]
+    assert heavy(modules) == []
+
+
+def test_job_list_asks_the_market_with_a_plain_key_and_imports_nothing_heavy(tmp_path: Path):
+    """The request is signed (a plain key needs no pycardano) and sent: here to a port where
+    no market listens, so the answer is the refusal that names the market's URL."""
+    new_wallet(tmp_path / "consumer.skey", mnemonic=False)
+    with socket.socket() as bound:  # bound, not listening: a connection to it is refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        args = ["--key", "consumer.skey", "--state-dir", "state", "--market-url", url]
+        done, modules = imported("job", "list", "--json", *args, cwd=tmp_path)
+    error = json.loads(done.stdout)
+    assert done.returncode == 1 and error["error"] == "MarketRefused", error
+    assert f"cannot reach the market at {url}" in error["message"]
     assert heavy(modules) == []

@@ -26,14 +26,12 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
-
-from cose.keys import CoseKey
-from cose.keys.keyparam import OKPKpX
-from pycardano import Address, ExtendedSigningKey, Network, PaymentVerificationKey, SigningKey
-from pycardano.cip import cip8
+from typing import TYPE_CHECKING, Any, Protocol
 
 from offchain.protocol.errors import UnchainedError
+
+if TYPE_CHECKING:  # imported where a signature is made or opened: RequestFields needs neither
+    from pycardano import Address, ExtendedSigningKey, Network, PaymentVerificationKey, SigningKey
 
 DOMAIN = "unchained/request/v1"
 SIGNATURE_HEADER = "X-Unchained-Signature"  # the COSE_Sign1, hex
@@ -191,6 +189,8 @@ def sign_request(
 ) -> dict[str, str]:
     """The headers that sign one request with a payment key (the provider, the consumer SDK,
     tests); `network` is the one of the address the signature names."""
+    from pycardano.cip import cip8
+
     signed = cip8.sign(fields.payload(), key, attach_cose_key=True, network=network)
     assert isinstance(signed, dict)  # attach_cose_key=True returns {signature, key}
     return headers_of(signed)
@@ -199,6 +199,11 @@ def sign_request(
 def open_signed(signature: str, key: str) -> tuple[PaymentVerificationKey, Address, str]:
     """What a `signData` result proves: this payment key signed this payload for the address
     in the signature's protected header. The payload is not read here."""
+    from cose.keys import CoseKey
+    from cose.keys.keyparam import OKPKpX
+    from pycardano import PaymentVerificationKey
+    from pycardano.cip import cip8
+
     try:
         cose_key = CoseKey.decode(bytes.fromhex(key))
         untagged = signature.removeprefix(COSE_SIGN1_TAG)
