@@ -127,4 +127,12 @@ def test_heights_filters_and_searches_past_every_bound_are_4xx(client):
         assert answer.status_code == 422, (path, answer.text)
         assert [field] in [p["loc"][-1:] for p in answer.json()["detail"]], (path, answer.text)
     assert client.get("/api/explorer/search", params={"q": "²"}).json()["path"] is None
+    live = f"/explorer/jobs/{0:032x}/live"  # refused before any stream opens
+    for params, headers, field in [
+        ({"after": str(10**30)}, {}, "after"), ({}, {"last-event-id": "²".encode()}, "last-event-id"),
+        ({}, {"last-event-id": "9" * 5000}, "last-event-id"),
+    ]:  # fmt: skip
+        answer = client.get(live, params=params, headers=headers)
+        assert answer.status_code == 422, answer.text
+        assert [field] in [p["loc"][-1:] for p in answer.json()["detail"]], answer.text
     assert client.get("/api/explorer/blocks/5").status_code == 200

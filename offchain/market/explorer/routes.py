@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -280,10 +280,12 @@ def _check_job(engine: Engine, job_id: str) -> None:
 
 
 @router.get("/explorer/jobs/{job_id}/live", response_class=Response)
-async def job_live(request: Request, job_id: str, after: int = 0) -> Response:
+async def job_live(
+    request: Request, job_id: str, after: Annotated[int, Query(ge=0, le=queries.MAX_INT64)] = 0,
+    last_event_id: Annotated[int | None, Header(ge=0, le=queries.MAX_INT64)] = None,
+) -> Response:  # fmt: skip
     """The job's new timeline rows, after `after` (or the Last-Event-ID a reconnect sends)."""
     engine = request.app.state.engine
     await run_in_threadpool(_check_job, engine, job_id)
-    resume = request.headers.get("last-event-id", "")
-    start = int(resume) if resume.isdigit() else after
+    start = after if last_event_id is None else last_event_id
     return streams.open_stream(request, _job_stream(engine, job_id, start))
