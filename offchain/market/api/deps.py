@@ -34,6 +34,14 @@ def get_session(request: Request) -> Iterator[Session]:
     yield from sessions(request.app.state.engine)
 
 
+def release(session: Session) -> None:
+    """End the session's transaction, so its connection goes back to the pool before a long
+    wait on the client (an upload arriving, a download leaving): a request's session is
+    otherwise closed only after its response has gone. What it loaded stays usable (`sessions`
+    does not expire on commit); its next use takes a connection again."""
+    session.commit()
+
+
 async def get_chain(request: Request) -> Chain:
     return request.app.state.chain
 

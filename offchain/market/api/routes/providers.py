@@ -19,6 +19,7 @@ from offchain.market.api.deps import (
     SettingsDep,
     SignedDep,
     UploadDep,
+    release,
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Offer
@@ -131,6 +132,7 @@ async def put_result(
     """The result archive, streamed to disk and hashed on the way; over the limit is a 413."""
     job = await run_in_threadpool(delivery.own_job, session, signed.key_hash, job_id)
     jobs.expect(job, jobs.S.RUNNING)
+    await run_in_threadpool(release, session)  # no connection held while the upload arrives
     sha256, size = await storage.receive_blob(
         settings.blob_dir, request.stream(), settings.result_limit_bytes
     )
@@ -158,6 +160,7 @@ async def put_metering(
     otherwise, nothing kept); over its limit is a 413. The explorer charts it."""
     job = await run_in_threadpool(delivery.own_job, session, signed.key_hash, job_id)
     delivery.expect_receipt(job)
+    await run_in_threadpool(release, session)  # no connection held while the upload arrives
 
     def check(sha256: str, upload: Path) -> None:
         signed.check_body(sha256)
