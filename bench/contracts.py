@@ -37,7 +37,7 @@ RESULTS = Path(__file__).parent / "results" / "contracts.json"
 MAX_MEMORY, MAX_CPU, MAX_BYTES = 14_000_000, 10_000_000_000, 16_384
 PRICE, MAX_UNITS, UNITS, ALLOWANCE = 2_000, 3_600, 1_000, 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
-NOTICE_MS, SLASH_SHARE_BPS = 30_000, 2_500
+NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS = 30_000, 2_500, 10_000
 BOND = 400 * ADA
 
 
@@ -165,21 +165,23 @@ async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, di
     created = bonds.create(context(), deployment, provider.address, provider.vkey, BOND)
     tx = await run("bond_create", provider.sign(created))
     bond = output(tx, bonds.BOND_OUTPUT)
-    await travel_to(devnet, escrows.escrow_datum(deployment, slashed).close + 1)
-    await run(
-        "refund", market.sign(escrows.refund(context(), deployment, refunded, market.address))
-    )
+    close = escrows.escrow_datum(deployment, slashed).close
+    await travel_to(devnet, close + 1)  # in the refund window: the consumer slashes
     job = escrows.escrow_datum(deployment, slashed).job_id
     accepted = acceptance_payload(
         0, deployment.escrow_hash, slashed.input, job, deployment.bond_hash
     )
     signature = sign(provider.key, accepted)
-    slash = market.sign(
-        bonds.slash(context(), deployment, slashed, bond, signature, market.address)
+    slash = consumer.sign(
+        bonds.slash(context(), deployment, slashed, bond, signature, consumer.address)
     )
     bond = output(await run("slash", slash), bonds.SLASHED_BOND_OUTPUT)
-    topped = bonds.top_up(context(), deployment, bond, market.address, 10 * ADA)
-    tx = await run("bond_top_up", market.sign(topped))
+    await travel_to(devnet, close + REFUND_WINDOW_MS + 1)  # after it anyone refunds
+    await run(
+        "refund", market.sign(escrows.refund(context(), deployment, refunded, market.address))
+    )
+    topped = bonds.top_up(context(), deployment, bond, provider.address, 10 * ADA)
+    tx = await run("bond_top_up", provider.sign(topped))
     bond = output(tx, bonds.BOND_OUTPUT)
     unbond = bonds.begin_unbond(context(), deployment, bond, provider.address)
     tx = await run("bond_begin_unbond", provider.sign(unbond))
@@ -197,8 +199,9 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         try:
             deployer = await wallet(devnet, 10_000 * ADA)
             tx, deployment = deploy(
-                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS
-            )
+                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS,
+                REFUND_WINDOW_MS,
+            )  # fmt: skip
             tx = deployer.sign(tx)
             await confirm(devnet, tx)
             measured = await actions(devnet, deployment)

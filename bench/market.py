@@ -62,7 +62,7 @@ from tests.protocol.onchain import confirm, fund, output, wallet
 
 RESULTS = Path(__file__).parent / "results" / "market.json"
 IDENTITY = "unchained-market:bench"
-NOTICE_MS, SLASH_SHARE_BPS = 30_000, 2_500
+NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS = 30_000, 2_500, 10_000
 GPU = "NVIDIA H100 80GB HBM3"
 SETTLE_GPU = "NVIDIA BENCH SETTLE"  # the one provider the settled jobs go to
 SPEC = {
@@ -632,8 +632,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             deployer = await wallet(devnet, 10_000 * ADA)
             tx, deployment = deploy(
-                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS
-            )
+                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS,
+                REFUND_WINDOW_MS,
+            )  # fmt: skip
             await confirm(devnet, deployer.sign(tx))
             path = Path(tmp) / "deployment.json"
             deployment_file.save(deployment, path)

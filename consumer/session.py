@@ -131,7 +131,7 @@ class Consumer:
         payout = Address.from_primitive(quote.terms["payout_address"])
         try:
             check_bond(self.deployment, bond, quote.datum.provider_vkey, payout, least,
-                       quote.datum.close)  # fmt: skip
+                       quote.datum.close, Clock.now(self.context).tip_ms)  # fmt: skip
         except BondRefused as exc:
             raise QuoteRejected(
                 f"the provider's bond does not count: {exc}; nothing locked (--min-bond is "

@@ -4,7 +4,8 @@ Parameters: network_id, escrow_hash, notice_ms, slash_share_bps. A slash needs t
 refunded in the same transaction and the provider's signed Acceptance of that escrow naming
 this bond script. The notice starts at the validity *upper* bound: the submitter picks both
 bounds, but only the upper one must lie in the future for the ledger to take the transaction.
-Shaped for cost like escrow.py: small functions, `assert`s over values, lists read by index.
+Every redeemer but Slash needs the provider's signature (a stranger's top-up would spend the
+bond UTxO a consumer's slash names). Shaped for cost like escrow.py: small functions, `assert`s over values, lists read by index.
 """
 
 from opshin.prelude import *
@@ -94,17 +95,18 @@ def validator(
     datum: BondDatum = purpose.datum.datum
     locked = lovelace(own.value)
     redeemer: BondRedeemer = context.redeemer
-    if isinstance(redeemer, TopUp):
-        assert continuing(tx, redeemer.bond_output, own, own.datum) > locked, "top up adds"
-    elif isinstance(redeemer, Slash):
+    if isinstance(redeemer, Slash):
         share = locked * slash_share_bps // 10000
         bond_hash = bond.credential_hash
         slash(network_id, escrow_hash, share, tx, own_ref, bond_hash, datum, redeemer)
         kept = continuing(tx, redeemer.bond_output, own, own.datum)
         assert kept >= locked - share, "slash takes at most the share"
     else:
+        # a top-up too: a stranger's would spend the bond UTxO a consumer's slash names
         assert blake2b_224(datum.provider_vkey) in tx.signatories, "provider must sign"
-        if isinstance(redeemer, BeginUnbond):
+        if isinstance(redeemer, TopUp):
+            assert continuing(tx, redeemer.bond_output, own, own.datum) > locked, "top up adds"
+        elif isinstance(redeemer, BeginUnbond):
             unbonding = BondDatum(datum.provider, datum.provider_vkey, BoxedInt(upper_bound(tx)))
             kept = continuing(tx, redeemer.bond_output, own, SomeOutputDatum(unbonding))
             assert kept >= locked, "unbonding keeps the bond"

@@ -1,7 +1,9 @@
 """Escrow multi-validator (PROTOCOL.md): spends escrow UTxOs; withdraw-zero settles a batch.
 
-Parameter: network_id. Spending with Settle only asks for the withdrawal of the script's own
-stake credential, whose run checks every escrow input of the transaction at once.
+Parameters: network_id, refund_window_ms. Spending with Settle only asks for the withdrawal of
+the script's own stake credential, whose run checks every escrow input of the transaction at
+once (and refuses a run with none: nobody withdraws the script's reward account alone). For
+refund_window_ms after the close only the consumer may refund (and slash with it).
 
 Shaped for cost under OpShin 0.28 (see contracts/simplify.py for the rest): every `if`
 statement passes all live locals to a continuation and every call passes the globals the
@@ -106,6 +108,9 @@ def settle_batch(network_id: int, tx: TxInfoV3, credential: Credential, redeemer
     latest = upper.time
     escrow_hash = credential.credential_hash
     items = head_list(fields(redeemer))
+    # every item pairs with an escrow input (checked at the end): none, and the withdrawal
+    # would take the reward account's balance with no escrow settled
+    assert not null_list(un_list_data(items)), "empty batch"
     outputs = tx.outputs
     next_output = 0
     inputs: List[InputV3] = tx.inputs
@@ -117,16 +122,29 @@ def settle_batch(network_id: int, tx: TxInfoV3, credential: Credential, redeemer
     assert null_list(un_list_data(items)), "one item per escrow input"
 
 
-def pay_back(tx: TxInfoV3, purpose: SpendingScript, own: InputV3, redeemer: EscrowRedeemer):
-    """Refund (anyone, after close) or Cancel (both parties): the consumer gets it back."""
+def pay_back(
+    refund_window_ms: int,
+    tx: TxInfoV3,
+    purpose: SpendingScript,
+    own: InputV3,
+    redeemer: EscrowRedeemer,
+):
+    """Refund (the consumer after close, anyone once the refund window is over too) or Cancel
+    (both parties): the consumer gets it back. The lower bound cannot be later than the
+    inclusion, so a refund past the window cannot come early."""
     datum: EscrowDatum = purpose.datum.datum
+    signers = tx.signatories
+    consumer_signs = datum.consumer.payment_credential.credential_hash in signers
     if isinstance(redeemer, Refund):
         lower = tx.validity_range.lower_bound.limit
         assert isinstance(lower, FinitePOSIXTime), "refund needs a lower bound"
-        assert lower.time > datum.deadline + datum.settle_window, "refund before close"
+        close = datum.deadline + datum.settle_window
+        assert lower.time > close, "refund before close"
+        assert consumer_signs or lower.time > close + refund_window_ms, (
+            "only the consumer refunds in the refund window"
+        )
     else:
-        signers = tx.signatories
-        assert datum.consumer.payment_credential.credential_hash in signers, "consumer signs"
+        assert consumer_signs, "consumer signs"
         assert blake2b_224(datum.provider_vkey) in signers, "provider must sign"
     out: InlineTxOut = index_access_list(un_list_data(tx.outputs), redeemer.consumer_output)
     assert out.address == datum.consumer, "payout address"
@@ -134,7 +152,7 @@ def pay_back(tx: TxInfoV3, purpose: SpendingScript, own: InputV3, redeemer: Escr
     assert out.datum == SomeOutputDatum(Payout(redeemer.CONSTR_ID, purpose.tx_out_ref)), "tag"
 
 
-def validator(network_id: int, context: ScriptContextV3) -> None:
+def validator(network_id: int, refund_window_ms: int, context: ScriptContextV3) -> None:
     purpose = context.purpose
     tx = context.transaction
     if isinstance(purpose, SpendingScript):
@@ -145,7 +163,7 @@ def validator(network_id: int, context: ScriptContextV3) -> None:
             credential = own.resolved.address.payment_credential
             assert tx.withdrawals.get(credential, -1) >= 0, "settle needs the batch withdrawal"
         else:
-            pay_back(tx, purpose, own, redeemer)
+            pay_back(refund_window_ms, tx, purpose, own, redeemer)
     else:
         assert isinstance(purpose, RewardingScript), "purpose"
         settle_batch(network_id, tx, purpose.credential, context.redeemer)

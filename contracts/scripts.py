@@ -63,7 +63,7 @@ CONTRACTS = {
     "escrow": Contract(
         name="escrow",
         description="Escrow UTxOs per job; withdraw-zero settles a batch (PROTOCOL.md)",
-        parameters=(("network_id", int),),
+        parameters=(("network_id", int), ("refund_window_ms", int)),
         datum=onchain.EscrowDatum,
         redeemers=(("spend", onchain.EscrowRedeemer), ("withdraw", onchain.BatchSettle)),
     ),
@@ -178,9 +178,12 @@ def _apply(name: str, *parameters: int | bytes) -> PlutusV3Script:
     return PlutusV3Script(flatten(uplc.ast.Program(_program(name).version, term)))
 
 
-def escrow_script(network_id: int) -> PlutusV3Script:
-    """The escrow multi-validator for a network (0 testnets, 1 mainnet)."""
-    return _apply("escrow", network_id)
+def escrow_script(network_id: int, refund_window_ms: int) -> PlutusV3Script:
+    """The escrow multi-validator for a network (0 testnets, 1 mainnet), where only the
+    consumer may refund for `refund_window_ms` after an escrow's close."""
+    if refund_window_ms < 0:
+        raise ValueError("refund_window_ms must not be negative")
+    return _apply("escrow", network_id, refund_window_ms)
 
 
 def bond_script(

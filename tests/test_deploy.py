@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
+from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
+from offchain.protocol.jobspec import MAX_DURATION_S
 from unchained.cli import app
+from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS
 
 
 def deploy(*args: str):
@@ -16,11 +19,21 @@ def test_deploy_writes_a_deployment_that_reads_back_from_the_chain(devnet, tmp_p
     path = tmp_path.resolve() / "deployment.json"
     wallet = devnet.data_dir / "wallets" / "market.skey"
     result = deploy("--wallet", str(wallet), "--ogmios-url", devnet.url,
-                    "--deployment", str(path), "--notice-ms", "30000")  # fmt: skip
+                    "--deployment", str(path), "--notice-ms", "30000",
+                    "--refund-window-ms", "5000")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert f"wrote {path}" in result.stdout
     deployment = deployment_file.load(path, devnet.context())
     assert deployment.notice_ms == 30_000 and deployment.slash_share_bps == 2_500
+    assert deployment.refund_window_ms == 5_000
+
+
+def test_the_default_notice_covers_the_longest_job_the_market_quotes():
+    """A bond backs a job until its close + the refund window: the default notice must outlast
+    the latest close a default market quotes (quote ttl + longest job + settle window)."""
+    market = MarketSettings()
+    latest_close = market.quote_ttl_ms + MAX_DURATION_S * 1000 + market.settle_window_ms
+    assert latest_close + REFUND_WINDOW_MS < NOTICE_MS
 
 
 def test_deploy_says_which_key_it_cannot_read(tmp_path):

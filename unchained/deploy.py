@@ -30,7 +30,15 @@ from provider.options import (
 
 app = typer.Typer()
 
-NOTICE_MS = 10 * 60 * 1000  # how long a bond stays unbonding before it may be withdrawn
+DAY_MS = 24 * 3600 * 1000
+# After an escrow's close only its consumer may refund it (and slash the bond with it): a day
+# for a renter to notice an undelivered job, before any refund bot may return the escrow.
+REFUND_WINDOW_MS = DAY_MS
+# How long a bond stays unbonding before it may be withdrawn. A bond backs a job only while
+# the consumer can still slash it: the notice must outlast the longest close the market quotes
+# (quote ttl + the longest job + settle window, about 31 days) plus the refund window
+# (tests/test_deploy.py checks the defaults agree).
+NOTICE_MS = 32 * DAY_MS
 SLASH_SHARE_BPS = 2_500  # the share of a bond a slash pays to the consumer, basis points
 
 
@@ -51,6 +59,10 @@ def deploy_command(
     slash_share_bps: Annotated[
         int, typer.Option(min=0, max=10_000, help="A slash's share of the bond.")
     ] = SLASH_SHARE_BPS,
+    refund_window_ms: Annotated[
+        int,
+        typer.Option(min=0, help="After an escrow's close, how long only its consumer refunds."),
+    ] = REFUND_WINDOW_MS,
 ) -> None:
     """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
     quiet_chain_clients()
@@ -66,8 +78,9 @@ def deploy_command(
     with reported():
         try:
             unsigned, made = deploy(
-                context, payer.address, context.network.value, notice_ms, slash_share_bps
-            )
+                context, payer.address, context.network.value, notice_ms, slash_share_bps,
+                refund_window_ms,
+            )  # fmt: skip
         except UNREACHABLE as exc:
             raise fail(f"cannot reach Ogmios at {ogmios_url}: {exc}", code=1) from exc
         tx = payer.sign(unsigned)

@@ -19,13 +19,15 @@ class OgmiosContext(OgmiosV6ChainContext):
     def chain_time(self) -> ChainTime:
         return read_chain_time(context_url(self))
 
-    def script_stake_registered(self, script: ScriptHash) -> bool:
+    def script_reward_balance(self, script: ScriptHash) -> int | None:
         summaries = request_sync(
             context_url(self),
             "queryLedgerState/rewardAccountSummaries",
             {"scripts": [script.payload.hex()]},
         )
-        return bool(summaries)
+        if not summaries:
+            return None
+        return int(summaries[0]["rewards"]["ada"]["lovelace"])
 
 
 def chain_context(

@@ -19,7 +19,7 @@ from pathlib import Path
 from pycardano import TransactionInput, TransactionOutput
 
 from offchain.devnet import faucet, phase2, rules, scripts
-from offchain.devnet.errors import LedgerError
+from offchain.devnet.errors import INVALID_PARAMS, LedgerError
 from offchain.devnet.genesis import Genesis, create_genesis
 from offchain.devnet.ledger import BlockUndo, LedgerState, PendingState, UtxoOverlay
 from offchain.devnet.ogmios_json import output_reference_json
@@ -288,6 +288,16 @@ class Devnet:
             self._produce(max(self.current_slot(), self.max_slot_ever + 1), [])
         await self._notify()
         return self.tip
+
+    def reward(self, credential: tuple[bool, bytes], lovelace: int) -> int:
+        """Add `lovelace` to a registered reward account at once; its new balance. Kept in
+        memory only: a restart, or a rollback past the tip it was paid at, loses it."""
+        if credential not in self.state.reward_accounts:
+            raise LedgerError(INVALID_PARAMS, "that stake credential is not registered")
+        self.state.reward_accounts[credential] += lovelace
+        if credential in self.pending.reward_accounts:  # unless a pending tx deregistered it
+            self.pending.reward_accounts[credential] += lovelace
+        return self.state.reward_accounts[credential]
 
     async def fund(self, address: str, lovelace: int) -> DecodedTx:
         """Send `lovelace` from the devnet's faucet wallet to `address` in a real transaction."""

@@ -112,6 +112,7 @@ class OgmiosServer:
                 "devnet/advanceTime": self.advance_time,
                 "devnet/rollback": self.rollback,
                 "devnet/reset": self.reset,
+                "devnet/reward": self.reward,
                 "devnet/wallets": self.wallets,
             },
         }
@@ -315,11 +316,7 @@ class OgmiosServer:
 
     async def reward_account_summaries(self, session: Session, params: dict) -> list[dict]:
         """Ogmios v6.14's list of registered reward accounts (filtered by credentials asked)."""
-        wanted = {
-            (origin == "scripts", _credential_hash(text))
-            for origin in ("keys", "scripts")
-            for text in params.get(origin) or []
-        }
+        wanted = set(_credentials(params))
         deposit = {"ada": {"lovelace": self.devnet.params.key_deposit}}
         return [
             {
@@ -454,6 +451,17 @@ class OgmiosServer:
     async def reset(self, session: Session, params: dict) -> dict[str, Any]:
         return {"tip": oj.tip_json(await self.devnet.reset())}
 
+    async def reward(self, session: Session, params: dict) -> dict[str, Any]:
+        """Pay `lovelace` into a registered reward account (`scripts` or `keys`: one hex
+        credential), as a returned deposit or staking rewards would on a real chain."""
+        credentials = _credentials(params)
+        if len(credentials) != 1:
+            raise LedgerError(
+                INVALID_PARAMS, "devnet/reward needs one credential in 'scripts' or 'keys'"
+            )
+        balance = self.devnet.reward(credentials[0], _positive_int(params, "lovelace"))
+        return {"rewards": {"ada": {"lovelace": balance}}}
+
     async def wallets(self, session: Session, params: dict) -> dict[str, str]:
         return demo_wallet_addresses(self.devnet.data_dir)
 
@@ -520,6 +528,15 @@ def _positive_int(params: dict[str, Any], name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise LedgerError(INVALID_PARAMS, f"'{name}' must be a positive integer")
     return value
+
+
+def _credentials(params: dict[str, Any]) -> list[tuple[bool, bytes]]:
+    """The stake credentials `keys` and `scripts` name (hex hashes), as (is_script, hash)."""
+    return [
+        (origin == "scripts", _credential_hash(text))
+        for origin in ("keys", "scripts")
+        for text in params.get(origin) or []
+    ]
 
 
 def _credential_hash(text: Any) -> bytes:

@@ -2,7 +2,8 @@
 
 The bond's continuing output keeps the bond's full address, so its stake part (and the
 staking rewards) cannot be redirected. Each builder returns an unsigned transaction; the
-provider signs create, begin-unbond and withdraw, a payer signs top-up and slash.
+provider signs create, top-up, begin-unbond and withdraw, a payer signs slash (the consumer,
+within the escrow's refund window).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from pycardano import (
 )
 
 from offchain.chain.time import iso
+from offchain.chain.utxo import utxo_at
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import add_refund
 from offchain.protocol.payloads import acceptance_payload, verify
+from offchain.protocol.queries import queries
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
     TTL_MS,
@@ -100,17 +103,19 @@ def top_up(
     context: ChainContext,
     deployment: Deployment,
     bond: UTxO,
-    payer: Address,
+    provider: Address,
     lovelace: int,
 ) -> Transaction:
-    """Add `lovelace` to a bond (anyone may: it only ever grows the bond)."""
+    """Add `lovelace` from the provider's address to its bond; the provider signs (a
+    stranger's top-up would spend the bond UTxO a consumer's slash names)."""
     if lovelace <= 0:
         raise BuildError("a top-up must add lovelace")
-    datum = bond_datum(deployment, bond)
+    datum = _provider_bond(deployment, bond, provider)
     builder = _spend_bond(deployment, bond, TopUp(BOND_OUTPUT), context)
     _continue(builder, bond, datum, bond.output.amount.coin + lovelace)
-    builder.add_input_address(payer)
-    return build(builder, payer)
+    builder.required_signers = [provider.payment_part]
+    builder.add_input_address(provider)
+    return build(builder, provider)
 
 
 def begin_unbond(
@@ -162,14 +167,17 @@ def slash(
     """Refund an accepted but unsettled escrow and pay its consumer a share of the bond.
 
     Needs the provider's signed Acceptance of that escrow; the refund and the slash are one
-    transaction, so an escrow slashes at most once.
+    transaction, so an escrow slashes at most once. Within the refund window only the
+    consumer may submit it. `bond` may be one the provider has spent since (topped up): the
+    bond's current UTxO is slashed (`current_bond`).
     """
     clock = Clock.now(context)
+    bond = current_bond(context, deployment, bond)
     bond_data = bond_datum(deployment, bond)
     builder = new_builder(context)
     fee = fee_inputs(context, submitter)
     inputs = ledger_inputs([escrow, bond], fee)
-    escrow_data = add_refund(context, builder, deployment, escrow, clock, inputs)
+    escrow_data = add_refund(context, builder, deployment, escrow, clock, inputs, submitter)
     if escrow_data.provider_vkey != bond_data.provider_vkey:
         raise BuildError("the escrow's provider is not the bond's provider")
     payload = acceptance_payload(
@@ -194,6 +202,22 @@ def slash(
     _continue(builder, bond, bond_data, bond.output.amount.coin - share)
     add_inputs(builder, fee)
     return build(builder, submitter)
+
+
+def current_bond(context: ChainContext, deployment: Deployment, bond: UTxO) -> UTxO:
+    """`bond` if it is unspent, else the largest bond its provider holds at its address now:
+    a provider that tops up (or begins unbonding) spends the bond a slash was built for, and
+    its acceptance backs the job with any bond of this script, so the slash takes the current
+    one. BuildError when the provider holds none there (withdrawn)."""
+    unspent = utxo_at(queries(context), bond.input)
+    if unspent is not None:
+        return unspent
+    datum = bond_datum(deployment, bond)
+    provider = from_plutus(datum.provider, deployment.network)
+    found = bonds_of(context, deployment, provider, datum.provider_vkey)
+    if not found:
+        raise BuildError(f"bond {out_ref(bond)} is spent and its provider holds no other bond")
+    return max(found, key=lambda pair: pair[0].output.amount.coin)[0]
 
 
 def _provider_bond(deployment: Deployment, bond: UTxO, provider: Address) -> BondDatum:

@@ -39,6 +39,7 @@ class Deployment:
     slash_share_bps: int
     escrow_ref: UTxO  # holds the escrow script
     bond_ref: UTxO  # holds the bond script
+    refund_window_ms: int  # after an escrow's close, only its consumer may refund (and slash)
 
     @property
     def network(self) -> Network:
@@ -69,7 +70,8 @@ class Deployment:
 
     @property
     def reward_address(self) -> Address:
-        """The escrow's stake address: batch settle withdraws 0 from it."""
+        """The escrow's stake address: batch settle withdraws its whole balance (0 unless
+        someone paid into it) from it."""
         return Address(staking_part=self.escrow_hash, network=self.network)
 
 
@@ -79,6 +81,7 @@ def deploy(
     network_id: int,
     notice_ms: int,
     slash_share_bps: int,
+    refund_window_ms: int,
 ) -> tuple[Transaction, Deployment]:
     """Publish both scripts as reference UTxOs and register the escrow's stake credential;
     `payer` pays and signs.
@@ -87,7 +90,7 @@ def deploy(
     is already registered (the same scripts deployed again). The deployment names outputs of
     the unsigned transaction: its id does not change when it is signed.
     """
-    escrow = escrow_script(network_id)
+    escrow = escrow_script(network_id, refund_window_ms)
     escrow_hash = plutus_script_hash(escrow)
     bond = bond_script(network_id, escrow_hash.payload, notice_ms, slash_share_bps)
     holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
@@ -99,11 +102,11 @@ def deploy(
         output.amount.coin = at_least_min_utxo(context, output, 0)
         builder.add_output(output)
         outputs.append(output)
-    if not queries(context).script_stake_registered(escrow_hash):
+    if queries(context).script_reward_balance(escrow_hash) is None:
         builder.certificates = [StakeRegistration(StakeCredential(escrow_hash))]
     tx = build(builder, payer)
     refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
-    return tx, Deployment(network_id, notice_ms, slash_share_bps, *refs)
+    return tx, Deployment(network_id, notice_ms, slash_share_bps, *refs, refund_window_ms)
 
 
 def _script(ref: UTxO) -> PlutusV3Script:

@@ -34,6 +34,7 @@ class DeploymentFile(BaseModel):
     network_id: int
     notice_ms: int
     slash_share_bps: int
+    refund_window_ms: int
     escrow_ref: str  # TXID#IX of the UTxO holding the escrow script
     bond_ref: str
     escrow_hash: str
@@ -45,6 +46,7 @@ def save(deployment: Deployment, path: Path) -> None:
         network_id=deployment.network_id,
         notice_ms=deployment.notice_ms,
         slash_share_bps=deployment.slash_share_bps,
+        refund_window_ms=deployment.refund_window_ms,
         escrow_ref=out_ref(deployment.escrow_ref),
         bond_ref=out_ref(deployment.bond_ref),
         escrow_hash=deployment.escrow_hash.payload.hex(),
@@ -78,7 +80,10 @@ def load(path: Path, context: ChainContext) -> Deployment:
             )
         refs.append(utxo)
     try:
-        deployment = Deployment(record.network_id, record.notice_ms, record.slash_share_bps, *refs)
+        deployment = Deployment(
+            record.network_id, record.notice_ms, record.slash_share_bps, *refs,
+            record.refund_window_ms,
+        )  # fmt: skip
         _check_scripts(deployment, record)
     except ValueError as exc:
         raise DeploymentFileError(f"{path}: {exc}") from exc
@@ -92,7 +97,7 @@ def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
         record.bond_hash,
     ):
         raise ValueError("the scripts on chain do not have the hashes the file names")
-    escrow = escrow_script(deployment.network_id)
+    escrow = escrow_script(deployment.network_id, deployment.refund_window_ms)
     bond = bond_script(
         deployment.network_id,
         plutus_script_hash(escrow).payload,

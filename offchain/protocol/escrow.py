@@ -31,6 +31,7 @@ from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import VKEY_BYTES, receipt_payload, sign, verify
+from offchain.protocol.queries import queries
 from offchain.protocol.split import (
     SettleSplit,
     lock_amount,
@@ -219,7 +220,8 @@ def settle(
     builder.ttl = clock.ttl_until(min(closes))
     if builder.ttl <= clock.tip_slot + 1:
         raise BuildError(f"the settle window closed at {iso(min(closes))}")
-    builder.withdrawals = Withdrawals({bytes(deployment.reward_address): 0})
+    balance = reward_balance(context, deployment)
+    builder.withdrawals = Withdrawals({bytes(deployment.reward_address): balance})
     builder.add_withdrawal_script(
         script_source(builder, deployment.escrow_ref), redeemer=redeemers[-1]
     )
@@ -227,6 +229,18 @@ def settle(
     tx = build(builder, submitter)
     budgets.learn([key for key, _ in keyed], redeemers)
     return tx
+
+
+def reward_balance(context: ChainContext, deployment: Deployment) -> int:
+    """The escrow script's reward account balance: a settle's withdrawal must take all of it
+    (the ledger refuses any other amount), which goes to the submitter as change. Zero unless
+    someone paid into it (a returned deposit names any reward account it likes)."""
+    balance = queries(context).script_reward_balance(deployment.escrow_hash)
+    if balance is None:
+        raise BuildError(
+            "the escrow script's stake credential is not registered: deploy registers it"
+        )
+    return balance
 
 
 def _check_receipt(deployment: Deployment, receipt: SignedReceipt) -> EscrowDatum:
@@ -325,9 +339,12 @@ def add_refund(
     escrow: UTxO,
     clock: Clock,
     inputs: list[TransactionInput],
+    submitter: Address,
 ) -> EscrowDatum:
     """Spend `escrow` with Refund into `builder` (used alone and by the bond's slash);
-    `inputs` are all the transaction's inputs in ledger order."""
+    `inputs` are all the transaction's inputs in ledger order. Within the refund window
+    after the close only the consumer may refund: then `submitter` must be the consumer,
+    who signs."""
     datum = escrow_datum(deployment, escrow)
     first = clock.first_slot_after(datum.close)
     if clock.tip_slot < first:
@@ -336,6 +353,16 @@ def add_refund(
             f"refundable at {clock.iso_slot(first)}"
         )
     consumer = from_plutus(datum.consumer, deployment.network)
+    open_to_all = clock.first_slot_after(datum.close + deployment.refund_window_ms)
+    if clock.tip_slot < open_to_all:
+        if submitter.payment_part != consumer.payment_part or not isinstance(
+            consumer.payment_part, VerificationKeyHash
+        ):
+            raise BuildError(
+                f"until {clock.iso_slot(open_to_all)} only the consumer {consumer} may refund "
+                f"escrow {out_ref(escrow)} (and slash the bond with it)"
+            )
+        builder.required_signers = [consumer.payment_part]
     owed = refund_amount(escrow.output.amount.coin, datum.fee_allowance)
     index = add_output(builder, payout(context, consumer, owed, PayoutKind.REFUND, escrow.input))
     builder.add_script_input(
@@ -350,13 +377,13 @@ def add_refund(
 def refund(
     context: ChainContext, deployment: Deployment, escrow: UTxO, submitter: Address
 ) -> Transaction:
-    """Return an unsettled escrow to its consumer after deadline + window (anyone may: the
-    submitter pays the fee, keeps the allowance's rest and signs)."""
+    """Return an unsettled escrow to its consumer after deadline + window: the consumer, and
+    once the refund window is over too anyone (the submitter pays the fee, keeps the
+    allowance's rest and signs)."""
     builder = new_builder(context)
     fee = fee_inputs(context, submitter)
-    add_refund(
-        context, builder, deployment, escrow, Clock.now(context), ledger_inputs([escrow], fee)
-    )
+    inputs = ledger_inputs([escrow], fee)
+    add_refund(context, builder, deployment, escrow, Clock.now(context), inputs, submitter)
     add_inputs(builder, fee)
     return build(builder, submitter)
 

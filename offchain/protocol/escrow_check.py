@@ -79,7 +79,7 @@ def check_acceptable(
 ) -> EscrowDatum:
     """`check_terms`, and from the chain's now there is room to start, run the whole max
     duration and settle before the close; `bond`, the bond backing the acceptance (None: no
-    bond), must not be withdrawable before the close. Call it before signing an Acceptance."""
+    bond), must cover the close (`check_bond`). Call it before signing an Acceptance."""
     datum = check_terms(context, deployment, escrow, spec, offer)
     now = _check_open(context, escrow, datum)
     settled_by = now + margins.start_ms + spec.max_duration_s * 1000 + margins.settle_ms
@@ -91,7 +91,7 @@ def check_acceptable(
             f"{iso(settled_by)}, the escrow closes at {iso(datum.close)}",
         )
     if bond is not None:
-        check_bond(deployment, bond, offer.provider_vkey, offer.payout_address, 0, datum.close)
+        check_bond(deployment, bond, offer.provider_vkey, offer.payout_address, 0, datum.close, now)
     return datum
 
 

@@ -26,8 +26,9 @@ class ChainQueries(Protocol):
         """The unspent output `tx_id#index`, or None (pycardano's Ogmios contexts have it)."""
         ...
 
-    def script_stake_registered(self, script: ScriptHash) -> bool:
-        """Whether the script's stake credential is registered (a deployment registers it)."""
+    def script_reward_balance(self, script: ScriptHash) -> int | None:
+        """The lovelace in the script's reward account; None when its stake credential is not
+        registered (a deployment registers it). A settle withdraws exactly this."""
         ...
 
 

@@ -13,7 +13,7 @@ from pycardano import UTxO
 from offchain.chain.time import iso
 from offchain.protocol.bond import bonds_of
 from offchain.protocol.bond_check import BondRefused, check_bond
-from offchain.protocol.txbuild import out_ref
+from offchain.protocol.txbuild import Clock, out_ref
 from offchain.protocol.types import BondDatum, Just
 from provider.daemon.chain import Chain
 
@@ -81,9 +81,12 @@ class BondManager:
             return None
         wallet = self.chain.wallet
         refusal: BondRefused | None = None
+        now = Clock.now(self.chain.context).tip_ms
         for bond, _ in bonds:
             try:
-                check_bond(self.chain.deployment, bond, wallet.vkey, wallet.address, 0, close_ms)
+                check_bond(
+                    self.chain.deployment, bond, wallet.vkey, wallet.address, 0, close_ms, now
+                )
                 return bond
             except BondRefused as exc:
                 refusal = refusal or exc

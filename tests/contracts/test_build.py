@@ -66,7 +66,7 @@ def test_escrow_spend_redeemers_are_in_the_blueprint():
 
 
 def test_parameters_are_applied_as_opshin_applies_them():
-    assert escrow_script(0) == apply_parameters(committed("escrow"), 0)
+    assert escrow_script(0, 86_400_000) == apply_parameters(committed("escrow"), 0, 86_400_000)
     escrow_hash = bytes(range(28))
     assert bond_script(0, escrow_hash, 60_000, 2_500) == apply_parameters(
         committed("bond"), 0, escrow_hash, 60_000, 2_500
@@ -74,20 +74,25 @@ def test_parameters_are_applied_as_opshin_applies_them():
 
 
 def test_each_parameter_changes_the_hash():
-    escrows = {plutus_script_hash(escrow_script(n)) for n in (0, 1)}
-    assert len(escrows) == 2
-    escrow_hash = plutus_script_hash(escrow_script(0)).payload
+    escrows = {plutus_script_hash(escrow_script(*args)) for args in [(0, 0), (1, 0), (0, 1)]}
+    assert len(escrows) == 3
+    escrow_hash = plutus_script_hash(escrow_script(0, 0)).payload
     bonds = {
         plutus_script_hash(bond_script(*args))
         for args in [
             (0, escrow_hash, 60_000, 2_500),
             (1, escrow_hash, 60_000, 2_500),
-            (0, plutus_script_hash(escrow_script(1)).payload, 60_000, 2_500),
+            (0, plutus_script_hash(escrow_script(1, 0)).payload, 60_000, 2_500),
             (0, escrow_hash, 60_001, 2_500),
             (0, escrow_hash, 60_000, 2_501),
         ]
     }
     assert len(bonds) == 5
+
+
+def test_a_negative_refund_window_is_refused():
+    with pytest.raises(ValueError, match="refund_window_ms"):
+        escrow_script(0, -1)
 
 
 def test_bond_parameters_are_checked():

@@ -47,15 +47,16 @@ def run(program: U.Program, context) -> tuple[bool, Budget]:
 
 @functools.cache
 def escrow_programs() -> tuple[U.Program, U.Program]:
-    """The escrow (network 0 applied) as OpShin compiles it, and simplified."""
+    """The escrow (network 0 and a day's refund window applied) as OpShin compiles it, and
+    simplified."""
     sys.path.insert(0, str(REPO_ROOT))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
     source = CONTRACTS["escrow"].source
     raw = builder._static_compile(
         source.read_text(), contract_file=str(source), config=COMPILER_CONFIG
     )
-    network = U.data_from_cbor(cbor2.dumps(0))
-    return apply(raw, network), apply(simplify(raw), network)
+    network, window = (U.data_from_cbor(cbor2.dumps(n)) for n in (0, 86_400_000))
+    return apply(apply(raw, network), window), apply(apply(simplify(raw), network), window)
 
 
 def c(index: int, *fields):

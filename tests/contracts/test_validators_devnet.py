@@ -71,7 +71,8 @@ from tests.devnet.payments import confirm, payment
 NETWORK_ID = 0
 NOTICE_MS = 3_000
 SLASH_SHARE_BPS = 2_500
-ESCROW = escrow_script(NETWORK_ID)
+REFUND_WINDOW_MS = 0  # anyone refunds right after the close (tests/protocol tests the window)
+ESCROW = escrow_script(NETWORK_ID, REFUND_WINDOW_MS)
 ESCROW_HASH = plutus_script_hash(ESCROW)
 BOND = bond_script(NETWORK_ID, ESCROW_HASH.payload, NOTICE_MS, SLASH_SHARE_BPS)
 ESCROW_ADDRESS = Address(ESCROW_HASH, network=Network.TESTNET)
@@ -453,7 +454,8 @@ async def test_bond_top_up_unbond_and_withdraw(world: World):
     bond = await post_bond(world)
     builder = bond_spend(world, bond, TopUp(0))
     builder.add_output(TransactionOutput(BOND_ADDRESS, 110 * ADA, datum=bond_datum(world)))
-    tx = sign(world, builder)
+    builder.required_signers = [world.provider.key_hash]
+    tx = sign(world, builder, world.provider)
     report("bond top-up", await evaluate(world, tx), tx)
     await confirm(world.devnet, tx)
     bond = UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])

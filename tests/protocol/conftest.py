@@ -5,15 +5,25 @@ from __future__ import annotations
 import pytest
 
 from offchain.protocol.deployment import Deployment, deploy
-from tests.protocol.onchain import NOTICE_MS, SLASH_SHARE_BPS, confirm, wallet
+from tests.protocol.onchain import (
+    NOTICE_MS,
+    REFUND_WINDOW_MS,
+    SLASH_SHARE_BPS,
+    confirm,
+    wallet,
+)
 
 V2_NOTICE_MS = 60_000  # a second bond version: same escrow script, other terms
 V2_SLASH_SHARE_BPS = 5_000
 
 
-async def deployed(devnet, notice_ms: int, slash_share_bps: int) -> Deployment:
+async def deployed(
+    devnet, notice_ms: int, slash_share_bps: int, refund_window_ms: int = REFUND_WINDOW_MS
+) -> Deployment:
     deployer = await wallet(devnet)
-    tx, made = deploy(devnet.context(), deployer.address, 0, notice_ms, slash_share_bps)
+    tx, made = deploy(
+        devnet.context(), deployer.address, 0, notice_ms, slash_share_bps, refund_window_ms
+    )
     await confirm(devnet, deployer.sign(tx))
     return made
 

@@ -73,7 +73,10 @@ MAX_UNITS = 3_600
 ALLOWANCE = 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA  # 3 ADA more than the job can cost
 RESULT, EVIDENCE = b"\x01" * 32, b"\x02" * 32  # a job's result and metering evidence hashes
-NOTICE_MS = 30_000  # the session deployment's bond terms
+# The session deployment's terms: a bond's notice must outlast the close of the jobs it backs
+# plus the refund window (a market quote closes about 70 minutes out with its defaults).
+NOTICE_MS = 3 * 3600_000
+REFUND_WINDOW_MS = 30_000  # after a close, only the consumer refunds this long
 SLASH_SHARE_BPS = 2_500
 BOND = 400 * ADA  # post_bond's default
 SHARE = slash_share(BOND, SLASH_SHARE_BPS)  # what slashing it takes
@@ -197,11 +200,13 @@ def handmade(
     certificates: Sequence = (),
     publish: tuple[UTxO, PlutusData] | None = None,
     refund: int = 0,
+    withdrawn: int = 0,
 ) -> Transaction:
     """A script transaction exactly as given: nothing evaluated, fixed budgets shared out,
     `fee` UTxOs of `payer` (pick them first when a redeemer indexes inputs). `start`/`ttl`
     None means pycardano's default range around the tip, UNBOUNDED means no bound; `refund`
-    (a deregistration's deposit, which pycardano does not count) goes to the change."""
+    (a deregistration's deposit, which pycardano does not count) goes to the change;
+    `withdrawn` is what `withdraw` takes from the reward account."""
     builder = TransactionBuilder(devnet.context())
     redeemers = len(spends) + sum(x is not None for x in (withdraw, mint, publish))
     params = devnet.context().protocol_param
@@ -217,7 +222,7 @@ def handmade(
         builder.add_output(made)
     if withdraw is not None:
         ref, reward_address, redeemer = withdraw
-        builder.withdrawals = Withdrawals({bytes(reward_address): 0})
+        builder.withdrawals = Withdrawals({bytes(reward_address): withdrawn})
         builder.add_withdrawal_script(script_source(builder, ref), Redeemer(redeemer, budget))
     if mint is not None:
         ref, assets, redeemer = mint
@@ -337,16 +342,18 @@ def refund_by_hand(
     outputs: Sequence[TransactionOutput],
     start: int | None = None,
     witness: PlutusData | None = None,
+    signers: Sequence[PaymentSigningKey] = (),
 ) -> Transaction:
     """Refund each escrow naming the given output; the lower bound defaults to the tip;
-    `witness` is the datum of escrows locked under its hash."""
+    `witness` is the datum of escrows locked under its hash; `signers` sign it as required
+    signers (the consumer, within the refund window)."""
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
         spends=[
             Spend(e, deployment.escrow_ref, partial(refund_to, i), witness) for e, i in refunds
         ],
         outputs=outputs,
-        start=Clock.now(devnet.context()).tip_slot if start is None else start,
+        start=Clock.now(devnet.context()).tip_slot if start is None else start, signers=signers,
     )  # fmt: skip
 
 

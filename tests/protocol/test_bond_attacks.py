@@ -35,6 +35,7 @@ from tests.protocol.onchain import (
     BOND,
     LOCKED,
     OWED,
+    REFUND_WINDOW_MS,
     SCRIPT_FAILED,
     SHARE,
     Spend,
@@ -85,7 +86,9 @@ async def accepted_job(devnet, deployment):
 
 
 async def past_close(devnet, deployment, escrow) -> None:
-    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+    """Past the close and its refund window: the attacks here are anyone's, not only the
+    consumer's (test_refund_window.py covers the window)."""
+    await travel_to(devnet, escrow_datum(deployment, escrow).close + REFUND_WINDOW_MS + 1)
 
 
 async def test_a_forged_escrow_cannot_slash_a_victims_bond(devnet, deployment):
@@ -180,22 +183,26 @@ async def test_a_slash_takes_no_more_than_the_share(devnet, deployment):
 
 
 async def test_the_bond_keeps_its_stake_part_and_only_grows_on_top_up(devnet, deployment):
-    """Re-locking the bond under the attacker's stake key would steal its staking rewards."""
+    """Re-locking the bond under the attacker's stake key would steal its staking rewards. A
+    top-up needs the provider's signature (test_bond_churn.py): even its own may not."""
     provider, attacker = [await wallet(devnet) for _ in range(2)]
     bond = await post_bond(devnet, deployment, provider, BOND)
     datum = bonds.bond_datum(deployment, bond)
     address = bond.output.address
     hijacked = Address(address.payment_part, attacker.key_hash, network=address.network)
+    signed = {"signers": [provider.key]}
     stolen = BondDatum(to_plutus(attacker.address), attacker.vkey, datum.unbonding_since)
     for made, reason in (
         (TransactionOutput(hijacked, BOND + ADA, datum=datum), "continuing output address"),
         (TransactionOutput(address, BOND - ADA, datum=datum), "top up adds"),
         (TransactionOutput(address, BOND + ADA, datum=stolen), "continuing output datum"),
     ):
-        attack = bond_by_hand(devnet, deployment, attacker, bond, TopUp(0), [made])
+        attack = bond_by_hand(devnet, deployment, provider, bond, TopUp(0), [made], **signed)
         await rejected(devnet, attack, SCRIPT_FAILED, f"traces: {reason}")
     honest = TransactionOutput(address, BOND + ADA, datum=datum)
-    await confirm(devnet, bond_by_hand(devnet, deployment, attacker, bond, TopUp(0), [honest]))
+    await confirm(
+        devnet, bond_by_hand(devnet, deployment, provider, bond, TopUp(0), [honest], **signed)
+    )
 
 
 async def test_only_the_provider_unbonds_keeping_the_bond_then_withdraws(devnet, deployment):
@@ -278,30 +285,35 @@ async def test_bonds_of_two_versions_cannot_both_slash_one_escrow(
 
 
 async def test_a_top_up_keeps_the_bonds_tokens_and_adds_none(devnet, deployment):
-    """A stranger's top-up may not carry a bond's tokens away, nor dust a bond with its own."""
+    """A top-up (the provider's: it signs them) may not carry a bond's tokens away, nor dust a
+    bond with another's tokens."""
     provider, stranger = [await wallet(devnet) for _ in range(2)]
+    signed = {"signers": [provider.key]}
     bond = await bond_with_tokens(devnet, deployment, provider)
     address, datum, held = bond.output.address, bond.output.datum, bond.output.amount.multi_asset
     taken = TransactionOutput(address, BOND + ADA, datum=datum)
-    attack = bond_by_hand(devnet, deployment, stranger, bond, TopUp(0), [taken])
+    attack = bond_by_hand(devnet, deployment, provider, bond, TopUp(0), [taken], **signed)
     await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing tokens")
     kept = TransactionOutput(address, Value(BOND + ADA, held), datum=datum)
     bond = output(await confirm(devnet, bond_by_hand(
-        devnet, deployment, stranger, bond, TopUp(0), [kept]
+        devnet, deployment, provider, bond, TopUp(0), [kept], **signed
     )), 0)  # fmt: skip
 
     clean = await post_bond(devnet, deployment, provider, BOND)
     policy, dust = junk_tokens(stranger, 20)
     dusted = TransactionOutput(clean.output.address, Value(BOND + ADA, dust), datum=datum)
     attack = bond_by_hand(
-        devnet, deployment, stranger, clean, TopUp(0), [dusted], native=(dust, policy)
-    )
+        devnet, deployment, stranger, clean, TopUp(0), [dusted], native=(dust, policy),
+        signers=[stranger.key, provider.key],
+    )  # fmt: skip
     await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing tokens")
 
 
 async def test_a_top_up_cannot_rewrite_an_unbonding_bonds_datum(devnet, deployment):
-    """A stranger resetting `unbonding_since` would cancel (or restart) the provider's notice."""
-    provider, stranger = [await wallet(devnet) for _ in range(2)]
+    """A top-up resetting `unbonding_since` would cancel (or restart) the provider's notice;
+    even the provider's own (it signs top-ups) may not."""
+    provider = await wallet(devnet)
+    signed = {"signers": [provider.key]}
     bond = await post_bond(devnet, deployment, provider, BOND)
     unbond = provider.sign(bonds.begin_unbond(devnet.context(), deployment, bond, provider.address))
     bond = output(await confirm(devnet, unbond), bonds.BOND_OUTPUT)
@@ -309,7 +321,9 @@ async def test_a_top_up_cannot_rewrite_an_unbonding_bonds_datum(devnet, deployme
     for since in (Nothing(), Just(datum.unbonding_since.value + 1)):
         rewritten = dataclasses.replace(datum, unbonding_since=since)
         made = TransactionOutput(bond.output.address, BOND + ADA, datum=rewritten)
-        attack = bond_by_hand(devnet, deployment, stranger, bond, TopUp(0), [made])
+        attack = bond_by_hand(devnet, deployment, provider, bond, TopUp(0), [made], **signed)
         await rejected(devnet, attack, SCRIPT_FAILED, "traces: continuing output datum")
     honest = TransactionOutput(bond.output.address, BOND + ADA, datum=datum)
-    await confirm(devnet, bond_by_hand(devnet, deployment, stranger, bond, TopUp(0), [honest]))
+    await confirm(
+        devnet, bond_by_hand(devnet, deployment, provider, bond, TopUp(0), [honest], **signed)
+    )

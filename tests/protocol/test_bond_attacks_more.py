@@ -13,6 +13,7 @@ from tests.protocol.evidence import place
 from tests.protocol.onchain import (
     LOCKED,
     OWED,
+    REFUND_WINDOW_MS,
     SCRIPT_FAILED,
     SHARE,
     Spend,
@@ -111,7 +112,7 @@ async def test_an_escrow_locked_under_a_datum_hash_slashes_no_bond(devnet, deplo
     terms = escrow_terms(consumer, provider, Clock.now(devnet.context()).tip_ms)
     at = deployment.escrow_address()
     escrow = await place(devnet, consumer, at, LOCKED, terms, hashed=True)
-    await travel_to(devnet, terms.close + 1)
+    await travel_to(devnet, terms.close + REFUND_WINDOW_MS + 1)
     signature = accept(deployment, provider.key, escrow, job=terms.job_id)
     outputs = layout(consumer.address, escrow, bond)
     attack = slash(devnet, deployment, consumer, escrow, [bond], signature, outputs, witness=terms)

@@ -11,7 +11,7 @@ from pycardano import Network, PaymentSigningKey, UTxO
 from offchain.chain.utxo import utxo_at
 from offchain.devnet.genesis import ADA
 from offchain.protocol.addresses import to_plutus
-from offchain.protocol.bond_check import BondRefused, check_bond
+from offchain.protocol.bond_check import BondRefused, check_bond, covers_before
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.refusal import Refusal
 from offchain.protocol.txbuild import Clock, Wallet
@@ -45,8 +45,9 @@ def checked(devnet, deployment, utxo: UTxO, provider: Wallet, close: int = 0) ->
     context = devnet.context()
     on_chain = utxo_at(context, utxo.input)
     assert on_chain is not None
-    close = close or Clock.now(context).tip_ms + CLOSE_IN_MS
-    return check_bond(deployment, on_chain, provider.vkey, provider.address, MINIMUM, close)
+    now = Clock.now(context).tip_ms
+    close = close or now + CLOSE_IN_MS
+    return check_bond(deployment, on_chain, provider.vkey, provider.address, MINIMUM, close, now)
 
 
 def refused(devnet, deployment, utxo, provider, reason: Refusal, close: int = 0) -> None:
@@ -69,13 +70,34 @@ async def test_an_unbonding_bond_counts_only_if_its_notice_outlasts_the_close(
     devnet, deployment, provider
 ):
     close = Clock.now(devnet.context()).tip_ms + CLOSE_IN_MS
-    last_counting = close - deployment.notice_ms + 1  # withdrawable 1 ms after the close
+    # withdrawable 1 ms after the refund window that follows the close
+    last_counting = close + deployment.refund_window_ms - deployment.notice_ms + 1
     outlasting = await bond(devnet, deployment, provider, Just(last_counting))
     assert checked(devnet, deployment, outlasting, provider, close).unbonding_since == Just(
         last_counting
     )
     free_at_close = await bond(devnet, deployment, provider, Just(last_counting - 1))
     refused(devnet, deployment, free_at_close, provider, Refusal.NOTICE_ENDS, close)
+
+
+async def test_a_bond_not_unbonding_covers_jobs_closing_before_its_notice_less_the_window(
+    devnet, deployment, provider
+):
+    """Issue 18 B: a provider may begin unbonding right after it accepts and withdraw a notice
+    later; the consumer slashes until the close + the refund window. So a bond counts only for
+    jobs that close (and pass their refund window) before a notice begun now would end."""
+    posted = await post_bond(devnet, deployment, provider, MINIMUM)
+    now = Clock.now(devnet.context()).tip_ms
+    covered = covers_before(deployment, None, now)
+    assert covered == now + deployment.notice_ms - deployment.refund_window_ms
+
+    def check(close: int) -> BondDatum:
+        return check_bond(deployment, posted, provider.vkey, provider.address, MINIMUM, close, now)
+
+    assert check(covered - 1).unbonding_since == Nothing()
+    with pytest.raises(BondRefused, match="covers jobs closing before") as refusal:
+        check(covered)  # withdrawable at the very end of its refund window
+    assert refusal.value.reason is Refusal.NOTICE_ENDS
 
 
 async def test_a_malformed_or_foreign_bond_does_not_count(devnet, deployment, provider):

@@ -17,6 +17,7 @@ from tests.protocol.onchain import (
     ALLOWANCE,
     BOND,
     LOCKED,
+    REFUND_WINDOW_MS,
     balance,
     bond_with_tokens,
     confirm,
@@ -37,21 +38,21 @@ def tokens_at(devnet, utxo: UTxO) -> MultiAsset:
 async def test_a_bond_holding_tokens_is_topped_up_slashed_unbonded_and_withdrawn(
     devnet, deployment
 ):
-    provider, friend, consumer = [await wallet(devnet) for _ in range(3)]
+    provider, consumer = [await wallet(devnet) for _ in range(2)]
     bond = await bond_with_tokens(devnet, deployment, provider, TOKENS)
     held = bond.output.amount.multi_asset
     assert len(next(iter(held.values()))) == TOKENS
 
     topped = await confirm(
         devnet,
-        friend.sign(bonds.top_up(devnet.context(), deployment, bond, friend.address, TOP_UP)),
+        provider.sign(bonds.top_up(devnet.context(), deployment, bond, provider.address, TOP_UP)),
     )
     bond = output(topped, bonds.BOND_OUTPUT)
     assert (bond.output.amount.coin, tokens_at(devnet, bond)) == (BOND + TOP_UP, held)
 
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     acceptance = onchain.accept(deployment, provider.key, escrow)
-    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, escrow).close + REFUND_WINDOW_MS + 1)
     before = balance(devnet, consumer.address)
     slashed = await confirm(
         devnet,

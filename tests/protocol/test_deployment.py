@@ -8,12 +8,12 @@ from pycardano import script_hash
 from contracts.scripts import bond_script, escrow_script
 from offchain.chain.ogmios import request
 from offchain.protocol.deployment import NEVER_SPENDABLE, deploy
-from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS
+from tests.protocol.conftest import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
 from tests.protocol.onchain import confirm, wallet
 
 
 async def test_scripts_are_published_where_nobody_can_spend_them(devnet, deployment):
-    assert deployment.escrow_script == escrow_script(0)
+    assert deployment.escrow_script == escrow_script(0, REFUND_WINDOW_MS)
     assert deployment.bond_script == bond_script(
         0, deployment.escrow_hash.payload, NOTICE_MS, SLASH_SHARE_BPS
     )
@@ -31,7 +31,9 @@ async def test_scripts_are_published_where_nobody_can_spend_them(devnet, deploym
 
 async def test_deploying_the_same_scripts_again_registers_nothing(devnet, deployment):
     deployer = await wallet(devnet)
-    tx, again = deploy(devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS)
+    tx, again = deploy(
+        devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
+    )
     assert not tx.transaction_body.certificates
     assert again.escrow_hash == deployment.escrow_hash
     await confirm(devnet, deployer.sign(tx))

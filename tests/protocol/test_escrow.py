@@ -23,6 +23,7 @@ from tests.protocol.onchain import (
     LOCKED,
     MAX_UNITS,
     PRICE,
+    REFUND_WINDOW_MS,
     RESULT,
     balance,
     confirm,
@@ -97,7 +98,10 @@ async def test_refund_after_deadline_and_window_returns_all_but_the_allowance(de
     with pytest.raises(BuildError, match="not yet past deadline \\+ window: refundable at"):
         refund(devnet.context(), deployment, escrow, anyone.address)
 
-    await travel_to(devnet, close + 1)
+    await travel_to(devnet, close + 1)  # within the refund window: only the consumer
+    with pytest.raises(BuildError, match="only the consumer"):
+        refund(devnet.context(), deployment, escrow, anyone.address)
+    await travel_to(devnet, close + REFUND_WINDOW_MS + 1)
     before = [balance(devnet, w.address) for w in (consumer, anyone)]
     tx = await confirm(
         devnet, anyone.sign(refund(devnet.context(), deployment, escrow, anyone.address))

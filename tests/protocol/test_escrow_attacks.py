@@ -28,6 +28,7 @@ from tests.protocol.onchain import (
     LOCKED,
     MAX_UNITS,
     PRICE,
+    REFUND_WINDOW_MS,
     RESULT,
     SCRIPT_FAILED,
     Spend,
@@ -81,7 +82,7 @@ async def test_two_refunds_cannot_share_one_output(devnet, deployment):
     consumer, provider, anyone = await parties(devnet)
     a = await onchain.lock(devnet, deployment, consumer, provider)
     b = await onchain.lock(devnet, deployment, consumer, provider)
-    await travel_to(devnet, escrow_datum(deployment, b).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, b).close + REFUND_WINDOW_MS + 1)
     owed = LOCKED - ALLOWANCE
     one = [tagged(consumer.address, owed, PayoutKind.REFUND, a)]
     attack = refund_by_hand(devnet, deployment, anyone, [(a, 0), (b, 0)], one)
@@ -126,7 +127,7 @@ async def test_settle_needs_the_withdraw_zero_and_one_item_per_escrow(devnet, de
 
     good = item(deployment, provider.key, escrow, UNITS, 0, 1)
     close = escrow_datum(deployment, escrow).close
-    for items, reason in (([], "HeadList"), ([good, good], "one item per escrow input")):
+    for items, reason in (([], "empty batch"), ([good, good], "one item per escrow input")):
         attack = handmade(
             devnet, market, plain_fee(devnet, market),
             spends=[Spend(escrow, deployment.escrow_ref, Settle)], outputs=outputs,
@@ -199,7 +200,7 @@ async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devne
         pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
         attack = settle_by_hand(devnet, deployment, market, pairs, outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", reason)
-    await travel_to(devnet, escrow_datum(deployment, escrows[-1]).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, escrows[-1]).close + REFUND_WINDOW_MS + 1)
     for escrow in escrows:
         refunded = refund(devnet.context(), deployment, escrow, market.address)
         await confirm(devnet, market.sign(refunded))
@@ -214,7 +215,7 @@ async def test_a_10_kb_job_id_cannot_stop_a_refund(devnet, deployment):
     huge = RawPlutusData(CBORTag(121, IndefiniteList(list(fields))))
     locked = 50 * ADA  # 10 KB of inline datum needs about 45 ADA of min-UTxO
     escrow = await lock_by_hand(devnet, deployment, consumer, provider, locked, datum=huge)
-    await travel_to(devnet, datum.close + 1)
+    await travel_to(devnet, datum.close + REFUND_WINDOW_MS + 1)
     owed = tagged(consumer.address, locked - ALLOWANCE, PayoutKind.REFUND, escrow)
     await confirm(devnet, refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], [owed]))
 
@@ -227,7 +228,7 @@ async def test_200_junk_tokens_cannot_stop_a_settle_or_a_refund(devnet, deployme
     settled = settle(devnet.context(), deployment, [receipt], market.address)
     tx = await confirm(devnet, market.sign(settled))
     assert len(tx.to_cbor()) < 16_384
-    await travel_to(devnet, escrow_datum(deployment, refunded).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, refunded).close + REFUND_WINDOW_MS + 1)
     await confirm(
         devnet, market.sign(refund(devnet.context(), deployment, refunded, market.address))
     )
@@ -242,7 +243,7 @@ async def test_a_refund_below_min_utxo_and_a_lost_provider_key_lock_nothing(devn
         devnet, deployment, consumer, vanished, lovelace=3_000_000,
         price_per_unit=1, max_units=10, fee_allowance=2_900_000,
     )  # fmt: skip
-    await travel_to(devnet, escrow_datum(deployment, small).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, small).close + REFUND_WINDOW_MS + 1)
     before = onchain.balance(devnet, consumer.address)
     tx = await confirm(
         devnet, anyone.sign(refund(devnet.context(), deployment, small, anyone.address))

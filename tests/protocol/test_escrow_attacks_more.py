@@ -35,6 +35,7 @@ from tests.protocol.onchain import (
     MAX_UNITS,
     OWED,
     PRICE,
+    REFUND_WINDOW_MS,
     SCRIPT_FAILED,
     SHARE,
     Spend,
@@ -137,7 +138,7 @@ async def test_a_settle_and_a_slash_cannot_share_the_consumer_payout(devnet, dep
     consumer, provider, market = await parties(devnet)
     bond = await post_bond(devnet, deployment, provider, BOND)
     refunded = await onchain.lock(devnet, deployment, consumer, provider)
-    await travel_to(devnet, escrow_datum(deployment, refunded).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, refunded).close + REFUND_WINDOW_MS + 1)
     settled = await onchain.lock(devnet, deployment, consumer, provider)
     to_provider = tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, settled)
     shared = tagged(consumer.address, SHARE, PayoutKind.SETTLE, settled)
@@ -171,7 +172,7 @@ async def test_an_acceptance_signed_for_another_network_slashes_nothing(devnet, 
     consumer, provider, anyone = await parties(devnet)
     bond = await post_bond(devnet, deployment, provider, BOND)
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
-    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, escrow).close + REFUND_WINDOW_MS + 1)
     outputs = [
         tagged(consumer.address, OWED, PayoutKind.REFUND, escrow),
         slash_tagged(consumer.address, SHARE, escrow, bond),
@@ -192,7 +193,8 @@ async def other_version(devnet, deployment: Deployment, payer: Wallet) -> Deploy
     (its stake credential is not registered: it cannot batch settle here)."""
     builder = TransactionBuilder(devnet.context())
     builder.add_input_address(payer.address)
-    builder.add_output(TransactionOutput(payer.address, 50 * ADA, script=escrow_script(1)))
+    script = escrow_script(1, deployment.refund_window_ms)
+    builder.add_output(TransactionOutput(payer.address, 50 * ADA, script=script))
     tx = builder.build_and_sign([payer.key], change_address=payer.address)
     return dataclasses.replace(deployment, escrow_ref=output(await confirm(devnet, tx), 0))
 
@@ -230,7 +232,7 @@ async def test_an_escrow_of_another_script_version_is_not_settled_by_this_withdr
     )
     pairs = [(ours, batch.items[0])]
     await confirm(devnet, settle_by_hand(devnet, deployment, market, pairs, outputs[:2]))
-    await travel_to(devnet, escrow_datum(foreign, theirs).close + 1)
+    await travel_to(devnet, escrow_datum(foreign, theirs).close + REFUND_WINDOW_MS + 1)
     back = [tagged(consumer.address, OWED, PayoutKind.REFUND, theirs)]
     await confirm(devnet, refund_by_hand(devnet, foreign, market, [(theirs, 0)], back))
 
@@ -290,7 +292,7 @@ async def test_an_escrow_locked_under_a_datum_hash_cannot_settle_but_refunds(dev
     hash_read = f"UnConstrData on arguments [PlutusByteString(value={datum_hash(terms).payload!r})]"
     await rejected(devnet, settle, SCRIPT_FAILED, "withdraw#0", hash_read)
 
-    await travel_to(devnet, terms.close + 1)
+    await travel_to(devnet, terms.close + REFUND_WINDOW_MS + 1)
     back = [tagged(consumer.address, OWED, PayoutKind.REFUND, escrow)]
     start = Clock.now(devnet.context()).tip_slot
 

@@ -188,7 +188,9 @@ async def test_a_bond_unbonding_before_the_close_backs_no_acceptance(
         datum = BondDatum(to_plutus(provider.address), provider.vkey, Just(since))
         return await place(devnet, provider, at_bond, 100 * ADA, datum)
 
-    too_soon = await bond_unbonding_since(close - deployment.notice_ms)  # free at the close
+    # the consumer slashes until close + refund window: a bond free then covers nothing
+    slashable_until = close + deployment.refund_window_ms
+    too_soon = await bond_unbonding_since(slashable_until - deployment.notice_ms)
     refused(devnet, deployment, escrow, provider, Refusal.NOTICE_ENDS, too_soon, BondRefused)
-    outlasting = await bond_unbonding_since(close - deployment.notice_ms + 1)
+    outlasting = await bond_unbonding_since(slashable_until - deployment.notice_ms + 1)
     accepted(devnet, deployment, escrow, provider, outlasting)

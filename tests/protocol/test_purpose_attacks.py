@@ -25,6 +25,7 @@ from tests.protocol.onchain import (
     ADA,
     ALLOWANCE,
     LOCKED,
+    REFUND_WINDOW_MS,
     SCRIPT_FAILED,
     Spend,
     confirm,
@@ -96,7 +97,7 @@ async def test_an_escrow_spent_with_a_bond_redeemer_or_junk_fails(devnet, deploy
     only other constructor-shaped branch, and still needs both parties' signatures."""
     consumer, provider, anyone = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
-    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+    await travel_to(devnet, escrow_datum(deployment, escrow).close + REFUND_WINDOW_MS + 1)
     owed = [tagged(consumer.address, LOCKED - ALLOWANCE, PayoutKind.REFUND, escrow)]
     start = Clock.now(devnet.context()).tip_slot
     for redeemer, reason in (

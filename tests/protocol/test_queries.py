@@ -30,8 +30,8 @@ class Fixed(ChainContext):
     def utxo_by_tx_id(self, tx_id: str, index: int) -> None:
         return None
 
-    def script_stake_registered(self, script) -> bool:
-        return False
+    def script_reward_balance(self, script) -> int | None:
+        return None
 
 
 def test_the_clock_reads_any_context_that_answers_the_queries():

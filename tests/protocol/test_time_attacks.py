@@ -60,12 +60,16 @@ async def test_settle_needs_an_upper_bound_no_later_than_deadline_plus_window(de
 
 
 async def test_refund_needs_a_finite_lower_bound_after_deadline_plus_window(devnet, deployment):
-    consumer, provider, anyone = [await wallet(devnet) for _ in range(3)]
+    consumer, provider = [await wallet(devnet) for _ in range(2)]
+    # in the refund window, where only the consumer refunds: its time checks hold for it too
+    signed = {"signers": [consumer.key]}
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     close = escrow_datum(deployment, escrow).close
     close_slot = Clock.now(devnet.context()).time.posix_ms_to_slot(close)
     owed = [tagged(consumer.address, LOCKED - ALLOWANCE, PayoutKind.REFUND, escrow)]
-    early = refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed, start=close_slot + 1)
+    early = refund_by_hand(
+        devnet, deployment, consumer, [(escrow, 0)], owed, start=close_slot + 1, **signed
+    )
     await rejected(devnet, early, OUTSIDE_VALIDITY)  # the ledger keeps it out until then
 
     await travel_to(devnet, close + 1_000)
@@ -74,9 +78,13 @@ async def test_refund_needs_a_finite_lower_bound_after_deadline_plus_window(devn
         (UNBOUNDED, "refund needs a lower bound"),
         (0, "refund before close"),  # from the origin of time
     ):
-        attack = refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed, start=start)
+        attack = refund_by_hand(
+            devnet, deployment, consumer, [(escrow, 0)], owed, start=start, **signed
+        )
         await rejected(devnet, attack, SCRIPT_FAILED, f"traces: {reason}")
-    honest = refund_by_hand(devnet, deployment, anyone, [(escrow, 0)], owed, start=close_slot + 1)
+    honest = refund_by_hand(
+        devnet, deployment, consumer, [(escrow, 0)], owed, start=close_slot + 1, **signed
+    )
     await confirm(devnet, honest)
 
 

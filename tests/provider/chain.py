@@ -12,16 +12,15 @@ from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.process import DevnetProcess
 from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment, deploy
-from tests.protocol.onchain import confirm, wallet
-
-NOTICE_MS = 30_000
-SLASH_SHARE_BPS = 2_500
+from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS, confirm, wallet
 
 
 async def deployed(devnet: DevnetProcess, file: Path) -> Deployment:
     """Deploy the validators from a fresh wallet and write the deployment file at `file`."""
     deployer = await wallet(devnet)
-    tx, made = deploy(devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS)
+    tx, made = deploy(
+        devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
+    )
     await confirm(devnet, deployer.sign(tx))
     deployment_file.save(made, file)
     return made

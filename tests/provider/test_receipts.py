@@ -240,7 +240,9 @@ async def test_an_acceptance_backs_a_slash_of_the_providers_bond(devnet, deploym
         0, deployment.escrow_hash, escrow.input, spec.job_id(), deployment.bond_hash
     )
     assert verify(provider.vkey, payload, signature)
-    await travel_to(devnet, escrow_datum(deployment, escrow).close + 1)
+    # after the refund window anyone slashes for the consumer (within it, only the consumer)
+    close = escrow_datum(deployment, escrow).close
+    await travel_to(devnet, close + deployment.refund_window_ms + 1)
     before = balance(devnet, consumer.address)
     await confirm(
         devnet,

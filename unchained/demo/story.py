@@ -43,7 +43,7 @@ from unchained.demo.consumers import (
     fund,
     open_consumers,
 )
-from unchained.deploy import NOTICE_MS, SLASH_SHARE_BPS
+from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
 
 SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
 TRADE_TIMEOUT_S = 600  # the job's 120 s at most, its settlement, and a loaded machine
@@ -133,7 +133,7 @@ def deployed(devnet: DevnetProcess, path: Path) -> Path:
     step("3. The market deploys the validators")
     market = Wallet.of(devnet.key("market"), Network.TESTNET)
     tx, deployment = deploy(chain_context(devnet.url), market.address, 0, NOTICE_MS,
-                            SLASH_SHARE_BPS)  # fmt: skip
+                            SLASH_SHARE_BPS, REFUND_WINDOW_MS)  # fmt: skip
     confirm(devnet.url, market.sign(tx), "deploy")
     deployment_file.save(deployment, path)
     say(f"   escrow script {deployment.escrow_hash.payload.hex()}")

@@ -382,9 +382,11 @@ class ChainFollower:
         else:
             check_address(utxo, "provider", datum.provider, BondRefused)  # then it encodes
             payout = from_plutus(datum.provider, self.deployment.network)
-        # only an unbonding bond's check reads the time: only then are era summaries asked
+        # a job closing at the block's time; only an unbonding bond's check depends on that
+        # time (for the others the notice meets the refund window): only then are era
+        # summaries asked
         now = self._slot_ms(at.slot) if isinstance(datum.unbonding_since, Just) else 0
-        check_bond(self.deployment, utxo, datum.provider_vkey, payout, 0, now)
+        check_bond(self.deployment, utxo, datum.provider_vkey, payout, 0, now, now)
 
     def _slot_ms(self, slot: int) -> int:
         """When `slot` began, by the era summaries (asked again once past their horizon)."""

@@ -79,10 +79,11 @@ def counted_bond(
     if utxo is None:
         raise Invalid(f"bond {terms.bond} is not an unspent output on chain", "bond")
     payout = Address.from_primitive(terms.payout_address)
-    soonest_close = chain.now_ms() + settings.quote_ttl_ms + settings.settle_window_ms
+    now = chain.now_ms()
+    soonest_close = now + settings.quote_ttl_ms + settings.settle_window_ms
     least = settings.min_bond_lovelace
     try:
-        datum = check_bond(chain.deployment, utxo, vkey, payout, least, soonest_close)
+        datum = check_bond(chain.deployment, utxo, vkey, payout, least, soonest_close, now)
     except BondRefused as exc:
         raise Invalid(str(exc), "bond") from exc
     unbonding = isinstance(datum.unbonding_since, Just)

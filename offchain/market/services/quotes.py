@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from offchain.chain.ogmios import OgmiosError, request_sync
+from offchain.chain.time import iso
 from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
@@ -21,6 +22,8 @@ from offchain.market.services.chain import Chain, escrow_problems, parse_ref, qu
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
+from offchain.protocol.bond_check import covers_before
+from offchain.protocol.deployment import Deployment
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
@@ -44,7 +47,9 @@ def request_job(
     payouts could need a subsidy, only the nonce is spent and Conflict says why."""
     try:
         with Session(engine) as session:
-            job, offer = match(session, settings, chain.now_ms(TIP_AGE_S), signed, request)
+            job, offer = match(
+                session, settings, chain.deployment, chain.now_ms(TIP_AGE_S), signed, request
+            )
         quote_terms.refuse_subsidy(chain, settings, job)
     except UnchainedError:
         with writing(engine), engine.begin() as connection:
@@ -59,22 +64,25 @@ def request_job(
 def match(
     session: Session,
     settings: MarketSettings,
+    deployment: Deployment,
     chain_now_ms: int,
     signed: SignedRequest,
     request: schemas.JobRequest,
 ) -> tuple[Job, Offer]:
     """The job the request asks for, quoted on the cheapest online offer (not stored: the
-    caller writes it); Conflict saying why when no offer can take it."""
+    caller writes it); Conflict saying why when no offer can take it, or when bonds are
+    required and no bond could back a job closing that late (`check_bonded_close`)."""
     consumer_vkey = signed.vkey.payload
     consumer_id = signed.key_hash
     consumer = Address.from_primitive(request.consumer_address)
     if consumer.payment_part is None or consumer.payment_part.payload.hex() != consumer_id:
         raise Invalid("the address's payment key is not the key that signed", "consumer_address")
     spec = request.spec
+    expires = chain_now_ms + settings.quote_ttl_ms
+    check_bonded_close(settings, deployment, chain_now_ms, expires + spec.max_duration_s * 1000)
     offer, provider = offers.best_offer(
         session, spec, request.gpu_model, offers.available_now(settings)
     )
-    expires = chain_now_ms + settings.quote_ttl_ms
     at = jobs.now_ms()
     job = Job(
         id=jobs.new_job_id(), consumer_vkey=consumer_vkey.hex(), consumer_id=consumer_id,
@@ -90,6 +98,23 @@ def match(
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
     return job, offer
+
+
+def check_bonded_close(
+    settings: MarketSettings, deployment: Deployment, chain_now_ms: int, deadline_ms: int
+) -> None:
+    """Where offers match only with a counted bond, Conflict (naming the spec's
+    max_duration_s) when the job's close outlasts what an active bond covers: its provider
+    could withdraw before the consumer's slash (`bond_check.covers_before`)."""
+    close = deadline_ms + settings.settle_window_ms
+    covered = covers_before(deployment, None, chain_now_ms)
+    if settings.min_bond_lovelace and close >= covered:
+        raise Conflict(
+            f"no bond can back this job: it closes at {iso(close)} and may be slashed for "
+            f"{deployment.refund_window_ms} ms after that, while a bond's notice covers jobs "
+            f"closing before {iso(covered)}; lower max_duration_s",
+            "spec",
+        )
 
 
 def quote(job: Job, offer: Offer) -> schemas.Quote:
