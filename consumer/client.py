@@ -40,7 +40,12 @@ class MarketClient:
 
     @classmethod
     def open(cls, url: str, identity: str, key: RequestSigner) -> MarketClient:
-        return cls(url, identity, key, httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S))
+        # A plain http:// market never does TLS (paths are relative, redirects not followed),
+        # so its client skips loading the CA bundle, a good part of a CLI's start; any other
+        # URL verifies certificates as before.
+        plain_http = url.lower().startswith("http://")
+        http = httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S, verify=not plain_http)
+        return cls(url, identity, key, http)
 
     async def aclose(self) -> None:
         await self.http.aclose()

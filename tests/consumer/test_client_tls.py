@@ -1,0 +1,53 @@
+"""The market client skips loading the CA bundle only for a plain http:// market (it never does
+TLS); an https market, in whatever case the URL spells it, still has its certificate checked:
+a market with a self-signed certificate is refused, nothing sent past the handshake."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+from nacl.signing import SigningKey
+
+from consumer.client import MarketClient
+from consumer.errors import MarketRefused
+from consumer.request_key import RequestKey
+
+
+def self_signed(tmp_path: Path) -> ssl.SSLContext:
+    """A server context with a fresh self-signed certificate for 127.0.0.1."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True,
+                   capture_output=True)  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+@pytest.mark.parametrize("scheme", ["https", "HTTPS"])
+async def test_an_https_market_with_a_certificate_no_one_signed_is_refused(scheme, tmp_path):
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ssl.SSLError, ConnectionError):  # it gave up in the handshake
+            requests.append(await reader.read(1024))
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=self_signed(tmp_path))
+    port = server.sockets[0].getsockname()[1]
+    key = RequestKey(SigningKey.generate(), 0)
+    market = MarketClient.open(f"{scheme}://127.0.0.1:{port}", "market", key)
+    try:
+        with pytest.raises(MarketRefused, match="CERTIFICATE_VERIFY_FAILED"):
+            await market.my_jobs()
+    finally:
+        await market.aclose()
+        server.close()
+        await server.wait_closed()
+    assert not any(b"GET /jobs" in request for request in requests)
