@@ -348,7 +348,8 @@ def lock(
 
     async def go() -> str:
         async with opened(env) as consumer:
-            tx = consumer.accept_signed(job_id, signed_cbor(signed.read_text()))
+            text = signed.read_bytes().decode(errors="replace")  # not text: not hex either
+            tx = consumer.accept_signed(job_id, signed_cbor(text))
             return await consumer.submit_lock(job_id, tx)
 
     escrow = run_sync(go())

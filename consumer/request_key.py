@@ -55,6 +55,10 @@ def key_text(path: Path) -> str:
         raise WalletError(
             f"no key at {path}: run `unchained wallet new` (or pass --key FILE)", path=str(path)
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise WalletError(
+            f"{path} is not a key file: not text (byte {exc.start}: {exc.reason})", path=str(path)
+        ) from exc
 
 
 def plain_request_key(path: Path, network_id: int) -> RequestKey | None:

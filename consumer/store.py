@@ -78,8 +78,8 @@ def read(path: Path) -> JobRecord:
     """The record in `path`, or ConsumerError naming the file when it is not one (edited or
     damaged): a bad file is named, never a traceback."""
     try:
-        return JobRecord.model_validate_json(path.read_text())
-    except ValidationError as exc:  # invalid JSON too
+        return JobRecord.model_validate_json(path.read_bytes())
+    except ValidationError as exc:  # invalid JSON and bytes that are not UTF-8 too
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the file"
         raise ConsumerError(

@@ -213,6 +213,8 @@ def load_jobspec(path: Path) -> JobSpec:
         text = path.read_text()
     except OSError as exc:
         raise JobSpecError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise JobSpecError(f"{path} is not text (byte {exc.start}: {exc.reason})") from exc
     try:
         return jobspec_from_yaml(text)
     except JobSpecError as exc:

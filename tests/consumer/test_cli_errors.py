@@ -1,5 +1,6 @@
 """Bad input a user can give any consumer command without a chain or market: a path that is a
-folder, one that cannot be written, a damaged job record in the state directory. Each is one
+folder, one that cannot be written, a file that is not text, a damaged job record in the
+state directory. Each is one
 JSON error document with `--json` and a one-line `error:` without it, exit 1, never a
 traceback (as `job results` on a hostile archive: tests/consumer/test_results_cli.py)."""
 
@@ -26,7 +27,17 @@ CASES = {
                              "jobs/damaged.json is not a job record"),
     "a record of another shape": (["job", "list", "--local"], "ConsumerError",
                                   "market_url: Field required"),
+    "a record that is not text": (["job", "list", "--local"], "ConsumerError",
+                                  "jobs/damaged.json is not a job record"),
+    "a key that is not text": (["wallet", "address", "--key", "binary"], "WalletError",
+                               "binary is not a key file: not text"),
+    "a market call signed with a key that is not text": (
+        ["offers", "search", "--key", "binary"], "WalletError", "is not a key file: not text"),
+    "a spec that is not text": (["job", "submit", "binary", "--yes"], "JobSpecError",
+                                "binary is not text (byte 0: invalid start byte)"),
 }  # fmt: skip
+DAMAGED = {"a damaged job record": b'{"job_id": "j", "created', "a record that is not text":
+           b'\xff{"job_id": "j"}'}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -35,8 +46,8 @@ def test_bad_input_is_an_error_document_not_a_traceback(case: str, tmp_path: Pat
     (tmp_path / "folder").mkdir()
     jobs = tmp_path / "state" / "jobs"
     jobs.mkdir(parents=True)
-    damaged = '{"job_id": "j", "created' if case == "a damaged job record" else '{"job_id": "j"}'
-    (jobs / "damaged.json").write_text(damaged)
+    (jobs / "damaged.json").write_bytes(DAMAGED.get(case, b'{"job_id": "j"}'))
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00 not UTF-8")
     env = {**os.environ, "UNCHAINED_CONSUMER_STATE_DIR": str(tmp_path / "state")}
 
     done = run(env, *args, "--json", cwd=tmp_path)
