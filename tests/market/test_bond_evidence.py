@@ -1,8 +1,9 @@
 """Bonds read as evidence by the market, on the devnet: the chain follower takes a bond output
 naming a provider's key as that provider's bond only if it passes the bond check, so a bond
 withdrawable at once (`unbonding_since = Just 0`) or holding tokens is neither matched nor shown
-as a bond, while a good one is; a counted bond that moves into an output withdrawable at once
-(topped up after its notice ended) is shown refused."""
+as a bond, while a good one is; a job closing later than a bond's notice covers is not
+matched; a counted bond that moves into an output withdrawable at once (topped up after its
+notice ended) is shown refused."""
 
 from __future__ import annotations
 
@@ -88,6 +89,12 @@ async def test_only_a_bond_that_passes_the_bond_check_counts(
             quoted = await consumer.send("POST", "/jobs", job_request(consumer))
             assert quoted.status_code == 201, quoted.text
             assert quoted.json()["offer"]["provider_id"] == provider_id(good)
+            # issue 18 B: a job whose close (+ refund window) outlasts a notice begun now is
+            # not matched: its provider could withdraw the bond before the consumer slashes
+            outlasting = job_request(consumer, max_duration_s=NOTICE_MS // 1000)
+            refused = await consumer.send("POST", "/jobs", outlasting)
+            assert refused.status_code == 409, refused.text
+            assert "no bond can back this job" in refused.text and "max_duration_s" in refused.text
 
             unbond = bonds.begin_unbond(
                 devnet.context(), market_deployment, bond, good.wallet.address
@@ -96,7 +103,8 @@ async def test_only_a_bond_that_passes_the_bond_check_counts(
             await bond_state(strict, good, "unbonding")
             since = bonds.bond_datum(market_deployment, bond).unbonding_since.value
             await travel_to(devnet, since + NOTICE_MS + 1_000)
-            stranger = await wallet(devnet)
-            top_up = bonds.top_up(devnet.context(), market_deployment, bond, stranger.address, ADA)
-            await confirm(devnet, stranger.sign(top_up))
+            topped = bonds.top_up(  # the provider's own (a top-up needs its signature)
+                devnet.context(), market_deployment, bond, good.wallet.address, ADA
+            )
+            await confirm(devnet, good.wallet.sign(topped))
             await bond_state(strict, good, "refused")  # withdrawable at once: no bond

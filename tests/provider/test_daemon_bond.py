@@ -15,7 +15,7 @@ from offchain.protocol.txbuild import Clock
 from offchain.protocol.types import Just
 from provider.daemon.journal import Journal
 from tests.market.client import Party, serve
-from tests.protocol.onchain import balance, wallet
+from tests.protocol.onchain import NOTICE_MS, balance, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     IDENTITY,
@@ -55,7 +55,9 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
             assert done.exit_code == 0, done.output
         consumer = await wallet(devnet)
         job = spec(busybox, "echo never")
-        terms = safe_terms(consumer, provider, job, Clock.now(devnet.context()).tip_ms)
+        now = Clock.now(devnet.context()).tip_ms
+        # closing after the notice that began a moment ago (less the refund window) ends
+        terms = {**safe_terms(consumer, provider, job, now), "deadline": now + NOTICE_MS}
         escrow = await lock_escrow(devnet, deployment, consumer, terms)
         try:
             await daemon.start().logged("offer published")
@@ -66,7 +68,7 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
             daemon.stop()
             assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
     refused = next(line for line in daemon.log().splitlines() if "job job_u refused" in line)
-    assert "withdrawable from" in refused and "the jobs it backs close at" in refused, refused
+    assert "withdrawable from" in refused and "covers jobs closing before" in refused, refused
     assert Journal(daemon.state_dir).entries() == []  # nothing signed
     assert [line for line in seen if "/jobs/" in line] == []  # no acceptance sent
 
