@@ -69,7 +69,7 @@ class MarketClient:
                 url=self.url,
             ) from exc
         check(answer)
-        return answer.json()
+        return market_json(answer.text, f"{method} {path}")
 
     async def request_job(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self.call("POST", "/jobs", request)
@@ -107,7 +107,7 @@ class MarketClient:
                 check(stream)
             async for line in stream.aiter_lines():
                 if line.startswith("data: "):
-                    yield json.loads(line.removeprefix("data: "))
+                    yield market_json(line.removeprefix("data: "), f"an event of {path}")
 
     async def download_result(self, job_id: str, into: Path) -> str:
         """Stream the result archive into `into`, hashing as it arrives; its sha256 (hex).
@@ -143,6 +143,19 @@ class MarketClient:
                     await writing
                 sink(file, batch)
         return digest.hexdigest()
+
+
+def market_json(text: str, what: str) -> Any:
+    """The JSON a market answered; MarketRefused when it is not JSON (not an Unchained market,
+    or a broken one), never a traceback."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise MarketRefused(
+            f"the market's answer to {what} is not JSON ({exc}): is --market-url an Unchained "
+            f"market? It began {text[:80]!r}",
+            answer=text[:500],
+        ) from exc
 
 
 def check(answer: httpx.Response) -> None:

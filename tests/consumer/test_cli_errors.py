@@ -1,17 +1,20 @@
 """Bad input a user can give any consumer command without a chain or market: a path that is a
 folder, one that cannot be written, a file that is not text, a damaged job record in the
-state directory. Each is one
-JSON error document with `--json` and a one-line `error:` without it, exit 1, never a
-traceback (as `job results` on a hostile archive: tests/consumer/test_results_cli.py)."""
+state directory, a market URL that is a web page. Each is one JSON error document with
+`--json` and a one-line `error:` without it, exit 1, never a traceback (as `job results` on
+a hostile archive: tests/consumer/test_results_cli.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from consumer.keys import new_wallet
 from tests.consumer.cli import run
 
 CASES = {
@@ -57,3 +60,40 @@ def test_bad_input_is_an_error_document_not_a_traceback(case: str, tmp_path: Pat
     done = run(env, *args, cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == "", done.stdout
     assert done.stderr.startswith("error: ") and said in done.stderr, done.stderr[-3000:]
+
+
+class NotAMarket(BaseHTTPRequestHandler):
+    """A web server that is not a market: every GET answers 200 with a page."""
+
+    def do_GET(self) -> None:
+        page = b"<html>a web page, not a market</html>"
+        self.send_response(200)
+        self.send_header("content-length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("args", [["job", "list"], ["offers", "search", "gpus>=1"]])
+def test_a_url_that_is_no_market_is_named_not_a_traceback(args: list[str], tmp_path: Path):
+    new_wallet(tmp_path / "consumer.skey", mnemonic=False)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotAMarket)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        env = {**os.environ, "UNCHAINED_CONSUMER_KEY": str(tmp_path / "consumer.skey"),
+               "UNCHAINED_CONSUMER_MARKET_URL": url,
+               "UNCHAINED_CONSUMER_STATE_DIR": str(tmp_path / "state")}  # fmt: skip
+        done = run(env, *args, "--json", cwd=tmp_path)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        error = json.loads(done.stdout)
+        assert error["error"] == "MarketRefused" and "is not JSON" in error["message"], error
+        assert error["answer"] == "<html>a web page, not a market</html>"
+        done = run(env, *args, cwd=tmp_path)
+        assert done.returncode == 1 and done.stderr.startswith("error: the market's answer to GET")
+    finally:
+        server.shutdown()
+        thread.join()
