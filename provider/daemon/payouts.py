@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pycardano import UTxO
 
-from offchain.chain.submit import submit_confirmed
+from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.protocol import escrow as escrows
-from offchain.protocol.txbuild import out_ref
+from offchain.protocol.txbuild import BuildError, out_ref
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.spends import Spend, find_spend, read_spend
@@ -56,7 +56,20 @@ class PayoutWatcher:
             elif entry.close_ms - self.margin_ms <= now < entry.close_ms:
                 due.append(signed_receipt(entry, escrow))
         for start in range(0, len(due), self.batch_max):
-            await self._settle(due[start : start + self.batch_max])
+            await self._settle_apart(due[start : start + self.batch_max])
+
+    async def _settle_apart(self, receipts: list[escrows.SignedReceipt]) -> None:
+        """Settle a batch, or when it cannot be, each of its receipts alone: one receipt that
+        cannot be settled (logged, tried again next round) never holds up the others."""
+        try:
+            await self._settle(receipts)
+        except (BuildError, ChainError) as exc:
+            if len(receipts) == 1:
+                log.error("cannot settle escrow %s: %s", out_ref(receipts[0].escrow), exc)
+                return
+            log.warning("a batch of %d cannot be settled (%s): each alone", len(receipts), exc)
+            for receipt in receipts:
+                await self._settle_apart([receipt])
 
     async def _settle(self, receipts: list[escrows.SignedReceipt]) -> None:
         wallet = self.chain.wallet
