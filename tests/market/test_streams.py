@@ -15,7 +15,6 @@ import json
 import time
 
 import httpx
-import pytest
 
 from tests.market.client import serve
 from tests.market.flow import (
@@ -32,12 +31,6 @@ from tests.market.test_body_limits import head
 STREAMS = 200
 SIGNED_STREAMS = 50  # of them, the consumer's own /jobs/{id}/events
 PROMPT_S = 5  # "not stalled": measured well under a second, where it once took ~27 s
-
-
-@pytest.fixture
-def database_url() -> str:
-    """The pool is the same on both databases; SQLite's default file is enough here."""
-    return ""
 
 
 class Stream:

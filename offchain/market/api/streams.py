@@ -1,9 +1,10 @@
 """Live streams (server-sent events) hold no database connection and are bounded.
 
-A stream reads in a short session of its own per poll, never its request's session (which
-would stay checked out of the pool for the stream's whole life: some 30 watchers used to starve
-the API, the chain follower and the settlement batcher). Each open stream costs a task and a
-read per poll, so a process holds at most `streams_per_client` per client address and
+A stream reads in a short session of its own, never its request's session (which would stay
+checked out of the pool for the stream's whole life: some 30 watchers used to starve the API,
+the chain follower and the settlement batcher), and a job's stream reads only when the
+process's one `EventFeed` says its job has new events. Each open stream still costs a task
+and its socket, so a process holds at most `streams_per_client` per client address and
 `streams_max` in all; past them a new stream is refused (429 or 503, with the reason), and a
 stream's slot is freed however it ends: finished, failed, or its client gone.
 """
@@ -12,14 +13,18 @@ from __future__ import annotations
 
 import collections
 from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from starlette.datastructures import State
 from starlette.types import Receive, Scope, Send
 
 from offchain.market.errors import Busy, TooMany
+from offchain.market.services.event_feed import EventFeed
 
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+T = TypeVar("T")
 
 
 class StreamSlots:
@@ -65,14 +70,27 @@ class _HeldStream(StreamingResponse):
             self.give_back()
 
 
-def slots(request: Request) -> StreamSlots:
-    """The process's slots, made on first use from its settings (the market's app and the
-    explorer-only app alike)."""
+def _of_app(request: Request, name: str, make: Callable[[State], T]) -> T:
+    """The app's one `name`, made on first use (the market's app and the explorer-only app
+    alike)."""
     state = request.app.state
-    if not hasattr(state, "stream_slots"):
-        settings = state.settings
-        state.stream_slots = StreamSlots(settings.streams_per_client, settings.streams_max)
-    return state.stream_slots
+    if not hasattr(state, name):
+        setattr(state, name, make(state))
+    return getattr(state, name)
+
+
+def slots(request: Request) -> StreamSlots:
+    """The process's bounds on streams, from its settings."""
+
+    def make(state: State) -> StreamSlots:
+        return StreamSlots(state.settings.streams_per_client, state.settings.streams_max)
+
+    return _of_app(request, "stream_slots", make)
+
+
+def event_feed(request: Request) -> EventFeed:
+    """What wakes the process's streams when their job has new events."""
+    return _of_app(request, "event_feed", lambda state: EventFeed(state.engine))
 
 
 def open_stream(request: Request, events: AsyncIterator[str]) -> StreamingResponse:

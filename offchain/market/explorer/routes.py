@@ -36,6 +36,7 @@ from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.format import FILTERS, GLOBALS
 from offchain.market.models import Job
 from offchain.market.services import jobs
+from offchain.market.services.event_feed import EventFeed
 from offchain.market.settings import MarketSettings
 
 HERE = FilePath(__file__).parent
@@ -253,18 +254,23 @@ def _new_events(engine: Engine, job_id: str, after: int) -> list[dict[str, Any]]
         return queries.events_after(session, job_id, after)
 
 
-async def _job_stream(engine: Engine, job_id: str, after: int) -> AsyncIterator[str]:
+async def _job_stream(
+    feed: EventFeed, engine: Engine, job_id: str, after: int
+) -> AsyncIterator[str]:
     row = templates.env.get_template("_event.html")
-    while True:
-        for event in await run_in_threadpool(_new_events, engine, job_id, after):
-            after = event["id"]
-            html = row.render(e=event)
-            yield _event("transition", {"html": html, "state": event["to_state"]}, after)
-        await asyncio.sleep(LIVE_EVERY_S)
+    async with feed.watch(job_id) as woken:
+        while True:
+            woken.clear()
+            for event in await run_in_threadpool(_new_events, engine, job_id, after):
+                after = event["id"]
+                html = row.render(e=event)
+                yield _event("transition", {"html": html, "state": event["to_state"]}, after)
+            await woken.wait()
 
 
-# Live streams hold no session while open (each poll reads in its own) and are bounded per
-# client address and in all (`offchain/market/api/streams.py`).
+# Live streams hold no session while open (each read is in its own; a job's stream reads when
+# the process's event feed wakes it) and are bounded per client address and in all
+# (`offchain/market/api/streams.py`).
 
 
 @router.get("/explorer/live", response_class=Response)
@@ -288,4 +294,5 @@ async def job_live(
     engine = request.app.state.engine
     await run_in_threadpool(_check_job, engine, job_id)
     start = after if last_event_id is None else last_event_id
-    return streams.open_stream(request, _job_stream(engine, job_id, start))
+    feed = streams.event_feed(request)
+    return streams.open_stream(request, _job_stream(feed, engine, job_id, start))

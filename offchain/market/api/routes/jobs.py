@@ -3,7 +3,6 @@ A job's status, events, logs and result are for its consumer and its provider on
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -27,9 +26,9 @@ from offchain.market.api.deps import (
 )  # fmt: skip
 from offchain.market.models import Job
 from offchain.market.services import jobs, quotes, storage
+from offchain.market.services.event_feed import EventFeed
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
-POLL_S = 0.25
 RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default: 16x fewer
 
 
@@ -133,7 +132,7 @@ async def events(job_id: str, party: PartyDep, http: Request) -> StreamingRespon
     A live stream: no session held while it is open, and bounded (`api/streams.py`)."""
     engine = http.app.state.engine
     await run_in_threadpool(_check_visible, engine, job_id, party)
-    return streams.open_stream(http, _stream(engine, job_id))
+    return streams.open_stream(http, _stream(streams.event_feed(http), engine, job_id))
 
 
 def _check_visible(engine: Engine, job_id: str, party: str) -> None:
@@ -141,16 +140,17 @@ def _check_visible(engine: Engine, job_id: str, party: str) -> None:
         jobs.visible_to(session, job_id, party)
 
 
-async def _stream(engine: Engine, job_id: str) -> AsyncIterator[str]:
+async def _stream(feed: EventFeed, engine: Engine, job_id: str) -> AsyncIterator[str]:
     after = 0
-    while True:
-        found = await run_in_threadpool(_events_after, engine, job_id, after)
-        for event in found:
-            after = event.id
-            yield f"id: {event.id}\nevent: transition\ndata: {event.model_dump_json()}\n\n"
-            if event.to_state in jobs.FINAL:
-                return
-        await asyncio.sleep(POLL_S)
+    async with feed.watch(job_id) as woken:
+        while True:
+            woken.clear()
+            for event in await run_in_threadpool(_events_after, engine, job_id, after):
+                after = event.id
+                yield f"id: {event.id}\nevent: transition\ndata: {event.model_dump_json()}\n\n"
+                if event.to_state in jobs.FINAL:
+                    return
+            await woken.wait()
 
 
 def _events_after(engine: Engine, job_id: str, after: int) -> list[schemas.EventPublic]:
