@@ -43,6 +43,7 @@ from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
 from offchain.market.settings import MarketSettings
 from offchain.protocol.offer import SelfTestSummary
+from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS
 
 JOBS, PROVIDERS, TRANSACTIONS = 10_000, 1_000, 100_000
 TARGET_MS = 200
@@ -53,7 +54,7 @@ GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 40
 PATH = [JobState.REQUESTED, JobState.QUOTED, JobState.FUNDED, JobState.ACCEPTED,
         JobState.RUNNING, JobState.COMPLETED, JobState.SETTLING, JobState.SETTLED]  # fmt: skip
 CHUNK = 5_000
-SCRIPTS = Scripts(0, bytes(range(28)), bytes(range(28, 56)))
+SCRIPTS = Scripts(0, bytes(range(28)), bytes(range(28, 56)), NOTICE_MS, REFUND_WINDOW_MS)
 HOUR_MS = 3_600_000
 HISTORY_MS = 8 * 24 * HOUR_MS  # a day more than the longest uptime window
 CHECKS = ["engine", "hardening", "memory limit", "pids limit", "duration limit", "disk limit",

@@ -49,7 +49,12 @@ def check_bond(
     if lovelace < min_lovelace:
         raise BondRefused(bond, Refusal.TOO_SMALL, f"{lovelace} < {min_lovelace} lovelace")
     since = datum.unbonding_since
-    covered = covers_before(deployment, since.value if isinstance(since, Just) else None, now_ms)
+    covered = covers_before(
+        deployment.notice_ms,
+        deployment.refund_window_ms,
+        since.value if isinstance(since, Just) else None,
+        now_ms,
+    )
     if close_ms >= covered:
         ends = covered + deployment.refund_window_ms
         raise BondRefused(
@@ -62,11 +67,13 @@ def check_bond(
     return datum
 
 
-def covers_before(deployment: Deployment, unbonding_since: int | None, now_ms: int) -> int:
-    """A bond unbonding since `unbonding_since` (None: not unbonding) covers the jobs closing
-    before this time (POSIX ms), seen at `now_ms`: its earliest withdrawal (the notice's end;
-    not unbonding, a notice begun now) less the refund window, within which the consumer
-    still slashes. Only a close strictly before counts: at the notice's very end a withdrawal
-    and the consumer's slash are both valid."""
+def covers_before(
+    notice_ms: int, refund_window_ms: int, unbonding_since: int | None, now_ms: int
+) -> int:
+    """A bond (of a deployment with these terms) unbonding since `unbonding_since` (None: not
+    unbonding) covers the jobs closing before this time (POSIX ms), seen at `now_ms`: its
+    earliest withdrawal (the notice's end; not unbonding, a notice begun now) less the refund
+    window, within which the consumer still slashes. Only a close strictly before counts: at
+    the notice's very end a withdrawal and the consumer's slash are both valid."""
     starts = now_ms if unbonding_since is None else unbonding_since
-    return starts + deployment.notice_ms - deployment.refund_window_ms
+    return starts + notice_ms - refund_window_ms

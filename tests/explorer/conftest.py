@@ -29,6 +29,7 @@ from tests.market.conftest import (  # noqa: F401 - shared fixtures
     postgresql_cluster,
     postgresql_url,
 )
+from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "explorer"
 CHROMIUM = os.environ.get("UNCHAINED_CHROMIUM", "/usr/bin/chromium")
@@ -63,7 +64,8 @@ def explorer_over(
     with Session(engine) as session:
         seed(session)
     state = routes.ExplorerState(
-        Scripts(0, bytes(28), bytes(range(28))), ChainTime(START_MS, (Era(0, 0, None, 1000),))
+        Scripts(0, bytes(28), bytes(range(28)), NOTICE_MS, REFUND_WINDOW_MS),
+        ChainTime(START_MS, (Era(0, 0, None, 1000),)),
     )
     try:
         with TestClient(routes.explorer_app(settings, engine, state)) as client:

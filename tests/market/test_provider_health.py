@@ -5,6 +5,7 @@ signed offer carried, from `unchained provider selftest` through the daemon's of
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,7 +16,8 @@ from offchain.chain.time import ChainTime, Era
 from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
 from offchain.market.explorer.decode import Scripts
-from offchain.market.models import OnlineSpan, Provider
+from offchain.market.explorer.format import duration, when
+from offchain.market.models import Bond, OnlineSpan, Provider
 from offchain.market.services import health
 from offchain.market.services.jobs import now_ms
 from offchain.market.settings import MarketSettings
@@ -26,7 +28,7 @@ from provider.daemon.offers import offer_terms
 from provider.selftest import Check, load_summary, save_summary
 from tests.market.client import Party
 from tests.market.flow import stored
-from tests.protocol.onchain import wallet
+from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS, wallet
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -79,10 +81,7 @@ def test_the_pages_show_uptime_and_the_json_carries_it(engine, tmp_path):
     with Session(engine) as session:  # spans clear of the windows' edges: exact as time moves
         beat(session, a, now - 2 * HOUR_MS, now - HOUR_MS)
         beat(session, a, now - 3 * DAY_MS, now - 3 * DAY_MS + HOUR_MS)
-    settings = MarketSettings(data_dir=tmp_path / "market")
-    clock = ChainTime(now - DAY_MS, (Era(0, 0, None, 1000),))
-    state = routes.ExplorerState(Scripts(0, bytes(28), bytes(range(28))), clock)
-    with TestClient(routes.explorer_app(settings, engine, state)) as client:
+    with explorer(engine, tmp_path, now - DAY_MS) as client:
         listed = client.get("/api/explorer/providers").json()["providers"]
         page = client.get(f"/explorer/providers/{a}").text
         listing = client.get("/explorer/providers").text
@@ -92,6 +91,42 @@ def test_the_pages_show_uptime_and_the_json_carries_it(engine, tmp_path):
     assert uptime[IDS[1]]["24h"]["online_ms"] == 0
     for html in (page, listing):
         assert "4.2 % / 1.2 %" in html and "not reported" in html
+
+
+def test_the_provider_page_says_which_jobs_its_bonds_cover(engine, tmp_path):
+    """Issue 18 B: an active bond covers the jobs closing within its notice less the refund
+    window from now; an unbonding one those closing before its notice's end less the window."""
+    a, since = IDS[0], 1_700_000_000_000
+    active, unbonding = "11" * 32 + "#0", "22" * 32 + "#0"
+    with Session(engine) as session:
+        provider = session.get(Provider, a)
+        assert provider is not None
+        provider.bond_ref, provider.bond_lovelace, provider.bond_state = active, 400, "active"
+        session.add(provider)
+        session.add(Bond(ref=active, provider_id=a, lovelace=400, created_slot=2))
+        session.add(Bond(ref=unbonding, provider_id=a, lovelace=300, unbonding_since_ms=since,
+                         created_slot=1))  # fmt: skip
+        session.commit()
+    with explorer(engine, tmp_path, since) as client:
+        shown = client.get(f"/api/explorer/providers/{a}").json()
+        page = client.get(f"/explorer/providers/{a}").text
+    covers_ms, ends = NOTICE_MS - REFUND_WINDOW_MS, since + NOTICE_MS - REFUND_WINDOW_MS
+    assert shown["provider"]["bond"]["covers_ms"] == covers_ms
+    assert [b["covers_before_ms"] for b in shown["bonds"]] == [None, ends]
+    assert f"covers jobs closing within {duration(covers_ms)} of now" in page
+    assert f"before {when(ends)}" in page
+
+
+@contextmanager
+def explorer(engine: Engine, tmp_path, start_ms: int) -> Iterator[TestClient]:
+    """The explorer over `engine`, its chain starting at `start_ms`, with the test bond terms."""
+    settings = MarketSettings(data_dir=tmp_path / "market")
+    clock = ChainTime(start_ms, (Era(0, 0, None, 1000),))
+    scripts = Scripts(0, bytes(28), bytes(range(28)), NOTICE_MS, REFUND_WINDOW_MS)
+    with TestClient(
+        routes.explorer_app(settings, engine, routes.ExplorerState(scripts, clock))
+    ) as client:
+        yield client
 
 
 def _spans(engine: Engine) -> list[OnlineSpan]:

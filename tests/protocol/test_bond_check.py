@@ -88,7 +88,7 @@ async def test_a_bond_not_unbonding_covers_jobs_closing_before_its_notice_less_t
     jobs that close (and pass their refund window) before a notice begun now would end."""
     posted = await post_bond(devnet, deployment, provider, MINIMUM)
     now = Clock.now(devnet.context()).tip_ms
-    covered = covers_before(deployment, None, now)
+    covered = covers_before(deployment.notice_ms, deployment.refund_window_ms, None, now)
     assert covered == now + deployment.notice_ms - deployment.refund_window_ms
 
     def check(close: int) -> BondDatum:

@@ -22,6 +22,7 @@ from pycardano import (
 from pycardano.serialization import RawCBOR
 
 from offchain.protocol.addresses import from_plutus
+from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.types import (
     BatchSettle,
@@ -57,17 +58,25 @@ DATUMS: dict[str | None, tuple[type[PlutusData], ...]] = {
 
 @dataclasses.dataclass(frozen=True)
 class Scripts:
-    """The deployment as the explorer names it: which payment credentials are ours."""
+    """The deployment as the explorer names it: which payment credentials are ours, and the
+    bond terms that say which jobs a bond covers."""
 
     network_id: int
     escrow_hash: bytes
     bond_hash: bytes
+    notice_ms: int
+    refund_window_ms: int
 
     @classmethod
     def of(cls, deployment: Deployment) -> Scripts:
         return cls(
-            deployment.network_id, deployment.escrow_hash.payload, deployment.bond_hash.payload
-        )
+            deployment.network_id, deployment.escrow_hash.payload, deployment.bond_hash.payload,
+            deployment.notice_ms, deployment.refund_window_ms,
+        )  # fmt: skip
+
+    def covers_before(self, unbonding_since: int | None, now_ms: int) -> int:
+        """Jobs closing before this time are covered by a bond (`bond_check.covers_before`)."""
+        return covers_before(self.notice_ms, self.refund_window_ms, unbonding_since, now_ms)
 
     def name(self, address: Address) -> str | None:
         payment = address.payment_part

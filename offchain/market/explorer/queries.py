@@ -427,7 +427,9 @@ def _provider_row(
         "gpus": [{"model": o.gpu_model, "count": o.gpu_count, "price_per_unit": o.price_per_unit}
                  for o in offers],
         "bond": {"ref": provider.bond_ref, "lovelace": provider.bond_lovelace,
-                 "state": provider.bond_state},
+                 "state": provider.bond_state,
+                 # an active bond covers the jobs closing within this long of now
+                 "covers_ms": ctx.scripts.covers_before(None, 0)},
         "jobs": counts,
         "uptime": _uptime(online),
         "selftest": json.loads(provider.selftest) if provider.selftest else None,
@@ -485,7 +487,10 @@ def provider_page(session: Session, ctx: Context, provider_id: str) -> dict[str,
                                   health.uptime(session, [provider_id], ctx.now_ms)[provider_id],
                                   ctx),
         "bonds": [{"ref": b.ref, "lovelace": b.lovelace, "unbonding_since_ms": b.unbonding_since_ms,
-                   "spent_tx": b.spent_tx, "spent_as": b.spent_as} for b in bonds],
+                   "spent_tx": b.spent_tx, "spent_as": b.spent_as,
+                   # an unbonding bond covers the jobs closing before a fixed time
+                   "covers_before_ms": None if b.unbonding_since_ms is None
+                   else ctx.scripts.covers_before(b.unbonding_since_ms, 0)} for b in bonds],
         "earnings": _earnings(session, provider_id),
         "jobs": recent["jobs"][:RECENT * 2],
     }  # fmt: skip

@@ -107,7 +107,7 @@ def check_bonded_close(
     max_duration_s) when the job's close outlasts what an active bond covers: its provider
     could withdraw before the consumer's slash (`bond_check.covers_before`)."""
     close = deadline_ms + settings.settle_window_ms
-    covered = covers_before(deployment, None, chain_now_ms)
+    covered = covers_before(deployment.notice_ms, deployment.refund_window_ms, None, chain_now_ms)
     if settings.min_bond_lovelace and close >= covered:
         raise Conflict(
             f"no bond can back this job: it closes at {iso(close)} and may be slashed for "
