@@ -119,3 +119,4 @@ async def test_the_deadline_watch_fails_late_jobs_and_announces_refund_and_slash
     notice = events[-1]
     assert notice.cause == Cause.SCHEDULER and notice.to_state == "failed"
     assert "a refund and a slash of the provider's bond is possible" in notice.detail
+    assert "by the consumer alone until" in notice.detail  # its refund window

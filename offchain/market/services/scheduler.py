@@ -34,8 +34,10 @@ def expire_quotes(engine: Engine, chain: Chain) -> None:
 
 def watch_deadlines(engine: Engine, chain: Chain) -> None:
     """A job not delivered by its deadline fails; once deadline + window has passed, the job's
-    consumer is told (an event) that a refund, and with an acceptance a slash, is possible."""
+    consumer is told (an event) that a refund, and with an acceptance a slash, is possible, and
+    until when only it may (the deployment's refund window)."""
     now = chain.now_ms()
+    window = chain.deployment.refund_window_ms
     with Session(engine) as session:
         for job in jobs.past_deadline(session, now):
             if job.state in NOT_DELIVERED:
@@ -49,7 +51,8 @@ def watch_deadlines(engine: Engine, chain: Chain) -> None:
                 session.add(JobEvent(
                     job_id=job.id, at_ms=jobs.now_ms(), from_state=job.state, to_state=job.state,
                     cause=Cause.SCHEDULER,
-                    detail=f"unsettled at {iso(close)}: a refund{slash} is possible",
+                    detail=f"unsettled at {iso(close)}: a refund{slash} is possible, by the "
+                    f"consumer alone until {iso(close + window)}",
                 ))  # fmt: skip
         session.commit()
 
