@@ -15,15 +15,12 @@ import asyncio
 import logging
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from offchain.devnet import phase2
-from offchain.devnet.genesis import demo_wallet_addresses, wallet_key_path
-from offchain.devnet.node import Devnet
-from offchain.devnet.params import ProtocolParameters
-from offchain.devnet.server import run
+if TYPE_CHECKING:  # the ledger and its script evaluator are imported to serve, not for --help
+    from offchain.devnet.params import ProtocolParameters
 
 app = typer.Typer(help="A local Cardano ledger (Conway) served over Ogmios v6 JSON-RPC.")
 
@@ -52,6 +49,8 @@ def devnet(
     ] = None,
 ) -> None:
     """Serve the devnet until SIGTERM or SIGINT (a clean stop); the chain persists in DATA_DIR."""
+    from offchain.devnet.params import ProtocolParameters
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection
     file_settings = tomllib.loads(config.read_text()) if config else {}
@@ -77,6 +76,11 @@ def devnet(
 async def _serve(
     settings: dict[str, Any], data_dir: Path, reset: bool, params: ProtocolParameters
 ) -> None:
+    from offchain.devnet import phase2
+    from offchain.devnet.genesis import demo_wallet_addresses, wallet_key_path
+    from offchain.devnet.node import Devnet
+    from offchain.devnet.server import run
+
     node = Devnet(data_dir, slot_length_ms=settings["slot_length"], params=params, reset=reset)
     if node.genesis.slot_length_ms != settings["slot_length"]:
         typer.echo(

@@ -8,12 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
-
-from offchain.market.app import SETTINGS_ENV, create_app, from_environment
-from offchain.market.db import make_engine, upgrade
-from offchain.market.errors import MarketError
-from offchain.market.settings import load_settings
 
 # A spawned worker answers the supervisor's health check only once it has imported the app
 # (pycardano and all): uvicorn's 5 s default kills it as hung on a busy machine.
@@ -40,6 +34,13 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="Log every request (costs CPU).")] = False,
 ) -> None:
     """Serve the market's API (OpenAPI at /docs)."""
+    import uvicorn  # with the app, here: `unchained --help` needs neither
+
+    from offchain.market.app import SETTINGS_ENV, create_app, from_environment
+    from offchain.market.db import make_engine, upgrade
+    from offchain.market.errors import MarketError
+    from offchain.market.settings import load_settings
+
     flags = {
         "data_dir": data_dir, "database_url": database_url, "ogmios_url": ogmios_url,
         "deployment": deployment, "identity": identity, "host": host, "port": port,
