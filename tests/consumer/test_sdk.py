@@ -22,7 +22,7 @@ from offchain.protocol.payloads import sign
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from tests.consumer.scripted import GPU, PRICE
 from tests.protocol.conftest import SLASH_SHARE_BPS
-from tests.protocol.onchain import BOND, balance, travel_to
+from tests.protocol.onchain import BOND, NOTICE_MS, balance, travel_to
 
 SPEC = {
     "image": "python:3.11", "command": ["python", "-c", "print('hi')"],
@@ -198,3 +198,7 @@ async def test_a_bond_that_does_not_count_is_refused_before_locking(consumer, pr
     assert list(consumer.store.all()) == []  # nothing recorded, nothing locked
     consumer.min_bond_lovelace = BOND
     assert (await consumer.quote(parse_jobspec(SPEC))).bond_lovelace == BOND
+    # issue 18 B: the provider could withdraw the bond before a job this long is slashable
+    outlasting = {**SPEC, "max_duration_s": NOTICE_MS // 1000, "max_price_lovelace": 10**9}
+    with pytest.raises(QuoteRejected, match="covers jobs closing before"):
+        await consumer.quote(parse_jobspec(outlasting))
