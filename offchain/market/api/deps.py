@@ -36,9 +36,8 @@ def get_session(request: Request) -> Iterator[Session]:
 
 def release(session: Session) -> None:
     """End the session's transaction, so its connection goes back to the pool before a long
-    wait on the client (an upload arriving, a download leaving): a request's session is
-    otherwise closed only after its response has gone. What it loaded stays usable (`sessions`
-    does not expire on commit); its next use takes a connection again."""
+    wait on the client inside a route (an upload arriving). What it loaded stays usable
+    (`sessions` does not expire on commit); its next use takes a connection again."""
     session.commit()
 
 
@@ -117,7 +116,9 @@ async def signer_id(signed: Annotated[SignedRequest, Depends(signed_request)]) -
 
 
 SettingsDep = Annotated[MarketSettings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session)]
+# A route's session closes once its answer is made, before it is sent: a client slow to read
+# (a result download, a long answer) never holds a connection of the pool.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 ChainDep = Annotated[Chain, Depends(get_chain)]
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]
 UnspentDep = Annotated[Unspent, Depends(signed_unspent)]

@@ -21,7 +21,6 @@ from offchain.market.api.deps import (
     SessionDep,
     SettingsDep,
     UnspentDep,
-    release,
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job
@@ -118,7 +117,6 @@ def result(
     """The result archive; check its sha256 against the provider's signed receipt."""
     job = jobs.visible_to(session, job_id, party)
     path, blob = storage.open_blob(settings.blob_dir, session, job.result_sha256)
-    release(session)  # no connection held while the archive goes out
     response = FileResponse(
         path, media_type="application/octet-stream", headers={"X-Result-Sha256": blob.sha256}
     )
