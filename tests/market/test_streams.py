@@ -122,6 +122,7 @@ async def test_the_bounds_refuse_the_next_stream_and_a_closed_one_frees_its_slot
         first = [await Stream.open(base, "/explorer/live") for _ in range(2)]
         other = [await Stream.open(base, "/explorer/live", source="127.0.0.2")]
         assert [status for status, _ in first + other] == [200, 200, 200]
+        await first[1][1].sees(b"event: home", timeout_s=10)  # they stream the home figures
 
         status, refused = await Stream.open(base, "/explorer/live")
         (problem,) = (await refused.refusal())["detail"]

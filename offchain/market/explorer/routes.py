@@ -222,16 +222,22 @@ def search(request: Request, session: SessionDep, q: Annotated[str, Query(max_le
 _home_cache: dict[tuple[int, int], str] = {}
 
 
+def _cached_home(engine: Engine, now_ms: int) -> str | None:
+    """This second's fragment if one stream made it already: the others read it on the event
+    loop, with no thread hop each."""
+    return _home_cache.get((id(engine), now_ms // 1000))
+
+
 def _home_fragment(engine: Engine, ctx: queries.Context) -> str:
     now = jobs.now_ms()
-    key = (id(engine), now // 1000)
-    if key not in _home_cache:
+    fragment = _cached_home(engine, now)
+    if fragment is None:
         with Session(engine) as session:
             data = queries.home(session, dataclasses.replace(ctx, now_ms=now))
         fragment = templates.env.get_template("_home_live.html").render(d=data)
-        _home_cache.clear()
-        _home_cache[key] = fragment
-    return _home_cache[key]
+        _home_cache.clear()  # another thread may clear it too: this one returns its own
+        _home_cache[(id(engine), now // 1000)] = fragment
+    return fragment
 
 
 def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
@@ -242,7 +248,9 @@ def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
 async def _home_stream(engine: Engine, ctx: queries.Context) -> AsyncIterator[str]:
     last = ""
     while True:
-        fragment = await run_in_threadpool(_home_fragment, engine, ctx)
+        fragment = _cached_home(engine, jobs.now_ms()) or await run_in_threadpool(
+            _home_fragment, engine, ctx
+        )
         if fragment != last:
             last = fragment
             yield _event("home", {"html": fragment})
