@@ -26,12 +26,6 @@ PROMPT_S = 5
 
 
 @pytest.fixture
-def database_url() -> str:
-    """The pool is the same on both databases; SQLite's default file is enough here."""
-    return ""
-
-
-@pytest.fixture
 def settings(settings: MarketSettings) -> MarketSettings:
     return settings.model_copy(update={"result_limit_bytes": 2 * RESULT_BYTES})
 
