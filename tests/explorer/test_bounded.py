@@ -103,7 +103,7 @@ def test_a_stored_time_past_the_calendar_is_shown_as_a_number(client):
         assert f"{FAR_MS} ms since 1970 (no date)" in page.text, path
 
 
-CURSORS = ["9" * 30 + ".ab", "9" * 5000 + ".ab", "²." + "ab", "1.ab\x00", "12", "x.ab"]
+CURSORS = ["9" * 30 + ".ab", "9" * 5000 + ".ab", "²." + "ab", "1.ab\x00", "12", "x.ab", "1.a b"]
 
 
 @pytest.mark.parametrize("cursor", CURSORS)

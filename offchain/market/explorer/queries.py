@@ -50,8 +50,9 @@ JOB_FILTERS = ("state", "provider", "consumer", "gpu")
 HEIGHT_DIGITS = 12  # a longer number is a hash that happens to have no letters
 MAX_INT64 = (1 << 63) - 1
 # A keyset cursor as a page's `next` writes it: a number (ms or slot) and the row's key (a job
-# id, an out-ref); ASCII digits only, so "²" or 5,000 digits are refused, never parsed.
-CURSOR = re.compile(r"([0-9]{1,19})\.([0-9a-f]{1,64}(?:#[0-9]{1,5})?)")
+# id, an out-ref; any ASCII word compares, e.g. `z` to start after every key of that number);
+# ASCII digits only, so "²" or 5,000 digits are refused, never parsed.
+CURSOR = re.compile(r"([0-9]{1,19})\.([0-9A-Za-z_#-]{1,80})")
 SUM_SPLIT = 1 << 32
 # The job's spec read as JSON: PostgreSQL casts its text to json; SQLite must read the text as
 # it is (its CAST AS JSON is a numeric cast, 0, and every spec's GPUs counted as none).
