@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from pycardano import ExecutionUnits, Transaction
+from pycardano import ExecutionUnits, Transaction, TransactionInput
 
+from offchain.chain.utxo import parse_out_ref
 from offchain.devnet.genesis import ADA
 from offchain.market.db import make_engine
 from offchain.market.models import Cause, Provider, Settlement, SettlementState
@@ -177,8 +178,9 @@ async def test_settlements_in_flight_pay_from_separate_wallet_utxos(
 
     in_flight = stored(made, Settlement)
     assert [s.state for s in in_flight] == [SettlementState.SUBMITTED] * 2
-    paying = [settlement._spends(s.tx_cbor) & wallet_utxos for s in in_flight]
-    assert all(paying) and not paying[0] & paying[1]  # one fee UTxO each, not shared
+    first, second = (settlement._spends(s.tx_cbor) for s in in_flight)
+    assert not first & second  # in flight together: no UTxO spent by both, collateral included
+    paid_from_the_wallet(in_flight, wallet_utxos, market)
     with serve(made) as url:  # the follower sees both land, the third batch follows
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             settled = [
@@ -187,12 +189,34 @@ async def test_settlements_in_flight_pay_from_separate_wallet_utxos(
             ]
     rows = stored(made, Settlement)
     assert {s.state for s in rows} == {SettlementState.CONFIRMED} and len(rows) == 3
+    paid_from_the_wallet(rows, wallet_utxos, market)
     assert {status["settle_tx"] for status in settled} == {s.tx_id for s in rows}
     fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
                for s in rows)  # fmt: skip
     lovelace = deals[0].escrow.output.amount.coin
     split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], made.fee_allowance)
     assert balance(devnet, market.address) == before + 3 * split.fee - fees
+
+
+def paid_from_the_wallet(
+    rows: list[Settlement], start: set[TransactionInput], wallet: Wallet
+) -> None:
+    """Each settle, in the order built, paid its fee (and collateral) from the wallet's UTxOs as
+    they were then: those at `start`, less what the settles before it spent, plus their change. A
+    settle built after another landed may pay from that one's change, a UTxO `start` lacks."""
+    utxos = set(start)
+    for row in sorted(rows, key=lambda s: s.created_at_ms):
+        escrow_inputs = {parse_out_ref(ref) for ref in json.loads(row.escrows)}
+        own = settlement._spends(row.tx_cbor) - escrow_inputs
+        assert own and own <= utxos, f"{row.tx_id} pays from {own}, the wallet held {utxos}"
+        tx = Transaction.from_cbor(bytes.fromhex(row.tx_cbor))
+        body = tx.transaction_body
+        utxos -= set(body.inputs)
+        utxos |= {
+            TransactionInput(tx.id, index)
+            for index, out in enumerate(body.outputs)
+            if out.address == wallet.address
+        }
 
 
 @pytest.mark.parametrize("leader", [{"quote_ttl_ms": 2000}], indirect=True)
