@@ -52,7 +52,7 @@ def seed(session: Session) -> None:
         for n, state in enumerate((JobState.QUOTED, JobState.FUNDED)):
             session.add(_job(3 * i + n, state, lock_lovelace=MAX_SUPPLY_LOVELACE))
         settled = _job(3 * i + 2, JobState.SETTLED, price_per_unit=MAX_PRICE_PER_UNIT,
-                       receipt_units=MAX_DURATION_S, lock_lovelace=MAX_SUPPLY_LOVELACE)
+                       receipt_units=MAX_DURATION_S, lock_lovelace=MAX_SUPPLY_LOVELACE)  # fmt: skip
         session.add(settled)
         session.add(JobEvent(job_id=settled.id, at_ms=START_MS, to_state=JobState.SETTLED,
                              cause=Cause.CHAIN, slot=5, block_height=5))  # fmt: skip
@@ -129,7 +129,8 @@ def test_heights_filters_and_searches_past_every_bound_are_4xx(client):
     assert client.get("/api/explorer/search", params={"q": "²"}).json()["path"] is None
     live = f"/explorer/jobs/{0:032x}/live"  # refused before any stream opens
     for params, headers, field in [
-        ({"after": str(10**30)}, {}, "after"), ({}, {"last-event-id": "²".encode()}, "last-event-id"),
+        ({"after": str(10**30)}, {}, "after"),
+        ({}, {"last-event-id": "²".encode()}, "last-event-id"),
         ({}, {"last-event-id": "9" * 5000}, "last-event-id"),
     ]:  # fmt: skip
         answer = client.get(live, params=params, headers=headers)
