@@ -6,6 +6,7 @@ no `out/` (nor a partial one) is left. A good archive still unpacks, replacing a
 
 from __future__ import annotations
 
+import gzip
 import io
 import shutil
 import tarfile
@@ -109,8 +110,11 @@ def test_a_good_archive_unpacks_over_an_older_one(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "result.tar"]
 
 
-def test_not_a_tar_stays_as_it_arrived(tmp_path: Path):
+@pytest.mark.parametrize("kind", ["bytes", "gzip"])
+def test_not_a_plain_tar_stays_as_it_arrived(kind: str, tmp_path: Path):
+    """A compressed tar is not unpacked either: it could expand far beyond what was sent."""
     archive = tmp_path / "result.tar"
-    archive.write_bytes(b"just bytes, no tar header" * 40)
+    plain = b"just bytes, no tar header" * 40
+    archive.write_bytes(plain if kind == "bytes" else gzip.compress(tar_of(member("a"))))
     assert unpack_archive(archive, tmp_path / "out") is None
     assert [p.name for p in tmp_path.iterdir()] == ["result.tar"]
