@@ -107,6 +107,17 @@ async def quote_and_lock(
     return await lock(devnet, deployment, *await quote(devnet, http, identity))
 
 
+async def funded_deal(
+    devnet: DevnetProcess, deployment: Deployment, http: httpx.AsyncClient, identity: str
+) -> tuple[Party, Locked]:
+    """A provider with an offer, and a new consumer's job quoted to it, locked on chain and
+    funded by the market's follower."""
+    provider = await provider_with_offer(devnet, http, identity)
+    deal = await quote_and_lock(devnet, deployment, http, identity)
+    await wait_for(deal.consumer, deal.job, "funded")
+    return provider, deal
+
+
 async def accept(provider: Party, deployment: Deployment, locked: Locked) -> None:
     """The scripted provider accepts the funded job (backing it with its bond) and starts it."""
     job_id = escrows.escrow_datum(deployment, locked.escrow).job_id

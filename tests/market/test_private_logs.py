@@ -10,7 +10,7 @@ import json
 import httpx
 
 from tests.market.client import Party, serve
-from tests.market.flow import accept, leader_settings, provider_with_offer, quote_and_lock, wait_for
+from tests.market.flow import accept, funded_deal, leader_settings
 
 LOG = "LOG-LINE-ONLY-FOR-THE-CONSUMER"
 REASON = "REASON-ONLY-FOR-THE-CONSUMER"
@@ -34,9 +34,7 @@ async def test_a_stranger_sees_neither_logs_nor_the_providers_reason(
     made, _ = await leader_settings(settings, devnet, tmp_path)
     with serve(made) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-            provider = await provider_with_offer(devnet, http, made.identity)
-            deal = await quote_and_lock(devnet, market_deployment, http, made.identity)
-            await wait_for(deal.consumer, deal.job, "funded")
+            provider, deal = await funded_deal(devnet, market_deployment, http, made.identity)
             await accept(provider, market_deployment, deal)
             path = f"/jobs/{deal.job}"
             logged = await provider.send("POST", f"{path}/logs", {"lines": ["start", LOG]})
