@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -140,21 +141,35 @@ async def runs(
 
 def cli_start(env: dict[str, str], work: Path) -> dict[str, Any]:
     """Medians of CLI_RUNS wall times (ms) of `unchained --help` and of `unchained job list`
-    (this bench's key and market, nothing submitted yet), interleaved; cli_start_s the larger."""
+    (this bench's key and market, nothing submitted yet), interleaved; cli_start_s the larger.
+    Beside them the CPU time each child used (less sensitive to a busy machine than the wall
+    time) and the load average when they began."""
     commands = {"help": ["--help"], "job_list": ["job", "list"]}
     times: dict[str, list[int]] = {name: [] for name in commands}
+    cpu: dict[str, list[int]] = {name: [] for name in commands}
+    load = os.getloadavg()[0]
     for _ in range(CLI_RUNS):
         for name, args in commands.items():
+            used = _children_cpu_ms()
             started = time.perf_counter_ns()
             subprocess.run([*UNCHAINED, *args], env=env, cwd=work, capture_output=True,
                            check=True)  # fmt: skip
             times[name].append((time.perf_counter_ns() - started) // 1_000_000)
+            cpu[name].append(_children_cpu_ms() - used)
     medians = {name: statistics.median(runs) for name, runs in times.items()}
     return {
         "cli_start_s": max(medians.values()) / 1000,
         **{f"cli_{name}_s": ms / 1000 for name, ms in medians.items()},
         **{f"cli_{name}_ms_runs": runs for name, runs in times.items()},
+        **{f"cli_{name}_cpu_ms_median": statistics.median(runs) for name, runs in cpu.items()},
+        "cli_load_avg_1m": round(load, 1),
     }
+
+
+def _children_cpu_ms() -> int:
+    """User + system CPU time of this process's finished children, ms."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round((usage.ru_utime + usage.ru_stime) * 1000)
 
 
 def _height(devnet: DevnetProcess) -> int:
