@@ -90,3 +90,9 @@ def test_job_list_asks_the_market_with_a_plain_key_and_imports_nothing_heavy(tmp
     assert done.returncode == 1 and error["error"] == "MarketRefused", error
     assert f"cannot reach the market at {url}" in error["message"]
     assert heavy(modules) == []
+
+
+def test_a_mistyped_component_is_suggested_without_importing_any(tmp_path: Path):
+    done, modules = imported("jbo", "list", cwd=tmp_path)
+    assert done.returncode == 2 and "Did you mean 'job'?" in done.stderr, done.stderr
+    assert not {component.module for component in COMPONENTS.values()} & modules

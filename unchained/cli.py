@@ -57,15 +57,16 @@ class Components(TyperGroup):
 
     listing = False  # True while the help is written: each component is its one-line help
 
-    def list_commands(self, ctx: Any) -> list[str]:
-        return [*super().list_commands(ctx), *COMPONENTS]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Stand-ins, so the help lists the components and a typo gets "Did you mean ...?"
+        self.commands.update({name: TyperCommand(name, help=component.help)
+                              for name, component in COMPONENTS.items()})  # fmt: skip
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name not in COMPONENTS:
-            return super().get_command(ctx, cmd_name)
-        if self.listing:
-            return TyperCommand(cmd_name, help=COMPONENTS[cmd_name].help)
-        return load(cmd_name)
+        if cmd_name in COMPONENTS and not self.listing:
+            return load(cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self.listing = True
