@@ -38,7 +38,9 @@ def unpack_archive(archive: Path, into: Path) -> Path | None:
     except UNPACK_ERRORS as exc:
         shutil.rmtree(partial, ignore_errors=True)
         raise refused(archive, into, exc) from exc
-    if into.exists():
+    if into.is_symlink() or into.is_file():  # never followed: what it points to is not ours
+        into.unlink()
+    elif into.exists():
         shutil.rmtree(into)
     partial.rename(into)
     return into

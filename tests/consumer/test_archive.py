@@ -110,6 +110,23 @@ def test_a_good_archive_unpacks_over_an_older_one(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "result.tar"]
 
 
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_an_out_that_is_no_folder_is_replaced_and_nothing_it_points_to_touched(kind, tmp_path):
+    archive = tmp_path / "result.tar"
+    archive.write_bytes(tar_of(member("model.txt", data=b"weights")))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    if kind == "symlink":
+        (tmp_path / "out").symlink_to(elsewhere)
+    else:
+        (tmp_path / "out").write_text("a file")
+    assert unpack_archive(archive, tmp_path / "out") == tmp_path / "out"
+    assert (tmp_path / "out").is_dir() and not (tmp_path / "out").is_symlink()
+    assert (tmp_path / "out" / "model.txt").read_bytes() == b"weights"
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]
+
+
 @pytest.mark.parametrize("kind", ["bytes", "gzip"])
 def test_not_a_plain_tar_stays_as_it_arrived(kind: str, tmp_path: Path):
     """A compressed tar is not unpacked either: it could expand far beyond what was sent."""
