@@ -463,7 +463,7 @@ def provider_list(session: Session, ctx: Context, after: str | None) -> dict[str
 
 def _earnings(session: Session, provider_id: str) -> list[dict[str, int]]:
     """Lovelace earned per day (market clock of the settlement), oldest first."""
-    day = col(JobEvent.at_ms) / DAY_MS
+    day = col(JobEvent.at_ms) // DAY_MS  # whole days: "/" is a true (numeric) division
     rows = session.exec(
         select(day, *_exact_sum(col(Job.price_per_unit) * col(Job.receipt_units)))
         .join(Job, col(Job.id) == col(JobEvent.job_id))
