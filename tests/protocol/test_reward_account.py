@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.chain.ogmios import request
+from offchain.chain.ogmios import OgmiosError, request
 from offchain.devnet.genesis import ADA
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
@@ -76,3 +76,11 @@ async def test_a_settle_withdraws_a_non_zero_reward_balance(devnet, own):
     assert held(devnet, own) == 0
     gained = balance(devnet, settler.address) - before
     assert gained == ALLOWANCE + balance_now - tx.transaction_body.fee
+
+
+async def test_the_devnet_pays_only_into_a_registered_reward_account(devnet):
+    unregistered = {"scripts": ["ab" * 28], "lovelace": ADA}
+    with pytest.raises(OgmiosError, match="not registered"):
+        await request(devnet.url, "devnet/reward", unregistered)
+    with pytest.raises(OgmiosError, match="one credential"):
+        await request(devnet.url, "devnet/reward", {"lovelace": ADA})
