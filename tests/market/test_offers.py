@@ -17,7 +17,7 @@ from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.txbuild import out_ref
 from tests.market.client import Party, serve
 from tests.market.flow import Locked, lock, send_receipt
-from tests.market.test_lifecycle import GPU, job_request, offer_terms
+from tests.market.test_lifecycle import GPU, PRICE, job_request, offer_terms
 from tests.protocol.onchain import ADA, post_bond, wallet
 
 RTX = "NVIDIA GeForce RTX 4090"
@@ -115,14 +115,16 @@ async def test_a_quote_reads_every_offer_when_the_cheapest_few_cannot_take_the_j
     """A quote first reads only the cheapest offers that could take the job (LIKELY of them);
     when none of those can (here: another GPU model than asked), it reads them all."""
     monkeypatch.setattr(offers, "LIKELY", 2)
-    cheap = [await offer(http, settings.identity, gpu_model="NVIDIA LIKELY A", price_per_unit=1)
+    cheap = [await offer(http, settings.identity, gpu_model="NVIDIA LIKELY A",
+                         price_per_unit=PRICE // 5)
              for _ in range(2)]  # fmt: skip
-    await offer(http, settings.identity, gpu_model="NVIDIA LIKELY B", price_per_unit=7)
+    await offer(http, settings.identity, gpu_model="NVIDIA LIKELY B", price_per_unit=PRICE)
     consumer = Party.new(http, settings.identity)
     asked = {**job_request(consumer), "gpu_model": "NVIDIA LIKELY B"}
     quoted = await consumer.send("POST", "/jobs", asked)
     assert quoted.status_code == 201, quoted.text
-    assert (quoted.json()["gpu_model"], quoted.json()["price_per_unit"]) == ("NVIDIA LIKELY B", 7)
+    quote = quoted.json()
+    assert (quote["gpu_model"], quote["price_per_unit"]) == ("NVIDIA LIKELY B", PRICE)
 
     anything = await consumer.send("POST", "/jobs", job_request(consumer))  # the cheapest two
     assert anything.status_code == 201, anything.text
