@@ -5,13 +5,17 @@ lists page by keyset without overlap, and unknown ids are a 404 a person can rea
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from html import unescape
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
 from pycardano import PaymentSigningKey, ScriptHash
 from sqlmodel import Session
 
+from offchain.market.explorer.format import ada, per_hour, when
 from offchain.market.explorer.queries import PAGE
 from offchain.market.models import Cause, Job, JobEvent, JobState, LogLine, Offer, Provider
 from offchain.market.services.chain import parse_ref
@@ -163,3 +167,93 @@ def test_a_tampered_receipt_signature_does_not_verify(client):
             "Signature does NOT verify" in client.get(f"/explorer/jobs/{job_id}").text,
         )
     assert shown == {"a" * 32: (True, False), "b" * 32: (False, True)}
+
+
+# --- issue 19: jobs named as people copy them, dates and prices as people read them ------------
+
+JOB = "c0ffee00" + "5" * 24
+DIGEST = "7e" * 32
+ESCROW = f"{TX}#1"
+HOUR_MS = 3_600_000
+
+
+def seen(html: str) -> str:
+    """The page's text as a person reads it: no tags, entities decoded, spaces collapsed."""
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def add_settled_job(client: TestClient) -> int:
+    """A job settled by TX (its settling and its settled move both name TX), priced at the
+    provider default of 169 lovelace/s, its deadline an hour after now; returns the deadline."""
+    deadline = now_ms() + HOUR_MS
+    with Session(client.app.state.engine) as session:
+        session.add(Job(
+            id=JOB, consumer_vkey="00" * 32, consumer_id="ee" * 28, consumer_address=ADDRESS,
+            spec=json.dumps(SPEC), spec_digest=DIGEST, max_price=1, provider_id=PROVIDER,
+            price_per_unit=169, max_units=60, deadline_ms=deadline, settle_window_ms=600_000,
+            fee_allowance=2_000_000, lock_lovelace=12_345_678, escrow_ref=ESCROW,
+            settle_tx=TX, state=JobState.SETTLED, created_at_ms=START_MS, updated_at_ms=START_MS,
+        ))  # fmt: skip
+        session.flush()
+        for state in (JobState.SETTLING, JobState.SETTLED):
+            session.add(JobEvent(job_id=JOB, at_ms=START_MS, to_state=state, cause=Cause.CHAIN,
+                                 slot=5, block_height=5, tx_id=TX))  # fmt: skip
+        session.commit()
+    return deadline
+
+
+def test_search_and_the_job_page_take_a_prefix_the_escrow_ref_or_the_spec_digest(client):
+    add_settled_job(client)
+    for q in (JOB[:8], JOB[:8].upper(), JOB[:20], ESCROW, ESCROW.upper(), DIGEST):
+        found = client.get("/explorer/search", params={"q": q}, follow_redirects=False)
+        assert found.status_code == 303 and found.headers["location"] == f"/explorer/jobs/{JOB}", q
+        page = client.get(f"/explorer/jobs/{quote(q, safe='')}")
+        assert page.status_code == 200 and JOB in page.text, q
+        assert client.get(f"/api/explorer/jobs/{quote(q, safe='')}").json()["job"]["id"] == JOB
+    # the seeded jobs' ids all begin with 8 zeros and share one spec digest: which one is meant?
+    for q in ("00000000", "11" * 32):
+        shared = client.get("/explorer/search", params={"q": q})
+        assert shared.status_code == 409 and f"names {JOBS} jobs" in seen(shared.text), q
+        page = client.get(f"/explorer/jobs/{q}")
+        assert page.status_code == 409 and f"names {JOBS} jobs" in seen(page.text), q
+        api = client.get(f"/api/explorer/jobs/{q}")
+        assert (api.status_code, api.json()["detail"][0]["loc"]) == (409, ["job_id"]), api.text
+    for q in (JOB[:7], "c0ffee01", f"{TX}#9"):  # too short to be a prefix, no such job, no escrow
+        assert "Nothing found" in client.get("/explorer/search", params={"q": q}).text, q
+        assert client.get(f"/explorer/jobs/{quote(q, safe='')}").status_code == 404, q
+
+
+def test_the_job_page_says_which_id_is_which_with_dates_and_prices_per_hour(client):
+    deadline = add_settled_job(client)
+    text = seen(client.get(f"/explorer/jobs/{JOB[:8]}").text)
+    assert f"Market job id {JOB} — the market's own id" in text
+    assert f"On-chain job_id {DIGEST} — the spec's digest" in text
+    assert f"Deadline {when(deadline)} (in 59 m 5" in text  # an hour less the seconds taken
+    assert f"Escrow closes {when(deadline + 600_000)} (in 1 h 09 m 5" in text
+    assert str(deadline) not in text  # never the raw ms
+    # 169 lovelace/s is 608,400 lovelace per hour: exact, with the on-chain unit beside it
+    assert "Price 0.6084 ADA per hour (169 lovelace per s)" in text
+    listed = seen(client.get("/explorer/jobs?state=settled").text)
+    assert "0.6084 ADA per hour (169 lovelace per s)" in listed and "Price per s" not in listed
+    offered = seen(client.get(f"/explorer/providers/{PROVIDER}").text)
+    assert "at 5,400 ADA per hour (1,500,000 lovelace per s)" in offered
+    assert "5,400 ADA per hour" in seen(client.get("/explorer/providers").text)
+    assert "5,400 ADA per hour" in seen(client.get("/explorer").text)
+
+
+def test_the_settle_transaction_lists_each_job_once_and_the_address_says_ada(client):
+    add_settled_job(client)
+    tx = client.get(f"/explorer/txs/{TX}")
+    assert tx.text.count(f'href="/explorer/jobs/{JOB}"') == 1  # settling then settled: once
+    assert f"{JOB[:10]}…{JOB[-6:]} → settled" in seen(tx.text)
+    assert [JOB, "settled"] in client.get(f"/api/explorer/txs/{TX}").json()["jobs"]
+    address = seen(client.get(f"/explorer/addresses/{ADDRESS}").text)
+    assert "Amount (ADA)" in address and "2 ADA" in address and "Lovelace" not in address
+
+
+def test_ada_is_integer_exact():
+    """Lovelace to ADA with integers only: a float would round 2^53 + 1 lovelace away."""
+    assert ada(2**53 + 1) == "9,007,199,254.740993 ADA"
+    assert ada(10**20 + 7) == "100,000,000,000,000.000007 ADA" and ada(-1) == "-0.000001 ADA"
+    hourly = "32,425,917,317,067.5748 ADA per hour (9,007,199,254,740,993 lovelace per s)"
+    assert per_hour(2**53 + 1) == hourly

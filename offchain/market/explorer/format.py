@@ -4,10 +4,12 @@ SVG charts it draws (usage from the metering record, earnings per day) as plain 
 from __future__ import annotations
 
 import itertools
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 ADA = 1_000_000
+HOUR_S = 3600
 MIB = 1 << 20
 PERMILLE = 1000
 CHART_W, CHART_H = 600, 160
@@ -33,6 +35,24 @@ def when(posix_ms: int | None) -> str:
     except (OverflowError, ValueError, OSError):
         return f"{posix_ms} ms since 1970 (no date)"
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def when_left(posix_ms: int | None) -> str:
+    """A deadline or close as people check it: its UTC date and how long from now (`in 59 m
+    58 s`, `passed 2 m 01 s ago`), never the raw ms the datum holds."""
+    if posix_ms is None:
+        return "—"
+    left = posix_ms - time.time_ns() // 1_000_000  # a chain's slots keep to the wall clock
+    relative = f"in {duration(left)}" if left >= 0 else f"passed {duration(-left)} ago"
+    return f"{when(posix_ms)} ({relative})"
+
+
+def per_hour(lovelace_per_s: int | None) -> str:
+    """A price as people compare them, in ADA per hour, with the on-chain unit (lovelace per
+    second) beside it."""
+    if lovelace_per_s is None:
+        return "—"
+    return f"{ada(lovelace_per_s * HOUR_S)} per hour ({lovelace_per_s:,} lovelace per s)"
 
 
 def duration(ms: int | None) -> str:
@@ -114,6 +134,7 @@ def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, int]]:
     ]  # fmt: skip
 
 
-FILTERS = {"ada": ada, "when": when, "duration": duration, "short": short, "percent": percent}
+FILTERS = {"ada": ada, "when": when, "when_left": when_left, "per_hour": per_hour,
+           "duration": duration, "short": short, "percent": percent}  # fmt: skip
 GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars,
            "chart_w": CHART_W, "chart_h": CHART_H}  # fmt: skip

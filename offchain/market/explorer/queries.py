@@ -30,7 +30,7 @@ from offchain.market.models import (
     Offer,
     Provider,
 )
-from offchain.market.services import health
+from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
 from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
@@ -364,9 +364,8 @@ def _split(job: Job) -> dict[str, int] | None:
 
 
 def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> dict[str, Any]:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise NotFound(f"no job {job_id}", "job_id")
+    """The job `job_id` names (its id, a unique prefix, its escrow ref or spec digest)."""
+    job = job_ids.resolve(session, job_id)
     return {
         "job": _job_row(job) | {
             "spec": json.loads(job.spec), "spec_digest": job.spec_digest,
@@ -529,14 +528,18 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
         output["ref"] = f"{tx_id}#{index}"
         output["spent_by"] = spent_by.get(output["ref"])
     block = session.get(ChainBlock, tx.slot)
-    jobs = session.exec(
-        select(JobEvent.job_id, JobEvent.to_state).where(JobEvent.tx_id == tx_id)
+    moves = session.exec(
+        select(JobEvent.job_id, JobEvent.to_state)
+        .where(JobEvent.tx_id == tx_id).order_by(col(JobEvent.id))
     ).all()  # fmt: skip
+    # each job once, at its last move by this transaction (settling when it was submitted,
+    # settled once it landed: one settlement, not two)
+    last = {job_id: str(state) for job_id, state in moves}
     return {
         "tx": {"id": tx.tx_id, "slot": tx.slot, "height": tx.height,
                "time_ms": ctx.slot_ms(tx.slot), **view},
         "block": _block(block, ctx) if block else None,
-        "jobs": sorted({(j, str(s)) for j, s in jobs}),
+        "jobs": sorted(last.items()),
     }  # fmt: skip
 
 
@@ -582,18 +585,21 @@ def block_page(session: Session, ctx: Context, height: int) -> dict[str, Any]:
 
 
 def search(session: Session, text: str) -> str | None:
-    """The path of what `text` names (job id, tx hash, block id or height, address, provider
-    id), or None."""
+    """The path of what `text` names (a job as `job_ids.resolve` finds it, tx hash, block id
+    or height, address, provider id), or None; a prefix several jobs share is a Conflict."""
     q = text.strip()
     if q.isascii() and q.isdigit() and len(q) <= HEIGHT_DIGITS:
         found = session.exec(select(ChainBlock.height).where(ChainBlock.height == int(q))).first()
-        return f"/explorer/blocks/{found}" if found is not None else None
+        if found is not None:  # else it may be a job id's first digits
+            return f"/explorer/blocks/{found}"
     if q.startswith(("addr", "stake")):
         return f"/explorer/addresses/{q}"
+    try:
+        return f"/explorer/jobs/{job_ids.resolve(session, q).id}"
+    except NotFound:
+        pass
     key = q.lower()
-    hits = (
-        (Job.id, "jobs"), (ChainTx.tx_id, "txs"), (Provider.id, "providers"),
-    )  # fmt: skip
+    hits = ((ChainTx.tx_id, "txs"), (Provider.id, "providers"))
     for column, page in hits:
         if session.exec(select(column).where(column == key)).first() is not None:
             return f"/explorer/{page}/{key}"

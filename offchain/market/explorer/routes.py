@@ -30,12 +30,11 @@ from starlette.concurrency import run_in_threadpool
 from offchain.chain.time import ChainTime
 from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
-from offchain.market.errors import Invalid, MarketError, NotFound
+from offchain.market.errors import Conflict, Invalid, MarketError, NotFound
 from offchain.market.explorer import queries
 from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.format import FILTERS, GLOBALS
-from offchain.market.models import Job
-from offchain.market.services import jobs
+from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
 from offchain.market.settings import MarketSettings
 
@@ -94,12 +93,14 @@ def wants_json(request: Request) -> bool:
 REFUSALS: dict[type[MarketError], tuple[str, int]] = {
     NotFound: ("Not found", 404),
     Invalid: ("Not understood", 422),
+    Conflict: ("More than one", 409),
 }
 
 
 def render(request: Request, template: str, build: Callable[[], dict[str, Any]]) -> Response:
     """The page's data as JSON or through its template; a NotFound is a 404 page for people,
-    a bad cursor a 422 page (and the market's JSON error for programs)."""
+    a bad cursor a 422 page, a job prefix several jobs share a 409 page (and the market's JSON
+    error for programs)."""
     try:
         data = build()
     except tuple(REFUSALS) as exc:
@@ -205,7 +206,15 @@ def block_page(
 @router.get("/api/explorer/search")
 def search(request: Request, session: SessionDep, q: Annotated[str, Query(max_length=200)] = ""):
     """Straight to the page a job id, tx hash, block, address or provider id names."""
-    found = queries.search(session, q) if q.strip() else None
+    try:
+        found = queries.search(session, q) if q.strip() else None
+    except Conflict as exc:  # a prefix several jobs share: say how many, find none
+        if wants_json(request):
+            raise
+        message = f"{exc} ({q})."
+        return templates.TemplateResponse(
+            request, "error.html", {"message": message, "title": "Search", "q": q}, status_code=409
+        )
     if wants_json(request):
         return JSONResponse({"q": q, "path": found})
     if found is not None:
@@ -287,10 +296,10 @@ async def home_live(request: Request, ctx: ContextDep) -> Response:
     return streams.open_stream(request, _home_stream(request.app.state.engine, ctx))
 
 
-def _check_job(engine: Engine, job_id: str) -> None:
+def _check_job(engine: Engine, job_id: str) -> str:
+    """The full id of the job `job_id` names (NotFound, or a Conflict for a shared prefix)."""
     with Session(engine) as session:
-        if session.get(Job, job_id) is None:
-            raise NotFound(f"no job {job_id}", "job_id")
+        return job_ids.resolve(session, job_id).id
 
 
 @router.get("/explorer/jobs/{job_id}/live", response_class=Response)
@@ -300,7 +309,7 @@ async def job_live(
 ) -> Response:  # fmt: skip
     """The job's new timeline rows, after `after` (or the Last-Event-ID a reconnect sends)."""
     engine = request.app.state.engine
-    await run_in_threadpool(_check_job, engine, job_id)
+    full_id = await run_in_threadpool(_check_job, engine, job_id)
     start = after if last_event_id is None else last_event_id
     feed = streams.event_feed(request)
-    return streams.open_stream(request, _job_stream(feed, engine, job_id, start))
+    return streams.open_stream(request, _job_stream(feed, engine, full_id, start))
