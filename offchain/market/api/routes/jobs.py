@@ -24,11 +24,19 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job
-from offchain.market.services import jobs, quotes, storage
+from offchain.market.services import job_ids, jobs, quotes, storage
 from offchain.market.services.event_feed import EventFeed
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
 RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default: 16x fewer
+
+
+def full_job_id(job_id: str, session: SessionDep) -> str:
+    """The job the path names by its id, a unique prefix, its escrow ref or spec digest."""
+    return job_ids.resolve(session, job_id).id
+
+
+JobIdDep = Annotated[str, Depends(full_job_id)]
 
 
 @router.post("", status_code=201)
@@ -56,13 +64,13 @@ def my_jobs(
 
 
 @router.get("/{job_id}")
-def status(job_id: str, party: PartyDep, session: SessionDep) -> schemas.JobPublic:
+def status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> schemas.JobPublic:
     return quotes.public(session, jobs.visible_to(session, job_id, party))
 
 
 @router.get("/{job_id}/escrow")
 def escrow_parameters(
-    job_id: str, party: PartyDep, session: SessionDep, chain: ChainDep
+    party: PartyDep, job_id: JobIdDep, session: SessionDep, chain: ChainDep
 ) -> schemas.EscrowParameters:
     """What to lock: the datum's fields and the lovelace (`offchain.protocol.escrow.lock`)."""
     return quotes.escrow_parameters(chain, jobs.consumers_job(session, job_id, party))
@@ -70,7 +78,7 @@ def escrow_parameters(
 
 @router.get("/{job_id}/lock")
 def lock_transaction(
-    job_id: str, party: PartyDep, session: SessionDep, chain: ChainDep
+    party: PartyDep, job_id: JobIdDep, session: SessionDep, chain: ChainDep
 ) -> schemas.LockTransaction:
     """The escrow's lock, unsigned, for the consumer's own wallet to sign (CIP-30 `signTx`):
     submit it yourself, or post it signed to this path. The market holds no key."""
@@ -79,7 +87,7 @@ def lock_transaction(
 
 @router.post("/{job_id}/lock")
 def submit_lock(
-    job_id: str, body: schemas.SignedLock, party: PartyDep, session: SessionDep,
+    body: schemas.SignedLock, party: PartyDep, job_id: JobIdDep, session: SessionDep,
     settings: SettingsDep,
 ) -> schemas.Submitted:  # fmt: skip
     """The lock from `GET /jobs/{job_id}/lock`, signed: submitted if it is exactly that
@@ -90,7 +98,7 @@ def submit_lock(
 
 @router.post("/{job_id}/escrow")
 def report_escrow(
-    job_id: str, body: schemas.EscrowReport, party: PartyDep, session: SessionDep,
+    body: schemas.EscrowReport, party: PartyDep, job_id: JobIdDep, session: SessionDep,
     chain: ChainDep,
 ) -> schemas.JobPublic:  # fmt: skip
     """The escrow the consumer locked; checked on chain against the quote, then funded."""
@@ -100,7 +108,7 @@ def report_escrow(
 
 @router.get("/{job_id}/logs")
 def logs(
-    job_id: str, party: PartyDep, session: SessionDep,
+    party: PartyDep, job_id: JobIdDep, session: SessionDep,
     after: Annotated[int, Query(ge=-1, le=schemas.MAX_SEQ, description="Lines after this.")] = -1,
 ) -> list[schemas.LogPublic]:  # fmt: skip
     job = jobs.visible_to(session, job_id, party)
@@ -112,7 +120,7 @@ def logs(
 
 @router.get("/{job_id}/result")
 def result(
-    job_id: str, party: PartyDep, session: SessionDep, settings: SettingsDep
+    party: PartyDep, job_id: JobIdDep, session: SessionDep, settings: SettingsDep
 ) -> FileResponse:
     """The result archive; check its sha256 against the provider's signed receipt."""
     job = jobs.visible_to(session, job_id, party)
@@ -129,13 +137,14 @@ async def events(job_id: str, party: PartyDep, http: Request) -> StreamingRespon
     """The job's transitions as server-sent events, from the first; ends at a final state.
     A live stream: no session held while it is open, and bounded (`api/streams.py`)."""
     engine = http.app.state.engine
-    await run_in_threadpool(_check_visible, engine, job_id, party)
-    return streams.open_stream(http, _stream(streams.event_feed(http), engine, job_id))
+    full_id = await run_in_threadpool(_check_visible, engine, job_id, party)
+    return streams.open_stream(http, _stream(streams.event_feed(http), engine, full_id))
 
 
-def _check_visible(engine: Engine, job_id: str, party: str) -> None:
+def _check_visible(engine: Engine, job_id: str, party: str) -> str:
+    """The full id of the job `job_id` names, if `party` may see it."""
     with Session(engine) as session:
-        jobs.visible_to(session, job_id, party)
+        return jobs.visible_to(session, job_ids.resolve(session, job_id).id, party).id
 
 
 async def _stream(feed: EventFeed, engine: Engine, job_id: str) -> AsyncIterator[str]:
@@ -175,7 +184,7 @@ class SignedEvidence(BaseModel):
 
 
 @router.get("/{job_id}/signatures")
-def signatures(job_id: str, party: PartyDep, session: SessionDep) -> SignedEvidence:
+def signatures(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> SignedEvidence:
     """The provider's signed acceptance and receipt of the job, for its parties to check."""
     job = jobs.visible_to(session, job_id, party)
     return SignedEvidence(
