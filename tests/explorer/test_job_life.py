@@ -12,6 +12,7 @@ import hashlib
 
 import httpx
 
+from offchain.market.explorer.format import per_hour, when
 from offchain.market.explorer.queries import DAY_MS
 from offchain.protocol import escrow as escrows
 from offchain.protocol.split import settle_split
@@ -107,15 +108,33 @@ async def test_a_jobs_life_through_the_explorer(
             assert result in await view.text("#main")
             await view.shoot("job")
 
+            # issue 19: found by the first 8 characters of its id and by its escrow; its two ids
+            # labelled; its deadline and close as dates with the time left; the price per hour
+            datum = escrows.escrow_datum(market_deployment, locked.escrow)
+            for named in (job[:8], locked.ref):
+                await page.fill("#q", named)
+                await page.press("#q", "Enter")
+                await page.wait_for_url(f"**/explorer/jobs/{job}")
+            ids = " ".join((await view.text("[data-testid=job-ids]")).split())
+            assert f"Market job id {job}" in ids and f"On-chain job_id {datum.job_id.hex()}" in ids
+            deadline = await view.text("[data-testid=deadline]")
+            assert deadline.startswith(f"{when(datum.deadline)} (in ")
+            assert str(datum.deadline) not in deadline  # never the raw ms
+            assert (await view.text("[data-testid=close]")).startswith(f"{when(datum.close)} (in ")
+            assert per_hour(PRICE) in await view.text("#main")
+
             # the settlement link opens the settlement, whose decoded datum is the escrow's
             link = page.locator("#timeline .event", has=page.locator(".state-settled"))
             await link.last.locator("a.hash").click()
             await page.wait_for_url(f"**/explorer/txs/{status['settle_tx']}")
             assert await view.text("#tx-id") == status["settle_tx"]
-            datum = escrows.escrow_datum(market_deployment, locked.escrow)
             escrow_input = page.locator(".utxo.script-escrow").first
             shown = await escrow_input.inner_text()
             assert "EscrowDatum" in shown and "Settle" in shown
+            assert when(datum.deadline) in shown and str(datum.deadline) not in shown
+            assert per_hour(PRICE) in shown
+            # one settlement, one line for the job (it moved to settling, then settled)
+            assert await page.locator(f'#main dd a[href="/explorer/jobs/{job}"]').count() == 1
             assert await escrow_input.locator(f'[title="{datum.job_id.hex()}"]').count() == 1
             assert "BatchSettle" in await view.text("#main")
             await view.shoot("transaction")
@@ -156,6 +175,7 @@ async def test_a_jobs_life_through_the_explorer(
             await view.shoot("provider")
             await view.visit(f"/explorer/addresses/{provider.wallet.address}")
             assert status["settle_tx"][:10] in await view.text("tbody")
+            assert "Amount (ADA)" in await view.text("thead")
             await view.shoot("address")
             await page.fill("#q", status["settle_tx"])
             await page.press("#q", "Enter")
