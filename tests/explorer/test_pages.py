@@ -17,7 +17,16 @@ from sqlmodel import Session
 
 from offchain.market.explorer.format import ada, per_hour, when
 from offchain.market.explorer.queries import PAGE
-from offchain.market.models import Cause, Job, JobEvent, JobState, LogLine, Offer, Provider
+from offchain.market.models import (
+    Bond,
+    Cause,
+    Job,
+    JobEvent,
+    JobState,
+    LogLine,
+    Offer,
+    Provider,
+)
 from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
@@ -257,3 +266,14 @@ def test_ada_is_integer_exact():
     assert ada(10**20 + 7) == "100,000,000,000,000.000007 ADA" and ada(-1) == "-0.000001 ADA"
     hourly = "32,425,917,317,067.5748 ADA per hour (9,007,199,254,740,993 lovelace per s)"
     assert per_hour(2**53 + 1) == hourly
+
+
+def test_an_unbonding_bond_says_until_when_it_covers_jobs_as_a_date_with_the_time_left(client):
+    with Session(client.app.state.engine) as session:
+        session.add(Bond(ref=f"{TX}#2", provider_id=PROVIDER, lovelace=500_000_000,
+                         unbonding_since_ms=now_ms(), created_slot=5))  # fmt: skip
+        session.commit()
+    bond = client.get(f"/api/explorer/providers/{PROVIDER}").json()["bonds"][0]
+    text = seen(client.get(f"/explorer/providers/{PROVIDER}").text)
+    assert f"before {when(bond['covers_before_ms'])} (in " in text
+    assert "Amount (ADA)" in text and str(bond["covers_before_ms"]) not in text
