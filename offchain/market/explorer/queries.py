@@ -594,15 +594,15 @@ def search(session: Session, text: str) -> str | None:
             return f"/explorer/blocks/{found}"
     if q.startswith(("addr", "stake")):
         return f"/explorer/addresses/{q}"
+    key = q.lower()
+    hits = ((ChainTx.tx_id, "txs"), (Provider.id, "providers"))  # by their keys: first
+    for column, page in hits:
+        if session.exec(select(column).where(column == key)).first() is not None:
+            return f"/explorer/{page}/{key}"
     try:
         return f"/explorer/jobs/{job_ids.resolve(session, q).id}"
     except NotFound:
         pass
-    key = q.lower()
-    hits = ((ChainTx.tx_id, "txs"), (Provider.id, "providers"))
-    for column, page in hits:
-        if session.exec(select(column).where(column == key)).first() is not None:
-            return f"/explorer/{page}/{key}"
     height = session.exec(select(ChainBlock.height).where(ChainBlock.block_id == key)).first()
     if height is not None:
         return f"/explorer/blocks/{height}"
