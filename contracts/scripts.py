@@ -1,37 +1,33 @@
-"""Build the OpShin validators into committed artifacts, and load them with parameters applied.
+"""Build the OpShin validators into the committed artifacts (`unchained contracts build`).
 
 One code path: `build_artifacts` compiles with the pinned opshin library (the CLI would embed
 its version in the script), runs `contracts.simplify` over the result, and writes
-`contracts/build/<name>/`; the loaders only apply Data parameters to the committed
-unparameterised program, so every user gets the same bytes without a compiler run.
+`contracts/build/<name>/`; `contracts.artifacts` loads them and applies Data parameters to the
+committed unparameterised program, so every user gets the same bytes without a compiler run
+(and no command but this one imports the compiler).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import sys
 import typing
 from pathlib import Path
 
 import opshin
-import uplc.ast
 from opshin import builder
 from opshin.compiler_config import DEFAULT_CONFIG, OPT_O3_CONFIG
 from opshin.util import OPSHIN_LOGGER
 from pycardano import PlutusV3Script, plutus_script_hash
-from uplc.tools import flatten, unflatten
+from uplc.tools import flatten
 
 from contracts import onchain
+from contracts.artifacts import BLUEPRINT_FILE, BUILD_DIR, HASH_FILE, SCRIPT_FILE
 from contracts.simplify import simplify
 
 CONTRACTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CONTRACTS_DIR.parent
-BUILD_DIR = CONTRACTS_DIR / "build"
-SCRIPT_FILE = "script.cbor"
-HASH_FILE = "script.hash"
-BLUEPRINT_FILE = "plutus.json"
 
 # `opshin build -O3`, keeping the failure traces (they name the check that failed; they cost
 # bytes, not execution units).
@@ -157,41 +153,3 @@ def build_artifacts(check: bool = False) -> list[Path]:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(text)
     return differing
-
-
-@functools.cache
-def _program(name: str) -> uplc.ast.Program:
-    """The committed unparameterised program."""
-    return unflatten(bytes.fromhex((BUILD_DIR / name / SCRIPT_FILE).read_text().strip()))
-
-
-def _apply(name: str, *parameters: int | bytes) -> PlutusV3Script:
-    """Apply Data parameters (I or B) in order, as opshin's validator wrapper expects them."""
-    term = _program(name).term
-    for value in parameters:
-        data = (
-            uplc.ast.PlutusInteger(value)
-            if isinstance(value, int)
-            else uplc.ast.PlutusByteString(value)
-        )
-        term = uplc.ast.Apply(term, data)
-    return PlutusV3Script(flatten(uplc.ast.Program(_program(name).version, term)))
-
-
-def escrow_script(network_id: int, refund_window_ms: int) -> PlutusV3Script:
-    """The escrow multi-validator for a network (0 testnets, 1 mainnet), where only the
-    consumer may refund for `refund_window_ms` after an escrow's close."""
-    if refund_window_ms < 0:
-        raise ValueError("refund_window_ms must not be negative")
-    return _apply("escrow", network_id, refund_window_ms)
-
-
-def bond_script(
-    network_id: int, escrow_hash: bytes, notice_ms: int, slash_share_bps: int
-) -> PlutusV3Script:
-    """The bond validator tied to one escrow script, notice period and slash share."""
-    if len(escrow_hash) != 28:
-        raise ValueError("escrow_hash must be a 28-byte script hash")
-    if not 0 <= slash_share_bps <= 10_000:
-        raise ValueError("slash_share_bps must be within 0..10000")
-    return _apply("bond", network_id, escrow_hash, notice_ms, slash_share_bps)

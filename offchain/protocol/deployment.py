@@ -23,7 +23,7 @@ from pycardano import (
     script_hash,
 )
 
-from contracts.scripts import bond_script, escrow_script
+from contracts.artifacts import bond_script, escrow_script
 from offchain.protocol.queries import queries
 from offchain.protocol.txbuild import at_least_min_utxo, build, new_builder, out_ref
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from pycardano import ChainContext, plutus_script_hash
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contracts.scripts import bond_script, escrow_script
+from contracts.artifacts import bond_script, escrow_script
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.errors import UnchainedError

@@ -1,4 +1,5 @@
-"""The committed artifacts are what the pinned compiler makes, and the loaders apply parameters."""
+"""The committed artifacts are what the pinned compiler makes, and contracts.artifacts applies
+parameters to them (without the compiler) exactly as opshin does."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ import pytest
 from opshin.builder import apply_parameters
 from pycardano import PlutusV3Script, plutus_script_hash
 
-from contracts.scripts import (
+from contracts import artifacts
+from contracts.artifacts import (
     BLUEPRINT_FILE,
     BUILD_DIR,
-    CONTRACTS,
     HASH_FILE,
     SCRIPT_FILE,
     bond_script,
-    build_artifacts,
     escrow_script,
 )
+from contracts.scripts import CONTRACTS, build_artifacts
 
 
 def committed(name: str) -> PlutusV3Script:
@@ -71,6 +72,23 @@ def test_parameters_are_applied_as_opshin_applies_them():
     assert bond_script(0, escrow_hash, 60_000, 2_500) == apply_parameters(
         committed("bond"), 0, escrow_hash, 60_000, 2_500
     )
+
+
+@pytest.mark.parametrize("name", CONTRACTS)
+@pytest.mark.parametrize(
+    "parameters",
+    [(), (7,), (bytes(28),), (0, b"a", -(2**70)), (1, 2**70, b"", bytes(63))],
+    ids=["none", "one int", "one bytes", "three", "four"],
+)
+def test_any_parameters_are_applied_as_opshin_applies_them(name, parameters):
+    """An odd count moves the term by 4 bits: the fillers of its bytestrings move with it."""
+    applied = artifacts.apply_parameters(name, *parameters)
+    assert applied == apply_parameters(committed(name), *parameters)
+
+
+def test_a_long_bytes_parameter_is_refused():
+    with pytest.raises(ValueError, match="64 bytes"):
+        artifacts.apply_parameters("escrow", bytes(64))
 
 
 def test_each_parameter_changes_the_hash():

@@ -45,6 +45,7 @@ from pycardano import (
     plutus_script_hash,
 )
 
+from contracts.artifacts import bond_script, escrow_script
 from contracts.onchain import (
     Acceptance,
     BatchSettle,
@@ -62,7 +63,6 @@ from contracts.onchain import (
     TopUp,
     Withdraw,
 )
-from contracts.scripts import bond_script, escrow_script
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.devnet.genesis import ADA, wallet_address
 from offchain.devnet.process import DevnetProcess

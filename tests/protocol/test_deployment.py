@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pycardano import script_hash
 
-from contracts.scripts import bond_script, escrow_script
+from contracts.artifacts import bond_script, escrow_script
 from offchain.chain.ogmios import request
 from offchain.protocol.deployment import NEVER_SPENDABLE, deploy
 from tests.protocol.conftest import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS

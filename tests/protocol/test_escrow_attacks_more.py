@@ -21,7 +21,7 @@ from pycardano import (
     datum_hash,
 )
 
-from contracts.scripts import escrow_script
+from contracts.artifacts import escrow_script
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.txbuild import Clock, Wallet, ledger_inputs, ledger_key, script_source
