@@ -1,7 +1,8 @@
 """`unchained provider`: set a machine up as a provider, check it, and run job specs on it.
 
 Settings come from flags, then `UNCHAINED_PROVIDER_*` environment variables, then the TOML
-config (`--config`, written by `init`), then defaults.
+config (`--config`, written by `init`), then defaults. Each command imports what it uses
+(docker, the chain's clients, the daemon): `--help` imports none of them.
 """
 
 from __future__ import annotations
@@ -12,19 +13,13 @@ import logging
 import secrets
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import docker
 import typer
-from pycardano import Network
 from pydantic import ValidationError
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
-from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.protocol.escrow_check import check_acceptable
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.txbuild import Wallet, out_ref
 from provider.bond_cli import app as bond_app
 from provider.config import (
     ConfigError,
@@ -35,14 +30,9 @@ from provider.config import (
     load_config,
     to_toml,
 )
-from provider.daemon.bond import BondManager
 from provider.daemon.capacity import slots_of
-from provider.daemon.chain import Chain
 from provider.daemon.journal import Journal
-from provider.daemon.main import Daemon
-from provider.daemon.status import status_lines
 from provider.inventory import HostInventory, host_inventory
-from provider.keys import KeyFileError, ensure_key, key_path, load_key
 from provider.options import (
     DEFAULT_CONFIG,
     DEFAULT_DEPLOYMENT,
@@ -55,9 +45,10 @@ from provider.options import (
     reported,
     runner_settings,
 )
-from provider.receipts import EscrowJob, receipt_fields, receipt_for
-from provider.runner import Runner, RunResult
-from provider.selftest import GPU_BENCH_IMAGE, Check, SelfTest, save_summary
+
+if TYPE_CHECKING:
+    from provider.receipts import EscrowJob
+    from provider.runner import RunResult
 
 app = typer.Typer(
     help="The provider node: its key, offer, self-test, job runner and bond.",
@@ -87,6 +78,11 @@ def escrow_job(
     """The escrow at `ref` as the chain has it, checked as an acceptance is before the job runs
     (`check_acceptable`: this deployment's, for this spec at this provider's price, key and
     address, paying the whole max duration, with room to run and settle before it closes)."""
+    from offchain.chain.utxo import parse_out_ref, utxo_at
+    from offchain.protocol.escrow_check import check_acceptable
+    from provider.keys import load_key
+    from provider.receipts import EscrowJob
+
     try:
         wanted = parse_out_ref(ref)
     except ValueError as exc:
@@ -104,6 +100,10 @@ def escrow_job(
 
 def receipt_lines(result: RunResult, job: EscrowJob | None) -> list[str]:
     """The run's receipt as people and scripts read it: signed for the escrow, or unsigned."""
+    from offchain.protocol.receipt import Receipt
+    from offchain.protocol.txbuild import out_ref
+    from provider.receipts import receipt_fields, receipt_for
+
     if job is None:
         fields = receipt_fields(result).as_json()
         return [
@@ -135,6 +135,10 @@ def exec_job(
 ) -> None:
     """Run one job spec here exactly as a market job runs; print its metering record (JSON,
     on stdout) and its receipt (on stderr, with the job's log and the bill)."""
+    import docker
+
+    from provider.runner import Runner
+
     try:
         spec = load_jobspec(spec_file)
     except JobSpecError as exc:
@@ -172,16 +176,23 @@ def exec_job(
 def selftest(
     config: ConfigOption = DEFAULT_CONFIG,
     state_dir: StateDirOption = None,
-    gpu_image: Annotated[str, typer.Option(help="Image for the GPU benchmark.")] = GPU_BENCH_IMAGE,
+    gpu_image: Annotated[
+        str | None,
+        typer.Option(help="Image for the GPU benchmark [default: the pinned CUDA image]."),
+    ] = None,
 ) -> None:
     """Check this machine before offering it: engine, hardening, limits, GPUs, a benchmark."""
+    import docker
+
+    from provider.selftest import GPU_BENCH_IMAGE, Check, SelfTest, save_summary
+
     settings, inventory = provider_config(config, state_dir)
     try:
         client = docker.from_env()
     except docker.errors.DockerException as exc:
         raise fail(f"FAIL engine: no docker engine answers: {exc}", code=1) from exc
     checks: list[Check] = []
-    for check in SelfTest(client, settings.runner, inventory, gpu_image).run():
+    for check in SelfTest(client, settings.runner, inventory, gpu_image or GPU_BENCH_IMAGE).run():
         checks.append(check)
         typer.echo(f"{check.outcome.upper():<4}  {check.name:<24}  {check.detail}")
     failed = sum(check.outcome == "fail" for check in checks)
@@ -208,6 +219,11 @@ def init(
 ) -> None:
     """Write a provider config offering this machine (all of it unless flags say less) and
     make the provider's signing key (an existing key is kept, even with --force)."""
+    from pycardano import Network
+
+    from offchain.protocol.txbuild import Wallet
+    from provider.keys import KeyFileError, ensure_key, key_path
+
     if config.exists() and not force:
         raise fail(f"{config} exists; use --force to overwrite it")
     settings = runner_settings(config, state_dir)
@@ -274,6 +290,9 @@ def run(
 ) -> None:
     """Run the provider daemon: offer this machine on the market, take and run jobs, deliver
     results and receipts, settle unsettled receipts itself; SIGTERM stops it gracefully."""
+    from provider.daemon.chain import Chain
+    from provider.daemon.main import Daemon
+
     settings, inventory = provider_config(config, state_dir)
     given = {"market_url": market_url, "market_identity": market_identity}
     daemon_settings = settings.daemon.model_copy(
@@ -297,6 +316,10 @@ def status(
     deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
 ) -> None:
     """Slots free and busy, running jobs, earnings settled and pending, the bond: in chain time."""
+    from provider.daemon.bond import BondManager
+    from provider.daemon.chain import Chain
+    from provider.daemon.status import status_lines
+
     settings, inventory = provider_config(config, state_dir)
     _, slots = slots_of(settings.offer, inventory)
     context, made = open_deployment(ogmios_url, deployment)

@@ -1,26 +1,25 @@
 """Options and helpers shared by the provider's commands (`unchained provider ...`), so every
-command reads the same flags, environment variables and config the same way."""
+command reads the same flags, environment variables and config the same way.
+
+Only typer and the config are imported here: `unchained provider --help` (and `deploy`'s) reads
+these options, and the chain's clients (pycardano, Ogmios) are imported by the helpers that use
+them (tests/test_cli_imports.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from ogmios.errors import ResponseError
-from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.chain.context import chain_context, quiet_chain_clients
-from offchain.chain.submit import UNREACHABLE, ChainError
-from offchain.protocol import deployment_file
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.refusal import Refused
-from offchain.protocol.txbuild import BuildError
 from provider.config import ConfigError, RunnerSettings, load_config
-from provider.keys import KeyFileError
-from provider.receipts import ReceiptError
+
+if TYPE_CHECKING:
+    from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+    from offchain.protocol.deployment import Deployment
 
 DEFAULT_CONFIG = Path("data/provider/provider.toml")
 DEFAULT_DEPLOYMENT = Path("data/deployment.json")
@@ -85,6 +84,10 @@ def state_dir_of(config: Path, state_dir: Path | None) -> Path:
 
 def open_deployment(url: str, path: Path) -> tuple[OgmiosV6ChainContext, Deployment]:
     """A chain context for `url` and the deployment file at `path`, read against that chain."""
+    from offchain.chain.context import chain_context, quiet_chain_clients
+    from offchain.chain.submit import UNREACHABLE
+    from offchain.protocol import deployment_file
+
     quiet_chain_clients()
     try:
         context = chain_context(url)
@@ -99,6 +102,14 @@ def open_deployment(url: str, path: Path) -> tuple[OgmiosV6ChainContext, Deploym
 def reported() -> Iterator[None]:
     """Turn what a chain command can run into (a refusal, the ledger's no, a lost connection)
     into one line on stderr and exit code 1."""
+    from ogmios.errors import ResponseError
+
+    from offchain.chain.submit import UNREACHABLE, ChainError
+    from offchain.protocol.refusal import Refused
+    from offchain.protocol.txbuild import BuildError
+    from provider.keys import KeyFileError
+    from provider.receipts import ReceiptError
+
     try:
         yield
     except (BuildError, ChainError, KeyFileError, ReceiptError, Refused) as exc:

@@ -62,7 +62,8 @@ def test_each_component_is_listed_with_its_own_help(name: str):
     assert load(name).help == COMPONENTS[name].help
 
 
-@pytest.mark.parametrize("component", ["job", "offers", "wallet", "market", "devnet", "contracts"])
+@pytest.mark.parametrize("component", ["job", "offers", "wallet", "market", "devnet", "contracts",
+                                       "provider", "deploy", "demo"])  # fmt: skip
 def test_a_component_help_imports_nothing_heavy(component: str, tmp_path: Path):
     done, modules = imported(component, "--help", cwd=tmp_path)
     assert done.returncode == 0 and COMPONENTS[component].help in done.stdout, done.stderr
@@ -90,6 +91,32 @@ def test_job_list_asks_the_market_with_a_plain_key_and_imports_nothing_heavy(tmp
     assert done.returncode == 1 and error["error"] == "MarketRefused", error
     assert f"cannot reach the market at {url}" in error["message"]
     assert heavy(modules) == []
+
+
+CHAIN_COMMANDS = [("job", "lock"), ("job", "submit"), ("provider", "status"),
+                  ("provider", "bond", "unbond")]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", CHAIN_COMMANDS)
+def test_a_chain_command_help_imports_nothing_heavy(command: tuple[str, ...], tmp_path: Path):
+    done, modules = imported(*command, "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "Usage" in done.stdout, done.stderr[-2000:]
+    assert heavy(modules) == []
+
+
+def test_a_chain_command_loads_the_committed_scripts_without_the_compiler(tmp_path: Path):
+    """`job lock` opens the chain and reads the deployment (here: there is none), importing
+    what loads the validators, and neither the OpShin compiler nor `uplc`: they took seconds
+    of every chain command."""
+    new_wallet(tmp_path / "consumer.skey", mnemonic=False)
+    (tmp_path / "signed.hex").write_text("00")
+    args = ["--key", "consumer.skey", "--state-dir", "state", "--deployment", "none.json",
+            "--ogmios-url", "ws://127.0.0.1:9", "--json"]  # fmt: skip
+    done, modules = imported("job", "lock", "0" * 32, "signed.hex", *args, cwd=tmp_path)
+    assert done.returncode == 1 and "no deployment file at" in done.stdout, done.stdout
+    assert {"pycardano", "contracts.artifacts", "offchain.protocol.deployment_file"} <= modules
+    compilers = ("opshin", "uplc", "pluthon", "contracts.scripts", "contracts.onchain")
+    assert [m for m in modules if m.split(".")[0] in compilers or m in compilers] == []
 
 
 def test_a_mistyped_component_is_suggested_without_importing_any(tmp_path: Path):

@@ -9,17 +9,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from cbor2 import CBORError
-from pycardano import PaymentSigningKey
-from pycardano.exception import PyCardanoException
 
-from offchain.chain.context import chain_context, quiet_chain_clients
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
-from offchain.chain.submit import UNREACHABLE, submit_confirmed
-from offchain.protocol import deployment_file
 from offchain.protocol.amounts import ada
-from offchain.protocol.deployment import deploy
-from offchain.protocol.txbuild import Wallet
 from provider.options import (
     DEFAULT_DEPLOYMENT,
     DeploymentOption,
@@ -65,6 +57,16 @@ def deploy_command(
     ] = REFUND_WINDOW_MS,
 ) -> None:
     """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
+    from cbor2 import CBORError
+    from pycardano import PaymentSigningKey
+    from pycardano.exception import PyCardanoException
+
+    from offchain.chain.context import chain_context, quiet_chain_clients
+    from offchain.chain.submit import UNREACHABLE, submit_confirmed
+    from offchain.protocol import deployment_file
+    from offchain.protocol.deployment import deploy
+    from offchain.protocol.txbuild import Wallet
+
     quiet_chain_clients()
     try:
         key = PaymentSigningKey.load(str(wallet))

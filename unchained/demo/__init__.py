@@ -12,10 +12,7 @@ from typing import Annotated
 
 import typer
 
-from offchain.chain.context import quiet_chain_clients
 from offchain.protocol.errors import UnchainedError
-from unchained.demo.children import DemoFailed
-from unchained.demo.story import run
 
 app = typer.Typer()
 MAX_JOBS = 41  # escrows one settle transaction can hold (the contract's measured maximum)
@@ -46,6 +43,10 @@ def demo(
     ] = False,
 ) -> None:
     """Run the whole market locally: devnet, market + explorer, provider, consumers."""
+    from offchain.chain.context import quiet_chain_clients
+    from unchained.demo.children import DemoFailed
+    from unchained.demo.story import run
+
     quiet_chain_clients()
     # SIGTERM unwinds like Ctrl-C, so the children (in sessions of their own) are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

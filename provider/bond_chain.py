@@ -1,0 +1,74 @@
+"""The provider's bond commands' chain side: the provider's wallet and bonds on one chain, and
+how a bond is shown. Kept apart from `provider.bond_cli` so that `--help` imports no chain
+client (tests/test_cli_imports.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import typer
+from pycardano import Transaction, TransactionInput, UTxO
+
+from offchain.chain.submit import submit_confirmed
+from offchain.chain.time import iso
+from offchain.chain.utxo import parse_out_ref
+from offchain.protocol import bond as bonds
+from offchain.protocol.amounts import ada
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.txbuild import Clock, Wallet, out_ref
+from offchain.protocol.types import BondDatum, Just
+from provider.bonding import ProviderBonds, withdrawable_slot
+from provider.keys import load_key
+from provider.options import fail, open_deployment, state_dir_of
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderOnChain(ProviderBonds):
+    """One provider on one chain: what every bond command starts from."""
+
+    url: str
+
+    def submit(self, tx: Transaction, what: str) -> None:
+        height = asyncio.run(submit_confirmed(self.url, tx))
+        typer.echo(f"{what}: tx {tx.id} in block {height} (fee {tx.transaction_body.fee} lovelace)")
+
+
+def provider_on_chain(
+    url: str, deployment_path: Path, config: Path, state_dir: Path | None
+) -> ProviderOnChain:
+    context, deployment = open_deployment(url, deployment_path)
+    key = load_key(state_dir_of(config, state_dir))
+    return ProviderOnChain(context, deployment, Wallet.of(key, deployment.network), url)
+
+
+def standing(deployment: Deployment, datum: BondDatum, clock: Clock) -> str:
+    if not isinstance(datum.unbonding_since, Just):
+        return "active"
+    since = datum.unbonding_since.value
+    slot = withdrawable_slot(deployment, since, clock)
+    when = "now" if clock.tip_slot >= slot else f"at {clock.iso_slot(slot)}"
+    return f"unbonding since {iso(since)}, withdrawable {when}"
+
+
+def show_bond(chain: ProviderOnChain, bond: UTxO) -> None:
+    datum = bonds.bond_datum(chain.deployment, bond)
+    state = standing(chain.deployment, datum, Clock.now(chain.context))
+    typer.echo(f"bond {out_ref(bond)}: {ada(bond.output.amount.coin)}, {state}")
+
+
+def made_bond(tx: Transaction) -> UTxO:
+    """The bond output of a create, top-up or unbond transaction."""
+    index = bonds.BOND_OUTPUT
+    return UTxO(TransactionInput(tx.id, index), tx.transaction_body.outputs[index])
+
+
+def bond_ref(text: str | None) -> TransactionInput | None:
+    """The bond named with --bond, if one is."""
+    if text is None:
+        return None
+    try:
+        return parse_out_ref(text)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
