@@ -585,6 +585,39 @@ def wallet_address(env: Env, as_json: Json = False) -> None:
     emit(as_json, {"address": address}, address)
 
 
+@command(wallet_app, "fund")
+def wallet_fund(
+    env: Env,
+    address: Annotated[str, typer.Argument(help="The address to pay (bech32, addr_test1...).")],
+    ada_amount: Annotated[
+        str, typer.Option("--ada", help="How much, in ADA (up to 6 decimals).")
+    ] = "100",
+    as_json: Json = False,
+) -> None:
+    """On the devnet only: pay ADDRESS from the devnet's faucet (a real transaction; its
+    `devnet/fund` method). Refused on mainnet and by any other chain's Ogmios."""
+    from offchain.chain.ogmios import OgmiosError, request
+    from offchain.devnet.errors import METHOD_NOT_FOUND
+
+    if env.network == "mainnet":
+        fail(as_json, "NotADevnet", "wallet fund works on the devnet only, not on mainnet")
+    try:
+        lovelace = parse_lovelace(f"{ada_amount}ADA")
+    except ValueError as exc:
+        fail(as_json, "BadAmount", f"--ada: {exc}", field="ada")
+    try:
+        sent = run_sync(request(env.ogmios_url, "devnet/fund",
+                                {"address": address, "lovelace": lovelace}))  # fmt: skip
+    except OgmiosError as exc:
+        if exc.code == METHOD_NOT_FOUND:
+            fail(as_json, "NotADevnet", f"{env.ogmios_url} is not the devnet (it has no "
+                 "devnet/fund): pay the address from a wallet or the network's faucet")  # fmt: skip
+        raise
+    tx_id = sent["transaction"]["id"]
+    emit(as_json, {"address": address, "lovelace": lovelace, "tx": tx_id},
+         f"sent {ada(lovelace)} to {address} (tx {tx_id}; in the next block)")  # fmt: skip
+
+
 @command(wallet_app, "balance")
 def wallet_balance(env: Env, as_json: Json = False) -> None:
     """What --key's address holds on chain."""

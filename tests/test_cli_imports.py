@@ -94,7 +94,7 @@ def test_job_list_asks_the_market_with_a_plain_key_and_imports_nothing_heavy(tmp
 
 
 CHAIN_COMMANDS = [("job", "lock"), ("job", "submit"), ("provider", "status"),
-                  ("provider", "bond", "unbond")]  # fmt: skip
+                  ("provider", "bond", "unbond"), ("wallet", "fund")]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", CHAIN_COMMANDS)
