@@ -44,7 +44,12 @@ wallet_app = typer.Typer(help="The consumer's key and funds.", no_args_is_help=T
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
 MIN_BOND_HELP = "Only a provider whose bond, checked on chain, holds at least this (e.g. 100ADA)."
-JobId = Annotated[str, typer.Argument(help="The job id `job submit` printed.")]
+JobId = Annotated[
+    str,
+    typer.Argument(
+        help="The job id `job submit` printed, a unique prefix of it, or its escrow TXID#IX."
+    ),
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +115,8 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
             env = Env(**{field: kwargs.pop(field) for field in ENV_OPTIONS})
             as_json = kwargs.get("as_json", False)
             try:
+                if "job_id" in kwargs:  # a prefix or escrow ref of a job recorded here
+                    kwargs["job_id"] = JobStore(env.state_dir).resolve(kwargs["job_id"])
                 return fn(env, *args, **kwargs)
             except UnchainedError as exc:  # a bad job spec (JobSpecError) too
                 fail(as_json, type(exc).__name__, str(exc), **getattr(exc, "details", {}))
@@ -399,23 +406,26 @@ def logs(
 
     kept: list[dict[str, Any]] = []
 
-    async def go() -> None:
+    async def go() -> str:
+        """Print the lines; the job's state when they end."""
         async with opened(env) as consumer:
             after = -1
             while True:
                 for line in await consumer.logs(job_id, after):
                     after = line["seq"]
-                    if as_json:
-                        kept.append(line)
-                    else:
+                    kept.append(line)
+                    if not as_json:
                         typer.echo(line["text"])
-                if not follow_ or (await consumer.status(job_id))["state"] in FINAL:
-                    return
+                state = (await consumer.status(job_id))["state"]
+                if not follow_ or state in FINAL:
+                    return state
                 await asyncio.sleep(1)
 
-    run_sync(go())
+    state = run_sync(go())
     if as_json:
         emit(True, {"job_id": job_id, "lines": kept}, "")
+    elif not kept:  # silence would read as a hang or a lost log
+        typer.echo(f"job {job_id} has no log lines (it is {state})", err=True)
 
 
 @command(job_app, "results")

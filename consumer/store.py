@@ -68,6 +68,21 @@ class JobStore:
             )
         return read(path)
 
+    def resolve(self, given: str) -> str:
+        """The full id of the job `given` names here: its id, a unique prefix of it, or its
+        escrow ref (TXID#IX). A job not recorded here is left as given, for the market to
+        resolve; a prefix several jobs here share is refused, listing them."""
+        if (self.dir / f"{given}.json").exists() or not self.dir.is_dir():
+            return given
+        matches = [record.job_id for record in self.all()
+                   if record.job_id.startswith(given) or record.escrow == given]  # fmt: skip
+        if len(matches) > 1:
+            raise ConsumerError(
+                f"{given!r} names {len(matches)} jobs here: {', '.join(matches)}; give more of "
+                "the id", job=given, matches=matches,
+            )  # fmt: skip
+        return matches[0] if matches else given
+
     def all(self) -> list[JobRecord]:
         """Every job, oldest first."""
         records = [read(path) for path in self.dir.glob("*.json")]

@@ -1,0 +1,46 @@
+"""Every consumer command that takes a job takes a unique prefix of its id or its escrow ref
+(TXID#IX), resolved against the local store first; a prefix two jobs here share is refused
+listing both. `job logs` of a job with no lines says so instead of printing nothing."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from tests.consumer.cli import cli_env, funded_key, run, run_json
+from tests.consumer.test_sdk import SPEC
+
+
+async def test_a_job_is_named_by_a_prefix_or_its_escrow_and_a_shared_prefix_is_refused(
+    market, provider, devnet, tmp_path
+):
+    _, key = await funded_key(devnet, tmp_path, 100_000_000)
+    state = tmp_path / "state"
+    env = cli_env(market, devnet, key, state)
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
+    await provider.offer()
+    code, submitted = run_json(env, "job", "submit", "job.yaml", "--yes", "--detach",
+                               cwd=tmp_path)  # fmt: skip
+    assert code == 0 and submitted["escrow"], submitted
+    job, escrow = submitted["job_id"], submitted["escrow"]
+
+    for name in (job[:8], escrow):
+        code, status = run_json(env, "job", "status", name, cwd=tmp_path)
+        assert code == 0 and status["id"] == job and status["escrow"] == escrow, status
+
+    done = run(env, "job", "logs", job[:8], cwd=tmp_path)  # the provider never ran it
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert f"job {job} has no log lines (it is " in done.stderr
+    code, logs = run_json(env, "job", "logs", job[:8], cwd=tmp_path)
+    assert code == 0 and logs == {"job_id": job, "lines": []}
+
+    # another job recorded here whose id shares the first 8 characters
+    other = job[:8] + ("0" if job[8] != "0" else "1") + job[9:]
+    record = json.loads((state / "jobs" / f"{job}.json").read_text())
+    (state / "jobs" / f"{other}.json").write_text(json.dumps({**record, "job_id": other}))
+    code, error = run_json(env, "job", "status", job[:8], cwd=tmp_path)
+    assert code == 1 and sorted(error["matches"]) == sorted([job, other]), error
+    assert f"'{job[:8]}' names 2 jobs here: " in error["message"] and other in error["message"]
+    code, status = run_json(env, "job", "status", job[:9], cwd=tmp_path)
+    assert code == 0 and status["id"] == job, status
