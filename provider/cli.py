@@ -314,11 +314,14 @@ def status(
     state_dir: StateDirOption = None,
     ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
     deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document (lovelace, chain-time ms).")
+    ] = False,
 ) -> None:
     """Slots free and busy, running jobs, earnings settled and pending, the bond: in chain time."""
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
-    from provider.daemon.status import status_lines
+    from provider.daemon.status import provider_status, status_lines
 
     settings, inventory = provider_config(config, state_dir)
     _, slots = slots_of(settings.offer, inventory)
@@ -326,5 +329,5 @@ def status(
     with reported():
         chain = Chain.of(ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
-        lines = status_lines(Journal(settings.runner.state_dir), slots, chain.now_ms(), bond)
-    typer.echo("\n".join(lines))
+        now = provider_status(Journal(settings.runner.state_dir), slots, chain.now_ms(), bond)
+    typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))

@@ -1,11 +1,16 @@
 """`unchained provider status`: what the daemon is doing, read from its journal and the chain
 (never from the daemon itself, so it answers while the daemon is down): each slot free or
 busy with which job, running jobs with their elapsed chain time and metered units so far,
-earnings settled and pending, and the bond."""
+earnings settled and pending, and the bond; as lines in ADA, or with `--json` as data in
+lovelace."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from offchain.chain.time import iso
+from offchain.protocol.amounts import ada
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Slot
 from provider.daemon.journal import Journal
@@ -14,36 +19,72 @@ from provider.metering import billable_units
 PENDING = ("finished", "delivered")
 
 
-def status_lines(journal: Journal, slots: list[Slot], now_ms: int, bond: BondView) -> list[str]:
+def provider_status(
+    journal: Journal, slots: list[Slot], now_ms: int, bond: BondView
+) -> dict[str, Any]:
+    """The status as data (`provider status --json`): lovelace and chain-time ms, integers."""
     entries = journal.entries()
     running = {e.slot: e for e in entries if e.stage in ("accepted", "running")}
-    lines = [f"chain time {iso(now_ms)}"]
-    for slot in slots:
-        what = ", ".join(slot.gpu_uuids) or f"{slot.bundle.cpu_cores} core(s)"
-        entry = running.get(slot.index)
-        lines.append(f"slot {slot.index} ({what}): " + (f"busy with job {entry.job_id}"
-                                                       if entry else "free"))  # fmt: skip
+    jobs = []
     for entry in running.values():
-        if entry.started_at_ms is None:
-            lines.append(f"job {entry.job_id}: accepted, starting")
-            continue
-        elapsed = max(0, now_ms - entry.started_at_ms)
-        units = billable_units(elapsed, entry.spec.max_duration_s)
-        lines.append(
-            f"job {entry.job_id}: running {elapsed // 1000} s, {units} unit(s) x "
-            f"{entry.price_per_unit} lovelace so far, escrow {entry.escrow}"
-        )
-    settled = sum(e.settled_lovelace or 0 for e in entries if e.stage == "settled")
-    refunded = [e for e in entries if e.stage == "refunded"]
+        elapsed = None if entry.started_at_ms is None else max(0, now_ms - entry.started_at_ms)
+        units = 0 if elapsed is None else billable_units(elapsed, entry.spec.max_duration_s)
+        jobs.append({"job_id": entry.job_id, "escrow": entry.escrow, "elapsed_ms": elapsed,
+                     "units": units, "price_per_unit": entry.price_per_unit,
+                     "lovelace_so_far": units * entry.price_per_unit})  # fmt: skip
     pending = [e for e in entries if e.stage in PENDING and e.receipt]
-    lines.append(f"earnings settled: {settled} lovelace")
-    if refunded:
-        lines.append(f"refunded to consumers (nothing earned): {len(refunded)} job(s): "
-                     + ", ".join(e.job_id for e in refunded))  # fmt: skip
-    lines.append(f"earnings pending: {sum(e.earned for e in pending)} lovelace "
-                 f"({len(pending)} receipt(s))")  # fmt: skip
-    for entry in pending:
-        lines.append(f"  job {entry.job_id}: {entry.earned} lovelace, escrow {entry.escrow} "
-                     f"closes {iso(entry.close_ms)}")  # fmt: skip
-    lines.append(bond.describe())
+    slot_rows = [
+        {
+            "index": slot.index,
+            "resources": ", ".join(slot.gpu_uuids) or f"{slot.bundle.cpu_cores} core(s)",
+            "job_id": running[slot.index].job_id if slot.index in running else None,
+        }
+        for slot in slots
+    ]
+    return {
+        "chain_time_ms": now_ms,
+        "slots": slot_rows,
+        "running": jobs,
+        "settled_lovelace": sum(e.settled_lovelace or 0 for e in entries if e.stage == "settled"),
+        "refunded_jobs": [e.job_id for e in entries if e.stage == "refunded"],
+        "pending_lovelace": sum(e.earned for e in pending),
+        "pending": [
+            {"job_id": e.job_id, "lovelace": e.earned, "escrow": e.escrow, "close_ms": e.close_ms}
+            for e in pending
+        ],
+        "bond": dataclasses.asdict(bond),
+    }
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    """The status as people read it: amounts in ADA (exact), times in UTC."""
+    lines = [f"chain time {iso(status['chain_time_ms'])}"]
+    for slot in status["slots"]:
+        busy = f"busy with job {slot['job_id']}" if slot["job_id"] else "free"
+        lines.append(f"slot {slot['index']} ({slot['resources']}): {busy}")
+    for job in status["running"]:
+        if job["elapsed_ms"] is None:
+            lines.append(f"job {job['job_id']}: accepted, starting")
+            continue
+        lines.append(
+            f"job {job['job_id']}: running {job['elapsed_ms'] // 1000} s, {job['units']} "
+            f"unit(s) x {job['price_per_unit']} lovelace = {ada(job['lovelace_so_far'])} so far, "
+            f"escrow {job['escrow']}"
+        )
+    lines.append(f"earnings settled: {ada(status['settled_lovelace'])}")
+    if status["refunded_jobs"]:
+        lines.append(f"refunded to consumers (nothing earned): {len(status['refunded_jobs'])} "
+                     f"job(s): {', '.join(status['refunded_jobs'])}")  # fmt: skip
+    lines.append(f"earnings pending: {ada(status['pending_lovelace'])} "
+                 f"({len(status['pending'])} receipt(s))")  # fmt: skip
+    for job in status["pending"]:
+        lines.append(f"  job {job['job_id']}: {ada(job['lovelace'])}, escrow {job['escrow']} "
+                     f"closes {iso(job['close_ms'])}")  # fmt: skip
+    bond = status["bond"]
+    if bond["ref"] is None:
+        lines.append("no bond")
+    else:
+        ends = bond["unbonding_ends_ms"]
+        state = "active" if ends is None else f"unbonding, withdrawable from {iso(ends)}"
+        lines.append(f"bond {bond['ref']}: {ada(bond['lovelace'])}, {state}")
     return lines

@@ -6,11 +6,13 @@ it all in chain time."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
 from typer.testing import CliRunner
 
+from offchain.protocol.amounts import ada
 from offchain.protocol.split import settle_split
 from tests.market.client import Party, serve
 from tests.protocol.onchain import balance, wallet
@@ -62,6 +64,7 @@ async def test_two_jobs_in_parallel_from_signed_request_to_payout(devnet, world,
         "--deployment", str(daemon.deployment_file)])  # fmt: skip
     assert status_out.exit_code == 0, status_out.output
     assert status_out.output.count("busy with job") == 2, status_out.output
+    assert status_out.output.count(" ADA so far, escrow ") == 2, status_out.output
 
     settled = await asyncio.gather(*(
         wait_state(job.consumer, job.job, {"settled"}, timeout_s=120) for job in jobs
@@ -85,5 +88,12 @@ async def test_two_jobs_in_parallel_from_signed_request_to_payout(devnet, world,
     status_out = cli.invoke(app, [
         "provider", "status", "--config", str(daemon.config), "--ogmios-url", devnet.url,
         "--deployment", str(daemon.deployment_file)])  # fmt: skip
-    assert f"earnings settled: {earned} lovelace" in status_out.output, status_out.output
+    assert f"earnings settled: {ada(earned)}" in status_out.output, status_out.output
     assert status_out.output.count(": free") == 2 and "no bond" in status_out.output
+    as_json = cli.invoke(app, [
+        "provider", "status", "--json", "--config", str(daemon.config), "--ogmios-url",
+        devnet.url, "--deployment", str(daemon.deployment_file)])  # fmt: skip
+    status = json.loads(as_json.output)
+    assert status["settled_lovelace"] == earned and status["pending_lovelace"] == 0, status
+    assert [slot["job_id"] for slot in status["slots"]] == [None, None] and not status["running"]
+    assert status["bond"] == {"ref": None, "lovelace": 0, "unbonding_ends_ms": None}

@@ -123,9 +123,9 @@ async def test_a_refund_after_the_close_is_not_counted_as_earnings(devnet, tmp_p
             status = cli.invoke(app, [
                 "provider", "status", "--config", str(daemon.config), "--ogmios-url", devnet.url,
                 "--deployment", str(daemon.deployment_file)])  # fmt: skip
-            assert "earnings settled: 0 lovelace" in status.output, status.output
+            assert "earnings settled: 0.000000 ADA" in status.output, status.output
             assert f"nothing earned): 1 job(s): {job.job}" in status.output, status.output
-            assert "earnings pending: 0 lovelace" in status.output, status.output
+            assert "earnings pending: 0.000000 ADA" in status.output, status.output
             entry = Journal(daemon.state_dir).get(job.job)
             assert entry.stage == "refunded" and entry.settled_lovelace == 0
             assert entry.settle_tx == str(refund.id)
