@@ -1,6 +1,9 @@
 """Live progress of one job in the terminal (rich): state, elapsed time, metered units, cost so
 far and the log tail, from the market's event stream and its logs. Display only: what is paid
-is decided by the provider's signed receipt, shown once it arrives."""
+is decided by the provider's signed receipt, shown once it arrives. It ends at the first final
+state (a failed job's stream goes on to its settle or refund), with the reason; the metered
+time stops when the job stops running. Not in a terminal, each state change is one line,
+written at once (a live panel would show nothing until the end)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rich.console import Console, Group
@@ -38,6 +42,8 @@ class Progress:
     state: str = "…"
     created_ms: int | None = None
     running_since_ms: int | None = None
+    stopped_ms: int | None = None  # when it left `running`: the units stop counting there
+    reason: str | None = None
     receipt_units: int | None = None
     log_seq: int = -1
     tail: list[str] = dataclasses.field(default_factory=list)
@@ -48,6 +54,12 @@ class Progress:
             self.created_ms = event["at_ms"]
         if self.state == "running":
             self.running_since_ms = event["at_ms"]
+        elif self.running_since_ms is not None and self.stopped_ms is None:
+            self.stopped_ms = event["at_ms"]
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL
 
     @property
     def units(self) -> int:
@@ -56,13 +68,22 @@ class Progress:
             return self.receipt_units
         if self.running_since_ms is None:
             return 0
-        return min(-(-(wall_ms() - self.running_since_ms) // 1000), self.max_units)
+        until = self.stopped_ms if self.stopped_ms is not None else wall_ms()
+        return min(-(-(until - self.running_since_ms) // 1000), self.max_units)
+
+    @property
+    def metered(self) -> str:
+        if self.receipt_units is not None:
+            return "receipt"
+        return "metered" if self.stopped_ms is not None or self.final else "so far"
 
     def render(self) -> Panel:
         elapsed_s = (wall_ms() - self.created_ms) // 1000 if self.created_ms else 0
-        metered = "receipt" if self.receipt_units is not None else "so far"
+        metered = self.metered
         table = Table.grid(padding=(0, 2))
         table.add_row("state", Text(self.state, style="bold"))
+        if self.reason:
+            table.add_row("reason", self.reason)
         table.add_row("elapsed", f"{elapsed_s // 60}m{elapsed_s % 60:02d}s")
         table.add_row("units", f"{self.units} / {self.max_units} s ({metered})")
         table.add_row("cost", f"{ada(self.units * self.price_per_unit)} ({metered})")
@@ -86,28 +107,57 @@ async def watch(consumer: Consumer, job_id: str, console: Console) -> str:
         for line in await consumer.logs(job_id, progress.log_seq):
             progress.tail.append(line["text"])
             progress.log_seq = line["seq"]
-        progress.receipt_units = (await consumer.status(job_id))["receipt_units"]
+        status = await consumer.status(job_id)
+        progress.receipt_units, progress.reason = status["receipt_units"], status["failure_reason"]
 
     async def poll() -> None:
         while True:
             await refresh()
             await asyncio.sleep(POLL_S)
 
+    if not console.is_terminal:
+        return await _lines(consumer, progress, console, refresh)
     with Live(progress.render(), console=console, refresh_per_second=4) as live:
         poller = asyncio.create_task(poll())
         events = asyncio.create_task(follow_events())
         try:
-            while not events.done():
+            while not events.done() and not progress.final:
                 live.update(progress.render())
                 await asyncio.wait([events, poller], timeout=0.25,
                                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
                 if poller.done():
                     poller.result()  # a market error ends the display with its message
-            events.result()
+            if events.done():
+                events.result()
         finally:
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            for task in (poller, events):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await refresh()
         live.update(progress.render())
     return progress.state
+
+
+async def _lines(
+    consumer: Consumer, progress: Progress, console: Console, refresh: Callable[[], Awaitable[None]]
+) -> str:
+    """One line per state change, flushed as it happens, and the outcome at the final one."""
+    async with contextlib.aclosing(consumer.events(progress.job_id)) as events:
+        async for event in events:
+            progress.event(event)
+            say(console, f"job {progress.job_id}: {progress.state}")
+            if progress.final:
+                break
+    await refresh()
+    cost = f"{progress.units} unit(s), {ada(progress.units * progress.price_per_unit)}"
+    reason = f": {progress.reason}" if progress.reason else ""
+    ended = f"job {progress.job_id} ended {progress.state}{reason}"
+    say(console, f"{ended} ({cost}, {progress.metered})")
+    return progress.state
+
+
+def say(console: Console, line: str) -> None:
+    """One line as it is (no wrapping at 80 columns in a pipe, no colours), written now."""
+    console.print(line, highlight=False, soft_wrap=True)
+    console.file.flush()
