@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from offchain.protocol.amounts import ada
 from offchain.protocol.offer import SelfTestSummary
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
@@ -43,6 +44,23 @@ def offer_terms(
     return terms
 
 
+def describe_offer(terms: dict[str, Any]) -> str:
+    """The offer's terms as an operator reads them in the daemon's log: ADA, MiB, per hour."""
+    gpus = (f"{terms['gpu_count']} x {terms['gpu_model']} ({terms['vram_mib']} MiB)"
+            if terms["gpu_count"] else "no GPU")  # fmt: skip
+    price = terms["price_per_unit"]
+    parts = [
+        f"{terms['slots']} slot(s) of {gpus}, {terms['cpu_cores']} core(s), "
+        f"{terms['memory_mib']} MiB memory, {terms['disk_mib']} MiB disk",
+        f"{ada(price * 3600)} per hour ({price} lovelace/s)",
+        f"bond {terms['bond']}" if "bond" in terms else "no bond",
+        f"payout to {terms['payout_address']}",
+    ]
+    if "selftest" in terms:
+        parts.append("self-test " + ("passed" if terms["selftest"]["passed"] else "FAILED"))
+    return "; ".join(parts)
+
+
 class OfferKeeper:
     """Publishes the offer, then heartbeats; publishes again whenever the link was lost."""
 
@@ -68,7 +86,7 @@ class OfferKeeper:
             terms = offer_terms(self.bundle, self.payout_address, bond, selftest)
             await self.link.send("POST", "/offers", Body.of_json(terms), retry_for_s=retry_for_s)
             if not self.published:
-                log.info("offer published: %s", terms)
+                log.info("offer published: %s", describe_offer(terms))
             self.published = True
         except MarketError as exc:
             self.published = False

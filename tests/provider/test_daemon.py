@@ -47,6 +47,9 @@ async def world(devnet, tmp_path, busybox):
 
 async def test_two_jobs_in_parallel_from_signed_request_to_payout(devnet, world, busybox):
     deployment, http, daemon, provider = world
+    published = next(line for line in daemon.log().splitlines() if "offer published: " in line)
+    assert f"{ada(CORE_PRICE * 3600)} per hour ({CORE_PRICE} lovelace/s); no bond" in published
+    assert "core(s), 512 MiB memory" in published and "{" not in published, published
     before = balance(devnet, provider.address)
     consumers = [Party.new(http, IDENTITY, await wallet(devnet)) for _ in range(2)]
     script = "echo started; sleep 3; echo result > /out/answer; echo done"
