@@ -49,6 +49,9 @@ def standing(deployment: Deployment, datum: BondDatum, clock: Clock) -> str:
     since = datum.unbonding_since.value
     slot = withdrawable_slot(deployment, since, clock)
     when = "now" if clock.tip_slot >= slot else f"at {clock.iso_slot(slot)}"
+    if since > clock.tip_ms:  # the notice counts from its transaction's validity bound
+        return (f"notice given at {iso(clock.tip_ms)} chain time (it counts from {iso(since)}, "
+                f"its transaction's validity bound), withdrawable {when}")  # fmt: skip
     return f"unbonding since {iso(since)}, withdrawable {when}"
 
 
