@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from consumer.errors import ConsumerError
 
+MIN_PREFIX = 8  # characters of a job id before a prefix names a job (as the market asks)
+
 if TYPE_CHECKING:  # imported where a datum is read: `job list` needs no Plutus types
     from offchain.protocol.types import EscrowDatum
 
@@ -74,6 +76,8 @@ class JobStore:
         resolve; a prefix several jobs here share is refused, listing them."""
         if (self.dir / f"{given}.json").exists() or not self.dir.is_dir():
             return given
+        if len(given) < MIN_PREFIX and "#" not in given:
+            return given  # too short to name a job here: the market answers for it
         matches = [record.job_id for record in self.all()
                    if record.job_id.startswith(given) or record.escrow == given]  # fmt: skip
         if len(matches) > 1:

@@ -36,6 +36,14 @@ def test_the_default_notice_covers_the_longest_job_the_market_quotes():
     assert latest_close + REFUND_WINDOW_MS < NOTICE_MS
 
 
+def test_deploy_refuses_a_notice_no_longer_than_the_refund_window(tmp_path):
+    """Such a bond would cover no job: refused before any key is read or script published."""
+    path = tmp_path.resolve() / "deployment.json"
+    result = deploy("--deployment", str(path), "--notice-ms", "5000", "--refund-window-ms", "5000")
+    assert result.exit_code == 2 and "--notice-ms 5000 must be longer" in result.stderr
+    assert not path.exists()
+
+
 def test_deploy_says_which_key_it_cannot_read(tmp_path):
     absent = tmp_path.resolve() / "absent.skey"
     result = deploy("--wallet", str(absent))

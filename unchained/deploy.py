@@ -57,6 +57,12 @@ def deploy_command(
     ] = REFUND_WINDOW_MS,
 ) -> None:
     """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
+    if notice_ms <= refund_window_ms:
+        # a bond covers jobs closing before its notice's end less the refund window: none
+        raise fail(
+            f"--notice-ms {notice_ms} must be longer than --refund-window-ms {refund_window_ms}: "
+            "a bond covers only jobs closing more than the refund window before its notice ends"
+        )
     from cbor2 import CBORError
     from pycardano import PaymentSigningKey
     from pycardano.exception import PyCardanoException

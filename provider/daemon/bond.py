@@ -70,7 +70,9 @@ class BondManager:
                 self.view.describe(), self.minimum,
             )  # fmt: skip
         elif self.view.unbonding_ends_ms is not None:
-            log.warning("%s: jobs closing after that are refused", self.view.describe())
+            covers = self.view.unbonding_ends_ms - self.chain.deployment.refund_window_ms
+            log.warning("%s: jobs closing from %s on are refused (the consumer's refund window "
+                        "must end before it)", self.view.describe(), iso(covers))  # fmt: skip
         return self.view
 
     def backing(self, close_ms: int) -> UTxO | None:

@@ -61,7 +61,7 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
         escrow = await lock_escrow(devnet, deployment, consumer, terms)
         try:
             await daemon.start().logged("offer published")
-            assert "jobs closing after that are refused" in daemon.log()  # its warning
+            assert "are refused (the consumer's refund window" in daemon.log()  # its warning
             pending.append({"job_id": "job_u", "spec": job, "escrow": escrow})
             await daemon.logged("job job_u refused", timeout_s=30)
         finally:
@@ -69,6 +69,8 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
             assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
     refused = next(line for line in daemon.log().splitlines() if "job job_u refused" in line)
     assert "withdrawable from" in refused and "covers jobs closing before" in refused, refused
+    covered = refused.split("covers jobs closing before ")[1].split(";")[0]
+    assert f"jobs closing from {covered} on are refused" in daemon.log()  # the same cut-off
     assert Journal(daemon.state_dir).entries() == []  # nothing signed
     assert [line for line in seen if "/jobs/" in line] == []  # no acceptance sent
 
