@@ -282,7 +282,7 @@ async def _job_stream(
                 after = event["id"]
                 html = row.render(e=event)
                 yield _event("transition", {"html": html, "state": event["to_state"]}, after)
-            await woken.wait()
+            await feed.wait(woken)
 
 
 # Live streams hold no session while open (each read is in its own; a job's stream reads when

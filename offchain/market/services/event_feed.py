@@ -4,7 +4,9 @@ Each open stream used to poll the database for its job's events, a read per stre
 a second: 200 idle streams kept a third of a core busy, a thousand would take more than one.
 The feed reads once per tick which jobs have events it has not seen (one short session, by
 the events' primary key) and wakes the streams watching those jobs; a stream reads its own
-events only when woken, in a short session of its own.
+events only when woken, in a short session of its own, and every RECHECK_S anyway: on
+PostgreSQL an event's id is taken at insert, so one can commit after a higher id the feed has
+already passed, and only the stream's own read would see it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from offchain.market.models import JobEvent
 
 EVERY_S = 0.25
+RECHECK_S = 15.0
 log = logging.getLogger(__name__)
 
 
@@ -50,6 +53,13 @@ class EventFeed:
             watchers.discard(woken)
             if not watchers:
                 del self.watching[job_id]
+
+    @staticmethod
+    async def wait(woken: asyncio.Event) -> None:
+        """Until the feed wakes `woken`, or RECHECK_S pass (an event committed out of id order
+        is then read by the stream itself)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woken.wait(), RECHECK_S)
 
     async def _read(self, ready: asyncio.Future[None]) -> None:
         try:

@@ -157,7 +157,7 @@ async def _stream(feed: EventFeed, engine: Engine, job_id: str) -> AsyncIterator
                 yield f"id: {event.id}\nevent: transition\ndata: {event.model_dump_json()}\n\n"
                 if event.to_state in jobs.FINAL:
                     return
-            await woken.wait()
+            await feed.wait(woken)
 
 
 def _events_after(engine: Engine, job_id: str, after: int) -> list[schemas.EventPublic]:
