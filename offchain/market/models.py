@@ -40,6 +40,17 @@ class JobState(StrEnum):
     EXPIRED = "expired"
 
 
+class JobOutcome(StrEnum):
+    """How the renter's program ended, beside the job's state (a completed job is billed for
+    what it used whatever the outcome): the provider's daemon reports it with its receipt."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    CANCELLED = "cancelled"
+
+
 class Cause(StrEnum):
     """Who moved a job: a request to the API, the chain (a block/tx) or scheduled work."""
 
@@ -134,7 +145,8 @@ class Job(SQLModel, table=True):
     receipt_evidence_hash: str | None = Field(default=None, max_length=64)
     receipt_signature: str | None = Field(default=None, max_length=128)
     result_sha256: str | None = Field(default=None, foreign_key="blob.sha256")
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, description="the provider's word, not signed")
+    outcome: JobOutcome | None = _name(None, nullable=True)
     failure_reason: str | None = None
     settle_tx: str | None = Field(default=None, max_length=64)
     escrow_slot: int | None = _big(nullable=True)
