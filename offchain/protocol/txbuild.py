@@ -230,7 +230,13 @@ def build(builder: TransactionBuilder, payer: Address) -> Transaction:
 
 def sign_tx(tx: Transaction, *keys: PaymentSigningKey | ExtendedSigningKey) -> Transaction:
     """`tx` with each key's witness added to those it has (parties may sign in turn)."""
-    witnesses = copy.copy(tx.transaction_witness_set)
     signed = [VerificationKeyWitness(k.to_verification_key(), k.sign(tx.id.payload)) for k in keys]
+    return with_witnesses(tx, signed)
+
+
+def with_witnesses(tx: Transaction, signed: Sequence[VerificationKeyWitness]) -> Transaction:
+    """`tx` with `signed` added to its witnesses: a party's signature made elsewhere (the
+    provider's half of a cancel reaches the market as a signature alone)."""
+    witnesses = copy.copy(tx.transaction_witness_set)
     witnesses.vkey_witnesses = NonEmptyOrderedSet([*(witnesses.vkey_witnesses or []), *signed])
     return Transaction(tx.transaction_body, witnesses, tx.valid, tx.auxiliary_data)

@@ -1,0 +1,100 @@
+"""Whether a transaction is a Cancel of one escrow and nothing else, before the provider signs
+it. The provider's witness is its payment key's: it authorises every input locked by that key
+(its wallet), every script that asks for that key (its bond, its other escrows) and whatever
+the transaction does beside. So a renter's cancel is signed only when it spends this escrow by
+Cancel, other inputs only of others' keys (all on chain now), no other script, and takes,
+mints, certifies or votes nothing. The market runs the same check on a cancel a renter posts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pycardano import (
+    RedeemerMap,
+    RedeemerTag,
+    Transaction,
+    TransactionInput,
+    UTxO,
+    VerificationKeyHash,
+)
+
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.errors import UnchainedError
+from offchain.protocol.txbuild import ledger_key
+from offchain.protocol.types import Cancel
+
+Lookup = Callable[[TransactionInput], UTxO | None]  # the unspent output at a ref, or None
+NOTHING_ELSE = {
+    "certificates": "certificates", "withdraws": "withdrawals", "mint": "minting",
+    "voting_procedures": "votes", "proposal_procedures": "governance proposals",
+    "donation": "a treasury donation",
+}  # fmt: skip
+
+
+class CancelRefused(UnchainedError):
+    """Not a transaction the provider may sign as a cancel of this escrow; the message says
+    what it does beside."""
+
+
+def check_cancel(
+    tx: Transaction,
+    deployment: Deployment,
+    escrow: TransactionInput,
+    provider: VerificationKeyHash,
+    lookup: Lookup,
+) -> UTxO:
+    """The escrow's UTxO if `tx` spends it by Cancel and does nothing else a signature by
+    `provider` (the escrow's provider key hash) would authorise; CancelRefused otherwise."""
+    body = tx.transaction_body
+    for field, what in NOTHING_ELSE.items():
+        if getattr(body, field, None):
+            raise CancelRefused(f"the transaction carries {what}: a cancel spends one escrow")
+    inputs = list(body.inputs)
+    if escrow not in inputs:
+        raise CancelRefused(f"the transaction does not spend escrow {_ref(escrow)}")
+    spent = {ref: _on_chain(lookup, ref, "input") for ref in inputs}
+    if spent[escrow].output.address.payment_part != deployment.escrow_hash:
+        raise CancelRefused(f"{_ref(escrow)} is not at this deployment's escrow script")
+    others = [u for ref, u in spent.items() if ref != escrow]
+    collateral = [_on_chain(lookup, ref, "collateral") for ref in body.collateral or []]
+    for utxo in [*others, *collateral]:
+        payment = utxo.output.address.payment_part
+        if not isinstance(payment, VerificationKeyHash):
+            raise CancelRefused(f"it spends {_ref(utxo.input)}, locked by another script")
+        if payment == provider:
+            raise CancelRefused(f"it spends {_ref(utxo.input)}, the provider's own")
+    order = sorted(spent.values(), key=ledger_key)
+    own = [u.input for u in order].index(escrow)
+    if not isinstance(_cancel_of(tx, own), Cancel):
+        raise CancelRefused(f"escrow {_ref(escrow)} is not spent by the Cancel redeemer")
+    return spent[escrow]
+
+
+def _on_chain(lookup: Lookup, ref: TransactionInput, what: str) -> UTxO:
+    utxo = lookup(ref)
+    if utxo is None:
+        raise CancelRefused(f"its {what} {_ref(ref)} is not an unspent output on chain")
+    return utxo
+
+
+def _cancel_of(tx: Transaction, index: int) -> Any:
+    """The spend redeemer of input `index` (ledger order) decoded as a Cancel, or None."""
+    redeemers = tx.transaction_witness_set.redeemer or []
+    pairs = (
+        [(key.tag, key.index, value.data) for key, value in redeemers.items()]
+        if isinstance(redeemers, RedeemerMap)
+        else [(r.tag, r.index, r.data) for r in redeemers]
+    )
+    for tag, at, data in pairs:
+        if tag == RedeemerTag.SPEND and at == index:
+            try:
+                return Cancel.from_cbor(data.to_cbor())
+            except Exception:  # pycardano raises several kinds for data of another shape
+                return None
+    return None
+
+
+def _ref(ref: TransactionInput) -> str:
+    return f"{ref.transaction_id.payload.hex()}#{ref.index}"
