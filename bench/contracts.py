@@ -4,9 +4,14 @@
 - memory, cpu, fee and size of every action (lock, settle one, refund, cancel, bond create /
   top-up / begin-unbond / withdraw, slash with its refund);
 - the largest batch settle within mainnet limits (14M memory, 10B cpu, 16,384 bytes): every
-  escrow with its own consumer, one provider, both payouts; and memory per escrow there.
+  escrow with its own consumer, one provider, both payouts; and memory per escrow there;
+- the settle cost per job: a job's share of its batch's fee, settled alone (n = 1, what the
+  market's default fee allowance covers: a job may be the only one in its batch) and in the
+  largest batch the market's batcher makes (`settle_batch_max`, the batch measured above).
 
-Prints a table and writes bench/results/contracts.json. Run: .venv/bin/python -m bench.contracts
+Prints a table and writes bench/results/contracts.json, and `settle_cost_per_job` into
+bench/results/consumer.json too (the consumer's view of what settling a job costs).
+Run: .venv/bin/python -m bench.contracts
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_buil
 from tests.protocol.onchain import confirm, output, travel_to, wallet
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"
+CONSUMER_RESULTS = RESULTS.with_name("consumer.json")
 MAX_MEMORY, MAX_CPU, MAX_BYTES = 14_000_000, 10_000_000_000, 16_384
 PRICE, MAX_UNITS, UNITS, ALLOWANCE = 2_000, 3_600, 1_000, 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
@@ -223,6 +229,9 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         "max_batch_settle": size,
         "batch_memory_per_escrow": batch["memory"] // size,
         "batch_stopped_by": stop,
+        "settle_cost_per_job": settle["fee_lovelace"],
+        "settle_cost_per_job_by_batch": {"1": settle["fee_lovelace"],
+                                         str(size): -(-batch["fee_lovelace"] // size)},
         "batch": batch,
         "actions": measured,
         "limits": {"memory": MAX_MEMORY, "cpu": MAX_CPU, "tx_bytes": MAX_BYTES},
@@ -243,6 +252,8 @@ def table(results: dict[str, Any]) -> str:
         f"largest batch settle: {results['max_batch_settle']} escrows, "
         f"{results['batch_memory_per_escrow']:,} memory per escrow; "
         f"{results['max_batch_settle'] + 1} goes over: {results['batch_stopped_by']}",
+        "settle cost per job (lovelace, by batch size): "
+        + ", ".join(f"{n}: {v:,}" for n, v in results["settle_cost_per_job_by_batch"].items()),
     ]
     return "\n".join(lines)
 
@@ -255,7 +266,10 @@ def main() -> None:
     results = asyncio.run(measure(args.batch_limit))
     print(table(results))
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    consumer = json.loads(CONSUMER_RESULTS.read_text()) if CONSUMER_RESULTS.exists() else {}
+    consumer["settle_cost_per_job"] = results["settle_cost_per_job"]
+    CONSUMER_RESULTS.write_text(json.dumps(consumer, indent=2) + "\n")
+    print(f"wrote {RESULTS} and settle_cost_per_job into {CONSUMER_RESULTS}")
 
 
 if __name__ == "__main__":

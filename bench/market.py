@@ -307,7 +307,8 @@ def offer(provider: Wallet, i: int, **changes: Any) -> dict[str, Any]:
     return {
         "payout_address": str(provider.address), "gpu_model": GPU, "gpu_count": 1,
         "vram_mib": 81_559, "cpu_cores": 16, "memory_mib": 131_072, "disk_mib": 512_000,
-        "price_per_unit": 40_000 + 7 * i, "slots": 1 + i % 4, **changes,
+        "price_per_unit": 40_000 + 7 * i, "slots": 1 + i % 4,
+        "images": [{"reference": SPEC["image"], "digest": "sha256:" + "5e" * 32}], **changes,
     }  # fmt: skip
 
 

@@ -7,7 +7,6 @@ Connection options come after any command, from flags or `UNCHAINED_*` variables
 the market (URL and the identity its requests are signed for), the chain's Ogmios, the
 protocol deployment and the state directory where jobs are recorded."""
 
-import asyncio
 import dataclasses
 import functools
 import inspect
@@ -21,18 +20,20 @@ import typer
 
 from consumer.errors import ConsumerError
 from consumer.example import EXAMPLE_SPEC
-from consumer.store import JobRecord, JobStore, local_time
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL, UNREACHABLE
-from offchain.protocol.amounts import ada, parse_lovelace
+from consumer.store import JobStore, local_time
+from offchain.chain import DEFAULT_OGMIOS_URL
+from offchain.protocol.amounts import ada, parse_lovelace, per_hour
 from offchain.protocol.errors import UnchainedError
+from offchain.protocol.outcome import describe
 
 # What a command uses beyond this is imported in the command: pycardano, the chain clients and
 # the SDK take seconds to import, and `unchained job list` or `--help` needs none of them (nor
-# rich's tables with --json).
+# rich's tables with --json, nor pydantic for an empty job store).
 if TYPE_CHECKING:
     from pycardano import Network
 
-    from consumer.client import MarketClient
+    from consumer.job_record import JobRecord
+    from consumer.market_read import MarketReader
     from consumer.quote import CheckedQuote
     from consumer.session import Consumer
 
@@ -120,7 +121,7 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
                 return fn(env, *args, **kwargs)
             except UnchainedError as exc:  # a bad job spec (JobSpecError) too
                 fail(as_json, type(exc).__name__, str(exc), **getattr(exc, "details", {}))
-            except UNREACHABLE as exc:  # the market client says so itself when it is the market
+            except unreachable() as exc:  # the market client says so itself for the market
                 fail(as_json, "OgmiosUnreachable",
                      f"cannot reach Ogmios at {env.ogmios_url} ({reason(exc)}): is the devnet "
                      "(or your node's Ogmios) running? Point --ogmios-url or "
@@ -133,6 +134,14 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
         return app.command(name)(run)
 
     return register
+
+
+def unreachable() -> tuple[type[Exception], ...]:
+    """What a lost or refused connection to Ogmios raises, imported only when an error is
+    being told: it imports websockets, which `job list` never loads."""
+    from offchain.chain.ogmios import UNREACHABLE
+
+    return UNREACHABLE
 
 
 def fail(as_json: bool, kind: str, message: str, **details: Any) -> NoReturn:
@@ -159,12 +168,16 @@ def emit(as_json: bool, data: Any, human: str) -> None:
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    import asyncio  # here and in each coroutine: `job list` and `offers search` need none
+
     return asyncio.run(coroutine)
 
 
 @asynccontextmanager
 async def opened(env: Env) -> AsyncIterator["Consumer"]:
     """The SDK for `env`: the key, the chain (the deployment checked on it) and the market."""
+    import asyncio
+
     from consumer.client import MarketClient
     from consumer.keys import load_key
     from consumer.session import Consumer
@@ -182,11 +195,10 @@ async def opened(env: Env) -> AsyncIterator["Consumer"]:
         await market.aclose()
 
 
-@asynccontextmanager
-async def market_of(env: Env) -> AsyncIterator["MarketClient"]:
-    """The market alone, its requests signed with --key (no chain, no deployment; a plain key
-    signs without pycardano)."""
-    from consumer.client import MarketClient, RequestSigner
+def market_reader(env: Env) -> "MarketReader":
+    """The market alone, read with one signed GET at a time (no chain, no deployment, no
+    asyncio, no httpx; a plain --key signs without pycardano)."""
+    from consumer.market_read import MarketReader, RequestSigner
     from consumer.request_key import plain_request_key
 
     key: RequestSigner | None = plain_request_key(env.key, env.network_id)
@@ -194,11 +206,7 @@ async def market_of(env: Env) -> AsyncIterator["MarketClient"]:
         from consumer.keys import load_key
 
         key = load_key(env.key, env.pycardano_network)
-    market = MarketClient.open(env.market_url, env.market_identity, key)
-    try:
-        yield market
-    finally:
-        await market.aclose()
+    return MarketReader(env.market_url, env.market_identity, key)
 
 
 # --- job -----------------------------------------------------------------------------------
@@ -232,6 +240,7 @@ def quote_summary(quote: "CheckedQuote") -> dict[str, Any]:
         "worst_case_lovelace": quote.worst_case, "deadline_ms": datum.deadline,
         "settle_window_ms": datum.settle_window, "quote_expires_ms": quote.quote_expires_ms,
         "bond": quote.terms.get("bond"), "bond_lovelace": quote.bond_lovelace,
+        "fee_allowance_note": quote.allowance_note,
     }  # fmt: skip
 
 
@@ -248,11 +257,12 @@ def quote_text(quote: "CheckedQuote") -> str:
         f"  provider    {quote.provider_id}",
         f"  GPU         {gpus} ({terms['vram_mib']} MiB each), {terms['cpu_cores']} cores, "
         f"{terms['memory_mib']} MiB memory",
-        f"  price       {ada(datum.price_per_unit)} per second ({ada(datum.price_per_unit * 3600)}"
-        " per hour)",
+        f"  price       {per_hour(datum.price_per_unit)} ({datum.price_per_unit:,} lovelace per "
+        "second, the chain's unit)",
         f"  worst case  {ada(quote.worst_case)}: {datum.max_units} s at most "
-        f"({ada(quote.max_cost)}) + {ada(datum.fee_allowance)} settle-fee allowance",
-        f"  locked      {ada(quote.lovelace)}; unused time comes back at settlement",
+        f"({ada(quote.max_cost)}) + {ada(datum.fee_allowance)} fee allowance",
+        f"  allowance   {quote.allowance_note or 'not refunded: it pays the settle fee'}",
+        f"  locked      {ada(quote.lovelace)}; the price of unused time comes back at settlement",
         f"  bond        {bond}",
         f"  deadline    {iso(datum.deadline)} chain time; refundable after "
         f"{iso(datum.close)} if not settled",
@@ -319,6 +329,8 @@ def submit(
 
 async def follow(consumer: "Consumer", job_id: str) -> str:
     """Live progress until a final state or Ctrl-C (the job goes on without the display)."""
+    import asyncio
+
     from rich.console import Console
 
     from consumer.progress import watch
@@ -380,16 +392,33 @@ def status(
                     pass
             elif watch_:
                 await follow(consumer, job_id)
-            return await consumer.status(job_id)
+            job = await consumer.status(job_id)
+            if job["outcome"] not in (None, "succeeded"):  # why it ended is in its last lines
+                tail = await consumer.market.log_tail(job_id, LOG_TAIL_LINES)
+                job["log_tail"] = [line["text"] for line in tail]
+            return job
+
+    from consumer.spend import cost_lines, job_cost, or_none
 
     job = run_sync(go())
     units = job["receipt_units"]
+    cost = job_cost(or_none(market_reader(env).get), job["id"], job["state"], job["escrow"], units)
+    job["cost"] = cost.as_json()
     lines = [f"job {job['id']}: {job['state']}", f"  escrow   {job['escrow'] or '-'}",
              f"  GPU      {job['gpu_model'] or '-'}",
              f"  receipt  {'-' if units is None else f'{units} units'}"]  # fmt: skip
+    if job["outcome"]:
+        lines.append(f"  outcome  {describe(job['outcome'], job['exit_code'], units)}")
     if job["failure_reason"]:
         lines.append(f"  failure  {job['failure_reason']}")
+    lines += cost_lines(cost)
+    if "log_tail" in job:
+        lines.append(f"  last {len(job['log_tail'])} log line(s):")
+        lines.extend(f"    {text}" for text in job["log_tail"])
     emit(as_json, job, "\n".join(lines))
+
+
+LOG_TAIL_LINES = 10
 
 
 @command(job_app, "logs")
@@ -408,6 +437,8 @@ def logs(
 
     async def go() -> str:
         """Print the lines; the job's state when they end."""
+        import asyncio
+
         async with opened(env) as consumer:
             after = -1
             while True:
@@ -474,6 +505,36 @@ def slash(env: Env, job_id: JobId, as_json: Json = False) -> None:
     money_back(env, job_id, as_json, slash=True)
 
 
+@command(job_app, "cancel")
+def cancel(
+    env: Env,
+    job_id: JobId,
+    wait_s: Annotated[int, typer.Option("--wait", min=1, help="Seconds to wait for the "
+                                        "provider's answer and the money.")] = 120,
+    as_json: Json = False,
+) -> None:
+    """Take the job back: unlocked, it is dropped; not started, the escrow comes back now
+    (the provider co-signs the Cancel); running, it is stopped and billed for what it used."""
+    from consumer.cancel import cancel as cancel_job
+
+    async def go() -> Any:
+        async with opened(env) as consumer:
+            step = (lambda _: None) if as_json else typer.echo
+            return await cancel_job(consumer, job_id, wait_s, step)
+
+    done = run_sync(go())
+    waited = "" if done.blocks is None else f", {done.blocks} block(s) after the request"
+    human = {
+        "dropped": f"job {job_id} dropped: nothing was locked",
+        "cancelled": f"cancelled: {ada(done.returned)} back to you ({ada(done.fee)} fee) in "
+        f"transaction {done.tx_id}{waited}",
+        "stopped": f"stopped and {done.state}: {done.units} units ({ada(done.cost)}) to the "
+        f"provider, {ada(done.returned)} back to you"
+        + (f" in transaction {done.tx_id}" if done.tx_id else "") + waited,
+    }[done.how]  # fmt: skip
+    emit(as_json, dataclasses.asdict(done), human)
+
+
 @command(job_app, "list")
 def list_jobs(
     env: Env,
@@ -484,23 +545,27 @@ def list_jobs(
     """Your jobs, oldest first: the ones recorded in this state directory merged with the ones
     the market knows for your key (its state; `where` says which of the two knows it)."""
 
-    async def market_jobs() -> list[dict[str, Any]]:
-        async with market_of(env) as market:
-            return await market.my_jobs(LIST_LIMIT)
+    from consumer.spend import job_costs, or_none
 
-    remote = [] if local else run_sync(market_jobs())
-    rows = merged_jobs(JobStore(env.state_dir).all(), remote)
+    reader = None if local else market_reader(env)
+    rows = merged_jobs(JobStore(env.state_dir).all(), reader.my_jobs(LIST_LIMIT) if reader else [])
+    costs = job_costs(or_none(reader.get), rows) if reader else []
+    for row, cost in zip(rows, costs, strict=True):
+        row["cost"] = cost.as_json()
     if as_json:
         emit(True, rows, "")
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("job", "created", "state", "GPU", "locked", "escrow", "where")
+    table = Table("job", "created", "state", "GPU", "locked", "cost", "allowance", "lock fee",
+                  "escrow", "where")  # fmt: skip
     for row in rows:
         locked = "-" if row["lovelace"] is None else ada(row["lovelace"])
-        table.add_row(row["job_id"], local_time(row["created_ms"]), row["state"] or "-",
-                      row["gpu_model"] or "-", locked, row["escrow"] or "(not locked)",
+        paid = [ada(row["cost"][k]) if row["cost"][k] is not None else "-"
+                for k in ("due", "fee_allowance", "lock_fee")] if "cost" in row else ["-"] * 3
+        table.add_row(row["job_id"], local_time(row["created_ms"]), state_text(row),
+                      row["gpu_model"] or "-", locked, *paid, row["escrow"] or "(not locked)",
                       row["where"])  # fmt: skip
     Console().print(table)
 
@@ -508,7 +573,40 @@ def list_jobs(
 LIST_LIMIT = 1000
 
 
-def merged_jobs(records: list[JobRecord], remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
+@command(job_app, "spend")
+def spend(env: Env, as_json: Json = False) -> None:
+    """What each of your jobs cost, one line each, with the total: paid to its provider, the
+    fee allowance (not refunded), the lock's fee, what came back, and the net cost (your
+    wallet's difference for the job), from the chain as the market's explorer indexes it."""
+    from consumer.spend import SPEND_COLUMNS, job_costs, or_none, spend_row, spend_total
+
+    reader = market_reader(env)
+    rows = merged_jobs(JobStore(env.state_dir).all(), reader.my_jobs(LIST_LIMIT))
+    costs = job_costs(or_none(reader.get), rows)
+    total = spend_total(costs)
+    if as_json:
+        emit(True, {"jobs": [c.as_json() for c in costs], "total": total}, "")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*SPEND_COLUMNS, title="what your jobs cost (ADA)")
+    for cost in costs:
+        table.add_row(*spend_row(cost))
+    table.add_row("total", f"{len(costs)} job(s)", *(ada(v) for v in total.values()))
+    Console().print(table)
+
+
+def state_text(row: dict[str, Any]) -> str:
+    """The job's state, with how its run ended beside it unless it succeeded, or why it never
+    ran (a refusal or a failure before the start: its escrow comes back at once)."""
+    if row["outcome"] in (None, "succeeded"):
+        reason = row.get("failure_reason")
+        return f"{row['state']}: {reason}" if reason else row["state"] or "-"
+    return f"{row['state']}: {describe(row['outcome'], row['exit_code'])}"
+
+
+def merged_jobs(records: list["JobRecord"], remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per job id from the local records and the market's answer, oldest first; the
     local record's lock and escrow win (it is what this consumer signed), the market adds the
     state."""
@@ -518,6 +616,8 @@ def merged_jobs(records: list[JobRecord], remote: list[dict[str, Any]]) -> list[
             "job_id": job["id"], "created_ms": job["created_at_ms"], "state": job["state"],
             "gpu_model": job["gpu_model"], "provider_id": job["provider_id"], "lovelace": None,
             "escrow": job["escrow"], "where": "market",
+            "outcome": job["outcome"], "exit_code": job["exit_code"],
+            "units": job["receipt_units"], "failure_reason": job["failure_reason"],
         }  # fmt: skip
     for record in records:
         known = rows.get(record.job_id)
@@ -526,6 +626,9 @@ def merged_jobs(records: list[JobRecord], remote: list[dict[str, Any]]) -> list[
             "state": known["state"] if known else None, "gpu_model": record.gpu_model,
             "provider_id": record.provider_id, "lovelace": record.lovelace,
             "escrow": record.escrow, "where": "both" if known else "local",
+            "outcome": known and known["outcome"], "exit_code": known and known["exit_code"],
+            "units": known and known["units"],
+            "failure_reason": known and known["failure_reason"],
         }  # fmt: skip
     return sorted(rows.values(), key=lambda row: row["created_ms"])
 
@@ -544,11 +647,7 @@ def search(
 ) -> None:
     """Offers that meet every term of QUERY and can take a job now."""
 
-    async def go() -> dict[str, Any]:
-        async with market_of(env) as market:
-            return await market.search_offers(query, limit)
-
-    found = run_sync(go())
+    found = market_reader(env).search_offers(query, limit)
     if as_json:
         emit(True, found, "")
         return
@@ -630,13 +729,16 @@ def wallet_fund(
 
 @command(wallet_app, "balance")
 def wallet_balance(env: Env, as_json: Json = False) -> None:
-    """What --key's address holds on chain."""
+    """What --key's address holds on chain, and what its open escrows lock."""
     from consumer.keys import load_key
+    from consumer.spend import locked_in_escrows
     from offchain.chain.context import chain_context, quiet_chain_clients
 
     quiet_chain_clients()
     key = load_key(env.key, env.pycardano_network)
     context = chain_context(env.ogmios_url, env.pycardano_network)
     lovelace = sum(u.output.amount.coin for u in context.utxos(key.address))
-    emit(as_json, {"address": str(key.address), "lovelace": lovelace},
-         f"{ada(lovelace)} at {key.address}")  # fmt: skip
+    locked = locked_in_escrows(context, JobStore(env.state_dir).all())
+    emit(as_json, {"address": str(key.address), "lovelace": lovelace, "locked_lovelace": locked},
+         f"{ada(lovelace)} spendable at {key.address}\n{ada(locked)} locked in open escrows "
+         "(your jobs recorded here, on chain now)")  # fmt: skip

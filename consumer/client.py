@@ -1,6 +1,7 @@
 """The market's HTTP API as the consumer calls it: every request CIP-8 signed with the
 consumer's key (fresh nonce), answers as plain data, refusals as MarketRefused naming the
-field the market named. The wire stays here; `consumer.session` gives it meaning."""
+field the market named. The wire stays here (and in `consumer.market_read`, for the commands
+that only read); `consumer.session` gives it meaning."""
 
 from __future__ import annotations
 
@@ -10,23 +11,22 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
-from urllib.parse import quote
+from typing import Any, BinaryIO
 
 import httpx
 
-from consumer.errors import MarketRefused, NoMatchingProvider
+from consumer.market_read import (
+    TIMEOUT_S,
+    RequestSigner,
+    market_json,
+    my_jobs_path,
+    offers_path,
+    refusal,
+    unreachable,
+)
 from offchain.protocol.signed_request import RequestFields
 
 BATCH_BYTES = 4 << 20  # hashed and written at once, off the event loop
-TIMEOUT_S = 60
-
-
-class RequestSigner(Protocol):
-    """What signs the requests: `consumer.keys.ConsumerKey`, or a plain key alone
-    (`consumer.request_key.RequestKey`) for a command that never touches the chain."""
-
-    def sign_request(self, fields: RequestFields) -> dict[str, str]: ...
 
 
 @dataclasses.dataclass
@@ -63,11 +63,7 @@ class MarketClient:
         try:
             answer = await self.http.request(method, path, content=content, headers=headers)
         except httpx.TransportError as exc:
-            raise MarketRefused(
-                f"cannot reach the market at {self.url} ({exc!r}): is it running? "
-                "(--market-url / UNCHAINED_CONSUMER_MARKET_URL)",
-                url=self.url,
-            ) from exc
+            raise unreachable(self.url, exc) from exc
         check(answer)
         return market_json(answer.text, f"{method} {path}")
 
@@ -79,7 +75,7 @@ class MarketClient:
 
     async def my_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The jobs this key requested, as the market knows them (newest first)."""
-        return await self.call("GET", f"/jobs?limit={limit}")
+        return await self.call("GET", my_jobs_path(limit))
 
     async def escrow_parameters(self, job_id: str) -> dict[str, Any]:
         return await self.call("GET", f"/jobs/{job_id}/escrow")
@@ -93,8 +89,12 @@ class MarketClient:
     async def logs(self, job_id: str, after: int = -1) -> list[dict[str, Any]]:
         return await self.call("GET", f"/jobs/{job_id}/logs?after={after}")
 
+    async def log_tail(self, job_id: str, lines: int) -> list[dict[str, Any]]:
+        """The job's last `lines` log lines, oldest first."""
+        return await self.call("GET", f"/jobs/{job_id}/logs?tail={lines}")
+
     async def search_offers(self, query: str, limit: int = 100) -> dict[str, Any]:
-        return await self.call("GET", f"/offers?query={quote(query, safe='')}&limit={limit}")
+        return await self.call("GET", offers_path(query, limit))
 
     async def events(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """The job's transitions (server-sent events) from the first; ends at a final state."""
@@ -145,33 +145,7 @@ class MarketClient:
         return digest.hexdigest()
 
 
-def market_json(text: str, what: str) -> Any:
-    """The JSON a market answered; MarketRefused when it is not JSON (not an Unchained market,
-    or a broken one), never a traceback."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise MarketRefused(
-            f"the market's answer to {what} is not JSON ({exc}): is --market-url an Unchained "
-            f"market? It began {text[:80]!r}",
-            answer=text[:500],
-        ) from exc
-
-
 def check(answer: httpx.Response) -> None:
     """MarketRefused (NoMatchingProvider for a job no offer can take) for a refusal."""
-    if answer.is_success:
-        return
-    try:
-        problems = answer.json()["detail"]
-        field = ".".join(str(part) for part in problems[0]["loc"])
-        message = "; ".join(str(problem["msg"]) for problem in problems)
-    except (ValueError, KeyError, IndexError, TypeError):
-        field, message = "", answer.text[:500]
-    kind = MarketRefused
-    if answer.status_code == 409 and message.startswith("no offer can take the job"):
-        kind = NoMatchingProvider
-    raise kind(
-        f"the market refused ({answer.status_code}): {message}",
-        status=answer.status_code, field=field,
-    )  # fmt: skip
+    if not answer.is_success:
+        raise refusal(answer.status_code, answer.text)

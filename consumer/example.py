@@ -5,9 +5,11 @@ EXAMPLE_SPEC = """\
 # `unchained job submit job.yaml` asks the market for a quote and shows it before locking.
 # Unknown fields are refused, so a typo never silently changes the job.
 
-# The container image (docker reference); the provider runs it as uid 65534, read-only root,
-# no capabilities, and no network unless `network: true` below.
-image: python:3.11-slim
+# The container image (docker reference): one the provider has (its offer lists them; the
+# market quotes only a provider that has it). unchained/python-numpy is the demo provider's
+# Python 3 with NumPy. The provider runs it as uid 65534, read-only root, no capabilities,
+# and no network unless `network: true` below.
+image: unchained/python-numpy:latest
 
 # argv of the job (no shell is added). Write results under /out: they come back as a tar
 # archive whose sha256 the provider signs in its receipt.
@@ -26,7 +28,7 @@ resources:
   min_vram_mib: 0      # per GPU
   cpu_cores: 1
   memory_mib: 512
-  disk_mib: 256        # size of /out
+  disk_mib: 64         # size of /out
 
 max_duration_s: 600              # killed after this; the escrow holds price x this
 max_price_lovelace: 5000000      # the most the whole job may cost (5 ADA)

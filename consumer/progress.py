@@ -1,8 +1,10 @@
 """Live progress of one job in the terminal (rich): state, elapsed time, metered units, cost so
 far and the log tail, from the market's event stream and its logs. Display only: what is paid
 is decided by the provider's signed receipt, shown once it arrives. It ends at the first final
-state (a failed job's stream goes on to its settle or refund), with the reason; the metered
-time stops when the job stops running. Not in a terminal, each state change is one line,
+state, with the reason: a failed job's stream goes on to its refund after the close, so the
+display stops at `failed`, unless the job holds a receipt (a zero-unit one if it never ran):
+then it ends at the settle of the market's next batch, where the renter gets its lock back.
+The metered time stops when the job stops running. Not in a terminal, each state change is one line,
 written at once (a live panel would show nothing until the end)."""
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from rich.text import Text
 
 from consumer.session import Consumer
 from offchain.protocol.amounts import ada
+from offchain.protocol.outcome import describe
 
-FINAL = {"settled", "refunded", "slashed", "failed", "expired"}
+FINAL = {"settled", "refunded", "slashed", "failed", "expired", "cancelled"}
 POLL_S = 1
 TAIL_LINES = 8
 
@@ -44,6 +47,8 @@ class Progress:
     running_since_ms: int | None = None
     stopped_ms: int | None = None  # when it left `running`: the units stop counting there
     reason: str | None = None
+    outcome: str | None = None  # how the run ended, with the receipt (the provider's word)
+    exit_code: int | None = None
     receipt_units: int | None = None
     log_seq: int = -1
     tail: list[str] = dataclasses.field(default_factory=list)
@@ -59,7 +64,19 @@ class Progress:
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL
+        """A final state; a failed job with a receipt (a zero-unit one if it never ran) is
+        settled in the market's next batch, so its display waits for that."""
+        return self.state in FINAL and not (
+            self.state == "failed" and self.receipt_units is not None
+        )
+
+    @property
+    def why(self) -> str:
+        """Why it never ran, and once its zero-unit receipt is settled, that the renter has
+        its lock back."""
+        if not self.reason or self.receipt_units != 0 or self.state != "settled":
+            return self.reason or ""
+        return f"{self.reason}; refunded in that settle: your lock less its fee allowance"
 
     @property
     def units(self) -> int:
@@ -72,6 +89,11 @@ class Progress:
         return min(-(-(until - self.running_since_ms) // 1000), self.max_units)
 
     @property
+    def ended(self) -> str:
+        """`timed out after 5 s (exit 137)`, once the provider reported how the run ended."""
+        return describe(self.outcome, self.exit_code, self.receipt_units)
+
+    @property
     def metered(self) -> str:
         if self.receipt_units is not None:
             return "receipt"
@@ -82,8 +104,10 @@ class Progress:
         metered = self.metered
         table = Table.grid(padding=(0, 2))
         table.add_row("state", Text(self.state, style="bold"))
+        if self.outcome:
+            table.add_row("outcome", Text(self.ended, style="bold"))
         if self.reason:
-            table.add_row("reason", self.reason)
+            table.add_row("reason", self.why)
         table.add_row("elapsed", f"{elapsed_s // 60}m{elapsed_s % 60:02d}s")
         table.add_row("units", f"{self.units} / {self.max_units} s ({metered})")
         table.add_row("cost", f"{ada(self.units * self.price_per_unit)} ({metered})")
@@ -101,7 +125,7 @@ async def watch(consumer: Consumer, job_id: str, console: Console) -> str:
 
     async def follow_events() -> None:
         async for event in consumer.events(job_id):
-            progress.event(event)
+            await _take(progress, event, refresh)
 
     async def refresh() -> None:
         for line in await consumer.logs(job_id, progress.log_seq):
@@ -109,6 +133,7 @@ async def watch(consumer: Consumer, job_id: str, console: Console) -> str:
             progress.log_seq = line["seq"]
         status = await consumer.status(job_id)
         progress.receipt_units, progress.reason = status["receipt_units"], status["failure_reason"]
+        progress.outcome, progress.exit_code = status["outcome"], status["exit_code"]
 
     async def poll() -> None:
         while True:
@@ -145,16 +170,27 @@ async def _lines(
     """One line per state change, flushed as it happens, and the outcome at the final one."""
     async with contextlib.aclosing(consumer.events(progress.job_id)) as events:
         async for event in events:
-            progress.event(event)
+            await _take(progress, event, refresh)
             say(console, f"job {progress.job_id}: {progress.state}")
             if progress.final:
                 break
     await refresh()
     cost = f"{progress.units} unit(s), {ada(progress.units * progress.price_per_unit)}"
-    reason = f": {progress.reason}" if progress.reason else ""
+    why = progress.ended or progress.why  # how the run ended, or why it never ran
+    reason = f": {why}" if why else ""
     ended = f"job {progress.job_id} ended {progress.state}{reason}"
     say(console, f"{ended} ({cost}, {progress.metered})")
     return progress.state
+
+
+async def _take(
+    progress: Progress, event: dict[str, Any], refresh: Callable[[], Awaitable[None]]
+) -> None:
+    """Apply a state change; a failure's receipt is read first (the market stores the two
+    together), so the display knows at once whether a refund settle follows."""
+    if event["to_state"] == "failed":
+        await refresh()
+    progress.event(event)
 
 
 def say(console: Console, line: str) -> None:

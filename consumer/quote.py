@@ -40,6 +40,7 @@ class CheckedQuote:
     lovelace: int
     quote_expires_ms: int
     bond_lovelace: int = 0  # the bond the offer names, checked on chain (0: none named)
+    allowance_note: str = ""  # the market's words for what the fee allowance covers
 
     @property
     def max_cost(self) -> int:
@@ -154,4 +155,5 @@ def check_quote(
         job_id=quote["job_id"], provider_id=offer["provider_id"], gpu_model=terms["gpu_model"],
         terms=terms, datum=datum, lovelace=params["lovelace"],
         quote_expires_ms=quote["quote_expires_ms"],
+        allowance_note=quote.get("fee_allowance_note", ""),
     )  # fmt: skip

@@ -34,9 +34,10 @@ from consumer.errors import (
     ResultMismatch,
 )
 from consumer.external import signed_lock
+from consumer.job_record import JobRecord
 from consumer.keys import ConsumerKey
 from consumer.quote import CheckedQuote, check_quote
-from consumer.store import JobRecord, JobStore, local_time
+from consumer.store import JobStore, local_time
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
 from offchain.chain.utxo import parse_out_ref, utxo_at

@@ -1,49 +1,24 @@
-"""The consumer's own record of its jobs, one JSON file each under the state directory: the
-escrow datum it locked (so results are checked against the provider key it agreed to, and it
-can refund or slash with the market gone), the lock's transaction id and the escrow."""
+"""The consumer's own record of its jobs (`consumer.job_record.JobRecord`), one JSON file each
+under the state directory, read only when there is one."""
 
 from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import TYPE_CHECKING
 
 from consumer.errors import ConsumerError
 
 MIN_PREFIX = 8  # characters of a job id before a prefix names a job (as the market asks)
 
-if TYPE_CHECKING:  # imported where a datum is read: `job list` needs no Plutus types
-    from offchain.protocol.types import EscrowDatum
+if TYPE_CHECKING:  # imported where a record is read: an empty store needs no pydantic
+    from consumer.job_record import JobRecord
 
 
 def local_time(posix_ms: int) -> str:
     """A POSIX ms instant on this machine's clock and zone, to the second."""
     return datetime.fromtimestamp(posix_ms // 1000, UTC).astimezone().isoformat(timespec="seconds")
-
-
-class JobRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    job_id: str
-    market_url: str
-    provider_id: str
-    gpu_model: str
-    spec: dict[str, Any]
-    datum_cbor: str  # the EscrowDatum as locked (hex CBOR)
-    lovelace: int
-    created_ms: int
-    lock_tx_id: str | None = None
-    lock_tx_cbor: str | None = None  # the unsigned lock, for a wallet's bare witness set
-    escrow: str | None = None
-
-    @property
-    def datum(self) -> EscrowDatum:
-        from offchain.protocol.types import EscrowDatum
-
-        return EscrowDatum.from_cbor(bytes.fromhex(self.datum_cbor))
 
 
 class JobStore:
@@ -96,6 +71,10 @@ class JobStore:
 def read(path: Path) -> JobRecord:
     """The record in `path`, or ConsumerError naming the file when it is not one (edited or
     damaged): a bad file is named, never a traceback."""
+    from pydantic import ValidationError
+
+    from consumer.job_record import JobRecord
+
     try:
         return JobRecord.model_validate_json(path.read_bytes())
     except ValidationError as exc:  # invalid JSON and bytes that are not UTF-8 too

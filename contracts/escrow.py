@@ -73,19 +73,23 @@ def settle_one(
     )
     tag = SomeOutputDatum(Payout(0, ref))
     due = price * units
+    # a provider owed nothing (a refusal's zero-unit receipt) has no output: `index` is
+    # ignored, as `consumer` is when nothing is left for the consumer
+    paid = due > 0
     skip = index - next_output
     after = un_list_data(outputs)
-    after = drop_list(after, skip) if skip > 0 else after
-    payout: InlineTxOut = head_list(after)
-    assert (
+    after = drop_list(after, skip) if paid and skip > 0 else after
+    payout: InlineTxOut = head_list(after) if paid else out
+    assert not paid or (
         skip >= 0
         and payout.address == provider_address
         and lovelace(payout.value) >= due
         and payout.datum == tag
     ), "provider payout"
     rest = lovelace(out.value) - due - fee_allowance
-    skip = consumer - index - 1
-    after = tail_list(after)
+    start = index + 1 if paid else next_output
+    skip = consumer - start
+    after = tail_list(after) if paid else after
     after = drop_list(after, skip) if rest > 0 and skip > 0 else after
     payout: InlineTxOut = head_list(after) if rest > 0 else payout
     assert rest <= 0 or (
@@ -97,7 +101,7 @@ def settle_one(
     return (
         list_data(tail_list(pending)),
         list_data(tail_list(after) if rest > 0 else after),
-        consumer + 1 if rest > 0 else index + 1,
+        consumer + 1 if rest > 0 else start,
     )
 
 

@@ -104,7 +104,10 @@ class RunnerSettings(_Section):
     gid: int = Field(65534, ge=1)
     pids_limit: int = Field(1024, ge=8)
     tmp_mib: int = Field(256, ge=1, description="/tmp tmpfs; counts against the job's memory")
-    pull_images: bool = Field(True, description="pull a missing image when a registry answers")
+    pull_images: bool = Field(
+        False, description="pull a missing image when a registry answers; the offer says so, "
+        "and the market matches it jobs for images not on this machine",
+    )  # fmt: skip
     inputs_deadline_s: int = Field(300, ge=1, description="all of a job's inputs, fetched")
     inputs_allow: list[str] = Field(
         default_factory=list,

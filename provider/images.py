@@ -5,6 +5,9 @@ each is built once per machine.
 - busybox: FROM scratch with the static busybox and its applet links (milliseconds to build);
 - python: a debootstrap (minbase) root filesystem with python3 and NumPy (about a minute);
 - workloads: the python image plus `provider/workloads/` at /opt/unchained/workloads.
+
+The python image is also tagged `PYTHON_EXAMPLE` (a name that does not change with its recipe),
+the image the spec `unchained job init` writes runs in. `local_images` is what an offer lists.
 """
 
 from __future__ import annotations
@@ -22,9 +25,13 @@ from pathlib import Path
 
 import docker
 from docker.errors import ImageNotFound
+from pydantic import ValidationError
+
+from offchain.protocol.offer import MAX_IMAGES, OfferedImage
 
 BUSYBOX_REPOSITORY = "unchained/busybox"
 PYTHON_REPOSITORY = "unchained/python-numpy"
+PYTHON_EXAMPLE = f"{PYTHON_REPOSITORY}:latest"
 WORKLOADS_REPOSITORY = "unchained/workloads"
 WORKLOADS_DIR = Path(__file__).parent / "workloads"
 WORKLOADS_IN_IMAGE = "/opt/unchained/workloads"
@@ -125,7 +132,9 @@ def python_image(client: docker.DockerClient) -> str:
                 str(archive), repository=repository, tag=tag, changes=PYTHON_CHANGES
             )
 
-    return _cached(client, f"{repository}:{tag}", build)
+    reference = _cached(client, f"{repository}:{tag}", build)
+    client.images.get(reference).tag(*PYTHON_EXAMPLE.split(":"))
+    return reference
 
 
 def workloads_image(client: docker.DockerClient) -> str:
@@ -153,6 +162,19 @@ def workloads_image(client: docker.DockerClient) -> str:
             holder.remove(force=True)
 
     return _cached(client, f"{repository}:{tag}", build)
+
+
+def local_images(client: docker.DockerClient) -> list[OfferedImage]:
+    """The engine's tagged images as an offer lists them (reference and image id), sorted; a
+    tag an offer cannot carry (not a reference the job spec accepts) is left out."""
+    found = []
+    for image in client.images.list():
+        for tag in image.tags:
+            try:
+                found.append(OfferedImage(reference=tag, digest=image.id))
+            except ValidationError:
+                continue
+    return sorted(found, key=lambda image: image.reference)[:MAX_IMAGES]
 
 
 def _unmount_below(root: Path) -> None:

@@ -37,7 +37,7 @@ from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
 from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 
-Status = Literal["succeeded", "failed", "oom", "timeout", "error", "reaped"]
+Status = Literal["succeeded", "failed", "oom", "timeout", "cancelled", "error", "reaped"]
 LogSink = Callable[[str], None]
 CGROUP_REMOVE_TRIES = 50
 
@@ -92,6 +92,7 @@ class Runner:
         self.results_dir = settings.state_dir / "results"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.stopped: set[str] = set()  # jobs stopped at their renter's request
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -122,10 +123,21 @@ class Runner:
             except (JobStartError, DockerException) as exc:
                 failed = RunResult(job_id=job_id, status="error", error=_reason(exc), escrow=escrow)
                 return self._save(failed)
+            if job_id in self.stopped:  # stopped while its container was being made
+                _kill(container)
             deadline = time.monotonic() + spec.max_duration_s
             return self._supervise(job_id, job, container, cgroup, deadline, on_log)
         finally:
+            self.stopped.discard(job_id)
             self._cleanup(job_id)
+
+    def stop(self, job_id: str) -> None:
+        """Stop the job at its renter's request: its container is killed (now, or as soon as
+        it is started) and its run ends as usual, metered and billed for the time it ran,
+        with the status "cancelled"."""
+        self.stopped.add(job_id)
+        for container in self._containers(job_id):
+            _kill(container)
 
     def _start(
         self, job_id: str, spec: JobSpec, gpus: list[str], cgroup: JobCgroup, workspace: Path
@@ -239,6 +251,8 @@ class Runner:
         except OutputTooLarge as exc:
             problem = f"no output archive: {exc}"
         status = job_status(state["ExitCode"], state["OOMKilled"], timed_out)
+        if job_id in self.stopped and not timed_out:
+            status = "cancelled"
         return self._save(
             RunResult(
                 job_id=job_id,
@@ -346,6 +360,12 @@ def _wait(container: Container, seconds: float) -> bool:
         return False
     container.wait()
     return True
+
+
+def _kill(container: Container) -> None:
+    """Kill the container; one that is not running (exited, or only created) is left."""
+    with suppress(APIError):  # 409: not running
+        container.kill()
 
 
 def _follow_logs(container: Container, on_log: LogSink) -> threading.Thread:

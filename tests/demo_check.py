@@ -8,16 +8,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from pathlib import Path
 
 from offchain.chain.context import chain_context
 from offchain.devnet.process import DevnetProcess
-from offchain.market.settings import MarketSettings
 
 LOVELACE = r"(-?[\d,]+\.\d{6}) ADA"
 HEX64 = r"[0-9a-f]{64}"
-FEE_ALLOWANCE = MarketSettings.model_fields["fee_allowance"].default  # the demo market's
 MIN_UTXO_AT_MOST = 1_500_000  # a tagged payout to a key address needs about 1.09 ADA
+MAX_UNITS = 120  # the demo's jobs run up to 120 s (unchained.demo.consumers.MAX_DURATION_S)
 
 
 def lovelace(text: str) -> int:
@@ -56,21 +56,26 @@ def check_settled(data_dir: Path, out: str, jobs: int) -> None:
     assert [count for *_, count in settles] == [str(jobs)], out  # one batch holds them all
     settle_fee = lovelace(settles[0][1])
 
-    due = topped_up = 0
+    due = topped_up = allowances = 0
     for consumer in consumers:
         assert re.search(rf"{consumer} funded with 100\.000000 ADA .*: tx {HEX64}", out)
         units, price = (int(n.replace(",", "")) for n in re.search(
             rf"{consumer}'s escrow: (\d+) units x ([\d,]+) lovelace", out).groups())  # fmt: skip
-        lock_fee = lovelace(re.search(rf"{consumer} lock: tx {HEX64} \(fee {LOVELACE}\)", out)[1])
-        assert units > 0 and balances(out, consumer)[2] == -(
-            units * price + FEE_ALLOWANCE + lock_fee
-        )
-        raised = re.search(rf"{consumer}'s escrow: the provider's payout is raised to the "
-                           rf"ledger's min-UTxO, {LOVELACE}", out)  # fmt: skip
-        paid = lovelace(raised[1]) if raised else units * price
+        lock_fee, locked = (lovelace(n) for n in re.search(
+            rf"{consumer} lock: tx {HEX64} \(fee {LOVELACE}\); escrow {HEX64}#0 holds {LOVELACE}",
+            out).groups())  # fmt: skip
+        allowance = lovelace(re.search(
+            rf"^   {consumer}: job .* fee allowance {LOVELACE} \(not refunded\)$", out, re.M)[1])
+        owed = lovelace(
+            re.search(rf"{consumer}'s escrow: .* {LOVELACE} back to {consumer},", out)[1])
+        assert locked == price * MAX_UNITS + allowance and owed == price * (MAX_UNITS - units)
+        paid, back = (raised(out, consumer, party, was)
+                      for party, was in (("the provider", units * price), (consumer, owed)))
+        assert units > 0 and balances(out, consumer)[2] == back - locked - lock_fee
         assert units * price <= paid <= max(units * price, MIN_UTXO_AT_MOST)
         due += paid
-        topped_up += paid - units * price
+        allowances += allowance
+        topped_up += paid - units * price + back - owed
         job, sha256 = re.search(
             rf"{consumer}: sha256 ({HEX64}) matches the receipt .* in (\S+)/out$", out, re.M
         ).groups()[::-1]  # fmt: skip
@@ -78,13 +83,38 @@ def check_settled(data_dir: Path, out: str, jobs: int) -> None:
         assert hashlib.sha256((result / "result.tar").read_bytes()).hexdigest() == sha256
         assert json.loads((result / "receipt.json").read_text())["result_hash"] == sha256
     assert balances(out, "provider") == [0, due, due]
-    assert balances(out, "market")[2] == jobs * FEE_ALLOWANCE - settle_fee - topped_up
+    assert balances(out, "market")[2] == allowances - settle_fee - topped_up
     assert "Checked: the provider earned exactly its receipts" in out
     assert re.search(r"^demo took \d+ s$", out, re.MULTILINE), out
 
     parties = ["provider", *consumers, "market"]
     printed = {party: balances(out, party)[1] for party in parties}
     assert chain_balances(data_dir, out, parties) == printed
+    check_join(data_dir, out)
+
+
+def raised(out: str, consumer: str, party: str, owed: int) -> int:
+    """What `party` got out of `consumer`'s escrow: `owed`, or the min-UTxO it was raised to."""
+    found = re.search(rf"{consumer}'s escrow: {party}'s payout is raised to the ledger's "
+                      rf"min-UTxO, {LOVELACE}", out)  # fmt: skip
+    return lovelace(found[1]) if found else owed
+
+
+def check_join(data_dir: Path, out: str) -> None:
+    """The settings printed for a second renter and a second provider name this demo's market,
+    chain and deployment file (which exists)."""
+    market = re.search(r"^   market   (http://\S+) \(log", out, re.M)[1]
+    ogmios = re.search(r"^   (ws://\S+), its chain in", out, re.M)[1]
+    lines = re.findall(r"^      export (.+)$", out, re.M)
+    assert len(lines) == 2, out
+    for line in lines:
+        env = dict(pair.split("=", 1) for pair in shlex.split(line))
+        urls = (env.get("UNCHAINED_CONSUMER_MARKET_URL") or env["UNCHAINED_PROVIDER_MARKET_URL"],
+                env["UNCHAINED_OGMIOS_URL"])  # fmt: skip
+        assert urls == (market, ogmios)
+        assert env["UNCHAINED_DEPLOYMENT"] == str(data_dir / "deployment.json")
+        assert Path(env["UNCHAINED_DEPLOYMENT"]).is_file()
+    assert re.search(r"unchained wallet fund .*--ada 100", out) and "provider run" in out
 
 
 def leftovers(marker: str) -> list[str]:

@@ -10,6 +10,7 @@ component's own help)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, NamedTuple
 
 import typer
@@ -49,7 +50,20 @@ def load(name: str) -> TyperGroup:
     sub_app = getattr(importlib.import_module(component.module), component.attribute)
     group = typer.main.get_group(sub_app)
     group.name = name
+    plain(group)
     return group
+
+
+def plain(command: TyperCommand | TyperGroup) -> None:
+    """Help and usage errors as click writes them: typer's rich panels import rich's console,
+    markdown, syntax and traceback modules, which took longer than the rest of `unchained
+    --help` (bench/consumer.py's cli_start_s). A command is listed with its help's first
+    paragraph whole, as in typer's panels (click would cut it to fit one line)."""
+    command.rich_markup_mode = None
+    if command.help and not command.short_help:
+        command.short_help = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+    for sub in getattr(command, "commands", {}).values():
+        plain(sub)
 
 
 class Components(TyperGroup):
@@ -60,7 +74,8 @@ class Components(TyperGroup):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Stand-ins, so the help lists the components and a typo gets "Did you mean ...?"
-        self.commands.update({name: TyperCommand(name, help=component.help)
+        self.commands.update({name: TyperCommand(name, help=component.help,
+                                                 short_help=component.help)
                               for name, component in COMPONENTS.items()})  # fmt: skip
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
@@ -80,6 +95,8 @@ app = typer.Typer(
     cls=Components,
     help="Unchained: a GPU compute marketplace settled on Cardano.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # as each component's (`plain`)
+    context_settings={"max_content_width": 120},  # click's default, 80, narrower than rich's
 )
 
 

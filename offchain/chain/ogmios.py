@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.exceptions import WebSocketException
 
+from offchain.chain import DEFAULT_OGMIOS_URL
 from offchain.protocol.errors import UnchainedError
 
 if TYPE_CHECKING:  # the clients are imported on first use: a CLI naming the URL needs neither
     from websockets.asyncio.client import ClientConnection
 
-DEFAULT_OGMIOS_URL = "ws://127.0.0.1:1337"
 # What a lost or refused connection to Ogmios raises, whichever client made it.
 UNREACHABLE = (ConnectionError, socket.gaierror, TimeoutError, WebSocketException)
 

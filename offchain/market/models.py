@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from offchain.protocol.outcome import Outcome
+
 
 def _big(*, index: bool = False, nullable: bool = False) -> Any:
     return Field(default=None if nullable else ..., sa_type=BigInteger, index=index,
@@ -38,17 +40,17 @@ class JobState(StrEnum):
     SLASHED = "slashed"
     FAILED = "failed"
     EXPIRED = "expired"
+    CANCELLED = "cancelled"  # its escrow went back to the renter by a Cancel both signed
 
 
-class JobOutcome(StrEnum):
-    """How the renter's program ended, beside the job's state (a completed job is billed for
-    what it used whatever the outcome): the provider's daemon reports it with its receipt."""
+class CancelState(StrEnum):
+    """Where a renter's cancel of a locked job stands; the escrow's spend makes the job
+    cancelled (or, for a job that ran, its receipt settles it)."""
 
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMEOUT = "timeout"
-    OOM = "oom"
-    CANCELLED = "cancelled"
+    REQUESTED = "requested"  # the renter posted its Cancel: the provider answers next
+    SIGNED = "signed"  # the provider's witness is in: the renter adds its own and submits
+    STOPPING = "stopping"  # the job had started: stopped, billed for the units it used
+    REFUSED = "refused"  # the provider would not sign that transaction (`cancel_refusal`)
 
 
 class Cause(StrEnum):
@@ -146,7 +148,7 @@ class Job(SQLModel, table=True):
     receipt_signature: str | None = Field(default=None, max_length=128)
     result_sha256: str | None = Field(default=None, foreign_key="blob.sha256")
     exit_code: int | None = Field(default=None, description="the provider's word, not signed")
-    outcome: JobOutcome | None = _name(None, nullable=True)
+    outcome: Outcome | None = _name(None, nullable=True)  # the provider's word, not signed
     failure_reason: str | None = None
     settle_tx: str | None = Field(default=None, max_length=64)
     escrow_slot: int | None = _big(nullable=True)
@@ -160,6 +162,13 @@ class Job(SQLModel, table=True):
         default=None, unique=True, max_length=64,
         description="sha256 of the quoted escrow datum: no two quotes share one lock",
     )  # fmt: skip
+    cancel_tx: str | None = Field(
+        default=None, sa_column=Column(Text, nullable=True),
+        description="the Cancel the renter posted (CBOR hex), with the provider's witness "
+        "once it signed: the renter adds its own and submits it",
+    )  # fmt: skip
+    cancel_state: CancelState | None = _name(None, nullable=True)
+    cancel_refusal: str | None = Field(default=None, description="why the provider refused it")
     state: JobState = _name(JobState.REQUESTED)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from offchain.market.errors import Invalid
+from offchain.protocol.acceptance import asks, price_refusal
 from offchain.protocol.jobspec import JobSpec
 
 TEXT_OPS = ("=", "!=")
@@ -53,6 +54,9 @@ SIZE_UNITS = {"mib": ("MiB", 1), "gib": ("GiB", 1024), "tib": ("TiB", 1024 * 102
 AMOUNT_UNITS = {"lovelace": ("lovelace", 1), "ada": ("ADA", 1_000_000)}
 SECONDS_PER = {"s": 1, "min": 60, "h": 3600}
 DEFAULT_SORT = ("price",)
+# a job's resources: (query field, spec field, the unit its query term is written in)
+JOB_RESOURCES = (("gpus", "gpus", ""), ("vram", "min_vram_mib", "MiB"), ("cpu", "cpu_cores", ""),
+                 ("memory", "memory_mib", "MiB"), ("disk", "disk_mib", "MiB"))  # fmt: skip
 MAX_WILDCARDS = 2
 
 
@@ -181,6 +185,9 @@ class Constraint:
     op: str
     bound: int | re.Pattern[str]
     unit: Unit
+    # a job's term says why no offer meets it in the renter's words, given the nearest value
+    # and which offers were searched ("of the 3 online offers"): `acceptance`'s wording
+    says: Callable[[int, str], str] | None = None
 
     def holds(self, offer: OfferRecord) -> bool:
         value = getattr(offer, self.field.attr)
@@ -192,10 +199,21 @@ class Constraint:
     def closest(self, offers: Sequence[OfferRecord]) -> str | None:
         """Of `offers`, none of which holds, the value nearest to holding, as the user wrote
         it; None where "nearest" means nothing (text, = and !=)."""
+        nearest = self.nearest(offers)
+        return None if nearest is None else self.unit.render(nearest)
+
+    def nearest(self, offers: Sequence[OfferRecord]) -> int | None:
+        """Of `offers`, none of which holds, the value nearest to holding (base units)."""
         pick = {"<": min, "<=": min, ">": max, ">=": max}.get(self.op)
         if pick is None or not offers:
             return None
-        return self.unit.render(pick(getattr(offer, self.field.attr) for offer in offers))
+        return pick(getattr(offer, self.field.attr) for offer in offers)
+
+    def explain(self, offers: Sequence[OfferRecord], among: str) -> str | None:
+        """Why none of `offers` (`among` says which they are) meets a job's term, in the
+        renter's words; None for a term that has no such words."""
+        nearest = self.nearest(offers)
+        return None if self.says is None or nearest is None else self.says(nearest, among)
 
 
 def text_pattern(value: str) -> re.Pattern[str]:
@@ -256,6 +274,7 @@ class Search:
     _alone: Callable[[], tuple[tuple[str, int], ...]] = dataclasses.field(repr=False, compare=False)
     closest: str | None  # at the term that left none, the nearest value an offer has
     away: tuple[tuple[str, int], ...] = ()  # offers not online, counted by why
+    explained: str | None = None  # a job's term that left none, in the renter's words
 
     @functools.cached_property
     def alone(self) -> tuple[tuple[str, int], ...]:
@@ -282,7 +301,9 @@ class Search:
             among = f"of the {online} online offers" if index == 0 else "of those"
             verb = "has" if left == 1 else "have"
             steps.append(f"{left} {among} {verb} {term}" if left else f"none {among} has {term}")
-        if self.closest is not None:
+        if self.explained is not None:
+            steps[-1] = self.explained
+        elif self.closest is not None:
             steps[-1] += f" (the closest: {self.closest})"
         return ", ".join(steps) + (f"; {away}" if away else "")
 
@@ -301,11 +322,8 @@ class OfferQuery:
         case) when given. Cheapest first."""
         wanted = spec.resources
         asked = [
-            _at_least("gpus", wanted.gpus, Unit()),
-            _at_least("vram", wanted.min_vram_mib, Unit("MiB")),
-            _at_least("cpu", wanted.cpu_cores, Unit()),
-            _at_least("memory", wanted.memory_mib, Unit("MiB")),
-            _at_least("disk", wanted.disk_mib, Unit("MiB")),
+            _at_least(name, getattr(wanted, resource), Unit(unit), resource)
+            for name, resource, unit in JOB_RESOURCES
         ]
         terms = [term for term in asked if term.bound]  # 0 GPUs: any offer has that many
         if gpu_model is not None:
@@ -314,7 +332,10 @@ class OfferQuery:
             terms.insert(0, model)
         run = Unit(f"lovelace/{spec.max_duration_s}s", scale=spec.max_duration_s)
         price = spec.max_price_lovelace  # compared with price_per_unit x the job's longest run
-        terms.append(Constraint(f"price<={price}{run.label}", FIELDS["price"], "<=", price, run))
+        terms.append(Constraint(
+            f"price<={price}{run.label}", FIELDS["price"], "<=", price, run,
+            lambda cheapest, among: price_refusal(spec, cheapest, f"the cheapest {among}"),
+        ))  # fmt: skip
         return cls(tuple(terms))
 
     @classmethod
@@ -345,19 +366,21 @@ class OfferQuery:
         empty answer."""
         offers = list(offers)
         online = [offer for offer in offers if offer.online]
-        left, funnel, closest = online, [], None
+        left, funnel, closest, explained = online, [], None, None
         for constraint in self.constraints:
             kept = [offer for offer in left if constraint.holds(offer)]
             funnel.append((constraint.term, len(kept)))
             if not kept:
                 closest = constraint.closest(left)
+                among = "of those" if len(funnel) > 1 else f"of the {len(left)} online offers"
+                explained = constraint.explain(left, among)
             left = kept
             if not left:
                 break
         away = Counter(offer.away for offer in offers if not offer.online)
         return Search(tuple(self.order(left)), len(offers), away.total(), tuple(funnel),
                       functools.partial(self.alone, online), closest,
-                      tuple(away.most_common()))  # fmt: skip
+                      tuple(away.most_common()), explained)  # fmt: skip
 
     def alone(self, online: Sequence[OfferRecord]) -> tuple[tuple[str, int], ...]:
         """How many online offers meet each constraint by itself."""
@@ -372,8 +395,12 @@ class OfferQuery:
         return ordered
 
 
-def _at_least(name: str, bound: int, unit: Unit) -> Constraint:
-    return Constraint(f"{name}>={bound}{unit.label}", FIELDS[name], ">=", bound, unit)
+def _at_least(name: str, bound: int, unit: Unit, resource: str) -> Constraint:
+    """`name>=bound` for the spec's `resource`, explained as `acceptance.asks` words it."""
+    return Constraint(
+        f"{name}>={bound}{unit.label}", FIELDS[name], ">=", bound, unit,
+        lambda largest, among: asks(resource, bound, largest, f"the largest {among}"),
+    )  # fmt: skip
 
 
 def sort_value(offer: OfferRecord, attr: str) -> int | str:

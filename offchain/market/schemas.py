@@ -4,14 +4,15 @@ refuse unknown fields, so a typo is a 422 naming it rather than a silently dropp
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from offchain.market.models import JobState
+from offchain.market.models import CancelState, JobState
 from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
-from offchain.protocol.offer import SelfTestSummary
+from offchain.protocol.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
+from offchain.protocol.outcome import Outcome
 
 HEX32 = r"[0-9a-f]{64}"
 HEX64 = r"[0-9a-f]{128}"
@@ -88,6 +89,11 @@ class OfferTerms(_Body):
     selftest: SelfTestSummary | None = Field(
         None, description="The provider's latest self-test, shown by the explorer."
     )
+    images: list[OfferedImage] | None = Field(
+        None, max_length=MAX_IMAGES, description="The images on the provider's machine; a job "
+        "is matched only to an offer that has its image (or pulls). Absent: none.",
+    )  # fmt: skip
+    pulls_images: bool = Field(False, description="Whether it pulls an image it does not have.")
 
     _address = field_validator("payout_address")(bech32_address)
 
@@ -154,11 +160,24 @@ class ReceiptBody(_Body):
     result_hash: str = Field(pattern=HEX32)
     evidence_hash: str = Field(pattern=HEX32)
     signature: str = Field(pattern=HEX64)
+    outcome: Outcome | None = Field(
+        None, strict=False, description="How the run ended: the provider's word, NOT signed "
+        "(the signature covers units and hashes). Absent: not reported.",
+    )  # fmt: skip
+    exit_code: int | None = Field(
+        None, ge=INT32[0], le=INT32[1], description="The program's exit code: the provider's "
+        "word, NOT signed.",
+    )  # fmt: skip
 
 
 class FailureBody(_Body):
     exit_code: int | None = Field(None, ge=INT32[0], le=INT32[1])
     reason: Text = Field(min_length=1, max_length=4096)
+    receipt: ReceiptBody | None = Field(
+        None, description="A zero-unit receipt (units 0, result and evidence hashes the sha256 "
+        "of nothing) for a job refused or failed before it ran: the next settle batch returns "
+        "the renter's lock less the fee allowance. Absent: the escrow waits for its refund.",
+    )  # fmt: skip
 
 
 class SignedOffer(BaseModel):
@@ -193,9 +212,21 @@ class Quote(BaseModel):
     max_cost: int
     deadline_ms: int
     settle_window_ms: int
-    fee_allowance: int
+    fee_allowance: int = Field(
+        description="Lovelace of the lock that is not refunded: settle_fee_share + "
+        "payout_topups (see fee_allowance_note)."
+    )
     lock_lovelace: int
     quote_expires_ms: int
+    settle_fee_share: int = Field(
+        description="The part of the allowance that pays this job's share of a settle fee (the "
+        "cost of a settle alone, measured, with a margin)."
+    )
+    payout_topups: int = Field(
+        description="The most a settle may add to a payout below the ledger's minimum UTxO, "
+        "over every unit count (paid to the consumer or the provider, out of the allowance)."
+    )
+    fee_allowance_note: str = Field(description="What the allowance covers, in words.")
 
 
 class EscrowParameters(BaseModel):
@@ -242,6 +273,10 @@ class JobPublic(BaseModel):
     result_sha256: str | None
     result_size: int | None
     exit_code: int | None
+    outcome: Outcome | None = Field(
+        description="How the run ended (succeeded, failed, timeout, oom, cancelled), beside "
+        "its state: the provider's word with its receipt, not signed."
+    )
     failure_reason: str | None
     settle_tx: str | None
     created_at_ms: int
@@ -275,3 +310,35 @@ class Assignment(BaseModel):
     price_per_unit: int
     max_units: int
     deadline_ms: int
+    cancel_tx: str | None = Field(
+        None, description="The renter's Cancel of this escrow (CBOR hex), when it asked to "
+        "cancel: sign it if the job has not started (check it first), stop the job if it has.",
+    )  # fmt: skip
+
+
+class CancelRequest(_Body):
+    transaction: str | None = Field(
+        None, pattern=r"[0-9a-f]+",
+        description="The escrow's Cancel, built by the renter (CBOR hex); none for a job "
+        "nothing was locked for.",
+    )  # fmt: skip
+
+
+class CancelAnswer(_Body):
+    """The provider's answer to a renter's cancel: its witness, the job stopped, or why not."""
+
+    action: Literal["signed", "stopping", "refused"]
+    signature: str | None = Field(
+        None, pattern=HEX64, description="ed25519 over the transaction's id (signed)."
+    )
+    reason: Text | None = Field(None, max_length=4096, description="Why it refused (refused).")
+
+
+class CancelView(BaseModel):
+    """A renter's cancel as it stands: once `signed`, `transaction` carries the provider's
+    witness and the renter adds its own and submits it."""
+
+    job_state: JobState
+    state: CancelState | None
+    transaction: str | None
+    refusal: str | None

@@ -22,7 +22,6 @@ from offchain.market.errors import Invalid
 from offchain.protocol.jobspec import describe
 
 ENV_PREFIX = "UNCHAINED_MARKET_"
-ADA = 1_000_000
 MIB = 1 << 20
 PATH_FIELDS = ("data_dir", "deployment", "wallet_key")
 # Crash-safety tests: the process SIGKILLs itself at the named point (never set in production).
@@ -47,11 +46,12 @@ class MarketSettings(BaseModel):
     result_limit_bytes: int = Field(1024 * MIB, ge=1)
     quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
     settle_window_ms: int = Field(60 * 60_000, ge=1000)
-    fee_allowance: int = Field(2 * ADA, ge=0, description="Lovelace kept for the settle fee.")
     settle_fee_share: int = Field(
-        300_000, ge=0, description="Lovelace of each escrow's fee allowance counted for its "
-        "share of a settle fee (one escrow settled alone costs about 257,000 on the devnet): "
-        "a quote whose payouts' min-UTxO top-ups could need more than the rest is refused.",
+        330_000, ge=0, description="Lovelace of each quote's fee allowance for its share of a "
+        "settle fee: the measured cost of a job settled alone (bench/contracts.py's "
+        "settle_cost_per_job, 260,896 on the devnet; 43,829 each in a batch of 41) plus a 26% "
+        "margin, since a job may be settled alone. A quote's allowance is this plus the most "
+        "its payouts may need raised to the ledger's minimum UTxO (quote_terms.fit_allowance).",
     )  # fmt: skip
     confirmations: int = Field(3, ge=0, description="Blocks on top before an escrow counts.")
     clock_tolerance_ms: int = Field(5 * 60_000, ge=1000, description="Request timestamp skew.")

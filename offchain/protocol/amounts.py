@@ -34,3 +34,9 @@ def ada(lovelace: int) -> str:
     sign = "-" if lovelace < 0 else ""
     whole, fraction = divmod(abs(lovelace), LOVELACE_PER_ADA)
     return f"{sign}{whole:,}.{fraction:06d} ADA"
+
+
+def per_hour(lovelace_per_s: int) -> str:
+    """A price as people compare them, in ADA per hour (the chain's unit is lovelace per
+    second): `0.050400 ADA/h`."""
+    return f"{ada(lovelace_per_s * 3600)}/h"

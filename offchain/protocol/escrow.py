@@ -27,6 +27,7 @@ from pycardano import (
 )
 
 from offchain.chain.time import iso
+from offchain.protocol.acceptance import EscrowTerms
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment
@@ -263,10 +264,10 @@ def _add_settle_outputs(
     receipt: SignedReceipt,
     datum: EscrowDatum,
 ) -> SettleItem:
-    """The provider's and (if owed anything) the consumer's payouts, and the item naming them."""
+    """The payouts of the parties owed anything, and the item naming them (an index the
+    validator does not read, for a party owed nothing, is 0)."""
     payouts = settle_payouts(context, deployment, receipt, datum)
-    provider_output = add_output(builder, payouts.provider)
-    # not read when nothing is owed to the consumer
+    provider_output = 0 if payouts.provider is None else add_output(builder, payouts.provider)
     consumer_output = 0 if payouts.consumer is None else add_output(builder, payouts.consumer)
     return SettleItem(
         receipt.units, receipt.result_hash, receipt.evidence_hash, receipt.signature,
@@ -277,16 +278,17 @@ def _add_settle_outputs(
 @dataclasses.dataclass(frozen=True)
 class SettlePayouts:
     """One escrow's payouts as a settle places them: the split, the provider's output and the
-    consumer's (None when it is owed nothing)."""
+    consumer's (each None when its party is owed nothing: a zero-unit receipt pays no
+    provider output)."""
 
     split: SettleSplit
-    provider: TransactionOutput
+    provider: TransactionOutput | None
     consumer: TransactionOutput | None
 
     @property
     def topup(self) -> int:
         """What the settler adds to raise them to the ledger's minimum UTxO."""
-        paid = self.provider.amount.coin + (self.consumer.amount.coin if self.consumer else 0)
+        paid = sum(out.amount.coin for out in (self.provider, self.consumer) if out is not None)
         return paid - self.split.provider - self.split.consumer
 
 
@@ -309,7 +311,9 @@ def settle_payouts(
     provider = from_plutus(datum.provider, deployment.network)
     consumer = from_plutus(datum.consumer, deployment.network)
     return SettlePayouts(
-        split, payout(context, provider, split.provider, PayoutKind.SETTLE, ref),
+        split,
+        payout(context, provider, split.provider, PayoutKind.SETTLE, ref)
+        if split.provider > 0 else None,
         payout(context, consumer, split.consumer, PayoutKind.SETTLE, ref)
         if split.consumer > 0 else None,
     )  # fmt: skip
@@ -321,14 +325,42 @@ def worst_topup(
     """The most a settle of a lock of `datum` holding `locked` (its escrow at ESCROW_OUTPUT)
     can need added to its payouts, over every unit count a receipt may name: each payout's
     min-UTxO is its real output's (tag, address)."""
+    provider, consumer = payout_minimums(context, deployment, datum)
+    return worst_settle_topup(
+        locked, datum.price_per_unit, datum.max_units, datum.fee_allowance, provider, consumer
+    )
+
+
+def payout_minimums(
+    context: ChainContext, deployment: Deployment, datum: EscrowDatum
+) -> tuple[int, int]:
+    """The ledger's minimum lovelace of a settle's provider and consumer payouts (their real
+    outputs: address and tag) for an escrow of `datum`."""
     ref = TransactionInput(TransactionId(bytes(HASH_BYTES)), ESCROW_OUTPUT)
     provider, consumer = (
         payout(context, from_plutus(party, deployment.network), 0, PayoutKind.SETTLE, ref)
         for party in (datum.provider, datum.consumer)
     )
-    return worst_settle_topup(
-        locked, datum.price_per_unit, datum.max_units, datum.fee_allowance,
-        provider.amount.coin, consumer.amount.coin,
+    return provider.amount.coin, consumer.amount.coin
+
+
+def acceptance_terms(
+    context: ChainContext,
+    deployment: Deployment,
+    datum: EscrowDatum,
+    locked: int,
+    now_ms: int,
+    bond_covers_before: int | None,
+    settle_fee_share: int = 0,
+) -> EscrowTerms:
+    """An escrow of `datum` holding `locked`, as the acceptance check reads it at `now_ms`."""
+    provider_min, consumer_min = payout_minimums(context, deployment, datum)
+    return EscrowTerms(
+        price_per_unit=datum.price_per_unit, max_units=datum.max_units,
+        deadline_ms=datum.deadline, close_ms=datum.close, fee_allowance=datum.fee_allowance,
+        locked=locked, now_ms=now_ms, provider_min_utxo=provider_min,
+        consumer_min_utxo=consumer_min, refund_window_ms=deployment.refund_window_ms,
+        bond_covers_before=bond_covers_before, settle_fee_share=settle_fee_share,
     )  # fmt: skip
 
 

@@ -9,11 +9,11 @@ Time is the chain's (the tip's time, `Clock`), never the wall clock.
 
 from __future__ import annotations
 
-import dataclasses
-
 from pycardano import ChainContext, UTxO
 
 from offchain.chain.time import iso
+from offchain.protocol import escrow as escrows
+from offchain.protocol.acceptance import MARGINS, Margins, settled_by
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.bond_check import check_bond
 from offchain.protocol.deployment import Deployment
@@ -21,23 +21,11 @@ from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import Offer
 from offchain.protocol.refusal import Refusal, Refused, check_address, check_vkey, script_datum
 from offchain.protocol.split import lock_amount
-from offchain.protocol.txbuild import Clock, payout
-from offchain.protocol.types import EscrowDatum, PayoutKind
+from offchain.protocol.txbuild import Clock
+from offchain.protocol.types import EscrowDatum
 
 JOB_ID_BYTES = 32
 NON_NEGATIVE = ("price_per_unit", "max_units", "deadline", "settle_window", "fee_allowance")
-
-
-@dataclasses.dataclass(frozen=True)
-class Margins:
-    """Chain time a provider keeps beyond the job's max duration: to start it (pull the image,
-    fetch the inputs) and to get the settle on chain before the close."""
-
-    start_ms: int = 2 * 60_000
-    settle_ms: int = 5 * 60_000
-
-
-MARGINS = Margins()
 
 
 class EscrowRefused(Refused):
@@ -82,13 +70,13 @@ def check_acceptable(
     bond), must cover the close (`check_bond`). Call it before signing an Acceptance."""
     datum = check_terms(context, deployment, escrow, spec, offer)
     now = _check_open(context, escrow, datum)
-    settled_by = now + margins.start_ms + spec.max_duration_s * 1000 + margins.settle_ms
-    if settled_by > datum.close:
+    done = settled_by(now, spec.max_duration_s, margins)
+    if done > datum.close:
         raise EscrowRefused(
             escrow,
             Refusal.NO_TIME,
             f"starting, running {spec.max_duration_s} s and settling needs until "
-            f"{iso(settled_by)}, the escrow closes at {iso(datum.close)}",
+            f"{iso(done)}, the escrow closes at {iso(datum.close)}",
         )
     if bond is not None:
         check_bond(deployment, bond, offer.provider_vkey, offer.payout_address, 0, datum.close, now)
@@ -138,26 +126,22 @@ def _check_offer(escrow: UTxO, datum: EscrowDatum, spec: JobSpec, offer: Offer) 
 def _check_amounts(
     context: ChainContext, deployment: Deployment, escrow: UTxO, datum: EscrowDatum, offer: Offer
 ) -> None:
-    """The escrow pays the whole job and its fee allowance, and a full-length settle's payouts
-    (the provider's due, and the consumer's rest when there is one) each meet the ledger's
-    minimum UTxO, so a settle never needs the settler's own lovelace to make them."""
+    """The escrow pays the whole job and its fee allowance, and the allowance can raise every
+    payout a settle may owe (any unit count, the provider's due and the consumer's rest) to the
+    ledger's minimum UTxO, so a settle never needs the settler's own lovelace to make them:
+    a cheap job is taken, its allowance pays for the dust."""
     locked = escrow.output.amount.coin
     needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance)
     if locked < needed:
         raise EscrowRefused(
             escrow, Refusal.UNDERFUNDED, f"{locked} lovelace locked, {needed} needed"
         )
-    due = datum.price_per_unit * datum.max_units
-    rest = locked - due - datum.fee_allowance
-    consumer = from_plutus(datum.consumer, deployment.network)
-    owed = [("the provider's due", offer.payout_address, due)]
-    owed += [("the consumer's rest", consumer, rest)] if rest > 0 else []
-    for what, to, lovelace in owed:
-        least = payout(context, to, lovelace, PayoutKind.SETTLE, escrow.input).amount.coin
-        if least > lovelace:
-            raise EscrowRefused(
-                escrow, Refusal.MIN_UTXO, f"{what} {lovelace} lovelace < min UTxO {least}"
-            )
+    topups = escrows.worst_topup(context, deployment, datum, locked)
+    if topups > datum.fee_allowance:
+        raise EscrowRefused(
+            escrow, Refusal.MIN_UTXO, f"raising them to the minimum may take {topups} lovelace, "
+            f"more than the fee allowance of {datum.fee_allowance}",
+        )  # fmt: skip
 
 
 def _check_open(context: ChainContext, escrow: UTxO, datum: EscrowDatum) -> int:

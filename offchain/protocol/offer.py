@@ -13,7 +13,7 @@ from typing import Literal
 from pycardano import Address
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from offchain.protocol.jobspec import JobSpec, Resources
+from offchain.protocol.jobspec import IMAGE_REFERENCE, JobSpec, Resources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +32,62 @@ class Offer:
             if getattr(spec.resources, name) > getattr(self.bundle, name)
         ]
         return ", ".join(over) or None
+
+
+DEFAULT_REGISTRY = "docker.io/"
+OFFICIAL = "library/"
+MAX_IMAGES = 256  # what one offer lists
+
+
+def normal_image(reference: str) -> str:
+    """An image reference as docker resolves it, so equal images compare equal: `python` is
+    `python:latest`, `docker.io/library/python:3.11` is `python:3.11`."""
+    name = reference.removeprefix(DEFAULT_REGISTRY).removeprefix(OFFICIAL)
+    last = name.rsplit("/", 1)[-1]
+    return name if ":" in last or "@" in last else f"{name}:latest"
+
+
+class OfferedImage(BaseModel):
+    """An image on the provider's machine: a reference it runs as, and the image's digest
+    (docker's image id), so a renter can see which build it is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    reference: str = Field(pattern=IMAGE_REFERENCE.pattern, max_length=255)
+    digest: str = Field(pattern=r"sha256:[0-9a-f]{64}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSupply:
+    """Which images an offer runs: those it has (None: an offer that does not say, which runs
+    none a spec names: its daemon would refuse what is not on its machine), and any other
+    when it pulls missing images."""
+
+    references: frozenset[str] | None
+    pulls: bool = False
+
+    @classmethod
+    def of(cls, images: Iterable[OfferedImage] | None, pulls: bool = False) -> ImageSupply:
+        if images is None:
+            return cls(None, pulls)
+        return cls(frozenset(normal_image(image.reference) for image in images), pulls)
+
+    def runs(self, image: str) -> bool:
+        return self.pulls or normal_image(image) in (self.references or ())
+
+    def missing(self, image: str) -> str:
+        """Why `image` does not run here, naming what does."""
+        if self.references is None:
+            return f"the offer lists no images, so it runs no {image}"
+        has = listed(self.references)
+        return f"the provider has no image {image} and pulls none; it has: {has}"
+
+
+def listed(references: Iterable[str]) -> str:
+    """Image references for a message: sorted, at most a handful."""
+    shown = sorted(references)
+    more = f" and {len(shown) - 8} more" if len(shown) > 8 else ""
+    return (", ".join(shown[:8]) or "none") + more
 
 
 class SelfTestCheck(BaseModel):

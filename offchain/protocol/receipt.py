@@ -13,6 +13,7 @@ signature over the same canonical payload (`payloads.receipt_payload`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,9 @@ from offchain.protocol.escrow import HASH_BYTES, SignedReceipt
 from offchain.protocol.payloads import SIGNATURE_BYTES, receipt_payload, sign, verify
 
 BODY_FIELDS = ("units", "result_hash", "evidence_hash", "signature")
+# A zero-unit receipt's result and evidence hash (a job refused, or failed before it ran):
+# nothing ran, so there is no archive and no metering record, and the hash of nothing says so.
+NOTHING_RAN = hashlib.sha256(b"").digest()
 
 
 class ReceiptFormatError(UnchainedError, ValueError):

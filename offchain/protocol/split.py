@@ -39,8 +39,9 @@ def settle_split(
 
 def settle_topup(split: SettleSplit, provider_min: int, consumer_min: int) -> int:
     """What a settler adds to raise `split`'s payouts to their outputs' minimum UTxO
-    (`provider_min`, `consumer_min`); a consumer owed nothing gets no output to raise."""
-    provider = max(0, provider_min - split.provider)
+    (`provider_min`, `consumer_min`); a party owed nothing (a zero-unit receipt's provider, a
+    consumer whose lock was all spent) gets no output to raise."""
+    provider = max(0, provider_min - split.provider) if split.provider > 0 else 0
     consumer = max(0, consumer_min - split.consumer) if split.consumer > 0 else 0
     return provider + consumer
 
@@ -54,9 +55,10 @@ def worst_settle_topup(
     consumer_min: int,
 ) -> int:
     """The most `settle_topup` over receipts for every unit count 0..max_units. Both payouts are
-    linear in the units but for their kinks (a payout reaching its minimum, the consumer's
-    reaching zero), so the most is at the ends or beside a kink: a few units, not all."""
-    due_edges = (provider_min, locked - fee_allowance - consumer_min, locked - fee_allowance)
+    linear in the units but for their kinks (the provider's appearing at its first unit, a
+    payout reaching its minimum, the consumer's reaching zero), so the most is at the ends or
+    beside a kink: a few units, not all."""
+    due_edges = (0, provider_min, locked - fee_allowance - consumer_min, locked - fee_allowance)
     units = {0, max_units}
     if price_per_unit > 0:
         for due in due_edges:

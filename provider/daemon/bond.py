@@ -12,7 +12,7 @@ from pycardano import UTxO
 
 from offchain.chain.time import iso
 from offchain.protocol.bond import bonds_of
-from offchain.protocol.bond_check import BondRefused, check_bond
+from offchain.protocol.bond_check import BondRefused, check_bond, covers_before
 from offchain.protocol.txbuild import Clock, out_ref
 from offchain.protocol.types import BondDatum, Just
 from provider.daemon.chain import Chain
@@ -74,6 +74,18 @@ class BondManager:
             log.warning("%s: jobs closing from %s on are refused (the consumer's refund window "
                         "must end before it)", self.view.describe(), iso(covers))  # fmt: skip
         return self.view
+
+    def covers_before(self, now_ms: int) -> int | None:
+        """Jobs closing before this time (POSIX ms) are covered by one of the provider's bonds,
+        seen at `now_ms` (`bond_check.covers_before`); None without any bond (worker thread)."""
+        deployment = self.chain.deployment
+        covers = [
+            covers_before(deployment.notice_ms, deployment.refund_window_ms,
+                          since.value if isinstance(since, Just) else None, now_ms)
+            for _, datum in self._bonds()
+            for since in [datum.unbonding_since]
+        ]  # fmt: skip
+        return max(covers, default=None)
 
     def backing(self, close_ms: int) -> UTxO | None:
         """The bond that backs an acceptance of a job closing at `close_ms` (worker thread);

@@ -13,15 +13,19 @@ import dataclasses
 import logging
 from typing import Any
 
-from pycardano import PaymentSigningKey
+from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
-from offchain.chain.time import iso
-from offchain.protocol.escrow import escrow_datum
+from offchain.protocol.acceptance import Offered, describe, refusals
+from offchain.protocol.escrow import acceptance_terms, escrow_datum, signed_receipt
+from offchain.protocol.escrow_check import check_terms
 from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.offer import Offer
+from offchain.protocol.offer import ImageSupply
+from offchain.protocol.outcome import Outcome
+from offchain.protocol.receipt import NOTHING_RAN
 from offchain.protocol.refusal import Refused
 from offchain.protocol.txbuild import BuildError
+from offchain.protocol.types import EscrowDatum
 from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
@@ -29,6 +33,7 @@ from provider.daemon.capacity import Bundle, Capacity, Slot
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.journal import JobEntry, Journal, SignedReceiptRecord
 from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
+from provider.images import local_images
 from provider.receipts import EscrowJob, ReceiptError, accept, receipt_for
 from provider.runner import Runner, RunResult
 
@@ -36,6 +41,7 @@ log = logging.getLogger("unchained.provider")
 LOG_FLUSH_S = 0.5
 LOG_BATCH = 1000
 DELIVERED = ("completed", "settling", "settled")  # market states: it has result and receipt
+RELEASED = ("failed", "settling", "settled", "refunded")  # it has a failure's zero receipt
 CALL_S = 60.0  # how long one step's request may retry before the step is tried again
 RETRY_PAUSE_S = 2.0
 
@@ -79,6 +85,7 @@ class Worker:
         except (Refusal, Refused, BuildError) as exc:
             self.release(job_id)
             log.warning("job %s refused: %s", job_id, exc)
+            self.spawn(self._refuse(job_id, assignment, f"refused by the provider: {exc}"))
             return True
         except CHAIN_DOWN as exc:
             self.release(job_id)
@@ -97,11 +104,6 @@ class Worker:
             ref = str(assignment["escrow"])
         except (KeyError, ValidationError) as exc:
             raise Refusal(f"not a job spec and escrow: {exc}") from exc
-        vkey = self.key.to_verification_key().payload
-        offered = Offer(vkey, self.chain.wallet.address, self.bundle.price_per_unit, slot.bundle)
-        shortfall = offered.shortfall(spec)
-        if shortfall:
-            raise Refusal(f"the job asks more than this provider's bundle: {shortfall}")
         entry, signature = await self.chain.call(self._check_and_sign, job_id, ref, spec, slot)
         self.journal.save(entry)  # signed: from here on the bond is at stake
         await self.link.send(
@@ -114,17 +116,16 @@ class Worker:
     def _check_and_sign(
         self, job_id: str, ref: str, spec: JobSpec, slot: Slot
     ) -> tuple[JobEntry, bytes]:
-        """The escrow as the chain has it, checked by `accept` with the bond that backs it."""
+        """The escrow as the chain has it: well formed for this job and offer (`check_terms`),
+        then the acceptance check the market ran when it quoted, then `accept` with the bond
+        that backs it."""
         escrow = self.chain.utxo(ref)
         if escrow is None:
             raise Refusal(f"no unspent escrow {ref} on chain")
         job = self._escrow_job(escrow, spec)
-        datum = escrow_datum(self.chain.deployment, escrow)
+        datum = check_terms(job.context, job.deployment, escrow, spec, job.offer)
         now = self.chain.now_ms()
-        if datum.deadline <= now:  # the chain would still settle it, the consumer did not agree
-            raise Refusal(
-                f"escrow {ref}: its deadline {iso(datum.deadline)} has passed (chain {iso(now)})"
-            )
+        self._check_acceptance(spec, escrow, datum, slot, now)
         close = datum.close
         signature = accept(job, self.bonds.backing(close))
         entry = JobEntry(
@@ -133,6 +134,22 @@ class Worker:
             accepted_at_ms=now, unspent_at=self.chain.tip_point(),
         )  # fmt: skip
         return entry, signature
+
+    def _check_acceptance(
+        self, spec: JobSpec, escrow: UTxO, datum: EscrowDatum, slot: Slot, now: int
+    ) -> None:
+        """Refusal, with the acceptance check's reasons (the market's words when it refuses a
+        quote), when the slot's bundle, this machine's images, the price, the payouts or the
+        time to close do not allow the job (worker thread: it asks the engine and the chain)."""
+        locked = escrow.output.amount.coin
+        covers = self.bonds.covers_before(now)
+        chain = self.chain
+        terms = acceptance_terms(chain.context, chain.deployment, datum, locked, now, covers)
+        runner = self.runner
+        images = ImageSupply.of(local_images(runner.client), runner.settings.pull_images)
+        found = refusals(Offered(slot.bundle, self.bundle.price_per_unit, images), spec, terms)
+        if found:
+            raise Refusal(describe(found))
 
     def _escrow_job(self, escrow: Any, spec: JobSpec) -> EscrowJob:
         return EscrowJob(
@@ -177,9 +194,10 @@ class Worker:
             return self.chain.estimated_now_ms()
 
     async def finish(self, entry: JobEntry, result: RunResult) -> None:
-        """Sign the receipt for a run that happened and deliver it; report one that did not."""
+        """Sign the receipt for a run that happened and deliver it; release the escrow of one
+        that did not (a zero-unit receipt)."""
         if result.record is None:
-            await self.fail(entry, f"{result.status}: {result.error}")
+            await self._release_escrow(entry, f"{result.status}: {result.error}")
             return
         until = entry.close_ms - self.settings.payout_margin_ms
         try:
@@ -196,16 +214,23 @@ class Worker:
             units=receipt.units, result_hash=receipt.result_hash.hex(),
             evidence_hash=receipt.evidence_hash.hex(), signature=receipt.signature.hex(),
         )  # fmt: skip
-        entry = entry.model_copy(update={"stage": "finished", "receipt": record})
+        entry = entry.model_copy(update={
+            "stage": "finished", "receipt": record, "outcome": Outcome(result.status),
+            "exit_code": result.exit_code,
+        })  # fmt: skip
         self.journal.save(entry)
         log.info("job %s %s: %d units signed", entry.job_id, result.status, receipt.units)
         await self.deliver(entry)
 
     async def deliver(self, entry: JobEntry) -> None:
-        """Upload the archive and hand in the receipt, retrying until the escrow nears its
-        close; past that the payout watcher settles the receipt itself."""
+        """Upload the archive and hand in the receipt (a zero-unit one with its failure),
+        retrying until the escrow nears its close; past that the payout watcher settles the
+        receipt itself."""
         while True:
             try:
+                if entry.reason is not None:  # nothing ran: no archive, no metering record
+                    await self._hand_in_failure(entry)
+                    return
                 entry = await self._deliver_once(entry)
                 await evidence.upload(self.link, self.runner.results_dir, entry)
                 return
@@ -233,7 +258,8 @@ class Worker:
             entry = entry.model_copy(update={"uploaded": True})
             self.journal.save(entry)
         if not entry.receipt_sent:
-            body = Body.of_json(entry.receipt.model_dump())
+            ended = {"outcome": entry.outcome, "exit_code": entry.exit_code}
+            body = Body.of_json(entry.receipt.model_dump() | ended)
             await self.link.send("POST", f"/jobs/{job}/receipt", body, retry_for_s=CALL_S)
         entry = entry.model_copy(update={"receipt_sent": True, "stage": "delivered"})
         self.journal.save(entry)
@@ -262,6 +288,70 @@ class Worker:
             await self.link.send("POST", f"/jobs/{entry.job_id}/failure", body, retry_for_s=CALL_S)
         except MarketError as exc:
             log.warning("job %s: the market did not take the failure: %s", entry.job_id, exc)
+
+    # -- a zero-unit receipt: the renter's money back in the next settle batch ------------
+
+    async def _refuse(self, job_id: str, assignment: dict[str, Any], reason: str) -> None:
+        """Release the escrow of a refused assignment, once the chain shows it is this
+        provider's escrow (PROTOCOL.md: a zero-unit receipt costs the provider nothing).
+        Nothing is signed for an escrow that is not there or not ours."""
+        try:
+            spec = JobSpec.model_validate(assignment["spec"])
+            entry = await self.chain.call(self._refused, job_id, str(assignment["escrow"]), spec)
+        except (KeyError, ValidationError, Refusal, BuildError, *CHAIN_DOWN) as exc:
+            log.warning("job %s: its refusal releases no escrow: %s", job_id, exc)
+            return
+        await self._release_escrow(entry, reason)
+
+    def _refused(self, job_id: str, ref: str, spec: JobSpec) -> JobEntry:
+        """The journal entry of a refused job at an escrow of this provider's on chain."""
+        escrow = self.chain.utxo(ref)
+        if escrow is None:
+            raise Refusal(f"no unspent escrow {ref} on chain")
+        datum = escrow_datum(self.chain.deployment, escrow)
+        if datum.provider_vkey != self.key.to_verification_key().payload:
+            raise Refusal(f"escrow {ref} pays another provider's key")
+        return JobEntry(
+            job_id=job_id, escrow=ref, spec=spec, price_per_unit=datum.price_per_unit,
+            gpu_uuids=[], slot=-1, close_ms=datum.close, accepted_at_ms=self.chain.now_ms(),
+            unspent_at=self.chain.tip_point(),
+        )  # fmt: skip
+
+    async def _release_escrow(self, entry: JobEntry, reason: str) -> None:
+        """Sign a zero-unit receipt for a job that did not run, keep it in the journal, and
+        hand it to the market with the reason; a plain failure when the escrow is gone or
+        the chain cannot be read before the close."""
+        until = entry.close_ms - self.settings.payout_margin_ms
+        try:
+            escrow = await self.chain.call_until(until, self.chain.utxo, entry.escrow)
+        except ChainUnavailable as exc:
+            await self.fail(entry, f"{reason} (no zero receipt: {exc})")
+            return
+        if escrow is None:
+            await self.fail(entry, reason)
+            return
+        signed = signed_receipt(
+            self.chain.deployment, self.key, escrow, 0, NOTHING_RAN, NOTHING_RAN
+        )
+        record = SignedReceiptRecord(
+            units=0, result_hash=NOTHING_RAN.hex(), evidence_hash=NOTHING_RAN.hex(),
+            signature=signed.signature.hex(),
+        )  # fmt: skip
+        entry = entry.model_copy(update={"stage": "finished", "receipt": record, "reason": reason})
+        self.journal.save(entry)
+        log.warning("job %s did not run (%s): its escrow is released", entry.job_id, reason)
+        await self.deliver(entry)
+
+    async def _hand_in_failure(self, entry: JobEntry) -> None:
+        """The reason and the zero-unit receipt to the market (once: a job it already moved
+        past failed has them)."""
+        assert entry.receipt is not None and entry.reason is not None
+        if await self._market_state(entry.job_id) not in RELEASED:
+            failure = {"reason": entry.reason[:4096], "receipt": entry.receipt.model_dump()}
+            path = f"/jobs/{entry.job_id}/failure"
+            await self.link.send("POST", path, Body.of_json(failure), retry_for_s=CALL_S)
+        self.journal.save(entry.model_copy(update={"receipt_sent": True, "stage": "delivered"}))
+        log.info("job %s: its zero receipt is with the market", entry.job_id)
 
     def _fail_locally(self, job_id: str, reason: str) -> None:
         entry = self.journal.get(job_id)

@@ -12,8 +12,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.outcome import Outcome
 
-Stage = Literal["accepted", "running", "finished", "delivered", "settled", "refunded", "failed"]
+Stage = Literal[
+    "accepted", "running", "finished", "delivered", "settled", "refunded", "failed", "cancelled"
+]  # cancelled: its renter's Cancel signed before the job was taken
 OPEN: tuple[Stage, ...] = ("accepted", "running", "finished", "delivered")
 
 
@@ -43,6 +46,8 @@ class JobEntry(BaseModel):
     started_at_ms: int | None = None  # chain time, when the container was started
     uploaded: bool = False  # the result archive reached the market
     receipt: SignedReceiptRecord | None = None
+    outcome: Outcome | None = None  # how the run ended, handed in with the receipt (not signed)
+    exit_code: int | None = None  # the program's, handed in with the receipt (not signed)
     receipt_sent: bool = False  # the market has the receipt
     unspent_at: dict[str, Any] | None = None  # a chain point where the escrow was unspent
     settle_tx: str | None = None  # the transaction that spent the escrow, once it is spent

@@ -8,14 +8,17 @@ retried: it never stops a running job."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import docker
 
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
+from provider.daemon.cancels import answer_cancel
 from provider.daemon.capacity import Capacity, slots_of
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.jobs import Worker
@@ -24,10 +27,12 @@ from provider.daemon.market_link import MarketError, MarketLink
 from provider.daemon.offers import OfferKeeper
 from provider.daemon.payouts import PayoutWatcher
 from provider.daemon.recovery import recover
+from provider.images import local_images
 from provider.inventory import HostInventory
 from provider.runner import Runner
 
 log = logging.getLogger("unchained.provider")
+T = TypeVar("T")
 POLL_RETRY_S = 5.0
 ERROR_PAUSE_S = 2.0
 
@@ -50,8 +55,9 @@ class Daemon:
             self.settings,
         )  # fmt: skip
         self.offer = OfferKeeper(
-            self.link, bundle, str(chain.wallet.address), config.runner.state_dir
-        )
+            self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
+            functools.partial(local_images, runner.client), config.runner.pull_images,
+        )  # fmt: skip
         self.payouts = PayoutWatcher(
             self.chain, self.journal, runner.results_dir, self.settings.payout_margin_ms,
             self.settings.settle_batch_max,
@@ -96,36 +102,44 @@ class Daemon:
         await self.offer.beat(bond, retry_for_s=self.settings.heartbeat_ms / 2000)
 
     async def _take_assignments(self) -> None:
-        """Long-poll for assignments while a slot is free; wait for one when none is."""
+        """Long-poll for assignments while a slot is free; with none free, for its renters'
+        cancels alone until one frees."""
         worker = self.worker
         poll = f"/providers/assignments?timeout_s={self.settings.poll_s}"
         while not self.stopping.is_set():
-            if worker.capacity.free() == 0:
-                await self._until_stop_or(worker.freed.wait())
+            full = worker.capacity.free() == 0
+            if full:
                 worker.freed.clear()
-                continue
+            asking = self.link.send(
+                "GET", poll + ("&new=false" if full else ""), retry_for_s=POLL_RETRY_S,
+                timeout_s=self.settings.poll_s + 15,
+            )  # fmt: skip
             try:
-                found = await self.link.send(
-                    "GET", poll, retry_for_s=POLL_RETRY_S, timeout_s=self.settings.poll_s + 15
-                )
+                found = await (self._until_stop_or(asking, worker.freed.wait()) if full
+                               else asking)  # fmt: skip
             except MarketError as exc:
                 log.warning("assignments: %s", exc)
                 await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
                 continue
             try:
-                for assignment in found:
-                    if self.stopping.is_set() or not await worker.take(assignment):
+                for assignment in found or []:
+                    if assignment.get("cancel_tx"):
+                        await answer_cancel(worker, assignment)
+                    elif self.stopping.is_set() or not await worker.take(assignment):
                         break
             except ChainUnavailable as exc:  # the market keeps it assigned: taken once back
                 log.warning("assignments wait for the chain: %s", exc)
                 await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
 
-    async def _until_stop_or(self, awaitable: Awaitable[object]) -> None:
+    async def _until_stop_or(self, awaitable: Awaitable[T], *other: Awaitable[object]) -> T | None:
+        """What `awaitable` gives, or None once the daemon stops or one of `other` is done
+        first (the rest is cancelled)."""
         waiting = asyncio.ensure_future(awaitable)
-        stop = asyncio.create_task(self.stopping.wait())
-        await asyncio.wait([waiting, stop], return_when=asyncio.FIRST_COMPLETED)
-        for task in (waiting, stop):
+        others = [asyncio.ensure_future(a) for a in (self.stopping.wait(), *other)]
+        await asyncio.wait([waiting, *others], return_when=asyncio.FIRST_COMPLETED)
+        for task in (waiting, *others):
             task.cancel()
+        return waiting.result() if waiting.done() and not waiting.cancelled() else None
 
     async def _grace(self) -> None:
         """Running jobs get `grace_ms` to finish and be delivered."""

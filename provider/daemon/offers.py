@@ -6,12 +6,14 @@ directory, if any."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from offchain.protocol.amounts import ada
-from offchain.protocol.offer import SelfTestSummary
+from offchain.protocol.offer import OfferedImage, SelfTestSummary
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
 from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
@@ -22,9 +24,11 @@ NOT_FOUND = 404
 
 
 def offer_terms(
-    bundle: Bundle, payout_address: str, bond: BondView, selftest: SelfTestSummary | None = None
-) -> dict[str, Any]:
-    """The offer's terms as the market's POST /offers reads them."""
+    bundle: Bundle, payout_address: str, bond: BondView, selftest: SelfTestSummary | None = None,
+    images: list[OfferedImage] | None = None, pulls: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """The offer's terms as the market's POST /offers reads them: `images` on this machine
+    (None: the offer says nothing of images) and whether it `pulls` others."""
     resources = bundle.resources
     terms: dict[str, Any] = {
         "payout_address": payout_address,
@@ -37,6 +41,9 @@ def offer_terms(
         "price_per_unit": bundle.price_per_unit,
         "slots": bundle.slots,
     }
+    if images is not None:
+        terms["images"] = [image.model_dump() for image in images]
+        terms["pulls_images"] = pulls
     if bond.ref is not None:
         terms["bond"] = bond.ref
     if selftest is not None:
@@ -65,12 +72,15 @@ class OfferKeeper:
     """Publishes the offer, then heartbeats; publishes again whenever the link was lost."""
 
     def __init__(
-        self, link: MarketLink, bundle: Bundle, payout_address: str, state_dir: Path | None = None
-    ) -> None:
+        self, link: MarketLink, bundle: Bundle, payout_address: str, state_dir: Path | None = None,
+        images: Callable[[], list[OfferedImage]] = list, pulls: bool = False,
+    ) -> None:  # fmt: skip
         self.link = link
         self.bundle = bundle
         self.payout_address = payout_address
         self.state_dir = state_dir  # where the self-test summary is saved
+        self.images = images  # what is on the machine now (read at each publication)
+        self.pulls = pulls
         self.published = False
 
     async def beat(self, bond: BondView, retry_for_s: float) -> None:
@@ -83,7 +93,10 @@ class OfferKeeper:
                     if exc.status != NOT_FOUND:
                         raise
             selftest = load_summary(self.state_dir) if self.state_dir else None
-            terms = offer_terms(self.bundle, self.payout_address, bond, selftest)
+            images = await asyncio.to_thread(self.images)
+            terms = offer_terms(
+                self.bundle, self.payout_address, bond, selftest, images, self.pulls
+            )
             await self.link.send("POST", "/offers", Body.of_json(terms), retry_for_s=retry_for_s)
             if not self.published:
                 log.info("offer published: %s", describe_offer(terms))

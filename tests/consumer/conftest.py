@@ -24,7 +24,7 @@ from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS, deployed
 from tests.protocol.onchain import wallet
 
 IDENTITY = "unchained-market:consumer-test"
-SETTLE_WINDOW_MS = 30_000
+SETTLE_WINDOW_MS = 10 * 60_000  # room for the acceptance check's margins (start, settle)
 
 
 @pytest.fixture(scope="session")

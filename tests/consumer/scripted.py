@@ -17,8 +17,9 @@ from offchain.devnet.process import DevnetProcess
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import parse_jobspec
 from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.receipt import NOTHING_RAN, Receipt
 from tests.market.client import Party
+from tests.market.test_lifecycle import IMAGES
 from tests.protocol.onchain import post_bond, wallet
 
 GPU = "NVIDIA H100 80GB HBM3"
@@ -30,7 +31,7 @@ def offer_terms(party: Party, **changes: Any) -> dict[str, Any]:
     return {
         "payout_address": str(party.wallet.address), "gpu_model": GPU, "gpu_count": 1,
         "vram_mib": 81_559, "cpu_cores": 16, "memory_mib": 131_072, "disk_mib": 512_000,
-        "price_per_unit": PRICE, **changes,
+        "price_per_unit": PRICE, "images": IMAGES, **changes,
     }  # fmt: skip
 
 
@@ -87,3 +88,13 @@ class ScriptedProvider:
             parse_out_ref(job["escrow"]), units, result, EVIDENCE,
         ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/receipt", body)
+
+    async def refuse(self, job: dict[str, Any], reason: str) -> None:
+        """Refuse the job with a zero-unit receipt, as the daemon does: its escrow comes back
+        to the renter in the market's next settle batch."""
+        zero = Receipt.sign(
+            self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
+            parse_out_ref(job["escrow"]), 0, NOTHING_RAN, NOTHING_RAN,
+        ).body()  # fmt: skip
+        await self.send("POST", f"/jobs/{job['job_id']}/failure", {"reason": reason,
+                                                                  "receipt": zero})  # fmt: skip

@@ -9,7 +9,9 @@ import asyncio
 
 import yaml
 
+from consumer.store import JobStore
 from offchain.chain.follower import tip_point
+from offchain.protocol.amounts import ada
 from offchain.protocol.split import settle_split
 from tests.consumer.cli import Terminal, cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.scripted import PRICE
@@ -30,7 +32,7 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     try:
         screen = terminal.wait_for("lock ", "[y/N]")
         for shown in ("provider", "NVIDIA H100 80GB HBM3", "worst case", "deadline",
-                      "0.020000 ADA per second"):  # fmt: skip
+                      f"{ada(PRICE * 3600)}/h", "is not refunded"):  # fmt: skip
             assert shown in screen, screen
         terminal.keys("y", "Enter")
         job = await asyncio.wait_for(provider.assignment(), 60)
@@ -45,6 +47,10 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
         terminal.close()
     code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
     assert code == 0 and status["state"] == "running"  # Ctrl-C cancelled nothing
+    allowance = JobStore(tmp_path / "state").get(job["job_id"]).datum.fee_allowance
+    code, held = run_json(env, "wallet", "balance", cwd=tmp_path)
+    assert code == 0 and held["locked_lovelace"] == LOCKED + allowance  # its open escrow
+    assert held["lovelace"] == balance(devnet, funded.address)
 
     await provider.deliver(job, archive({"model.bin": b"\x00" * 1000}), UNITS)
     terminal = Terminal(env, ["job", "status", job["job_id"], "--watch"], tmp_path)
@@ -60,10 +66,30 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
 
     lock_tx = job["escrow"].split("#")[0]
     fee = await tx_fee(devnet, lock_tx, since)
-    allowance = market.settings.fee_allowance
     split = settle_split(LOCKED + allowance, PRICE, UNITS, SPEC["max_duration_s"], allowance)
     assert balance(devnet, funded.address) == start - fee - LOCKED - allowance + split.consumer
     assert split.consumer == LOCKED - PRICE * UNITS
+
+    # what it cost, as `job spend`, `job status` and `job list` tell it: the net cost is the
+    # wallet's difference, to the lovelace
+    code, spent = run_json(env, "job", "spend", cwd=tmp_path)
+    assert code == 0, spent
+    (cost,) = spent["jobs"]
+    assert cost["net_cost"] == start - balance(devnet, funded.address) == spent["total"]["net_cost"]
+    assert (cost["locked"], cost["fee_allowance"], cost["lock_fee"], cost["refunded"]) == (
+        LOCKED + allowance, allowance, fee, split.consumer)
+    assert cost["due"] == split.provider == UNITS * PRICE
+    # the provider's output, raised to the ledger's minimum out of the allowance
+    assert cost["due"] <= cost["provider_paid"] <= cost["due"] + allowance
+    shown = run(env, "job", "spend", cwd=tmp_path).stdout
+    assert job["job_id"][:8] in shown and ada(cost["net_cost"]) in shown, shown
+    code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
+    assert code == 0 and status["cost"] == cost
+    shown = run(env, "job", "status", job["job_id"], cwd=tmp_path).stdout
+    assert f"{UNITS} units x {PRICE:,} lovelace = {ada(UNITS * PRICE)}" in shown, shown
+    assert f"allowance {ada(allowance)} (not refunded), lock transaction {ada(fee)}" in shown
+    code, (listed,) = run_json(env, "job", "list", cwd=tmp_path)
+    assert code == 0 and listed["cost"] == cost
 
 
 async def test_mistakes_are_explained_and_lock_nothing(market, provider, devnet, tmp_path):
@@ -84,7 +110,7 @@ async def test_mistakes_are_explained_and_lock_nothing(market, provider, devnet,
     (tmp_path / "big.yaml").write_text(yaml.safe_dump(impossible))
     code, error = run_json(env, "job", "submit", "big.yaml", "--yes", cwd=tmp_path)
     assert code == 1 and error["error"] == "NoMatchingProvider", error
-    assert "no offer can take the job" in error["message"] and "gpus" in error["message"]
+    assert "no offer can take the job: the job asks 8 GPU(s)" in error["message"], error
 
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
     done = run(env, "job", "submit", "job.yaml", "--yes", cwd=tmp_path)

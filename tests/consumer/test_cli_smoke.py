@@ -49,9 +49,13 @@ async def test_wallet_balance_and_offers_search(market, provider, devnet, tmp_pa
     funded, key = await funded_key(devnet, tmp_path, 12_345_678)
     env = cli_env(market, devnet, key, tmp_path / "state")
     code, shown = run_json(env, "wallet", "balance", cwd=tmp_path)
-    assert code == 0 and shown == {"address": str(funded.address), "lovelace": 12_345_678}
+    assert code == 0 and shown == {"address": str(funded.address), "lovelace": 12_345_678,
+                                   "locked_lovelace": 0}  # fmt: skip
     done = run(env, "wallet", "balance", cwd=tmp_path)
-    assert done.stdout.strip() == f"12.345678 ADA at {funded.address}"
+    assert done.stdout.strip().splitlines() == [
+        f"12.345678 ADA spendable at {funded.address}",
+        "0.000000 ADA locked in open escrows (your jobs recorded here, on chain now)",
+    ]
 
     offer = await provider.offer()
     query = "gpus>=1 vram>=24GiB price<=100ADA/h sort=price"

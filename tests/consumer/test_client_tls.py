@@ -1,6 +1,7 @@
 """The market client skips loading the CA bundle only for a plain http:// market (it never does
 TLS); an https market, in whatever case the URL spells it, still has its certificate checked:
-a market with a self-signed certificate is refused, nothing sent past the handshake."""
+a market with a self-signed certificate is refused, nothing sent past the handshake. The same
+for the standard library's client of the commands that only read the market."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from nacl.signing import SigningKey
 
 from consumer.client import MarketClient
 from consumer.errors import MarketRefused
+from consumer.market_read import MarketReader
 from consumer.request_key import RequestKey
 
 
@@ -30,8 +32,23 @@ def self_signed(tmp_path: Path) -> ssl.SSLContext:
     return context
 
 
+async def my_jobs(client: str, url: str, key: RequestKey) -> None:
+    """Ask `url` for this key's jobs with the SDK's client (httpx) or the reading commands'."""
+    if client == "stdlib":
+        await asyncio.to_thread(MarketReader(url, "market", key).my_jobs)
+        return
+    market = MarketClient.open(url, "market", key)
+    try:
+        await market.my_jobs()
+    finally:
+        await market.aclose()
+
+
+@pytest.mark.parametrize("client", ["httpx", "stdlib"])
 @pytest.mark.parametrize("scheme", ["https", "HTTPS"])
-async def test_an_https_market_with_a_certificate_no_one_signed_is_refused(scheme, tmp_path):
+async def test_an_https_market_with_a_certificate_no_one_signed_is_refused(
+    client, scheme, tmp_path
+):
     requests: list[bytes] = []
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -42,12 +59,10 @@ async def test_an_https_market_with_a_certificate_no_one_signed_is_refused(schem
     server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=self_signed(tmp_path))
     port = server.sockets[0].getsockname()[1]
     key = RequestKey(SigningKey.generate(), 0)
-    market = MarketClient.open(f"{scheme}://127.0.0.1:{port}", "market", key)
     try:
         with pytest.raises(MarketRefused, match="CERTIFICATE_VERIFY_FAILED"):
-            await market.my_jobs()
+            await my_jobs(client, f"{scheme}://127.0.0.1:{port}", key)
     finally:
-        await market.aclose()
         server.close()
         await server.wait_closed()
     assert not any(b"GET /jobs" in request for request in requests)

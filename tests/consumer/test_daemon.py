@@ -1,9 +1,12 @@
 """The consumer's CLI against the real provider daemon (`unchained provider run` in its own
 process, jobs in the docker engine), the real market and the devnet: what the scripted
 provider cannot show. `job submit --yes` to a job the daemon runs, delivers and is paid for,
-then `job results` verified against the daemon's own receipt, the balance exact to the
-lovelace; and the daemon SIGKILLed after it accepted one job (slashed) with a second job
-locked on its still-listed offer that it never starts (refunded), both by the CLI."""
+then `job results` verified against the daemon's own receipt, beside it a job killed at its
+time limit (timed out, exit 137, billed its max duration) and one whose program exits 3
+(failed, billed what it ran): settled, never shown as a plain success, each with its log tail
+in `job status`, the balance exact to the lovelace; and the daemon SIGKILLed after it
+accepted one job (slashed) with a second job locked on its still-listed offer that it never
+starts (refunded), both by the CLI."""
 
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from tests.provider.daemon_harness import (
     spec,
     wait_state,
 )
+
+TIME_LIMIT_S = 3  # the timed-out job's max_duration_s: its command sleeps far longer
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +104,9 @@ async def test_submit_to_results_the_daemon_ran_and_signed(devnet, world, busybo
     since = await tip_point(devnet.url)
     script = "echo started; sleep 2; echo 42 > /out/answer; echo done"
     job = submit(env, here, "job", spec(busybox, script))
+    slow = submit(env, here, "slow", spec(busybox, "echo started; echo still going; sleep 60",
+                                          seconds=TIME_LIMIT_S))  # fmt: skip
+    failing = submit(env, here, "failing", spec(busybox, "echo about to fail; sleep 1; exit 3"))
 
     async with httpx.AsyncClient(base_url=market.url, timeout=60) as http:
         status = await wait_state(Party.new(http, IDENTITY, funded), job["job_id"], {"settled"},
@@ -109,17 +117,57 @@ async def test_submit_to_results_the_daemon_ran_and_signed(devnet, world, busybo
     assert result["units"] == status["receipt_units"] >= 2
     assert (here / "res" / "out" / "answer").read_text() == "42\n"
     assert f"job {job['job_id']}" in daemon.log()
+    ended = await outcomes(env, here, market, funded, slow, failing)
     code, listed = run_json(env, "job", "list", cwd=here)
-    assert [(row["job_id"], row["state"], row["where"]) for row in listed] == [
-        (job["job_id"], "settled", "both")]  # fmt: skip
+    assert [(row["job_id"], row["state"], row["where"], row["outcome"], row["exit_code"])
+            for row in listed] == [
+        (job["job_id"], "settled", "both", "succeeded", 0),
+        (slow["job_id"], "settled", "both", "timeout", 137),
+        (failing["job_id"], "settled", "both", "failed", 3),
+    ]  # fmt: skip
+    table = run({**env, "COLUMNS": "300"}, "job", "list", cwd=here)  # no cell wraps
+    for shown in ("settled: timed out (exit 137)", "settled: failed (exit 3)"):
+        assert shown in table.stdout, table.stdout + table.stderr
     code, elsewhere = run_json(env, "job", "list", "--state-dir", "other", cwd=here)
-    assert [row["where"] for row in elsewhere] == ["market"]  # not recorded there
+    assert [row["where"] for row in elsewhere] == ["market"] * 3  # not recorded there
 
-    fee = await tx_fee(devnet, job["lock_tx"], since)
-    split = settle_split(job["lock_lovelace"], job["price_per_unit"], result["units"],
-                         job["max_units"], job["fee_allowance"])  # fmt: skip
-    assert split.consumer == job["lock_lovelace"] - job["fee_allowance"] - result["cost"]
-    assert balance(devnet, funded.address) == start - fee - job["lock_lovelace"] + split.consumer
+    spent = 0
+    for submitted, units in [(job, result["units"]), *ended]:
+        fee = await tx_fee(devnet, submitted["lock_tx"], since)
+        split = settle_split(submitted["lock_lovelace"], submitted["price_per_unit"], units,
+                             submitted["max_units"], submitted["fee_allowance"])  # fmt: skip
+        assert split.consumer == (submitted["lock_lovelace"] - submitted["fee_allowance"]
+                                  - units * submitted["price_per_unit"])  # fmt: skip
+        spent += fee + submitted["lock_lovelace"] - split.consumer
+    assert balance(devnet, funded.address) == start - spent
+
+
+async def outcomes(
+    env: dict[str, str], here: Path, market: Market, funded, slow: dict, failing: dict
+) -> list[tuple[dict, int]]:
+    """The timed-out and the failed job, settled: what `job status` (JSON and text, the last
+    log lines included) and the live display's last line say; each job with its units."""
+    async with httpx.AsyncClient(base_url=market.url, timeout=60) as http:
+        party = Party.new(http, IDENTITY, funded)
+        for submitted in (slow, failing):
+            await wait_state(party, submitted["job_id"], {"settled"}, timeout_s=120)
+    code, timed_out = run_json(env, "job", "status", slow["job_id"], cwd=here)
+    assert code == 0, timed_out
+    assert (timed_out["state"], timed_out["outcome"], timed_out["exit_code"]) == (
+        "settled", "timeout", 137)  # fmt: skip
+    assert timed_out["receipt_units"] == TIME_LIMIT_S  # billed to its limit
+    assert timed_out["log_tail"] == ["started", "still going"]
+    text = run(env, "job", "status", slow["job_id"], cwd=here).stdout
+    assert f"outcome  timed out after {TIME_LIMIT_S} s (exit 137)" in text, text
+    assert "last 2 log line(s):\n    started\n    still going" in text, text
+    watched = run(env, "job", "status", slow["job_id"], "--watch", cwd=here).stdout
+    assert f"ended settled: timed out after {TIME_LIMIT_S} s (exit 137)" in watched, watched
+    code, failed = run_json(env, "job", "status", failing["job_id"], cwd=here)
+    assert (failed["state"], failed["outcome"], failed["exit_code"]) == ("settled", "failed", 3)
+    assert failed["log_tail"] == ["about to fail"] and 2 <= failed["receipt_units"] <= 3
+    text = run(env, "job", "status", failing["job_id"], cwd=here).stdout
+    assert f"outcome  failed after {failed['receipt_units']} s (exit 3)" in text, text
+    return [(slow, TIME_LIMIT_S), (failing, failed["receipt_units"])]
 
 
 async def test_killed_after_accepting_is_slashed_and_never_started_is_refunded(

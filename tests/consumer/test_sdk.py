@@ -12,7 +12,7 @@ import tarfile
 import pytest
 from sqlmodel import Session, select
 
-from consumer.errors import NotRefundableYet, QuoteRejected, ResultMismatch
+from consumer.errors import MarketRefused, NotRefundableYet, QuoteRejected, ResultMismatch
 from consumer.session import Consumer
 from offchain.market.db import make_engine
 from offchain.market.models import Job, Offer
@@ -200,5 +200,6 @@ async def test_a_bond_that_does_not_count_is_refused_before_locking(consumer, pr
     assert (await consumer.quote(parse_jobspec(SPEC))).bond_lovelace == BOND
     # issue 18 B: the provider could withdraw the bond before a job this long is slashable
     outlasting = {**SPEC, "max_duration_s": NOTICE_MS // 1000, "max_price_lovelace": 10**9}
-    with pytest.raises(QuoteRejected, match="covers jobs closing before"):
+    # the market runs the provider's acceptance check and refuses it first
+    with pytest.raises(MarketRefused, match="covers jobs closing before"):
         await consumer.quote(parse_jobspec(outlasting))

@@ -94,7 +94,7 @@ async def test_an_external_wallet_signs_the_lock(market, provider, devnet, tmp_p
     assert locked["escrow"] == f"{unsigned.id.payload.hex()}#0"
     escrow = utxo_at(devnet.context(), parse_out_ref(locked["escrow"]))
     assert escrow is not None
-    allowance = market.settings.fee_allowance
+    allowance = quote["fee_allowance"]
     assert escrow.output.amount.coin == LOCKED + allowance
     fee = await tx_fee(devnet, unsigned.id.payload.hex(), since)
     assert fee == unsigned.transaction_body.fee

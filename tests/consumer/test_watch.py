@@ -9,10 +9,11 @@ import asyncio
 
 import yaml
 
-from tests.consumer.cli import UNCHAINED, Terminal, cli_env, funded_key, run_json
+from tests.consumer.cli import UNCHAINED, Terminal, cli_env, funded_key, run, run_json
 from tests.consumer.test_sdk import SPEC
 
 REASON = "the container could not start: image not found"
+REFUSAL = "refused by the provider: its slot has 8 MiB disk"
 
 
 async def funded_job(market, provider, devnet, tmp_path) -> tuple[dict[str, str], dict]:
@@ -63,6 +64,35 @@ async def test_watch_without_a_terminal_prints_each_state_change_at_once(
         if watch.returncode is None:
             watch.kill()
             await watch.wait()
+
+
+async def test_a_refused_jobs_watch_ends_at_its_refund_settle(market, provider, devnet, tmp_path):
+    """A zero-unit receipt with the refusal: the job is settled in the next batch, and the
+    watch (and status, and list) say why it never ran and that the lock came back."""
+    env, job = await funded_job(market, provider, devnet, tmp_path)
+    watch = await asyncio.create_subprocess_exec(
+        *UNCHAINED, "job", "status", job["job_id"], "--watch", env=env, cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await provider.refuse(job, REFUSAL)
+        out, _ = await asyncio.wait_for(watch.communicate(), 60)
+    finally:
+        if watch.returncode is None:
+            watch.kill()
+            await watch.wait()
+    name = f"job {job['job_id']}"
+    lines = out.decode().splitlines()
+    end = next(i for i, text in enumerate(lines) if text.startswith(f"{name} ended "))
+    assert lines[end - 3:end] == [f"{name}: failed", f"{name}: settling", f"{name}: settled"]
+    assert lines[end].startswith(f"{name} ended settled: {REFUSAL}; refunded in that settle")
+    # then the status: why it never ran, and what came back
+    status = lines[end + 1:]
+    assert f"  failure  {REFUSAL}" in status and any(t.startswith("  back ") for t in status)
+    code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
+    assert code == 0 and status["failure_reason"] == REFUSAL and status["receipt_units"] == 0
+    listed = run({**env, "COLUMNS": "400"}, "job", "list", cwd=tmp_path)
+    assert f"settled: {REFUSAL}" in listed.stdout, listed.stdout
 
 
 async def test_the_live_display_stops_at_a_failure_with_its_reason(

@@ -4,6 +4,8 @@ follower and batcher fund and settle it, and the job page's timeline grows witho
 the settlement link opens that transaction, whose decoded datum is the escrow's on chain.
 Text planted by the parties (script tags in the command, environment and GPU model) is shown,
 never run; the job's log lines are its consumer's only and a stranger's browser shows none.
+The run timed out (as the provider reports with its receipt): settled all the same, and shown
+as timed out with its exit code on its page and in the job lists, never as a plain success.
 Every page is photographed at phone and desktop sizes."""
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ PLANTED = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 GPU = "<script>window.pwned=3</script> H100"
 LOGGED = "a log line for the consumer only"
 UNITS = 42
+TIMED_OUT = {"outcome": "timeout", "exit_code": 137}  # killed at its time limit
 
 
 async def run_and_receipt(provider: Party, deployment, locked: Locked) -> str:
@@ -39,7 +42,7 @@ async def run_and_receipt(provider: Party, deployment, locked: Locked) -> str:
     assert (await provider.send("PUT", f"{path}/result", raw=archive)).is_success
     record = metering(locked.job, UNITS)
     result = hashlib.sha256(archive).digest()
-    body = receipt_body(provider, deployment, locked, result, record)
+    body = receipt_body(provider, deployment, locked, result, record) | TIMED_OUT
     answer = await provider.send("POST", f"{path}/receipt", body)
     assert answer.status_code == 200, answer.text
     uploaded = await provider.send("PUT", f"{path}/metering", raw=record.canonical_json())
@@ -106,6 +109,10 @@ async def test_a_jobs_life_through_the_explorer(
             assert "Signature verifies" in await view.text("[data-testid=receipt-verdict]")
             assert await page.locator(".chart polyline.series-cpu").count() == 1
             assert result in await view.text("#main")
+            assert await view.text("[data-testid=outcome]") == "timed out (exit 137)"
+            shown = (await http.get(f"/api/explorer/jobs/{job}")).json()["job"]
+            assert (shown["state"], shown["outcome"], shown["exit_code"]) == (
+                "settled", "timeout", 137)  # fmt: skip
             await view.shoot("job")
 
             # issue 19: found by the first 8 characters of its id and by its escrow; its two ids
@@ -148,7 +155,7 @@ async def test_a_jobs_life_through_the_explorer(
             assert decoded["consumer"] == str(consumer.wallet.address)
             assert spent["redeemer"]["type"] == "Settle"
             split = settle_split(locked.escrow.output.amount.coin, PRICE, UNITS,
-                                 SPEC["max_duration_s"], made.fee_allowance)  # fmt: skip
+                                 SPEC["max_duration_s"], datum.fee_allowance)  # fmt: skip
             paid = [o for o in answer["tx"]["outputs"]
                     if (o["datum"] or {}).get("type") == "Payout"]  # fmt: skip
             assert {"address": str(provider.wallet.address), "lovelace": split.provider,
@@ -164,6 +171,7 @@ async def test_a_jobs_life_through_the_explorer(
             await view.shoot("home")
             await view.visit(f"/explorer/jobs?state=settled&provider={status['provider_id']}")
             assert await page.locator("tbody tr").count() == 1
+            assert "settled timed out (exit 137)" in await view.text("tbody")
             await view.shoot("jobs")
             await view.visit("/explorer/providers")
             assert GPU in await view.text("tbody")

@@ -25,6 +25,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.txbuild import Wallet
+from offchain.protocol.types import EscrowDatum
 from tests.market.client import Party
 from tests.market.test_lifecycle import job_request, offer_terms
 from tests.protocol.onchain import output, wallet
@@ -65,6 +66,11 @@ class Locked:
     @property
     def ref(self) -> str:
         return f"{self.lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+
+    @property
+    def fee_allowance(self) -> int:
+        """The allowance the quote asked for, as its escrow's datum holds it."""
+        return EscrowDatum.from_cbor(self.escrow.output.datum.to_cbor()).fee_allowance
 
 
 async def provider_with_offer(

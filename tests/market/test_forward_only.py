@@ -37,7 +37,7 @@ async def test_a_cancelled_job_cannot_be_started_failed_or_handed_a_receipt(
 ):
     """The probe's sequence: the job runs, consumer and provider cancel it on chain, then the
     provider starts it again and hands in a receipt. Every move is refused, the job stays
-    refunded."""
+    cancelled."""
     made, _ = await leader_settings(settings, devnet, tmp_path)
     with serve(made) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -50,16 +50,16 @@ async def test_a_cancelled_job_cannot_be_started_failed_or_handed_a_receipt(
             )
             cancel = sign_tx(unsigned, deal.consumer.wallet.key, provider.wallet.key)
             await submit_and_wait(devnet.url, cancel, timeout_s=30)
-            await wait_for(deal.consumer, deal.job, "refunded")
+            await wait_for(deal.consumer, deal.job, "cancelled")
 
-            refused_as(await provider.send("POST", f"/jobs/{deal.job}/start"), "refunded")
-            refused_as(await send_receipt(provider, market_deployment, deal), "refunded")
+            refused_as(await provider.send("POST", f"/jobs/{deal.job}/start"), "cancelled")
+            refused_as(await send_receipt(provider, market_deployment, deal), "cancelled")
             failure = {"exit_code": 1, "reason": "revived"}
             refused_as(
-                await provider.send("POST", f"/jobs/{deal.job}/failure", failure), "refunded"
+                await provider.send("POST", f"/jobs/{deal.job}/failure", failure), "cancelled"
             )
-            assert (await wait_for(deal.consumer, deal.job, "refunded"))["receipt_units"] is None
-    assert timeline(made, deal.job)[-1].to_state == JobState.REFUNDED
+            assert (await wait_for(deal.consumer, deal.job, "cancelled"))["receipt_units"] is None
+    assert timeline(made, deal.job)[-1].to_state == JobState.CANCELLED
 
 
 def revive(settings, job_ids: list[str]) -> None:

@@ -35,11 +35,15 @@ SPEC = {
 }  # fmt: skip
 
 
+# the images the offers say their machines have: the specs' (an offer without them runs none)
+IMAGES = [{"reference": SPEC["image"], "digest": "sha256:" + "5e" * 32}]
+
+
 def offer_terms(provider: Party, **changes) -> dict:
     return {
         "payout_address": str(provider.wallet.address), "gpu_model": GPU, "gpu_count": 1,
         "vram_mib": 81_559, "cpu_cores": 16, "memory_mib": 131_072, "disk_mib": 512_000,
-        "price_per_unit": PRICE, **changes,
+        "price_per_unit": PRICE, "images": IMAGES, **changes,
     }  # fmt: skip
 
 
@@ -76,7 +80,7 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     assert json.loads(signed["body"])["price_per_unit"] == PRICE
 
     params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
-    assert params["lovelace"] == PRICE * 600 + settings.fee_allowance
+    assert params["lovelace"] == PRICE * 600 + quote["fee_allowance"]
     datum = escrows.new_escrow(
         Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
         bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
@@ -128,14 +132,29 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     forged = {**receipt, "signature": sign(consumer.wallet.key, b"not it").hex()}
     refused = await provider.send("POST", f"/jobs/{job}/receipt", forged)
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["signature"]
-    completed = await provider.send("POST", f"/jobs/{job}/receipt", receipt)
+    # how the run ended rides beside the signed fields (the provider's word): a value it does
+    # not know is a 422 naming the field, and the job stays running
+    for bad, field in [({"outcome": "crashed"}, "outcome"), ({"outcome": 3}, "outcome"),
+                       ({"exit_code": 1 << 40}, "exit_code")]:  # fmt: skip
+        bad_answer = await provider.send("POST", f"/jobs/{job}/receipt", receipt | bad)
+        assert bad_answer.status_code == 422, bad_answer.text
+        assert [p["loc"] for p in bad_answer.json()["detail"]] == [["body", field]], bad_answer.text
+    assert (await consumer.send("GET", f"/jobs/{job}")).json()["state"] == "running"
+    timed_out = receipt | {"outcome": "timeout", "exit_code": 137}
+    completed = await provider.send("POST", f"/jobs/{job}/receipt", timed_out)
     assert completed.json()["state"] == "completed", completed.text
 
-    # what the consumer sees
+    # what the consumer sees: completed (it is billed), and how the run ended beside it
     status = (await consumer.send("GET", f"/jobs/{job}")).json()
     assert status["receipt_units"] == UNITS and status["escrow"] == ref
+    assert (status["outcome"], status["exit_code"]) == ("timeout", 137)
+    assert (await consumer.send("GET", "/jobs")).json()[0]["outcome"] == "timeout"
     lines = (await consumer.send("GET", f"/jobs/{job}/logs")).json()
     assert [line["text"] for line in lines] == ["hello", "done"]
+    tail = (await consumer.send("GET", f"/jobs/{job}/logs?tail=1")).json()
+    assert [(line["seq"], line["text"]) for line in tail] == [(1, "done")]
+    no_tail = await consumer.send("GET", f"/jobs/{job}/logs?tail=0")
+    assert no_tail.status_code == 422 and no_tail.json()["detail"][0]["loc"] == ["query", "tail"]
     downloaded = await consumer.send("GET", f"/jobs/{job}/result")
     assert hashlib.sha256(downloaded.content).hexdigest() == result_hash
     events = await events_until(consumer, job, "completed")
@@ -154,7 +173,7 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     before = balance(devnet, provider.wallet.address)
     settled = escrows.settle(context, deployment, [stored], submitter.address)
     await confirm(devnet, submitter.sign(settled))
-    split = settle_split(params["lovelace"], PRICE, UNITS, 600, settings.fee_allowance)
+    split = settle_split(params["lovelace"], PRICE, UNITS, 600, params["fee_allowance"])
     assert balance(devnet, provider.wallet.address) == before + split.provider
 
 

@@ -95,11 +95,12 @@ async def test_a_job_with_no_match_is_told_why_per_requirement(settings, tmp_pat
             consumer = Party.new(client, quick.identity)
             cheap = job_request(consumer, max_price_lovelace=29_000_000)
             message = refused(await consumer.send("POST", "/jobs", cheap), 409, "spec")
-            assert message == (
+            assert message == (  # the price in the renter's units, per hour
                 "no offer can take the job: 2 of the 2 online offers have gpus>=1, 1 of those "
                 "has vram>=40000MiB, 1 of those has cpu>=2, 1 of those has memory>=4096MiB, 1 "
-                "of those has disk>=1024MiB, none of those has "
-                "price<=29000000lovelace/600s (the closest: 30000000lovelace/600s); 1 offline"
+                "of those has disk>=1024MiB, your max price 174.000000 ADA/h (29.000000 ADA for "
+                "up to 600 s) is below 180.000000 ADA/h, the price of the cheapest of those; 1 "
+                "offline"
             )
             other = {**job_request(consumer), "gpu_model": "NVIDIA H100 80GB HBM3 Ti"}
             message = refused(await consumer.send("POST", "/jobs", other), 409, "spec")
@@ -129,6 +130,35 @@ async def test_a_quote_reads_every_offer_when_the_cheapest_few_cannot_take_the_j
     anything = await consumer.send("POST", "/jobs", job_request(consumer))  # the cheapest two
     assert anything.status_code == 201, anything.text
     assert anything.json()["offer"]["provider_id"] == cheap[1].wallet.key_hash.payload.hex()
+
+
+async def test_a_job_goes_to_the_cheapest_offer_that_has_its_image(http, settings):
+    """Offers list the images their machines have: a job is quoted on the cheapest offer with
+    its image (an offer listing none runs none, one that pulls runs any), and refused, naming
+    the images offered, when no offer meeting the rest has it."""
+    model = "NVIDIA IMAGES A"
+    await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE // 4, images=None)
+    await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE // 3,
+                images=[{"reference": "unchained/busybox:1", "digest": "sha256:" + "0" * 64}])
+    has = await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE // 2)
+    consumer = Party.new(http, settings.identity)
+    asked = {**job_request(consumer), "gpu_model": model}
+    quoted = await consumer.send("POST", "/jobs", asked)
+    assert quoted.status_code == 201, quoted.text
+    assert quoted.json()["offer"]["provider_id"] == has.wallet.key_hash.payload.hex()
+
+    slim = {**asked, "spec": {**asked["spec"], "image": "python:3.11-slim"}}
+    answer = await consumer.send("POST", "/jobs", slim)
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["detail"] == [{"loc": ["spec", "image"], "type": "Conflict", "msg": (
+        "no offer can take the job: no provider has image python:3.11-slim; images offered by "
+        "the 3 online offers that meet the rest of the job: python:3.11, unchained/busybox:1"
+    )}]  # fmt: skip
+    pulls = await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE,
+                        images=[], pulls_images=True)  # fmt: skip
+    quoted = await consumer.send("POST", "/jobs", slim)
+    assert quoted.status_code == 201, quoted.text
+    assert quoted.json()["offer"]["provider_id"] == pulls.wallet.key_hash.payload.hex()
 
 
 async def test_signed_paths_and_queries_are_the_bytes_sent(http, settings):

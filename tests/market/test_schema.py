@@ -27,7 +27,7 @@ def test_flags_over_environment_over_toml(tmp_path):
     assert (settings.identity, settings.port, settings.quote_ttl_ms) == ("from-flag", 2, 5000)
     assert settings.data_dir == tmp_path / "here"  # relative to the TOML file
     assert settings.sqlalchemy_url == f"sqlite:///{tmp_path / 'here' / 'market.db'}"
-    assert load_settings(None, {}, {}).fee_allowance == MarketSettings().fee_allowance
+    assert load_settings(None, {}, {}).settle_fee_share == MarketSettings().settle_fee_share
 
 
 def test_database_url_comes_from_the_usual_variable_unless_the_markets_own_is_set():

@@ -92,7 +92,7 @@ async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
         assert events[-1].cause == Cause.CHAIN and events[-1].tx_id == status["settle_tx"]
 
     lovelace = deals[0].escrow.output.amount.coin
-    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], settings.fee_allowance)
+    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], deals[0].fee_allowance)
     assert balance(devnet, provider.wallet.address) == before["provider"] + 3 * split.provider
     for deal in deals:
         assert balance(devnet, deal.consumer.wallet.address) == before[deal.job] + split.consumer
@@ -145,7 +145,7 @@ async def test_a_batch_refused_for_its_remembered_units_is_evaluated_and_settled
     details = [e.detail for deal in deals for e in timeline(settings, deal.job)]
     assert any("ran out of its budget" in detail for detail in details)
     lovelace = deals[0].escrow.output.amount.coin
-    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], settings.fee_allowance)
+    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], deals[0].fee_allowance)
     assert balance(devnet, provider.wallet.address) == before + 2 * split.provider  # once
 
 
@@ -194,8 +194,11 @@ async def test_settlements_in_flight_pay_from_separate_wallet_utxos(
     fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
                for s in rows)  # fmt: skip
     lovelace = deals[0].escrow.output.amount.coin
-    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], made.fee_allowance)
+    split = settle_split(lovelace, PRICE, UNITS, SPEC["max_duration_s"], deals[0].fee_allowance)
     assert balance(devnet, market.address) == before + 3 * split.fee - fees
+    # each escrow settled alone: its whole fee is within the allowance's share for it
+    assert all(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
+               <= made.settle_fee_share for s in rows)  # fmt: skip
 
 
 def paid_from_the_wallet(

@@ -1,8 +1,8 @@
 """Small payouts never cost the settler its own money: the worst top-up over every receipt is
-exact, a quote that could need a subsidy is refused up front in the renter's terms, and an
-escrow of that kind locked anyway is left to its parties, the market's wallet unchanged to the
-lovelace. On the session's devnet, over real HTTP, on SQLite and PostgreSQL (the probe's
-collusion: 1 lovelace per second, a receipt for half the units)."""
+exact, a quote's fee allowance pays it (so no job is refused for being cheap), and an escrow
+whose allowance falls short, locked anyway, is left to its parties, the market's wallet
+unchanged to the lovelace. On the session's devnet, over real HTTP, on SQLite and PostgreSQL
+(the probe's collusion: 1 lovelace per second, a receipt for half the units)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pycardano import TransactionId, TransactionInput
 
 from offchain.chain.submit import submit_and_wait
 from offchain.market.models import Job
-from offchain.market.services import quote_terms
+from offchain.market.services import acceptance, quote_terms
 from offchain.protocol import escrow as escrows
+from offchain.protocol.amounts import ada
 from offchain.protocol.split import lock_amount, settle_split, settle_topup, worst_settle_topup
+from offchain.protocol.txbuild import payout
+from offchain.protocol.types import PayoutKind
 from tests.market.client import Party, serve
 from tests.market.flow import (
     accept,
@@ -28,7 +32,7 @@ from tests.market.flow import (
     timeline,
     wait_for,
 )
-from tests.market.test_lifecycle import SPEC, job_request, offer_terms
+from tests.market.test_lifecycle import PRICE, SPEC, job_request, offer_terms
 from tests.protocol.onchain import balance, wallet
 
 DUST_PRICE = 1  # lovelace per second
@@ -50,36 +54,58 @@ def test_the_worst_top_up_is_the_most_over_every_unit_count(
     assert worst == every
 
 
-def jobs_stored(settings) -> int:
-    return len(stored(settings, Job))
+def dust_topups(devnet, deployment, provider: Party, consumer: Party, price: int, share: int):
+    """The most a settle of a `price` job may add to its payouts, over every unit count: each
+    payout's minimum for its real output (address and tag)."""
+    ref = TransactionInput(TransactionId(bytes(32)), escrows.ESCROW_OUTPUT)
+    least = [payout(devnet.context(), party.wallet.address, 0, PayoutKind.SETTLE, ref).amount.coin
+             for party in (provider, consumer)]  # fmt: skip
+    units = SPEC["max_duration_s"]
+    return worst_settle_topup(lock_amount(price, units, share), price, units, share, *least)
 
 
-async def test_a_quote_that_could_need_a_subsidy_is_refused(devnet, http, settings):
+async def test_a_quotes_allowance_is_its_settle_share_and_its_dust(
+    devnet, market_deployment, http, settings
+):
+    """No job is refused for being cheap: the allowance is the settle fee's share plus the
+    most its payouts may need raised to the ledger's minimum, and the quote says so."""
     provider = Party.new(http, settings.identity, await wallet(devnet))
-    offered = await provider.send("POST", "/offers", offer_terms(provider, price_per_unit=1))
-    assert offered.status_code == 201, offered.text
     consumer = Party.new(http, settings.identity, await wallet(devnet))
-    refused = await consumer.send("POST", "/jobs", job_request(consumer))
-    assert refused.status_code == 409, refused.text
-    (problem,) = refused.json()["detail"]
-    assert problem["loc"][-1] == "spec"
-    assert problem["msg"].startswith(
-        f"at 1 lovelace per second for up to {SPEC['max_duration_s']} s, a settlement can owe "
-        "you or the provider less than the ledger's minimum output"
-    ), problem
-    assert jobs_stored(settings) == 0
-    # the same provider at a price whose payouts always meet the minimum is quoted
-    repriced = await provider.send("POST", "/offers", offer_terms(provider))
-    assert repriced.status_code == 201, repriced.text
-    quoted = await consumer.send("POST", "/jobs", job_request(consumer))
-    assert quoted.status_code == 201, quoted.text
+    share = settings.settle_fee_share
+    for price in (DUST_PRICE, PRICE):  # a payout always below the minimum, one above it
+        terms = offer_terms(provider, price_per_unit=price)
+        offered = await provider.send("POST", "/offers", terms)
+        assert offered.status_code == 201, offered.text
+        quoted = await consumer.send("POST", "/jobs", job_request(consumer))
+        assert quoted.status_code == 201, quoted.text
+        quote = quoted.json()
+        topups = dust_topups(devnet, market_deployment, provider, consumer, price, share)
+        assert topups > 0  # a receipt one unit short of the whole leaves the renter dust
+        assert quote["payout_topups"] == topups and quote["settle_fee_share"] == share
+        assert quote["fee_allowance"] == share + topups
+        assert quote["lock_lovelace"] == lock_amount(price, SPEC["max_duration_s"], share + topups)
+        assert quote["fee_allowance_note"].startswith(
+            f"the fee allowance of {ada(share + topups)} is not refunded: {ada(share)} pays "
+            "this job's share of the settle transaction's fee"
+        ), quote["fee_allowance_note"]
+        params = (await consumer.send("GET", f"/jobs/{quote['job_id']}/escrow")).json()
+        assert params["fee_allowance"] == share + topups
+        assert params["lovelace"] == quote["lock_lovelace"]
 
 
 @pytest.fixture
 def quoted_before_this_fix(monkeypatch) -> None:
-    """The market quotes without the subsidy check, as it did before: the dust escrow the
-    probe locked is then a job like any other, on chain exactly as quoted."""
-    monkeypatch.setattr(quote_terms, "refuse_subsidy", lambda *_: None)
+    """The market quotes an allowance of the settle share alone, as a market of fixed
+    allowances did, without the acceptance check that now refuses such a quote: the dust
+    escrow the probe locked is then a job like any other, on chain exactly as quoted, its
+    allowance short of its top-ups."""
+
+    def share_only(chain, settings, job) -> None:
+        job.fee_allowance = settings.settle_fee_share
+        job.lock_lovelace = lock_amount(job.price_per_unit, job.max_units, job.fee_allowance)
+
+    monkeypatch.setattr(quote_terms, "fit_allowance", share_only)
+    monkeypatch.setattr(acceptance, "refuse", lambda *_args: None)
 
 
 async def test_a_dust_escrow_is_not_settled_at_the_markets_expense(

@@ -1,7 +1,8 @@
 """The daemon when things go wrong: SIGKILLed mid-job and started again, it finishes the job
 the container kept running and is paid for it; with the market gone during the upload, its
 payout watcher settles the receipt itself before the escrow closes; SIGKILLed while the result
-uploads, the restarted daemon delivers it once and is paid once; SIGTERM lets a running job
+uploads, the restarted daemon delivers it once, with the failed outcome its journal kept, and
+is paid once; SIGTERM lets a running job
 finish and be delivered before the daemon stops, and stops its heartbeat so the market lets
 the offer go offline and a job funded meanwhile is never taken."""
 
@@ -141,7 +142,9 @@ async def test_killed_mid_upload_the_restarted_daemon_delivers_once(devnet, tmp_
             async with httpx.AsyncClient(base_url=url, timeout=60) as http:
                 consumer = Party.new(http, IDENTITY, await wallet(devnet))
                 before = balance(devnet, provider.address)
-                script = f"sleep 2; head -c {BIG_MIB}m /dev/urandom > /out/big"
+                # its program fails (exit 5) after its output: the outcome, kept in the journal
+                # with the receipt, reaches the market with the redelivery
+                script = f"sleep 2; head -c {BIG_MIB}m /dev/urandom > /out/big; exit 5"
                 job_spec = spec(busybox, script, disk_mib=BIG_MIB + 56)
                 job = await request_and_lock(devnet, deployment, consumer, job_spec)
                 await upload_begun(settings.blob_dir)
@@ -152,6 +155,7 @@ async def test_killed_mid_upload_the_restarted_daemon_delivers_once(devnet, tmp_
                 daemon.start()
                 status = await wait_state(consumer, job.job, {"settled"}, timeout_s=180)
                 assert daemon.log().count(f"job {job.job} delivered") == 1
+                assert (status["outcome"], status["exit_code"]) == ("failed", 5)
                 share = provider_share(job, status["receipt_units"])
                 assert balance(devnet, provider.address) == before + share
                 result = await consumer.send("GET", f"/jobs/{job.job}/result")

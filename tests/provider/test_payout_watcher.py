@@ -6,14 +6,25 @@ from __future__ import annotations
 
 from pycardano import PaymentSigningKey, UTxO
 
+from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.protocol import escrow as escrows
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.receipt import NOTHING_RAN
 from offchain.protocol.txbuild import out_ref
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal, SignedReceiptRecord
 from provider.daemon.payouts import PayoutWatcher
 from tests.market.test_lifecycle import SPEC
-from tests.protocol.onchain import EVIDENCE, PRICE, RESULT, lock, wallet
+from tests.protocol.onchain import (
+    ALLOWANCE,
+    EVIDENCE,
+    LOCKED,
+    PRICE,
+    RESULT,
+    balance,
+    lock,
+    wallet,
+)
 from tests.provider.chain import deployed
 
 UNITS = 1_000  # 2 ADA at PRICE: above the min-UTxO
@@ -51,3 +62,32 @@ async def test_a_receipt_that_cannot_settle_does_not_hold_up_the_one_beside_it(d
     assert bad is not None and bad.stage == "delivered" and bad.settle_tx is None
     assert good is not None and good.stage == "settled"
     assert good.settled_lovelace == PRICE * UNITS
+
+
+async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, tmp_path):
+    """A refused job's zero-unit receipt, undelivered: near the close the provider settles it
+    itself, the renter gets all but the allowance, and the provider's wallet, which paid the
+    fee, keeps the allowance's rest (it was owed nothing, and gets no payout output)."""
+    deployment = await deployed(devnet, tmp_path / "deployment.json")
+    consumer, provider = await wallet(devnet), await wallet(devnet)
+    escrow = await lock(devnet, deployment, consumer, provider)
+    zero = escrows.signed_receipt(deployment, provider.key, escrow, 0, NOTHING_RAN, NOTHING_RAN)
+    close = escrows.escrow_datum(deployment, escrow).close
+    refused = entry("refused", escrow, zero, close).model_copy(
+        update={"stage": "finished", "reason": "refused by the provider: no slot fits"}
+    )
+    journal = Journal(tmp_path / "state")
+    journal.save(refused)
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    watcher = PayoutWatcher(chain, journal, tmp_path / "results", 10**12, batch_max=2)
+    before = balance(devnet, consumer.address), balance(devnet, provider.address)
+    since = await tip_point(devnet.url)
+
+    await watcher.tick()
+
+    settled = journal.get("refused")
+    assert settled is not None and settled.stage == "refunded" and settled.settled_lovelace == 0
+    assert balance(devnet, consumer.address) - before[0] == LOCKED - ALLOWANCE
+    block = await wait_for_confirmations(devnet.url, settled.settle_tx, since, timeout_s=30)
+    fee = next(t for t in block["transactions"] if t["id"] == settled.settle_tx)["fee"]
+    assert balance(devnet, provider.address) - before[1] == ALLOWANCE - fee["ada"]["lovelace"]

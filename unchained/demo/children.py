@@ -15,15 +15,16 @@ from typing import Any
 
 import httpx
 
-from offchain.devnet.genesis import ADA
 from provider.config import DaemonSettings, Offer, Prices, ProviderConfig, RunnerSettings, to_toml
 
 START_TIMEOUT_S = 120  # three CLIs importing at once on a busy 2-core machine
 STOP_TIMEOUT_S = 30
 IDENTITY = "unchained-market"  # the default identity: the consumer CLI needs no flag for it
-# The demo provider's prices, lovelace per second: one core, 1 GiB memory and 1 GiB of /out
-# cost 0.46 ADA a second, so the payout is well above the smallest output the ledger allows.
-PRICES = Prices(gpu=2 * ADA, cpu_core=400_000, memory_gib=50_000, disk_gib=10_000)
+# The demo provider's prices, lovelace per second, as a rented machine costs: a GPU 0.60 ADA an
+# hour, a core 0.05, a GiB of memory 0.01 and of /out 0.0036. Its slot (one core, 1 GiB memory
+# and 1 GiB of /out, rounded up) costs 18 lovelace a second, 0.0648 ADA an hour; a short job's
+# payout is below the ledger's minimum output, and its fee allowance raises it (the quote says).
+PRICES = Prices(gpu=167, cpu_core=14, memory_gib=3, disk_gib=1)
 SLOT = {"cpu_cores": 1, "memory_mib": 512, "disk_mib": 64}  # one job's bundle
 # Quick rounds: a demo job settles seconds after its receipt, not minutes.
 MARKET_TIMING = {"confirmations": 1, "settle_every_ms": 300, "schedule_every_ms": 300,

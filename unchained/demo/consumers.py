@@ -21,9 +21,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from consumer.job_record import JobRecord
 from consumer.keys import ConsumerKey, load_key, new_wallet
 from consumer.progress import FINAL
-from consumer.store import JobRecord, JobStore
+from consumer.store import JobStore
 from offchain.chain.ogmios import request
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.genesis import ADA

@@ -18,14 +18,14 @@ import httpx
 import typer
 from pycardano import Address, ChainContext, Network, Transaction
 
-from consumer.store import JobRecord
+from consumer.job_record import JobRecord
 from offchain.chain.context import chain_context
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.utxo import parse_out_ref
 from offchain.devnet.process import DevnetProcess, free_port
 from offchain.protocol import deployment_file
 from offchain.protocol.addresses import from_plutus
-from offchain.protocol.amounts import ada
+from offchain.protocol.amounts import ada, per_hour
 from offchain.protocol.deployment import deploy
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet, payout
@@ -43,6 +43,7 @@ from unchained.demo.consumers import (
     fund,
     open_consumers,
 )
+from unchained.demo.join import join_lines
 from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
 
 SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
@@ -124,6 +125,9 @@ def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
                        "market": devnet.address("market")}  # fmt: skip
             asyncio.run(guarded(trade(devnet, market_url, consumers, parties, data_dir, terminal),
                                 [market, provider], data_dir))  # fmt: skip
+            step("\n".join(join_lines(market_url, devnet.url, deployment, data_dir)))
+            if not stay:
+                say("   (this run stops now: `unchained demo` in a terminal stays up for them)")
             say(f"\ndemo took {time.monotonic() - started:.0f} s")
             if stay:
                 stay_up(market_url, consumers[0], [market, provider])
@@ -205,7 +209,8 @@ async def locked(http: httpx.AsyncClient, market_url: str, c: DemoConsumer) -> N
     datum = c.record.datum
     c.lock_fee = (await explorer(http, f"txs/{c.record.lock_tx_id}"))["tx"]["fee"]
     say(f"   {c.name}: job {c.job_id}, {c.epochs} epochs, "
-        f"{ada(datum.price_per_unit)}/s for at most {datum.max_units} s")  # fmt: skip
+        f"{per_hour(datum.price_per_unit)} for at most {datum.max_units} s, fee allowance "
+        f"{ada(datum.fee_allowance)} (not refunded)")  # fmt: skip
     say(f"   {c.name} lock: tx {c.record.lock_tx_id} (fee {ada(c.lock_fee)}); "
         f"escrow {c.record.escrow} holds {ada(c.record.lovelace)}")  # fmt: skip
     say(f"   explorer {market_url}/explorer/jobs/{c.job_id}")
@@ -261,7 +266,7 @@ async def settlement(http: httpx.AsyncClient, market_url: str, ogmios_url: str,
             f"   {c.name}'s escrow: {units} units x "
             f"{datum.price_per_unit:,} lovelace = {ada(paid.owed.provider)} to the provider, "
             f"{ada(paid.owed.consumer)} back to {c.name}, {ada(paid.owed.fee)} fee allowance "
-            "to the market"
+            "to the market (it pays the settle fee and any top-up below)"
         )
         for party, owed, got in (("the provider", paid.owed.provider, paid.provider),
                                  (c.name, paid.owed.consumer, paid.consumer)):  # fmt: skip

@@ -8,6 +8,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from offchain.protocol.outcome import describe
+
 ADA = 1_000_000
 HOUR_S = 3600
 MIB = 1 << 20
@@ -136,5 +138,5 @@ def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, int]]:
 
 FILTERS = {"ada": ada, "when": when, "when_left": when_left, "per_hour": per_hour,
            "duration": duration, "short": short, "percent": percent}  # fmt: skip
-GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars,
+GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars, "ended": describe,
            "chart_w": CHART_W, "chart_h": CHART_H}  # fmt: skip

@@ -23,6 +23,7 @@ from offchain.market.explorer.decode import Scripts
 from offchain.market.models import (
     Blob,
     Bond,
+    CancelState,
     Cause,
     Job,
     JobEvent,
@@ -107,6 +108,7 @@ def _block(block: ChainBlock, ctx: Context) -> dict[str, Any]:
 def _job_row(job: Job) -> dict[str, Any]:
     return {
         "id": job.id, "state": str(job.state), "gpu_model": job.gpu_model,
+        "outcome": job.outcome and str(job.outcome), "exit_code": job.exit_code,
         "provider_id": job.provider_id, "consumer_id": job.consumer_id,
         "price_per_unit": job.price_per_unit, "lock_lovelace": job.lock_lovelace,
         "created_at_ms": job.created_at_ms, "updated_at_ms": job.updated_at_ms,
@@ -366,6 +368,7 @@ def _split(job: Job) -> dict[str, int] | None:
 def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> dict[str, Any]:
     """The job `job_id` names (its id, a unique prefix, its escrow ref or spec digest)."""
     job = job_ids.resolve(session, job_id)
+    events = job_states.events(session, job.id)
     return {
         "job": _job_row(job) | {
             "spec": json.loads(job.spec), "spec_digest": job.spec_digest,
@@ -378,12 +381,41 @@ def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> di
                 "expires_ms": job.quote_expires_ms,
             },
             "escrow_ref": job.escrow_ref, "settle_tx": job.settle_tx,
-            "result_sha256": job.result_sha256, "exit_code": job.exit_code,
+            "result_sha256": job.result_sha256, "cancel": _cancel(job, events),
+            "never_ran": _never_ran(job),
         },
-        "events": [_event_row(e) for e in job_states.events(session, job.id)],
+        "events": [_event_row(e) for e in events],
         "receipt": _receipt(job, ctx.scripts),
         "split": _split(job),
         "metering": _metering(session, job, blob_root),
+    }  # fmt: skip
+
+
+def _never_ran(job: Job) -> str | None:
+    """Why a job never ran, when its provider released the escrow with a zero-unit receipt (a
+    refusal, a failure before the start). Public, unlike a run's failure, whose words may
+    carry the renter's output: these are the provider's words about its own machine."""
+    return job.failure_reason if job.receipt_units == 0 else None
+
+
+CANCEL_WORDS = {
+    CancelState.REQUESTED: "requested by the renter, waiting for the provider's signature",
+    CancelState.SIGNED: "signed by the provider, for the renter to submit",
+    CancelState.STOPPING: "the job had started: stopped, its receipt bills the units it used",
+    CancelState.REFUSED: "refused by the provider",
+}
+
+
+def _cancel(job: Job, events: Sequence[JobEvent]) -> dict[str, Any] | None:
+    """The renter's cancel as it stands (None without one), with its transaction once on
+    chain."""
+    on_chain = next((e.tx_id for e in events if e.to_state == S.CANCELLED), None)
+    if job.cancel_state is None and on_chain is None:
+        return None
+    return {
+        "words": "on chain" if on_chain or job.cancel_state is None
+        else CANCEL_WORDS[job.cancel_state],
+        "refusal": job.cancel_refusal, "tx": on_chain,
     }  # fmt: skip
 
 

@@ -22,8 +22,9 @@ from offchain.market.services import jobs, storage
 from offchain.market.services.chain import parse_ref
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.metering import MeteringRecord
+from offchain.protocol.outcome import describe
 from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.receipt import NOTHING_RAN, Receipt
 
 S = JobState
 EVIDENCE_LIMIT_BYTES = 64 << 20  # a day of one-second samples with GPUs is well under this
@@ -80,21 +81,35 @@ def hand_in_receipt(
     session: Session, deployment: Deployment, job: Job, receipt: schemas.ReceiptBody
 ) -> Job:
     """Store the signed receipt once it verifies against the escrow and the provider's key;
-    the job is completed and waits for settlement."""
+    the job is completed and waits for settlement whatever its outcome (a failed or timed-out
+    run is billed for what it used), which is kept beside it with its exit code."""
     jobs.expect(job, S.RUNNING)
     if receipt.units > job.max_units:
         raise Invalid(f"{receipt.units} units is more than the quoted {job.max_units}", "units")
     if job.result_sha256 is not None and receipt.result_hash != job.result_sha256:
         raise Invalid("not the sha256 of the uploaded result", "result_hash")
+    _keep_receipt(deployment, job, receipt)
+    job.outcome, job.exit_code = receipt.outcome, receipt.exit_code
+    ended = describe(receipt.outcome, receipt.exit_code)
+    detail = f"receipt for {receipt.units} units" + (f": {ended}" if ended else "")
+    jobs.transition(session, job, S.COMPLETED, Cause.API, detail)
+    session.commit()
+    return job
+
+
+def _keep_receipt(
+    deployment: Deployment, job: Job, receipt: schemas.ReceiptBody, field: str = ""
+) -> None:
+    """Put the receipt on the job once it verifies against the escrow and the provider's key
+    (Invalid naming `field` + signature otherwise), as the validators will check it."""
     signed = Receipt.from_body(parse_ref(job.escrow_ref, "escrow"), receipt.model_dump())
     vkey = bytes.fromhex(job.provider_vkey)
     if not signed.signed_by(vkey, deployment.network_id, deployment.escrow_hash):
-        raise Invalid("not the provider's signature of this receipt for the escrow", "signature")
+        raise Invalid(
+            "not the provider's signature of this receipt for the escrow", f"{field}signature"
+        )
     job.receipt_units, job.receipt_signature = receipt.units, receipt.signature
     job.receipt_result_hash, job.receipt_evidence_hash = receipt.result_hash, receipt.evidence_hash
-    jobs.transition(session, job, S.COMPLETED, Cause.API, f"receipt for {receipt.units} units")
-    session.commit()
-    return job
 
 
 def expect_receipt(job: Job) -> str:
@@ -126,9 +141,37 @@ def attach_evidence(session: Session, sha256: str, size: int) -> None:
     session.commit()
 
 
-def fail(session: Session, job: Job, failure: schemas.FailureBody) -> Job:
-    """The job could not run to its end; its logs and reason are kept for the consumer."""
-    jobs.transition(session, job, S.FAILED, Cause.API, failure.reason)
+def fail(
+    session: Session, deployment: Deployment, job: Job, failure: schemas.FailureBody
+) -> Job:
+    """The job could not run to its end; its logs and reason are kept for the consumer. With
+    a zero-unit receipt (a refused job, or one that failed before it ran: nothing to bill),
+    verified as a receipt is, the next settle batch returns the renter's money at once."""
+    if failure.receipt is None:
+        jobs.transition(session, job, S.FAILED, Cause.API, failure.reason)
+    elif job.state == S.FAILED:  # the deadline watch failed it first: the receipt still counts
+        _keep_zero_receipt(deployment, job, failure.receipt)
+        jobs.note(session, job, Cause.API, f"zero-unit receipt: {failure.reason}")
+    else:
+        _keep_zero_receipt(deployment, job, failure.receipt)
+        jobs.transition(session, job, S.FAILED, Cause.API, failure.reason)
     job.exit_code, job.failure_reason = failure.exit_code, failure.reason
     session.commit()
     return job
+
+
+def _keep_zero_receipt(deployment: Deployment, job: Job, receipt: schemas.ReceiptBody) -> None:
+    """A failure's receipt bills nothing and commits to nothing (PROTOCOL.md): units 0, result
+    and evidence hashes the sha256 of nothing; then it is kept as any receipt."""
+    if receipt.units != 0:
+        raise Invalid(f"a failure's receipt bills 0 units, not {receipt.units}", "receipt.units")
+    for name in ("result_hash", "evidence_hash"):
+        if getattr(receipt, name) != NOTHING_RAN.hex():
+            raise Invalid(
+                f"a failure's receipt names no {name[:-5]}: {NOTHING_RAN.hex()}, the sha256 "
+                "of nothing", f"receipt.{name}",
+            )  # fmt: skip
+    jobs.expect(job, S.FUNDED, S.ACCEPTED, S.RUNNING, S.FAILED)
+    if job.receipt_signature is not None:
+        raise Conflict(f"job {job.id} has a receipt already", "receipt")
+    _keep_receipt(deployment, job, receipt, "receipt.")

@@ -248,7 +248,7 @@ class ChainFollower:
             target = S.SLASHED if slashed else S.REFUNDED
             detail = "refunded with a slash of the bond" if slashed else "refunded"
         elif kind == CANCEL:
-            target, detail = S.REFUNDED, "cancelled by consumer and provider"
+            target, detail = S.CANCELLED, "cancelled on chain: the renter and the provider signed"
         else:
             log.warning("escrow %s spent by %s with no escrow redeemer", job.escrow_ref, tx_id)
             return

@@ -16,40 +16,46 @@ from collections.abc import Sequence
 from sqlmodel import Session, col, select
 
 from offchain.market.errors import Conflict, Forbidden, NotFound
-from offchain.market.models import Cause, Job, JobEvent, JobState
+from offchain.market.models import CancelState, Cause, Job, JobEvent, JobState
 
 S = JobState
 # The moves a job makes as it goes its way: the only ones an API call may make.
 FORWARD: dict[JobState, frozenset[JobState]] = {
     S.REQUESTED: frozenset({S.QUOTED, S.EXPIRED}),
     S.QUOTED: frozenset({S.FUNDED, S.EXPIRED}),
-    S.FUNDED: frozenset({S.ACCEPTED, S.FAILED, S.REFUNDED}),
-    S.ACCEPTED: frozenset({S.RUNNING, S.FAILED, S.REFUNDED, S.SLASHED}),
-    S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.REFUNDED, S.SLASHED}),
-    S.COMPLETED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED}),
-    S.SETTLING: frozenset({S.SETTLED, S.REFUNDED, S.SLASHED}),
-    S.FAILED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED}),
-    S.EXPIRED: frozenset({S.FUNDED, S.REFUNDED}),
+    S.FUNDED: frozenset({S.ACCEPTED, S.FAILED, S.REFUNDED, S.CANCELLED}),
+    S.ACCEPTED: frozenset({S.RUNNING, S.FAILED, S.REFUNDED, S.SLASHED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.COMPLETED, S.FAILED, S.REFUNDED, S.SLASHED, S.CANCELLED}),
+    S.COMPLETED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED, S.CANCELLED}),
+    S.SETTLING: frozenset({S.SETTLED, S.REFUNDED, S.SLASHED, S.CANCELLED}),
+    S.FAILED: frozenset({S.SETTLING, S.SETTLED, S.REFUNDED, S.SLASHED, S.CANCELLED}),
+    S.EXPIRED: frozenset({S.FUNDED, S.REFUNDED, S.CANCELLED}),
     S.SETTLED: frozenset(),
     S.REFUNDED: frozenset(),
     S.SLASHED: frozenset(),
+    S.CANCELLED: frozenset(),
 }
 # The moves back: the chain follower's undo of a rollback, the batcher's release of a settle
 # transaction that can no longer land. Never an API call's (a closed job stays closed).
 BACK: dict[JobState, frozenset[JobState]] = {
     S.FUNDED: frozenset({S.QUOTED}),
-    S.SETTLING: frozenset({S.COMPLETED}),
-    S.SETTLED: frozenset({S.SETTLING, S.COMPLETED}),
+    S.SETTLING: frozenset({S.COMPLETED, S.FAILED}),  # a failed job's zero-unit receipt too
+    S.SETTLED: frozenset({S.SETTLING, S.COMPLETED, S.FAILED}),
     S.REFUNDED: frozenset({S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.FAILED, S.EXPIRED}),
     S.SLASHED: frozenset({S.ACCEPTED, S.RUNNING, S.COMPLETED, S.FAILED}),
+    S.CANCELLED: frozenset(
+        {S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.SETTLING, S.FAILED, S.EXPIRED}
+    ),
 }
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     state: FORWARD[state] | BACK.get(state, frozenset()) for state in JobState
 }
+# Locked states a renter may cancel: the provider signs the Cancel or stops the job.
+CANCELLABLE = (S.FUNDED, S.ACCEPTED, S.RUNNING)
 # States whose escrow is on chain and not yet spent: the follower watches these.
 LOCKED = (S.FUNDED, S.ACCEPTED, S.RUNNING, S.COMPLETED, S.SETTLING, S.FAILED)
 # States after which the job's record no longer changes but for a rollback.
-FINAL = (S.SETTLED, S.REFUNDED, S.SLASHED, S.EXPIRED)
+FINAL = (S.SETTLED, S.REFUNDED, S.SLASHED, S.EXPIRED, S.CANCELLED)
 
 
 def now_ms() -> int:
@@ -145,9 +151,12 @@ def by_escrow(session: Session, escrow_ref: str) -> Job | None:
     return session.exec(select(Job).where(Job.escrow_ref == escrow_ref)).first()
 
 
-def assignments(session: Session, provider_id: str) -> Sequence[Job]:
-    """Funded jobs waiting for `provider_id` to accept them, oldest first."""
-    query = select(Job).where(Job.provider_id == provider_id, Job.state == S.FUNDED)
+def assignments(session: Session, provider_id: str, new: bool = True) -> Sequence[Job]:
+    """What `provider_id` has to answer, oldest first: its jobs whose renter asked to cancel
+    them, and (`new`: it has a free slot) funded jobs waiting for it to accept them."""
+    asked = (Job.cancel_state == CancelState.REQUESTED) & col(Job.state).in_(CANCELLABLE)
+    waiting = (Job.state == S.FUNDED) & col(Job.cancel_state).is_(None)
+    query = select(Job).where(Job.provider_id == provider_id, asked | waiting if new else asked)
     return session.exec(query.order_by(col(Job.updated_at_ms))).all()
 
 
@@ -172,10 +181,15 @@ def leave_unsettled(session: Session, job: Job, why: str) -> None:
     """The market's batcher will not settle `job`'s receipt: say why in its timeline (the
     provider may still settle it itself, or the consumer refunds after the close)."""
     job.unsettleable = why
+    note(session, job, Cause.SCHEDULER, f"not settled by the market: {why}")
+
+
+def note(session: Session, job: Job, cause: Cause, detail: str) -> None:
+    """An event in `job`'s timeline that leaves its state as it is (stores the job too)."""
     session.add(job)
     session.add(JobEvent(
-        job_id=job.id, at_ms=now_ms(), from_state=job.state, to_state=job.state,
-        cause=Cause.SCHEDULER, detail=f"not settled by the market: {why}",
+        job_id=job.id, at_ms=now_ms(), from_state=job.state, to_state=job.state, cause=cause,
+        detail=detail,
     ))  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from offchain.market.errors import Conflict, Invalid, NotFound
 from offchain.market.models import Job, JobState, Offer, Provider
 from offchain.market.offer_query import OfferQuery, OfferRecord, Search
 from offchain.market.schemas import OfferTerms
-from offchain.market.services import jobs
+from offchain.market.services import jobs, offer_images
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.settings import MarketSettings
 from offchain.protocol.bond_check import BondRefused, check_bond
@@ -194,7 +194,7 @@ def records(
 
 def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[bool]]:
     """What any offer that can take `spec` has (necessary, not sufficient: the search decides):
-    the bundle, a price within the job's max, and a fresh heartbeat."""
+    the bundle, a price within the job's max, a fresh heartbeat, and its image named."""
     wanted = spec.resources
     return [
         col(Offer.gpu_count) >= wanted.gpus,
@@ -204,6 +204,7 @@ def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[
         col(Offer.disk_mib) >= wanted.disk_mib,
         col(Offer.price_per_unit) * spec.max_duration_s <= spec.max_price_lovelace,
         col(Provider.last_heartbeat_ms) >= availability.since_ms,
+        offer_images.may_run(spec.image),
     ]
 
 
@@ -221,13 +222,18 @@ def best_offer(
 
     The search runs first over the cheapest few offers that could take the job (read in its
     own order, so the first match there is the first match of all), and over every offer
-    only when none of those can (busy, bond) or to count why nothing can."""
+    only when none of those can (busy, bond, image) or to count why nothing can. Of those
+    that meet the query, the first whose offer has the job's image (or pulls) is chosen."""
     query = OfferQuery.for_job(spec, gpu_model)
     found = query.search(records(session, availability, could_take(spec, availability), LIKELY))
-    if not found.offers:
+    first, _ = offer_images.first_running(session, found.offers, spec.image)
+    if first is None:
         found = search(session, query, availability)
-    if not found.offers:
-        raise Conflict(f"no offer can take the job: {found.why_none()}", "spec")
-    chosen = select(Offer, Provider).join(Provider).where(Offer.id == found.offers[0].id)
+        if not found.offers:
+            raise Conflict(f"no offer can take the job: {found.why_none()}", "spec")
+        first, offered = offer_images.first_running(session, found.offers, spec.image)
+        if first is None:
+            raise offer_images.no_image(spec.image, offered, len(found.offers))
+    chosen = select(Offer, Provider).join(Provider).where(Offer.id == first.id)
     offer, owner = session.exec(chosen).one()  # read in this session a moment ago
     return offer, owner

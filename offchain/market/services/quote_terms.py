@@ -1,6 +1,7 @@
 """What makes a quote's escrow terms safe to lock: terms no other job has, so a lock funds
-exactly the job it was built for, and payouts its fee allowance can raise to the ledger's
-minimum UTxO whatever the receipt says, so no settler pays from its own funds."""
+exactly the job it was built for, and a fee allowance that pays the settle fee's share and
+raises the payouts to the ledger's minimum UTxO whatever the receipt says, so no settler pays
+from its own funds."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from offchain.market.services.chain import Chain, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
+from offchain.protocol.split import lock_amount
 
 TERMS_TRIES = 100  # identical requests quoted within one tip read each take the next try
 
@@ -47,21 +49,17 @@ def store(engine: Engine, nonce: PendingNonce, job: Job, events: Sequence[JobEve
     raise Conflict(f"{TERMS_TRIES} open quotes have this job's terms: ask again later", "spec")
 
 
-def refuse_subsidy(chain: Chain, settings: MarketSettings, job: Job) -> None:
-    """Conflict, in the renter's terms, when a receipt for some unit count (0..max units) would
-    leave a payout below the ledger's minimum UTxO by more than the fee allowance covers after
-    the settle fee's share: the worst case of both top-ups, for the payouts' real outputs."""
-    context, deployment = chain.context, chain.deployment
-    datum = quoted_escrow(job)
-    locked = escrows.escrow_output(context, deployment, datum, job.lock_lovelace).amount.coin
-    worst = escrows.worst_topup(context, deployment, datum, locked)
-    room = job.fee_allowance - settings.settle_fee_share
-    if worst > room:
-        raise Conflict(
-            f"at {job.price_per_unit} lovelace per second for up to {job.max_units} s, a "
-            "settlement can owe you or the provider less than the ledger's minimum output: "
-            f"topping the payouts up could take {worst} lovelace, more than the {room} that "
-            f"the fee allowance of {job.fee_allowance} leaves after the settle fee, and no "
-            "settler pays it from its own funds; ask for a longer job or a dearer GPU",
-            "spec",
-        )
+def fit_allowance(chain: Chain, settings: MarketSettings, job: Job) -> None:
+    """Set the job's fee allowance to what settling it may cost, and its lock to match: its
+    share of a settle fee (`settle_fee_share`: the measured cost of a settle alone, with a
+    margin) plus the most its payouts may need raised to the ledger's minimum UTxO over every
+    unit count a receipt may name (both top-ups, for the payouts' real outputs). So no job is
+    refused for being cheap, and no settler pays from its own funds. The payouts do not depend
+    on the allowance (the consumer's rest is price x unused units), so one pass is exact."""
+    assert job.price_per_unit is not None and job.max_units is not None
+    share = settings.settle_fee_share
+    job.fee_allowance = share
+    locked = lock_amount(job.price_per_unit, job.max_units, share)
+    topups = escrows.worst_topup(chain.context, chain.deployment, quoted_escrow(job), locked)
+    job.fee_allowance = share + topups
+    job.lock_lovelace = lock_amount(job.price_per_unit, job.max_units, job.fee_allowance)

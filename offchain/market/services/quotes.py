@@ -17,17 +17,17 @@ from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import Blob, Cause, Job, JobState, Offer
-from offchain.market.services import jobs, offers, quote_terms
+from offchain.market.services import acceptance, jobs, offers, quote_terms
 from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
+from offchain.protocol.amounts import ada
 from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.errors import UnchainedError
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
-from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import BuildError
 
 TIP_AGE_S = 1.0  # a quote's chain time may come from a tip read this long ago (Chain.now_ms)
@@ -43,14 +43,17 @@ def request_job(
 ) -> schemas.Quote:
     """Match a verified request to the cheapest online offer and quote it: the nonce, the job
     and its events are one write transaction (a replay changes nothing: ReplayedRequest),
-    its escrow terms no other job's (`quote_terms`). When no offer can take the job, or its
-    payouts could need a subsidy, only the nonce is spent and Conflict says why."""
+    its escrow terms no other job's and its fee allowance what settling it may cost
+    (`quote_terms`). When no offer can take the job, or its provider would refuse it once
+    locked (`acceptance`: the check its daemon runs), only the nonce is spent and Conflict
+    says why."""
     try:
+        now = chain.now_ms(TIP_AGE_S)
         with Session(engine) as session:
-            job, offer = match(
-                session, settings, chain.deployment, chain.now_ms(TIP_AGE_S), signed, request
-            )
-        quote_terms.refuse_subsidy(chain, settings, job)
+            job, offer = match(session, settings, chain.deployment, now, signed, request)
+            owner = offers.provider(session, offer.provider_id)
+        quote_terms.fit_allowance(chain, settings, job)
+        acceptance.refuse(chain, settings, job, offer, owner, request.spec, now)
     except UnchainedError:
         with writing(engine), engine.begin() as connection:
             nonce.spend(connection)
@@ -58,7 +61,7 @@ def request_job(
     created = jobs.first_event(job, "signed job request")
     quoted = jobs.move(job, JobState.QUOTED, Cause.API, f"offer {offer.id}")
     quote_terms.store(engine, nonce, job, [created, quoted])
-    return quote(job, offer)
+    return quote(job, offer, settings.settle_fee_share)
 
 
 def match(
@@ -92,9 +95,7 @@ def match(
         provider_vkey=provider.vkey, provider_address=provider.payout_address,
         gpu_model=offer.gpu_model, price_per_unit=offer.price_per_unit,
         max_units=spec.max_duration_s, deadline_ms=expires + spec.max_duration_s * 1000,
-        settle_window_ms=settings.settle_window_ms, fee_allowance=settings.fee_allowance,
-        lock_lovelace=lock_amount(offer.price_per_unit, spec.max_duration_s,
-                                  settings.fee_allowance),
+        settle_window_ms=settings.settle_window_ms,
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
     return job, offer
@@ -117,16 +118,31 @@ def check_bonded_close(
         )
 
 
-def quote(job: Job, offer: Offer) -> schemas.Quote:
-    """The quote for `job`, with the provider's offer exactly as it was signed."""
+def quote(job: Job, offer: Offer, settle_fee_share: int) -> schemas.Quote:
+    """The quote for `job`, with the provider's offer exactly as it was signed, and what its
+    fee allowance covers."""
     assert job.price_per_unit is not None and job.max_units is not None
+    assert job.fee_allowance is not None
+    topups = job.fee_allowance - settle_fee_share
     return schemas.Quote(
         job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
         price_per_unit=job.price_per_unit, max_units=job.max_units,
         max_cost=job.price_per_unit * job.max_units, deadline_ms=job.deadline_ms,
         settle_window_ms=job.settle_window_ms, fee_allowance=job.fee_allowance,
         lock_lovelace=job.lock_lovelace, quote_expires_ms=job.quote_expires_ms,
+        settle_fee_share=settle_fee_share, payout_topups=topups,
+        fee_allowance_note=allowance_note(job.fee_allowance, settle_fee_share, topups),
     )  # fmt: skip
+
+
+def allowance_note(allowance: int, settle_fee_share: int, topups: int) -> str:
+    """What the fee allowance is, in words a renter reads before locking."""
+    return (
+        f"the fee allowance of {ada(allowance)} is not refunded: {ada(settle_fee_share)} pays "
+        f"this job's share of the settle transaction's fee, and up to {ada(topups)} raises a "
+        "payout below the ledger's minimum output to that minimum (that part goes to you or "
+        "the provider); the settler keeps what is left"
+    )
 
 
 def signed_offer(offer: Offer) -> schemas.SignedOffer:
@@ -245,7 +261,7 @@ def public(session: Session, job: Job) -> schemas.JobPublic:
         id=job.id, state=job.state, provider_id=job.provider_id, gpu_model=job.gpu_model,
         price_per_unit=job.price_per_unit, deadline_ms=job.deadline_ms, escrow=job.escrow_ref,
         receipt_units=job.receipt_units, result_sha256=job.result_sha256,
-        result_size=blob.size if blob else None, exit_code=job.exit_code,
+        result_size=blob.size if blob else None, exit_code=job.exit_code, outcome=job.outcome,
         failure_reason=job.failure_reason, settle_tx=job.settle_tx,
         created_at_ms=job.created_at_ms, updated_at_ms=job.updated_at_ms,
     )  # fmt: skip

@@ -137,7 +137,8 @@ class Batcher:
                     waiting = True
                     continue
                 job.settle_tx = None
-                jobs.transition(session, job, S.COMPLETED, Cause.SCHEDULER, why)
+                back = S.COMPLETED if job.failure_reason is None else S.FAILED  # its zero receipt
+                jobs.transition(session, job, back, Cause.SCHEDULER, why)
             if not waiting:
                 row = session.get(Settlement, settlement.tx_id)
                 if row is not None and row.state != Sent.CONFIRMED:

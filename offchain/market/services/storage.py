@@ -82,6 +82,12 @@ def append_logs(session: Session, job_id: str, lines: Sequence[str], at_ms: int)
     return first + len(lines)
 
 
-def logs(session: Session, job_id: str, after: int = -1, limit: int = 10_000) -> Sequence[LogLine]:
+def logs(
+    session: Session, job_id: str, after: int = -1, limit: int = 10_000, tail: bool = False
+) -> Sequence[LogLine]:
+    """The lines after `after`, oldest first: the first `limit` of them, or the last with
+    `tail` (why a job that failed or timed out ended is in its last lines)."""
     query = select(LogLine).where(LogLine.job_id == job_id, col(LogLine.seq) > after)
-    return session.exec(query.order_by(col(LogLine.seq)).limit(limit)).all()
+    order = col(LogLine.seq).desc() if tail else col(LogLine.seq)
+    found = session.exec(query.order_by(order).limit(limit)).all()
+    return found[::-1] if tail else found

@@ -4,7 +4,7 @@ A job's status, events, logs and result are for its consumer and its provider on
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
@@ -24,7 +24,7 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job
-from offchain.market.services import job_ids, jobs, quotes, storage
+from offchain.market.services import cancels, job_ids, jobs, quotes, storage
 from offchain.market.services.event_feed import EventFeed
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
@@ -106,16 +106,33 @@ def report_escrow(
     return quotes.public(session, quotes.report_escrow(session, chain, job, body.escrow))
 
 
+@router.post("/{job_id}/cancel")
+def cancel(
+    body: schemas.CancelRequest, party: PartyDep, job_id: JobIdDep, session: SessionDep,
+    chain: ChainDep,
+) -> schemas.CancelView:  # fmt: skip
+    """The renter cancels: a job not locked yet is dropped; a locked one's Cancel (unsigned,
+    checked to spend this escrow and nothing else) waits for its provider's answer."""
+    job = jobs.consumers_job(session, job_id, party)
+    return cancels.view(cancels.request(session, chain, job, body))
+
+
+@router.get("/{job_id}/cancel")
+def cancel_status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> schemas.CancelView:
+    """Where the renter's cancel stands; once signed, the Cancel with the provider's witness."""
+    return cancels.view(jobs.visible_to(session, job_id, party))
+
+
 @router.get("/{job_id}/logs")
 def logs(
     party: PartyDep, job_id: JobIdDep, session: SessionDep,
     after: Annotated[int, Query(ge=-1, le=schemas.MAX_SEQ, description="Lines after this.")] = -1,
+    tail: Annotated[int | None, Query(ge=1, le=10_000, description="Only the last N.")] = None,
 ) -> list[schemas.LogPublic]:  # fmt: skip
     job = jobs.visible_to(session, job_id, party)
-    return [
-        schemas.LogPublic(seq=line.seq, at_ms=line.at_ms, text=line.text)
-        for line in storage.logs(session, job.id, after)
-    ]
+    last: dict[str, Any] = {"limit": tail, "tail": True} if tail else {}
+    found = storage.logs(session, job.id, after, **last)
+    return [schemas.LogPublic(seq=line.seq, at_ms=line.at_ms, text=line.text) for line in found]
 
 
 @router.get("/{job_id}/result")

@@ -23,7 +23,7 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Offer
-from offchain.market.services import delivery, health, jobs, offers, quotes, storage
+from offchain.market.services import cancels, delivery, health, jobs, offers, quotes, storage
 from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER
 
 router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
@@ -75,18 +75,21 @@ async def assignments(
     party: PartyDep,
     settings: SettingsDep,
     timeout_s: Annotated[int, Query(ge=0, description="Wait this long for a job.")] = 0,
+    new: Annotated[bool, Query(description="Funded jobs too, not only cancels.")] = True,
 ) -> list[schemas.Assignment]:
-    """Funded jobs for this provider; waits up to `timeout_s` for one (long poll)."""
+    """Funded jobs for this provider and those whose renter asked to cancel them (with their
+    Cancel); waits up to `timeout_s` for one (long poll). A provider with no free slot asks
+    for the cancels alone (`new=false`)."""
     loop = asyncio.get_running_loop()
     until = loop.time() + min(timeout_s, settings.long_poll_max_s)
     while True:
-        found = await run_in_threadpool(_assignments, request.app.state.engine, party)
+        found = await run_in_threadpool(_assignments, request.app.state.engine, party, new)
         if found or loop.time() >= until:
             return found
         await asyncio.sleep(POLL_S)
 
 
-def _assignments(engine: Engine, provider_id: str) -> list[schemas.Assignment]:
+def _assignments(engine: Engine, provider_id: str, new: bool) -> list[schemas.Assignment]:
     with Session(engine) as session:
         return [
             schemas.Assignment(
@@ -96,8 +99,9 @@ def _assignments(engine: Engine, provider_id: str) -> list[schemas.Assignment]:
                 price_per_unit=job.price_per_unit,
                 max_units=job.max_units,
                 deadline_ms=job.deadline_ms,
+                cancel_tx=job.cancel_tx,
             )
-            for job in jobs.assignments(session, provider_id)
+            for job in jobs.assignments(session, provider_id, new)
         ]
 
 
@@ -109,6 +113,15 @@ def accept(
     """The provider's signed Acceptance: it backs the job with its bond."""
     job = delivery.own_job(session, party, job_id)
     return quotes.public(session, delivery.accept(session, chain.deployment, job, body.signature))
+
+
+@router.post("/jobs/{job_id}/cancel/answer")
+def answer_cancel(
+    job_id: str, body: schemas.CancelAnswer, party: PartyDep, session: SessionDep
+) -> schemas.CancelView:
+    """The provider's answer to its renter's cancel: its witness, stopping, or why not."""
+    job = delivery.own_job(session, party, job_id)
+    return cancels.view(cancels.answer(session, job, body))
 
 
 @router.post("/jobs/{job_id}/start")
@@ -175,7 +188,10 @@ async def put_metering(
 
 @router.post("/jobs/{job_id}/failure")
 def failure(
-    job_id: str, body: schemas.FailureBody, party: PartyDep, session: SessionDep
-) -> schemas.JobPublic:
+    job_id: str, body: schemas.FailureBody, party: PartyDep, session: SessionDep,
+    chain: ChainDep,
+) -> schemas.JobPublic:  # fmt: skip
+    """The job failed, or was refused, with its reason; a zero-unit receipt with it releases
+    the escrow in the next settle batch (verified as a receipt is)."""
     job = delivery.own_job(session, party, job_id)
-    return quotes.public(session, delivery.fail(session, job, body))
+    return quotes.public(session, delivery.fail(session, chain.deployment, job, body))

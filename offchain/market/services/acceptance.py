@@ -1,0 +1,41 @@
+"""The provider's acceptance check, run by the market when it quotes: a quote its provider
+would refuse once the renter locked is refused before, with the same reasons
+(`offchain.protocol.acceptance`)."""
+
+from __future__ import annotations
+
+from offchain.market.errors import Conflict
+from offchain.market.models import Job, Offer, Provider
+from offchain.market.services.chain import Chain, quoted_escrow
+from offchain.market.services.offer_images import images_of
+from offchain.market.services.offers import ACTIVE_BOND
+from offchain.market.settings import MarketSettings
+from offchain.protocol import escrow as escrows
+from offchain.protocol.acceptance import Offered, describe, refusals
+from offchain.protocol.bond_check import covers_before
+from offchain.protocol.jobspec import JobSpec, Resources
+
+
+def refuse(
+    chain: Chain, settings: MarketSettings, job: Job, offer: Offer, provider: Provider,
+    spec: JobSpec, now_ms: int,
+) -> None:  # fmt: skip
+    """Conflict with the acceptance check's reasons (the first one's field) when the offer's
+    provider would refuse the job on its quoted terms; its bond, when it has one (or bonds
+    are required), is taken as active: covering jobs closing a notice from now."""
+    datum = quoted_escrow(job)
+    bonded = provider.bond_state == ACTIVE_BOND or settings.min_bond_lovelace > 0
+    deployment = chain.deployment
+    covers = (covers_before(deployment.notice_ms, deployment.refund_window_ms, None, now_ms)
+              if bonded else None)  # fmt: skip
+    locked = escrows.escrow_output(chain.context, deployment, datum, job.lock_lovelace).amount.coin
+    terms = escrows.acceptance_terms(
+        chain.context, deployment, datum, locked, now_ms, covers, settings.settle_fee_share
+    )
+    bundle = Resources.model_construct(
+        gpus=offer.gpu_count, min_vram_mib=offer.vram_mib, cpu_cores=offer.cpu_cores,
+        memory_mib=offer.memory_mib, disk_mib=offer.disk_mib,
+    )  # fmt: skip
+    found = refusals(Offered(bundle, offer.price_per_unit, images_of(offer.body)), spec, terms)
+    if found:
+        raise Conflict(f"the provider would refuse this job: {describe(found)}", found[0].field)

@@ -1,0 +1,100 @@
+"""A renter's cancel. Before any lock the market just drops the quote. A locked job's Cancel
+needs both parties' signatures: the renter posts the unsigned transaction here, the market
+checks it is a Cancel of this job's escrow and nothing else (`check_cancel`, the provider's
+own check), stores it and stops assigning the job; the provider's daemon reads it with its
+assignments and answers: its witness (the job had not started), "stopping" (it had: the run
+is billed for the units it used, by a receipt settled as usual) or a refusal. The renter adds
+its own witness to a signed one and submits it; the chain follower makes the job cancelled.
+Every step is an event in the job's timeline.
+"""
+
+from __future__ import annotations
+
+from pycardano import PaymentVerificationKey, Transaction, VerificationKeyWitness
+from sqlmodel import Session
+
+from offchain.market import schemas
+from offchain.market.errors import Conflict, Invalid
+from offchain.market.models import CancelState, Cause, Job, JobState
+from offchain.market.services import jobs
+from offchain.market.services.chain import Chain, parse_ref
+from offchain.protocol.cancel_check import CancelRefused, check_cancel
+from offchain.protocol.payloads import verify
+from offchain.protocol.txbuild import with_witnesses
+
+S = JobState
+UNLOCKED = (S.REQUESTED, S.QUOTED)
+
+
+def request(session: Session, chain: Chain, job: Job, body: schemas.CancelRequest) -> Job:
+    """Drop a job nothing was locked for; for a locked one store the renter's Cancel for its
+    provider to answer (again, replacing one it has not answered or refused)."""
+    if job.state in UNLOCKED:
+        jobs.transition(session, job, S.EXPIRED, Cause.API, "cancelled by the renter: no lock")
+        session.commit()
+        return job
+    jobs.expect(job, *jobs.CANCELLABLE)
+    if job.cancel_state == CancelState.STOPPING:
+        raise Conflict(f"job {job.id} is being stopped by its provider already", "state")
+    if body.transaction is None:
+        raise Invalid(f"job {job.id} is locked: post the Cancel of its escrow", "transaction")
+    tx = _transaction(body.transaction)
+    escrow = parse_ref(job.escrow_ref, "escrow")
+    provider = PaymentVerificationKey(bytes.fromhex(job.provider_vkey)).hash()
+    try:
+        check_cancel(tx, chain.deployment, escrow, provider, chain.utxo)
+    except CancelRefused as exc:
+        raise Invalid(f"not a cancel of escrow {job.escrow_ref}: {exc}", "transaction") from exc
+    job.cancel_tx, job.cancel_state = body.transaction, CancelState.REQUESTED
+    job.cancel_refusal = None
+    jobs.note(session, job, Cause.API, f"cancel requested by the renter: transaction {tx.id}")
+    session.commit()
+    return job
+
+
+def answer(session: Session, job: Job, body: schemas.CancelAnswer) -> Job:
+    """The provider's answer to the cancel it was handed: its witness is checked against the
+    stored transaction and added to it."""
+    if job.cancel_state != CancelState.REQUESTED or job.cancel_tx is None:
+        raise Conflict(f"job {job.id} has no cancel waiting for its provider", "state")
+    jobs.expect(job, *jobs.CANCELLABLE)
+    if body.action == CancelState.SIGNED:
+        job.cancel_tx = _witnessed(job, body.signature)
+        jobs.note(session, job, Cause.API, "cancel signed by the provider: the renter submits it")
+    elif body.action == CancelState.STOPPING:
+        jobs.note(session, job, Cause.API, "cancel: the provider stops the running job and "
+                  "signs a receipt for the units it used")  # fmt: skip
+    elif body.action == CancelState.REFUSED and body.reason:
+        job.cancel_refusal = body.reason
+        jobs.note(session, job, Cause.API, f"cancel refused by the provider: {body.reason}")
+    else:
+        raise Invalid("answer signed (with signature), stopping, or refused (with reason)",
+                      "action")  # fmt: skip
+    job.cancel_state = CancelState(body.action)
+    session.commit()
+    return job
+
+
+def view(job: Job) -> schemas.CancelView:
+    return schemas.CancelView(
+        job_state=job.state, state=job.cancel_state, transaction=job.cancel_tx,
+        refusal=job.cancel_refusal,
+    )  # fmt: skip
+
+
+def _transaction(cbor_hex: str) -> Transaction:
+    try:
+        return Transaction.from_cbor(bytes.fromhex(cbor_hex))
+    except Exception as exc:  # pycardano raises several kinds for bytes of another shape
+        raise Invalid(f"not a transaction: {exc}", "transaction") from exc
+
+
+def _witnessed(job: Job, signature: str | None) -> str:
+    """The stored Cancel with the provider's witness, if `signature` is its key's over it."""
+    assert job.cancel_tx is not None and job.provider_vkey is not None
+    tx = _transaction(job.cancel_tx)
+    vkey = bytes.fromhex(job.provider_vkey)
+    if signature is None or not verify(vkey, tx.id.payload, bytes.fromhex(signature)):
+        raise Invalid("not the provider's signature of the cancel transaction", "signature")
+    witness = VerificationKeyWitness(PaymentVerificationKey(vkey), bytes.fromhex(signature))
+    return with_witnesses(tx, [witness]).to_cbor_hex()
