@@ -22,8 +22,8 @@ from consumer.errors import ConsumerError
 from consumer.example import EXAMPLE_SPEC
 from consumer.store import JobStore, local_time
 from offchain.chain import DEFAULT_OGMIOS_URL
-from offchain.protocol.amounts import ada, parse_lovelace, per_hour
 from offchain.protocol.errors import UnchainedError
+from offchain.protocol.amounts import ada, parse_lovelace, per_hour
 from offchain.protocol.outcome import describe
 
 # What a command uses beyond this is imported in the command: pycardano, the chain clients and
@@ -555,19 +555,18 @@ def list_jobs(
     if as_json:
         emit(True, rows, "")
         return
-    from rich.console import Console
-    from rich.table import Table
+    from consumer.table import render
 
-    table = Table("job", "created", "state", "GPU", "locked", "cost", "allowance", "lock fee",
-                  "escrow", "where")  # fmt: skip
+    lines = []
     for row in rows:
         locked = "-" if row["lovelace"] is None else ada(row["lovelace"])
         paid = [ada(row["cost"][k]) if row["cost"][k] is not None else "-"
                 for k in ("due", "fee_allowance", "lock_fee")] if "cost" in row else ["-"] * 3
-        table.add_row(row["job_id"], local_time(row["created_ms"]), state_text(row),
+        lines.append([row["job_id"], local_time(row["created_ms"]), state_text(row),
                       row["gpu_model"] or "-", locked, *paid, row["escrow"] or "(not locked)",
-                      row["where"])  # fmt: skip
-    Console().print(table)
+                      row["where"]])  # fmt: skip
+    typer.echo(render(("job", "created", "state", "GPU", "locked", "cost", "allowance",
+                       "lock fee", "escrow", "where"), lines))  # fmt: skip
 
 
 LIST_LIMIT = 1000
@@ -587,14 +586,11 @@ def spend(env: Env, as_json: Json = False) -> None:
     if as_json:
         emit(True, {"jobs": [c.as_json() for c in costs], "total": total}, "")
         return
-    from rich.console import Console
-    from rich.table import Table
+    from consumer.table import render
 
-    table = Table(*SPEND_COLUMNS, title="what your jobs cost (ADA)")
-    for cost in costs:
-        table.add_row(*spend_row(cost))
-    table.add_row("total", f"{len(costs)} job(s)", *(ada(v) for v in total.values()))
-    Console().print(table)
+    lines = [spend_row(cost) for cost in costs]
+    lines.append(["total", f"{len(costs)} job(s)", *(ada(v) for v in total.values())])
+    typer.echo(render(SPEND_COLUMNS, lines, title="what your jobs cost (ADA)"))
 
 
 def state_text(row: dict[str, Any]) -> str:
@@ -654,18 +650,18 @@ def search(
     if not found["offers"]:
         typer.echo(f"no offer matches ({found['total']} searched): {found['why_none']}")
         return
-    from rich.console import Console
-    from rich.table import Table
+    from consumer.table import render
 
-    table = Table("provider", "GPU", "VRAM MiB", "cores", "memory MiB", "disk MiB", "per hour",
-                  title=f"{found['matched']} of {found['total']} offers match")  # fmt: skip
+    lines = []
     for offer in found["offers"]:
         t = offer["terms"]
         gpus = f"{t['gpu_count']} x {t['gpu_model']}" if t["gpu_count"] else "-"
-        table.add_row(offer["provider_id"][:16], gpus, str(t["vram_mib"]), str(t["cpu_cores"]),
+        lines.append([offer["provider_id"][:16], gpus, str(t["vram_mib"]), str(t["cpu_cores"]),
                       str(t["memory_mib"]), str(t["disk_mib"]),
-                      ada(t["price_per_unit"] * 3600))  # fmt: skip
-    Console().print(table)
+                      ada(t["price_per_unit"] * 3600)])  # fmt: skip
+    typer.echo(render(("provider", "GPU", "VRAM MiB", "cores", "memory MiB", "disk MiB",
+                       "per hour"), lines,
+                      title=f"{found['matched']} of {found['total']} offers match"))  # fmt: skip
 
 
 # --- wallet --------------------------------------------------------------------------------
