@@ -22,7 +22,7 @@ from consumer.errors import ConsumerError
 from consumer.example import EXAMPLE_SPEC
 from consumer.store import JobStore, local_time
 from offchain.chain import DEFAULT_OGMIOS_URL
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.amounts import ada, parse_lovelace, per_hour
 from offchain.protocol.outcome import describe
 
@@ -701,8 +701,7 @@ def wallet_fund(
 ) -> None:
     """On the devnet only: pay ADDRESS from the devnet's faucet (a real transaction; its
     `devnet/fund` method). Refused on mainnet and by any other chain's Ogmios."""
-    from offchain.chain.ogmios import OgmiosError, request
-    from offchain.devnet.errors import METHOD_NOT_FOUND
+    from offchain.chain.ogmios import METHOD_NOT_FOUND, OgmiosError, request
 
     if env.network == "mainnet":
         fail(as_json, "NotADevnet", "wallet fund works on the devnet only, not on mainnet")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 
 class ConsumerError(UnchainedError):

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pycardano import ChainContext, TransactionInput, UTxO
 
 from offchain.chain.utxo import format_out_ref
+from offchain.errors import UnchainedError
 from offchain.protocol import bond as bonds
 from offchain.protocol.amounts import ada
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
 

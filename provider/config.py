@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec, Resources, describe
 from provider.inventory import HostInventory
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, NotFound
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 IPTABLES = "iptables"
 BRIDGE_PREFIX = "unchj"  # + 10 hex digits: 15 characters, the kernel's limit for a name

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 from urllib.parse import urljoin, urlsplit
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import InputFile
 
 CHUNK = 1 << 20

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 
 class OutputTooLarge(UnchainedError, ValueError):

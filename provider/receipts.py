@@ -15,8 +15,8 @@ import hashlib
 
 from pycardano import ChainContext, PaymentSigningKey, UTxO
 
+from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.escrow import SignedReceipt, signed_receipt
 from offchain.protocol.escrow_check import check_acceptable, check_settleable
 from offchain.protocol.jobspec import JobSpec

@@ -25,7 +25,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from provider import cgroups, egress

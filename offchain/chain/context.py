@@ -3,18 +3,51 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlparse
 
-from pycardano import Network, ScriptHash
+from pycardano import ChainContext, Network, ScriptHash, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL, request_sync
 from offchain.chain.time import ChainTime, read_chain_time
 
 
+@runtime_checkable
+class ChainQueries(Protocol):
+    """The chain reads builders need that pycardano's ChainContext does not declare: builders
+    take any ChainContext (what pycardano's TransactionBuilder needs) that also answers these.
+    `OgmiosContext` answers them over its own Ogmios; a service may hand builders a context
+    that answers from a cache, a test one that answers from a fixture."""
+
+    def chain_time(self) -> ChainTime:
+        """The chain's slot <-> POSIX time conversion (its era summaries)."""
+        ...
+
+    def utxo_by_tx_id(self, tx_id: str, index: int) -> UTxO | None:
+        """The unspent output `tx_id#index`, or None (pycardano's Ogmios contexts have it)."""
+        ...
+
+    def script_reward_balance(self, script: ScriptHash) -> int | None:
+        """The lovelace in the script's reward account; None when its stake credential is not
+        registered (a deployment registers it). A settle withdraws exactly this."""
+        ...
+
+
+def queries(context: ChainContext) -> ChainQueries:
+    """`context` as ChainQueries; TypeError naming what is missing for one that is not."""
+    if isinstance(context, ChainQueries):
+        return context
+    raise TypeError(
+        f"{type(context).__name__} answers no chain time, UTxO or stake queries: pass a "
+        "context that implements offchain.chain.context.ChainQueries "
+        "(offchain.chain.context.chain_context makes one over Ogmios)"
+    )
+
+
 class OgmiosContext(OgmiosV6ChainContext):
     """pycardano's Ogmios v6 context, and the queries builders make beyond ChainContext
-    (`offchain.protocol.queries.ChainQueries`) over the same Ogmios, synchronously."""
+    (`ChainQueries`) over the same Ogmios, synchronously."""
 
     def chain_time(self) -> ChainTime:
         return read_chain_time(context_url(self))

@@ -10,13 +10,16 @@ from typing import TYPE_CHECKING, Any
 from websockets.exceptions import WebSocketException
 
 from offchain.chain import DEFAULT_OGMIOS_URL
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 if TYPE_CHECKING:  # the clients are imported on first use: a CLI naming the URL needs neither
     from websockets.asyncio.client import ClientConnection
 
 # What a lost or refused connection to Ogmios raises, whichever client made it.
 UNREACHABLE = (ConnectionError, socket.gaierror, TimeoutError, WebSocketException)
+# JSON-RPC's code for a method the server does not have: how a client tells the devnet (its
+# `devnet/*` methods) from any other chain's Ogmios, and what the devnet answers.
+METHOD_NOT_FOUND = -32601
 
 
 class OgmiosError(UnchainedError):

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from offchain.chain.ogmios import request, request_sync
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 
 class PastHorizon(UnchainedError, ValueError):

@@ -6,7 +6,7 @@ import re
 
 from pycardano import TransactionId, TransactionInput, UTxO
 
-from offchain.protocol.queries import ChainQueries
+from offchain.chain.context import ChainQueries
 
 OUT_REF = re.compile(r"^([0-9a-fA-F]{64})#(\d+)$")
 

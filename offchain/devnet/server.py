@@ -24,12 +24,12 @@ from typing import Any
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
+from offchain.chain.ogmios import METHOD_NOT_FOUND
 from offchain.devnet import genesis_json, health
 from offchain.devnet import ogmios_json as oj
 from offchain.devnet.errors import (
     INVALID_PARAMS,
     INVALID_REQUEST,
-    METHOD_NOT_FOUND,
     PARSE_ERROR,
     LedgerError,
 )

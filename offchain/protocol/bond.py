@@ -23,13 +23,13 @@ from pycardano import (
     Value,
 )
 
+from offchain.chain.context import queries
 from offchain.chain.time import iso
 from offchain.chain.utxo import utxo_at
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import add_refund
 from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.queries import queries
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
     TTL_MS,

@@ -20,8 +20,8 @@ from pycardano import (
     VerificationKeyHash,
 )
 
+from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.txbuild import ledger_key
 from offchain.protocol.types import Cancel
 

@@ -24,7 +24,7 @@ from pycardano import (
 )
 
 from contracts.artifacts import bond_script, escrow_script
-from offchain.protocol.queries import queries
+from offchain.chain.context import queries
 from offchain.protocol.txbuild import at_least_min_utxo, build, new_builder, out_ref
 
 # Reference scripts sit where nobody can ever spend them (a native script "any of none" is

@@ -14,11 +14,11 @@ from pycardano import ChainContext, plutus_script_hash
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.artifacts import bond_script, escrow_script
+from offchain.chain.context import queries
 from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.jobspec import describe
-from offchain.protocol.queries import queries
 from offchain.protocol.txbuild import out_ref
 
 

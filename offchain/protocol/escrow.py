@@ -26,13 +26,13 @@ from pycardano import (
     Withdrawals,
 )
 
+from offchain.chain.context import queries
 from offchain.chain.time import iso
 from offchain.protocol.acceptance import EscrowTerms
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import VKEY_BYTES, receipt_payload, sign, verify
-from offchain.protocol.queries import queries
 from offchain.protocol.split import (
     SettleSplit,
     lock_amount,

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 MAX_SUPPLY_LOVELACE = 45_000_000_000_000_000  # no price can exceed all ADA there is
 MAX_DURATION_S = 30 * 24 * 3600

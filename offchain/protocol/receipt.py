@@ -20,8 +20,8 @@ from typing import Any
 from pycardano import PaymentSigningKey, ScriptHash, TransactionInput, UTxO
 
 from offchain.chain.utxo import format_out_ref, parse_out_ref
+from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.escrow import HASH_BYTES, SignedReceipt
 from offchain.protocol.payloads import SIGNATURE_BYTES, receipt_payload, sign, verify
 

@@ -14,8 +14,8 @@ from typing import TypeVar
 from pycardano import Network, PlutusData, ScriptHash, UTxO
 from pycardano.serialization import RawCBOR
 
+from offchain.errors import UnchainedError
 from offchain.protocol.addresses import from_plutus
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.payloads import VKEY_BYTES
 from offchain.protocol.txbuild import out_ref
 from offchain.protocol.types import PlutusAddress, StakingHash

@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 if TYPE_CHECKING:  # imported where a signature is made or opened: RequestFields needs neither
     from pycardano import Address, ExtendedSigningKey, Network, PaymentVerificationKey, SigningKey

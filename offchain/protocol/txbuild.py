@@ -39,10 +39,10 @@ from pycardano.exception import UTxOSelectionException
 from pycardano.serialization import RawCBOR
 from typeguard import suppress_type_checks
 
+from offchain.chain.context import queries
 from offchain.chain.time import ChainTime, iso
 from offchain.chain.utxo import format_out_ref
-from offchain.protocol.errors import UnchainedError
-from offchain.protocol.queries import queries
+from offchain.errors import UnchainedError
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
 
 D = TypeVar("D", bound=PlutusData)

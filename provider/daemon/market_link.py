@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from pycardano import Network, PaymentSigningKey
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.signed_request import RequestFields, sign_request
 
 FIRST_BACKOFF_S = 0.2

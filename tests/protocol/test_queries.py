@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from pycardano import ChainContext
 
-from offchain.chain.context import chain_context
+from offchain.chain.context import ChainQueries, chain_context, queries
 from offchain.chain.time import ChainTime, Era
-from offchain.protocol.queries import ChainQueries, queries
 from offchain.protocol.txbuild import Clock
 
 SLOT_MS = 1_000

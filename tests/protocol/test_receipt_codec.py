@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from pycardano import PaymentSigningKey, ScriptHash, TransactionId, TransactionInput
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.receipt import Receipt, ReceiptFormatError
 
 ESCROW = TransactionInput(TransactionId(bytes(range(32))), 3)

@@ -13,7 +13,7 @@ import pytest
 from pycardano import Address, Network, PaymentSigningKey, StakeSigningKey
 from pycardano.cip import cip8
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 from offchain.protocol.signed_request import (
     KEY_HEADER,
     SIGNATURE_HEADER,

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from offchain.protocol.errors import UnchainedError
+from offchain.errors import UnchainedError
 
 app = typer.Typer()
 MAX_JOBS = 41  # escrows one settle transaction can hold (the contract's measured maximum)

@@ -13,6 +13,7 @@ from sqlmodel import Session, col, select
 
 from offchain.chain.ogmios import OgmiosError, request_sync
 from offchain.chain.time import iso
+from offchain.errors import UnchainedError
 from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
@@ -25,7 +26,6 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.amounts import ada
 from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.errors import UnchainedError
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
 from offchain.protocol.txbuild import BuildError
