@@ -17,7 +17,7 @@ from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
 from offchain.protocol.acceptance import Offered, describe, refusals
-from offchain.protocol.escrow import acceptance_terms, escrow_datum, signed_receipt
+from offchain.protocol.escrow import acceptance_terms, signed_receipt
 from offchain.protocol.escrow_check import check_terms
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import ImageSupply
@@ -69,7 +69,8 @@ class Worker:
 
     async def take(self, assignment: dict[str, Any]) -> bool:
         """Accept the assignment and start it in the background; False when no slot is free
-        (it stays assigned, to be taken once one is). A refusal is logged, never signed.
+        (it stays assigned, to be taken once one is). A refusal is logged, and its escrow
+        released by a zero-unit receipt when the escrow itself is sound (`_refuse`).
         ChainUnavailable: the escrow cannot be checked now; the assignment stays, to be taken
         once the chain is back."""
         job_id = str(assignment.get("job_id"))
@@ -298,19 +299,22 @@ class Worker:
         try:
             spec = JobSpec.model_validate(assignment["spec"])
             entry = await self.chain.call(self._refused, job_id, str(assignment["escrow"]), spec)
-        except (KeyError, ValidationError, Refusal, BuildError, *CHAIN_DOWN) as exc:
+        except (KeyError, ValidationError, Refusal, Refused, BuildError, *CHAIN_DOWN) as exc:
             log.warning("job %s: its refusal releases no escrow: %s", job_id, exc)
             return
         await self._release_escrow(entry, reason)
 
     def _refused(self, job_id: str, ref: str, spec: JobSpec) -> JobEntry:
-        """The journal entry of a refused job at an escrow of this provider's on chain."""
+        """The journal entry of a refused job whose escrow, on chain, is well formed for this
+        job and this provider's offer (`check_terms`): what the acceptance check refused was
+        the job (its bundle, image, price or time), not the escrow. An escrow that is not
+        this provider's or not this job's gets nothing signed (Refused): a misbehaving market
+        or renter made it, and its renter refunds it after the close."""
         escrow = self.chain.utxo(ref)
         if escrow is None:
             raise Refusal(f"no unspent escrow {ref} on chain")
-        datum = escrow_datum(self.chain.deployment, escrow)
-        if datum.provider_vkey != self.key.to_verification_key().payload:
-            raise Refusal(f"escrow {ref} pays another provider's key")
+        job = self._escrow_job(escrow, spec)
+        datum = check_terms(job.context, job.deployment, escrow, spec, job.offer)
         return JobEntry(
             job_id=job_id, escrow=ref, spec=spec, price_per_unit=datum.price_per_unit,
             gpu_uuids=[], slot=-1, close_ms=datum.close, accepted_at_ms=self.chain.now_ms(),

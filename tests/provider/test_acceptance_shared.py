@@ -42,7 +42,7 @@ async def test_the_daemon_refuses_in_the_words_of_the_markets_quote(devnet, tmp_
     deployment = await deployed(devnet, deployment_file)
     job = {**spec("nope/not-here:1", "echo never", memory_mib=1024),
            "max_price_lovelace": CORE_PRICE * 60 - 1}  # fmt: skip
-    with fake_market_server() as (url, pending, _):
+    with fake_market_server() as (url, pending, seen):
         daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url, bundles=1)
         consumer = await wallet(devnet)
         now = Clock.now(devnet.context()).tip_ms
@@ -52,6 +52,7 @@ async def test_the_daemon_refuses_in_the_words_of_the_markets_quote(devnet, tmp_
             await daemon.start().logged("offer published")
             pending.append({"job_id": "job_s", "spec": job, "escrow": escrow})
             await daemon.logged("job job_s refused", timeout_s=30)
+            await daemon.logged("job job_s: its zero receipt is with the market", timeout_s=30)
         finally:
             daemon.stop()
             assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
@@ -62,7 +63,12 @@ async def test_the_daemon_refuses_in_the_words_of_the_markets_quote(devnet, tmp_
     assert reasons.startswith("the job asks 1024 MiB memory, the offer has 512 MiB; the provider "
                               "has no image nope/not-here:1 and pulls none; it has: ")  # fmt: skip
     assert "is below 3,600.000000 ADA/h, the price of the offer" in reasons
-    assert Journal(daemon.state_dir).entries() == []  # nothing signed
+    # the escrow itself is sound (this provider's, this job's): the refusal releases it with a
+    # zero-unit receipt, kept in the journal with the reason and handed to the market
+    (entry,) = Journal(daemon.state_dir).entries()
+    assert (entry.job_id, entry.receipt.units) == ("job_s", 0)
+    assert entry.reason == f"refused by the provider: {reasons}"
+    assert any(line.startswith("POST /jobs/job_s/failure") for line in seen), seen
 
 
 def market_refusal(devnet, deployment_file, tmp_path, provider, consumer, terms, job) -> str:

@@ -21,7 +21,8 @@ def test_a_missing_image_is_an_error_when_pulling_is_off(client, settings, busyb
     assert_no_leftovers(runner)
 
 
-def test_a_missing_image_that_no_registry_serves_is_an_error(runner):
+def test_a_missing_image_that_no_registry_serves_is_an_error(client, settings):
+    runner = Runner(client, settings.model_copy(update={"pull_images": True}))
     result = runner.run("no_registry", job("unchained/not-built:1", ["true"]))
     assert result.status == "error" and "could not be pulled" in result.error
     assert_no_leftovers(runner)

@@ -4,8 +4,11 @@ A misbehaving market is a tiny fake here, not the real one: the real market chec
 reported escrow against its quote on chain before a job is funded, so it never assigns an
 unsafe escrow and cannot be made to. The escrows are real (locked on the devnet past the
 builder's own checks); the fake hands them out as assignments, answers the offer and the
-heartbeat, and records every request. The daemon must refuse each with its reason, sign
-nothing (no journal entry) and send nothing about the job.
+heartbeat, and records every request. The daemon must refuse each with its reason, and sign
+nothing (no journal entry) and send nothing about a job whose escrow is not sound for it (not
+its key or address, not the job, a negative price). An escrow that is sound but past its
+deadline is only refused: the daemon releases it at once with a zero-unit receipt (the
+renter's money back before the close), which pays the provider nothing.
 
 A refund after the close is not earnings: the daemon reads the spending transaction."""
 
@@ -89,12 +92,17 @@ async def test_a_misbehaving_market_gets_nothing_signed(
             refused = next(line for line in daemon.log().splitlines()
                            if f"job job_{n} refused" in line)  # fmt: skip
             assert reason in refused, (name, refused)
+        await daemon.logged("its zero receipt is with the market", timeout_s=30)
     finally:
         daemon.stop()
         assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
-    assert Journal(daemon.state_dir).entries() == []  # nothing signed
+    expired = f"job_{list(unsafe).index('deadline passed')}"
+    (released,) = Journal(daemon.state_dir).entries()  # no acceptance, no other signature
+    assert (released.job_id, released.receipt.units) == (expired, 0), released
     about_jobs = [line for line in seen if "/jobs/" in line]
-    assert about_jobs == [], about_jobs  # no acceptance, start, log, result or failure sent
+    # no acceptance, start, log or result sent; only the expired job's release
+    assert {line.split("/")[2] for line in about_jobs} <= {expired}, about_jobs
+    assert f"POST /jobs/{expired}/failure" in about_jobs, about_jobs
     assert any(line.startswith("GET /providers/assignments") for line in seen)
 
 
