@@ -2,7 +2,7 @@
 
 - payments/s: pre-signed payments sent over open connections, counted when included in a block
 - script spends/s: the same for spends of a validator that decodes its datum and checks a
-  signature (contracts.handwritten.SIGNED_BY_DATUM_OWNER)
+  signature (tests.devnet.handwritten.SIGNED_BY_DATUM_OWNER)
 - p50/p99 latency of queryLedgerState/utxo and evaluateTransaction on an open connection
 - p50/p99 latency of the same utxo query on a connection whose nextBlock is parked at the tip
   (each mini-protocol has its own queue, so the query must not wait for the next block)
@@ -41,12 +41,12 @@ from pycardano.plutus import CostModels, RawPlutusData
 from pycardano.utils import script_data_hash
 from websockets.asyncio.client import connect
 
-from contracts.handwritten import SIGNED_BY_DATUM_OWNER, compile_uplc
 from offchain.chain.follower import RollForward, follow, tip_point
 from offchain.chain.ogmios import Ogmios, request
 from offchain.chain.submit import submit_and_wait, wait_for_confirmations
 from offchain.devnet.genesis import ADA, wallet_address
 from offchain.devnet.process import DevnetProcess
+from tests.devnet.handwritten import SIGNED_BY_DATUM_OWNER, compile_uplc
 
 RESULTS = Path(__file__).parent / "results" / "devnet.json"
 FAN_OUT = 150  # outputs per funding transaction (fits the 16 KiB transaction limit)

@@ -10,7 +10,7 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from offchain.chain.ogmios import request, request_sync
+from offchain.chain.ogmios import request_sync
 from offchain.errors import UnchainedError
 
 
@@ -70,15 +70,9 @@ def iso(posix_ms: int) -> str:
     return datetime.fromtimestamp(posix_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def query_chain_time(url: str) -> ChainTime:
-    return ChainTime.from_ogmios(
-        await request(url, "queryNetwork/startTime"),
-        await request(url, "queryLedgerState/eraSummaries"),
-    )
-
-
 def read_chain_time(url: str) -> ChainTime:
-    """`query_chain_time` for synchronous callers (beside pycardano's own calls)."""
+    """The chain's slot <-> POSIX time conversion, read synchronously (beside pycardano's own
+    calls)."""
     return ChainTime.from_ogmios(
         request_sync(url, "queryNetwork/startTime"),
         request_sync(url, "queryLedgerState/eraSummaries"),

@@ -24,10 +24,6 @@ class LedgerError(Exception):
         return error
 
 
-class RpcError(LedgerError):
-    """A JSON-RPC level error (malformed request, unknown method, bad params)."""
-
-
 # JSON-RPC's codes (METHOD_NOT_FOUND, which clients read too, is in offchain.chain.ogmios)
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

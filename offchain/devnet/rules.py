@@ -111,11 +111,6 @@ def _quantities(multi_asset: MultiAsset | None, keep: Callable[[int], int]) -> d
     return {asset: quantity for asset, quantity in kept.items() if quantity}
 
 
-def min_ada_for_output(output: TransactionOutput, params: ProtocolParameters) -> int:
-    """The Babbage min-UTxO for an output as pycardano would encode it."""
-    return _min_ada(len(output.to_cbor()), params)
-
-
 def _min_ada(output_size: int, params: ProtocolParameters) -> int:
     return (UTXO_ENTRY_OVERHEAD + output_size) * params.coins_per_utxo_byte
 

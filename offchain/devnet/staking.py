@@ -84,14 +84,6 @@ class StakingChanges:
         return [cert for cert in self.certificates if cert.action is action]
 
     @property
-    def registered(self) -> tuple[Credential, ...]:
-        return tuple(cert.credential for cert in self._of(Action.REGISTER))
-
-    @property
-    def deregistered(self) -> tuple[Credential, ...]:
-        return tuple(cert.credential for cert in self._of(Action.DEREGISTER))
-
-    @property
     def deposits(self) -> int:
         return sum(cert.amount for cert in self._of(Action.REGISTER))
 

@@ -151,7 +151,6 @@ class Job(SQLModel, table=True):
     outcome: Outcome | None = _name(None, nullable=True)  # the provider's word, not signed
     failure_reason: str | None = None
     settle_tx: str | None = Field(default=None, max_length=64)
-    escrow_slot: int | None = _big(nullable=True)
     escrow_height: int | None = _big(nullable=True, index=True)
     refundable_since_ms: int | None = _big(nullable=True)
     unsettleable: str | None = Field(

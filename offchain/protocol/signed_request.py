@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import heapq
 import json
 import re
 import secrets
-import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -232,26 +230,6 @@ class NonceStore(Protocol):
         """Spend the nonce: False when the signer spent it before (a replay). A store may
         forget a nonce once `now_ms` passes its `keep_until_ms`: its request is stale by then."""
         ...
-
-
-class MemoryNonceStore:
-    """Nonces in this process's memory, forgotten once stale: for tests and a single process."""
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[str, str]] = set()
-        self._expiry: list[tuple[int, str, str]] = []
-        self._lock = threading.Lock()  # routes run in a thread pool
-
-    def claim(self, signer: str, nonce: str, *, keep_until_ms: int, now_ms: int) -> bool:
-        with self._lock:
-            while self._expiry and self._expiry[0][0] < now_ms:
-                _, old_signer, old_nonce = heapq.heappop(self._expiry)
-                self._seen.discard((old_signer, old_nonce))
-            if (signer, nonce) in self._seen:
-                return False
-            self._seen.add((signer, nonce))
-            heapq.heappush(self._expiry, (keep_until_ms, signer, nonce))
-            return True
 
 
 @dataclasses.dataclass(frozen=True)

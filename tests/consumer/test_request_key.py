@@ -14,8 +14,9 @@ from pycardano import Network, PaymentSigningKey
 from consumer.errors import WalletError
 from consumer.keys import ConsumerKey, from_mnemonic, load_key, new_wallet
 from consumer.request_key import plain_request_key
-from offchain.protocol.signed_request import MemoryNonceStore, RequestFields, RequestVerifier
+from offchain.protocol.signed_request import RequestFields, RequestVerifier
 from tests.consumer.test_keys import WORDS
+from tests.protocol.nonces import MemoryNonceStore
 
 MARKET = "unchained-market:request-key-test"
 

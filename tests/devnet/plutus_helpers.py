@@ -1,7 +1,7 @@
 """Helpers for tests that build Plutus transactions against the devnet's script rules.
 
 Scripts are tiny hand-written UPLC programs (compile them with
-`contracts.handwritten.compile_uplc`); transactions are built
+`tests.devnet.handwritten.compile_uplc`); transactions are built
 with pycardano, either by hand (full control over every field) or with pycardano's own
 TransactionBuilder over `DevnetChainContext`, which evaluates with the devnet's evaluator.
 """
@@ -52,7 +52,7 @@ NETWORK = Network.TESTNET
 ZERO_TIME_MS = 1_700_000_000_000
 SLOT_LENGTH_MS = 1_000
 
-# Plutus V3 validators (each receives the ScriptContext) beside contracts.handwritten's.
+# Plutus V3 validators (each receives the ScriptContext) beside tests.devnet.handwritten's.
 ALWAYS_SUCCEEDS = "(program 1.1.0 (lam ctx (con unit ())))"
 RETURNS_INTEGER = "(program 1.1.0 (lam ctx (con integer 1)))"
 FAILS_WITH_TRACE = """

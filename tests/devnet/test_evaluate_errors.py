@@ -23,12 +23,12 @@ from pycardano import (
 )
 from uplc import flatten, parse
 
-from contracts.handwritten import REDEEMER_IS_42, compile_uplc
 from offchain.chain.ogmios import request
 from offchain.chain.submit import submit
 from offchain.devnet.genesis import ADA, wallet_address
 from offchain.devnet.ogmios_json import output_reference_json, utxo_json
 from tests.devnet.conftest import forge
+from tests.devnet.handwritten import REDEEMER_IS_42, compile_uplc
 from tests.devnet.plutus_helpers import out_ref, redeemer, script_address, seal
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate

@@ -6,9 +6,9 @@ import asyncio
 
 from pycardano import PlutusData, TransactionOutput
 
-from contracts.handwritten import compile_uplc
 from offchain.chain.ogmios import request
 from offchain.devnet.genesis import ADA
+from tests.devnet.handwritten import compile_uplc
 from tests.devnet.test_plutus import funded, lock, script_address, spend
 
 # Counts down from 3,500 with a Z-combinator: about 10M memory and 2.4G cpu units, which

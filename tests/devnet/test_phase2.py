@@ -17,7 +17,6 @@ from uplc.ast import (
     PlutusMap,
 )
 
-from contracts.handwritten import REDEEMER_IS_42, compile_uplc
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.params import ProtocolParameters
 from offchain.devnet.phase2 import (
@@ -30,6 +29,7 @@ from offchain.devnet.phase2 import (
     run_job,
 )
 from offchain.devnet.script_context import Constr, encode_data
+from tests.devnet.handwritten import REDEEMER_IS_42, compile_uplc
 from tests.devnet.plutus_helpers import ALWAYS_SUCCEEDS, FAILS_WITH_TRACE, RETURNS_INTEGER
 from tests.ogmios_schema import validate, validate_error
 

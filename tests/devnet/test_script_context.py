@@ -31,7 +31,6 @@ from pycardano import (
     plutus_script_hash,
 )
 
-from contracts.handwritten import compile_uplc
 from offchain.devnet.params import ProtocolParameters
 from offchain.devnet.script_context import (
     FALSE,
@@ -55,6 +54,7 @@ from offchain.devnet.script_context import (
     voter,
 )
 from offchain.devnet.txdecode import decode_tx
+from tests.devnet.handwritten import compile_uplc
 from tests.devnet.plutus_helpers import (
     ZERO_TIME_MS,
     Wallet,

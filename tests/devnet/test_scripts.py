@@ -38,7 +38,6 @@ from pycardano import (
 )
 from uplc.tools import flatten, parse
 
-from contracts.handwritten import REDEEMER_IS_42, compile_uplc
 from offchain.devnet.errors import LedgerError
 from offchain.devnet.phase2 import run_job
 from offchain.devnet.scripts import (
@@ -48,6 +47,7 @@ from offchain.devnet.scripts import (
     script_integrity_hash,
 )
 from offchain.devnet.txdecode import decode_tx
+from tests.devnet.handwritten import REDEEMER_IS_42, compile_uplc
 from tests.devnet.plutus_helpers import (
     DevnetChainContext,
     Wallet,

@@ -20,7 +20,6 @@ from offchain.protocol.signed_request import (
     BadPayload,
     BadSignature,
     KeyMismatch,
-    MemoryNonceStore,
     ReplayedRequest,
     RequestFields,
     RequestVerifier,
@@ -32,6 +31,7 @@ from offchain.protocol.signed_request import (
     open_signed,
     sign_request,
 )
+from tests.protocol.nonces import MemoryNonceStore
 
 MARKET = "0:unchained-market:test"
 NOW_MS = 1_795_000_000_000

@@ -319,7 +319,7 @@ class ChainFollower:
             job.escrow_ref = ref
         else:
             return
-        job.escrow_slot, job.escrow_height = at.slot, at.height
+        job.escrow_height = at.height
         session.add(job)
 
     def _quoted_for(self, session: Session, utxo: UTxO) -> Job | None:

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # The columns the follower writes, per table, and each table's key column.
 TRACKED: dict[type[SQLModel], tuple[str, tuple[str, ...]]] = {
-    Job: ("id", ("state", "escrow_ref", "escrow_slot", "escrow_height", "settle_tx")),
+    Job: ("id", ("state", "escrow_ref", "escrow_height", "settle_tx")),
     Provider: ("id", ("bond_ref", "bond_lovelace", "bond_state")),
     Bond: ("ref", ("spent_tx", "spent_as")),
     Settlement: ("tx_id", ("state",)),

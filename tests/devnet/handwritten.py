@@ -1,4 +1,5 @@
-"""Hand-written UPLC validators, used by the demo and tests until the OpShin contracts exist."""
+"""Hand-written UPLC validators for the devnet's script tests and its benchmark: tiny programs
+whose every step is in sight, so a failure points at the devnet's evaluator, not a compiler."""
 
 from __future__ import annotations
 
