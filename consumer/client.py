@@ -1,71 +1,32 @@
-"""The market's HTTP API as the consumer calls it: every request CIP-8 signed with the
-consumer's key (fresh nonce), answers as plain data, refusals as MarketRefused naming the
-field the market named. The wire stays here (and in `consumer.market_read`, for the commands
-that only read); `consumer.session` gives it meaning."""
+"""The market's HTTP API as the consumer calls it: its own paths on the one market client
+(`offchain.protocol.market_link`: signed requests, answers as plain data, refusals as
+MarketRefused naming the field the market named). `consumer.market_read` reads the same API
+for the commands that only read; `consumer.session` gives it meaning."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import httpx
-
-from consumer.market_read import (
-    TIMEOUT_S,
-    RequestSigner,
-    market_json,
-    my_jobs_path,
-    offers_path,
-    refusal,
-    unreachable,
-)
-from offchain.protocol.signed_request import RequestFields
+from consumer.market_read import HINT, TIMEOUT_S, my_jobs_path, offers_path
+from offchain.protocol.market_errors import market_json
+from offchain.protocol.market_link import Body, MarketLink
 
 BATCH_BYTES = 4 << 20  # hashed and written at once, off the event loop
 
 
-@dataclasses.dataclass
-class MarketClient:
-    """One consumer key talking to one market (`identity` is signed into every request)."""
+class MarketClient(MarketLink):
+    """One consumer key talking to one market; a request is tried once."""
 
-    url: str
-    identity: str
-    key: RequestSigner
-    http: httpx.AsyncClient
-
-    @classmethod
-    def open(cls, url: str, identity: str, key: RequestSigner) -> MarketClient:
-        # A plain http:// market never does TLS (paths are relative, redirects not followed),
-        # so its client skips loading the CA bundle, a good part of a CLI's start; any other
-        # URL verifies certificates as before.
-        plain_http = url.lower().startswith("http://")
-        http = httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S, verify=not plain_http)
-        return cls(url, identity, key, http)
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-    def _headers(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        fields = RequestFields.of(method, path, body, self.identity)
-        return self.key.sign_request(fields)
+    timeout_s = TIMEOUT_S
+    hint = HINT
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
         """One signed JSON request; its JSON answer."""
-        content = b"" if body is None else json.dumps(body).encode()
-        headers = self._headers(method, path, content)
-        if body is not None:
-            headers["content-type"] = "application/json"
-        try:
-            answer = await self.http.request(method, path, content=content, headers=headers)
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from exc
-        check(answer)
-        return market_json(answer.text, f"{method} {path}")
+        return await self.send(method, path, None if body is None else Body.of_json(body))
 
     async def request_job(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self.call("POST", "/jobs", request)
@@ -99,12 +60,7 @@ class MarketClient:
     async def events(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
         """The job's transitions (server-sent events) from the first; ends at a final state."""
         path = f"/jobs/{job_id}/events"
-        headers = self._headers("GET", path, b"")
-        timeout = httpx.Timeout(TIMEOUT_S, read=None)
-        async with self.http.stream("GET", path, headers=headers, timeout=timeout) as stream:
-            if stream.is_error:
-                await stream.aread()
-                check(stream)
+        async with self.stream(path, endless=True) as stream:
             async for line in stream.aiter_lines():
                 if line.startswith("data: "):
                     yield market_json(line.removeprefix("data: "), f"an event of {path}")
@@ -114,19 +70,14 @@ class MarketClient:
         Chunks are taken as the connection hands them (re-chunking copies every byte once
         more) and hashed and written in a worker thread, one batch while the next arrives:
         both release the GIL, so the disk and the socket overlap."""
-        path = f"/jobs/{job_id}/result"
         digest = hashlib.sha256()
-        headers = self._headers("GET", path, b"")
 
         def sink(file: BinaryIO, batch: list[bytes]) -> None:
             for chunk in batch:
                 digest.update(chunk)
                 file.write(chunk)
 
-        async with self.http.stream("GET", path, headers=headers) as stream:
-            if stream.is_error:
-                await stream.aread()
-                check(stream)
+        async with self.stream(f"/jobs/{job_id}/result") as stream:
             with into.open("wb") as file:
                 batch: list[bytes] = []
                 size = 0
@@ -143,9 +94,3 @@ class MarketClient:
                     await writing
                 sink(file, batch)
         return digest.hexdigest()
-
-
-def check(answer: httpx.Response) -> None:
-    """MarketRefused (NoMatchingProvider for a job no offer can take) for a refusal."""
-    if not answer.is_success:
-        raise refusal(answer.status_code, answer.text)

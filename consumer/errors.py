@@ -1,5 +1,7 @@
 """The consumer's refusals. Each says what was wrong and what to do about it, so the CLI prints
-the message as it is and `--json` carries the kind and the fields a script acts on."""
+the message as it is and `--json` carries the kind and the fields a script acts on. The
+market's own (MarketRefused, NoMatchingProvider) are every client's:
+`offchain.protocol.market_errors`."""
 
 from __future__ import annotations
 
@@ -18,14 +20,6 @@ class ConsumerError(UnchainedError):
 
 class WalletError(ConsumerError):
     """No usable key: missing file, unreadable envelope, not a mnemonic."""
-
-
-class MarketRefused(ConsumerError):
-    """The market answered 4xx/5xx; `field` names what it refused, as it said."""
-
-
-class NoMatchingProvider(MarketRefused):
-    """No offer can take the job now; the message says why, per requirement."""
 
 
 class QuoteRejected(ConsumerError):

@@ -1,28 +1,22 @@
 """Signed GETs to the market with the standard library's HTTP client, for the commands that
 only read it (`job list`, `offers search`): httpx and asyncio take longer to import than the
 whole request, and those commands answer from one GET. What both clients share lives here:
-the signer they take, the paths, how a refusal or an answer that is not JSON is told
-(`consumer.client` is the SDK's asynchronous client, streams and uploads)."""
+the paths and the hint where the URL is set (`consumer.client` is the SDK's asynchronous
+client, on `offchain.protocol.market_link`; a failure is told as both tell it,
+`offchain.protocol.market_errors`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import http.client
-import json
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, urlsplit
 
-from consumer.errors import MarketRefused, NoMatchingProvider
-from offchain.protocol.signed_request import RequestFields
+from offchain.protocol.market_errors import market_json, refusal, unreachable
+from offchain.protocol.signed_request import RequestFields, RequestSigner
 
 TIMEOUT_S = 60
-
-
-class RequestSigner(Protocol):
-    """What signs the requests: `consumer.keys.ConsumerKey`, or a plain key alone
-    (`consumer.request_key.RequestKey`) for a command that never touches the chain."""
-
-    def sign_request(self, fields: RequestFields) -> dict[str, str]: ...
+HINT = "--market-url / UNCHAINED_CONSUMER_MARKET_URL"  # where the market's URL is set
 
 
 def my_jobs_path(limit: int) -> str:
@@ -35,7 +29,9 @@ def offers_path(query: str, limit: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class MarketReader:
-    """One consumer key reading one market (`identity` is signed into every request)."""
+    """One consumer key reading one market (`identity` is signed into every request): its
+    `consumer.keys.ConsumerKey`, or a plain key alone (`consumer.request_key.RequestKey`)
+    for a command that never touches the chain."""
 
     url: str
     identity: str
@@ -54,7 +50,7 @@ class MarketReader:
             answer = connection.getresponse()
             text = answer.read().decode("utf-8", "replace")
         except (OSError, http.client.HTTPException) as exc:  # refused, timed out, TLS, cut
-            raise unreachable(self.url, exc) from exc
+            raise unreachable(self.url, exc, HINT) from exc
         finally:
             connection.close()
         if not 200 <= answer.status < 300:
@@ -67,39 +63,3 @@ class MarketReader:
 
     def search_offers(self, query: str, limit: int = 100) -> dict[str, Any]:
         return self.get(offers_path(query, limit))
-
-
-def unreachable(url: str, exc: Exception) -> MarketRefused:
-    return MarketRefused(
-        f"cannot reach the market at {url} ({exc!r}): is it running? "
-        "(--market-url / UNCHAINED_CONSUMER_MARKET_URL)",
-        url=url,
-    )
-
-
-def market_json(text: str, what: str) -> Any:
-    """The JSON a market answered; MarketRefused when it is not JSON (not an Unchained market,
-    or a broken one), never a traceback."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise MarketRefused(
-            f"the market's answer to {what} is not JSON ({exc}): is --market-url an Unchained "
-            f"market? It began {text[:80]!r}",
-            answer=text[:500],
-        ) from exc
-
-
-def refusal(status: int, text: str) -> MarketRefused:
-    """The market's refusal (`status`, not 2xx) as MarketRefused naming the field it named;
-    NoMatchingProvider for a job no offer can take."""
-    try:
-        problems = json.loads(text)["detail"]
-        field = ".".join(str(part) for part in problems[0]["loc"])
-        message = "; ".join(str(problem["msg"]) for problem in problems)
-    except (ValueError, KeyError, IndexError, TypeError):
-        field, message = "", text[:500]
-    kind = MarketRefused
-    if status == 409 and message.startswith("no offer can take the job"):
-        kind = NoMatchingProvider
-    return kind(f"the market refused ({status}): {message}", status=status, field=field)

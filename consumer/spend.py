@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from consumer.errors import MarketRefused
 from offchain.protocol.amounts import ada
+from offchain.protocol.market_errors import MarketRefused
 
 if TYPE_CHECKING:
     from pycardano import ChainContext

@@ -11,8 +11,9 @@ body or market, outside the tolerance window, or a second time (the nonce store)
 because a wallet shows the payload to its user before signing it.
 
 Server side: `RequestVerifier.verify`. Client side: `RequestFields.of(...)`, then either
-`sign_request(key, fields, network=...)` with a pycardano key, or `fields.payload()` handed to
-a wallet's `signData` and `headers_of(its result)`.
+`sign_request(key, fields, network=...)` with a pycardano key (a `RequestSigner`, as
+`offchain.protocol.market_link` takes one), or `fields.payload()` handed to a wallet's
+`signData` and `headers_of(its result)`.
 """
 
 from __future__ import annotations
@@ -192,6 +193,23 @@ def sign_request(
     signed = cip8.sign(fields.payload(), key, attach_cose_key=True, network=network)
     assert isinstance(signed, dict)  # attach_cose_key=True returns {signature, key}
     return headers_of(signed)
+
+
+class RequestSigner(Protocol):
+    """What signs a client's requests: a party's key, in whatever form it holds it."""
+
+    def sign_request(self, fields: RequestFields) -> dict[str, str]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class KeySigner:
+    """A pycardano payment key signing requests for its address on `network` (the provider)."""
+
+    key: SigningKey | ExtendedSigningKey
+    network: Network
+
+    def sign_request(self, fields: RequestFields) -> dict[str, str]:
+        return sign_request(self.key, fields, network=self.network)
 
 
 def open_signed(signature: str, key: str) -> tuple[PaymentVerificationKey, Address, str]:

@@ -19,11 +19,12 @@ from offchain.chain.utxo import utxo_at
 from offchain.protocol.cancel_check import CancelRefused, check_cancel
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.market_errors import MarketError
+from offchain.protocol.market_link import Body
 from offchain.protocol.txbuild import BuildError, out_ref
 from provider.daemon.chain import CHAIN_DOWN, ChainUnavailable
 from provider.daemon.jobs import CALL_S, Worker
 from provider.daemon.journal import JobEntry
-from provider.daemon.market_link import Body, MarketError
 
 log = logging.getLogger("unchained.provider")
 # what a bad transaction, escrow or assignment raises (pycardano and cbor2 several kinds)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from offchain.protocol.market_errors import MarketError
+from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.metering import MeteringRecord
 from provider.daemon.journal import JobEntry
-from provider.daemon.market_link import Body, MarketError, MarketLink
 from provider.runner import RunResult
 
 log = logging.getLogger("unchained.provider")

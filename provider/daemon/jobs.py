@@ -20,6 +20,8 @@ from offchain.protocol.acceptance import Offered, describe, refusals
 from offchain.protocol.escrow import acceptance_terms, signed_receipt
 from offchain.protocol.escrow_check import check_terms
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.market_errors import MarketError, MarketRefused
+from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import ImageSupply
 from offchain.protocol.outcome import Outcome
 from offchain.protocol.receipt import NOTHING_RAN
@@ -32,7 +34,6 @@ from provider.daemon.bond import BondManager
 from provider.daemon.capacity import Bundle, Capacity, Slot
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.journal import JobEntry, Journal, SignedReceiptRecord
-from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
 from provider.images import local_images
 from provider.receipts import EscrowJob, ReceiptError, accept, receipt_for
 from provider.runner import Runner, RunResult

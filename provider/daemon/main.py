@@ -16,6 +16,9 @@ from typing import TypeVar
 
 import docker
 
+from offchain.protocol.market_errors import MarketError
+from offchain.protocol.market_link import MarketLink
+from offchain.protocol.signed_request import KeySigner
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
 from provider.daemon.cancels import answer_cancel
@@ -23,7 +26,6 @@ from provider.daemon.capacity import Capacity, slots_of
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.jobs import Worker
 from provider.daemon.journal import Journal
-from provider.daemon.market_link import MarketError, MarketLink
 from provider.daemon.offers import OfferKeeper
 from provider.daemon.payouts import PayoutWatcher
 from provider.daemon.recovery import recover
@@ -43,8 +45,8 @@ class Daemon:
         self.chain = chain
         key = chain.wallet.key
         network = chain.deployment.network
-        self.link = MarketLink(
-            self.settings.market_url, self.settings.market_identity, key, network
+        self.link = MarketLink.open(
+            self.settings.market_url, self.settings.market_identity, KeySigner(key, network)
         )
         bundle, slots = slots_of(config.offer, inventory)
         runner = Runner(docker.from_env(), config.runner)

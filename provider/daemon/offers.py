@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from offchain.protocol.amounts import ada
+from offchain.protocol.market_errors import MarketError, MarketRefused
+from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import OfferedImage, SelfTestSummary
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
-from provider.daemon.market_link import Body, MarketError, MarketLink, MarketRefused
 from provider.selftest import load_summary
 
 log = logging.getLogger("unchained.provider")

@@ -15,9 +15,9 @@ import pytest
 from nacl.signing import SigningKey
 
 from consumer.client import MarketClient
-from consumer.errors import MarketRefused
 from consumer.market_read import MarketReader
 from consumer.request_key import RequestKey
+from offchain.protocol.market_errors import MarketRefused
 
 
 def self_signed(tmp_path: Path) -> ssl.SSLContext:

@@ -12,12 +12,13 @@ import tarfile
 import pytest
 from sqlmodel import Session, select
 
-from consumer.errors import MarketRefused, NotRefundableYet, QuoteRejected, ResultMismatch
+from consumer.errors import NotRefundableYet, QuoteRejected, ResultMismatch
 from consumer.session import Consumer
 from offchain.market.db import make_engine
 from offchain.market.models import Job, Offer
 from offchain.market.services import storage
 from offchain.protocol.jobspec import parse_jobspec
+from offchain.protocol.market_errors import MarketRefused
 from offchain.protocol.payloads import sign
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from tests.consumer.scripted import GPU, PRICE

@@ -9,9 +9,10 @@ import hashlib
 from offchain.market.models import Blob
 from offchain.market.services import delivery, storage
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.market_link import MarketLink
+from offchain.protocol.signed_request import KeySigner
 from provider.daemon import evidence
 from provider.daemon.journal import JobEntry, SignedReceiptRecord
-from provider.daemon.market_link import MarketLink
 from provider.runner import RunResult
 from tests.market.client import Party
 from tests.market.flow import (
@@ -101,9 +102,8 @@ async def test_the_daemon_uploads_the_record_its_receipt_signed(
         price_per_unit=PRICE, gpu_uuids=[], slot=0, close_ms=0, accepted_at_ms=0,
         receipt=SignedReceiptRecord.model_validate(receipt),
     )  # fmt: skip
-    link = MarketLink(
-        str(http.base_url), settings.identity, provider.wallet.key, provider.wallet.address.network
-    )
+    signer = KeySigner(provider.wallet.key, provider.wallet.address.network)
+    link = MarketLink.open(str(http.base_url), settings.identity, signer)
     try:
         # a receipt for other evidence: the daemon sends nothing it did not sign
         other = SignedReceiptRecord.model_validate(receipt | {"evidence_hash": "00" * 32})
