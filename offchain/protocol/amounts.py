@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-LOVELACE_PER_ADA = 1_000_000
+ADA = 1_000_000  # lovelace: the one definition every package imports
 AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ada|lovelace)\s*$", re.IGNORECASE)
 
 
@@ -20,7 +20,7 @@ def parse_lovelace(text: str) -> int:
             f"got {text!r}"
         )
     number, unit = Decimal(match[1]), match[2].lower()
-    lovelace = number * LOVELACE_PER_ADA if unit == "ada" else number
+    lovelace = number * ADA if unit == "ada" else number
     if lovelace != lovelace.to_integral_value():
         whole = "6 decimals of ADA" if unit == "ada" else "whole lovelace"
         raise ValueError(f"{text!r}: amounts are {whole} at most")
@@ -32,7 +32,7 @@ def parse_lovelace(text: str) -> int:
 def ada(lovelace: int) -> str:
     """`1234567` -> `1.234567 ADA`: exact, never a float."""
     sign = "-" if lovelace < 0 else ""
-    whole, fraction = divmod(abs(lovelace), LOVELACE_PER_ADA)
+    whole, fraction = divmod(abs(lovelace), ADA)
     return f"{sign}{whole:,}.{fraction:06d} ADA"
 
 

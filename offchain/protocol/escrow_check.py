@@ -24,7 +24,6 @@ from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import Clock
 from offchain.protocol.types import EscrowDatum
 
-JOB_ID_BYTES = 32
 NON_NEGATIVE = ("price_per_unit", "max_units", "deadline", "settle_window", "fee_allowance")
 
 
@@ -42,7 +41,7 @@ def check_terms(
     the first thing that is not so. Needs no time: a receipt and an acceptance both need it."""
     datum = script_datum(escrow, EscrowDatum, deployment.escrow_hash, EscrowRefused)
     check_vkey(escrow, datum.provider_vkey, EscrowRefused)
-    if len(datum.job_id) != JOB_ID_BYTES:
+    if len(datum.job_id) != escrows.HASH_BYTES:
         raise EscrowRefused(escrow, Refusal.JOB_ID_LENGTH, f"{len(datum.job_id)} bytes")
     negative = [
         f"{name} {getattr(datum, name)}" for name in NON_NEGATIVE if getattr(datum, name) < 0

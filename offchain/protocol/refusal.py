@@ -17,11 +17,11 @@ from pycardano.serialization import RawCBOR
 from offchain.errors import UnchainedError
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.payloads import VKEY_BYTES
+from offchain.protocol.signed_request import KEY_HASH_BYTES
 from offchain.protocol.txbuild import out_ref
 from offchain.protocol.types import PlutusAddress, StakingHash
 
 D = TypeVar("D", bound=PlutusData)
-HASH_BYTES = 28  # a payment or stake credential: blake2b-224
 
 
 class Refusal(StrEnum):
@@ -99,8 +99,8 @@ def _address_problem(address: PlutusAddress) -> str | None:
     staking = getattr(address.stake, "staking", None)
     if isinstance(staking, StakingHash):
         hashes.append(staking.credential.hash)
-    if any(len(h) != HASH_BYTES for h in hashes):
-        return f"its credentials must be {HASH_BYTES}-byte hashes"
+    if any(len(h) != KEY_HASH_BYTES for h in hashes):  # a script's hash is as long
+        return f"its credentials must be {KEY_HASH_BYTES}-byte hashes"
     try:
         bytes(from_plutus(address, Network.TESTNET))
     except Exception as exc:  # pycardano refuses an unencodable address in several ways

@@ -36,6 +36,8 @@ DOMAIN = "unchained/request/v1"
 SIGNATURE_HEADER = "X-Unchained-Signature"  # the COSE_Sign1, hex
 KEY_HEADER = "X-Unchained-Key"  # the COSE_Key, hex
 COSE_SIGN1_TAG = "d2"  # CBOR tag 18; wallets send the untagged array, pycardano adds the tag
+# A key's hash as an address carries it (the signer's id), blake2b-224; a script's is as long.
+KEY_HASH_BYTES = 28
 
 # Each signed field's form; a payload that strays is refused before anything else is compared.
 FORMATS = {

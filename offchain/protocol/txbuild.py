@@ -43,10 +43,10 @@ from offchain.chain.context import queries
 from offchain.chain.time import ChainTime, iso
 from offchain.chain.utxo import format_out_ref
 from offchain.errors import UnchainedError
+from offchain.protocol.amounts import ADA
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
 
 D = TypeVar("D", bound=PlutusData)
-ADA = 1_000_000
 FEE_RESERVE = 10 * ADA  # plain ADA a submitter brings: fee, collateral, min-UTxO top-ups
 TTL_MS = 15 * 60 * 1000  # how long a built transaction stays valid (at most)
 # Declared execution units over the evaluated ones. Scripts here read nothing the balancing
