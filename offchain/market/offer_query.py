@@ -37,6 +37,7 @@ from fractions import Fraction
 
 from offchain.market.errors import Invalid
 from offchain.protocol.acceptance import asks, price_refusal
+from offchain.protocol.amounts import ADA
 from offchain.protocol.jobspec import JobSpec
 
 TEXT_OPS = ("=", "!=")
@@ -51,7 +52,7 @@ PRICE = re.compile(
     NUMBER + r"(?P<unit>lovelace|ADA)(?:/(?P<per>s|min|h))?", re.IGNORECASE | re.ASCII
 )
 SIZE_UNITS = {"mib": ("MiB", 1), "gib": ("GiB", 1024), "tib": ("TiB", 1024 * 1024)}
-AMOUNT_UNITS = {"lovelace": ("lovelace", 1), "ada": ("ADA", 1_000_000)}
+AMOUNT_UNITS = {"lovelace": ("lovelace", 1), "ada": ("ADA", ADA)}
 SECONDS_PER = {"s": 1, "min": 60, "h": 3600}
 DEFAULT_SORT = ("price",)
 # a job's resources: (query field, spec field, the unit its query term is written in)

@@ -1,37 +1,40 @@
 """The market's settings: one model, filled from flags, then `UNCHAINED_MARKET_*` environment
 variables (and the usual `DATABASE_URL`), then a TOML file, then the defaults (the project's
-order for every process).
+order for every process, `offchain.settings_base`).
 
-Money is integer lovelace and time integer ms. Paths are made absolute once, here: a relative
-path in the TOML file is read from the file's folder, one from a flag or the environment from
-the working directory, so nothing later depends on where the service was started.
+Money is integer lovelace and time integer ms. Paths are made absolute once, as they are read:
+a relative path in the TOML file is read from the file's folder, one from a flag, the
+environment or a default from the working directory, so nothing later depends on where the
+service was started.
 """
 
 from __future__ import annotations
 
-import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
+from pydantic_settings import SettingsConfigDict
 
+from contracts import SETTLE_BATCH_MAX
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.market.errors import Invalid
 from offchain.protocol.jobspec import describe
+from offchain.settings_base import LayeredSettings, SettingsFileError
 
 ENV_PREFIX = "UNCHAINED_MARKET_"
 MIB = 1 << 20
-PATH_FIELDS = ("data_dir", "deployment", "wallet_key")
 # Crash-safety tests: the process SIGKILLs itself at the named point (never set in production).
 CRASH_POINTS = Literal["", "receipt-received", "settlement-built", "settlement-submitted"]
 
 
-class MarketSettings(BaseModel):
+class MarketSettings(LayeredSettings):
     """Everything the service reads at start; the defaults run a devnet market."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+    # the name hosting platforms and most tools use, below the market's own
+    env_aliases: ClassVar[Mapping[str, str]] = {"DATABASE_URL": "database_url"}
 
     data_dir: Path = Field(Path("data/market"), description="SQLite file, blobs, logs.")
     database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data_dir.")
@@ -74,8 +77,9 @@ class MarketSettings(BaseModel):
         "takes the fee allowances back as change. None: the market settles nothing itself.",
     )  # fmt: skip
     settle_batch_max: int = Field(
-        41, ge=1, description="Escrows per settle transaction (the contract's measured maximum)."
-    )
+        SETTLE_BATCH_MAX, ge=1, description="Escrows per settle transaction (the contract's "
+        "measured maximum).",
+    )  # fmt: skip
     settle_every_ms: int = Field(2000, ge=100, description="How often the batcher runs.")
     settle_in_flight_max: int = Field(
         4, ge=1, description="Settle transactions in flight at once, each paying its fee from "
@@ -108,13 +112,6 @@ class MarketSettings(BaseModel):
         return self.data_dir / "blobs"
 
 
-def _absolute(values: dict[str, Any], base: Path) -> dict[str, Any]:
-    return {
-        k: (base / v).resolve() if k in PATH_FIELDS and v is not None else v
-        for k, v in values.items()
-    }
-
-
 def load_settings(
     toml: Path | None = None,
     flags: Mapping[str, Any] | None = None,
@@ -122,27 +119,9 @@ def load_settings(
 ) -> MarketSettings:
     """Settings from `flags` (None values are unset), the environment, the TOML file at
     `toml` (if given and present) and the defaults, in that order; Invalid names the field."""
-    values: dict[str, Any] = {}
-    if toml is not None and toml.exists():
-        try:
-            values |= _absolute(tomllib.loads(toml.read_text()), toml.parent)
-        except tomllib.TOMLDecodeError as exc:
-            raise Invalid(f"{toml}: not valid TOML: {exc}", "config") from exc
-    environ = os.environ if environ is None else environ
-    env = {
-        name.removeprefix(ENV_PREFIX).lower(): value
-        for name, value in environ.items()
-        if name.startswith(ENV_PREFIX) and name != f"{ENV_PREFIX}CONFIG"
-    }
-    if "DATABASE_URL" in environ:  # the name hosting platforms and most tools use
-        env.setdefault("database_url", environ["DATABASE_URL"])
-    given = {k: v for k, v in (flags or {}).items() if v is not None}
-    values |= _absolute(env | given, Path.cwd())
-    for name in PATH_FIELDS:
-        default = MarketSettings.model_fields[name].default
-        if default is not None:
-            values.setdefault(name, Path.cwd() / default)
     try:
-        return MarketSettings.model_validate(values)
+        return MarketSettings.load(toml, flags, environ)
+    except SettingsFileError as exc:
+        raise Invalid(str(exc), "config") from exc
     except ValidationError as exc:
         raise Invalid(describe(exc), "settings") from exc

@@ -8,9 +8,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from offchain.protocol.amounts import ADA
 from offchain.protocol.outcome import describe
 
-ADA = 1_000_000
 HOUR_S = 3600
 MIB = 1 << 20
 PERMILLE = 1000
