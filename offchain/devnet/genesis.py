@@ -22,8 +22,8 @@ from pycardano import (
 )
 
 from offchain.devnet.view import SlotConfig
+from offchain.protocol.amounts import ADA
 
-ADA = 1_000_000
 DEMO_WALLETS = ("alice", "bob", "consumer", "provider", "market")
 DEMO_WALLET_LOVELACE = 100_000 * ADA
 FAUCET_WALLET = "faucet"
