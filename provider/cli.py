@@ -1,8 +1,8 @@
 """`unchained provider`: set a machine up as a provider, check it, and run job specs on it.
 
 Settings come from flags, then `UNCHAINED_PROVIDER_*` environment variables, then the TOML
-config (`--config`, written by `init`), then defaults. Each command imports what it uses
-(docker, the chain's clients, the daemon): `--help` imports none of them.
+config (`--config`, written by `init`), then defaults (`provider.config`). Each command
+imports what it uses (docker, the chain's clients, the daemon): `--help` imports none of them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -21,15 +21,7 @@ from pydantic import ValidationError
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.bond_cli import app as bond_app
-from provider.config import (
-    ConfigError,
-    Offer,
-    Prices,
-    ProviderConfig,
-    default_offer,
-    load_config,
-    to_toml,
-)
+from provider.config import Offer, Prices, ProviderConfig, default_offer, to_toml
 from provider.daemon.capacity import slots_of
 from provider.daemon.journal import Journal
 from provider.inventory import HostInventory, host_inventory
@@ -41,9 +33,11 @@ from provider.options import (
     OgmiosOption,
     StateDirOption,
     fail,
+    given,
     open_deployment,
     reported,
-    runner_settings,
+    settings_of,
+    variable,
 )
 
 if TYPE_CHECKING:
@@ -57,19 +51,14 @@ app = typer.Typer(
 app.add_typer(bond_app, name="bond")
 
 
-def provider_config(path: Path, state_dir: Path | None) -> tuple[ProviderConfig, HostInventory]:
+def provider_config(path: Path, flags: dict[str, Any]) -> tuple[ProviderConfig, HostInventory]:
     """The config at `path` (or, without one, an offer of everything here), flags on top."""
-    if path.exists():
-        overrides = {"runner": {"state_dir": str(state_dir)}} if state_dir else {}
-        try:
-            config = load_config(path, overrides)
-        except ConfigError as exc:
-            raise fail(str(exc)) from exc
-        return config, host_inventory(config.runner.state_dir)
-    settings = runner_settings(path, state_dir)
-    inventory = host_inventory(settings.state_dir)
+    settings = settings_of(path, flags)
+    inventory = host_inventory(settings.runner.state_dir)
+    if isinstance(settings, ProviderConfig):
+        return settings, inventory
     typer.echo(f"no config at {path}: offering this whole machine (see `init`)", err=True)
-    return ProviderConfig(offer=default_offer(inventory), runner=settings), inventory
+    return ProviderConfig(offer=default_offer(inventory), **dict(settings)), inventory
 
 
 def escrow_job(
@@ -143,7 +132,7 @@ def exec_job(
         spec = load_jobspec(spec_file)
     except JobSpecError as exc:
         raise fail(str(exc)) from exc
-    settings, inventory = provider_config(config, state_dir)
+    settings, inventory = provider_config(config, given(state_dir))
     refusal = settings.offer.refusal(spec, inventory)
     if refusal:
         raise fail(f"this provider's offer cannot take the job: {refusal}")
@@ -186,7 +175,7 @@ def selftest(
 
     from provider.selftest import GPU_BENCH_IMAGE, Check, SelfTest, save_summary
 
-    settings, inventory = provider_config(config, state_dir)
+    settings, inventory = provider_config(config, given(state_dir))
     try:
         client = docker.from_env()
     except docker.errors.DockerException as exc:
@@ -226,7 +215,7 @@ def init(
 
     if config.exists() and not force:
         raise fail(f"{config} exists; use --force to overwrite it")
-    settings = runner_settings(config, state_dir)
+    settings = settings_of(config, given(state_dir), fresh=True).runner
     inventory = host_inventory(settings.state_dir)
     everything = default_offer(inventory)
     present = [gpu.uuid for gpu in inventory.gpu.gpus]
@@ -268,13 +257,13 @@ def init(
 
 MarketUrlOption = Annotated[
     str | None,
-    typer.Option(envvar="UNCHAINED_PROVIDER_MARKET_URL", help="The market [default: config's]."),
+    typer.Option(help=f"The market [env var: {variable('daemon.market_url')}; default: config's]."),
 ]
 MarketIdentityOption = Annotated[
     str | None,
     typer.Option(
-        envvar="UNCHAINED_PROVIDER_MARKET_IDENTITY",
-        help="The market's identity, signed into each request [default: config's].",
+        help="The market's identity, signed into each request [env var: "
+        f"{variable('daemon.market_identity')}; default: config's].",
     ),
 ]
 
@@ -293,12 +282,8 @@ def run(
     from provider.daemon.chain import Chain
     from provider.daemon.main import Daemon
 
-    settings, inventory = provider_config(config, state_dir)
-    given = {"market_url": market_url, "market_identity": market_identity}
-    daemon_settings = settings.daemon.model_copy(
-        update={k: v for k, v in given.items() if v is not None}
-    )
-    settings = settings.model_copy(update={"daemon": daemon_settings})
+    flags = given(state_dir, market_url=market_url, market_identity=market_identity)
+    settings, inventory = provider_config(config, flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     context, made = open_deployment(ogmios_url, deployment)
@@ -323,7 +308,7 @@ def status(
     from provider.daemon.chain import Chain
     from provider.daemon.status import provider_status, status_lines
 
-    settings, inventory = provider_config(config, state_dir)
+    settings, inventory = provider_config(config, given(state_dir))
     _, slots = slots_of(settings.offer, inventory)
     context, made = open_deployment(ogmios_url, deployment)
     with reported():

@@ -1,25 +1,31 @@
 """The operator's offer (which GPUs, how many cores, how much memory and disk, at what prices)
-and the runner's settings, read from a TOML file that flags may override.
+and the daemon's and runner's settings, read from a TOML file (`[offer]`, `[daemon]`,
+`[runner]`) under flags and `UNCHAINED_PROVIDER_*` variables, in the project's order
+(`offchain.settings_base`).
 
 Prices are integer lovelace per second of each resource; a job pays for its whole reserved
 bundle every second it runs (rounded up), whatever it actually used.
 
 Paths are absolute once read: a relative path in the TOML file is read from the file's folder
-(so the same file means the same state wherever the provider starts), and the state directory
-defaults to `state/` beside the file.
+(so the same file means the same state wherever the provider starts), one from a flag or a
+variable from the working directory, and the state directory defaults to `state/` beside the
+file.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import SettingsConfigDict
 
+from contracts import SETTLE_BATCH_MAX
 from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec, Resources, describe
+from offchain.settings_base import FileUse, LayeredSettings, SettingsFileError
 from provider.inventory import HostInventory
 
 MIB = 1 << 20
@@ -123,13 +129,9 @@ class RunnerSettings(_Section):
 
     @field_validator("state_dir")
     @classmethod
-    def _absolute(cls, state_dir: Path, info: ValidationInfo) -> Path:
+    def _absolute(cls, state_dir: Path) -> Path:
         """The runner is named by its state directory, so it must not depend on the directory
-        the provider was started in: relative paths are read from the config file's folder
-        (`base_dir` in the validation context) and refused without one."""
-        base_dir = (info.context or {}).get("base_dir")
-        if base_dir is not None:
-            state_dir = (base_dir / state_dir).resolve()
+        the provider was started in: loading makes it absolute (`load_config`), code must."""
         if not state_dir.is_absolute():
             raise ValueError(f"{state_dir} is relative; give an absolute path")
         return state_dir
@@ -147,15 +149,35 @@ class DaemonSettings(_Section):
     payout_margin_ms: int = Field(
         5 * 60_000, ge=0, description="settle by itself this long before an escrow closes"
     )
-    settle_batch_max: int = Field(41, ge=1, description="escrows per settle transaction")
+    settle_batch_max: int = Field(
+        SETTLE_BATCH_MAX, ge=1, description="escrows per settle transaction"
+    )
     bond_minimum_lovelace: int = Field(0, ge=0, description="the market's minimum bond")
 
 
-class ProviderConfig(_Section):
-    offer: Offer
+class ProviderSettings(LayeredSettings):
+    """The daemon's and the runner's settings: all a command needs but the offer."""
+
+    model_config = SettingsConfigDict(env_prefix="UNCHAINED_PROVIDER_", strict=True)
+    env_aliases: ClassVar[Mapping[str, str]] = {
+        "UNCHAINED_PROVIDER_STATE_DIR": "runner.state_dir",
+        "UNCHAINED_PROVIDER_MARKET_URL": "daemon.market_url",
+        "UNCHAINED_PROVIDER_MARKET_IDENTITY": "daemon.market_identity",
+    }
+    defaults_beside_file = True  # the state directory: `state/` beside the config
+
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
-    # validated, so that a file without [runner] gets the state directory beside it
+    # validated: built in code without one, the (relative) default state directory is refused
     runner: RunnerSettings = Field(default_factory=dict, validate_default=True)
+
+
+class ProviderConfig(ProviderSettings):
+    """The whole config: the settings and the offer."""
+
+    offer: Offer
+
+
+S = TypeVar("S", bound=ProviderSettings)
 
 
 def default_offer(inventory: HostInventory) -> Offer:
@@ -168,29 +190,35 @@ def default_offer(inventory: HostInventory) -> Offer:
     )
 
 
-def parse_config(data: dict[str, Any], base_dir: Path) -> ProviderConfig:
-    """The config in `data`, its relative paths read from `base_dir`."""
+def load_config(
+    path: Path, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> ProviderConfig:
+    """The config in the TOML file at `path` (which must be there), under `flags` (section ->
+    field -> value; None: not given) and the environment's `UNCHAINED_PROVIDER_*` variables."""
+    return _loaded(ProviderConfig, path, flags, environ, file="required")
+
+
+def load_settings(
+    path: Path, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> ProviderSettings:
+    """The settings without the config at `path` (there is none, or `init` is writing it):
+    flags, variables and defaults, the state directory beside where the file would be."""
+    return _loaded(ProviderSettings, path, flags, environ, file="folder only")
+
+
+def _loaded(
+    kind: type[S],
+    path: Path,
+    flags: Mapping[str, Any] | None,
+    environ: Mapping[str, str] | None,
+    file: FileUse,
+) -> S:
     try:
-        return ProviderConfig.model_validate(data, context={"base_dir": base_dir})
+        return kind.load(path, flags, environ, file=file)
+    except SettingsFileError as exc:
+        raise ConfigError(str(exc)) from exc
     except ValidationError as exc:
-        raise ConfigError(describe(exc)) from exc
-
-
-def load_config(path: Path, overrides: dict[str, dict[str, Any]] | None = None) -> ProviderConfig:
-    """The TOML file at `path`, with `overrides` (from flags: section -> field -> value) on top;
-    relative paths in the file are read from its folder."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    for section, values in (overrides or {}).items():
-        data.setdefault(section, {}).update(values)
-    try:
-        return parse_config(data, path.parent)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}:\n{exc}") from exc
+        raise ConfigError(f"{path}:\n{describe(exc)}") from exc
 
 
 def _toml_value(value: Any) -> str:
@@ -215,6 +243,8 @@ def to_toml(config: ProviderConfig) -> str:
         for key, value in nested.items():
             table(f"{name}.{key}", value)
 
-    for section, values in config.model_dump(mode="json").items():
+    sections = config.model_dump(mode="json")
+    table("offer", sections.pop("offer"))  # first: it is what an operator reads and edits
+    for section, values in sections.items():
         table(section, values)
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Options and helpers shared by the provider's commands (`unchained provider ...`), so every
-command reads the same flags, environment variables and config the same way.
+command reads the same flags, environment variables and config the same way: the flags here,
+then the settings' own order (`provider.config`: variables, the file, the defaults).
 
 Only typer and the config are imported here: `unchained provider --help` (and `deploy`'s) reads
 these options, and the chain's clients (pycardano, Ogmios) are imported by the helpers that use
@@ -10,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from provider.config import ConfigError, RunnerSettings, load_config
+from provider.config import ConfigError, ProviderSettings, load_config, load_settings
 
 if TYPE_CHECKING:
     from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
@@ -24,9 +25,17 @@ if TYPE_CHECKING:
 DEFAULT_CONFIG = Path("data/provider/provider.toml")
 DEFAULT_DEPLOYMENT = Path("data/deployment.json")
 
-# Paths from flags, environment variables and defaults are made absolute here, once
-# (`resolve_path`): what reaches the runner, docker and the files does not depend on the
-# directory a command was started in.
+
+def variable(field: str) -> str:
+    """The environment variable that sets `field` ("section.name"), for an option's help."""
+    return next(name for name, path in ProviderSettings.env_aliases.items() if path == field)
+
+
+# The config file, the chain and the deployment are found before any settings are read (and
+# the consumer's commands take the same two chain options): typer reads their variables. Paths
+# are made absolute once, as they come in (`resolve_path` here, the settings' loading for the
+# others): what reaches the runner, docker and the files does not depend on the directory a
+# command was started in.
 ConfigOption = Annotated[
     Path,
     typer.Option(
@@ -39,9 +48,8 @@ ConfigOption = Annotated[
 StateDirOption = Annotated[
     Path | None,
     typer.Option(
-        envvar="UNCHAINED_PROVIDER_STATE_DIR",
-        resolve_path=True,
-        help="Where the key, jobs and results live [default: state/ beside the config].",
+        help="Where the key, jobs and results live [env var: "
+        f"{variable('runner.state_dir')}; default: the config's, else state/ beside it].",
     ),
 ]
 OgmiosOption = Annotated[
@@ -63,23 +71,25 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def runner_settings(config: Path, state_dir: Path | None) -> RunnerSettings:
-    """The runner's settings without a config file at `config`: the state directory from the
-    flag, else beside where the config would be."""
-    given = {"state_dir": state_dir} if state_dir else {}
-    return RunnerSettings.model_validate(given, context={"base_dir": config.parent})
+def given(state_dir: Path | None, **daemon: str | None) -> dict[str, Any]:
+    """The flags a command was given, as the settings take them (None: not given)."""
+    return {"runner": {"state_dir": state_dir}, "daemon": daemon}
+
+
+def settings_of(config: Path, flags: dict[str, Any], *, fresh: bool = False) -> ProviderSettings:
+    """The config at `config` (a ProviderConfig, with its offer) under `flags`, or without one
+    there (or `fresh`: `init` is about to write it) the settings alone; exit 2 on a bad one."""
+    try:
+        if config.exists() and not fresh:
+            return load_config(config, flags)
+        return load_settings(config, flags)
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
 
 
 def state_dir_of(config: Path, state_dir: Path | None) -> Path:
-    """The state directory: the flag, else the config's, else the default."""
-    if state_dir is not None:
-        return state_dir
-    if not config.exists():
-        return runner_settings(config, None).state_dir
-    try:
-        return load_config(config).runner.state_dir
-    except ConfigError as exc:
-        raise fail(str(exc)) from exc
+    """The state directory: the flag, its variable, the config's, else beside the config."""
+    return settings_of(config, given(state_dir)).runner.state_dir
 
 
 def open_deployment(url: str, path: Path) -> tuple[OgmiosV6ChainContext, Deployment]:

@@ -18,7 +18,7 @@ import pytest
 
 from offchain.protocol.jobspec import InputFile
 from provider import inputs
-from provider.config import ConfigError, parse_config
+from provider.config import ConfigError, load_config
 from provider.inputs import FetchPolicy, InputError, stage_inputs
 
 BODY = b"weights" * 1000
@@ -178,6 +178,8 @@ def test_an_oversized_body_hits_the_cap(serve, tmp_path):
 
 
 def test_allowed_networks_must_be_networks(tmp_path: Path):
-    offer = {"cpu_cores": 1, "memory_mib": 64, "disk_mib": 8}
+    config = tmp_path / "provider.toml"
+    config.write_text('[offer]\ncpu_cores = 1\nmemory_mib = 64\ndisk_mib = 8\n'
+                      '[runner]\ninputs_allow = ["lan"]\n')  # fmt: skip
     with pytest.raises(ConfigError, match="inputs_allow"):
-        parse_config({"offer": offer, "runner": {"inputs_allow": ["lan"]}}, tmp_path)
+        load_config(config)
