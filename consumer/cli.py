@@ -3,9 +3,12 @@ commands. Each parses its input, calls the SDK (`consumer.session`) and prints: 
 by default, one JSON document with `--json`. Errors are messages that say what to do (exit 1),
 or `{"error": kind, "message": ..., facts}` with `--json`.
 
-Connection options come after any command, from flags or `UNCHAINED_*` variables: the key,
-the market (URL and the identity its requests are signed for), the chain's Ogmios, the
-protocol deployment and the state directory where jobs are recorded."""
+Connection options come after any command, from flags, else `UNCHAINED_*` variables, else the
+defaults (the project's order; the consumer has no settings file): the key, the market (URL
+and the identity its requests are signed for), the chain's Ogmios, the protocol deployment and
+the state directory where jobs are recorded. Each is declared once, as a field of `Env`; typer
+reads them, as no settings model may be imported before `job list` runs (pydantic alone took
+a tenth of a second of its start: tests/test_cli_imports.py)."""
 
 import dataclasses
 import functools
@@ -53,17 +56,47 @@ JobId = Annotated[
 ]
 
 
+def connection(variable: str, help: str, *, path: bool = False) -> dict[str, Any]:
+    """An `Env` field's metadata: the option every command takes for it."""
+    return {"option": typer.Option(envvar=variable, resolve_path=path, help=help)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Env:
     """Where the consumer's key, market, chain and records are."""
 
-    key: Path
-    market_url: str
-    market_identity: str
-    ogmios_url: str
-    deployment: Path
-    state_dir: Path
-    network: str
+    key: Path = dataclasses.field(
+        default=Path("data/consumer/consumer.skey"),
+        metadata=connection("UNCHAINED_CONSUMER_KEY",
+                            "cardano-cli .skey file or BIP-39 mnemonic file.", path=True),
+    )  # fmt: skip
+    market_url: str = dataclasses.field(
+        default="http://127.0.0.1:8080",
+        metadata=connection("UNCHAINED_CONSUMER_MARKET_URL", "The market's base URL."),
+    )
+    market_identity: str = dataclasses.field(
+        default="unchained-market",
+        metadata=connection(
+            "UNCHAINED_CONSUMER_MARKET_IDENTITY", "The market's identity, signed into requests."
+        ),
+    )
+    ogmios_url: str = dataclasses.field(
+        default=DEFAULT_OGMIOS_URL,
+        metadata=connection("UNCHAINED_OGMIOS_URL", "The chain's Ogmios."),
+    )
+    deployment: Path = dataclasses.field(
+        default=Path("data/deployment.json"),
+        metadata=connection("UNCHAINED_DEPLOYMENT", "The protocol deployment (JSON).", path=True),
+    )
+    state_dir: Path = dataclasses.field(
+        default=Path("data/consumer"),
+        metadata=connection(
+            "UNCHAINED_CONSUMER_STATE_DIR", "Where submitted jobs are recorded.", path=True
+        ),
+    )
+    network: str = dataclasses.field(
+        default="testnet", metadata=connection("UNCHAINED_NETWORK", "testnet or mainnet.")
+    )
 
     @property
     def network_id(self) -> int:
@@ -77,27 +110,6 @@ class Env:
         return Network.MAINNET if self.network == "mainnet" else Network.TESTNET
 
 
-ENV_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "key": (Path, typer.Option(envvar="UNCHAINED_CONSUMER_KEY", resolve_path=True,
-                               help="cardano-cli .skey file or BIP-39 mnemonic file.")),
-    "market_url": (str, typer.Option(envvar="UNCHAINED_CONSUMER_MARKET_URL",
-                                     help="The market's base URL.")),
-    "market_identity": (str, typer.Option(envvar="UNCHAINED_CONSUMER_MARKET_IDENTITY",
-                                          help="The market's identity, signed into requests.")),
-    "ogmios_url": (str, typer.Option(envvar="UNCHAINED_OGMIOS_URL", help="The chain's Ogmios.")),
-    "deployment": (Path, typer.Option(envvar="UNCHAINED_DEPLOYMENT", resolve_path=True,
-                                      help="The protocol deployment (JSON).")),
-    "state_dir": (Path, typer.Option(envvar="UNCHAINED_CONSUMER_STATE_DIR", resolve_path=True,
-                                     help="Where submitted jobs are recorded.")),
-    "network": (str, typer.Option(envvar="UNCHAINED_NETWORK", help="testnet or mainnet.")),
-}  # fmt: skip
-ENV_DEFAULTS = Env(
-    key=Path("data/consumer/consumer.skey"), market_url="http://127.0.0.1:8080",
-    market_identity="unchained-market", ogmios_url=DEFAULT_OGMIOS_URL,
-    deployment=Path("data/deployment.json"), state_dir=Path("data/consumer"), network="testnet",
-)  # fmt: skip
-
-
 def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(env, ..., as_json)` as a command taking the connection options after its
     own, turning every UnchainedError (and a bad job spec) into its message and exit 1."""
@@ -105,15 +117,15 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for p in inspect.signature(fn).parameters.values() if p.name != "env"]
         extra = [
-            inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY,
-                              annotation=Annotated[kind, option],
-                              default=getattr(ENV_DEFAULTS, field))
-            for field, (kind, option) in ENV_OPTIONS.items()
+            inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY,
+                              annotation=Annotated[field.type, field.metadata["option"]],
+                              default=field.default)
+            for field in dataclasses.fields(Env)
         ]  # fmt: skip
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            env = Env(**{field: kwargs.pop(field) for field in ENV_OPTIONS})
+            env = Env(**{field.name: kwargs.pop(field.name) for field in dataclasses.fields(Env)})
             as_json = kwargs.get("as_json", False)
             try:
                 if "job_id" in kwargs:  # a prefix or escrow ref of a job recorded here

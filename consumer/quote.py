@@ -15,13 +15,13 @@ from pycardano import Address
 
 from consumer.errors import QuoteRejected
 from offchain.protocol import escrow as escrows
+from offchain.protocol.amounts import ADA
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.signed_request import RequestFields, SignedRequestError, open_signed
 from offchain.protocol.split import lock_amount
 from offchain.protocol.types import EscrowDatum
 
-ADA = 1_000_000
 MAX_START_MS = 60 * 60_000  # the longest a quote may leave between now and the job's start
 MAX_SETTLE_WINDOW_MS = 24 * 60 * 60_000  # funds wait at most this past the deadline
 MAX_FEE_ALLOWANCE = 10 * ADA

@@ -16,12 +16,11 @@ import cbor2
 from nacl.signing import SigningKey
 
 from consumer.errors import WalletError
-from offchain.protocol.signed_request import RequestFields, headers_of
+from offchain.protocol.signed_request import KEY_HASH_BYTES, RequestFields, headers_of
 
 PLAIN_KEY_TYPE = "PaymentSigningKeyShelley_ed25519"
 SEED_CBOR = bytes.fromhex("5820")  # a CBOR byte string of 32 bytes: the Ed25519 seed
 ENTERPRISE_ADDRESS = 0b0110_0000  # address header: a payment key, no stake part; | network id
-KEY_HASH_BYTES = 28  # blake2b-224, as an address carries a key
 EDDSA, OKP, ED25519 = -8, 1, 6  # COSE algorithm, key type and curve
 COSE_KEY = {"kty": 1, "alg": 3, "crv": -1, "x": -2}  # COSE_Key labels
 

@@ -44,13 +44,13 @@ from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
-from offchain.protocol.amounts import ada
+from offchain.protocol.amounts import ADA, ada
 from offchain.protocol.bond_check import BondRefused, check_bond
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.payloads import verify
 from offchain.protocol.receipt import Receipt, ReceiptFormatError
-from offchain.protocol.txbuild import ADA, BuildError, Clock
+from offchain.protocol.txbuild import BuildError, Clock
 
 LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
 RESULT_FILE = "result.tar"
