@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 
+from contracts import SETTLE_BATCH_MAX
 from offchain.errors import UnchainedError
 
 app = typer.Typer()
-MAX_JOBS = 41  # escrows one settle transaction can hold (the contract's measured maximum)
 
 
 @app.callback(invoke_without_command=True)
@@ -34,7 +34,9 @@ def demo(
     jobs: Annotated[
         int,
         typer.Option(
-            min=1, max=MAX_JOBS, help="Jobs from as many consumers at once, settled in one batch."
+            min=1,
+            max=SETTLE_BATCH_MAX,  # all settled in one batch
+            help="Jobs from as many consumers at once, settled in one batch.",
         ),
     ] = 1,
     exit_: Annotated[

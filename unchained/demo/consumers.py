@@ -27,7 +27,7 @@ from consumer.progress import FINAL
 from consumer.store import JobStore
 from offchain.chain.ogmios import request
 from offchain.chain.submit import tip_point, wait_for_confirmations
-from offchain.devnet.genesis import ADA
+from offchain.protocol.amounts import ADA
 from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.split import SettleSplit
 from provider.images import WORKLOADS_IN_IMAGE
