@@ -1,4 +1,8 @@
-"""Shared fixtures: a real devnet process reached over its WebSocket."""
+"""Shared fixtures: a real devnet process reached over its WebSocket. And the markers that
+say what a test needs (`devnet`, `docker`, `postgres`, `browser`; `gpu` is set by hand),
+given here from the fixtures it uses, so `pytest -m "not devnet and not docker and not
+postgres and not browser"` runs the unit tests alone in seconds. A test module that starts
+such a thing itself (a CLI or the demo in a child process) sets its `pytestmark`."""
 
 from __future__ import annotations
 
@@ -7,6 +11,29 @@ from collections.abc import Iterator
 import pytest
 
 from offchain.devnet.process import DevnetProcess
+
+# marker: the fixtures that start it (a fixture used through another counts)
+NEEDS = {
+    "devnet": {"devnet", "own_devnet", "slow_devnet"},
+    "docker": {"busybox", "python", "runner"},
+    "postgres": {"postgresql_cluster", "postgresql_url"},
+    "browser": {"browser"},
+}
+DOCKER_CLIENT = "tests/provider"  # where `client` is the engine's (the explorer's is HTTP)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if used & fixtures:
+                item.add_marker(marker)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("database_url") == "postgresql":
+            item.add_marker("postgres")
+        definitions = item._fixtureinfo.name2fixturedefs.get("client", ())  # type: ignore[attr-defined]
+        if any(d.baseid.startswith(DOCKER_CLIENT) for d in definitions):
+            item.add_marker("docker")
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,9 @@ import pytest
 
 from tests.demo_check import check_settled, leftovers
 
+# the demo in a fresh clone: its devnet, its market and its daemon with the docker engine
+pytestmark = [pytest.mark.devnet, pytest.mark.docker]
+
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = ["bash", "scripts/demo.sh"]  # the README's quick start, word for word
 RUN_TIMEOUT_S = 600  # a first run on a fresh machine installs the venv and builds the image

@@ -12,6 +12,9 @@ import pytest
 from tests.demo_check import check_settled, leftovers
 from tests.test_demo import REPO
 
+# the demo: its devnet, its market and its daemon with the docker engine
+pytestmark = [pytest.mark.devnet, pytest.mark.docker]
+
 RUN_TIMEOUT_S = 300
 
 

@@ -29,6 +29,7 @@ async def call(ws, method, params=None):
     return response
 
 
+@pytest.mark.devnet  # a devnet of its own
 async def test_mempool_monitor_shows_a_pending_transaction(tmp_path):
     """Minute-long slots keep the transaction in the mempool while we look; time travel then
     forges the block that takes it out."""

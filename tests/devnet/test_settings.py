@@ -11,6 +11,8 @@ import pytest
 from offchain.chain.ogmios import request
 from offchain.devnet.process import DevnetProcess, free_port
 
+pytestmark = pytest.mark.devnet  # each test starts a devnet of its own
+
 
 async def test_toml_overrides_protocol_parameters_and_flags_win(tmp_path):
     config = tmp_path / "devnet.toml"

@@ -14,6 +14,8 @@ import pytest
 from offchain.chain.ogmios import request
 from offchain.devnet.process import DevnetProcess
 
+pytestmark = pytest.mark.devnet  # each test starts devnets of its own
+
 PROC = Path("/proc")
 
 

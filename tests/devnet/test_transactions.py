@@ -162,6 +162,7 @@ async def test_phase_one_rejections_over_the_socket(devnet):
     assert lovelace_at(devnet, receiver) == 5 * ADA
 
 
+@pytest.mark.devnet  # a devnet of its own
 async def test_time_travel_opens_a_validity_interval_exactly_at_its_edge(tmp_path):
     """A payment valid only in slot S is refused before S and accepted in the block at S
     (the lower bound is inclusive, the upper exclusive). Slow slots keep the clock still."""

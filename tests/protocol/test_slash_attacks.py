@@ -1,4 +1,4 @@
-"""More attacks on the slash, each a hand-made transaction the ledger must refuse by the trace
+"""Attacks on the slash, each a hand-made transaction the ledger must refuse by the trace
 of the bond's check, next to the honest twin it accepts: the consumer's share paid elsewhere or
 short, another provider's escrow, an "escrow" that is a wallet UTxO or another script version's,
 and an escrow locked under a datum hash."""
@@ -33,7 +33,7 @@ from tests.protocol.onchain import (
     wallet,
 )
 from tests.protocol.test_bond_attacks import accepted_job, layout, past_close, slash
-from tests.protocol.test_escrow_attacks_more import other_version
+from tests.protocol.test_escrow_attacks_scope import other_version
 
 
 async def test_the_slash_share_goes_whole_to_the_consumers_full_address(devnet, deployment):

@@ -1,7 +1,8 @@
-"""More attacks on the escrow, each tried as a hand-made transaction the ledger must refuse by
-the trace of its check, next to the honest twin it accepts: one-signature cancels, units out
-of range, a settle and a slash sharing a payout, an acceptance for another network, another
-script version's escrow under the batch withdrawal, and escrows locked with a datum hash."""
+"""Attacks on the scope of what an escrow's signatures and payouts authorise, each tried as a
+hand-made transaction the ledger must refuse by the trace of its check, next to the honest twin
+it accepts: one-signature cancels, units out of range, a settle and a slash sharing a payout,
+an acceptance for another network, another script version's escrow under the batch withdrawal,
+and escrows locked with a datum hash."""
 
 from __future__ import annotations
 
