@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 from consumer.market_read import HINT, TIMEOUT_S, my_jobs_path, offers_path
 from offchain.protocol.market_errors import market_json
 from offchain.protocol.market_link import Body, MarketLink
+from offchain.protocol.wire import EscrowParameters, parse
 
 BATCH_BYTES = 4 << 20  # hashed and written at once, off the event loop
 
@@ -38,8 +39,9 @@ class MarketClient(MarketLink):
         """The jobs this key requested, as the market knows them (newest first)."""
         return await self.call("GET", my_jobs_path(limit))
 
-    async def escrow_parameters(self, job_id: str) -> dict[str, Any]:
-        return await self.call("GET", f"/jobs/{job_id}/escrow")
+    async def escrow_parameters(self, job_id: str) -> EscrowParameters:
+        path = f"/jobs/{job_id}/escrow"
+        return parse(EscrowParameters, await self.call("GET", path), f"GET {path}")
 
     async def report_escrow(self, job_id: str, escrow: str) -> dict[str, Any]:
         return await self.call("POST", f"/jobs/{job_id}/escrow", {"escrow": escrow})

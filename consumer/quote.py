@@ -14,14 +14,14 @@ from typing import Any
 from pycardano import Address
 
 from consumer.errors import QuoteRejected
-from offchain.protocol import escrow as escrows
-from offchain.protocol.amounts import ADA
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.signed_request import RequestFields, SignedRequestError, open_signed
 from offchain.protocol.split import lock_amount
 from offchain.protocol.types import EscrowDatum
+from offchain.protocol.wire import EscrowParameters
 
+ADA = 1_000_000
 MAX_START_MS = 60 * 60_000  # the longest a quote may leave between now and the job's start
 MAX_SETTLE_WINDOW_MS = 24 * 60 * 60_000  # funds wait at most this past the deadline
 MAX_FEE_ALLOWANCE = 10 * ADA
@@ -96,7 +96,7 @@ def bundle_problems(terms: dict[str, Any], spec: JobSpec, gpu_model: str | None)
 
 def check_quote(
     quote: dict[str, Any],
-    params: dict[str, Any],
+    params: EscrowParameters,
     spec: JobSpec,
     consumer: Address,
     deployment: Deployment,
@@ -111,18 +111,18 @@ def check_quote(
     terms = json.loads(offer["body"])
     price = terms["price_per_unit"]
     problems = bundle_problems(terms, spec, gpu_model)
-    fee_allowance, deadline = params["fee_allowance"], params["deadline"]
+    fee_allowance, deadline = params.fee_allowance, params.deadline
     expected = {
-        "the provider's key": (params["provider_vkey"], provider_vkey.hex()),
-        "the provider's address": (params["provider"], terms["payout_address"]),
-        "the consumer's address": (params["consumer"], str(consumer)),
-        "the price per unit": (params["price_per_unit"], price),
+        "the provider's key": (params.provider_vkey, provider_vkey.hex()),
+        "the provider's address": (params.provider, terms["payout_address"]),
+        "the consumer's address": (params.consumer, str(consumer)),
+        "the price per unit": (params.price_per_unit, price),
         "the quoted price": (quote["price_per_unit"], price),
         "the quoted GPU": (quote["gpu_model"], terms["gpu_model"]),
-        "max units": (params["max_units"], spec.max_duration_s),
-        "the job id (spec digest)": (params["job_id"], spec.job_id().hex()),
-        "the escrow script": (params["escrow_hash"], deployment.escrow_hash.payload.hex()),
-        "the network": (params["network_id"], deployment.network_id),
+        "max units": (params.max_units, spec.max_duration_s),
+        "the job id (spec digest)": (params.job_id, spec.job_id().hex()),
+        "the escrow script": (params.escrow_hash, deployment.escrow_hash.payload.hex()),
+        "the network": (params.network_id, deployment.network_id),
     }
     problems += [f"{what} is {got!r}, expected {want!r}"
                  for what, (got, want) in expected.items() if got != want]  # fmt: skip
@@ -131,12 +131,12 @@ def check_quote(
             f"{price} lovelace/s x {spec.max_duration_s} s exceeds max_price_lovelace "
             f"{spec.max_price_lovelace}"
         )
-    if params["lovelace"] != lock_amount(price, spec.max_duration_s, fee_allowance):
-        problems.append(f"the lock of {params['lovelace']} lovelace is not price x units + fee")
+    if params.lovelace != lock_amount(price, spec.max_duration_s, fee_allowance):
+        problems.append(f"the lock of {params.lovelace} lovelace is not price x units + fee")
     if fee_allowance > MAX_FEE_ALLOWANCE:
         problems.append(f"the fee allowance {fee_allowance} exceeds {MAX_FEE_ALLOWANCE}")
-    if not 0 < params["settle_window"] <= MAX_SETTLE_WINDOW_MS:
-        problems.append(f"the settle window {params['settle_window']} ms is outside "
+    if not 0 < params.settle_window <= MAX_SETTLE_WINDOW_MS:
+        problems.append(f"the settle window {params.settle_window} ms is outside "
                         f"1..{MAX_SETTLE_WINDOW_MS} ms")  # fmt: skip
     run_ms = spec.max_duration_s * 1000
     if not now_ms + run_ms <= deadline <= now_ms + run_ms + MAX_START_MS:
@@ -147,13 +147,9 @@ def check_quote(
     if problems:
         raise QuoteRejected("refusing the quote, nothing locked: " + "; ".join(problems),
                             problems=problems)  # fmt: skip
-    datum = escrows.new_escrow(
-        consumer, Address.from_primitive(params["provider"]), provider_vkey, price,
-        spec.max_duration_s, deadline, params["settle_window"], spec.job_id(), fee_allowance,
-    )  # fmt: skip
     return CheckedQuote(
         job_id=quote["job_id"], provider_id=offer["provider_id"], gpu_model=terms["gpu_model"],
-        terms=terms, datum=datum, lovelace=params["lovelace"],
+        terms=terms, datum=params.to_datum(), lovelace=params.lovelace,
         quote_expires_ms=quote["quote_expires_ms"],
         allowance_note=quote.get("fee_allowance_note", ""),
     )  # fmt: skip

@@ -1,4 +1,6 @@
-"""Submit a transaction and wait until it is confirmed on chain."""
+"""Submit a transaction and wait until it is confirmed on chain: every submission goes through
+`submit` (or `submit_sync`, its twin for synchronous callers); an app that waits for the block
+uses `submit_confirmed`."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pycardano import Transaction
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.ogmios import UNREACHABLE as UNREACHABLE  # where its users import it from
-from offchain.chain.ogmios import Ogmios, OgmiosError
+from offchain.chain.ogmios import Ogmios, OgmiosError, request_sync
 from offchain.errors import UnchainedError
 
 CONFIRM_TIMEOUT_S = 60
@@ -25,10 +27,20 @@ class ChainError(UnchainedError):
 
 async def submit(url: str, tx: Transaction | bytes) -> str:
     """Submit and return the transaction id; raises OgmiosError with the ledger's reason."""
-    cbor = tx if isinstance(tx, bytes) else tx.to_cbor()
     async with Ogmios(url) as ogmios:
-        result = await ogmios.request("submitTransaction", {"transaction": {"cbor": cbor.hex()}})
+        result = await ogmios.request("submitTransaction", _submission(tx))
     return result["transaction"]["id"]
+
+
+def submit_sync(url: str, tx: Transaction | bytes) -> str:
+    """`submit` for synchronous callers (the market's request handlers, its settle batcher)."""
+    return request_sync(url, "submitTransaction", _submission(tx))["transaction"]["id"]
+
+
+def _submission(tx: Transaction | bytes) -> dict[str, Any]:
+    """submitTransaction's parameters: the bytes as given, or the transaction's CBOR."""
+    cbor = tx if isinstance(tx, bytes) else tx.to_cbor()
+    return {"transaction": {"cbor": cbor.hex()}}
 
 
 async def wait_for_confirmations(

@@ -1,5 +1,7 @@
 """What the API reads and answers (the tables' Create and Public variants). Request bodies
-refuse unknown fields, so a typo is a 422 naming it rather than a silently dropped wish."""
+refuse unknown fields, so a typo is a 422 naming it rather than a silently dropped wish. The
+answers the parties parse too (EscrowParameters, Assignment) are `offchain.protocol.wire`'s:
+the routes answer with those."""
 
 from __future__ import annotations
 
@@ -229,23 +231,6 @@ class Quote(BaseModel):
     fee_allowance_note: str = Field(description="What the allowance covers, in words.")
 
 
-class EscrowParameters(BaseModel):
-    """What to lock: the escrow address's script, the datum's fields and the lovelace."""
-
-    escrow_hash: str
-    network_id: int
-    consumer: str
-    provider: str
-    provider_vkey: str
-    price_per_unit: int
-    max_units: int
-    deadline: int
-    settle_window: int
-    job_id: str
-    fee_allowance: int
-    lovelace: int
-
-
 class LockTransaction(BaseModel):
     """The escrow's lock, unsigned: the consumer signs it with its own wallet and submits it,
     or posts it back for the market to submit (only this body is accepted)."""
@@ -299,21 +284,6 @@ class LogPublic(BaseModel):
     seq: int
     at_ms: int
     text: str
-
-
-class Assignment(BaseModel):
-    """A funded job for the provider: the spec to run and the escrow to check on chain first."""
-
-    job_id: str
-    escrow: str
-    spec: dict[str, Any]
-    price_per_unit: int
-    max_units: int
-    deadline_ms: int
-    cancel_tx: str | None = Field(
-        None, description="The renter's Cancel of this escrow (CBOR hex), when it asked to "
-        "cancel: sign it if the job has not started (check it first), stop the job if it has.",
-    )  # fmt: skip
 
 
 class CancelRequest(_Body):

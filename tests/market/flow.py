@@ -11,7 +11,7 @@ import hashlib
 from typing import Any, TypeVar
 
 import httpx
-from pycardano import Address, Transaction, UTxO
+from pycardano import Transaction, UTxO
 from sqlmodel import Session, SQLModel, select
 
 from offchain.chain.submit import submit_and_wait
@@ -26,6 +26,7 @@ from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.txbuild import Wallet
 from offchain.protocol.types import EscrowDatum
+from offchain.protocol.wire import EscrowParameters
 from tests.market.client import Party
 from tests.market.test_lifecycle import job_request, offer_terms
 from tests.protocol.onchain import output, wallet
@@ -93,12 +94,7 @@ async def quote(devnet: DevnetProcess, http: httpx.AsyncClient, identity: str) -
 async def lock(devnet: DevnetProcess, deployment: Deployment, consumer: Party, job: str) -> Locked:
     """Lock the job's escrow exactly as quoted, on chain only (the market is not told)."""
     params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
-    datum = escrows.new_escrow(
-        Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
-        bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
-        params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
-        params["fee_allowance"],
-    )  # fmt: skip
+    datum = EscrowParameters.model_validate(params).to_datum()
     unsigned = escrows.lock(
         devnet.context(), deployment, consumer.wallet.address, datum, params["lovelace"]
     )

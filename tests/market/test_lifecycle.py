@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 
-from pycardano import Address, Transaction, TransactionId, TransactionInput
+from pycardano import Transaction, TransactionId, TransactionInput
 from pycardano.cip import cip8
 
 from offchain.chain.submit import submit_and_wait
@@ -19,6 +19,7 @@ from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Clock
+from offchain.protocol.wire import EscrowParameters
 from tests.market.client import Party
 from tests.protocol.onchain import balance, confirm, output, wallet
 
@@ -81,12 +82,7 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
 
     params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
     assert params["lovelace"] == PRICE * 600 + quote["fee_allowance"]
-    datum = escrows.new_escrow(
-        Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
-        bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
-        params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
-        params["fee_allowance"],
-    )  # fmt: skip
+    datum = EscrowParameters.model_validate(params).to_datum()
     # the market builds the lock, the consumer's own wallet signs it, the market submits it
     context = devnet.context()
     built = (await consumer.send("GET", f"/jobs/{job}/lock")).json()

@@ -22,7 +22,6 @@ from typing import Any
 
 import docker
 import uvicorn
-from pycardano import Address
 
 from offchain.devnet.process import DevnetProcess, free_port
 from offchain.market.app import create_app
@@ -32,6 +31,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.split import lock_amount, settle_split
 from offchain.protocol.txbuild import Wallet
+from offchain.protocol.wire import EscrowParameters
 from provider.config import RunnerSettings
 from provider.runner import Runner
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER
@@ -243,12 +243,7 @@ async def fund_quoted(
 ) -> LockedJob:
     """A quoted job's escrow locked on chain and reported to the market."""
     params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
-    datum = escrows.new_escrow(
-        Address.from_primitive(params["consumer"]), Address.from_primitive(params["provider"]),
-        bytes.fromhex(params["provider_vkey"]), params["price_per_unit"], params["max_units"],
-        params["deadline"], params["settle_window"], bytes.fromhex(params["job_id"]),
-        params["fee_allowance"],
-    )  # fmt: skip
+    datum = EscrowParameters.model_validate(params).to_datum()
     unsigned = escrows.lock(
         devnet.context(), deployment, consumer.wallet.address, datum, params["lovelace"]
     )

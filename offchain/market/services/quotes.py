@@ -11,7 +11,8 @@ from pycardano import Address, Transaction
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from offchain.chain.ogmios import OgmiosError, request_sync
+from offchain.chain.ogmios import OgmiosError
+from offchain.chain.submit import submit_sync
 from offchain.chain.time import iso
 from offchain.errors import UnchainedError
 from offchain.market import schemas
@@ -29,6 +30,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
 from offchain.protocol.txbuild import BuildError
+from offchain.protocol.wire import EscrowParameters
 
 TIP_AGE_S = 1.0  # a quote's chain time may come from a tip read this long ago (Chain.now_ms)
 
@@ -158,10 +160,10 @@ def signed_offers(session: Session, ids: Sequence[int | None]) -> list[schemas.S
     return [signed_offer(rows[offer_id]) for offer_id in ids]
 
 
-def escrow_parameters(chain: Chain, job: Job) -> schemas.EscrowParameters:
+def escrow_parameters(chain: Chain, job: Job) -> EscrowParameters:
     """What the consumer locks: the datum's fields as `offchain.protocol.escrow.new_escrow`
     takes them, and at least `lovelace`."""
-    return schemas.EscrowParameters(
+    return EscrowParameters(
         escrow_hash=chain.deployment.escrow_hash.payload.hex(),
         network_id=chain.deployment.network_id, consumer=job.consumer_address,
         provider=job.provider_address, provider_vkey=job.provider_vkey,
@@ -240,7 +242,7 @@ def submit_lock(settings: MarketSettings, job: Job, signed: str) -> schemas.Subm
     if job.consumer_id not in signers:
         raise Invalid("the lock is not signed by the consumer's payment key", "transaction")
     try:
-        request_sync(settings.ogmios_url, "submitTransaction", {"transaction": {"cbor": signed}})
+        submit_sync(settings.ogmios_url, bytes.fromhex(signed))
     except OgmiosError as exc:
         raise Conflict(f"the chain refused the lock: {exc.message}", "transaction") from exc
     return schemas.Submitted(tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id))

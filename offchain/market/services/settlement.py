@@ -31,8 +31,8 @@ from pycardano import PaymentSigningKey, Transaction, TransactionInput
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from offchain.chain.ogmios import OgmiosError, request_sync
-from offchain.chain.submit import UNREACHABLE
+from offchain.chain.ogmios import OgmiosError
+from offchain.chain.submit import UNREACHABLE, submit_sync
 from offchain.chain.time import iso
 from offchain.market.models import Cause, Job, JobState, Settlement
 from offchain.market.models import SettlementState as Sent
@@ -157,9 +157,7 @@ class Batcher:
                 session.commit()
 
     def _submit(self, cbor: bytes) -> None:
-        request_sync(
-            self.settings.ogmios_url, "submitTransaction", {"transaction": {"cbor": cbor.hex()}}
-        )
+        submit_sync(self.settings.ogmios_url, cbor)
 
     # --- the next batch -------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from offchain.market.api.deps import (
 from offchain.market.models import Job
 from offchain.market.services import cancels, job_ids, jobs, quotes, storage
 from offchain.market.services.event_feed import EventFeed
+from offchain.protocol.wire import EscrowParameters
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
 RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default: 16x fewer
@@ -71,7 +72,7 @@ def status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> schemas.Jo
 @router.get("/{job_id}/escrow")
 def escrow_parameters(
     party: PartyDep, job_id: JobIdDep, session: SessionDep, chain: ChainDep
-) -> schemas.EscrowParameters:
+) -> EscrowParameters:
     """What to lock: the datum's fields and the lovelace (`offchain.protocol.escrow.lock`)."""
     return quotes.escrow_parameters(chain, jobs.consumers_job(session, job_id, party))
 

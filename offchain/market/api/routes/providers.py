@@ -25,6 +25,7 @@ from offchain.market.api.deps import (
 from offchain.market.models import Offer
 from offchain.market.services import cancels, delivery, health, jobs, offers, quotes, storage
 from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER
+from offchain.protocol.wire import Assignment
 
 router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
 POLL_S = 0.25
@@ -76,7 +77,7 @@ async def assignments(
     settings: SettingsDep,
     timeout_s: Annotated[int, Query(ge=0, description="Wait this long for a job.")] = 0,
     new: Annotated[bool, Query(description="Funded jobs too, not only cancels.")] = True,
-) -> list[schemas.Assignment]:
+) -> list[Assignment]:
     """Funded jobs for this provider and those whose renter asked to cancel them (with their
     Cancel); waits up to `timeout_s` for one (long poll). A provider with no free slot asks
     for the cancels alone (`new=false`)."""
@@ -89,10 +90,10 @@ async def assignments(
         await asyncio.sleep(POLL_S)
 
 
-def _assignments(engine: Engine, provider_id: str, new: bool) -> list[schemas.Assignment]:
+def _assignments(engine: Engine, provider_id: str, new: bool) -> list[Assignment]:
     with Session(engine) as session:
         return [
-            schemas.Assignment(
+            Assignment(
                 job_id=job.id,
                 escrow=job.escrow_ref,
                 spec=quotes.spec_of(job),
