@@ -14,6 +14,7 @@ from typing import Any
 from pycardano import Address
 
 from consumer.errors import QuoteRejected
+from offchain.protocol.amounts import ADA
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.signed_request import RequestFields, SignedRequestError, open_signed
@@ -21,7 +22,6 @@ from offchain.protocol.split import lock_amount
 from offchain.protocol.types import EscrowDatum
 from offchain.protocol.wire import EscrowParameters
 
-ADA = 1_000_000
 MAX_START_MS = 60 * 60_000  # the longest a quote may leave between now and the job's start
 MAX_SETTLE_WINDOW_MS = 24 * 60 * 60_000  # funds wait at most this past the deadline
 MAX_FEE_ALLOWANCE = 10 * ADA
