@@ -45,10 +45,12 @@ async def market(tmp_path, devnet, consumer_deployment) -> AsyncIterator[Market]
     deployment_file.save(consumer_deployment, path)
     settler = await wallet(devnet)
     settler.key.save(str(tmp_path / "market.skey"))
+    # a quote lives 2 minutes: a test's few CLI calls between quote and lock take seconds each
+    # on a busy machine
     settings = MarketSettings(
         data_dir=tmp_path / "market", ogmios_url=devnet.url, deployment=path, identity=IDENTITY,
         confirmations=1, wallet_key=tmp_path / "market.skey", settle_every_ms=300,
-        schedule_every_ms=300, leader_poll_ms=200, quote_ttl_ms=20_000,
+        schedule_every_ms=300, leader_poll_ms=200, quote_ttl_ms=120_000,
         settle_window_ms=SETTLE_WINDOW_MS, result_limit_bytes=256 << 20,
     )  # fmt: skip
     with serve(settings) as url:
