@@ -460,7 +460,9 @@ async def test_bond_top_up_unbond_and_withdraw(world: World):
     await confirm(world.devnet, tx)
     bond = UTxO(TransactionInput(tx.id, 0), tx.transaction_body.outputs[0])
 
-    ttl = world.now_slot() + 20  # the notice runs from the validity upper bound
+    # the notice runs from the validity upper bound; 30 s of 100 ms slots to build, evaluate
+    # and submit it on a busy machine (2 s was once too few)
+    ttl = world.now_slot() + 300
     since = world.time(ttl)
     builder = bond_spend(world, bond, BeginUnbond(0))
     builder.add_output(TransactionOutput(BOND_ADDRESS, 110 * ADA, datum=bond_datum(world, since)))
