@@ -9,7 +9,8 @@ from urllib.parse import urlparse
 from pycardano import ChainContext, Network, ScriptHash, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL, request_sync
+from offchain.chain import DEFAULT_OGMIOS_URL
+from offchain.chain.ogmios import request_sync
 from offchain.chain.time import ChainTime, read_chain_time
 
 

@@ -49,4 +49,5 @@ async def follow(url: str, points: list[Point] | None = None) -> AsyncIterator[C
 
 async def tip_point(url: str) -> Point:
     async with Ogmios(url) as ogmios:
-        return await ogmios.request("queryNetwork/tip")
+        point: Point = await ogmios.request("queryNetwork/tip")
+    return point

@@ -29,12 +29,12 @@ async def submit(url: str, tx: Transaction | bytes) -> str:
     """Submit and return the transaction id; raises OgmiosError with the ledger's reason."""
     async with Ogmios(url) as ogmios:
         result = await ogmios.request("submitTransaction", _submission(tx))
-    return result["transaction"]["id"]
+    return str(result["transaction"]["id"])
 
 
 def submit_sync(url: str, tx: Transaction | bytes) -> str:
     """`submit` for synchronous callers (the market's request handlers, its settle batcher)."""
-    return request_sync(url, "submitTransaction", _submission(tx))["transaction"]["id"]
+    return str(request_sync(url, "submitTransaction", _submission(tx))["transaction"]["id"])
 
 
 def _submission(tx: Transaction | bytes) -> dict[str, Any]:
@@ -56,7 +56,8 @@ async def wait_for_confirmations(
         holder: dict[str, Any] | None = None
         async for event in follow(url, [since]):
             if not isinstance(event, RollForward):
-                if holder and (event.point == "origin" or holder["slot"] > event.point["slot"]):
+                point = event.point  # "origin", the only point that is no dict, or a block's
+                if holder and (isinstance(point, str) or holder["slot"] > point["slot"]):
                     holder = None
                 continue
             if holder is None and any(t["id"] == tx_id for t in event.block["transactions"]):
@@ -94,4 +95,4 @@ async def submit_confirmed(url: str, tx: Transaction, timeout_s: float = CONFIRM
         raise ChainError(f"the ledger refused transaction {tx.id}: {exc.message}") from exc
     except ConfirmationTimeout as exc:
         raise ChainError(f"{exc}; it may still land, look again before retrying") from exc
-    return block["height"]
+    return int(block["height"])
