@@ -36,7 +36,7 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
-from tests.protocol.onchain import confirm, output, travel_to, wallet
+from tests.protocol.onchain import confirm, output, to_settle, travel_to, wallet
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"
 CONSUMER_RESULTS = RESULTS.with_name("consumer.json")
@@ -93,10 +93,7 @@ async def batch_cost(
     batch: list[UTxO],
 ) -> dict[str, Any]:
     """The cost of settling all of `batch` in one transaction, or why it cannot be built."""
-    receipts = [
-        escrows.signed_receipt(deployment, provider.key, e, UNITS, bytes(32), bytes(32))
-        for e in batch
-    ]
+    receipts = [to_settle(deployment, provider.key, e, UNITS, bytes(32), bytes(32)) for e in batch]
     try:
         tx = market.sign(escrows.settle(devnet.context(), deployment, receipts, market.address))
         return await cost(devnet, tx)
@@ -160,7 +157,7 @@ async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, di
         return devnet.context()
 
     escrow = await lock()
-    receipt = escrows.signed_receipt(deployment, provider.key, escrow, UNITS, bytes(32), bytes(32))
+    receipt = to_settle(deployment, provider.key, escrow, UNITS, bytes(32), bytes(32))
     await run(
         "settle", market.sign(escrows.settle(context(), deployment, [receipt], market.address))
     )

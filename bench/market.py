@@ -54,11 +54,12 @@ from offchain.protocol import deployment_file
 from offchain.protocol import escrow as escrows
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment, deploy
-from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.signed_request import RequestFields, sign_request
 from offchain.protocol.txbuild import Clock, Wallet, build, new_builder
 from tests.market.postgres import Cluster, server_bin
-from tests.protocol.onchain import confirm, fund, output, wallet
+from tests.protocol.onchain import confirm, fund, output, to_settle, wallet
 
 RESULTS = Path(__file__).parent / "results" / "market.json"
 IDENTITY = "unchained-market:bench"
@@ -421,10 +422,8 @@ async def deliver_all(
                     signed(provider, "POST", f"/jobs/{job}/start")):  # fmt: skip
             status, answer = await conn.send(raw)
             assert status == 200, answer
-        receipt = receipt_payload(deployment.network_id, deployment.escrow_hash, escrow_in,
-                                  UNITS, RESULT, EVIDENCE)  # fmt: skip
-        body = {"units": UNITS, "result_hash": RESULT.hex(), "evidence_hash": EVIDENCE.hex(),
-                "signature": sign(provider.key, receipt).hex()}  # fmt: skip
+        body = Receipt.sign(provider.key, deployment.network_id, deployment.escrow_hash,
+                            escrow_in, UNITS, RESULT, EVIDENCE).body()  # fmt: skip
         status, answer = await conn.send(signed(provider, "POST", f"/jobs/{job}/receipt", body))
         assert status == 200, answer
 
@@ -547,7 +546,7 @@ async def devnet_settle_costs(
     budgets = ExecutionBudgets()  # as the batcher keeps them: known shapes skip evaluation
     builds = []
     for r in range(rounds):
-        receipts = [escrows.signed_receipt(deployment, provider.key, e, UNITS, RESULT, EVIDENCE)
+        receipts = [to_settle(deployment, provider.key, e, UNITS, RESULT, EVIDENCE)
                     for e in made[r * batch : (r + 1) * batch]]  # fmt: skip
         context = devnet.context()
         evaluate = context.evaluate_tx_cbor

@@ -89,7 +89,6 @@ def escrow_job(
 
 def receipt_lines(result: RunResult, job: EscrowJob | None) -> list[str]:
     """The run's receipt as people and scripts read it: signed for the escrow, or unsigned."""
-    from offchain.protocol.receipt import Receipt
     from offchain.protocol.txbuild import out_ref
     from provider.receipts import receipt_fields, receipt_for
 
@@ -105,7 +104,7 @@ def receipt_lines(result: RunResult, job: EscrowJob | None) -> list[str]:
     return [
         f"receipt for escrow {out_ref(job.escrow)}, signed with this provider's key "
         f"(settling it pays {receipt.units} x {job.price_per_unit} = {due} lovelace):",
-        json.dumps(Receipt.of(receipt).record(job.deployment), indent=2),
+        json.dumps(receipt.record(job.deployment), indent=2),
     ]
 
 

@@ -17,11 +17,11 @@ from pycardano import ChainContext, PaymentSigningKey, UTxO
 
 from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import SignedReceipt, signed_receipt
 from offchain.protocol.escrow_check import check_acceptable, check_settleable
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import Offer
 from offchain.protocol.payloads import acceptance_payload, sign
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.txbuild import Wallet
 from provider.runner import RunResult
 
@@ -92,7 +92,7 @@ def accept(job: EscrowJob, bond: UTxO | None) -> bytes:
     return sign(job.key, payload)
 
 
-def receipt_for(job: EscrowJob, result: RunResult) -> SignedReceipt:
+def receipt_for(job: EscrowJob, result: RunResult) -> Receipt:
     """The signed receipt that settles the escrow for `result`'s run, once the escrow is
     still settleable on the terms of the job (`check_settleable`). It never claims more units
     than the escrow pays for: the consumer agreed to no more (the evidence still shows the
@@ -100,7 +100,7 @@ def receipt_for(job: EscrowJob, result: RunResult) -> SignedReceipt:
     datum = check_settleable(job.context, job.deployment, job.escrow, job.spec, job.offer)
     fields = receipt_fields(result)
     units = min(fields.units, datum.max_units)
-    return signed_receipt(
-        job.deployment, job.key, job.escrow, units, fields.result_hash, fields.evidence_hash
-    )
-
+    return Receipt.sign(
+        job.key, job.deployment.network_id, job.deployment.escrow_hash, job.escrow.input, units,
+        fields.result_hash, fields.evidence_hash,
+    )  # fmt: skip

@@ -14,7 +14,9 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from offchain.chain.utxo import parse_out_ref
 from offchain.protocol.outcome import Outcome
+from offchain.protocol.receipt import BODY_FIELDS, Receipt
 
 
 def _big(*, index: bool = False, nullable: bool = False) -> Any:
@@ -115,6 +117,9 @@ class Offer(SQLModel, table=True):
     active: bool = True
 
 
+RECEIPT = "receipt_"  # the prefix of the columns that hold a job's receipt
+
+
 class Job(SQLModel, table=True):
     __table_args__ = (Index("ix_job_state_updated", "state", "updated_at_ms"),)
 
@@ -171,6 +176,20 @@ class Job(SQLModel, table=True):
     state: JobState = _name(JobState.REQUESTED)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
+
+    @property
+    def receipt(self) -> Receipt | None:
+        """The provider's signed receipt, its body kept in the receipt_* columns; None before
+        there is one."""
+        if self.receipt_signature is None or self.escrow_ref is None:
+            return None
+        columns = {RECEIPT + name: getattr(self, RECEIPT + name) for name in BODY_FIELDS}
+        return Receipt.from_body(parse_out_ref(self.escrow_ref), columns, RECEIPT)
+
+    def keep_receipt(self, receipt: Receipt) -> None:
+        """Put `receipt` in the receipt_* columns, as `receipt` reads it back."""
+        for name, value in receipt.body().items():
+            setattr(self, RECEIPT + name, value)
 
 
 class JobEvent(SQLModel, table=True):

@@ -13,7 +13,6 @@ from collections.abc import Collection, Sequence
 from pycardano import (
     Address,
     ChainContext,
-    PaymentSigningKey,
     PaymentVerificationKey,
     Redeemer,
     Transaction,
@@ -28,11 +27,13 @@ from pycardano import (
 
 from offchain.chain.context import queries
 from offchain.chain.time import iso
+from offchain.chain.utxo import format_out_ref
 from offchain.protocol.acceptance import EscrowTerms
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.budgets import ExecutionBudgets
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import VKEY_BYTES, receipt_payload, sign, verify
+from offchain.protocol.payloads import HASH_BYTES, VKEY_BYTES
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import (
     SettleSplit,
     lock_amount,
@@ -68,18 +69,7 @@ from offchain.protocol.types import (
 )
 
 ESCROW_OUTPUT = 0  # a lock transaction's escrow output
-HASH_BYTES = 32
-
-
-@dataclasses.dataclass(frozen=True)
-class SignedReceipt:
-    """A provider's claim to be paid `units` for the job at `escrow`, with its signature."""
-
-    escrow: UTxO
-    units: int
-    result_hash: bytes
-    evidence_hash: bytes
-    signature: bytes
+ToSettle = tuple[UTxO, Receipt]  # a receipt beside the escrow UTxO it names, which settle spends
 
 
 def new_escrow(
@@ -161,26 +151,10 @@ def escrow_datum(deployment: Deployment, escrow: UTxO) -> EscrowDatum:
     return read_datum(escrow, EscrowDatum, deployment.escrow_hash, "escrow")
 
 
-def signed_receipt(
-    deployment: Deployment,
-    key: PaymentSigningKey,
-    escrow: UTxO,
-    units: int,
-    result_hash: bytes,
-    evidence_hash: bytes,
-) -> SignedReceipt:
-    """What a provider hands over to be paid: the canonical receipt, signed."""
-    payload = receipt_payload(
-        deployment.network_id, deployment.escrow_hash, escrow.input, units, result_hash,
-        evidence_hash,
-    )  # fmt: skip
-    return SignedReceipt(escrow, units, result_hash, evidence_hash, sign(key, payload))
-
-
 def settle(
     context: ChainContext,
     deployment: Deployment,
-    receipts: Sequence[SignedReceipt],
+    receipts: Sequence[ToSettle],
     submitter: Address,
     budgets: ExecutionBudgets | None = None,
     busy: Collection[TransactionInput] = (),
@@ -196,28 +170,28 @@ def settle(
     """
     if not receipts:
         raise BuildError("nothing to settle: no receipts")
-    if len({r.escrow.input for r in receipts}) != len(receipts):
+    if len({escrow.input for escrow, _ in receipts}) != len(receipts):
         raise BuildError("two receipts for one escrow")
     budgets = budgets if budgets is not None else ExecutionBudgets()
     clock = Clock.now(context)
     builder = new_builder(context)
     fee = fee_inputs(context, submitter, busy=busy)
-    inputs = ledger_inputs([r.escrow for r in receipts], fee)
-    ordered = sorted(receipts, key=lambda r: ledger_key(r.escrow))
+    inputs = ledger_inputs([escrow for escrow, _ in receipts], fee)
+    ordered = sorted(receipts, key=lambda pair: ledger_key(pair[0]))
     items = []
     closes = []
-    for receipt in ordered:
-        datum = _check_receipt(deployment, receipt)
+    for escrow, receipt in ordered:
+        datum = _check_receipt(deployment, escrow, receipt)
         closes.append(datum.close)
-        items.append(_add_settle_outputs(context, builder, deployment, receipt, datum))
+        items.append(_add_settle_outputs(context, builder, deployment, escrow, receipt, datum))
     # A spend's cost depends on its input's index, the batch's on the transaction's size.
-    own = [inputs.index(receipt.escrow.input) for receipt in ordered]
+    own = [inputs.index(escrow.input) for escrow, _ in ordered]
     keyed = [(("settle-spend", index), Settle(index)) for index in own]
     keyed.append((("settle-batch", len(inputs), len(builder.outputs)), BatchSettle(items)))
     redeemers = budgets.redeemers(keyed)
-    for receipt, redeemer in zip(ordered, redeemers, strict=False):
+    for (escrow, _), redeemer in zip(ordered, redeemers, strict=False):
         source = script_source(builder, deployment.escrow_ref)
-        builder.add_script_input(receipt.escrow, script=source, redeemer=redeemer)
+        builder.add_script_input(escrow, script=source, redeemer=redeemer)
     builder.ttl = clock.ttl_until(min(closes))
     if builder.ttl <= clock.tip_slot + 1:
         raise BuildError(f"the settle window closed at {iso(min(closes))}")
@@ -244,15 +218,14 @@ def reward_balance(context: ChainContext, deployment: Deployment) -> int:
     return balance
 
 
-def _check_receipt(deployment: Deployment, receipt: SignedReceipt) -> EscrowDatum:
-    datum = escrow_datum(deployment, receipt.escrow)
-    payload = receipt_payload(
-        deployment.network_id, deployment.escrow_hash, receipt.escrow.input, receipt.units,
-        receipt.result_hash, receipt.evidence_hash,
-    )  # fmt: skip
-    if not verify(datum.provider_vkey, payload, receipt.signature):
+def _check_receipt(deployment: Deployment, escrow: UTxO, receipt: Receipt) -> EscrowDatum:
+    if receipt.escrow != escrow.input:
+        named = format_out_ref(receipt.escrow)
+        raise BuildError(f"the receipt is for {named}, not {out_ref(escrow)}")
+    datum = escrow_datum(deployment, escrow)
+    if not receipt.signed_by(datum.provider_vkey, deployment.network_id, deployment.escrow_hash):
         raise BuildError(
-            f"the receipt for {out_ref(receipt.escrow)} is not signed by the escrow's provider key"
+            f"the receipt for {out_ref(escrow)} is not signed by the escrow's provider key"
         )
     return datum
 
@@ -261,12 +234,13 @@ def _add_settle_outputs(
     context: ChainContext,
     builder: TransactionBuilder,
     deployment: Deployment,
-    receipt: SignedReceipt,
+    escrow: UTxO,
+    receipt: Receipt,
     datum: EscrowDatum,
 ) -> SettleItem:
     """The payouts of the parties owed anything, and the item naming them (an index the
     validator does not read, for a party owed nothing, is 0)."""
-    payouts = settle_payouts(context, deployment, receipt, datum)
+    payouts = settle_payouts(context, deployment, escrow, receipt.units, datum)
     provider_output = 0 if payouts.provider is None else add_output(builder, payouts.provider)
     consumer_output = 0 if payouts.consumer is None else add_output(builder, payouts.consumer)
     return SettleItem(
@@ -295,19 +269,21 @@ class SettlePayouts:
 def settle_payouts(
     context: ChainContext,
     deployment: Deployment,
-    receipt: SignedReceipt,
+    escrow: UTxO,
+    units: int,
     datum: EscrowDatum | None = None,
 ) -> SettlePayouts:
-    """The payouts a settle of `receipt` places (tagged, at the parties' own addresses)."""
-    datum = datum or escrow_datum(deployment, receipt.escrow)
+    """The payouts a settle of a receipt for `units` at `escrow` places (tagged, at the
+    parties' own addresses)."""
+    datum = datum or escrow_datum(deployment, escrow)
     try:
         split = settle_split(
-            receipt.escrow.output.amount.coin, datum.price_per_unit, receipt.units,
-            datum.max_units, datum.fee_allowance,
+            escrow.output.amount.coin, datum.price_per_unit, units, datum.max_units,
+            datum.fee_allowance,
         )  # fmt: skip
     except ValueError as exc:
-        raise BuildError(f"cannot settle {out_ref(receipt.escrow)}: {exc}") from exc
-    ref = receipt.escrow.input
+        raise BuildError(f"cannot settle {out_ref(escrow)}: {exc}") from exc
+    ref = escrow.input
     provider = from_plutus(datum.provider, deployment.network)
     consumer = from_plutus(datum.consumer, deployment.network)
     return SettlePayouts(

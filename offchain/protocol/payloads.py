@@ -17,6 +17,7 @@ from offchain.protocol.types import Acceptance, Receipt, TxOutRef
 
 RECEIPT_DOMAIN = b"UNCHAINED/receipt/v1"
 ACCEPT_DOMAIN = b"UNCHAINED/accept/v1"
+HASH_BYTES = 32  # a receipt's result and evidence hashes, an escrow's job id: sha256
 SIGNATURE_BYTES = 64
 VKEY_BYTES = 32
 

@@ -1,11 +1,12 @@
-"""A provider's signed usage receipt as JSON, encoded and decoded in this one place.
+"""A provider's signed usage receipt: the one type, encoded and decoded in this one place.
 
-The provider prints it and hands it to the market, the market stores and serves it, the
-consumer checks and keeps it: each reads and writes the same fields here, and checks the
-signature over the same canonical payload (`payloads.receipt_payload`).
+The provider signs it (`Receipt.sign`, the one place a receipt is signed), journals it and
+hands it to the market, the market stores and serves it and settles it, the consumer checks
+and keeps it: each reads and writes the same fields here, and signs or checks the same
+canonical payload (`payload`: the on-chain `types.Receipt`, serialised).
 
 - `body`: what the provider hands the market for an escrow it already names (units, result
-  and evidence hashes, signature);
+  and evidence hashes, signature); the provider's journal and the market's job row hold it;
 - `record`: the self-contained form (the escrow's out-ref and the deployment's network and
   escrow script beside the body), with the escrow's datum on chain all a verifier needs.
 """
@@ -17,13 +18,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from pycardano import PaymentSigningKey, ScriptHash, TransactionInput, UTxO
+from pycardano import PaymentSigningKey, ScriptHash, TransactionInput
 
 from offchain.chain.utxo import format_out_ref, parse_out_ref
 from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import HASH_BYTES, SignedReceipt
-from offchain.protocol.payloads import SIGNATURE_BYTES, receipt_payload, sign, verify
+from offchain.protocol.payloads import HASH_BYTES, SIGNATURE_BYTES, receipt_payload, sign, verify
 
 BODY_FIELDS = ("units", "result_hash", "evidence_hash", "signature")
 # A zero-unit receipt's result and evidence hash (a job refused, or failed before it ran):
@@ -57,34 +57,20 @@ class Receipt:
         evidence_hash: bytes,
     ) -> Receipt:
         """The receipt `key` signs for `units` of the job at `escrow` of this deployment."""
-        payload = receipt_payload(
-            network_id, escrow_hash, escrow, units, result_hash, evidence_hash
-        )
-        return cls(escrow, units, result_hash, evidence_hash, sign(key, payload))
+        unsigned = cls(escrow, units, result_hash, evidence_hash, b"")
+        signature = sign(key, unsigned.payload(network_id, escrow_hash))
+        return dataclasses.replace(unsigned, signature=signature)
 
-    @classmethod
-    def of(cls, signed: SignedReceipt) -> Receipt:
-        return cls(
-            signed.escrow.input, signed.units, signed.result_hash, signed.evidence_hash,
-            signed.signature,
+    def payload(self, network_id: int, escrow_hash: ScriptHash) -> bytes:
+        """The bytes signed: the on-chain Receipt this one is, for this deployment's escrows."""
+        return receipt_payload(
+            network_id, escrow_hash, self.escrow, self.units, self.result_hash,
+            self.evidence_hash,
         )  # fmt: skip
 
     def signed_by(self, vkey: bytes, network_id: int, escrow_hash: ScriptHash) -> bool:
         """Whether `vkey` signed this receipt for this escrow of this deployment."""
-        payload = receipt_payload(
-            network_id, escrow_hash, self.escrow, self.units, self.result_hash,
-            self.evidence_hash,
-        )  # fmt: skip
-        return verify(vkey, payload, self.signature)
-
-    def settling(self, escrow: UTxO) -> SignedReceipt:
-        """The receipt as a settle builder takes it, with the escrow UTxO it names."""
-        if escrow.input != self.escrow:
-            named = format_out_ref(self.escrow)
-            raise ReceiptFormatError(f"the receipt is for {named}, not that UTxO")
-        return SignedReceipt(
-            escrow, self.units, self.result_hash, self.evidence_hash, self.signature
-        )
+        return verify(vkey, self.payload(network_id, escrow_hash), self.signature)
 
     def body(self) -> dict[str, int | str]:
         return {

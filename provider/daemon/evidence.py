@@ -33,7 +33,11 @@ async def upload(link: MarketLink, results_dir: Path, entry: JobEntry) -> bool:
     """PUT the record the entry's receipt signed to the market; False when there is none to
     send or the market did not take it."""
     record = saved_record(results_dir, entry.job_id)
-    if record is None or entry.receipt is None or record.digest() != entry.receipt.evidence_hash:
+    if (
+        record is None
+        or entry.receipt is None
+        or record.digest() != entry.receipt.evidence_hash.hex()
+    ):
         log.warning("job %s: no metering record matching its receipt to upload", entry.job_id)
         return False
     body = Body(content=record.canonical_json())

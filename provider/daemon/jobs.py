@@ -17,14 +17,14 @@ from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
 from offchain.protocol.acceptance import Offered, describe, refusals
-from offchain.protocol.escrow import acceptance_terms, signed_receipt
+from offchain.protocol.escrow import acceptance_terms
 from offchain.protocol.escrow_check import check_terms
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import ImageSupply
 from offchain.protocol.outcome import Outcome
-from offchain.protocol.receipt import NOTHING_RAN
+from offchain.protocol.receipt import NOTHING_RAN, Receipt
 from offchain.protocol.refusal import Refused
 from offchain.protocol.txbuild import BuildError
 from offchain.protocol.types import EscrowDatum
@@ -33,7 +33,7 @@ from provider.daemon import evidence
 from provider.daemon.bond import BondManager
 from provider.daemon.capacity import Bundle, Capacity, Slot
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
-from provider.daemon.journal import JobEntry, Journal, SignedReceiptRecord
+from provider.daemon.journal import JobEntry, Journal
 from provider.images import local_images
 from provider.receipts import EscrowJob, ReceiptError, accept, receipt_for
 from provider.runner import Runner, RunResult
@@ -212,12 +212,8 @@ class Worker:
         except (Refused, ReceiptError, ChainUnavailable) as exc:
             await self.fail(entry, f"no receipt can be signed: {exc}")
             return
-        record = SignedReceiptRecord(
-            units=receipt.units, result_hash=receipt.result_hash.hex(),
-            evidence_hash=receipt.evidence_hash.hex(), signature=receipt.signature.hex(),
-        )  # fmt: skip
         entry = entry.model_copy(update={
-            "stage": "finished", "receipt": record, "outcome": Outcome(result.status),
+            "stage": "finished", "receipt": receipt, "outcome": Outcome(result.status),
             "exit_code": result.exit_code,
         })  # fmt: skip
         self.journal.save(entry)
@@ -261,7 +257,7 @@ class Worker:
             self.journal.save(entry)
         if not entry.receipt_sent:
             ended = {"outcome": entry.outcome, "exit_code": entry.exit_code}
-            body = Body.of_json(entry.receipt.model_dump() | ended)
+            body = Body.of_json(entry.receipt.body() | ended)
             await self.link.send("POST", f"/jobs/{job}/receipt", body, retry_for_s=CALL_S)
         entry = entry.model_copy(update={"receipt_sent": True, "stage": "delivered"})
         self.journal.save(entry)
@@ -335,14 +331,12 @@ class Worker:
         if escrow is None:
             await self.fail(entry, reason)
             return
-        signed = signed_receipt(
-            self.chain.deployment, self.key, escrow, 0, NOTHING_RAN, NOTHING_RAN
-        )
-        record = SignedReceiptRecord(
-            units=0, result_hash=NOTHING_RAN.hex(), evidence_hash=NOTHING_RAN.hex(),
-            signature=signed.signature.hex(),
+        deployment = self.chain.deployment
+        zero = Receipt.sign(
+            self.key, deployment.network_id, deployment.escrow_hash, escrow.input, 0,
+            NOTHING_RAN, NOTHING_RAN,
         )  # fmt: skip
-        entry = entry.model_copy(update={"stage": "finished", "receipt": record, "reason": reason})
+        entry = entry.model_copy(update={"stage": "finished", "receipt": zero, "reason": reason})
         self.journal.save(entry)
         log.warning("job %s did not run (%s): its escrow is released", entry.job_id, reason)
         await self.deliver(entry)
@@ -352,7 +346,7 @@ class Worker:
         past failed has them)."""
         assert entry.receipt is not None and entry.reason is not None
         if await self._market_state(entry.job_id) not in RELEASED:
-            failure = {"reason": entry.reason[:4096], "receipt": entry.receipt.model_dump()}
+            failure = {"reason": entry.reason[:4096], "receipt": entry.receipt.body()}
             path = f"/jobs/{entry.job_id}/failure"
             await self.link.send("POST", path, Body.of_json(failure), retry_for_s=CALL_S)
         self.journal.save(entry.model_copy(update={"receipt_sent": True, "stage": "delivered"}))

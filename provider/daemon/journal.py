@@ -6,13 +6,16 @@ to deliver and which receipts it may have to settle itself. The status command r
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_serializer, field_validator
 
+from offchain.chain.utxo import parse_out_ref
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.outcome import Outcome
+from offchain.protocol.receipt import Receipt
 
 Stage = Literal[
     "accepted", "running", "finished", "delivered", "settled", "refunded", "failed", "cancelled"
@@ -20,19 +23,10 @@ Stage = Literal[
 OPEN: tuple[Stage, ...] = ("accepted", "running", "finished", "delivered")
 
 
-class SignedReceiptRecord(BaseModel):
-    """A receipt as signed: enough, with the escrow on chain, to settle it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    units: int
-    result_hash: str
-    evidence_hash: str
-    signature: str
-
-
 class JobEntry(BaseModel):
     """One job this provider accepted (or is about to), and how far it got."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # the Receipt
 
     job_id: str  # the market's id, also the runner's
     escrow: str  # TXID#IX
@@ -45,7 +39,7 @@ class JobEntry(BaseModel):
     accepted_at_ms: int  # chain time
     started_at_ms: int | None = None  # chain time, when the container was started
     uploaded: bool = False  # the result archive reached the market
-    receipt: SignedReceiptRecord | None = None
+    receipt: Receipt | None = None  # as signed: with the escrow on chain, enough to settle it
     outcome: Outcome | None = None  # how the run ended, handed in with the receipt (not signed)
     exit_code: int | None = None  # the program's, handed in with the receipt (not signed)
     receipt_sent: bool = False  # the market has the receipt
@@ -59,6 +53,18 @@ class JobEntry(BaseModel):
         """Lovelace the receipt claims for this provider (0 without one); what a settlement
         really paid is `settled_lovelace`."""
         return self.receipt.units * self.price_per_unit if self.receipt else 0
+
+    @field_validator("receipt", mode="before")
+    @classmethod
+    def _read_receipt(cls, receipt: Any, info: ValidationInfo) -> Any:
+        """The journal keeps a receipt's body: the entry's escrow names the rest."""
+        if isinstance(receipt, Mapping) and "escrow" in info.data:
+            return Receipt.from_body(parse_out_ref(info.data["escrow"]), receipt)
+        return receipt
+
+    @field_serializer("receipt")
+    def _write_receipt(self, receipt: Receipt | None) -> dict[str, int | str] | None:
+        return None if receipt is None else receipt.body()
 
 
 class Journal:

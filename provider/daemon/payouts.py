@@ -10,8 +10,6 @@ import logging
 import shutil
 from pathlib import Path
 
-from pycardano import UTxO
-
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.protocol import escrow as escrows
 from offchain.protocol.txbuild import BuildError, out_ref
@@ -20,15 +18,6 @@ from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.spends import Spend, find_spend, read_spend
 
 log = logging.getLogger("unchained.provider")
-
-
-def signed_receipt(entry: JobEntry, escrow: UTxO) -> escrows.SignedReceipt:
-    assert entry.receipt is not None
-    receipt = entry.receipt
-    return escrows.SignedReceipt(
-        escrow, receipt.units, bytes.fromhex(receipt.result_hash),
-        bytes.fromhex(receipt.evidence_hash), bytes.fromhex(receipt.signature),
-    )  # fmt: skip
 
 
 class PayoutWatcher:
@@ -48,36 +37,37 @@ class PayoutWatcher:
         if not signed:
             return
         now = await self.chain.call(self.chain.now_ms)
-        due: list[escrows.SignedReceipt] = []
+        due: list[escrows.ToSettle] = []
         for entry in signed:
             escrow = await self.chain.call(self.chain.utxo, entry.escrow)
             if escrow is None:
                 await self._spent(entry)
             elif entry.close_ms - self.margin_ms <= now < entry.close_ms:
-                due.append(signed_receipt(entry, escrow))
+                assert entry.receipt is not None
+                due.append((escrow, entry.receipt))
         for start in range(0, len(due), self.batch_max):
             await self._settle_apart(due[start : start + self.batch_max])
 
-    async def _settle_apart(self, receipts: list[escrows.SignedReceipt]) -> None:
+    async def _settle_apart(self, receipts: list[escrows.ToSettle]) -> None:
         """Settle a batch, or when it cannot be, each of its receipts alone: one receipt that
         cannot be settled (logged, tried again next round) never holds up the others."""
         try:
             await self._settle(receipts)
         except (BuildError, ChainError) as exc:
             if len(receipts) == 1:
-                log.error("cannot settle escrow %s: %s", out_ref(receipts[0].escrow), exc)
+                log.error("cannot settle escrow %s: %s", out_ref(receipts[0][0]), exc)
                 return
             log.warning("a batch of %d cannot be settled (%s): each alone", len(receipts), exc)
             for receipt in receipts:
                 await self._settle_apart([receipt])
 
-    async def _settle(self, receipts: list[escrows.SignedReceipt]) -> None:
+    async def _settle(self, receipts: list[escrows.ToSettle]) -> None:
         wallet = self.chain.wallet
         unsigned = await self.chain.call(
             escrows.settle, self.chain.context, self.chain.deployment, receipts, wallet.address
         )
         tx = wallet.sign(unsigned)
-        refs = [out_ref(r.escrow) for r in receipts]
+        refs = [out_ref(escrow) for escrow, _ in receipts]
         log.info("settling %d receipt(s) the market left unsettled: tx %s fee %d lovelace",
                  len(receipts), tx.id, tx.transaction_body.fee)  # fmt: skip
         await submit_confirmed(self.chain.url, tx)

@@ -10,9 +10,10 @@ from offchain.market.models import Blob
 from offchain.market.services import delivery, storage
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.market_link import MarketLink
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.signed_request import KeySigner
 from provider.daemon import evidence
-from provider.daemon.journal import JobEntry, SignedReceiptRecord
+from provider.daemon.journal import JobEntry
 from provider.runner import RunResult
 from tests.market.client import Party
 from tests.market.flow import (
@@ -100,13 +101,13 @@ async def test_the_daemon_uploads_the_record_its_receipt_signed(
     entry = JobEntry(
         job_id=locked.job, escrow=locked.ref, spec=JobSpec.model_validate(SPEC),
         price_per_unit=PRICE, gpu_uuids=[], slot=0, close_ms=0, accepted_at_ms=0,
-        receipt=SignedReceiptRecord.model_validate(receipt),
+        receipt=receipt,
     )  # fmt: skip
     signer = KeySigner(provider.wallet.key, provider.wallet.address.network)
     link = MarketLink.open(str(http.base_url), settings.identity, signer)
     try:
         # a receipt for other evidence: the daemon sends nothing it did not sign
-        other = SignedReceiptRecord.model_validate(receipt | {"evidence_hash": "00" * 32})
+        other = Receipt.from_body(locked.escrow.input, receipt | {"evidence_hash": "00" * 32})
         assert not await evidence.upload(link, results, entry.model_copy(update={"receipt": other}))
         assert blobs(settings) == set()
         assert await evidence.upload(link, results, entry)

@@ -162,12 +162,12 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     assert on_chain.output.amount.coin == params["lovelace"]
     assert datum.deadline > Clock.now(context).tip_ms
     submitter = await wallet(devnet)
-    stored = escrows.SignedReceipt(
-        escrow, status["receipt_units"], bytes.fromhex(result_hash), evidence,
+    stored = Receipt(
+        escrow.input, status["receipt_units"], bytes.fromhex(result_hash), evidence,
         bytes.fromhex(receipt["signature"]),
     )  # fmt: skip
     before = balance(devnet, provider.wallet.address)
-    settled = escrows.settle(context, deployment, [stored], submitter.address)
+    settled = escrows.settle(context, deployment, [(escrow, stored)], submitter.address)
     await confirm(devnet, submitter.sign(settled))
     split = settle_split(params["lovelace"], PRICE, UNITS, 600, params["fee_allowance"])
     assert balance(devnet, provider.wallet.address) == before + split.provider

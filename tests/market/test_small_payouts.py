@@ -33,7 +33,7 @@ from tests.market.flow import (
     wait_for,
 )
 from tests.market.test_lifecycle import PRICE, SPEC, job_request, offer_terms
-from tests.protocol.onchain import balance, wallet
+from tests.protocol.onchain import balance, to_settle, wallet
 
 DUST_PRICE = 1  # lovelace per second
 HALF = SPEC["max_duration_s"] // 2
@@ -133,7 +133,7 @@ async def test_a_dust_escrow_is_not_settled_at_the_markets_expense(
             assert balance(devnet, market.address) == before  # to the lovelace
 
             # its provider may still settle it itself, paying the top-ups from its own wallet
-            signed = escrows.signed_receipt(
+            signed = to_settle(
                 market_deployment, provider.wallet.key, deal.escrow, HALF,
                 *(bytes.fromhex(h) for h in stored_hashes(made, deal.job)),
             )  # fmt: skip

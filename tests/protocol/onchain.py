@@ -42,6 +42,7 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
     Clock,
@@ -286,6 +287,22 @@ def accept(
         network_id, deployment.escrow_hash, escrow.input, job, deployment.bond_hash
     )
     return sign(key, payload)
+
+
+def to_settle(
+    deployment: Deployment,
+    key: PaymentSigningKey,
+    escrow: UTxO,
+    units: int,
+    result_hash: bytes,
+    evidence_hash: bytes,
+) -> escrows.ToSettle:
+    """`escrow` beside the receipt `key` signs for `units` of it, as settle takes them."""
+    receipt = Receipt.sign(
+        key, deployment.network_id, deployment.escrow_hash, escrow.input, units, result_hash,
+        evidence_hash,
+    )  # fmt: skip
+    return escrow, receipt
 
 
 def item(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.escrow import settle, signed_receipt
+from offchain.protocol.escrow import settle
 from offchain.protocol.split import settle_split
 from tests.protocol import onchain
 from tests.protocol.onchain import (
@@ -20,6 +20,7 @@ from tests.protocol.onchain import (
     balance,
     confirm,
     rejected,
+    to_settle,
     wallet,
 )
 
@@ -44,7 +45,7 @@ async def three_receipts(devnet, deployment):
     consumers = [await wallet(devnet) for _ in range(3)]
     provider, market = await wallet(devnet), await wallet(devnet)
     escrows = [await onchain.lock(devnet, deployment, c, provider) for c in consumers]
-    receipts = [signed_receipt(deployment, provider.key, e, 600, RESULT, EVIDENCE) for e in escrows]
+    receipts = [to_settle(deployment, provider.key, e, 600, RESULT, EVIDENCE) for e in escrows]
     return receipts, provider, market
 
 
@@ -91,13 +92,13 @@ async def test_units_remembered_too_small_are_refused_and_forgetting_them_recove
     starved = market.sign(settle(context, deployment, receipts, market.address, budgets))
     assert len(evaluated) == 1 and budgets.declared
     await rejected(devnet, starved, SPENDS_MISMATCH, "ran out of its budget")
-    assert all(escrow_unspent(devnet, r.escrow) for r in receipts)
+    assert all(escrow_unspent(devnet, escrow) for escrow, _ in receipts)
 
     budgets.forget()
     honest = settle(context, deployment, receipts, market.address, budgets)
     await confirm(devnet, market.sign(honest))
     assert len(evaluated) == 2
-    assert not any(escrow_unspent(devnet, r.escrow) for r in receipts)
+    assert not any(escrow_unspent(devnet, escrow) for escrow, _ in receipts)
 
 
 def escrow_unspent(devnet, escrow) -> bool:

@@ -12,7 +12,6 @@ from offchain.protocol.escrow import (
     lock,
     refund,
     settle,
-    signed_receipt,
 )
 from offchain.protocol.split import refund_amount, settle_split
 from offchain.protocol.txbuild import BuildError, Clock, at_least_min_utxo
@@ -28,6 +27,7 @@ from tests.protocol.onchain import (
     balance,
     confirm,
     escrow_terms,
+    to_settle,
     travel_to,
     wallet,
 )
@@ -40,7 +40,7 @@ def spent(devnet, escrow) -> bool:
 async def test_settle_pays_provider_price_times_units_and_the_consumer_the_rest(devnet, deployment):
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
-    receipt = signed_receipt(deployment, provider.key, escrow, 1_234, RESULT, EVIDENCE)
+    receipt = to_settle(deployment, provider.key, escrow, 1_234, RESULT, EVIDENCE)
     before = [balance(devnet, w.address) for w in (consumer, provider, market)]
 
     tx = await confirm(
@@ -67,7 +67,7 @@ async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(dev
         await onchain.lock(devnet, deployment, c, providers[i % 2]) for i, c in enumerate(consumers)
     ]
     receipts = [
-        signed_receipt(deployment, providers[i % 2].key, e, u, RESULT, EVIDENCE)
+        to_settle(deployment, providers[i % 2].key, e, u, RESULT, EVIDENCE)
         for i, (e, u) in enumerate(zip(escrows, units, strict=True))
     ]
     parties = [*consumers, *providers, market]
@@ -163,16 +163,16 @@ async def test_lock_refuses_escrows_that_could_not_be_settled_as_agreed(devnet, 
 async def test_settle_refuses_a_bad_receipt_and_a_closed_window(devnet, deployment):
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
-    forged = signed_receipt(deployment, consumer.key, escrow, 10, RESULT, EVIDENCE)
+    forged = to_settle(deployment, consumer.key, escrow, 10, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match="not signed by the escrow's provider key"):
         settle(devnet.context(), deployment, [forged], market.address)
-    too_many = signed_receipt(deployment, provider.key, escrow, MAX_UNITS + 1, RESULT, EVIDENCE)
+    too_many = to_settle(deployment, provider.key, escrow, MAX_UNITS + 1, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match="units must be within"):
         settle(devnet.context(), deployment, [too_many], market.address)
     with pytest.raises(BuildError, match="two receipts for one escrow"):
         settle(devnet.context(), deployment, [forged, forged], market.address)
     close = escrow_datum(deployment, escrow).close
     await travel_to(devnet, close)
-    honest = signed_receipt(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
+    honest = to_settle(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match=f"the settle window closed at {iso(close)}"):
         settle(devnet.context(), deployment, [honest], market.address)

@@ -16,7 +16,7 @@ from pycardano import (
 )
 from pycardano.serialization import ByteString
 
-from offchain.protocol.escrow import escrow_datum, refund, settle, signed_receipt
+from offchain.protocol.escrow import escrow_datum, refund, settle
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Clock, Wallet, ledger_key
 from offchain.protocol.types import BatchSettle, PayoutKind, Settle
@@ -41,6 +41,7 @@ from tests.protocol.onchain import (
     rejected,
     settle_by_hand,
     tagged,
+    to_settle,
     travel_to,
     wallet,
 )
@@ -154,7 +155,7 @@ async def test_payouts_go_to_full_addresses_not_a_hijacked_stake_part(devnet, de
         ]
         attack = settle_by_hand(devnet, deployment, attacker, pairs, outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", f"traces: {reason}")
-    honest = signed_receipt(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
+    honest = to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
     settled = settle(devnet.context(), deployment, [honest], attacker.address)
     await confirm(devnet, attacker.sign(settled))
 
@@ -224,7 +225,7 @@ async def test_200_junk_tokens_cannot_stop_a_settle_or_a_refund(devnet, deployme
     consumer, provider, market = await parties(devnet)
     settled = await lock_by_hand(devnet, deployment, consumer, provider, dust=True)
     refunded = await lock_by_hand(devnet, deployment, consumer, provider, dust=True)
-    receipt = signed_receipt(deployment, provider.key, settled, UNITS, RESULT, EVIDENCE)
+    receipt = to_settle(deployment, provider.key, settled, UNITS, RESULT, EVIDENCE)
     settled = settle(devnet.context(), deployment, [receipt], market.address)
     tx = await confirm(devnet, market.sign(settled))
     assert len(tx.to_cbor()) < 16_384

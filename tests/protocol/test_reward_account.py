@@ -28,6 +28,7 @@ from tests.protocol.onchain import (
     lock,
     plain_fee,
     rejected,
+    to_settle,
     wallet,
 )
 
@@ -68,7 +69,7 @@ async def test_a_settle_withdraws_a_non_zero_reward_balance(devnet, own):
     consumer, provider, settler = [await wallet(devnet) for _ in range(3)]
     escrow = await lock(devnet, own, consumer, provider)
     balance_now = await pay_in(devnet, own, 3 * ADA)
-    receipt = escrows.signed_receipt(own, provider.key, escrow, UNITS, RESULT, EVIDENCE)
+    receipt = to_settle(own, provider.key, escrow, UNITS, RESULT, EVIDENCE)
     settle = escrows.settle(devnet.context(), own, [receipt], settler.address)
     assert dict(settle.transaction_body.withdraws) == {bytes(own.reward_address): balance_now}
     before = balance(devnet, settler.address)

@@ -5,7 +5,7 @@ receipt for units still needs the provider's output."""
 
 from __future__ import annotations
 
-from offchain.protocol.escrow import escrow_datum, settle, signed_receipt
+from offchain.protocol.escrow import escrow_datum, settle
 from offchain.protocol.split import settle_split
 from offchain.protocol.types import PayoutKind
 from tests.protocol import onchain
@@ -24,6 +24,7 @@ from tests.protocol.onchain import (
     rejected,
     settle_by_hand,
     tagged,
+    to_settle,
     wallet,
 )
 from tests.protocol.test_escrow import spent
@@ -37,8 +38,8 @@ async def test_a_zero_unit_receipt_pays_the_consumer_and_no_provider_output(devn
     refused = await onchain.lock(devnet, deployment, consumer, provider)
     ran = await onchain.lock(devnet, deployment, consumer, provider)
     receipts = [
-        signed_receipt(deployment, provider.key, refused, 0, RESULT, EVIDENCE),
-        signed_receipt(deployment, provider.key, ran, UNITS, RESULT, EVIDENCE),
+        to_settle(deployment, provider.key, refused, 0, RESULT, EVIDENCE),
+        to_settle(deployment, provider.key, ran, UNITS, RESULT, EVIDENCE),
     ]
     before = [balance(devnet, w.address) for w in (consumer, provider, market)]
 

@@ -4,7 +4,7 @@ signed by another key) is logged and left, and the good receipt batched with it 
 
 from __future__ import annotations
 
-from pycardano import PaymentSigningKey, UTxO
+from pycardano import PaymentSigningKey
 
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.protocol import escrow as escrows
@@ -12,7 +12,7 @@ from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.receipt import NOTHING_RAN
 from offchain.protocol.txbuild import out_ref
 from provider.daemon.chain import Chain
-from provider.daemon.journal import JobEntry, Journal, SignedReceiptRecord
+from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.payouts import PayoutWatcher
 from tests.market.test_lifecycle import SPEC
 from tests.protocol.onchain import (
@@ -23,6 +23,7 @@ from tests.protocol.onchain import (
     RESULT,
     balance,
     lock,
+    to_settle,
     wallet,
 )
 from tests.provider.chain import deployed
@@ -30,16 +31,13 @@ from tests.provider.chain import deployed
 UNITS = 1_000  # 2 ADA at PRICE: above the min-UTxO
 
 
-def entry(name: str, escrow: UTxO, receipt: escrows.SignedReceipt, close_ms: int) -> JobEntry:
+def entry(name: str, signed: escrows.ToSettle, close_ms: int) -> JobEntry:
     """A job the daemon delivered, its signed receipt waiting to be collected."""
-    signed = SignedReceiptRecord(
-        units=receipt.units, result_hash=receipt.result_hash.hex(),
-        evidence_hash=receipt.evidence_hash.hex(), signature=receipt.signature.hex(),
-    )  # fmt: skip
+    escrow, receipt = signed
     return JobEntry(
         job_id=name, escrow=out_ref(escrow), spec=JobSpec.model_validate(SPEC),
         price_per_unit=PRICE, gpu_uuids=[], slot=0, close_ms=close_ms, stage="delivered",
-        accepted_at_ms=0, receipt=signed,
+        accepted_at_ms=0, receipt=receipt,
     )  # fmt: skip
 
 
@@ -50,9 +48,9 @@ async def test_a_receipt_that_cannot_settle_does_not_hold_up_the_one_beside_it(d
     journal = Journal(tmp_path / "state")
     for name, key in (("a-signed-by-a-stranger", stranger), ("b-good", provider.key)):
         escrow = await lock(devnet, deployment, consumer, provider)
-        receipt = escrows.signed_receipt(deployment, key, escrow, UNITS, RESULT, EVIDENCE)
+        signed = to_settle(deployment, key, escrow, UNITS, RESULT, EVIDENCE)
         close = escrows.escrow_datum(deployment, escrow).close
-        journal.save(entry(name, escrow, receipt, close))
+        journal.save(entry(name, signed, close))
     chain = Chain(devnet.url, devnet.context(), deployment, provider)
     watcher = PayoutWatcher(chain, journal, tmp_path / "results", 10**12, batch_max=2)
 
@@ -71,9 +69,9 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     deployment = await deployed(devnet, tmp_path / "deployment.json")
     consumer, provider = await wallet(devnet), await wallet(devnet)
     escrow = await lock(devnet, deployment, consumer, provider)
-    zero = escrows.signed_receipt(deployment, provider.key, escrow, 0, NOTHING_RAN, NOTHING_RAN)
+    zero = to_settle(deployment, provider.key, escrow, 0, NOTHING_RAN, NOTHING_RAN)
     close = escrows.escrow_datum(deployment, escrow).close
-    refused = entry("refused", escrow, zero, close).model_copy(
+    refused = entry("refused", zero, close).model_copy(
         update={"stage": "finished", "reason": "refused by the provider: no slot fits"}
     )
     journal = Journal(tmp_path / "state")

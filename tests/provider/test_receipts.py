@@ -125,13 +125,13 @@ async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(
 
     receipt = receipt_for(escrow_job(devnet, deployment, escrow, spec, key), run)
 
-    assert receipt.escrow == escrow and receipt.units == run.record.billable_units
+    assert receipt.escrow == escrow.input and receipt.units == run.record.billable_units
     archive = run.output.path.read_bytes()
     assert receipt.result_hash == hashlib.sha256(archive).digest()
     assert receipt.evidence_hash == hashlib.sha256(run.record.canonical_json()).digest()
     parties = (consumer.address, provider.address, market.address)
     before = [balance(devnet, a) for a in parties]
-    settled = settle(devnet.context(), deployment, [receipt], market.address)
+    settled = settle(devnet.context(), deployment, [(escrow, receipt)], market.address)
     tx = await confirm(devnet, market.sign(settled))
     split = settle_split(LOCKED, PRICE, receipt.units, MAX_UNITS, ALLOWANCE)
     after = [balance(devnet, a) for a in parties]
@@ -155,8 +155,9 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
         dataclasses.replace(receipt, result_hash=other),
         dataclasses.replace(receipt, evidence_hash=other),
     ):
-        with pytest.raises(BuildError, match="not signed by the escrow's provider key"):
-            settle(devnet.context(), deployment, [tampered], market.address)  # checked first
+        signed = "not signed by the escrow's provider key"  # checked first
+        with pytest.raises(BuildError, match=signed):
+            settle(devnet.context(), deployment, [(escrow, tampered)], market.address)
         # built by hand past that check, paying exactly what the tampered claim is worth
         split = settle_split(LOCKED, PRICE, tampered.units, MAX_UNITS, ALLOWANCE)
         outputs = [
@@ -168,9 +169,8 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
         )
         attack = settle_by_hand(devnet, deployment, market, [(escrow, item)], outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: receipt signature")
-    await confirm(
-        devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
-    )
+    settled = settle(devnet.context(), deployment, [(escrow, receipt)], market.address)
+    await confirm(devnet, market.sign(settled))
 
 
 def refused(job: EscrowJob, reason: Refusal, sign) -> None:
@@ -302,8 +302,8 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
     assert printed["escrow"] == out_ref(escrow) and printed["units"] == record.billable_units
     assert printed["evidence_hash"] == record.digest()
     assert printed["escrow_hash"] == deployment.escrow_hash.payload.hex()
-    receipt = Receipt.from_record(printed).settling(escrow)
-    await confirm(
-        devnet, market.sign(settle(devnet.context(), deployment, [receipt], market.address))
-    )
+    receipt = Receipt.from_record(printed)
+    assert receipt.escrow == escrow.input
+    settled = settle(devnet.context(), deployment, [(escrow, receipt)], market.address)
+    await confirm(devnet, market.sign(settled))
     assert balance(devnet, Wallet.of(key, Network.TESTNET).address) == record.billable_units * PRICE

@@ -33,11 +33,9 @@ from offchain.market.models import (
 )
 from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
-from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.storage import blob_path
 from offchain.protocol.metering import MeteringRecord
-from offchain.protocol.payloads import receipt_payload, verify
 from offchain.protocol.split import settle_split
 
 S = JobState
@@ -338,19 +336,12 @@ def _metering(session: Session, job: Job, blob_root: Path) -> dict[str, Any] | N
 
 
 def _receipt(job: Job, scripts: Scripts) -> dict[str, Any] | None:
-    if job.receipt_signature is None or job.escrow_ref is None or job.provider_vkey is None:
+    receipt = job.receipt
+    if receipt is None or job.provider_vkey is None:
         return None
-    payload = receipt_payload(
-        scripts.network_id, ScriptHash(scripts.escrow_hash), parse_ref(job.escrow_ref, "escrow"),
-        job.receipt_units or 0, bytes.fromhex(job.receipt_result_hash or ""),
-        bytes.fromhex(job.receipt_evidence_hash or ""),
-    )  # fmt: skip
-    ok = verify(bytes.fromhex(job.provider_vkey), payload, bytes.fromhex(job.receipt_signature))
-    return {
-        "units": job.receipt_units, "result_hash": job.receipt_result_hash,
-        "evidence_hash": job.receipt_evidence_hash, "signature": job.receipt_signature,
-        "provider_vkey": job.provider_vkey, "verifies": ok,
-    }  # fmt: skip
+    vkey = bytes.fromhex(job.provider_vkey)
+    ok = receipt.signed_by(vkey, scripts.network_id, ScriptHash(scripts.escrow_hash))
+    return {**receipt.body(), "provider_vkey": job.provider_vkey, "verifies": ok}
 
 
 def _split(job: Job) -> dict[str, int] | None:

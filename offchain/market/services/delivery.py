@@ -108,8 +108,7 @@ def _keep_receipt(
         raise Invalid(
             "not the provider's signature of this receipt for the escrow", f"{field}signature"
         )
-    job.receipt_units, job.receipt_signature = receipt.units, receipt.signature
-    job.receipt_result_hash, job.receipt_evidence_hash = receipt.result_hash, receipt.evidence_hash
+    job.keep_receipt(signed)
 
 
 def expect_receipt(job: Job) -> str:

@@ -195,7 +195,7 @@ class Batcher:
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
         return settlement
 
-    def _waiting_for_more(self, batch: Sequence[tuple[Job, escrows.SignedReceipt]]) -> bool:
+    def _waiting_for_more(self, batch: Sequence[tuple[Job, escrows.ToSettle]]) -> bool:
         """A batch short of full waits while its oldest receipt is younger than
         `settle_wait_ms`: fewer transactions, one fee (`unchained demo --jobs N` shows it)."""
         oldest = batch[0][0].updated_at_ms  # receipts_to_settle: oldest first
@@ -203,7 +203,7 @@ class Batcher:
         return len(batch) < self.batch_max and jobs.now_ms() - oldest < wait
 
     def _build(
-        self, receipts: Sequence[escrows.SignedReceipt], busy: frozenset[TransactionInput]
+        self, receipts: Sequence[escrows.ToSettle], busy: frozenset[TransactionInput]
     ) -> Transaction:
         """The settle transaction, signed by the market's wallet: the one place it signs."""
         context, deployment = self.chain.context, self.chain.deployment
@@ -213,11 +213,11 @@ class Batcher:
             raise TooDear(f"its fee and top-ups take {over} lovelace more than its allowances")
         return self.wallet.sign(tx)
 
-    def _collect(self) -> list[tuple[Job, escrows.SignedReceipt]]:
+    def _collect(self) -> list[tuple[Job, escrows.ToSettle]]:
         """Up to `batch_max` receipts to settle, oldest first. One the market will not settle
         is left to the parties (`_leave`) and the next taken in its place."""
         closing = Clock.now(self.chain.context).tip_ms + WINDOW_MARGIN_MS
-        batch: list[tuple[Job, escrows.SignedReceipt]] = []
+        batch: list[tuple[Job, escrows.ToSettle]] = []
         while len(batch) < self.batch_max:
             skip = [*self.unsettleable, *(job.id for job, _ in batch)]
             with Session(self.engine, expire_on_commit=False) as session:
@@ -232,7 +232,7 @@ class Batcher:
                     batch.append((job, receipt))
         return batch
 
-    def _receipt(self, job: Job, closing: int) -> tuple[escrows.SignedReceipt | None, str]:
+    def _receipt(self, job: Job, closing: int) -> tuple[escrows.ToSettle | None, str]:
         """The job's receipt on its unspent escrow, or None and why the market leaves it: its
         window closes before `closing`, its escrow is spent, or settling it would cost more
         than its fee allowance (payouts raised to the ledger's minimum, and its fee share)."""
@@ -242,12 +242,12 @@ class Batcher:
         utxo = self.chain.utxo(parse_ref(job.escrow_ref, "escrow"))
         if utxo is None:
             return None, f"its escrow {job.escrow_ref} is spent (the follower records by what)"
-        receipt = escrows.SignedReceipt(
-            utxo, job.receipt_units, bytes.fromhex(job.receipt_result_hash),
-            bytes.fromhex(job.receipt_evidence_hash), bytes.fromhex(job.receipt_signature),
-        )  # fmt: skip
+        receipt = job.receipt
+        assert receipt is not None  # receipts_to_settle: jobs with one
         try:
-            payouts = escrows.settle_payouts(self.chain.context, self.chain.deployment, receipt)
+            payouts = escrows.settle_payouts(
+                self.chain.context, self.chain.deployment, utxo, receipt.units
+            )
         except BuildError as exc:
             return None, str(exc)
         if payouts.topup + self.fee_share > payouts.split.fee:
@@ -256,7 +256,7 @@ class Batcher:
                 f"with a fee share of {self.fee_share} that is more than the {payouts.split.fee} "
                 "its fee allowance leaves, and the market pays nothing from its own funds"
             )
-        return receipt, ""
+        return (utxo, receipt), ""
 
     def _leave(self, job: Job, why: str) -> None:
         """Drop `job`'s receipt from the market's queue for good, saying why in its timeline,
@@ -318,12 +318,12 @@ class TooDear(BuildError):
     """The settle would take more from the market's wallet than its escrows' allowances."""
 
 
-def _wallet_pays(tx: Transaction, receipts: Sequence[escrows.SignedReceipt], wallet: Wallet) -> int:
+def _wallet_pays(tx: Transaction, receipts: Sequence[escrows.ToSettle], wallet: Wallet) -> int:
     """What `tx` takes from `wallet` net: everything it pays out and its fee, less what its
     escrows and withdrawal bring (the rest comes back to the wallet as change)."""
     body = tx.transaction_body
     paid = sum(out.amount.coin for out in body.outputs if out.address != wallet.address)
-    brought = sum(r.escrow.output.amount.coin for r in receipts)
+    brought = sum(escrow.output.amount.coin for escrow, _ in receipts)
     return paid + body.fee - brought - sum((body.withdraws or {}).values())
 
 
