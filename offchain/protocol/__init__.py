@@ -1,1 +1,2 @@
-"""The on-chain protocol off chain: types mirroring contracts/, signed payloads, tx builders."""
+"""The on-chain protocol off chain: types mirroring contracts/, signed payloads, tx builders
+and the one reader of transactions (`tx_reader`)."""

@@ -9,20 +9,12 @@ mints, certifies or votes nothing. The market runs the same check on a cancel a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from pycardano import (
-    RedeemerMap,
-    RedeemerTag,
-    Transaction,
-    TransactionInput,
-    UTxO,
-    VerificationKeyHash,
-)
+from pycardano import Transaction, TransactionInput, UTxO, VerificationKeyHash
 
 from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import ledger_key
+from offchain.protocol.tx_reader import Script, TxReader
 from offchain.protocol.types import Cancel
 
 Lookup = Callable[[TransactionInput], UTxO | None]  # the unspent output at a ref, or None
@@ -65,9 +57,7 @@ def check_cancel(
             raise CancelRefused(f"it spends {_ref(utxo.input)}, locked by another script")
         if payment == provider:
             raise CancelRefused(f"it spends {_ref(utxo.input)}, the provider's own")
-    order = sorted(spent.values(), key=ledger_key)
-    own = [u.input for u in order].index(escrow)
-    if not isinstance(_cancel_of(tx, own), Cancel):
+    if not isinstance(TxReader(tx).spend(escrow, Script.ESCROW), Cancel):
         raise CancelRefused(f"escrow {_ref(escrow)} is not spent by the Cancel redeemer")
     return spent[escrow]
 
@@ -77,23 +67,6 @@ def _on_chain(lookup: Lookup, ref: TransactionInput, what: str) -> UTxO:
     if utxo is None:
         raise CancelRefused(f"its {what} {_ref(ref)} is not an unspent output on chain")
     return utxo
-
-
-def _cancel_of(tx: Transaction, index: int) -> Any:
-    """The spend redeemer of input `index` (ledger order) decoded as a Cancel, or None."""
-    redeemers = tx.transaction_witness_set.redeemer or []
-    pairs = (
-        [(key.tag, key.index, value.data) for key, value in redeemers.items()]
-        if isinstance(redeemers, RedeemerMap)
-        else [(r.tag, r.index, r.data) for r in redeemers]
-    )
-    for tag, at, data in pairs:
-        if tag == RedeemerTag.SPEND and at == index:
-            try:
-                return Cancel.from_cbor(data.to_cbor())
-            except Exception:  # pycardano raises several kinds for data of another shape
-                return None
-    return None
 
 
 def _ref(ref: TransactionInput) -> str:

@@ -12,12 +12,12 @@ from enum import StrEnum
 from typing import TypeVar
 
 from pycardano import Network, PlutusData, ScriptHash, UTxO
-from pycardano.serialization import RawCBOR
 
 from offchain.errors import UnchainedError
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.payloads import VKEY_BYTES
 from offchain.protocol.signed_request import KEY_HASH_BYTES
+from offchain.protocol.tx_reader import plutus_cbor
 from offchain.protocol.txbuild import out_ref
 from offchain.protocol.types import PlutusAddress, StakingHash
 
@@ -72,7 +72,7 @@ def script_datum(utxo: UTxO, kind: type[D], script: ScriptHash, error: type[Refu
         raise error(utxo, Refusal.DATUM_HASH, f"{output.datum_hash}: scripts need it inline")
     if output.datum is None:
         raise error(utxo, Refusal.NO_DATUM, f"no {kind.__name__}")
-    raw = output.datum.cbor if isinstance(output.datum, RawCBOR) else output.datum.to_cbor()
+    raw = plutus_cbor(output.datum)
     try:
         datum = kind.from_cbor(raw)
     except Exception as exc:  # pycardano raises several kinds for data of another shape

@@ -36,7 +36,6 @@ from pycardano import (
     min_lovelace_post_alonzo,
 )
 from pycardano.exception import UTxOSelectionException
-from pycardano.serialization import RawCBOR
 from typeguard import suppress_type_checks
 
 from offchain.chain.context import queries
@@ -44,6 +43,7 @@ from offchain.chain.time import ChainTime, iso
 from offchain.chain.utxo import format_out_ref
 from offchain.errors import UnchainedError
 from offchain.protocol.amounts import ADA
+from offchain.protocol.tx_reader import ledger_order, plutus_cbor
 from offchain.protocol.types import Payout, PayoutKind, TxOutRef
 
 D = TypeVar("D", bound=PlutusData)
@@ -168,7 +168,7 @@ def read_datum(utxo: UTxO, kind: type[D], script: ScriptHash, what: str) -> D:
     datum = utxo.output.datum
     if utxo.output.address.payment_part != script or datum is None:
         raise BuildError(f"{out_ref(utxo)} is not at this deployment's {what} script")
-    raw = datum.cbor if isinstance(datum, RawCBOR) else datum.to_cbor()
+    raw = plutus_cbor(datum)
     try:
         return kind.from_cbor(raw)
     except Exception as exc:
@@ -177,7 +177,7 @@ def read_datum(utxo: UTxO, kind: type[D], script: ScriptHash, what: str) -> D:
 
 def ledger_key(utxo: UTxO) -> tuple[bytes, int]:
     """Sort key of inputs as the ledger orders them (scripts see them, redeemers index them)."""
-    return utxo.input.transaction_id.payload, utxo.input.index
+    return ledger_order(utxo.input)
 
 
 def ledger_inputs(*groups: Sequence[UTxO]) -> list[TransactionInput]:

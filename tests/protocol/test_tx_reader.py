@@ -1,0 +1,149 @@
+"""`TxReader` on transactions the protocol's own builders make on the devnet: each spend
+redeemer found by its input in ledger order (also when the body lists its inputs in another
+order) and read as the escrow's or the bond's, the batch settle's withdraw redeemer, inline
+datums and payout tags. Every transaction is read as built (protocol types) and as read back
+from its CBOR (raw Plutus data, as the market's follower and the provider's watcher see it)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+from pycardano import RedeemerTag, Transaction, TransactionId, TransactionInput
+
+from offchain.chain.utxo import utxo_at
+from offchain.devnet.genesis import ADA
+from offchain.protocol import bond as bonds
+from offchain.protocol import escrow as escrows
+from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
+from offchain.protocol.types import (
+    BatchSettle,
+    BondDatum,
+    Cancel,
+    Payout,
+    PayoutKind,
+    Refund,
+    Settle,
+    Slash,
+    SlashPayout,
+    TopUp,
+    TxOutRef,
+)
+from tests.protocol.onchain import (
+    EVIDENCE,
+    OWED,
+    PRICE,
+    RESULT,
+    accept,
+    lock,
+    post_bond,
+    travel_to,
+    wallet,
+)
+
+UNITS = 1_000  # 2 ADA at PRICE: above the min-UTxO
+
+
+def as_built_and_from_cbor(tx: Transaction) -> Iterator[TxReader]:
+    yield TxReader(tx)
+    yield TxReader(Transaction.from_cbor(tx.to_cbor()))
+
+
+def tag(kind: PayoutKind, escrow: TransactionInput) -> Payout:
+    return Payout(int(kind), TxOutRef.of(escrow))
+
+
+async def test_a_batch_settle_is_read_by_ledger_order_whatever_order_its_body_lists(
+    devnet, deployment
+):
+    consumer, provider = await wallet(devnet), await wallet(devnet)
+    locked = [await lock(devnet, deployment, consumer, provider) for _ in range(2)]
+    receipts = [
+        escrows.signed_receipt(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
+        for escrow in locked
+    ]
+    built = escrows.settle(devnet.context(), deployment, receipts, provider.address)
+    body = copy.copy(built.transaction_body)
+    ledger = sorted(body.inputs, key=lambda ref: (ref.transaction_id.payload, ref.index))
+    body.inputs = list(reversed(ledger))  # the escrows' redeemers still index `ledger`
+    assert len(ledger) > len(locked) and list(body.inputs) != ledger
+    reordered = Transaction(body, built.transaction_witness_set)
+
+    for read in as_built_and_from_cbor(reordered):
+        assert read.inputs == ledger
+        own = []
+        for escrow in locked:
+            redeemer = read.spend(escrow.input, Script.ESCROW)
+            assert isinstance(redeemer, Settle) and read.inputs[redeemer.own_input] == escrow.input
+            own.append(redeemer.own_input)
+        fee = [ref for ref in ledger if ref not in {e.input for e in locked}]
+        assert all(read.spend(ref, Script.ESCROW) is None for ref in fee)  # key inputs
+        nowhere = TransactionInput(TransactionId(bytes(32)), 0)
+        assert read.spend(nowhere, Script.ESCROW) is None
+
+        [(account, _)] = read.withdrawals
+        assert account == bytes(deployment.reward_address)
+        assert ScriptHashes.of(deployment).rewarding(account) is Script.ESCROW
+        [withdraw] = [r for r in read.redeemers if r.purpose == RedeemerTag.WITHDRAWAL]
+        batch = withdraw.read(Script.ESCROW)
+        assert isinstance(batch, BatchSettle) and withdraw.index == 0
+        # one item per escrow input, in ledger order; each names its provider's tagged payout
+        by_ledger = [escrow for _, escrow in sorted(zip(own, locked, strict=True))]
+        outputs = read.tx.transaction_body.outputs
+        for item, escrow in zip(batch.items, by_ledger, strict=True):
+            assert read.tags[item.provider_output] == tag(PayoutKind.SETTLE, escrow.input)
+            assert outputs[item.provider_output].address == provider.address
+            assert read.tags[item.consumer_output] == tag(PayoutKind.SETTLE, escrow.input)
+            paid = read.paid(provider.address, tag(PayoutKind.SETTLE, escrow.input))
+            assert paid == PRICE * UNITS
+        assert read.slashed() == set()
+
+
+async def test_cancel_top_up_and_slash_are_read_as_their_scripts_with_their_datums(
+    devnet, deployment
+):
+    consumer, provider = await wallet(devnet), await wallet(devnet)
+    bond = await post_bond(devnet, deployment, provider)
+    escrow = await lock(devnet, deployment, consumer, provider)
+    context = devnet.context()
+    scripts = ScriptHashes.of(deployment)
+
+    datum = escrows.escrow_datum(deployment, escrow)
+    for output in (escrow.output, utxo_at(context, escrow.input).output):  # built, on chain
+        raw = inline_datum(output)
+        assert scripts.at(output.address) is Script.ESCROW
+        assert datum_as(raw, Script.ESCROW) == datum
+        assert datum_as(raw, Script.BOND) is None and datum_as(raw, None) is None
+    on_chain = utxo_at(context, bond.input).output
+    assert scripts.at(on_chain.address) is Script.BOND
+    assert isinstance(datum_as(inline_datum(on_chain), Script.BOND), BondDatum)
+    assert scripts.at(consumer.address) is None
+
+    cancel = escrows.cancel(context, deployment, escrow, consumer.address)
+    for read in as_built_and_from_cbor(cancel):
+        redeemer = read.spend(escrow.input, Script.ESCROW)
+        assert isinstance(redeemer, Cancel) and read.inputs[redeemer.own_input] == escrow.input
+        assert read.tags[redeemer.consumer_output] == tag(PayoutKind.CANCEL, escrow.input)
+        assert read.paid(consumer.address, tag(PayoutKind.CANCEL, escrow.input)) == OWED
+        assert read.paid(consumer.address, tag(PayoutKind.SETTLE, escrow.input)) == 0
+
+    top_up = bonds.top_up(context, deployment, bond, provider.address, 10 * ADA)
+    for read in as_built_and_from_cbor(top_up):
+        assert read.spend(bond.input, Script.BOND) == TopUp(bonds.BOND_OUTPUT)
+        assert read.tags == {} and read.slashed() == set()
+
+    await travel_to(devnet, datum.close + 1)  # within the refund window: the consumer slashes
+    acceptance = accept(deployment, provider.key, escrow)
+    slash = bonds.slash(devnet.context(), deployment, escrow, bond, acceptance, consumer.address)
+    for read in as_built_and_from_cbor(slash):
+        refund = read.spend(escrow.input, Script.ESCROW)
+        assert isinstance(refund, Refund) and read.inputs[refund.own_input] == escrow.input
+        assert read.tags[refund.consumer_output] == tag(PayoutKind.REFUND, escrow.input)
+        taken = read.spend(bond.input, Script.BOND)
+        assert isinstance(taken, Slash) and taken.escrow_input == refund.own_input
+        assert read.tags[taken.consumer_output] == SlashPayout(
+            TxOutRef.of(escrow.input), TxOutRef.of(bond.input)
+        )
+        going_on = read.tx.transaction_body.outputs[taken.bond_output]
+        assert datum_as(inline_datum(going_on), Script.BOND) == bonds.bond_datum(deployment, bond)
+        assert read.slashed() == {escrow.input}
