@@ -28,7 +28,7 @@ from sqlalchemy import Engine, func, insert, select
 from offchain.chain.time import ChainTime, Era
 from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
-from offchain.market.explorer.decode import Scripts
+from offchain.market.explorer.queries import Scripts
 from offchain.market.models import (
     Bond,
     Job,
@@ -54,7 +54,7 @@ GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 40
 PATH = [JobState.REQUESTED, JobState.QUOTED, JobState.FUNDED, JobState.ACCEPTED,
         JobState.RUNNING, JobState.COMPLETED, JobState.SETTLING, JobState.SETTLED]  # fmt: skip
 CHUNK = 5_000
-SCRIPTS = Scripts(0, bytes(range(28)), bytes(range(28, 56)), NOTICE_MS, REFUND_WINDOW_MS)
+SCRIPTS = Scripts(0, bytes(range(28)), NOTICE_MS, REFUND_WINDOW_MS)
 HOUR_MS = 3_600_000
 HISTORY_MS = 8 * 24 * HOUR_MS  # a day more than the longest uptime window
 CHECKS = ["engine", "hardening", "memory limit", "pids limit", "duration limit", "disk limit",

@@ -11,14 +11,13 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from pycardano import Address, RawCBOR, RedeemerMap, Transaction, TransactionOutput
+from pycardano import Address, Transaction
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.utxo import parse_out_ref
-from offchain.protocol.types import Payout, PayoutKind, TxOutRef
+from offchain.protocol.tx_reader import Script, TxReader
+from offchain.protocol.types import Payout, PayoutKind, Settle, TxOutRef
 
-SETTLE_REDEEMER = 0  # the escrow's Settle constructor
-SPEND = 0  # the redeemer tag of a spend
 FIND_TIMEOUT_S = 120.0
 
 
@@ -54,43 +53,9 @@ async def find_spend(url: str, escrow: str, since: Point | None, provider: Addre
 
 def read_spend(tx: Transaction, escrow: str, provider: Address) -> Spend:
     """What `tx`, which spends `escrow`, paid the provider as a settlement."""
-    body = tx.transaction_body
+    read = TxReader(tx)
     ref = parse_out_ref(escrow)
-    ledger = sorted(body.inputs, key=lambda i: (i.transaction_id.payload, i.index))
-    position = ledger.index(ref)
-    redeemers = tx.transaction_witness_set.redeemer or []
-    pairs = (
-        [(key.tag.value, key.index, value.data) for key, value in redeemers.items()]
-        if isinstance(redeemers, RedeemerMap)
-        else [(r.tag.value, r.index, r.data) for r in redeemers]
-    )
-    settled = any(
-        tag == SPEND and index == position and _constructor(data) == SETTLE_REDEEMER
-        for tag, index, data in pairs
-    )
+    settled = isinstance(read.spend(ref, Script.ESCROW), Settle)
     tag = Payout(int(PayoutKind.SETTLE), TxOutRef.of(ref))
-    paid = sum(
-        output.amount.coin
-        for output in body.outputs
-        if settled and output.address == provider and _payout(output) == tag
-    )
+    paid = read.paid(provider, tag) if settled else 0
     return Spend(str(tx.id), paid, settled and paid > 0)
-
-
-def _constructor(data: Any) -> int | None:
-    """The constructor index of a redeemer's Plutus data (121.. are constructors 0..6)."""
-    if hasattr(data, "CONSTR_ID"):
-        return data.CONSTR_ID
-    tag = getattr(getattr(data, "data", None), "tag", None)
-    return tag - 121 if isinstance(tag, int) and 121 <= tag <= 127 else None
-
-
-def _payout(output: TransactionOutput) -> Payout | None:
-    """The output's Payout tag, if its inline datum is one."""
-    datum = output.datum
-    if datum is None:
-        return None
-    try:
-        return Payout.from_cbor(datum.cbor if isinstance(datum, RawCBOR) else datum.to_cbor())
-    except Exception:  # any other datum: not a payout
-        return None

@@ -19,7 +19,7 @@ from sqlmodel import Session
 from offchain.chain.time import ChainTime, Era
 from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
-from offchain.market.explorer.decode import Scripts
+from offchain.market.explorer.queries import Scripts
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from tests.market.conftest import (  # noqa: F401 - shared fixtures
@@ -64,7 +64,7 @@ def explorer_over(
     with Session(engine) as session:
         seed(session)
     state = routes.ExplorerState(
-        Scripts(0, bytes(28), bytes(range(28)), NOTICE_MS, REFUND_WINDOW_MS),
+        Scripts(0, bytes(28), NOTICE_MS, REFUND_WINDOW_MS),
         ChainTime(START_MS, (Era(0, 0, None, 1000),)),
     )
     try:

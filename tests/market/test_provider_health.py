@@ -15,8 +15,8 @@ from sqlmodel import Session
 from offchain.chain.time import ChainTime, Era
 from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
-from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.format import duration, when
+from offchain.market.explorer.queries import Scripts
 from offchain.market.models import Bond, OnlineSpan, Provider
 from offchain.market.services import health
 from offchain.market.services.jobs import now_ms
@@ -122,7 +122,7 @@ def explorer(engine: Engine, tmp_path, start_ms: int) -> Iterator[TestClient]:
     """The explorer over `engine`, its chain starting at `start_ms`, with the test bond terms."""
     settings = MarketSettings(data_dir=tmp_path / "market")
     clock = ChainTime(start_ms, (Era(0, 0, None, 1000),))
-    scripts = Scripts(0, bytes(28), bytes(range(28)), NOTICE_MS, REFUND_WINDOW_MS)
+    scripts = Scripts(0, bytes(28), NOTICE_MS, REFUND_WINDOW_MS)
     with TestClient(
         routes.explorer_app(settings, engine, routes.ExplorerState(scripts, clock))
     ) as client:

@@ -19,7 +19,6 @@ from sqlmodel import Session, col, select
 
 from offchain.chain.time import ChainTime, PastHorizon
 from offchain.market.errors import Invalid, NotFound
-from offchain.market.explorer.decode import Scripts
 from offchain.market.models import (
     Blob,
     Bond,
@@ -35,6 +34,8 @@ from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.storage import blob_path
+from offchain.protocol.bond_check import covers_before
+from offchain.protocol.deployment import Deployment
 from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.split import settle_split
 
@@ -71,6 +72,28 @@ INDEXES = (
     Index("ix_explorer_job_gpu", _job.gpu_model, _job.created_at_ms, _job.id),
     Index("ix_explorer_event_state_slot", _event.to_state, _event.slot),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Scripts:
+    """The deployment as pages need it: the escrow script receipts are signed for, and the
+    bond terms that say which jobs a bond covers."""
+
+    network_id: int
+    escrow_hash: bytes
+    notice_ms: int
+    refund_window_ms: int
+
+    @classmethod
+    def of(cls, deployment: Deployment) -> Scripts:
+        return cls(
+            deployment.network_id, deployment.escrow_hash.payload, deployment.notice_ms,
+            deployment.refund_window_ms,
+        )  # fmt: skip
+
+    def covers_before(self, unbonding_since: int | None, now_ms: int) -> int:
+        """Jobs closing before this time are covered by a bond (`bond_check.covers_before`)."""
+        return covers_before(self.notice_ms, self.refund_window_ms, unbonding_since, now_ms)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,6 @@ from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
 from offchain.market.errors import Conflict, Invalid, MarketError, NotFound
 from offchain.market.explorer import queries
-from offchain.market.explorer.decode import Scripts
 from offchain.market.explorer.format import FILTERS, GLOBALS
 from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
@@ -56,7 +55,7 @@ def mount(app: FastAPI) -> None:
 class ExplorerState:
     """What pages need from the chain, asked once per process: our scripts and its clock."""
 
-    scripts: Scripts
+    scripts: queries.Scripts
     time: ChainTime | None
 
 
@@ -69,7 +68,7 @@ def _state(request: Request) -> ExplorerState:
             time = chain.context.chain_time()
         except Exception:  # the chain is away: pages show no times until it answers
             time = None
-        state = app.explorer = ExplorerState(Scripts.of(chain.deployment), time)
+        state = app.explorer = ExplorerState(queries.Scripts.of(chain.deployment), time)
     return state
 
 

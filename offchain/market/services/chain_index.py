@@ -1,6 +1,7 @@
 """The chain index the explorer reads: every block's header, and the transactions that touch
 the market's scripts (an output at the escrow or bond script, or a spend of one) with all their
-inputs, outputs, datums and redeemers decoded once, when the block arrives.
+inputs, outputs, datums and redeemers decoded once, when the block arrives (by the protocol's
+`tx_reader`), and stored as the JSON every page reads back.
 
 The chain follower calls `index_block` inside the database transaction that applies a block,
 and `roll_back` inside the one that undoes blocks, so the index never disagrees with the job
@@ -9,15 +10,26 @@ states it explains. Nothing here talks to the chain: a page reads one row, not O
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from typing import Any
 
-from pycardano import Address, Transaction
+from pycardano import Address, Network, PlutusData, RedeemerTag, Transaction, TransactionOutput
 from sqlalchemy import BigInteger, Column, Index, Text, delete, update
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from offchain.market.explorer.decode import Scripts, ledger_inputs, output_view, tx_view
+from offchain.chain.utxo import format_out_ref
+from offchain.protocol.addresses import from_plutus
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
+from offchain.protocol.types import Just, Nothing, Payout, PayoutKind, PlutusAddress, TxOutRef
+
+PURPOSES = {
+    RedeemerTag.SPEND: "spend", RedeemerTag.MINT: "mint", RedeemerTag.CERTIFICATE: "publish",
+    RedeemerTag.WITHDRAWAL: "withdraw", RedeemerTag.VOTING: "vote",
+    RedeemerTag.PROPOSING: "propose",
+}  # fmt: skip
 
 
 class ChainBlock(SQLModel, table=True):
@@ -33,7 +45,7 @@ class ChainBlock(SQLModel, table=True):
 
 
 class ChainTx(SQLModel, table=True):
-    """A transaction touching our scripts, decoded (`explorer.decode.tx_view`) as JSON."""
+    """A transaction touching our scripts, decoded (`tx_view`) as JSON."""
 
     __table_args__ = (Index("ix_chaintx_slot_tx", "slot", "tx_id"),)
 
@@ -65,7 +77,7 @@ def _ref(json_input: dict[str, Any]) -> str:
 
 def index_block(session: Session, deployment: Deployment, block: dict[str, Any]) -> None:
     """Record `block` (an Ogmios v6 block, transactions with CBOR) in the caller's transaction."""
-    scripts = Scripts.of(deployment)
+    scripts = ScriptHashes.of(deployment)
     spent = [_ref(i) for tx in block["transactions"] for i in tx["inputs"]]
     known = {
         out.ref: out
@@ -75,7 +87,7 @@ def index_block(session: Session, deployment: Deployment, block: dict[str, Any])
     for json_tx in block["transactions"]:
         inputs = [_ref(i) for i in json_tx["inputs"]]
         at_script = any(
-            scripts.name(Address.from_primitive(o["address"])) for o in json_tx["outputs"]
+            scripts.at(Address.from_primitive(o["address"])) for o in json_tx["outputs"]
         )
         if not at_script and not any(known[r].script for r in inputs if r in known):
             continue
@@ -83,7 +95,7 @@ def index_block(session: Session, deployment: Deployment, block: dict[str, Any])
         if tx.valid is False:  # phase 2 failed: only its collateral moved
             continue
         indexed += 1
-        _index_tx(session, scripts, block, tx, known)
+        _index_tx(session, scripts, deployment.network, block, tx, known)
     session.add(ChainBlock(
         slot=block["slot"], height=block["height"], block_id=block["id"],
         tx_count=len(block["transactions"]), indexed_txs=indexed,
@@ -92,21 +104,24 @@ def index_block(session: Session, deployment: Deployment, block: dict[str, Any])
 
 def _index_tx(
     session: Session,
-    scripts: Scripts,
+    scripts: ScriptHashes,
+    network: Network,
     block: dict[str, Any],
     tx: Transaction,
     known: dict[str, ChainTxOut],
 ) -> None:
     tx_id = tx.id.payload.hex()
-    for ref in ledger_inputs(tx):
+    read = TxReader(tx)
+    for ref in map(format_out_ref, read.inputs):
         if ref in known:
             known[ref].spent_by, known[ref].spent_slot = tx_id, block["slot"]
             session.add(known[ref])
-    view = tx_view(tx, scripts, {ref: out.script for ref, out in known.items()})
+    input_scripts = {ref: Script(out.script) for ref, out in known.items() if out.script}
+    view = tx_view(read, scripts, network, input_scripts)
     session.add(ChainTx(tx_id=tx_id, slot=block["slot"], height=block["height"],
                         view=json.dumps(view)))  # fmt: skip
     for index, output in enumerate(tx.transaction_body.outputs):
-        shown = output_view(output, scripts)
+        shown = output_view(output, scripts, network)
         out = ChainTxOut(
             ref=f"{tx_id}#{index}", slot=block["slot"], address=shown["address"],
             lovelace=shown["lovelace"], script=shown["script"],
@@ -114,6 +129,94 @@ def _index_tx(
         )  # fmt: skip
         known[out.ref] = out
         session.add(out)
+
+
+def tx_view(
+    read: TxReader, scripts: ScriptHashes, network: Network, input_scripts: dict[str, Script]
+) -> dict[str, Any]:
+    """The whole transaction: inputs (ledger order, each with its spend redeemer read as the
+    script's in `input_scripts`, the inputs' own scripts as the index knows them), outputs,
+    withdrawals with their redeemers, fee and validity interval."""
+    body = read.tx.transaction_body
+    inputs = [{"ref": format_out_ref(ref), "redeemer": None} for ref in read.inputs]
+    withdrawals = [
+        {"address": str(Address.from_primitive(key)), "lovelace": amount, "redeemer": None,
+         "script": scripts.rewarding(key)}
+        for key, amount in read.withdrawals
+    ]  # fmt: skip
+    others = []
+    for redeemer in read.redeemers:
+        if redeemer.purpose == RedeemerTag.SPEND and redeemer.index < len(inputs):
+            target = inputs[redeemer.index]
+            script = input_scripts.get(target["ref"])
+        elif redeemer.purpose == RedeemerTag.WITHDRAWAL and redeemer.index < len(withdrawals):
+            target = withdrawals[redeemer.index]
+            script = target["script"]
+        else:
+            others.append({"purpose": PURPOSES[redeemer.purpose], "index": redeemer.index,
+                           "redeemer": _shown(None, redeemer.cbor, network)})  # fmt: skip
+            continue
+        target["redeemer"] = _shown(redeemer.read(script), redeemer.cbor, network)
+    return {
+        "inputs": inputs,
+        "outputs": [output_view(output, scripts, network) for output in body.outputs],
+        "withdrawals": withdrawals,
+        "other_redeemers": others,
+        "fee": body.fee,
+        "valid_from_slot": body.validity_start,
+        "valid_until_slot": body.ttl,
+        "signers": [h.payload.hex() for h in body.required_signers or []],
+        "valid": read.tx.valid is not False,
+    }
+
+
+def output_view(
+    output: TransactionOutput, scripts: ScriptHashes, network: Network
+) -> dict[str, Any]:
+    """One output: address, lovelace, the script it sits at (if ours), its datum decoded."""
+    script = scripts.at(output.address)
+    raw = inline_datum(output)
+    datum = _shown(datum_as(raw, script), raw, network) if raw is not None else None
+    if datum is None and output.datum_hash is not None:
+        datum = {"type": "hash", "hash": output.datum_hash.payload.hex()}
+    return {
+        "address": str(output.address), "lovelace": output.lovelace, "script": script,
+        "datum": datum, "tokens": bool(output.amount.multi_asset),
+    }  # fmt: skip
+
+
+def _shown(data: PlutusData | None, raw: bytes, network: Network) -> dict[str, Any]:
+    """Protocol data as JSON (a payout's kind by name); its bytes when it is none of ours or
+    cannot be shown."""
+    if data is not None:
+        # anyone can lock a datum naming an address or a payout kind that is none
+        with contextlib.suppress(Exception):
+            shown = plain(data, network)
+            if isinstance(data, Payout):
+                shown["kind"] = PayoutKind(data.kind).name.lower()
+            return shown
+    return {"type": "unknown", "cbor": raw.hex()}
+
+
+def plain(value: Any, network: Network) -> Any:
+    """Protocol data as JSON: addresses in bech32, out-refs as TXID#IX, bytes in hex, Maybe as
+    the value or null; every constructor keeps its type's name."""
+    if isinstance(value, PlutusAddress):
+        return str(from_plutus(value, network))
+    if isinstance(value, TxOutRef):
+        return f"{value.tx_id.hex()}#{value.index}"
+    if isinstance(value, Just):
+        return value.value
+    if isinstance(value, Nothing):
+        return None
+    if isinstance(value, PlutusData):
+        fields = {f.name: plain(getattr(value, f.name), network) for f in dataclasses.fields(value)}
+        return {"type": type(value).__name__, **fields}
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list):
+        return [plain(item, network) for item in value]
+    return value
 
 
 def roll_back(session: Session, slot: int) -> None:

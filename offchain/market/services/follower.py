@@ -28,16 +28,15 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Sequence
 from typing import Any
 
-from pycardano import Address, RedeemerMap, Transaction, TransactionInput, TransactionOutput, UTxO
-from pycardano.serialization import RawCBOR
+from pycardano import Address, PlutusData, Transaction, TransactionInput, UTxO
 from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
+from offchain.chain.utxo import parse_out_ref
 from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
 from offchain.market.services import chain_index, jobs, offers, undo
@@ -49,16 +48,27 @@ from offchain.protocol.bond_check import BondRefused, check_bond
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.refusal import check_address
+from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader
 from offchain.protocol.txbuild import BuildError
-from offchain.protocol.types import BondDatum, Just, SlashPayout
+from offchain.protocol.types import (
+    BeginUnbond,
+    BondDatum,
+    Cancel,
+    Just,
+    Refund,
+    Settle,
+    Slash,
+    TopUp,
+    Withdraw,
+)
 
 log = logging.getLogger(__name__)
 S = JobState
 Cause = jobs.Cause
-PLUTUS_CONSTR_TAG = 121  # CBOR tag of constructor 0 (up to 6)
-SETTLE, REFUND, CANCEL = 0, 1, 2  # escrow spend redeemers
-BOND_ACTIONS = {0: "top-up", 1: "unbond", 2: "withdraw", 3: "slash"}
-SLASH = 3
+# How a bond was spent, by its redeemer (a bond spent by no bond redeemer: "spent").
+BOND_ACTIONS: dict[type[PlutusData], str] = {
+    TopUp: "top-up", BeginUnbond: "unbond", Withdraw: "withdraw", Slash: "slash",
+}  # fmt: skip
 RECENT_POINTS = 10  # findIntersection gets these, then ever sparser older ones
 RETRY_S = 1.0
 REFUSED_BOND = "refused"  # a provider's bond moved into an output that is no bond
@@ -72,56 +82,6 @@ def _ref_json(ref: dict[str, Any]) -> str:
     return out_ref(ref["transaction"]["id"], ref["index"])
 
 
-def _ledger_order(refs: Sequence[str]) -> list[str]:
-    """Inputs as the ledger orders them: spend redeemers index this list."""
-    return sorted(refs, key=lambda r: (bytes.fromhex(r[:64]), int(r[65:])))
-
-
-def _constr(data: Any) -> tuple[int, list[Any]] | None:
-    """The constructor index and fields of a redeemer's Plutus data, if it is a constructor."""
-    tag = getattr(getattr(data, "data", None), "tag", None)
-    if tag is None or not PLUTUS_CONSTR_TAG <= tag < PLUTUS_CONSTR_TAG + 7:
-        return None
-    return tag - PLUTUS_CONSTR_TAG, list(data.data.value)
-
-
-def spend_redeemers(tx: Transaction) -> dict[int, tuple[int, list[Any]]]:
-    """Spend redeemers by input index (ledger order), as constructor and fields."""
-    redeemers = tx.transaction_witness_set.redeemer or []
-    pairs = (
-        [(key.tag.value, key.index, value.data) for key, value in redeemers.items()]
-        if isinstance(redeemers, RedeemerMap)
-        else [(r.tag.value, r.index, r.data) for r in redeemers]
-    )
-    found = {}
-    for tag, index, data in pairs:
-        constr = _constr(data)
-        if tag == 0 and constr is not None:  # 0: spend
-            found[index] = constr
-    return found
-
-
-def _inline(output: TransactionOutput) -> bytes | None:
-    datum = output.datum
-    if datum is None:
-        return None
-    return datum.cbor if isinstance(datum, RawCBOR) else datum.to_cbor()
-
-
-def slash_payouts(tx: Transaction) -> set[str]:
-    """The escrows this transaction's outputs name in a SlashPayout tag."""
-    named = set()
-    for output in tx.transaction_body.outputs:
-        raw = _inline(output)
-        try:
-            tag = SlashPayout.from_cbor(raw) if raw else None
-        except Exception:  # any other datum
-            continue
-        if tag is not None:
-            named.add(out_ref(tag.escrow.tx_id.hex(), tag.escrow.index))
-    return named
-
-
 class ChainFollower:
     """Applies chain events to the market's tables; `run` follows the chain forever."""
 
@@ -132,8 +92,7 @@ class ChainFollower:
         self.deployment = deployment
         self.confirmations = confirmations
         self.keep_blocks = keep_blocks
-        self.escrow_hash = deployment.escrow_hash.payload
-        self.bond_hash = deployment.bond_hash.payload
+        self.scripts = ScriptHashes.of(deployment)
         self.lag_blocks = 0  # the chain's tip height minus the last block applied
         self.url = ""  # the Ogmios followed (`run`): era summaries for a block's time
         self._time: ChainTime | None = None
@@ -195,9 +154,7 @@ class ChainFollower:
             session.commit()
 
     def _script_outputs(self, tx: dict[str, Any]) -> bool:
-        return any(
-            _payment(o["address"]) in (self.escrow_hash, self.bond_hash) for o in tx["outputs"]
-        )
+        return any(self.scripts.at(Address.from_primitive(o["address"])) for o in tx["outputs"])
 
     def _spends(
         self,
@@ -209,20 +166,18 @@ class ChainFollower:
         bonds: dict[str, Bond],
         holders: dict[str, Provider],
     ) -> None:
-        order = _ledger_order(inputs)
-        redeemers = spend_redeemers(tx)
+        read = TxReader(tx)
         tx_id = tx.id.payload.hex()
         # Once per transaction, not per escrow input: a batch settle has 41 and ~80 outputs.
-        tagged = slash_payouts(tx) if any(ref in escrows for ref in inputs) else set()
+        slashed = read.slashed() if any(ref in escrows for ref in inputs) else set()
         for ref in inputs:
-            redeemer = redeemers.get(order.index(ref))
+            spent = parse_out_ref(ref)
             if ref in escrows:
-                slashed = ref in tagged and any(
-                    c == SLASH and fields[:1] == [order.index(ref)]
-                    for c, fields in redeemers.values()
-                )
-                self._escrow_spent(session, at, tx_id, escrows[ref], redeemer, slashed)
-            action = BOND_ACTIONS.get(redeemer[0], "spent") if redeemer else "spent"
+                redeemer = read.spend(spent, Script.ESCROW)
+                self._escrow_spent(session, at, tx_id, escrows[ref], redeemer, spent in slashed)
+            if ref not in bonds and ref not in holders:
+                continue
+            action = BOND_ACTIONS.get(type(read.spend(spent, Script.BOND)), "spent")
             if ref in bonds:
                 undo.remember(session, at, bonds[ref])
                 bonds[ref].spent_tx, bonds[ref].spent_as = tx_id, action
@@ -238,16 +193,15 @@ class ChainFollower:
         at: BlockAt,
         tx_id: str,
         job: Job,
-        redeemer: tuple[int, list[Any]] | None,
+        redeemer: PlutusData | None,
         slashed: bool,
     ) -> None:
-        kind = redeemer[0] if redeemer else None
-        if kind == SETTLE:
+        if isinstance(redeemer, Settle):
             target, detail = S.SETTLED, "settled on chain"
-        elif kind == REFUND:
+        elif isinstance(redeemer, Refund):
             target = S.SLASHED if slashed else S.REFUNDED
             detail = "refunded with a slash of the bond" if slashed else "refunded"
-        elif kind == CANCEL:
+        elif isinstance(redeemer, Cancel):
             target, detail = S.CANCELLED, "cancelled on chain: the renter and the provider signed"
         else:
             log.warning("escrow %s spent by %s with no escrow redeemer", job.escrow_ref, tx_id)
@@ -298,11 +252,10 @@ class ChainFollower:
         tx_id = tx.id  # hashes the whole body: once, not once per output
         for index, output in enumerate(tx.transaction_body.outputs):
             utxo = UTxO(TransactionInput(tx_id, index), output)
-            payment = output.address.payment_part
-            script = payment.payload if payment is not None else None
-            if script == self.escrow_hash:
+            script = self.scripts.at(output.address)
+            if script is Script.ESCROW:
                 self._escrow_locked(session, at, utxo)
-            elif script == self.bond_hash:
+            elif script is Script.BOND:
                 self._bond_output(session, at, utxo, holders)
 
     def _escrow_locked(self, session: Session, at: BlockAt, utxo: UTxO) -> None:
@@ -467,8 +420,3 @@ class ChainFollower:
             except Exception:
                 log.exception("the chain follower stopped; it resumes from its stored points")
                 await asyncio.sleep(RETRY_S)
-
-
-def _payment(address: str) -> bytes | None:
-    part = Address.from_primitive(address).payment_part
-    return part.payload if part is not None else None
