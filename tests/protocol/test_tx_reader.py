@@ -37,6 +37,7 @@ from tests.protocol.onchain import (
     accept,
     lock,
     post_bond,
+    to_settle,
     travel_to,
     wallet,
 )
@@ -59,8 +60,7 @@ async def test_a_batch_settle_is_read_by_ledger_order_whatever_order_its_body_li
     consumer, provider = await wallet(devnet), await wallet(devnet)
     locked = [await lock(devnet, deployment, consumer, provider) for _ in range(2)]
     receipts = [
-        escrows.signed_receipt(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
-        for escrow in locked
+        to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE) for escrow in locked
     ]
     built = escrows.settle(devnet.context(), deployment, receipts, provider.address)
     body = copy.copy(built.transaction_body)
