@@ -17,7 +17,6 @@ import typer
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.protocol.amounts import ada, parse_lovelace
-from provider.daemon.journal import Journal
 from provider.options import (
     DEFAULT_CONFIG,
     DEFAULT_DEPLOYMENT,
@@ -128,6 +127,7 @@ def unbond(
     from offchain.protocol import bond as bonds
     from provider.bond_chain import bond_ref, made_bond, provider_on_chain, show_bond
     from provider.bonding import check_no_open_jobs
+    from provider.daemon.journal import Journal  # its receipts import pycardano
 
     open_jobs = Journal(state_dir_of(config, state_dir)).open_jobs()
     check_no_open_jobs([entry.job_id for entry in open_jobs])

@@ -23,7 +23,6 @@ from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobs
 from provider.bond_cli import app as bond_app
 from provider.config import Offer, Prices, ProviderConfig, default_offer, to_toml
 from provider.daemon.capacity import slots_of
-from provider.daemon.journal import Journal
 from provider.inventory import HostInventory, host_inventory
 from provider.options import (
     DEFAULT_CONFIG,
@@ -305,6 +304,7 @@ def status(
     """Slots free and busy, running jobs, earnings settled and pending, the bond: in chain time."""
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
+    from provider.daemon.journal import Journal  # its receipts import pycardano
     from provider.daemon.status import provider_status, status_lines
 
     settings, inventory = provider_config(config, given(state_dir))
