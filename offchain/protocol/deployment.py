@@ -19,6 +19,7 @@ from pycardano import (
     TransactionInput,
     TransactionOutput,
     UTxO,
+    VerificationKeyHash,
     plutus_script_hash,
     script_hash,
 )
@@ -106,7 +107,10 @@ def deploy(
         builder.certificates = [StakeRegistration(StakeCredential(escrow_hash))]
     tx = build(builder, payer)
     refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
-    return tx, Deployment(network_id, notice_ms, slash_share_bps, *refs, refund_window_ms)
+    escrow_ref, bond_ref = refs
+    return tx, Deployment(
+        network_id, notice_ms, slash_share_bps, escrow_ref, bond_ref, refund_window_ms
+    )
 
 
 def _script(ref: UTxO) -> PlutusV3Script:
@@ -116,5 +120,5 @@ def _script(ref: UTxO) -> PlutusV3Script:
     return script
 
 
-def _stake_part(address: Address | None):
+def _stake_part(address: Address | None) -> VerificationKeyHash | ScriptHash | None:
     return address.staking_part if address is not None else None

@@ -80,8 +80,9 @@ def load(path: Path, context: ChainContext) -> Deployment:
             )
         refs.append(utxo)
     try:
+        escrow_ref, bond_ref = refs
         deployment = Deployment(
-            record.network_id, record.notice_ms, record.slash_share_bps, *refs,
+            record.network_id, record.notice_ms, record.slash_share_bps, escrow_ref, bond_ref,
             record.refund_window_ms,
         )  # fmt: skip
         _check_scripts(deployment, record)

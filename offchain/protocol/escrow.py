@@ -8,12 +8,13 @@ tagged outputs placed at known indices; the split is `offchain.protocol.split`'s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 
 from pycardano import (
     Address,
     ChainContext,
     PaymentVerificationKey,
+    PlutusData,
     Redeemer,
     Transaction,
     TransactionBuilder,
@@ -186,7 +187,9 @@ def settle(
         items.append(_add_settle_outputs(context, builder, deployment, escrow, receipt, datum))
     # A spend's cost depends on its input's index, the batch's on the transaction's size.
     own = [inputs.index(escrow.input) for escrow, _ in ordered]
-    keyed = [(("settle-spend", index), Settle(index)) for index in own]
+    keyed: list[tuple[Hashable, PlutusData]] = [
+        (("settle-spend", index), Settle(index)) for index in own
+    ]
     keyed.append((("settle-batch", len(inputs), len(builder.outputs)), BatchSettle(items)))
     redeemers = budgets.redeemers(keyed)
     for (escrow, _), redeemer in zip(ordered, redeemers, strict=False):

@@ -19,6 +19,7 @@ from offchain.protocol.bond_check import check_bond
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import Offer
+from offchain.protocol.payloads import HASH_BYTES
 from offchain.protocol.refusal import Refusal, Refused, check_address, check_vkey, script_datum
 from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import Clock
@@ -41,7 +42,7 @@ def check_terms(
     the first thing that is not so. Needs no time: a receipt and an acceptance both need it."""
     datum = script_datum(escrow, EscrowDatum, deployment.escrow_hash, EscrowRefused)
     check_vkey(escrow, datum.provider_vkey, EscrowRefused)
-    if len(datum.job_id) != escrows.HASH_BYTES:
+    if len(datum.job_id) != HASH_BYTES:
         raise EscrowRefused(escrow, Refusal.JOB_ID_LENGTH, f"{len(datum.job_id)} bytes")
     negative = [
         f"{name} {getattr(datum, name)}" for name in NON_NEGATIVE if getattr(datum, name) < 0
