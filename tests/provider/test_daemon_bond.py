@@ -1,7 +1,8 @@
 """The daemon's staking rules on the devnet, the bond made and unbonded with `provider bond`:
 a provider whose bond is unbonding refuses a job that would close after the notice runs out
-(nothing signed, nothing sent about it), and `provider bond unbond` is refused while the
-daemon has an accepted job open (no transaction: the bond stays active, the wallet as it was)."""
+(no acceptance signed or sent: its escrow, sound, is released by a zero-unit receipt), and
+`provider bond unbond` is refused while the daemon has an accepted job open (no transaction:
+the bond stays active, the wallet as it was)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
             assert "are refused (the consumer's refund window" in daemon.log()  # its warning
             pending.append({"job_id": "job_u", "spec": job, "escrow": escrow})
             await daemon.logged("job job_u refused", timeout_s=30)
+            await daemon.logged("job job_u: its zero receipt is with the market", timeout_s=30)
         finally:
             daemon.stop()
             assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
@@ -71,8 +73,12 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
     assert "withdrawable from" in refused and "covers jobs closing before" in refused, refused
     covered = refused.split("covers jobs closing before ")[1].split(";")[0]
     assert f"jobs closing from {covered} on are refused" in daemon.log()  # the same cut-off
-    assert Journal(daemon.state_dir).entries() == []  # nothing signed
-    assert [line for line in seen if "/jobs/" in line] == []  # no acceptance sent
+    (released,) = Journal(daemon.state_dir).entries()  # no acceptance: the bond is not at stake
+    assert (released.job_id, released.receipt.units, released.stage) == ("job_u", 0, "delivered")
+    # the market's state of the job read, then the release handed in; no acceptance
+    assert [line for line in seen if "/jobs/" in line] == [
+        "GET /jobs/job_u", "POST /jobs/job_u/failure"
+    ]  # fmt: skip
 
 
 async def test_unbond_is_refused_while_the_daemon_has_an_accepted_job(devnet, tmp_path, busybox):
