@@ -11,8 +11,11 @@ import yaml
 
 from consumer.store import JobStore
 from offchain.chain.follower import tip_point
+from offchain.chain.utxo import parse_out_ref
 from offchain.protocol.amounts import ada
 from offchain.protocol.split import settle_split
+from offchain.protocol.txbuild import payout
+from offchain.protocol.types import PayoutKind
 from tests.consumer.cli import Terminal, cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.scripted import PRICE
 from tests.consumer.test_sdk import SPEC, UNITS, archive
@@ -79,8 +82,11 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     assert (cost["locked"], cost["fee_allowance"], cost["lock_fee"], cost["refunded"]) == (
         LOCKED + allowance, allowance, fee, split.consumer)
     assert cost["due"] == split.provider == UNITS * PRICE
-    # the provider's output, raised to the ledger's minimum out of the allowance
-    assert cost["due"] <= cost["provider_paid"] <= cost["due"] + allowance
+    # the provider's output: what it is owed, raised to the ledger's minimum for that output
+    # (its address and tag) out of the allowance
+    owed = payout(devnet.context(), provider.party.wallet.address, UNITS * PRICE,
+                  PayoutKind.SETTLE, parse_out_ref(job["escrow"]))  # fmt: skip
+    assert cost["provider_paid"] == owed.amount.coin > cost["due"]
     shown = run(env, "job", "spend", cwd=tmp_path).stdout
     assert job["job_id"][:8] in shown and ada(cost["net_cost"]) in shown, shown
     code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
