@@ -32,9 +32,9 @@ from pycardano.serialization import default_encoder
 from offchain.devnet.txdecode import (
     DecodedTx,
     array_item_spans,
+    map_item_spans,
     map_value_spans,
     read_head,
-    skip_item,
 )
 from offchain.devnet.view import LedgerView
 
@@ -207,7 +207,7 @@ def parse_redeemers(cbor: bytes | None) -> list[Redeemer]:
     if read_head(cbor, 0)[0] == 5:
         entries = [
             (cbor2.loads(cbor[k0:k1]), array_item_spans(cbor, v0))
-            for (k0, k1), (v0, _) in _map_item_spans(cbor, 0)
+            for (k0, k1), (v0, _) in map_item_spans(cbor, 0)
         ]
     else:
         entries = []
@@ -226,19 +226,6 @@ def _redeemer(key: list[int], cbor: bytes, spans: list[tuple[int, int]]) -> Rede
     memory, cpu = cbor2.loads(cbor[units_start:units_end])
     tag, index = key
     return Redeemer(tag, index, cbor[data_start:data_end], memory, cpu)
-
-
-def _map_item_spans(data: bytes, pos: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    major, count, pos = read_head(data, pos)
-    if major != 5:
-        raise ValueError("expected a CBOR map")
-    pairs = []
-    while (count is None and data[pos] != 0xFF) or (count is not None and len(pairs) < count):
-        key_end = skip_item(data, pos)
-        value_end = skip_item(data, key_end)
-        pairs.append(((pos, key_end), (key_end, value_end)))
-        pos = value_end
-    return pairs
 
 
 def set_items(cbor: bytes | None) -> list[bytes]:

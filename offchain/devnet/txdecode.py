@@ -122,15 +122,29 @@ def skip_item(data: bytes, pos: int) -> int:
 
 
 def array_item_spans(data: bytes, pos: int) -> list[tuple[int, int]]:
-    major, count, pos = read_head(data, pos)
-    if major != 4:
-        raise ValueError("expected a CBOR array")
-    spans = []
-    while (count is None and data[pos] != 0xFF) or (count is not None and len(spans) < count):
-        end = skip_item(data, pos)
-        spans.append((pos, end))
-        pos = end
-    return spans
+    return [item for (item,) in _entry_spans(data, pos, 4, "array")]
+
+
+def map_item_spans(data: bytes, pos: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The spans of a map's entries: (key, value) each."""
+    return [(key, value) for key, value in _entry_spans(data, pos, 5, "map")]
+
+
+def _entry_spans(data: bytes, pos: int, major: int, kind: str) -> list[list[tuple[int, int]]]:
+    """The spans of an array's items (one each) or a map's entries (key and value), definite
+    or indefinite."""
+    found, count, pos = read_head(data, pos)
+    if found != major:
+        raise ValueError(f"expected a CBOR {kind}")
+    entries = []
+    while (count is None and data[pos] != 0xFF) or (count is not None and len(entries) < count):
+        entry = []
+        for _ in range(2 if major == 5 else 1):
+            end = skip_item(data, pos)
+            entry.append((pos, end))
+            pos = end
+        entries.append(entry)
+    return entries
 
 
 def map_value_spans(data: bytes, pos: int) -> dict[int, tuple[int, int]]:
