@@ -226,11 +226,12 @@ def _check_known_inputs(tx: _Tx) -> None:
     references = [*tx.body.inputs, *tx.collateral, *(tx.body.reference_inputs or ())]
     unknown = list(dict.fromkeys(ref for ref in references if ref not in tx.view.utxo))
     if unknown:
-        raise LedgerError(
+        raise _refs_error(
             UNKNOWN_OUTPUT_REFERENCES,
-            f"Unknown or already spent outputs: {_refs_text(unknown)}. Query the UTxO set "
-            "again and rebuild the transaction (inputs, collateral and reference inputs).",
-            {"unknownOutputReferences": [oj.output_reference_json(ref) for ref in unknown]},
+            "unknownOutputReferences",
+            unknown,
+            "Unknown or already spent outputs: {refs}. Query the UTxO set again and rebuild "
+            "the transaction (inputs, collateral and reference inputs).",
         )
 
 
@@ -240,11 +241,12 @@ def _check_disjoint_references(tx: _Tx) -> None:
     spent = set(tx.body.inputs)
     common = [ref for ref in tx.body.reference_inputs or () if ref in spent]
     if common:
-        raise LedgerError(
+        raise _refs_error(
             CONFLICTING_INPUTS_AND_REFERENCES,
-            f"Outputs {_refs_text(common)} are both spent and referenced; a spent input is "
-            "already visible to scripts, so drop it from the reference inputs.",
-            {"conflictingReferences": [oj.output_reference_json(ref) for ref in common]},
+            "conflictingReferences",
+            common,
+            "Outputs {refs} are both spent and referenced; a spent input is already visible "
+            "to scripts, so drop it from the reference inputs.",
         )
 
 
@@ -430,11 +432,12 @@ def _check_collateral_present(tx: _Tx) -> None:
 def _check_collateral_key_locked(tx: _Tx) -> None:
     locked = [ref for ref in tx.collateral if isinstance(_payment_part(tx, ref), ScriptHash)]
     if locked:
-        raise LedgerError(
+        raise _refs_error(
             COLLATERAL_LOCKED_BY_SCRIPT,
-            f"Collateral inputs {_refs_text(locked)} are locked by scripts; collateral must "
-            "come from key addresses.",
-            {"unsuitableCollateralInputs": [oj.output_reference_json(ref) for ref in locked]},
+            "unsuitableCollateralInputs",
+            locked,
+            "Collateral inputs {refs} are locked by scripts; collateral must come from key "
+            "addresses.",
         )
 
 
@@ -579,6 +582,16 @@ def _voter_json(voter: Voter) -> dict[str, Any]:
 
 def _payment_part(tx: _Tx, ref: TransactionInput) -> Any:
     return tx.view.utxo[ref].address.payment_part
+
+
+def _refs_error(code: int, key: str, refs: list[TransactionInput], message: str) -> LedgerError:
+    """A refusal naming outputs: `message` with its `{refs}` filled in, and Ogmios's list of
+    them under `key`."""
+    return LedgerError(
+        code,
+        message.format(refs=_refs_text(refs)),
+        {key: [oj.output_reference_json(ref) for ref in refs]},
+    )
 
 
 def _refs_text(refs: list[TransactionInput]) -> str:
