@@ -113,9 +113,7 @@ def top_up(
     datum = _provider_bond(deployment, bond, provider)
     builder = _spend_bond(deployment, bond, TopUp(BOND_OUTPUT), context)
     _continue(builder, bond, datum, bond.output.amount.coin + lovelace)
-    builder.required_signers = [provider.payment_part]
-    builder.add_input_address(provider)
-    return build(builder, provider)
+    return _signed_by_provider(builder, provider)
 
 
 def begin_unbond(
@@ -133,9 +131,7 @@ def begin_unbond(
     since = clock.time.slot_to_posix_ms(builder.ttl)  # what the validator sees as the upper bound
     unbonding = BondDatum(datum.provider, datum.provider_vkey, Just(since))
     _continue(builder, bond, unbonding, bond.output.amount.coin)
-    builder.required_signers = [provider.payment_part]
-    builder.add_input_address(provider)
-    return build(builder, provider)
+    return _signed_by_provider(builder, provider)
 
 
 def withdraw(
@@ -151,9 +147,7 @@ def withdraw(
         raise BuildError(f"the unbonding notice runs until {clock.iso_slot(first)}")
     builder = _spend_bond(deployment, bond, Withdraw(), context)
     builder.validity_start = clock.tip_slot
-    builder.required_signers = [provider.payment_part]
-    builder.add_input_address(provider)
-    return build(builder, provider)
+    return _signed_by_provider(builder, provider)
 
 
 def slash(
@@ -225,6 +219,14 @@ def _provider_bond(deployment: Deployment, bond: UTxO, provider: Address) -> Bon
     if provider.payment_part != PaymentVerificationKey(datum.provider_vkey).hash():
         raise BuildError(f"{provider} is not the address of the bond's provider key")
     return datum
+
+
+def _signed_by_provider(builder: TransactionBuilder, provider: Address) -> Transaction:
+    """The provider's own spend of its bond: the provider's key must sign it (the validator
+    requires it) and the provider's address pays the fee."""
+    builder.required_signers = [provider.payment_part]
+    builder.add_input_address(provider)
+    return build(builder, provider)
 
 
 def _spend_bond(
