@@ -2,6 +2,8 @@
 
 Constructor ids and field order are the protocol: a class here encodes to exactly the Data the
 validators read, so a field added or moved on one side must be moved on the other.
+They mirror contracts/onchain.py rather than import it: that module imports OpShin (seconds
+more at every client's start) and names the ledger types' fields as OpShin's api_v3 does.
 """
 
 from __future__ import annotations
