@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from pathlib import Path
 
 import typer
 from pycardano import Transaction, TransactionInput, UTxO
@@ -21,7 +20,7 @@ from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import BondDatum, Just
 from provider.bonding import ProviderBonds, withdrawable_slot
 from provider.keys import load_key
-from provider.options import fail, open_deployment, state_dir_of
+from provider.options import ChainFlags, fail, open_deployment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +34,12 @@ class ProviderOnChain(ProviderBonds):
         typer.echo(f"{what}: tx {tx.id} in block {height} (fee {tx.transaction_body.fee} lovelace)")
 
 
-def provider_on_chain(
-    url: str, deployment_path: Path, config: Path, state_dir: Path | None
-) -> ProviderOnChain:
-    context, deployment = open_deployment(url, deployment_path)
-    key = load_key(state_dir_of(config, state_dir))
-    return ProviderOnChain(context, deployment, Wallet.of(key, deployment.network), url)
+def provider_on_chain(flags: ChainFlags) -> ProviderOnChain:
+    context, deployment = open_deployment(flags.ogmios_url, flags.deployment)
+    key = load_key(flags.state)
+    return ProviderOnChain(
+        context, deployment, Wallet.of(key, deployment.network), flags.ogmios_url
+    )
 
 
 def standing(deployment: Deployment, datum: BondDatum, clock: Clock) -> str:

@@ -15,19 +15,8 @@ from typing import Annotated
 
 import typer
 
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.protocol.amounts import ada, parse_lovelace
-from provider.options import (
-    DEFAULT_CONFIG,
-    DEFAULT_DEPLOYMENT,
-    ConfigOption,
-    DeploymentOption,
-    OgmiosOption,
-    StateDirOption,
-    fail,
-    reported,
-    state_dir_of,
-)
+from provider.options import ChainFlags, chain_command, fail, reported
 
 app = typer.Typer(
     help="The provider's bond: ADA at the bond script backing its acceptances.",
@@ -63,19 +52,17 @@ def _amount(text: str) -> int:
 @app.command()
 @reported()
 @refused()
+@chain_command
 def create(
+    flags: ChainFlags,
     amount: AmountArgument,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
 ) -> None:
     """Post a bond from the provider's wallet (one per provider: top it up to grow it)."""
     from offchain.protocol import bond as bonds
     from provider.bond_chain import made_bond, provider_on_chain, show_bond
 
     lovelace = _amount(amount)
-    chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
+    chain = provider_on_chain(flags)
     chain.check_none_yet()
     chain.can_pay(lovelace)
     wallet = chain.wallet
@@ -89,20 +76,18 @@ def create(
 @app.command("top-up")
 @reported()
 @refused()
+@chain_command
 def top_up(
+    flags: ChainFlags,
     amount: AmountArgument,
     bond: BondOption = None,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
 ) -> None:
     """Add to the bond from the provider's wallet."""
     from offchain.protocol import bond as bonds
     from provider.bond_chain import bond_ref, made_bond, provider_on_chain, show_bond
 
     lovelace = _amount(amount)
-    chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
+    chain = provider_on_chain(flags)
     utxo, _ = chain.bond(bond_ref(bond))
     chain.can_pay(lovelace)
     tx = chain.wallet.sign(
@@ -115,12 +100,10 @@ def top_up(
 @app.command()
 @reported()
 @refused()
+@chain_command
 def unbond(
+    flags: ChainFlags,
     bond: BondOption = None,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
 ) -> None:
     """Give notice: withdraw once it has run out (take no job that would outlive it). Refused
     while the daemon has an accepted job open: its bond backs that job until it settles."""
@@ -129,9 +112,9 @@ def unbond(
     from provider.bonding import check_no_open_jobs
     from provider.daemon.journal import Journal  # its receipts import pycardano
 
-    open_jobs = Journal(state_dir_of(config, state_dir)).open_jobs()
+    open_jobs = Journal(flags.state).open_jobs()
     check_no_open_jobs([entry.job_id for entry in open_jobs])
-    chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
+    chain = provider_on_chain(flags)
     utxo, _ = chain.bond(bond_ref(bond))
     tx = chain.wallet.sign(
         bonds.begin_unbond(chain.context, chain.deployment, utxo, chain.wallet.address)
@@ -143,18 +126,16 @@ def unbond(
 @app.command()
 @reported()
 @refused()
+@chain_command
 def withdraw(
+    flags: ChainFlags,
     bond: BondOption = None,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
 ) -> None:
     """Take the bond back to the provider's wallet after its notice period."""
     from offchain.protocol import bond as bonds
     from provider.bond_chain import bond_ref, provider_on_chain
 
-    chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
+    chain = provider_on_chain(flags)
     utxo, datum = chain.bond(bond_ref(bond))
     chain.check_withdrawable(utxo, datum)
     tx = chain.wallet.sign(
@@ -166,16 +147,14 @@ def withdraw(
 @app.command()
 @reported()
 @refused()
+@chain_command
 def show(
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
+    flags: ChainFlags,
 ) -> None:
     """The provider's address, wallet balance and bonds, as the chain has them now."""
     from provider.bond_chain import provider_on_chain, show_bond
 
-    chain = provider_on_chain(ogmios_url, deployment, config, state_dir)
+    chain = provider_on_chain(flags)
     wallet, found = chain.balance(), chain.bonds()
     typer.echo(f"provider {chain.wallet.address} (vkey {chain.wallet.vkey.hex()})")
     typer.echo(f"wallet: {ada(wallet)}")

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.bond_cli import app as bond_app
 from provider.config import Offer, Prices, ProviderConfig, default_offer, to_toml
@@ -26,11 +25,10 @@ from provider.daemon.capacity import slots_of
 from provider.inventory import HostInventory, host_inventory
 from provider.options import (
     DEFAULT_CONFIG,
-    DEFAULT_DEPLOYMENT,
+    ChainFlags,
     ConfigOption,
-    DeploymentOption,
-    OgmiosOption,
     StateDirOption,
+    chain_command,
     fail,
     given,
     open_deployment,
@@ -108,17 +106,15 @@ def receipt_lines(result: RunResult, job: EscrowJob | None) -> list[str]:
 
 
 @app.command("exec")
+@chain_command
 def exec_job(
+    flags: ChainFlags,
     spec_file: Annotated[Path, typer.Argument(help="A job spec (YAML).")],
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
     job_id: Annotated[str | None, typer.Option(help="Defaults to a fresh random id.")] = None,
     escrow: Annotated[
         str | None,
         typer.Option(help="Sign the receipt for the escrow at TXID#IX (read from the chain)."),
     ] = None,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
 ) -> None:
     """Run one job spec here exactly as a market job runs; print its metering record (JSON,
     on stdout) and its receipt (on stderr, with the job's log and the bill)."""
@@ -130,7 +126,7 @@ def exec_job(
         spec = load_jobspec(spec_file)
     except JobSpecError as exc:
         raise fail(str(exc)) from exc
-    settings, inventory = provider_config(config, given(state_dir))
+    settings, inventory = provider_config(flags.config, given(flags.state_dir))
     refusal = settings.offer.refusal(spec, inventory)
     if refusal:
         raise fail(f"this provider's offer cannot take the job: {refusal}")
@@ -138,7 +134,7 @@ def exec_job(
     signed_for = None
     if escrow is not None:
         state = settings.runner.state_dir
-        signed_for = escrow_job(escrow, ogmios_url, deployment, state, spec, price)
+        signed_for = escrow_job(escrow, flags.ogmios_url, flags.deployment, state, spec, price)
     gpus = settings.offer.fitting_gpus(spec, inventory)[: spec.resources.gpus]
     runner = Runner(docker.from_env(), settings.runner)
     job = job_id or f"exec_{secrets.token_hex(6)}"
@@ -267,36 +263,31 @@ MarketIdentityOption = Annotated[
 
 
 @app.command()
+@chain_command
 def run(
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
+    flags: ChainFlags,
     market_url: MarketUrlOption = None,
     market_identity: MarketIdentityOption = None,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
 ) -> None:
     """Run the provider daemon: offer this machine on the market, take and run jobs, deliver
     results and receipts, settle unsettled receipts itself; SIGTERM stops it gracefully."""
     from provider.daemon.chain import Chain
     from provider.daemon.main import Daemon
 
-    flags = given(state_dir, market_url=market_url, market_identity=market_identity)
-    settings, inventory = provider_config(config, flags)
+    given_flags = given(flags.state_dir, market_url=market_url, market_identity=market_identity)
+    settings, inventory = provider_config(flags.config, given_flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
-    context, made = open_deployment(ogmios_url, deployment)
+    context, made = open_deployment(flags.ogmios_url, flags.deployment)
     with reported():
-        asyncio.run(
-            Daemon(settings, inventory, Chain.of(ogmios_url, context, made, settings)).run()
-        )
+        chain = Chain.of(flags.ogmios_url, context, made, settings)
+        asyncio.run(Daemon(settings, inventory, chain).run())
 
 
 @app.command()
+@chain_command
 def status(
-    config: ConfigOption = DEFAULT_CONFIG,
-    state_dir: StateDirOption = None,
-    ogmios_url: OgmiosOption = DEFAULT_OGMIOS_URL,
-    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
+    flags: ChainFlags,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON document (lovelace, chain-time ms).")
     ] = False,
@@ -307,11 +298,11 @@ def status(
     from provider.daemon.journal import Journal  # its receipts import pycardano
     from provider.daemon.status import provider_status, status_lines
 
-    settings, inventory = provider_config(config, given(state_dir))
+    settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, slots = slots_of(settings.offer, inventory)
-    context, made = open_deployment(ogmios_url, deployment)
+    context, made = open_deployment(flags.ogmios_url, flags.deployment)
     with reported():
-        chain = Chain.of(ogmios_url, context, made, settings)
+        chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
         now = provider_status(Journal(settings.runner.state_dir), slots, chain.now_ms(), bond)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))

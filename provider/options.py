@@ -8,13 +8,17 @@ them (tests/test_cli_imports.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from offchain.chain import DEFAULT_OGMIOS_URL
 from provider.config import ConfigError, ProviderSettings, load_config, load_settings
 
 if TYPE_CHECKING:
@@ -64,6 +68,52 @@ DeploymentOption = Annotated[
         help="The protocol deployment (JSON written when the contracts were deployed).",
     ),
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainFlags:
+    """The options of every command that reads the chain as this provider: where Ogmios
+    answers, the deployment, and the config and state directory holding the provider's key."""
+
+    ogmios_url: str
+    deployment: Path
+    config: Path
+    state_dir: Path | None
+
+    @property
+    def state(self) -> Path:
+        """The state directory they name (`state_dir_of`)."""
+        return state_dir_of(self.config, self.state_dir)
+
+
+_CHAIN_OPTIONS = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=option, default=default)
+    for name, option, default in (
+        ("ogmios_url", OgmiosOption, DEFAULT_OGMIOS_URL),
+        ("deployment", DeploymentOption, DEFAULT_DEPLOYMENT),
+        ("config", ConfigOption, DEFAULT_CONFIG),
+        ("state_dir", StateDirOption, None),
+    )
+]
+
+
+def chain_command(command: Callable[..., None]) -> Callable[..., None]:
+    """`command`, whose first parameter is `flags: ChainFlags`, as typer sees it: taking the
+    four options of `ChainFlags` in its place, after its own (typer has no option groups, so
+    the signature it reads is rewritten: the options are declared once, here)."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+
+    @functools.wraps(command)
+    def with_flags(
+        *, ogmios_url: str, deployment: Path, config: Path, state_dir: Path | None, **options: Any
+    ) -> None:
+        command(ChainFlags(ogmios_url, deployment, config, state_dir), **options)
+
+    parameters = [*own, *_CHAIN_OPTIONS]
+    signature = inspect.Signature(parameters, return_annotation=None)
+    with_flags.__signature__ = signature  # type: ignore[attr-defined]
+    with_flags.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_flags
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
