@@ -34,13 +34,6 @@ def get_session(request: Request) -> Iterator[Session]:
     yield from sessions(request.app.state.engine)
 
 
-def release(session: Session) -> None:
-    """End the session's transaction, so its connection goes back to the pool before a long
-    wait on the client inside a route (an upload arriving). What it loaded stays usable
-    (`sessions` does not expire on commit); its next use takes a connection again."""
-    session.commit()
-
-
 async def get_chain(request: Request) -> Chain:
     return request.app.state.chain
 
@@ -117,7 +110,10 @@ async def signer_id(signed: Annotated[SignedRequest, Depends(signed_request)]) -
 
 SettingsDep = Annotated[MarketSettings, Depends(get_settings)]
 # A route's session closes once its answer is made, before it is sent: a client slow to read
-# (a result download, a long answer) never holds a connection of the pool.
+# (a result download, a long answer) never holds a connection of the pool. Only plain `def`
+# routes take it (FastAPI runs them in its worker threads); a route that streams or long-polls
+# is `async def` and opens a session inside each worker-thread call instead
+# (tests/market/test_async_boundary.py holds both).
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 ChainDep = Annotated[Chain, Depends(get_chain)]
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]

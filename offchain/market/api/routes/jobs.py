@@ -41,16 +41,15 @@ JobIdDep = Annotated[str, Depends(full_job_id)]
 
 
 @router.post("", status_code=201)
-async def request_job(
+def request_job(
     request: schemas.JobRequest, unspent: UnspentDep, http: Request, settings: SettingsDep,
     chain: ChainDep,
 ) -> schemas.Quote:  # fmt: skip
     """A signed job request; the answer is a quote embedding the provider's signed offer.
-    The matching and the one write transaction run in one worker thread (the hot path)."""
+    The matching and the one write transaction run in the route's worker thread, in sessions
+    of their own (the hot path: no session dependency to open and close)."""
     engine = http.app.state.engine
-    return await run_in_threadpool(
-        quotes.request_job, engine, settings, chain, unspent.signed, unspent.nonce, request
-    )
+    return quotes.request_job(engine, settings, chain, unspent.signed, unspent.nonce, request)
 
 
 @router.get("")

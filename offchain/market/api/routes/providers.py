@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -19,35 +21,36 @@ from offchain.market.api.deps import (
     SettingsDep,
     SignedDep,
     UploadDep,
-    release,
     storable_params,
 )  # fmt: skip
-from offchain.market.models import Offer
+from offchain.market.models import Job, Offer
 from offchain.market.services import cancels, delivery, health, jobs, offers, quotes, storage
-from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER
+from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER, SignedRequest
 from offchain.protocol.wire import Assignment
 
 router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
 POLL_S = 0.25
 
 
+async def as_sent(request: Request, _verified: SignedDep) -> tuple[str, str, str]:
+    """The offer's body, signature and key exactly as its provider sent them, once the
+    signature is checked: kept verbatim so quotes show the provider's own words."""
+    headers = request.headers
+    return (await request.body()).decode(), headers[SIGNATURE_HEADER], headers[KEY_HEADER]
+
+
 @router.post("/offers", status_code=201)
-async def post_offer(
-    request: Request, terms: schemas.OfferTerms, signed: SignedDep, session: SessionDep,
+def post_offer(
+    terms: schemas.OfferTerms, signed: SignedDep,
+    sent: Annotated[tuple[str, str, str], Depends(as_sent)], session: SessionDep,
     settings: SettingsDep, chain: ChainDep,
 ) -> schemas.SignedOffer:  # fmt: skip
     """Publish a signed offer; it is kept verbatim so quotes can show the provider's words. A
     bond it names must count (the bond check, at least the market's minimum, not withdrawable
     before a job quoted now could close): a 422 says why not."""
-    body = (await request.body()).decode()
-    headers = request.headers
-    signature = (headers[SIGNATURE_HEADER], headers[KEY_HEADER])
     vkey = signed.vkey.payload
-    bond = await run_in_threadpool(offers.counted_bond, chain, settings, vkey, terms)
-    offer = await run_in_threadpool(
-        _publish, session, vkey, terms, (body, *signature), bond, settings.online_ms
-    )
-    return quotes.signed_offer(offer)
+    bond = offers.counted_bond(chain, settings, vkey, terms)
+    return quotes.signed_offer(_publish(session, vkey, terms, sent, bond, settings.online_ms))
 
 
 def _publish(
@@ -141,18 +144,13 @@ def post_logs(
 
 @router.put("/jobs/{job_id}/result")
 async def put_result(
-    job_id: str, request: Request, signed: UploadDep, settings: SettingsDep, session: SessionDep
+    job_id: str, request: Request, signed: UploadDep, settings: SettingsDep
 ) -> schemas.JobPublic:
     """The result archive, streamed to disk and hashed on the way; over the limit is a 413."""
-    job = await run_in_threadpool(delivery.own_job, session, signed.key_hash, job_id)
+    job = await _own_job(request, signed, job_id)
     jobs.expect(job, jobs.S.RUNNING)
-    await run_in_threadpool(release, session)  # no connection held while the upload arrives
-    sha256, size = await storage.receive_blob(
-        settings.blob_dir, request.stream(), settings.result_limit_bytes
-    )
-    signed.check_body(sha256)
-    job = await run_in_threadpool(delivery.attach_result, session, job, sha256, size)
-    return quotes.public(session, job)
+    sha256, size = await _receive(request, signed, settings.blob_dir, settings.result_limit_bytes)
+    return await _recorded(request, job, lambda db: delivery.attach_result(db, job, sha256, size))
 
 
 @router.post("/jobs/{job_id}/receipt")
@@ -167,24 +165,59 @@ def receipt(
 
 @router.put("/jobs/{job_id}/metering")
 async def put_metering(
-    job_id: str, request: Request, signed: UploadDep, settings: SettingsDep, session: SessionDep
+    job_id: str, request: Request, signed: UploadDep, settings: SettingsDep
 ) -> schemas.JobPublic:
     """The metering record the signed receipt commits to (its canonical JSON): taken only once
     the receipt is in (409 before) and only if it hashes to the receipt's evidence hash (422
     otherwise, nothing kept); over its limit is a 413. The explorer charts it."""
-    job = await run_in_threadpool(delivery.own_job, session, signed.key_hash, job_id)
+    job = await _own_job(request, signed, job_id)
     delivery.expect_receipt(job)
-    await run_in_threadpool(release, session)  # no connection held while the upload arrives
+    check = functools.partial(delivery.check_evidence, job)
+    limit = delivery.EVIDENCE_LIMIT_BYTES
+    sha256, size = await _receive(request, signed, settings.blob_dir, limit, check)
+    return await _recorded(request, job, lambda db: delivery.attach_evidence(db, sha256, size))
 
-    def check(sha256: str, upload: Path) -> None:
+
+# The uploads stream their body with no session open (a stalled client holds no connection):
+# each database step before and after runs in one worker thread, in a session of its own.
+
+
+async def _own_job(request: Request, signed: SignedRequest, job_id: str) -> Job:
+    """The signer's job, read in a worker thread; what it loaded stays usable once closed."""
+
+    def read() -> Job:
+        with Session(request.app.state.engine) as session:
+            return delivery.own_job(session, signed.key_hash, job_id)
+
+    return await run_in_threadpool(read)
+
+
+async def _receive(
+    request: Request, signed: SignedRequest, blob_dir: Path, limit: int,
+    check: Callable[[str, Path], None] | None = None,
+) -> tuple[str, int]:  # fmt: skip
+    """The body stored by its sha256 once it is the body the request signed and passes
+    `check` (nothing kept otherwise); over `limit` is a 413."""
+
+    def checked(sha256: str, upload: Path) -> None:
         signed.check_body(sha256)
-        delivery.check_evidence(job, sha256, upload)
+        if check is not None:
+            check(sha256, upload)
 
-    sha256, size = await storage.receive_blob(
-        settings.blob_dir, request.stream(), delivery.EVIDENCE_LIMIT_BYTES, check
-    )
-    await run_in_threadpool(delivery.attach_evidence, session, sha256, size)
-    return quotes.public(session, job)
+    return await storage.receive_blob(blob_dir, request.stream(), limit, checked)
+
+
+async def _recorded(
+    request: Request, job: Job, record: Callable[[Session], object]
+) -> schemas.JobPublic:
+    """`record` the stored upload and commit, then the job's view, in one worker thread."""
+
+    def write() -> schemas.JobPublic:
+        with Session(request.app.state.engine, expire_on_commit=False) as session:
+            record(session)
+            return quotes.public(session, job)
+
+    return await run_in_threadpool(write)
 
 
 @router.post("/jobs/{job_id}/failure")
