@@ -9,12 +9,14 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, event
-from sqlmodel import Session, create_engine
+from sqlmodel import Session, SQLModel, create_engine
 
+from offchain.market.errors import NotFound
 from offchain.market.settings import MarketSettings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -24,6 +26,7 @@ POOL_SIZE = 16
 RECYCLE_S = 1800  # a PostgreSQL connection is replaced after this long (no ping per checkout)
 _WRITERS: dict[str, _Writers] = {}
 _WRITERS_GUARD = threading.Lock()
+Row = TypeVar("Row", bound=SQLModel)
 
 
 def make_engine(settings: MarketSettings) -> Engine:
@@ -113,3 +116,11 @@ def sessions(engine: Engine) -> Iterator[Session]:
     """One session per unit of work; whatever it did not commit is rolled back."""
     with Session(engine, expire_on_commit=False) as session:
         yield session
+
+
+def found(session: Session, model: type[Row], key: str, missing: str, field: str) -> Row:
+    """The `model` row keyed `key`; NotFound saying `missing`, naming `field`, when none is."""
+    row = session.get(model, key)
+    if row is None:
+        raise NotFound(missing, field)
+    return row

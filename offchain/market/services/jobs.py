@@ -12,10 +12,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Sequence
+from typing import TypedDict, Unpack
 
 from sqlmodel import Session, col, select
 
-from offchain.market.errors import Conflict, Forbidden, NotFound
+from offchain.market import db
+from offchain.market.errors import Conflict, Forbidden
 from offchain.market.models import CancelState, Cause, Job, JobEvent, JobState
 
 S = JobState
@@ -68,34 +70,28 @@ def new_job_id() -> str:
     return secrets.token_hex(16)
 
 
+class OnChain(TypedDict, total=False):
+    """Where on chain a move was seen, when the chain caused it (the event's columns)."""
+
+    slot: int
+    block_height: int
+    tx_id: str
+
+
 def transition(
-    session: Session,
-    job: Job,
-    to_state: JobState,
-    cause: Cause,
-    detail: str = "",
-    *,
-    slot: int | None = None,
-    block_height: int | None = None,
-    tx_id: str | None = None,
-) -> JobEvent:
+    session: Session, job: Job, to_state: JobState, cause: Cause, detail: str = "",
+    **on_chain: Unpack[OnChain],
+) -> JobEvent:  # fmt: skip
     """Move `job` to `to_state` and record why; Conflict if the table forbids the move. The
     caller commits (with whatever else the move changes, in one transaction)."""
-    event = move(job, to_state, cause, detail, slot=slot, block_height=block_height, tx_id=tx_id)
+    event = move(job, to_state, cause, detail, **on_chain)
     session.add(job)
     session.add(event)
     return event
 
 
 def move(
-    job: Job,
-    to_state: JobState,
-    cause: Cause,
-    detail: str = "",
-    *,
-    slot: int | None = None,
-    block_height: int | None = None,
-    tx_id: str | None = None,
+    job: Job, to_state: JobState, cause: Cause, detail: str = "", **on_chain: Unpack[OnChain]
 ) -> JobEvent:
     """`transition` without a session: the job moved and its event, for the caller to store
     (the signed request's hot path writes them with its nonce in one statement batch). An API
@@ -106,7 +102,7 @@ def move(
     at = now_ms()
     event = JobEvent(
         job_id=job.id, at_ms=at, from_state=job.state, to_state=to_state, cause=cause,
-        detail=detail, slot=slot, block_height=block_height, tx_id=tx_id,
+        detail=detail, **on_chain,
     )  # fmt: skip
     job.state, job.updated_at_ms = to_state, at
     return event
@@ -120,10 +116,7 @@ def first_event(job: Job, detail: str) -> JobEvent:
 
 
 def get(session: Session, job_id: str) -> Job:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise NotFound(f"no job {job_id}", "job_id")
-    return job
+    return db.found(session, Job, job_id, f"no job {job_id}", "job_id")
 
 
 def visible_to(session: Session, job_id: str, party: str) -> Job:

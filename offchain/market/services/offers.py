@@ -20,7 +20,8 @@ from pycardano import Address, PaymentVerificationKey
 from sqlalchemy import ColumnElement, and_, func
 from sqlmodel import Session, col, select
 
-from offchain.market.errors import Conflict, Invalid, NotFound
+from offchain.market import db
+from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import Job, JobState, Offer, Provider
 from offchain.market.offer_query import OfferQuery, OfferRecord, Search
 from offchain.market.schemas import OfferTerms
@@ -42,10 +43,8 @@ def key_hash(vkey: bytes) -> str:
 
 
 def provider(session: Session, provider_id: str) -> Provider:
-    found = session.get(Provider, provider_id)
-    if found is None:
-        raise NotFound(f"no provider {provider_id}: post an offer first", "provider")
-    return found
+    missing = f"no provider {provider_id}: post an offer first"
+    return db.found(session, Provider, provider_id, missing, "provider")
 
 
 def heartbeat(session: Session, provider_id: str, at_ms: int) -> Provider:
