@@ -2,6 +2,12 @@
 watch, provider liveness and forgetting stale nonces. Each job runs alone (one instance,
 missed runs coalesced) in a worker thread, with its own database session; chain time comes
 from the chain's tip.
+
+All of the market's work on a timer runs here, none as an asyncio loop: every step of it is
+synchronous database and chain work, which on the event loop would need a thread hop each.
+The event loop keeps what waits on a socket or on other tasks: the chain follower (driven by
+its chain-sync connection, each block applied in a worker thread), the leadership loop that
+starts and stops this scheduler, and the event feed that wakes live streams.
 """
 
 from __future__ import annotations
