@@ -47,6 +47,16 @@ NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS = 30_000, 2_500, 10_000
 BOND = 400 * ADA
 
 
+async def deployed(devnet: DevnetProcess) -> Deployment:
+    """The validators deployed on `devnet` with the benches' terms (bench/market.py's too)."""
+    deployer = await wallet(devnet, 10_000 * ADA)
+    tx, deployment = deploy(
+        devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
+    )
+    await confirm(devnet, deployer.sign(tx))
+    return deployment
+
+
 async def cost(devnet: DevnetProcess, tx: Transaction) -> dict[str, Any]:
     """Execution units per script run (as evaluateTransaction reports them), fee and size."""
     runs = await request(
@@ -200,13 +210,7 @@ async def measure(batch_limit: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         devnet = DevnetProcess(Path(tmp) / "data").start()
         try:
-            deployer = await wallet(devnet, 10_000 * ADA)
-            tx, deployment = deploy(
-                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS,
-                REFUND_WINDOW_MS,
-            )  # fmt: skip
-            tx = deployer.sign(tx)
-            await confirm(devnet, tx)
+            deployment = await deployed(devnet)
             measured = await actions(devnet, deployment)
             provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
             size, batch, stop = await largest_batch(

@@ -43,6 +43,7 @@ from pycardano import Address, Network, PaymentSigningKey, TransactionInput, Tra
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from bench.contracts import deployed
 from offchain.chain.ogmios import request as ogmios_request
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.genesis import ADA
@@ -53,27 +54,18 @@ from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from offchain.protocol import escrow as escrows
 from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.deployment import Deployment, deploy
+from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.signed_request import RequestFields, sign_request
 from offchain.protocol.txbuild import Clock, Wallet, build, new_builder
 from tests.market.postgres import Cluster, server_bin
+from tests.market.test_lifecycle import GPU, IMAGES, SPEC  # the tests' job and offer
 from tests.protocol.onchain import confirm, fund, output, to_settle, wallet
 
 RESULTS = Path(__file__).parent / "results" / "market.json"
 IDENTITY = "unchained-market:bench"
-NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS = 30_000, 2_500, 10_000
-GPU = "NVIDIA H100 80GB HBM3"
 SETTLE_GPU = "NVIDIA BENCH SETTLE"  # the one provider the settled jobs go to
-SPEC = {
-    "image": "python:3.11",
-    "command": ["python", "-c", "print('hello')"],
-    "resources": {"gpus": 1, "min_vram_mib": 40_000, "cpu_cores": 2, "memory_mib": 4096,
-                  "disk_mib": 1024},
-    "max_duration_s": 600,
-    "max_price_lovelace": 40_000_000,
-}  # fmt: skip
 SETTLE_PRICE, UNITS = 50_000, 42  # 42 s at 0.05 ADA/s pays the provider more than a min-UTxO
 RESULT, EVIDENCE = hashlib.sha256(b"result").digest(), hashlib.sha256(b"metering").digest()
 LOCKS_PER_TX = 60
@@ -309,7 +301,7 @@ def offer(provider: Wallet, i: int, **changes: Any) -> dict[str, Any]:
         "payout_address": str(provider.address), "gpu_model": GPU, "gpu_count": 1,
         "vram_mib": 81_559, "cpu_cores": 16, "memory_mib": 131_072, "disk_mib": 512_000,
         "price_per_unit": 40_000 + 7 * i, "slots": 1 + i % 4,
-        "images": [{"reference": SPEC["image"], "digest": "sha256:" + "5e" * 32}], **changes,
+        "images": IMAGES, **changes,
     }  # fmt: skip
 
 
@@ -630,12 +622,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         devnet = DevnetProcess(Path(tmp) / "devnet").start()
         cluster = None
         try:
-            deployer = await wallet(devnet, 10_000 * ADA)
-            tx, deployment = deploy(
-                devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS,
-                REFUND_WINDOW_MS,
-            )  # fmt: skip
-            await confirm(devnet, deployer.sign(tx))
+            deployment = await deployed(devnet)
             path = Path(tmp) / "deployment.json"
             deployment_file.save(deployment, path)
             databases: list[tuple[str, Callable[[], str]]] = [("sqlite", lambda: "")]
