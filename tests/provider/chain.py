@@ -5,10 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pycardano import Address
-
-from offchain.chain.ogmios import request
-from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.process import DevnetProcess
 from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment, deploy
@@ -24,12 +20,3 @@ async def deployed(devnet: DevnetProcess, file: Path) -> Deployment:
     await confirm(devnet, deployer.sign(tx))
     deployment_file.save(made, file)
     return made
-
-
-async def fund(devnet: DevnetProcess, address: Address, lovelace: int) -> None:
-    """Send `lovelace` from the devnet's faucet to `address` and wait for the block."""
-    since = await tip_point(devnet.url)
-    funding = await request(
-        devnet.url, "devnet/fund", {"address": str(address), "lovelace": lovelace}
-    )
-    await wait_for_confirmations(devnet.url, funding["transaction"]["id"], since, timeout_s=30)

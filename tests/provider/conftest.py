@@ -10,9 +10,11 @@ from pathlib import Path
 import docker
 import pytest
 
+from offchain.protocol.deployment import Deployment
 from provider import images
 from provider.config import RunnerSettings
 from provider.runner import Runner
+from tests.provider.chain import deployed
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +36,18 @@ def busybox(client: docker.DockerClient) -> str:
 def python(client: docker.DockerClient) -> str:
     """Python 3 + NumPy with provider/workloads at /opt/unchained/workloads."""
     return images.workloads_image(client)
+
+
+@pytest.fixture(scope="module")
+def deployment_path(tmp_path_factory) -> Path:
+    """Where a module's deployment file is written, for the commands that read it."""
+    return tmp_path_factory.mktemp("deployment") / "deployment.json"
+
+
+@pytest.fixture(scope="module")
+async def deployment(devnet, deployment_path: Path) -> Deployment:
+    """The validators deployed once per module on the session's devnet."""
+    return await deployed(devnet, deployment_path)
 
 
 def assert_no_leftovers(runner: Runner) -> None:

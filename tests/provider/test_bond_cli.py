@@ -17,21 +17,11 @@ from offchain.protocol import bond as bonds
 from offchain.protocol.txbuild import Clock, Wallet, out_ref
 from offchain.protocol.types import Just, Nothing
 from provider.keys import load_key
-from tests.protocol.onchain import balance, confirm, travel_to
-from tests.provider.chain import NOTICE_MS, deployed, fund
+from tests.protocol.onchain import balance, confirm, fund, travel_to
+from tests.provider.chain import NOTICE_MS
 from unchained.cli import app
 
 cli = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def deployment_path(tmp_path_factory):
-    return tmp_path_factory.mktemp("deployment") / "deployment.json"
-
-
-@pytest.fixture(scope="module")
-async def deployment(devnet, deployment_path):
-    return await deployed(devnet, deployment_path)
 
 
 @pytest.fixture

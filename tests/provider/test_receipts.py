@@ -45,13 +45,14 @@ from tests.protocol.onchain import (
     SCRIPT_FAILED,
     balance,
     confirm,
+    fund,
     rejected,
     settle_by_hand,
     tagged,
     travel_to,
     wallet,
 )
-from tests.provider.chain import SLASH_SHARE_BPS, deployed, fund
+from tests.provider.chain import SLASH_SHARE_BPS
 from tests.provider.conftest import assert_no_leftovers
 from unchained.cli import app
 
@@ -62,16 +63,6 @@ LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
 DEADLINE_MS, WINDOW_MS = 10 * 60_000, 5 * 60_000  # room to start, run and settle a job
 
 cli = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def deployment_path(tmp_path_factory):
-    return tmp_path_factory.mktemp("deployment") / "deployment.json"
-
-
-@pytest.fixture(scope="module")
-async def deployment(devnet, deployment_path):
-    return await deployed(devnet, deployment_path)
 
 
 @pytest.fixture(scope="module")
