@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,7 +17,6 @@ from playwright.async_api import async_playwright
 from sqlmodel import Session
 
 from offchain.chain.time import ChainTime, Era
-from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
 from offchain.market.explorer.queries import Scripts
 from offchain.market.settings import MarketSettings
@@ -29,6 +28,7 @@ from tests.market.conftest import (  # noqa: F401 - shared fixtures
     postgresql_cluster,
     postgresql_url,
 )
+from tests.market.database import Seed, engine_at_head
 from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "explorer"
@@ -54,15 +54,16 @@ START_MS = 1_700_000_000_000  # the seeded chain's system start: slot n is START
 
 @contextmanager
 def explorer_over(
-    tmp_path: Path, url: str, seed: Callable[[Session], None]
+    tmp_path: Path, url: str, seed: Seed, *, seed_once: bool = False
 ) -> Iterator[TestClient]:
     """The explorer alone (no chain) over a fresh database at Alembic's head, seeded by
-    `seed`, with a one-second-slot chain clock from START_MS (`url`: "" for SQLite)."""
+    `seed`, with a one-second-slot chain clock from START_MS (`url`: "" for SQLite).
+    `seed_once`: the seed reads no clock, so on SQLite it runs once per process."""
     settings = MarketSettings(data_dir=tmp_path / "market", database_url=url)
-    engine = make_engine(settings)
-    upgrade(engine)
-    with Session(engine) as session:
-        seed(session)
+    engine = engine_at_head(settings, seed if seed_once else None)
+    if not seed_once:
+        with Session(engine) as session:
+            seed(session)
     state = routes.ExplorerState(
         Scripts(0, bytes(28), NOTICE_MS, REFUND_WINDOW_MS),
         ChainTime(START_MS, (Era(0, 0, None, 1000),)),

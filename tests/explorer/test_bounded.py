@@ -62,7 +62,7 @@ def seed(session: Session) -> None:
 
 @pytest.fixture
 def client(tmp_path, database_url) -> Iterator[TestClient]:
-    with explorer_over(tmp_path, database_url, seed) as client:
+    with explorer_over(tmp_path, database_url, seed, seed_once=True) as client:
         yield client
 
 

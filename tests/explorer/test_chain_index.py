@@ -22,12 +22,12 @@ from pycardano import (
 )
 from sqlmodel import Session, select
 
-from offchain.market.db import make_engine, upgrade
 from offchain.market.services import chain_index
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.settings import MarketSettings
 from offchain.protocol.escrow import new_escrow
 from offchain.protocol.types import Refund
+from tests.market.database import engine_at_head
 
 
 def _address() -> Address:
@@ -52,8 +52,7 @@ def block(slot: int, tx: Transaction) -> dict:
 
 @pytest.fixture
 def engine(tmp_path):
-    engine = make_engine(MarketSettings(data_dir=tmp_path))
-    upgrade(engine)
+    engine = engine_at_head(MarketSettings(data_dir=tmp_path))
     yield engine
     engine.dispose()
 

@@ -13,7 +13,6 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from offchain.chain.time import ChainTime, Era
-from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
 from offchain.market.explorer.format import duration, when
 from offchain.market.explorer.queries import Scripts
@@ -27,6 +26,7 @@ from provider.daemon.capacity import Bundle
 from provider.daemon.offers import offer_terms
 from provider.selftest import Check, load_summary, save_summary
 from tests.market.client import Party
+from tests.market.database import engine_at_head
 from tests.market.flow import stored
 from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS, wallet
 
@@ -39,8 +39,7 @@ IDS = ("aa" * 28, "bb" * 28, "cc" * 28)
 
 @pytest.fixture
 def engine(tmp_path, database_url) -> Iterator[Engine]:
-    made = make_engine(MarketSettings(data_dir=tmp_path / "market", database_url=database_url))
-    upgrade(made)
+    made = engine_at_head(MarketSettings(data_dir=tmp_path / "market", database_url=database_url))
     with Session(made) as session:
         for provider_id in IDS:
             session.add(Provider(id=provider_id, vkey="00" * 32, payout_address="addr_test1",
