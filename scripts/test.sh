@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite (lint included). Extra arguments go to pytest.
+# Set up, then run the whole test suite (lint included) but the GPU tests. Extra arguments go
+# to pytest. The fast unit subset alone, in about a minute: scripts/test-fast.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

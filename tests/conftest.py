@@ -1,8 +1,9 @@
 """Shared fixtures: a real devnet process reached over its WebSocket. And the markers that
 say what a test needs (`devnet`, `docker`, `postgres`, `browser`; `gpu` is set by hand),
-given here from the fixtures it uses, so `pytest -m "not devnet and not docker and not
-postgres and not browser"` runs the unit tests alone in seconds. A test module that starts
-such a thing itself (a CLI or the demo in a child process) sets its `pytestmark`."""
+given here from the fixtures it uses, so scripts/test-fast.sh runs the unit tests alone (and
+leaves out `slow`, set by hand where a test takes seconds of its own: the compiler, a CLI in
+a child process). A test module that starts such a thing itself (a CLI or the demo in a
+child process) sets its `pytestmark`."""
 
 from __future__ import annotations
 

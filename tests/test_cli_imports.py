@@ -113,6 +113,7 @@ def test_a_chain_command_help_imports_nothing_heavy(command: tuple[str, ...], tm
     assert heavy(modules) == []
 
 
+@pytest.mark.slow  # the child imports pycardano: seconds
 def test_a_chain_command_loads_the_committed_scripts_without_the_compiler(tmp_path: Path):
     """`job lock` opens the chain and reads the deployment (here: there is none), importing
     what loads the validators, and neither the OpShin compiler nor `uplc`: they took seconds

@@ -17,6 +17,8 @@ import pytest
 from consumer.keys import new_wallet
 from tests.consumer.cli import run
 
+pytestmark = pytest.mark.slow  # each case runs `unchained` twice, as child processes
+
 CASES = {
     "spec written into a missing folder": (["job", "init", "no/such/folder/job.yaml"],
                                            "FileNotFoundError", "no/such/folder/job.yaml"),

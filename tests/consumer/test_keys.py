@@ -51,6 +51,7 @@ def test_a_mnemonic_file_is_read_as_written(tmp_path: Path):
         load_key(path)
 
 
+@pytest.mark.slow  # five `unchained` processes, each importing pycardano (about 2 s)
 @pytest.mark.parametrize("mnemonic", [True, False], ids=["mnemonic", "skey"])
 def test_wallet_new_then_address(tmp_path: Path, mnemonic: bool):
     key = tmp_path / "keys" / "consumer.key"

@@ -25,6 +25,7 @@ def committed(name: str) -> PlutusV3Script:
     return PlutusV3Script(bytes.fromhex((BUILD_DIR / name / SCRIPT_FILE).read_text()))
 
 
+@pytest.mark.slow  # the OpShin compiler, both validators: tens of seconds
 def test_a_rebuild_equals_the_committed_artifacts():
     assert build_artifacts(check=True) == []
 

@@ -128,6 +128,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # the escrow compiled by OpShin once: seconds
 @pytest.mark.parametrize(("mutate", "purpose", "passes"), CASES)
 def test_simplified_escrow_agrees_with_opshin_and_costs_less(mutate, purpose, passes):
     raw, simplified = escrow_programs()

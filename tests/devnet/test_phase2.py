@@ -101,6 +101,7 @@ def test_plutus_data_from_cbor_accepts_immutable_map_keys():
 # --- the runner -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a pool of worker processes: seconds
 async def test_runner_runs_jobs_in_worker_processes_and_caches_outcomes():
     runner = ScriptRunner(COST_MODELS, workers=2)
     try:
