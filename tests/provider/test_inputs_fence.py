@@ -52,7 +52,8 @@ def serve() -> Iterator[Callable[[dict[str, Route]], str]]:
 
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # polled every 10 ms, so the teardown's shutdown waits no half second for it
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}"
 
