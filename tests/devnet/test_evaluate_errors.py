@@ -62,8 +62,10 @@ async def evaluate(devnet, cbor: str, additional: list | None = None) -> dict:
     return response
 
 
-async def test_additional_utxo_may_not_restate_the_ledger(slow_devnet):
-    devnet = slow_devnet
+async def lock_in_the_mempool(devnet) -> tuple[TransactionInput, list[dict], str]:
+    """A fresh wallet's lock at SCRIPT, submitted and left in the mempool (not in the ledger
+    yet): the locked output's reference, that output as `additionalUtxo`, and the CBOR hex
+    of a transaction spending it."""
     key = PaymentSigningKey.generate()
     owner = wallet_address(key)
     await request(devnet.url, "devnet/fund", {"address": str(owner), "lovelace": 100 * ADA})
@@ -72,10 +74,15 @@ async def test_additional_utxo_may_not_restate_the_ledger(slow_devnet):
     builder.add_input_address(owner)
     builder.add_output(locked_at(SCRIPT))
     lock = builder.build_and_sign([key], change_address=owner)
-    await submit(devnet.url, lock)  # in the mempool: not in the ledger yet
+    await submit(devnet.url, lock)
     locked = TransactionInput(lock.id, 0)
     additional = [utxo_json(locked, lock.transaction_body.outputs[0])]
-    cbor = spend(locked, plutus_v3_script=[SCRIPT])
+    return locked, additional, spend(locked, plutus_v3_script=[SCRIPT])
+
+
+async def test_additional_utxo_may_not_restate_the_ledger(slow_devnet):
+    devnet = slow_devnet
+    locked, additional, cbor = await lock_in_the_mempool(devnet)
 
     chained = await evaluate(devnet, cbor, additional)
     assert [r["validator"] for r in chained["result"]] == [{"purpose": "spend", "index": 0}]

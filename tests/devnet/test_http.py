@@ -11,16 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
-from pycardano import PaymentSigningKey, TransactionBuilder, TransactionInput
+from pycardano import PaymentSigningKey
 
-from offchain.chain.ogmios import request
-from offchain.chain.submit import submit
 from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.ogmios_json import output_reference_json, utxo_json
+from offchain.devnet.ogmios_json import output_reference_json
 from tests.devnet.conftest import forge
 from tests.devnet.payments import payment
 from tests.devnet.rpc import rpc_raw
-from tests.devnet.test_evaluate_errors import SCRIPT, locked_at, spend
+from tests.devnet.test_evaluate_errors import lock_in_the_mempool
 from tests.ogmios_schema import validate
 
 STATELESS = [
@@ -200,18 +198,7 @@ async def test_evaluate_a_script_spend_over_http(slow_devnet):
     """A real script spend's budget by POST /: with the locked output passed as additionalUtxo
     while its transaction waits in the mempool, then from the ledger once a block holds it;
     restating that ledger output in additionalUtxo is 3002 over HTTP as over the socket."""
-    key = PaymentSigningKey.generate()
-    owner = wallet_address(key)
-    await request(slow_devnet.url, "devnet/fund", {"address": str(owner), "lovelace": 100 * ADA})
-    await forge(slow_devnet)
-    builder = TransactionBuilder(slow_devnet.context())
-    builder.add_input_address(owner)
-    builder.add_output(locked_at(SCRIPT))
-    lock = builder.build_and_sign([key], change_address=owner)
-    await submit(slow_devnet.url, lock)
-    locked = TransactionInput(lock.id, 0)
-    additional = [utxo_json(locked, lock.transaction_body.outputs[0])]
-    cbor = spend(locked, plutus_v3_script=[SCRIPT])
+    locked, additional, cbor = await lock_in_the_mempool(slow_devnet)
 
     chained = (await evaluate_both(slow_devnet, cbor, additional)).json()["result"]
     [evaluated] = chained
