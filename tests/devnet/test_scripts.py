@@ -39,7 +39,7 @@ from pycardano import (
 from uplc.tools import flatten, parse
 
 from offchain.devnet.errors import LedgerError
-from offchain.devnet.phase2 import run_job
+from offchain.devnet.phase2 import ScriptJob, run_job
 from offchain.devnet.scripts import (
     check_scripts,
     evaluation_jobs,
@@ -96,6 +96,14 @@ def spend_redeemer(data: Any = 42, **units: int) -> Redeemer:
 
 def submit(dtx, utxo, **view: Any):
     return check_scripts(dtx, make_view(utxo, **view), vkey_hashes=vkey_hashes(dtx))
+
+
+def the_job(body: TransactionBody, script: Any, tag: RedeemerTag, data: Any) -> ScriptJob:
+    """The one script job of `body` signed by ALICE, with `script` and its redeemer `data` at
+    `tag` index 0, over base_utxo()."""
+    dtx = seal(body, signers=[ALICE], plutus_v3_script=[script], redeemer=[redeemer(tag, 0, data)])
+    [job] = submit(dtx, base_utxo())
+    return job
 
 
 def refused(code: int, dtx, utxo, **view: Any) -> Any:
@@ -346,13 +354,7 @@ def test_withdraw_zero_by_script_and_legacy_registration_without_witness():
         certificates=[StakeRegistration(StakeCredential(plutus_script_hash(SCRIPT)))],
         withdraws=Withdrawals({stake_account(SCRIPT): 0}),
     )
-    dtx = seal(
-        body,
-        signers=[ALICE],
-        plutus_v3_script=[SCRIPT],
-        redeemer=[redeemer(RedeemerTag.WITHDRAWAL, 0, 42)],
-    )
-    [job] = submit(dtx, base_utxo())
+    job = the_job(body, SCRIPT, RedeemerTag.WITHDRAWAL, 42)
     assert (job.purpose, job.index) == ("withdraw", 0)
 
 
@@ -380,13 +382,7 @@ def test_conway_registration_by_script_needs_its_redeemer():
             }
         ]
     }
-    dtx = seal(
-        body,
-        signers=[ALICE],
-        plutus_v3_script=[SCRIPT],
-        redeemer=[redeemer(RedeemerTag.CERTIFICATE, 0, 42)],
-    )
-    [job] = submit(dtx, base_utxo())
+    job = the_job(body, SCRIPT, RedeemerTag.CERTIFICATE, 42)
     assert (job.purpose, job.index) == ("publish", 0)
 
 
@@ -478,13 +474,7 @@ def test_mint_policy_job_and_plutus_data_redeemer():
         mint=minted,
         collateral=[FUND],
     )
-    dtx = seal(
-        body,
-        signers=[ALICE],
-        plutus_v3_script=[policy],
-        redeemer=[redeemer(RedeemerTag.MINT, 0, PlutusData())],
-    )
-    [job] = submit(dtx, base_utxo())
+    job = the_job(body, policy, RedeemerTag.MINT, PlutusData())
     assert (job.purpose, job.index) == ("mint", 0)
     assert run_job(job, make_view({}).params.cost_models).error is None
 
