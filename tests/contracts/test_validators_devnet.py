@@ -362,17 +362,30 @@ async def short_escrow(world: World, lovelace: int = 20 * ADA) -> tuple[UTxO, in
     return escrow, now + 2_000
 
 
+def back_to_the_consumer(
+    world: World,
+    escrow: UTxO,
+    action: type[Refund] | type[Cancel],
+    kind: int,
+    budget: ExecutionUnits | None,
+) -> TransactionBuilder:
+    """A builder spending `escrow` by `action` (its own input, the consumer's output 0) that
+    pays the consumer the escrow less its allowance, tagged with payout `kind`."""
+    builder = world.builder()
+    redeemer = Redeemer(action(input_index(builder, escrow), 0), budget)
+    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=redeemer)
+    owed = escrow.output.amount.coin - ALLOWANCE
+    builder.add_output(
+        TransactionOutput(world.consumer.address, owed, datum=Payout(kind, out_ref(escrow)))
+    )
+    return builder
+
+
 def refund_builder(
     world: World, escrow: UTxO, close_ms: int, budget: ExecutionUnits | None = None
 ) -> TransactionBuilder:
     """A refund of `escrow` valid from just after `close_ms` (`budget`: none evaluates it)."""
-    builder = world.builder()
-    refund = Refund(input_index(builder, escrow), 0)
-    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(refund, budget))
-    owed = escrow.output.amount.coin - ALLOWANCE
-    builder.add_output(
-        TransactionOutput(world.consumer.address, owed, datum=Payout(1, out_ref(escrow)))
-    )
+    builder = back_to_the_consumer(world, escrow, Refund, 1, budget)
     builder.validity_start = world.slot(close_ms) + 1
     return builder
 
@@ -397,13 +410,7 @@ def cancel_tx(
     world: World, escrow: UTxO, signers: list[Party], budget: ExecutionUnits | None = None
 ) -> Transaction:
     """Cancel `escrow` to the consumer, signed by `signers` (`budget`: none evaluates it)."""
-    builder = world.builder()
-    cancel = Cancel(input_index(builder, escrow), 0)
-    builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(cancel, budget))
-    owed = escrow.output.amount.coin - ALLOWANCE
-    builder.add_output(
-        TransactionOutput(world.consumer.address, owed, datum=Payout(2, out_ref(escrow)))
-    )
+    builder = back_to_the_consumer(world, escrow, Cancel, 2, budget)
     builder.required_signers = [p.key_hash for p in signers]
     return sign(world, builder, *signers)
 
