@@ -13,9 +13,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from offchain.chain.submit import wait_for_confirmations
 from offchain.protocol.txbuild import Wallet
 from tests.consumer.conftest import IDENTITY
+from tests.consumer.test_sdk import SPEC
 from tests.protocol.onchain import wallet
 
 UNCHAINED = [sys.executable, "-m", "unchained.cli"]
@@ -54,6 +57,16 @@ async def funded_key(devnet, tmp_path: Path, lovelace: int) -> tuple[Wallet, Pat
     path = tmp_path / "consumer.skey"
     funded.key.save(str(path))
     return funded, path
+
+
+async def ready_to_submit(market, provider, devnet, tmp_path: Path) -> tuple[Wallet, Path, dict]:
+    """A key holding 100 ADA, the CLI's environment (its state in `tmp_path/state`), the tests'
+    job spec at `tmp_path/job.yaml` and the provider's offer up: `job submit job.yaml` next."""
+    funded, key = await funded_key(devnet, tmp_path, 100_000_000)
+    env = cli_env(market, devnet, key, tmp_path / "state")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
+    await provider.offer()
+    return funded, key, env
 
 
 class Terminal:

@@ -16,7 +16,15 @@ from offchain.protocol.amounts import ada
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import payout
 from offchain.protocol.types import PayoutKind
-from tests.consumer.cli import Terminal, cli_env, funded_key, run, run_json, tx_fee
+from tests.consumer.cli import (
+    Terminal,
+    cli_env,
+    funded_key,
+    ready_to_submit,
+    run,
+    run_json,
+    tx_fee,
+)
 from tests.consumer.scripted import PRICE
 from tests.consumer.test_sdk import SPEC, UNITS, archive
 from tests.protocol.onchain import balance
@@ -25,10 +33,7 @@ LOCKED = PRICE * SPEC["max_duration_s"]
 
 
 async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet, tmp_path):
-    funded, key = await funded_key(devnet, tmp_path, 100_000_000)
-    env = cli_env(market, devnet, key, tmp_path / "state")
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
-    await provider.offer()
+    funded, _, env = await ready_to_submit(market, provider, devnet, tmp_path)
     start = balance(devnet, funded.address)
     since = await tip_point(devnet.url)
     terminal = Terminal(env, ["job", "submit", "job.yaml"], tmp_path)

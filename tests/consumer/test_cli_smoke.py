@@ -14,12 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
 from offchain.protocol.jobspec import load_jobspec
-from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run, run_json
+from tests.consumer.cli import UNCHAINED, cli_env, funded_key, ready_to_submit, run, run_json
 from tests.consumer.scripted import GPU
-from tests.consumer.test_sdk import SPEC, UNITS, archive
+from tests.consumer.test_sdk import UNITS, archive
 
 
 def test_job_init_writes_a_spec_that_loads_and_never_overwrites(tmp_path: Path):
@@ -72,10 +70,7 @@ async def test_wallet_balance_and_offers_search(market, provider, devnet, tmp_pa
 
 
 async def test_job_logs_and_status_watch_in_json(market, provider, devnet, tmp_path: Path):
-    _, key = await funded_key(devnet, tmp_path, 100_000_000)
-    env = cli_env(market, devnet, key, tmp_path / "state")
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
-    await provider.offer()
+    *_, env = await ready_to_submit(market, provider, devnet, tmp_path)
     code, submitted = run_json(env, "job", "submit", "job.yaml", "--yes", cwd=tmp_path)
     assert code == 0, submitted
     job = await provider.assignment()

@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
-from tests.consumer.cli import cli_env, funded_key, run, run_json
-from tests.consumer.test_sdk import SPEC
+from tests.consumer.cli import ready_to_submit, run, run_json
 
 
 async def test_a_job_is_named_by_a_prefix_or_its_escrow_and_a_shared_prefix_is_refused(
     market, provider, devnet, tmp_path
 ):
-    _, key = await funded_key(devnet, tmp_path, 100_000_000)
+    *_, env = await ready_to_submit(market, provider, devnet, tmp_path)
     state = tmp_path / "state"
-    env = cli_env(market, devnet, key, state)
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
-    await provider.offer()
     code, submitted = run_json(env, "job", "submit", "job.yaml", "--yes", "--detach",
                                cwd=tmp_path)  # fmt: skip
     assert code == 0 and submitted["escrow"], submitted

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 from pycardano import (
     Address,
     Network,
@@ -26,7 +25,7 @@ from pycardano import (
 from consumer.external import signed_cbor, signed_lock
 from offchain.chain.follower import tip_point
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from tests.consumer.cli import cli_env, funded_key, run_json, tx_fee
+from tests.consumer.cli import ready_to_submit, run_json, tx_fee
 from tests.consumer.scripted import PRICE
 from tests.consumer.test_sdk import SPEC
 from tests.protocol.onchain import balance
@@ -51,10 +50,7 @@ def text_envelope(tx: Transaction) -> str:
 
 
 async def test_an_external_wallet_signs_the_lock(market, provider, devnet, tmp_path: Path):
-    funded, key = await funded_key(devnet, tmp_path, 100_000_000)
-    env = cli_env(market, devnet, key, tmp_path / "state")
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
-    await provider.offer()
+    funded, key, env = await ready_to_submit(market, provider, devnet, tmp_path)
     start = balance(devnet, funded.address)
     since = await tip_point(devnet.url)
 

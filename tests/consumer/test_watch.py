@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-import yaml
-
-from tests.consumer.cli import UNCHAINED, Terminal, cli_env, funded_key, run, run_json
-from tests.consumer.test_sdk import SPEC
+from tests.consumer.cli import UNCHAINED, Terminal, ready_to_submit, run, run_json
 
 REASON = "the container could not start: image not found"
 REFUSAL = "refused by the provider: its slot has 8 MiB disk"
@@ -18,10 +15,7 @@ REFUSAL = "refused by the provider: its slot has 8 MiB disk"
 
 async def funded_job(market, provider, devnet, tmp_path) -> tuple[dict[str, str], dict]:
     """A job locked and funded through the CLI, and the provider's assignment of it."""
-    _, key = await funded_key(devnet, tmp_path, 100_000_000)
-    env = cli_env(market, devnet, key, tmp_path / "state")
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
-    await provider.offer()
+    *_, env = await ready_to_submit(market, provider, devnet, tmp_path)
     code, submitted = run_json(env, "job", "submit", "job.yaml", "--yes", "--detach",
                                cwd=tmp_path)  # fmt: skip
     assert code == 0, submitted
