@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
+import httpx
 import uvicorn
 
 from offchain.devnet.process import DevnetProcess, free_port
@@ -35,7 +36,7 @@ from offchain.protocol.wire import EscrowParameters
 from provider.config import RunnerSettings
 from provider.runner import Runner
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER
-from tests.market.client import Party
+from tests.market.client import Party, serve
 from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
 from tests.provider.chain import deployed
@@ -65,13 +66,50 @@ def market_settings(
     )  # fmt: skip
 
 
+async def quiet_market(
+    devnet: DevnetProcess, tmp_path: Path, **changes: Any
+) -> tuple[Path, Deployment, MarketSettings]:
+    """A fresh deployment (its file and itself) and the settings of a market on `devnet` with
+    no wallet: it settles nothing (a provider's payout watcher may, or a refund)."""
+    deployment_file = tmp_path / "deployment.json"
+    deployment = await deployed(devnet, deployment_file)
+    settings = market_settings(tmp_path, devnet, deployment_file, None, **changes)
+    return deployment_file, deployment, settings
+
+
+@contextlib.asynccontextmanager
+async def daemon_on_market(
+    devnet: DevnetProcess, tmp_path: Path, deployment_file: Path, settings: MarketSettings,
+    *, leaves_nothing: bool = True, **provider: Any,
+) -> AsyncIterator[tuple[ProviderProcess, Wallet, str]]:  # fmt: skip
+    """The market served with `settings` and a new provider's daemon on it (`provider`: its
+    slots and settings), started: its offer published. Stopped at the end; `leaves_nothing`:
+    no container, workspace or cgroup of any job may be left."""
+    with serve(settings) as url:
+        daemon, wallet_ = await new_provider(devnet, tmp_path, deployment_file, url, **provider)
+        try:
+            await daemon.start().logged("offer published")
+            yield daemon, wallet_, url
+        finally:
+            daemon.stop()
+            left = daemon.reap()
+            if leaves_nothing:
+                assert left == {"containers": [], "workspaces": [], "cgroups": []}
+
+
+@contextlib.asynccontextmanager
+async def consumer_of(devnet: DevnetProcess, url: str) -> AsyncIterator[Party]:
+    """A consumer with a funded wallet of its own, talking to the market at `url`."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        yield Party.new(http, IDENTITY, await wallet(devnet))
+
+
 async def settling_market(
     devnet: DevnetProcess, tmp_path: Path
 ) -> tuple[Path, Deployment, MarketSettings]:
     """A fresh deployment (its file and itself) and the settings of a market on `devnet` that
     settles receipts from a funded wallet of its own."""
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
+    deployment_file, deployment, _ = await quiet_market(devnet, tmp_path)
     market_key = tmp_path / "market.skey"
     (await wallet(devnet)).key.save(str(market_key))
     settings = market_settings(tmp_path, devnet, deployment_file, market_key)
@@ -329,6 +367,23 @@ def fake_market_server() -> Iterator[tuple[str, list[dict[str, Any]], list[str]]
     yield f"http://127.0.0.1:{server.server_address[1]}", pending, seen
     server.shutdown()
     server.server_close()
+
+
+async def refusal(
+    daemon: ProviderProcess, pending: list[dict[str, Any]], job_id: str, job: dict, escrow: str
+) -> str:
+    """Start `daemon`, assign it `job` on `escrow` as `job_id` through the fake market's
+    `pending`, and wait for its refusal and the zero receipt handed to the market; stopped,
+    it must leave nothing behind. The refusal's line of its log."""
+    try:
+        await daemon.start().logged("offer published")
+        pending.append({"job_id": job_id, "spec": job, "escrow": escrow})
+        await daemon.logged(f"job {job_id} refused", timeout_s=30)
+        await daemon.logged(f"job {job_id}: its zero receipt is with the market", timeout_s=30)
+    finally:
+        daemon.stop()
+        assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    return next(line for line in daemon.log().splitlines() if f"job {job_id} refused" in line)
 
 
 def safe_terms(

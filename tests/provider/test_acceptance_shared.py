@@ -30,6 +30,7 @@ from tests.provider.daemon_harness import (
     fake_market_server,
     lock_escrow,
     new_provider,
+    refusal,
     safe_terms,
     spec,
 )
@@ -48,15 +49,7 @@ async def test_the_daemon_refuses_in_the_words_of_the_markets_quote(devnet, tmp_
         now = Clock.now(devnet.context()).tip_ms
         terms = {**safe_terms(consumer, provider, job, now), "fee_allowance": ALLOWANCE}
         escrow = await lock_escrow(devnet, deployment, consumer, terms)
-        try:
-            await daemon.start().logged("offer published")
-            pending.append({"job_id": "job_s", "spec": job, "escrow": escrow})
-            await daemon.logged("job job_s refused", timeout_s=30)
-            await daemon.logged("job job_s: its zero receipt is with the market", timeout_s=30)
-        finally:
-            daemon.stop()
-            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
-    said = next(line for line in daemon.log().splitlines() if "job job_s refused" in line)
+        said = await refusal(daemon, pending, "job_s", job, escrow)
     quoted = market_refusal(devnet, deployment_file, tmp_path, provider, consumer, terms, job)
     reasons = quoted.removeprefix("the provider would refuse this job: ")
     assert said.endswith(f"job job_s refused: {reasons}"), (said, quoted)

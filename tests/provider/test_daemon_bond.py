@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from typer.testing import CliRunner
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.txbuild import Clock
 from offchain.protocol.types import Just
 from provider.daemon.journal import Journal
-from tests.market.client import Party, serve
+from tests.market.client import serve
 from tests.protocol.onchain import NOTICE_MS, balance, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
-    IDENTITY,
     ProviderProcess,
+    consumer_of,
     fake_market_server,
     lock_escrow,
-    market_settings,
     new_provider,
+    quiet_market,
+    refusal,
     request_and_lock,
     safe_terms,
     spec,
@@ -60,16 +60,8 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
         # closing after the notice that began a moment ago (less the refund window) ends
         terms = {**safe_terms(consumer, provider, job, now), "deadline": now + NOTICE_MS}
         escrow = await lock_escrow(devnet, deployment, consumer, terms)
-        try:
-            await daemon.start().logged("offer published")
-            assert "are refused (the consumer's refund window" in daemon.log()  # its warning
-            pending.append({"job_id": "job_u", "spec": job, "escrow": escrow})
-            await daemon.logged("job job_u refused", timeout_s=30)
-            await daemon.logged("job job_u: its zero receipt is with the market", timeout_s=30)
-        finally:
-            daemon.stop()
-            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
-    refused = next(line for line in daemon.log().splitlines() if "job job_u refused" in line)
+        refused = await refusal(daemon, pending, "job_u", job, escrow)
+    assert "are refused (the consumer's refund window" in daemon.log()  # its warning at start
     assert "withdrawable from" in refused and "covers jobs closing before" in refused, refused
     covered = refused.split("covers jobs closing before ")[1].split(";")[0]
     assert f"jobs closing from {covered} on are refused" in daemon.log()  # the same cut-off
@@ -82,17 +74,14 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
 
 
 async def test_unbond_is_refused_while_the_daemon_has_an_accepted_job(devnet, tmp_path, busybox):
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    settings = market_settings(tmp_path, devnet, deployment_file, None)
+    deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
     with serve(settings) as url:
         daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
         made = await bond_command(daemon, "create", "400ADA")
         assert made.exit_code == 0, made.output
         try:
             await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+            async with consumer_of(devnet, url) as consumer:
                 job = await request_and_lock(devnet, deployment, consumer,
                                              spec(busybox, "sleep 10"))  # fmt: skip
                 await wait_state(consumer, job.job, {"running"})

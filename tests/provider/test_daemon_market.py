@@ -18,23 +18,22 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import escrow as escrows
 from offchain.protocol.txbuild import Clock
 from provider.daemon.journal import Journal
-from tests.market.client import Party, serve
 from tests.protocol.onchain import confirm, travel_to, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
-    IDENTITY,
     MINUTE_MS,
+    consumer_of,
+    daemon_on_market,
     fake_market_server,
     lock_escrow,
-    market_settings,
     new_provider,
+    quiet_market,
     request_and_lock,
     safe_terms,
     spec,
@@ -107,36 +106,29 @@ async def test_a_misbehaving_market_gets_nothing_signed(
 
 
 async def test_a_refund_after_the_close_is_not_counted_as_earnings(devnet, tmp_path, busybox):
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    settings = market_settings(tmp_path, devnet, deployment_file, None)  # settles nothing
-    with serve(settings) as url:
-        daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url)
-        try:
-            await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
-                job = await request_and_lock(devnet, deployment, consumer, spec(busybox, "true"))
-                await wait_state(consumer, job.job, {"completed"})
-            await daemon.logged("units signed")
-            # past the close in one step: the payout watcher's window (close - margin) is
-            # skipped, and the consumer takes the escrow back
-            await travel_to(devnet, job.params["deadline"] + job.params["settle_window"] + 1_000)
-            context = devnet.context()
-            escrow = utxo_at(context, parse_out_ref(job.escrow))
-            address = consumer.wallet.address
-            refund = escrows.refund(context, deployment, escrow, address)
-            await confirm(devnet, consumer.wallet.sign(refund))
-            await daemon.logged("without a settlement to this provider", timeout_s=60)
-            status = cli.invoke(app, [
-                "provider", "status", "--config", str(daemon.config), "--ogmios-url", devnet.url,
-                "--deployment", str(daemon.deployment_file)])  # fmt: skip
-            assert "earnings settled: 0.000000 ADA" in status.output, status.output
-            assert f"nothing earned): 1 job(s): {job.job}" in status.output, status.output
-            assert "earnings pending: 0.000000 ADA" in status.output, status.output
-            entry = Journal(daemon.state_dir).get(job.job)
-            assert entry.stage == "refunded" and entry.settled_lovelace == 0
-            assert entry.settle_tx == str(refund.id)
-        finally:
-            daemon.stop()
-            daemon.reap()
+    deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
+    async with daemon_on_market(
+        devnet, tmp_path, deployment_file, settings, leaves_nothing=False
+    ) as (daemon, _, url):
+        async with consumer_of(devnet, url) as consumer:
+            job = await request_and_lock(devnet, deployment, consumer, spec(busybox, "true"))
+            await wait_state(consumer, job.job, {"completed"})
+        await daemon.logged("units signed")
+        # past the close in one step: the payout watcher's window (close - margin) is
+        # skipped, and the consumer takes the escrow back
+        await travel_to(devnet, job.params["deadline"] + job.params["settle_window"] + 1_000)
+        context = devnet.context()
+        escrow = utxo_at(context, parse_out_ref(job.escrow))
+        address = consumer.wallet.address
+        refund = escrows.refund(context, deployment, escrow, address)
+        await confirm(devnet, consumer.wallet.sign(refund))
+        await daemon.logged("without a settlement to this provider", timeout_s=60)
+        status = cli.invoke(app, [
+            "provider", "status", "--config", str(daemon.config), "--ogmios-url", devnet.url,
+            "--deployment", str(daemon.deployment_file)])  # fmt: skip
+        assert "earnings settled: 0.000000 ADA" in status.output, status.output
+        assert f"nothing earned): 1 job(s): {job.job}" in status.output, status.output
+        assert "earnings pending: 0.000000 ADA" in status.output, status.output
+        entry = Journal(daemon.state_dir).get(job.job)
+        assert entry.stage == "refunded" and entry.settled_lovelace == 0
+        assert entry.settle_tx == str(refund.id)

@@ -18,13 +18,14 @@ import httpx
 from offchain.protocol.split import settle_split
 from tests.market.client import Party, serve
 from tests.protocol.onchain import balance, travel_to, wallet
-from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     IDENTITY,
+    consumer_of,
+    daemon_on_market,
     fund_quoted,
-    market_settings,
     new_provider,
     provider_share,
+    quiet_market,
     request_and_lock,
     settling_market,
     spec,
@@ -38,44 +39,36 @@ BIG_MIB = 200  # a result that takes a while to upload, so the kill can land dur
 
 async def test_killed_mid_job_the_restarted_daemon_delivers_and_is_paid(devnet, tmp_path, busybox):
     deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
-    with serve(settings) as url:
-        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
-        try:
-            await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
-                before = balance(devnet, provider.address)
-                script = "echo started; sleep 5; echo survived > /out/answer"
-                job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
-                await wait_state(consumer, job.job, {"running"})
-                await wait_container_running(job.job)
-                daemon.signal(signal.SIGKILL)
-                daemon.wait(10)
-                daemon.start()  # the container ran on; the new daemon recovers it
-                status = await wait_state(consumer, job.job, {"settled"}, timeout_s=120)
-                assert "recovering 1 job(s)" in daemon.log()
-                assert status["receipt_units"] >= 5
-                split = settle_split(
-                    job.params["lovelace"], job.params["price_per_unit"],
-                    status["receipt_units"], job.params["max_units"], job.params["fee_allowance"],
-                )  # fmt: skip
-                assert balance(devnet, provider.address) == before + split.provider
-        finally:
-            daemon.stop()
-            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    async with (
+        daemon_on_market(devnet, tmp_path, deployment_file, settings) as (daemon, provider, url),
+        consumer_of(devnet, url) as consumer,
+    ):
+        before = balance(devnet, provider.address)
+        script = "echo started; sleep 5; echo survived > /out/answer"
+        job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
+        await wait_state(consumer, job.job, {"running"})
+        await wait_container_running(job.job)
+        daemon.signal(signal.SIGKILL)
+        daemon.wait(10)
+        daemon.start()  # the container ran on; the new daemon recovers it
+        status = await wait_state(consumer, job.job, {"settled"}, timeout_s=120)
+        assert "recovering 1 job(s)" in daemon.log()
+        assert status["receipt_units"] >= 5
+        split = settle_split(
+            job.params["lovelace"], job.params["price_per_unit"],
+            status["receipt_units"], job.params["max_units"], job.params["fee_allowance"],
+        )  # fmt: skip
+        assert balance(devnet, provider.address) == before + split.provider
 
 
 async def test_market_down_during_upload_the_payout_watcher_settles(devnet, tmp_path, busybox):
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    settings = market_settings(tmp_path, devnet, deployment_file, None)  # settles nothing
+    deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
     daemon = None
     try:
         with serve(settings) as url:
             daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url)
             await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
+            async with consumer_of(devnet, url) as consumer:
                 script = "echo started; sleep 3; echo kept > /out/answer"
                 job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
                 await wait_state(consumer, job.job, {"running"})
@@ -100,27 +93,20 @@ async def test_market_down_during_upload_the_payout_watcher_settles(devnet, tmp_
 
 
 async def test_sigterm_lets_the_running_job_finish_and_be_delivered(devnet, tmp_path, busybox):
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    settings = market_settings(tmp_path, devnet, deployment_file, None)
-    with serve(settings) as url:
-        daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url)
-        try:
-            await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
-                job = await request_and_lock(
-                    devnet, deployment, consumer, spec(busybox, "sleep 3; echo done")
-                )
-                await wait_state(consumer, job.job, {"running"})
-                daemon.signal(signal.SIGTERM)
-                assert await asyncio.to_thread(daemon.wait, 60) == 0
-                status = await wait_state(consumer, job.job, {"completed"}, timeout_s=5)
-                assert status["receipt_units"] >= 3
-                assert "provider daemon stopped" in daemon.log()
-        finally:
-            daemon.stop()
-            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
+    async with (
+        daemon_on_market(devnet, tmp_path, deployment_file, settings) as (daemon, _, url),
+        consumer_of(devnet, url) as consumer,
+    ):
+        job = await request_and_lock(
+            devnet, deployment, consumer, spec(busybox, "sleep 3; echo done")
+        )
+        await wait_state(consumer, job.job, {"running"})
+        daemon.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(daemon.wait, 60) == 0
+        status = await wait_state(consumer, job.job, {"completed"}, timeout_s=5)
+        assert status["receipt_units"] >= 3
+        assert "provider daemon stopped" in daemon.log()
 
 
 async def upload_begun(blob_dir: Path, timeout_s: float = 120) -> None:
@@ -134,75 +120,65 @@ async def upload_begun(blob_dir: Path, timeout_s: float = 120) -> None:
 
 async def test_killed_mid_upload_the_restarted_daemon_delivers_once(devnet, tmp_path, busybox):
     deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
-    with serve(settings) as url:
-        daemon, provider = await new_provider(devnet, tmp_path, deployment_file, url, bundles=1,
-                                              disk_mib=BIG_MIB + 56)  # fmt: skip
-        try:
-            await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
-                before = balance(devnet, provider.address)
-                # its program fails (exit 5) after its output: the outcome, kept in the journal
-                # with the receipt, reaches the market with the redelivery
-                script = f"sleep 2; head -c {BIG_MIB}m /dev/urandom > /out/big; exit 5"
-                job_spec = spec(busybox, script, disk_mib=BIG_MIB + 56)
-                job = await request_and_lock(devnet, deployment, consumer, job_spec)
-                await upload_begun(settings.blob_dir)
-                daemon.signal(signal.SIGKILL)
-                daemon.wait(10)
-                assert "units signed" in daemon.log()
-                assert f"job {job.job} delivered" not in daemon.log()  # killed mid-upload
-                daemon.start()
-                status = await wait_state(consumer, job.job, {"settled"}, timeout_s=180)
-                assert daemon.log().count(f"job {job.job} delivered") == 1
-                assert (status["outcome"], status["exit_code"]) == ("failed", 5)
-                share = provider_share(job, status["receipt_units"])
-                assert balance(devnet, provider.address) == before + share
-                result = await consumer.send("GET", f"/jobs/{job.job}/result")
-                assert len(result.content) > BIG_MIB << 20
-                assert result.headers["x-result-sha256"] == status["result_sha256"]
-        finally:
-            daemon.stop()
-            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    async with (
+        daemon_on_market(devnet, tmp_path, deployment_file, settings, bundles=1,
+                         disk_mib=BIG_MIB + 56) as (daemon, provider, url),
+        consumer_of(devnet, url) as consumer,
+    ):  # fmt: skip
+        before = balance(devnet, provider.address)
+        # its program fails (exit 5) after its output: the outcome, kept in the journal
+        # with the receipt, reaches the market with the redelivery
+        script = f"sleep 2; head -c {BIG_MIB}m /dev/urandom > /out/big; exit 5"
+        job_spec = spec(busybox, script, disk_mib=BIG_MIB + 56)
+        job = await request_and_lock(devnet, deployment, consumer, job_spec)
+        await upload_begun(settings.blob_dir)
+        daemon.signal(signal.SIGKILL)
+        daemon.wait(10)
+        assert "units signed" in daemon.log()
+        assert f"job {job.job} delivered" not in daemon.log()  # killed mid-upload
+        daemon.start()
+        status = await wait_state(consumer, job.job, {"settled"}, timeout_s=180)
+        assert daemon.log().count(f"job {job.job} delivered") == 1
+        assert (status["outcome"], status["exit_code"]) == ("failed", 5)
+        share = provider_share(job, status["receipt_units"])
+        assert balance(devnet, provider.address) == before + share
+        result = await consumer.send("GET", f"/jobs/{job.job}/result")
+        assert len(result.content) > BIG_MIB << 20
+        assert result.headers["x-result-sha256"] == status["result_sha256"]
 
 
 async def test_after_sigterm_the_offer_goes_offline_and_no_job_is_taken(
     devnet, tmp_path, busybox
 ):  # fmt: skip
-    deployment_file = tmp_path / "deployment.json"
-    deployment = await deployed(devnet, deployment_file)
-    settings = market_settings(tmp_path, devnet, deployment_file, None, online_ms=2_000)
-    with serve(settings) as url:
-        daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url, heartbeat_ms=300)
-        try:
-            await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-                consumer = Party.new(http, IDENTITY, await wallet(devnet))
-                late = Party.new(http, IDENTITY, await wallet(devnet))
-                running = await request_and_lock(
-                    devnet, deployment, consumer, spec(busybox, "sleep 20; echo done")
-                )
-                await wait_state(consumer, running.job, {"running"})
-                quoted = await late.send("POST", "/jobs", {
-                    "spec": spec(busybox, "echo never"),
-                    "consumer_address": str(late.wallet.address)})  # fmt: skip
-                assert quoted.status_code == 201, quoted.text
-                daemon.signal(signal.SIGTERM)
-                await daemon.logged("stopping: no new work, no heartbeat")
-                unwanted = quoted.json()["job_id"]
-                await fund_quoted(devnet, deployment, late, unwanted)  # assigned to it
-                await offline(late, busybox)  # no heartbeat: no more quotes for it
-                # ... while the daemon still runs its job: stopping, not stopped, did that
-                assert daemon.process is not None and daemon.process.poll() is None
-                assert f"job {running.job} delivered" not in daemon.log()
-                assert await asyncio.to_thread(daemon.wait, 60) == 0
-                await wait_state(consumer, running.job, {"completed", "settled"}, timeout_s=5)
-                status = await wait_state(late, unwanted, {"funded"}, timeout_s=5)
-                assert status["state"] == "funded"  # assigned, never accepted
-                assert f"job {unwanted}" not in daemon.log()
-        finally:
-            daemon.stop()
-            assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
+    deployment_file, deployment, settings = await quiet_market(devnet, tmp_path, online_ms=2_000)
+    async with (
+        daemon_on_market(devnet, tmp_path, deployment_file, settings,
+                         heartbeat_ms=300) as (daemon, _, url),
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):  # fmt: skip
+        consumer = Party.new(http, IDENTITY, await wallet(devnet))
+        late = Party.new(http, IDENTITY, await wallet(devnet))
+        running = await request_and_lock(
+            devnet, deployment, consumer, spec(busybox, "sleep 20; echo done")
+        )
+        await wait_state(consumer, running.job, {"running"})
+        quoted = await late.send("POST", "/jobs", {
+            "spec": spec(busybox, "echo never"),
+            "consumer_address": str(late.wallet.address)})  # fmt: skip
+        assert quoted.status_code == 201, quoted.text
+        daemon.signal(signal.SIGTERM)
+        await daemon.logged("stopping: no new work, no heartbeat")
+        unwanted = quoted.json()["job_id"]
+        await fund_quoted(devnet, deployment, late, unwanted)  # assigned to it
+        await offline(late, busybox)  # no heartbeat: no more quotes for it
+        # ... while the daemon still runs its job: stopping, not stopped, did that
+        assert daemon.process is not None and daemon.process.poll() is None
+        assert f"job {running.job} delivered" not in daemon.log()
+        assert await asyncio.to_thread(daemon.wait, 60) == 0
+        await wait_state(consumer, running.job, {"completed", "settled"}, timeout_s=5)
+        status = await wait_state(late, unwanted, {"funded"}, timeout_s=5)
+        assert status["state"] == "funded"  # assigned, never accepted
+        assert f"job {unwanted}" not in daemon.log()
 
 
 async def offline(party: Party, image: str, timeout_s: float = 60) -> None:
