@@ -73,6 +73,11 @@ ESCROW_OUTPUT = 0  # a lock transaction's escrow output
 ToSettle = tuple[UTxO, Receipt]  # a receipt beside the escrow UTxO it names, which settle spends
 
 
+def lock_escrow(lock: TransactionId) -> TransactionInput:
+    """The escrow the lock transaction `lock` makes: its output ESCROW_OUTPUT."""
+    return TransactionInput(lock, ESCROW_OUTPUT)
+
+
 def new_escrow(
     consumer: Address,
     provider: Address,
@@ -315,7 +320,7 @@ def payout_minimums(
 ) -> tuple[int, int]:
     """The ledger's minimum lovelace of a settle's provider and consumer payouts (their real
     outputs: address and tag) for an escrow of `datum`."""
-    ref = TransactionInput(TransactionId(bytes(HASH_BYTES)), ESCROW_OUTPUT)
+    ref = lock_escrow(TransactionId(bytes(HASH_BYTES)))
     provider, consumer = (
         payout(context, from_plutus(party, deployment.network), 0, PayoutKind.SETTLE, ref)
         for party in (datum.provider, datum.consumer)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Union
 
-from pycardano import PlutusData, TransactionInput
+from pycardano import PlutusData, TransactionId, TransactionInput
 
 # --- ledger types (Plutus V3 encoding) -------------------------------------------------------
 
@@ -78,6 +78,10 @@ class TxOutRef(PlutusData):
     @classmethod
     def of(cls, ref: TransactionInput) -> TxOutRef:
         return cls(ref.transaction_id.payload, ref.index)
+
+    def to_input(self) -> TransactionInput:
+        """The out-ref as the rest of the code holds one (`of` reads it back)."""
+        return TransactionInput(TransactionId(self.tx_id), self.index)
 
 
 @dataclass
