@@ -28,6 +28,7 @@ from pycardano import (
 )
 from pycardano.crypto.bech32 import encode as bech32_encode
 
+from offchain.chain.utxo import format_out_ref
 from offchain.devnet import ogmios_json as oj
 from offchain.devnet import staking
 from offchain.devnet.errors import LedgerError
@@ -595,7 +596,7 @@ def _refs_error(code: int, key: str, refs: list[TransactionInput], message: str)
 
 
 def _refs_text(refs: list[TransactionInput]) -> str:
-    return ", ".join(f"{ref.transaction_id.payload.hex()}#{ref.index}" for ref in refs)
+    return ", ".join(map(format_out_ref, refs))
 
 
 def _bound_text(bound: int | None) -> str:

@@ -29,6 +29,7 @@ from pycardano import (
 )
 from pycardano.serialization import default_encoder
 
+from offchain.chain.utxo import format_out_ref
 from offchain.devnet.txdecode import (
     DecodedTx,
     array_item_spans,
@@ -635,7 +636,7 @@ class TxContext:
     def _in_info(self, ref: TransactionInput) -> Constr:
         output = self.view.utxo.get(ref)
         if output is None:
-            raise ContextError(f"unknown output reference {ref.transaction_id}#{ref.index}")
+            raise ContextError(f"unknown output reference {format_out_ref(ref)}")
         return Constr(0, (out_ref(ref), tx_out(output)))
 
     def _valid_range(self) -> Constr:

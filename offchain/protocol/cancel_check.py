@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from pycardano import Transaction, TransactionInput, UTxO, VerificationKeyHash
 
+from offchain.chain.utxo import format_out_ref
 from offchain.errors import UnchainedError
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.tx_reader import Script, TxReader
@@ -45,29 +46,25 @@ def check_cancel(
             raise CancelRefused(f"the transaction carries {what}: a cancel spends one escrow")
     inputs = list(body.inputs)
     if escrow not in inputs:
-        raise CancelRefused(f"the transaction does not spend escrow {_ref(escrow)}")
+        raise CancelRefused(f"the transaction does not spend escrow {format_out_ref(escrow)}")
     spent = {ref: _on_chain(lookup, ref, "input") for ref in inputs}
     if spent[escrow].output.address.payment_part != deployment.escrow_hash:
-        raise CancelRefused(f"{_ref(escrow)} is not at this deployment's escrow script")
+        raise CancelRefused(f"{format_out_ref(escrow)} is not at this deployment's escrow script")
     others = [u for ref, u in spent.items() if ref != escrow]
     collateral = [_on_chain(lookup, ref, "collateral") for ref in body.collateral or []]
     for utxo in [*others, *collateral]:
         payment = utxo.output.address.payment_part
         if not isinstance(payment, VerificationKeyHash):
-            raise CancelRefused(f"it spends {_ref(utxo.input)}, locked by another script")
+            raise CancelRefused(f"it spends {format_out_ref(utxo.input)}, locked by another script")
         if payment == provider:
-            raise CancelRefused(f"it spends {_ref(utxo.input)}, the provider's own")
+            raise CancelRefused(f"it spends {format_out_ref(utxo.input)}, the provider's own")
     if not isinstance(TxReader(tx).spend(escrow, Script.ESCROW), Cancel):
-        raise CancelRefused(f"escrow {_ref(escrow)} is not spent by the Cancel redeemer")
+        raise CancelRefused(f"escrow {format_out_ref(escrow)} is not spent by the Cancel redeemer")
     return spent[escrow]
 
 
 def _on_chain(lookup: Lookup, ref: TransactionInput, what: str) -> UTxO:
     utxo = lookup(ref)
     if utxo is None:
-        raise CancelRefused(f"its {what} {_ref(ref)} is not an unspent output on chain")
+        raise CancelRefused(f"its {what} {format_out_ref(ref)} is not an unspent output on chain")
     return utxo
-
-
-def _ref(ref: TransactionInput) -> str:
-    return f"{ref.transaction_id.payload.hex()}#{ref.index}"
