@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from offchain.chain.utxo import OUT_REF_PATTERN
 from offchain.market.models import CancelState, JobState
 from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
 from offchain.protocol.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
@@ -18,7 +19,6 @@ from offchain.protocol.outcome import Outcome
 
 HEX32 = r"[0-9a-f]{64}"
 HEX64 = r"[0-9a-f]{128}"
-OUT_REF = r"[0-9a-f]{64}#[0-9]{1,5}"
 # Bounds on what a request may carry, so every value it stores fits the columns of both
 # databases and can be shown: a price per second whose job of the longest run costs no more
 # than all ADA there is (so price x units, a lock and their sums over jobs stay far below
@@ -87,7 +87,7 @@ class OfferTerms(_Body):
         1, ge=1, le=1024, description="Jobs it runs at once, each with this bundle (one per "
         "GPU, or its CPU bundles); no job is matched to it while all are taken.",
     )  # fmt: skip
-    bond: str | None = Field(None, pattern=OUT_REF, description="The bond UTxO, TXID#IX.")
+    bond: str | None = Field(None, pattern=OUT_REF_PATTERN, description="The bond UTxO, TXID#IX.")
     selftest: SelfTestSummary | None = Field(
         None, description="The provider's latest self-test, shown by the explorer."
     )
@@ -140,7 +140,7 @@ class JobRequest(_Body):
 
 
 class EscrowReport(_Body):
-    escrow: str = Field(pattern=OUT_REF, description="The locked escrow, TXID#IX.")
+    escrow: str = Field(pattern=OUT_REF_PATTERN, description="The locked escrow, TXID#IX.")
 
 
 class SignedLock(_Body):

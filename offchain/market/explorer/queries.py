@@ -18,6 +18,7 @@ from sqlalchemy import JSON, Index, Text, and_, cast, func, or_
 from sqlmodel import Session, col, select
 
 from offchain.chain.time import ChainTime, PastHorizon
+from offchain.chain.utxo import format_out_ref, out_ref_of
 from offchain.market.errors import Invalid, NotFound
 from offchain.market.models import (
     Blob,
@@ -565,14 +566,14 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
              "datum": json.loads(out.datum) if out.datum else None}
             if out else None
         )  # fmt: skip
+    out_refs = [format_out_ref(out_ref_of(tx_id, i)) for i in range(len(view["outputs"]))]
     outs = session.exec(
-        select(ChainTxOut.ref, ChainTxOut.spent_by)
-        .where(col(ChainTxOut.ref).in_([f"{tx_id}#{i}" for i in range(len(view["outputs"]))]))
-    ).all()  # fmt: skip
+        select(ChainTxOut.ref, ChainTxOut.spent_by).where(col(ChainTxOut.ref).in_(out_refs))
+    ).all()
     spent_by = dict(outs)
-    for index, output in enumerate(view["outputs"]):
-        output["ref"] = f"{tx_id}#{index}"
-        output["spent_by"] = spent_by.get(output["ref"])
+    for output, ref in zip(view["outputs"], out_refs, strict=True):
+        output["ref"] = ref
+        output["spent_by"] = spent_by.get(ref)
     block = session.get(ChainBlock, tx.slot)
     moves = session.exec(
         select(JobEvent.job_id, JobEvent.to_state)

@@ -15,11 +15,19 @@ import dataclasses
 import json
 from typing import Any
 
-from pycardano import Address, Network, PlutusData, RedeemerTag, Transaction, TransactionOutput
+from pycardano import (
+    Address,
+    Network,
+    PlutusData,
+    RedeemerTag,
+    Transaction,
+    TransactionInput,
+    TransactionOutput,
+)
 from sqlalchemy import BigInteger, Column, Index, Text, delete, update
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from offchain.chain.utxo import format_out_ref
+from offchain.chain.utxo import format_out_ref, ogmios_out_ref, out_ref_of, parse_out_ref
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
@@ -71,21 +79,19 @@ class ChainTxOut(SQLModel, table=True):
     spent_slot: int | None = Field(default=None, sa_type=BigInteger)
 
 
-def _ref(json_input: dict[str, Any]) -> str:
-    return f"{json_input['transaction']['id']}#{json_input['index']}"
-
-
 def index_block(session: Session, deployment: Deployment, block: dict[str, Any]) -> None:
     """Record `block` (an Ogmios v6 block, transactions with CBOR) in the caller's transaction."""
     scripts = ScriptHashes.of(deployment)
-    spent = [_ref(i) for tx in block["transactions"] for i in tx["inputs"]]
+    spent = [
+        format_out_ref(ogmios_out_ref(i)) for tx in block["transactions"] for i in tx["inputs"]
+    ]
     known = {
-        out.ref: out
+        parse_out_ref(out.ref): out
         for out in session.exec(select(ChainTxOut).where(col(ChainTxOut.ref).in_(spent)))
     }
     indexed = 0
     for json_tx in block["transactions"]:
-        inputs = [_ref(i) for i in json_tx["inputs"]]
+        inputs = [ogmios_out_ref(i) for i in json_tx["inputs"]]
         at_script = any(
             scripts.at(Address.from_primitive(o["address"])) for o in json_tx["outputs"]
         )
@@ -108,11 +114,11 @@ def _index_tx(
     network: Network,
     block: dict[str, Any],
     tx: Transaction,
-    known: dict[str, ChainTxOut],
+    known: dict[TransactionInput, ChainTxOut],
 ) -> None:
     tx_id = tx.id.payload.hex()
     read = TxReader(tx)
-    for ref in map(format_out_ref, read.inputs):
+    for ref in read.inputs:
         if ref in known:
             known[ref].spent_by, known[ref].spent_slot = tx_id, block["slot"]
             session.add(known[ref])
@@ -122,17 +128,21 @@ def _index_tx(
                         view=json.dumps(view)))  # fmt: skip
     for index, output in enumerate(tx.transaction_body.outputs):
         shown = output_view(output, scripts, network)
+        ref = out_ref_of(tx_id, index)
         out = ChainTxOut(
-            ref=f"{tx_id}#{index}", slot=block["slot"], address=shown["address"],
+            ref=format_out_ref(ref), slot=block["slot"], address=shown["address"],
             lovelace=shown["lovelace"], script=shown["script"],
             datum=json.dumps(shown["datum"]) if shown["datum"] else None,
         )  # fmt: skip
-        known[out.ref] = out
+        known[ref] = out
         session.add(out)
 
 
 def tx_view(
-    read: TxReader, scripts: ScriptHashes, network: Network, input_scripts: dict[str, Script]
+    read: TxReader,
+    scripts: ScriptHashes,
+    network: Network,
+    input_scripts: dict[TransactionInput, Script],
 ) -> dict[str, Any]:
     """The whole transaction: inputs (ledger order, each with its spend redeemer read as the
     script's in `input_scripts`, the inputs' own scripts as the index knows them), outputs,
@@ -148,7 +158,7 @@ def tx_view(
     for redeemer in read.redeemers:
         if redeemer.purpose == RedeemerTag.SPEND and redeemer.index < len(inputs):
             target = inputs[redeemer.index]
-            script = input_scripts.get(target["ref"])
+            script = input_scripts.get(read.inputs[redeemer.index])
         elif redeemer.purpose == RedeemerTag.WITHDRAWAL and redeemer.index < len(withdrawals):
             target = withdrawals[redeemer.index]
             script = target["script"]
@@ -204,7 +214,7 @@ def plain(value: Any, network: Network) -> Any:
     if isinstance(value, PlutusAddress):
         return str(from_plutus(value, network))
     if isinstance(value, TxOutRef):
-        return f"{value.tx_id.hex()}#{value.index}"
+        return format_out_ref(value.to_input())
     if isinstance(value, Just):
         return value.value
     if isinstance(value, Nothing):

@@ -36,7 +36,7 @@ from sqlmodel import Session, col, select
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
-from offchain.chain.utxo import parse_out_ref
+from offchain.chain.utxo import format_out_ref, ogmios_out_ref, parse_out_ref, tx_id_of
 from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
 from offchain.market.services import chain_index, jobs, offers, undo
@@ -74,12 +74,9 @@ RETRY_S = 1.0
 REFUSED_BOND = "refused"  # a provider's bond moved into an output that is no bond
 
 
-def out_ref(tx_id: str, index: int) -> str:
-    return f"{tx_id}#{index}"
-
-
-def _ref_json(ref: dict[str, Any]) -> str:
-    return out_ref(ref["transaction"]["id"], ref["index"])
+def _keyed(text: str | None) -> TransactionInput | None:
+    """A row's out-ref column as the dictionaries of spent outputs key it."""
+    return None if text is None else parse_out_ref(text)
 
 
 class ChainFollower:
@@ -121,25 +118,28 @@ class ChainFollower:
         with Session(self.engine, expire_on_commit=False) as session:
             if session.get(ChainPoint, at.slot) is not None:
                 return
-            spent = [_ref_json(i) for tx in block["transactions"] for i in tx["inputs"]]
+            spent = [
+                format_out_ref(ogmios_out_ref(i)) for tx in block["transactions"]
+                for i in tx["inputs"]
+            ]  # fmt: skip
             escrows = {
-                job.escrow_ref: job
+                parse_out_ref(job.escrow_ref): job
                 for job in session.exec(
                     select(Job).where(col(Job.escrow_ref).in_(spent)).with_for_update()
                 )
             }  # fmt: skip
             bonds = {
-                bond.ref: bond
+                parse_out_ref(bond.ref): bond
                 for bond in session.exec(select(Bond).where(col(Bond.ref).in_(spent)))
             }
             holders = {
-                provider.bond_ref: provider
+                parse_out_ref(provider.bond_ref): provider
                 for provider in session.exec(
                     select(Provider).where(col(Provider.bond_ref).in_(spent))
                 )
             }  # fmt: skip
             for tx in block["transactions"]:
-                inputs = [_ref_json(i) for i in tx["inputs"]]
+                inputs = [ogmios_out_ref(i) for i in tx["inputs"]]
                 watched = [r for r in inputs if r in escrows or r in bonds or r in holders]
                 if watched or self._script_outputs(tx):
                     decoded = Transaction.from_cbor(bytes.fromhex(tx["cbor"]))
@@ -161,23 +161,22 @@ class ChainFollower:
         session: Session,
         at: BlockAt,
         tx: Transaction,
-        inputs: list[str],
-        escrows: dict[str, Job],
-        bonds: dict[str, Bond],
-        holders: dict[str, Provider],
+        inputs: list[TransactionInput],
+        escrows: dict[TransactionInput, Job],
+        bonds: dict[TransactionInput, Bond],
+        holders: dict[TransactionInput, Provider],
     ) -> None:
         read = TxReader(tx)
         tx_id = tx.id.payload.hex()
         # Once per transaction, not per escrow input: a batch settle has 41 and ~80 outputs.
         slashed = read.slashed() if any(ref in escrows for ref in inputs) else set()
         for ref in inputs:
-            spent = parse_out_ref(ref)
             if ref in escrows:
-                redeemer = read.spend(spent, Script.ESCROW)
-                self._escrow_spent(session, at, tx_id, escrows[ref], redeemer, spent in slashed)
+                redeemer = read.spend(ref, Script.ESCROW)
+                self._escrow_spent(session, at, tx_id, escrows[ref], redeemer, ref in slashed)
             if ref not in bonds and ref not in holders:
                 continue
-            action = BOND_ACTIONS.get(type(read.spend(spent, Script.BOND)), "spent")
+            action = BOND_ACTIONS.get(type(read.spend(ref, Script.BOND)), "spent")
             if ref in bonds:
                 undo.remember(session, at, bonds[ref])
                 bonds[ref].spent_tx, bonds[ref].spent_as = tx_id, action
@@ -259,8 +258,7 @@ class ChainFollower:
                 self._bond_output(session, at, utxo, holders)
 
     def _escrow_locked(self, session: Session, at: BlockAt, utxo: UTxO) -> None:
-        ref = out_ref(utxo.input.transaction_id.payload.hex(), utxo.input.index)
-        job = jobs.by_escrow(session, ref)
+        job = jobs.by_escrow(session, utxo.input)
         if job is not None and job.escrow_height is None:  # reported to the API first
             quoted = {"state": S.QUOTED, "escrow_ref": None} if job.state == S.FUNDED else {}
             undo.remember(session, at, job, **quoted)
@@ -269,7 +267,7 @@ class ChainFollower:
             if job is None:
                 return
             undo.remember(session, at, job)
-            job.escrow_ref = ref
+            job.escrow_ref = format_out_ref(utxo.input)
         else:
             return
         job.escrow_height = at.height
@@ -297,9 +295,9 @@ class ChainFollower:
             datum: BondDatum = bond_datum(self.deployment, utxo)
         except BuildError:
             return
-        ref = out_ref(utxo.input.transaction_id.payload.hex(), utxo.input.index)
+        ref = format_out_ref(utxo.input)
         provider = session.get(Provider, offers.key_hash(datum.provider_vkey))
-        moved = provider is not None and provider.bond_ref in holders
+        moved = provider is not None and _keyed(provider.bond_ref) in holders
         try:
             self._check_bond(at, utxo, datum, provider)
         except BondRefused as refused:
@@ -361,7 +359,7 @@ class ChainFollower:
             depth = at.height - job.escrow_height
             self._move(
                 session, at, job, S.FUNDED, f"escrow {job.escrow_ref} {depth} block(s) deep",
-                job.escrow_ref.split("#")[0],
+                tx_id_of(parse_out_ref(job.escrow_ref)),
             )  # fmt: skip
 
     def _forget(self, session: Session, at: BlockAt) -> None:

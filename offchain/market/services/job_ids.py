@@ -9,12 +9,13 @@ import re
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from offchain.chain.utxo import OUT_REF_PATTERN, format_out_ref, parse_out_ref
 from offchain.market.errors import Conflict, NotFound
 from offchain.market.models import Job
 
 MIN_PREFIX = 8  # hex digits: 4 billion ids apart, short enough to type
 JOB_ID = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},32}}")
-ESCROW_REF = re.compile(r"([0-9a-f]{64})#([0-9]{1,5})")
+ESCROW_REF = re.compile(OUT_REF_PATTERN)
 SPEC_DIGEST = re.compile(r"[0-9a-f]{64}")
 WANTED = (
     "a job id, a unique prefix of one (at least 8 hex digits), its escrow TXID#IX or its "
@@ -26,9 +27,8 @@ def resolve(session: Session, text: str) -> Job:
     """The one job `text` names; NotFound when none does, Conflict (naming how many) when a
     prefix or a spec digest names several."""
     key = text.strip().lower()
-    ref = ESCROW_REF.fullmatch(key)
-    if ref is not None:
-        query = select(Job).where(Job.escrow_ref == f"{ref[1]}#{int(ref[2])}")
+    if ESCROW_REF.fullmatch(key):
+        query = select(Job).where(Job.escrow_ref == format_out_ref(parse_out_ref(key)))
     elif SPEC_DIGEST.fullmatch(key):
         query = select(Job).where(Job.spec_digest == key)
     elif JOB_ID.fullmatch(key):

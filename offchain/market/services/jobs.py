@@ -14,8 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
+from pycardano import TransactionInput
 from sqlmodel import Session, col, select
 
+from offchain.chain.utxo import format_out_ref
 from offchain.market import db
 from offchain.market.errors import Conflict, Forbidden
 from offchain.market.models import CancelState, Cause, Job, JobEvent, JobState
@@ -139,9 +141,9 @@ def events(session: Session, job_id: str, after_id: int = 0) -> Sequence[JobEven
     return session.exec(query.order_by(col(JobEvent.id))).all()
 
 
-def by_escrow(session: Session, escrow_ref: str) -> Job | None:
-    """The job locked at `escrow_ref` (`TXID#IX`), for the chain follower."""
-    return session.exec(select(Job).where(Job.escrow_ref == escrow_ref)).first()
+def by_escrow(session: Session, escrow: TransactionInput) -> Job | None:
+    """The job locked at `escrow`, for the chain follower."""
+    return session.exec(select(Job).where(Job.escrow_ref == format_out_ref(escrow))).first()
 
 
 def assignments(session: Session, provider_id: str, new: bool = True) -> Sequence[Job]:

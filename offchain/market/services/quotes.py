@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 from offchain.chain.ogmios import OgmiosError
 from offchain.chain.submit import submit_sync
 from offchain.chain.time import iso
+from offchain.chain.utxo import format_out_ref, out_ref_of
 from offchain.errors import UnchainedError
 from offchain.market import schemas
 from offchain.market.db import writing
@@ -181,16 +182,17 @@ def report_escrow(session: Session, chain: Chain, job: Job, escrow: str) -> Job:
     if job.escrow_ref == escrow and job.state not in waiting:
         return job
     jobs.expect(job, *waiting)
-    holder = jobs.by_escrow(session, escrow)
+    ref = parse_ref(escrow, "escrow")
+    holder = jobs.by_escrow(session, ref)
     if holder is not None and holder.id != job.id:
         raise Conflict(f"escrow {escrow} already funds another job", "escrow")
-    utxo = chain.utxo(parse_ref(escrow, "escrow"))
+    utxo = chain.utxo(ref)
     if utxo is None:
         raise Conflict(f"{escrow} is not an unspent output on chain (yet?)", "escrow")
     problems = escrow_problems(chain.deployment, job, utxo)
     if problems:
         raise Invalid(f"{escrow} is not the escrow quoted: " + "; ".join(problems), "escrow")
-    job.escrow_ref = escrow
+    job.escrow_ref = format_out_ref(ref)
     jobs.transition(session, job, JobState.FUNDED, Cause.API, f"escrow {escrow} checked on chain")
     session.commit()
     return job
@@ -249,7 +251,8 @@ def submit_lock(settings: MarketSettings, job: Job, signed: str) -> schemas.Subm
 
 
 def lock_ref(tx_id: str) -> str:
-    return f"{tx_id}#{escrows.ESCROW_OUTPUT}"
+    """The escrow's `TXID#IX` a lock of id `tx_id` makes, for the JSON answer."""
+    return format_out_ref(out_ref_of(tx_id, escrows.ESCROW_OUTPUT))
 
 
 def spec_of(job: Job) -> dict:

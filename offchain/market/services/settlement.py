@@ -129,11 +129,11 @@ class Batcher:
         why = why or f"settle transaction {settlement.tx_id} expired before it landed"
         waiting = False
         with Session(self.engine, expire_on_commit=False) as session:
-            for ref in json.loads(settlement.escrows):
+            for ref in (parse_ref(text, "escrow") for text in json.loads(settlement.escrows)):
                 job = jobs.by_escrow(session, ref)
                 if job is None or job.state != S.SETTLING or job.settle_tx != settlement.tx_id:
                     continue
-                if self.chain.utxo(parse_ref(ref, "escrow")) is None:
+                if self.chain.utxo(ref) is None:
                     waiting = True
                     continue
                 job.settle_tx = None
