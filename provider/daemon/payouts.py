@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from offchain.chain.submit import ChainError, submit_confirmed
+from offchain.chain.utxo import parse_out_ref
 from offchain.protocol import escrow as escrows
 from offchain.protocol.txbuild import BuildError, out_ref
 from provider.daemon.chain import Chain
@@ -67,11 +68,11 @@ class PayoutWatcher:
             escrows.settle, self.chain.context, self.chain.deployment, receipts, wallet.address
         )
         tx = wallet.sign(unsigned)
-        refs = [out_ref(escrow) for escrow, _ in receipts]
+        refs = [escrow.input for escrow, _ in receipts]
         log.info("settling %d receipt(s) the market left unsettled: tx %s fee %d lovelace",
                  len(receipts), tx.id, tx.transaction_body.fee)  # fmt: skip
         await submit_confirmed(self.chain.url, tx)
-        by_escrow = {entry.escrow: entry for entry in self.journal.entries()}
+        by_escrow = {parse_out_ref(entry.escrow): entry for entry in self.journal.entries()}
         for ref in refs:
             self._settled(by_escrow[ref], read_spend(tx, ref, wallet.address))
 
@@ -79,7 +80,10 @@ class PayoutWatcher:
         """The escrow is gone: read how (a settle pays, a refund does not)."""
         try:
             spend = await find_spend(
-                self.chain.url, entry.escrow, entry.unspent_at, self.chain.wallet.address
+                self.chain.url,
+                parse_out_ref(entry.escrow),
+                entry.unspent_at,
+                self.chain.wallet.address,
             )
         except (LookupError, OSError, TimeoutError) as exc:  # the next round looks again
             log.warning("job %s: escrow %s spent, its transaction not found yet: %s",

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
 
-from pycardano import Address, Transaction
+from pycardano import Address, Transaction, TransactionInput
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
-from offchain.chain.utxo import parse_out_ref
+from offchain.chain.utxo import format_out_ref, ogmios_out_ref
 from offchain.protocol.tx_reader import Script, TxReader
 from offchain.protocol.types import Payout, PayoutKind, Settle, TxOutRef
 
@@ -28,11 +27,9 @@ class Spend:
     settled: bool
 
 
-def _ref(ref: dict[str, Any]) -> str:
-    return f"{ref['transaction']['id']}#{ref['index']}"
-
-
-async def find_spend(url: str, escrow: str, since: Point | None, provider: Address) -> Spend:
+async def find_spend(
+    url: str, escrow: TransactionInput, since: Point | None, provider: Address
+) -> Spend:
     """The transaction that spent `escrow` after `since`, read as a settle or not."""
     points = [since, "origin"] if since else ["origin"]
 
@@ -42,20 +39,19 @@ async def find_spend(url: str, escrow: str, since: Point | None, provider: Addre
             if not isinstance(event, RollForward):
                 continue
             for tx in event.block.get("transactions", []):
-                if any(_ref(spent) == escrow for spent in tx.get("inputs", [])):
+                if any(ogmios_out_ref(spent) == escrow for spent in tx.get("inputs", [])):
                     return read_spend(Transaction.from_cbor(tx["cbor"]), escrow, provider)
             if event.block["slot"] >= tip["slot"]:
                 break
-        raise LookupError(f"no transaction spending {escrow} found after {since}")
+        raise LookupError(f"no transaction spending {format_out_ref(escrow)} found after {since}")
 
     return await asyncio.wait_for(search(), FIND_TIMEOUT_S)
 
 
-def read_spend(tx: Transaction, escrow: str, provider: Address) -> Spend:
+def read_spend(tx: Transaction, escrow: TransactionInput, provider: Address) -> Spend:
     """What `tx`, which spends `escrow`, paid the provider as a settlement."""
     read = TxReader(tx)
-    ref = parse_out_ref(escrow)
-    settled = isinstance(read.spend(ref, Script.ESCROW), Settle)
-    tag = Payout(int(PayoutKind.SETTLE), TxOutRef.of(ref))
+    settled = isinstance(read.spend(escrow, Script.ESCROW), Settle)
+    tag = Payout(int(PayoutKind.SETTLE), TxOutRef.of(escrow))
     paid = read.paid(provider, tag) if settled else 0
     return Spend(str(tx.id), paid, settled and paid > 0)
