@@ -40,7 +40,7 @@ from consumer.quote import CheckedQuote, check_quote
 from consumer.store import JobStore, local_time
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
-from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus
@@ -193,7 +193,7 @@ class Consumer:
         """Submit the signed lock, wait for its block, tell the market: the escrow `TXID#IX`."""
         record = self.store.get(job_id)
         await submit_confirmed(self.ogmios_url, signed)
-        record.escrow = f"{signed.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+        record.escrow = format_out_ref(escrows.lock_escrow(signed.id))
         self.store.save(record)
         await self.market.report_escrow(job_id, record.escrow)
         return record.escrow

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from offchain.chain.utxo import parse_out_ref, split_out_ref, utxo_at
 from offchain.protocol.amounts import ada
 from offchain.protocol.market_errors import MarketRefused
 
@@ -76,11 +77,11 @@ def job_cost(
     bare = JobCost(job_id, state, escrow, units=units)
     if escrow is None:
         return bare
-    tx_id, index = escrow.split("#")
+    tx_id, index = split_out_ref(escrow)  # no pycardano: `job list` starts without it
     lock = get(f"/api/explorer/txs/{tx_id}")
     if lock is None:
         return bare
-    output = lock["tx"]["outputs"][int(index)]
+    output = lock["tx"]["outputs"][index]
     datum = output["datum"] or {}
     spent_by = output.get("spent_by")
     spend = get(f"/api/explorer/txs/{spent_by}") if spent_by else None
@@ -158,7 +159,5 @@ def spend_total(costs: list[JobCost]) -> dict[str, int]:
 
 def locked_in_escrows(context: ChainContext, records: Iterable[JobRecord]) -> int:
     """Lovelace in the escrows of `records` still unspent on chain (the chain's word alone)."""
-    from offchain.chain.utxo import parse_out_ref, utxo_at
-
     open_escrows = (utxo_at(context, parse_out_ref(r.escrow)) for r in records if r.escrow)
     return sum(utxo.output.amount.coin for utxo in open_escrows if utxo is not None)
