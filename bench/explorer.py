@@ -26,6 +26,7 @@ from pycardano import Address, Network, VerificationKeyHash
 from sqlalchemy import Engine, func, insert, select
 
 from offchain.chain.time import ChainTime, Era
+from offchain.chain.utxo import format_out_ref, out_ref_of
 from offchain.market.db import make_engine, upgrade
 from offchain.market.explorer import routes
 from offchain.market.explorer.queries import Scripts
@@ -65,6 +66,11 @@ def _hex(rng: random.Random, n: int) -> str:
     return rng.randbytes(n).hex()
 
 
+def _out_ref(rng: random.Random) -> str:
+    """Output 0 of a made-up transaction, as the tables write an out-ref."""
+    return format_out_ref(out_ref_of(_hex(rng, 32), 0))
+
+
 def _chunks(engine: Engine, model: Any, rows: Iterator[dict[str, Any]]) -> None:
     batch: list[dict[str, Any]] = []
     with engine.begin() as connection:
@@ -102,7 +108,7 @@ def seed(engine: Engine, rng: random.Random) -> dict[str, list[str]]:
     payout = {p: _address(rng) for p in providers}
     _chunks(engine, Provider, (
         {"id": p, "vkey": _hex(rng, 32), "payout_address": payout[p],
-         "last_heartbeat_ms": START_MS + rng.randrange(10**9), "bond_ref": f"{_hex(rng, 32)}#0",
+         "last_heartbeat_ms": START_MS + rng.randrange(10**9), "bond_ref": _out_ref(rng),
          "bond_lovelace": 100_000_000, "bond_state": "active", "selftest": _selftest(rng)}
         for p in providers
     ))  # fmt: skip
@@ -116,7 +122,7 @@ def seed(engine: Engine, rng: random.Random) -> dict[str, list[str]]:
         for p in providers for _ in range(2)
     ))  # fmt: skip
     _chunks(engine, Bond, (
-        {"ref": f"{_hex(rng, 32)}#0", "provider_id": p, "lovelace": 100_000_000,
+        {"ref": _out_ref(rng), "provider_id": p, "lovelace": 100_000_000,
          "created_slot": rng.randrange(10**6)}
         for p in providers
     ))  # fmt: skip
@@ -134,7 +140,8 @@ def seed(engine: Engine, rng: random.Random) -> dict[str, list[str]]:
          "provider_address": payout[provider], "gpu_model": rng.choice(GPUS),
          "price_per_unit": 50_000, "max_units": 3600, "deadline_ms": START_MS + 10**8,
          "settle_window_ms": 3_600_000, "fee_allowance": 2_000_000,
-         "lock_lovelace": 50_000 * 3600 + 2_000_000, "escrow_ref": f"{_hex(rng, 32)}#0",
+         "lock_lovelace": 50_000 * 3600 + 2_000_000,
+         "escrow_ref": _out_ref(rng),
          "receipt_units": 1200 if steps >= 6 else None,
          "receipt_result_hash": _hex(rng, 32) if steps >= 6 else None,
          "receipt_evidence_hash": _hex(rng, 32) if steps >= 6 else None,
@@ -161,7 +168,7 @@ def seed(engine: Engine, rng: random.Random) -> dict[str, list[str]]:
              "deadline": START_MS, "settle_window": 3_600_000, "job_id": _hex(rng, 32),
              "fee_allowance": 2_000_000}  # fmt: skip
     view = json.dumps({
-        "inputs": [{"ref": f"{_hex(rng, 32)}#0", "redeemer": {"type": "Settle", "own_input": 0}}],
+        "inputs": [{"ref": _out_ref(rng), "redeemer": {"type": "Settle", "own_input": 0}}],
         "outputs": [{"address": busy_address, "lovelace": 182_000_000, "script": "escrow",
                      "datum": datum, "tokens": False}] * 3,
         "withdrawals": [], "other_redeemers": [], "fee": 400_000, "valid_from_slot": None,
@@ -179,7 +186,7 @@ def seed(engine: Engine, rng: random.Random) -> dict[str, list[str]]:
     ))  # fmt: skip
     addresses = [busy_address] + [payout[p] for p in providers]
     _chunks(engine, ChainTxOut, (
-        {"ref": f"{tx}#{o}", "slot": i // per_block, "lovelace": 182_000_000,
+        {"ref": format_out_ref(out_ref_of(tx, o)), "slot": i // per_block, "lovelace": 182_000_000,
          "address": busy_address if o == 0 else rng.choice(addresses),
          "script": "escrow" if o == 0 else None, "datum": json.dumps(datum) if o == 0 else None,
          "spent_by": txs[min(i + 1, len(txs) - 1)] if o == 0 else None}

@@ -11,7 +11,7 @@ import yaml
 
 from consumer.store import JobStore
 from offchain.chain.follower import tip_point
-from offchain.chain.utxo import parse_out_ref
+from offchain.chain.utxo import parse_out_ref, tx_id_of
 from offchain.protocol.amounts import ada
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import payout
@@ -72,7 +72,7 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     assert result["units"] == UNITS and result["cost"] == UNITS * PRICE
     assert (tmp_path / "res" / "out" / "model.bin").read_bytes() == b"\x00" * 1000
 
-    lock_tx = job["escrow"].split("#")[0]
+    lock_tx = tx_id_of(parse_out_ref(job["escrow"]))
     fee = await tx_fee(devnet, lock_tx, since)
     split = settle_split(LOCKED + allowance, PRICE, UNITS, SPEC["max_duration_s"], allowance)
     assert balance(devnet, funded.address) == start - fee - LOCKED - allowance + split.consumer

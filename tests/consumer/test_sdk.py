@@ -14,6 +14,7 @@ from sqlmodel import Session, select
 
 from consumer.errors import NotRefundableYet, QuoteRejected, ResultMismatch
 from consumer.session import Consumer
+from offchain.chain.utxo import format_out_ref
 from offchain.market.db import make_engine
 from offchain.market.models import Job, Offer
 from offchain.market.services import storage
@@ -191,7 +192,7 @@ async def test_a_bond_that_does_not_count_is_refused_before_locking(consumer, pr
     with pytest.raises(QuoteRejected, match="names no bond and you require one"):
         await consumer.quote(parse_jobspec(SPEC))
     bond = await provider.bond(devnet)
-    await provider.offer(bond=f"{bond.input.transaction_id}#{bond.input.index}")
+    await provider.offer(bond=format_out_ref(bond.input))
     consumer.min_bond_lovelace = BOND + 1
     with pytest.raises(QuoteRejected, match="bond does not count") as small:
         await consumer.quote(parse_jobspec(SPEC))

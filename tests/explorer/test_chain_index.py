@@ -22,10 +22,11 @@ from pycardano import (
 )
 from sqlmodel import Session, select
 
+from offchain.chain.utxo import format_out_ref
 from offchain.market.services import chain_index
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.settings import MarketSettings
-from offchain.protocol.escrow import new_escrow
+from offchain.protocol.escrow import lock_escrow, new_escrow
 from offchain.protocol.types import Refund
 from tests.market.database import engine_at_head
 
@@ -74,11 +75,11 @@ def test_lock_refund_and_rollback(engine, market_deployment):
         ),
         TransactionWitnessSet(),
     )
-    escrow = f"{lock.id.payload.hex()}#0"
+    escrow = format_out_ref(lock_escrow(lock.id))
     redeemer = Redeemer(Refund(0, 0))
     redeemer.tag = RedeemerTag.SPEND
     refund = Transaction(
-        TransactionBody(inputs=[TransactionInput(lock.id, 0)], fee=300_000,
+        TransactionBody(inputs=[lock_escrow(lock.id)], fee=300_000,
                         outputs=[TransactionOutput(consumer, 30_000_000)]),
         TransactionWitnessSet(redeemer=[redeemer]),
     )  # fmt: skip

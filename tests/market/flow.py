@@ -15,6 +15,7 @@ from pycardano import Transaction, UTxO
 from sqlmodel import Session, SQLModel, select
 
 from offchain.chain.submit import submit_and_wait
+from offchain.chain.utxo import format_out_ref
 from offchain.devnet.process import DevnetProcess
 from offchain.market.db import make_engine
 from offchain.market.models import JobEvent
@@ -66,7 +67,7 @@ class Locked:
 
     @property
     def ref(self) -> str:
-        return f"{self.lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+        return format_out_ref(escrows.lock_escrow(self.lock.id))
 
     @property
     def fee_allowance(self) -> int:

@@ -10,10 +10,11 @@ import asyncio
 import hashlib
 import json
 
-from pycardano import Transaction, TransactionId, TransactionInput
+from pycardano import Transaction
 from pycardano.cip import cip8
 
 from offchain.chain.submit import submit_and_wait
+from offchain.chain.utxo import format_out_ref
 from offchain.protocol import escrow as escrows
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.receipt import Receipt
@@ -52,11 +53,6 @@ def job_request(consumer: Party, **spec_changes) -> dict:
     return {"spec": {**SPEC, **spec_changes}, "consumer_address": str(consumer.wallet.address)}
 
 
-def escrow_input(ref: str) -> TransactionInput:
-    tx_id, index = ref.split("#")
-    return TransactionInput(TransactionId(bytes.fromhex(tx_id)), int(index))
-
-
 async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment, http, settings):
     deployment = market_deployment
     provider = Party.new(http, settings.identity, await wallet(devnet))
@@ -90,7 +86,7 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     assert not unsigned.transaction_witness_set.vkey_witnesses  # the market holds no key
     assert built["lovelace"] == params["lovelace"] and built["tx_id"] == unsigned.id.payload.hex()
     lock = consumer.wallet.sign(unsigned)
-    ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    ref = format_out_ref(escrows.lock_escrow(lock.id))
     submitted = await consumer.send(
         "POST", f"/jobs/{job}/lock", {"transaction": lock.to_cbor_hex()}
     )
@@ -219,7 +215,7 @@ async def test_the_market_takes_back_only_the_lock_it_built_signed_by_the_consum
     # the consumer may submit the lock itself, and report the escrow
     lock = consumer.wallet.sign(unsigned)
     await submit_and_wait(devnet.url, lock, timeout_s=30)
-    ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    ref = format_out_ref(escrows.lock_escrow(lock.id))
     assert (await report_escrow(consumer, job, ref))["state"] == "funded"
     again = await consumer.send("POST", path, {"transaction": lock.to_cbor_hex()})
     assert again.status_code == 409 and again.json()["detail"][0]["loc"] == ["state"]

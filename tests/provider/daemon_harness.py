@@ -24,6 +24,7 @@ import docker
 import httpx
 import uvicorn
 
+from offchain.chain.utxo import format_out_ref
 from offchain.devnet.process import DevnetProcess, free_port
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
@@ -286,7 +287,7 @@ async def fund_quoted(
         devnet.context(), deployment, consumer.wallet.address, datum, params["lovelace"]
     )
     lock = await confirm(devnet, consumer.wallet.sign(unsigned))
-    ref = f"{lock.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    ref = format_out_ref(escrows.lock_escrow(lock.id))
     funded = await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": ref})
     assert funded.status_code == 200, funded.text
     return LockedJob(job, consumer, params, ref)
@@ -406,4 +407,4 @@ async def lock_escrow(
     lovelace = lock_amount(CORE_PRICE, terms["max_units"], terms["fee_allowance"])
     unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
     tx = await confirm(devnet, consumer.sign(unsigned))
-    return f"{tx.id.payload.hex()}#{escrows.ESCROW_OUTPUT}"
+    return format_out_ref(escrows.lock_escrow(tx.id))
