@@ -79,12 +79,15 @@ class ChainTxOut(SQLModel, table=True):
     spent_slot: int | None = Field(default=None, sa_type=BigInteger)
 
 
+def spent_refs(block: dict[str, Any]) -> list[str]:
+    """Every output an Ogmios v6 block spends, as the tables' out-ref columns write it."""
+    return [format_out_ref(ogmios_out_ref(i)) for tx in block["transactions"] for i in tx["inputs"]]
+
+
 def index_block(session: Session, deployment: Deployment, block: dict[str, Any]) -> None:
     """Record `block` (an Ogmios v6 block, transactions with CBOR) in the caller's transaction."""
     scripts = ScriptHashes.of(deployment)
-    spent = [
-        format_out_ref(ogmios_out_ref(i)) for tx in block["transactions"] for i in tx["inputs"]
-    ]
+    spent = spent_refs(block)
     known = {
         parse_out_ref(out.ref): out
         for out in session.exec(select(ChainTxOut).where(col(ChainTxOut.ref).in_(spent)))

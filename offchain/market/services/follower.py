@@ -74,11 +74,6 @@ RETRY_S = 1.0
 REFUSED_BOND = "refused"  # a provider's bond moved into an output that is no bond
 
 
-def _keyed(text: str | None) -> TransactionInput | None:
-    """A row's out-ref column as the dictionaries of spent outputs key it."""
-    return None if text is None else parse_out_ref(text)
-
-
 class ChainFollower:
     """Applies chain events to the market's tables; `run` follows the chain forever."""
 
@@ -118,10 +113,7 @@ class ChainFollower:
         with Session(self.engine, expire_on_commit=False) as session:
             if session.get(ChainPoint, at.slot) is not None:
                 return
-            spent = [
-                format_out_ref(ogmios_out_ref(i)) for tx in block["transactions"]
-                for i in tx["inputs"]
-            ]  # fmt: skip
+            spent = chain_index.spent_refs(block)
             escrows = {
                 parse_out_ref(job.escrow_ref): job
                 for job in session.exec(
@@ -297,7 +289,8 @@ class ChainFollower:
             return
         ref = format_out_ref(utxo.input)
         provider = session.get(Provider, offers.key_hash(datum.provider_vkey))
-        moved = provider is not None and _keyed(provider.bond_ref) in holders
+        held = provider.bond_ref if provider is not None else None
+        moved = held is not None and parse_out_ref(held) in holders
         try:
             self._check_bond(at, utxo, datum, provider)
         except BondRefused as refused:
