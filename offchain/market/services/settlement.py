@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from pycardano import PaymentSigningKey, Transaction, TransactionInput
 from sqlalchemy import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from offchain.chain.ogmios import OgmiosError
 from offchain.chain.submit import UNREACHABLE, submit_sync
@@ -139,22 +139,27 @@ class Batcher:
                 job.settle_tx = None
                 back = S.COMPLETED if job.failure_reason is None else S.FAILED  # its zero receipt
                 jobs.transition(session, job, back, Cause.SCHEDULER, why)
-            if not waiting:
-                row = session.get(Settlement, settlement.tx_id)
-                if row is not None and row.state != Sent.CONFIRMED:
-                    row.state = Sent.REFUSED if settlement.state == Sent.REFUSED else Sent.EXPIRED
-                    row.updated_at_ms = jobs.now_ms()
-                    session.add(row)
+            if not waiting:  # conditional, as in _mark: the follower may confirm it meanwhile
+                ended = Sent.REFUSED if settlement.state == Sent.REFUSED else Sent.EXPIRED
+                session.exec(
+                    update(Settlement)
+                    .where(col(Settlement.tx_id) == settlement.tx_id,
+                           col(Settlement.state) != Sent.CONFIRMED)
+                    .values(state=ended, updated_at_ms=jobs.now_ms())
+                )  # fmt: skip
             session.commit()
 
     def _mark(self, tx_id: str, state: Sent) -> None:
+        """One conditional UPDATE, not a read then a write: the follower may confirm the row
+        between the two (a fast block), and a plain write would put it back in flight."""
+        now = jobs.now_ms()
         with Session(self.engine) as session:
-            row = session.get(Settlement, tx_id)
-            if row is not None and row.state in IN_FLIGHT:
-                row.state, row.updated_at_ms = state, jobs.now_ms()
-                row.submitted_at_ms = row.updated_at_ms
-                session.add(row)
-                session.commit()
+            session.exec(
+                update(Settlement)
+                .where(col(Settlement.tx_id) == tx_id, col(Settlement.state).in_(IN_FLIGHT))
+                .values(state=state, updated_at_ms=now, submitted_at_ms=now)
+            )
+            session.commit()
 
     def _submit(self, cbor: bytes) -> None:
         submit_sync(self.settings.ogmios_url, cbor)
