@@ -23,11 +23,14 @@ from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import escrow as escrows
+from offchain.protocol.job_state import CancelState, JobState
 from offchain.protocol.split import settle_split
+from offchain.protocol.wire import EventPublic
 
-UNLOCKED = ("requested", "quoted")
-LOCKED = ("funded", "accepted", "running")
-STOPPED = ("completed", "settling", "failed")  # the provider's receipt is in (or its failure)
+S = JobState
+UNLOCKED = (S.REQUESTED, S.QUOTED)
+LOCKED = (S.FUNDED, S.ACCEPTED, S.RUNNING)
+STOPPED = (S.COMPLETED, S.SETTLING, S.FAILED)  # the provider's receipt is in (or its failure)
 POLL_S = 0.5
 Step = Callable[[str], None]
 
@@ -56,37 +59,35 @@ async def cancel(consumer: Consumer, job_id: str, wait_s: float, step: Step) -> 
     """Cancel `job_id`, waiting up to `wait_s` for its provider (and, for a job that ran, for
     the settlement); `step` hears each step in words."""
     status = await consumer.market.job(job_id)
-    state = status["state"]
+    state = status.state
     if state in UNLOCKED:
-        await consumer.market.call("POST", f"/jobs/{job_id}/cancel", {})
+        await consumer.market.cancel(job_id)
         return Cancelled(job_id, "dropped", state="expired")
     if state not in LOCKED:
         raise NothingToDo(
             f"job {job_id} is {state}: only a job not yet run to its end can be cancelled "
             f"(see `unchained job status {job_id}`)", state=state,
         )  # fmt: skip
-    escrow = await asyncio.to_thread(_escrow, consumer, job_id, status["escrow"])
+    escrow = await asyncio.to_thread(_escrow, consumer, job_id, status.escrow)
     unsigned = await asyncio.to_thread(
         escrows.cancel, consumer.context, consumer.deployment, escrow, consumer.key.address
     )
     since = await _height(consumer.ogmios_url)
-    await consumer.market.call(
-        "POST", f"/jobs/{job_id}/cancel", {"transaction": unsigned.to_cbor_hex()}
-    )
+    await consumer.market.cancel(job_id, unsigned.to_cbor_hex())
     step(f"cancel requested: waiting up to {wait_s:.0f} s for the provider's answer")
     loop = asyncio.get_running_loop()
     until = loop.time() + wait_s
     while loop.time() < until:
-        view = await consumer.market.call("GET", f"/jobs/{job_id}/cancel")
-        if view["state"] == "signed":
+        view = await consumer.market.cancel_status(job_id)
+        if view.state == CancelState.SIGNED and view.transaction is not None:
             step("the provider signed the cancel: adding yours and submitting it")
-            return await _submit(consumer, job_id, unsigned, view["transaction"], escrow, since)
-        if view["state"] == "refused":
+            return await _submit(consumer, job_id, unsigned, view.transaction, escrow, since)
+        if view.state == CancelState.REFUSED:
             raise ConsumerError(
-                f"the provider refused to sign the cancel: {view['refusal']}",
-                refusal=view["refusal"],
+                f"the provider refused to sign the cancel: {view.refusal}",
+                refusal=view.refusal,
             )  # fmt: skip
-        if view["state"] == "stopping" or view["job_state"] in STOPPED:
+        if view.state == CancelState.STOPPING or view.job_state in STOPPED:
             step("the provider stopped the job: its receipt bills the units it used; waiting "
                  "for the market's settlement")  # fmt: skip
             return await _settled(consumer, job_id, escrow, wait_s, since, step)
@@ -136,7 +137,7 @@ async def _settled(
 ) -> Cancelled:
     """The stopped job once its receipt is settled (or as it stands when the wait ends): the
     job's events end at its final state, whose block tells how long the renter waited."""
-    last: dict[str, Any] = {}
+    last: EventPublic | None = None
     try:
         async with asyncio.timeout(max(wait_s, 0)):
             async for event in consumer.events(job_id):
@@ -144,17 +145,17 @@ async def _settled(
     except TimeoutError:
         step(f"not settled yet: `unchained job status {job_id}` follows it")
     status = await consumer.market.job(job_id)
-    units = status["receipt_units"]
+    units = status.receipt_units
     if units is None:
-        return Cancelled(job_id, "stopped", state=status["state"])
+        return Cancelled(job_id, "stopped", state=status.state)
     datum = escrows.escrow_datum(consumer.deployment, escrow)
     split = settle_split(
         escrow.output.amount.coin, datum.price_per_unit, units, datum.max_units,
         datum.fee_allowance,
     )  # fmt: skip
-    height = last.get("block_height") if status["state"] == "settled" else None
+    height = last.block_height if last is not None and status.state == S.SETTLED else None
     return Cancelled(
-        job_id, "stopped", tx_id=status["settle_tx"], returned=split.consumer, units=units,
+        job_id, "stopped", tx_id=status.settle_tx, returned=split.consumer, units=units,
         cost=split.provider, blocks=None if height is None else height - since,
-        state=status["state"],
+        state=status.state,
     )  # fmt: skip

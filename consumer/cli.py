@@ -404,10 +404,11 @@ def status(
                     pass
             elif watch_:
                 await follow(consumer, job_id)
-            job = await consumer.status(job_id)
-            if job["outcome"] not in (None, "succeeded"):  # why it ended is in its last lines
+            public = await consumer.status(job_id)
+            job = public.model_dump(mode="json")
+            if public.outcome not in (None, "succeeded"):  # why it ended is in its last lines
                 tail = await consumer.market.log_tail(job_id, LOG_TAIL_LINES)
-                job["log_tail"] = [line["text"] for line in tail]
+                job["log_tail"] = [line.text for line in tail]
             return job
 
     from consumer.spend import cost_lines, job_cost, or_none
@@ -455,11 +456,11 @@ def logs(
             after = -1
             while True:
                 for line in await consumer.logs(job_id, after):
-                    after = line["seq"]
-                    kept.append(line)
+                    after = line.seq
+                    kept.append(line.model_dump())
                     if not as_json:
-                        typer.echo(line["text"])
-                state = (await consumer.status(job_id))["state"]
+                        typer.echo(line.text)
+                state = (await consumer.status(job_id)).state
                 if not follow_ or state in FINAL:
                     return state
                 await asyncio.sleep(1)

@@ -1,6 +1,7 @@
 """The market's HTTP API as the consumer calls it: its own paths on the one market client
-(`offchain.protocol.market_link`: signed requests, answers as plain data, refusals as
-MarketRefused naming the field the market named). `consumer.market_read` reads the same API
+(`offchain.protocol.market_link`: signed requests, refusals as MarketRefused naming the
+field the market named), its answers parsed into the market's public models
+(`offchain.protocol.wire`). `consumer.market_read` reads the same API
 for the commands that only read; `consumer.session` gives it meaning."""
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ from typing import Any, BinaryIO
 from consumer.market_read import HINT, TIMEOUT_S, my_jobs_path, offers_path
 from offchain.protocol.market_errors import market_json
 from offchain.protocol.market_link import Body, MarketLink
-from offchain.protocol.wire import EscrowParameters, parse
+from offchain.protocol.wire import (
+    CancelView,
+    EscrowParameters,
+    EventPublic,
+    JobPublic,
+    LogPublic,
+    OfferSearch,
+    Quote,
+    SignedEvidence,
+    parse,
+)
 
 BATCH_BYTES = 4 << 20  # hashed and written at once, off the event loop
 
@@ -25,47 +36,52 @@ class MarketClient(MarketLink):
     timeout_s = TIMEOUT_S
     hint = HINT
 
-    async def call(self, method: str, path: str, body: Any = None) -> Any:
-        """One signed JSON request; its JSON answer."""
-        return await self.send(method, path, None if body is None else Body.of_json(body))
+    async def request_job(self, request: dict[str, Any]) -> Quote:
+        return await self.answer(Quote, "POST", "/jobs", Body.of_json(request))
 
-    async def request_job(self, request: dict[str, Any]) -> dict[str, Any]:
-        return await self.call("POST", "/jobs", request)
+    async def job(self, job_id: str) -> JobPublic:
+        return await self.answer(JobPublic, "GET", f"/jobs/{job_id}")
 
-    async def job(self, job_id: str) -> dict[str, Any]:
-        return await self.call("GET", f"/jobs/{job_id}")
-
-    async def my_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def my_jobs(self, limit: int = 100) -> list[JobPublic]:
         """The jobs this key requested, as the market knows them (newest first)."""
-        return await self.call("GET", my_jobs_path(limit))
+        return await self.answers(JobPublic, my_jobs_path(limit))
 
     async def escrow_parameters(self, job_id: str) -> EscrowParameters:
-        path = f"/jobs/{job_id}/escrow"
-        return parse(EscrowParameters, await self.call("GET", path), f"GET {path}")
+        return await self.answer(EscrowParameters, "GET", f"/jobs/{job_id}/escrow")
 
-    async def report_escrow(self, job_id: str, escrow: str) -> dict[str, Any]:
-        return await self.call("POST", f"/jobs/{job_id}/escrow", {"escrow": escrow})
+    async def report_escrow(self, job_id: str, escrow: str) -> JobPublic:
+        body = Body.of_json({"escrow": escrow})
+        return await self.answer(JobPublic, "POST", f"/jobs/{job_id}/escrow", body)
 
-    async def signatures(self, job_id: str) -> dict[str, Any]:
-        return await self.call("GET", f"/jobs/{job_id}/signatures")
+    async def cancel(self, job_id: str, transaction: str | None = None) -> CancelView:
+        """Ask to cancel the job: its Cancel (CBOR hex), none when nothing was locked."""
+        body = {} if transaction is None else {"transaction": transaction}
+        return await self.answer(CancelView, "POST", f"/jobs/{job_id}/cancel", Body.of_json(body))
 
-    async def logs(self, job_id: str, after: int = -1) -> list[dict[str, Any]]:
-        return await self.call("GET", f"/jobs/{job_id}/logs?after={after}")
+    async def cancel_status(self, job_id: str) -> CancelView:
+        return await self.answer(CancelView, "GET", f"/jobs/{job_id}/cancel")
 
-    async def log_tail(self, job_id: str, lines: int) -> list[dict[str, Any]]:
+    async def signatures(self, job_id: str) -> SignedEvidence:
+        return await self.answer(SignedEvidence, "GET", f"/jobs/{job_id}/signatures")
+
+    async def logs(self, job_id: str, after: int = -1) -> list[LogPublic]:
+        return await self.answers(LogPublic, f"/jobs/{job_id}/logs?after={after}")
+
+    async def log_tail(self, job_id: str, lines: int) -> list[LogPublic]:
         """The job's last `lines` log lines, oldest first."""
-        return await self.call("GET", f"/jobs/{job_id}/logs?tail={lines}")
+        return await self.answers(LogPublic, f"/jobs/{job_id}/logs?tail={lines}")
 
-    async def search_offers(self, query: str, limit: int = 100) -> dict[str, Any]:
-        return await self.call("GET", offers_path(query, limit))
+    async def search_offers(self, query: str, limit: int = 100) -> OfferSearch:
+        return await self.answer(OfferSearch, "GET", offers_path(query, limit))
 
-    async def events(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, job_id: str) -> AsyncIterator[EventPublic]:
         """The job's transitions (server-sent events) from the first; ends at a final state."""
         path = f"/jobs/{job_id}/events"
         async with self.stream(path, endless=True) as stream:
             async for line in stream.aiter_lines():
                 if line.startswith("data: "):
-                    yield market_json(line.removeprefix("data: "), f"an event of {path}")
+                    what = f"an event of {path}"
+                    yield parse(EventPublic, market_json(line.removeprefix("data: "), what), what)
 
     async def download_result(self, job_id: str, into: Path) -> str:
         """Stream the result archive into `into`, hashing as it arrives; its sha256 (hex).

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -25,6 +24,7 @@ from rich.text import Text
 from consumer.session import Consumer
 from offchain.protocol.amounts import ada
 from offchain.protocol.outcome import describe
+from offchain.protocol.wire import EventPublic
 
 FINAL = {"settled", "refunded", "slashed", "failed", "expired", "cancelled"}
 POLL_S = 1
@@ -53,14 +53,14 @@ class Progress:
     log_seq: int = -1
     tail: list[str] = dataclasses.field(default_factory=list)
 
-    def event(self, event: dict[str, Any]) -> None:
-        self.state = event["to_state"]
+    def event(self, event: EventPublic) -> None:
+        self.state = event.to_state
         if self.created_ms is None:
-            self.created_ms = event["at_ms"]
+            self.created_ms = event.at_ms
         if self.state == "running":
-            self.running_since_ms = event["at_ms"]
+            self.running_since_ms = event.at_ms
         elif self.running_since_ms is not None and self.stopped_ms is None:
-            self.stopped_ms = event["at_ms"]
+            self.stopped_ms = event.at_ms
 
     @property
     def final(self) -> bool:
@@ -129,11 +129,11 @@ async def watch(consumer: Consumer, job_id: str, console: Console) -> str:
 
     async def refresh() -> None:
         for line in await consumer.logs(job_id, progress.log_seq):
-            progress.tail.append(line["text"])
-            progress.log_seq = line["seq"]
+            progress.tail.append(line.text)
+            progress.log_seq = line.seq
         status = await consumer.status(job_id)
-        progress.receipt_units, progress.reason = status["receipt_units"], status["failure_reason"]
-        progress.outcome, progress.exit_code = status["outcome"], status["exit_code"]
+        progress.receipt_units, progress.reason = status.receipt_units, status.failure_reason
+        progress.outcome, progress.exit_code = status.outcome, status.exit_code
 
     async def poll() -> None:
         while True:
@@ -184,11 +184,11 @@ async def _lines(
 
 
 async def _take(
-    progress: Progress, event: dict[str, Any], refresh: Callable[[], Awaitable[None]]
+    progress: Progress, event: EventPublic, refresh: Callable[[], Awaitable[None]]
 ) -> None:
     """Apply a state change; a failure's receipt is read first (the market stores the two
     together), so the display knows at once whether a refund settle follows."""
-    if event["to_state"] == "failed":
+    if event.to_state == "failed":
         await refresh()
     progress.event(event)
 

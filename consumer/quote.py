@@ -20,7 +20,7 @@ from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.signed_request import RequestFields, SignedRequestError, open_signed
 from offchain.protocol.split import lock_amount
 from offchain.protocol.types import EscrowDatum
-from offchain.protocol.wire import EscrowParameters
+from offchain.protocol.wire import EscrowParameters, Quote, SignedOffer
 
 MAX_START_MS = 60 * 60_000  # the longest a quote may leave between now and the job's start
 MAX_SETTLE_WINDOW_MS = 24 * 60 * 60_000  # funds wait at most this past the deadline
@@ -57,14 +57,14 @@ def same_model(asked: str, offered: str) -> bool:
     return asked.replace("_", " ").casefold() == offered.replace("_", " ").casefold()
 
 
-def offer_signer(offer: dict[str, Any], market: str) -> bytes:
+def offer_signer(offer: SignedOffer, market: str) -> bytes:
     """The 32-byte key that signed the offer's body for `market`, or QuoteRejected."""
     try:
-        vkey, _address, payload = open_signed(offer["signature"], offer["key"])
+        vkey, _address, payload = open_signed(offer.signature, offer.key)
         fields = RequestFields.parse(payload)
     except SignedRequestError as exc:
         raise QuoteRejected(f"the offer's signature is not valid: {exc.message}") from exc
-    body_sha256 = hashlib.sha256(offer["body"].encode()).hexdigest()
+    body_sha256 = hashlib.sha256(offer.body.encode()).hexdigest()
     signed = {"method": "POST", "path": OFFER_PATH, "market": market, "body_sha256": body_sha256}
     for name, value in signed.items():
         if getattr(fields, name) != value:
@@ -72,7 +72,7 @@ def offer_signer(offer: dict[str, Any], market: str) -> bytes:
                 f"the offer's signature is not over this offer (signed {name} "
                 f"{getattr(fields, name)!r}, expected {value!r}): refusing the quote"
             )
-    if vkey.hash().payload.hex() != offer["provider_id"]:
+    if vkey.hash().payload.hex() != offer.provider_id:
         raise QuoteRejected("the offer was signed by another key than its provider's")
     return vkey.payload
 
@@ -95,7 +95,7 @@ def bundle_problems(terms: dict[str, Any], spec: JobSpec, gpu_model: str | None)
 
 
 def check_quote(
-    quote: dict[str, Any],
+    quote: Quote,
     params: EscrowParameters,
     spec: JobSpec,
     consumer: Address,
@@ -106,9 +106,9 @@ def check_quote(
 ) -> CheckedQuote:
     """`quote` (POST /jobs) and `params` (GET /jobs/{id}/escrow) checked against the spec and
     the provider's signed offer; `now_ms` is chain time. QuoteRejected lists every problem."""
-    offer = quote["offer"]
+    offer = quote.offer
     provider_vkey = offer_signer(offer, market)
-    terms = json.loads(offer["body"])
+    terms = json.loads(offer.body)
     price = terms["price_per_unit"]
     problems = bundle_problems(terms, spec, gpu_model)
     fee_allowance, deadline = params.fee_allowance, params.deadline
@@ -117,8 +117,8 @@ def check_quote(
         "the provider's address": (params.provider, terms["payout_address"]),
         "the consumer's address": (params.consumer, str(consumer)),
         "the price per unit": (params.price_per_unit, price),
-        "the quoted price": (quote["price_per_unit"], price),
-        "the quoted GPU": (quote["gpu_model"], terms["gpu_model"]),
+        "the quoted price": (quote.price_per_unit, price),
+        "the quoted GPU": (quote.gpu_model, terms["gpu_model"]),
         "max units": (params.max_units, spec.max_duration_s),
         "the job id (spec digest)": (params.job_id, spec.job_id().hex()),
         "the escrow script": (params.escrow_hash, deployment.escrow_hash.payload.hex()),
@@ -148,8 +148,7 @@ def check_quote(
         raise QuoteRejected("refusing the quote, nothing locked: " + "; ".join(problems),
                             problems=problems)  # fmt: skip
     return CheckedQuote(
-        job_id=quote["job_id"], provider_id=offer["provider_id"], gpu_model=terms["gpu_model"],
+        job_id=quote.job_id, provider_id=offer.provider_id, gpu_model=terms["gpu_model"],
         terms=terms, datum=params.to_datum(), lovelace=params.lovelace,
-        quote_expires_ms=quote["quote_expires_ms"],
-        allowance_note=quote.get("fee_allowance_note", ""),
+        quote_expires_ms=quote.quote_expires_ms, allowance_note=quote.fee_allowance_note,
     )  # fmt: skip

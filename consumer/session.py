@@ -51,6 +51,7 @@ from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.payloads import verify
 from offchain.protocol.receipt import Receipt, ReceiptFormatError
 from offchain.protocol.txbuild import BuildError, Clock
+from offchain.protocol.wire import EventPublic, JobPublic, LogPublic, SignedEvidence
 
 LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
 RESULT_FILE = "result.tar"
@@ -91,7 +92,7 @@ class Consumer:
         if gpu_model:
             request["gpu_model"] = gpu_model
         quote = await self.market.request_job(request)
-        params = await self.market.escrow_parameters(quote["job_id"])
+        params = await self.market.escrow_parameters(quote.job_id)
         clock = await asyncio.to_thread(Clock.now, self.context)
         checked = check_quote(
             quote, params, spec, self.key.address, self.deployment, self.market.identity,
@@ -204,13 +205,13 @@ class Consumer:
 
     # --- follow -------------------------------------------------------------------------
 
-    async def status(self, job_id: str) -> dict[str, Any]:
+    async def status(self, job_id: str) -> JobPublic:
         return await self.market.job(job_id)
 
-    def events(self, job_id: str) -> AsyncIterator[dict[str, Any]]:
+    def events(self, job_id: str) -> AsyncIterator[EventPublic]:
         return self.market.events(job_id)
 
-    async def logs(self, job_id: str, after: int = -1) -> list[dict[str, Any]]:
+    async def logs(self, job_id: str, after: int = -1) -> list[LogPublic]:
         return await self.market.logs(job_id, after)
 
     # --- results ------------------------------------------------------------------------
@@ -221,14 +222,14 @@ class Consumer:
         `into/out`). ResultMismatch when either fails: the download is removed."""
         record = self.store.get(job_id)
         signed = await self.market.signatures(job_id)
-        if signed["receipt_signature"] is None or signed["receipt_result_hash"] is None:
-            state = (await self.market.job(job_id))["state"]
+        if signed.receipt_signature is None or signed.receipt_result_hash is None:
+            state = (await self.market.job(job_id)).state
             raise ConsumerError(f"job {job_id} has no receipt yet (it is {state})", state=state)
         receipt = self.check_receipt(record, signed)
         into.mkdir(parents=True, exist_ok=True)
         partial = into / f".{RESULT_FILE}.part"
         arrived = await self.market.download_result(job_id, partial)
-        expected = signed["receipt_result_hash"]
+        expected = signed.receipt_result_hash
         if arrived != expected:
             partial.unlink()
             raise ResultMismatch(
@@ -240,21 +241,22 @@ class Consumer:
         partial.replace(archive)
         (into / RECEIPT_FILE).write_text(kept_receipt(record, receipt, self.deployment))
         unpacked = unpack_archive(archive, into / "out") if unpack else None
-        units = signed["receipt_units"]
+        units = receipt.units
         return VerifiedResult(
             job_id, archive, unpacked, arrived, archive.stat().st_size, units,
             record.datum.price_per_unit * units,
         )  # fmt: skip
 
-    def check_receipt(self, record: JobRecord, signed: dict[str, Any]) -> Receipt:
+    def check_receipt(self, record: JobRecord, signed: SignedEvidence) -> Receipt:
         """ResultMismatch unless the receipt names the job's escrow and is signed by the
         provider key the consumer locked for (its own record, not the market's word)."""
-        if record.escrow is None or signed["escrow"] != record.escrow:
+        if record.escrow is None or signed.escrow != record.escrow:
             raise ResultMismatch(
-                f"the receipt is for escrow {signed['escrow']}, not this job's {record.escrow}"
+                f"the receipt is for escrow {signed.escrow}, not this job's {record.escrow}"
             )
         try:
-            receipt = Receipt.from_body(parse_out_ref(record.escrow), signed, prefix="receipt_")
+            body = signed.model_dump()
+            receipt = Receipt.from_body(parse_out_ref(record.escrow), body, prefix="receipt_")
         except ReceiptFormatError as exc:
             raise ResultMismatch(f"the market served no valid receipt: {exc}") from exc
         vkey = record.datum.provider_vkey
@@ -281,7 +283,7 @@ class Consumer:
         """Refund and take the slash share of the provider's bond in one transaction, with the
         provider's signed acceptance of the escrow; the confirmed transaction."""
         signed = await self.market.signatures(job_id)
-        acceptance = signed["acceptance_signature"]
+        acceptance = signed.acceptance_signature
         if acceptance is None:
             raise NothingToDo(
                 f"the provider never accepted job {job_id}, so there is nothing to slash: "

@@ -15,6 +15,7 @@ from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from offchain.chain.utxo import parse_out_ref
+from offchain.protocol.job_state import CancelState, JobState
 from offchain.protocol.outcome import Outcome
 from offchain.protocol.receipt import BODY_FIELDS, Receipt
 
@@ -27,32 +28,6 @@ def _big(*, index: bool = False, nullable: bool = False) -> Any:
 def _name(default: Any = ..., *, nullable: bool = False, index: bool = False) -> Any:
     """An enum stored as its string (no database enum type to migrate when a state is added)."""
     return Field(default=default, sa_type=String(16), nullable=nullable, index=index)
-
-
-class JobState(StrEnum):
-    REQUESTED = "requested"
-    QUOTED = "quoted"
-    FUNDED = "funded"
-    ACCEPTED = "accepted"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    SETTLING = "settling"
-    SETTLED = "settled"
-    REFUNDED = "refunded"
-    SLASHED = "slashed"
-    FAILED = "failed"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"  # its escrow went back to the renter by a Cancel both signed
-
-
-class CancelState(StrEnum):
-    """Where a renter's cancel of a locked job stands; the escrow's spend makes the job
-    cancelled (or, for a job that ran, its receipt settles it)."""
-
-    REQUESTED = "requested"  # the renter posted its Cancel: the provider answers next
-    SIGNED = "signed"  # the provider's witness is in: the renter adds its own and submits
-    STOPPING = "stopping"  # the job had started: stopped, billed for the units it used
-    REFUSED = "refused"  # the provider would not sign that transaction (`cancel_refusal`)
 
 
 class Cause(StrEnum):

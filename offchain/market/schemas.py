@@ -1,7 +1,6 @@
-"""What the API reads and answers (the tables' Create and Public variants). Request bodies
-refuse unknown fields, so a typo is a 422 naming it rather than a silently dropped wish. The
-answers the parties parse too (EscrowParameters, Assignment) are `offchain.protocol.wire`'s:
-the routes answer with those."""
+"""What the API reads (the tables' Create variants). Request bodies refuse unknown fields,
+so a typo is a 422 naming it rather than a silently dropped wish. What it answers, the
+parties parse too: those models are `offchain.protocol.wire`'s."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offchain.chain.utxo import OUT_REF_PATTERN
-from offchain.market.models import CancelState, JobState
 from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
 from offchain.protocol.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
 from offchain.protocol.outcome import Outcome
@@ -182,110 +180,6 @@ class FailureBody(_Body):
     )  # fmt: skip
 
 
-class SignedOffer(BaseModel):
-    """An offer exactly as its provider signed it: anyone can verify the signature again."""
-
-    id: int
-    provider_id: str
-    body: str
-    signature: str
-    key: str
-    terms: dict[str, Any]
-
-
-class OfferSearch(BaseModel):
-    """Offers that meet a search and can take a job now, in its order; when none does, why."""
-
-    offers: list[SignedOffer]
-    matched: int = Field(description="How many matched (`offers` holds the first `limit`).")
-    total: int = Field(description="Active offers searched, online or not.")
-    why_none: str | None = Field(description="Why nothing matched, counted per term.")
-
-
-class Quote(BaseModel):
-    """The market's answer to a job request: who runs it, for how much, until when."""
-
-    job_id: str
-    state: JobState
-    offer: SignedOffer
-    gpu_model: str
-    price_per_unit: int
-    max_units: int
-    max_cost: int
-    deadline_ms: int
-    settle_window_ms: int
-    fee_allowance: int = Field(
-        description="Lovelace of the lock that is not refunded: settle_fee_share + "
-        "payout_topups (see fee_allowance_note)."
-    )
-    lock_lovelace: int
-    quote_expires_ms: int
-    settle_fee_share: int = Field(
-        description="The part of the allowance that pays this job's share of a settle fee (the "
-        "cost of a settle alone, measured, with a margin)."
-    )
-    payout_topups: int = Field(
-        description="The most a settle may add to a payout below the ledger's minimum UTxO, "
-        "over every unit count (paid to the consumer or the provider, out of the allowance)."
-    )
-    fee_allowance_note: str = Field(description="What the allowance covers, in words.")
-
-
-class LockTransaction(BaseModel):
-    """The escrow's lock, unsigned: the consumer signs it with its own wallet and submits it,
-    or posts it back for the market to submit (only this body is accepted)."""
-
-    transaction: str = Field(description="Unsigned transaction, CBOR hex (CIP-30 signTx).")
-    tx_id: str
-    escrow: str = Field(description="The escrow it creates, TXID#IX.")
-    lovelace: int = Field(description="Locked in the escrow.")
-
-
-class Submitted(BaseModel):
-    tx_id: str
-    escrow: str
-
-
-class JobPublic(BaseModel):
-    id: str
-    state: JobState
-    provider_id: str | None
-    gpu_model: str | None
-    price_per_unit: int | None
-    deadline_ms: int | None
-    escrow: str | None
-    receipt_units: int | None
-    result_sha256: str | None
-    result_size: int | None
-    exit_code: int | None
-    outcome: Outcome | None = Field(
-        description="How the run ended (succeeded, failed, timeout, oom, cancelled), beside "
-        "its state: the provider's word with its receipt, not signed."
-    )
-    failure_reason: str | None
-    settle_tx: str | None
-    created_at_ms: int
-    updated_at_ms: int
-
-
-class EventPublic(BaseModel):
-    id: int
-    at_ms: int
-    from_state: JobState | None
-    to_state: JobState
-    cause: str
-    detail: str
-    slot: int | None
-    block_height: int | None
-    tx_id: str | None
-
-
-class LogPublic(BaseModel):
-    seq: int
-    at_ms: int
-    text: str
-
-
 class CancelRequest(_Body):
     transaction: str | None = Field(
         None, pattern=r"[0-9a-f]+",
@@ -302,13 +196,3 @@ class CancelAnswer(_Body):
         None, pattern=HEX64, description="ed25519 over the transaction's id (signed)."
     )
     reason: Text | None = Field(None, max_length=4096, description="Why it refused (refused).")
-
-
-class CancelView(BaseModel):
-    """A renter's cancel as it stands: once `signed`, `transaction` carries the provider's
-    witness and the renter adds its own and submits it."""
-
-    job_state: JobState
-    state: CancelState | None
-    transaction: str | None
-    refusal: str | None

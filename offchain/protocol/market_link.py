@@ -1,6 +1,7 @@
 """The one HTTP client of an Unchained market, for the consumer's SDK and the provider daemon:
 every request CIP-8 signed by the party's key (a fresh nonce each attempt), answers as plain
-JSON, failures as the one `MarketError` family (`offchain.protocol.market_errors`). A request
+JSON or parsed into the market's public models (`offchain.protocol.wire`), failures as the one
+`MarketError` family (`offchain.protocol.market_errors`). A request
 may retry with backoff while the market is unreachable or answers 5xx (the daemon, which must
 outlive a lost market); without retries its one failure is final (the consumer's commands).
 Each app keeps its own calls: `consumer.client` names its paths, the daemon sends its own."""
@@ -20,6 +21,7 @@ import httpx
 
 from offchain.protocol.market_errors import MarketUnavailable, market_json, refusal, unreachable
 from offchain.protocol.signed_request import RequestFields, RequestSigner
+from offchain.protocol.wire import Model, parse, parse_list
 
 FIRST_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
@@ -119,6 +121,29 @@ class MarketLink:
                 raise MarketUnavailable(f"{method} {path}: {problem}", **problem.details)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def answer(
+        self,
+        model: type[Model],
+        method: str,
+        path: str,
+        body: Body | None = None,
+        *,
+        retry_for_s: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> Model:
+        """`send`, its answer parsed as `model` (`offchain.protocol.wire`); MarketRefused
+        when it is not one."""
+        sent = await self.send(method, path, body, retry_for_s=retry_for_s, timeout_s=timeout_s)
+        return parse(model, sent, f"{method} {path}")
+
+    async def answers(
+        self, model: type[Model], path: str, *, retry_for_s: float = 0.0,
+        timeout_s: float | None = None,
+    ) -> list[Model]:  # fmt: skip
+        """A GET of `path`, its answer parsed as a list of `model`."""
+        sent = await self.send("GET", path, retry_for_s=retry_for_s, timeout_s=timeout_s)
+        return parse_list(model, sent, f"GET {path}")
 
     async def _once(
         self, method: str, path: str, body: Body, timeout_s: float | None

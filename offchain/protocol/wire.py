@@ -1,7 +1,7 @@
-"""The market's public answers as every party reads them: the market answers with these
-models (`offchain.market.schemas` takes them as they are) and the consumer and the provider
-parse its JSON into them, so one definition says what each field is. Not for the commands
-that must start at once: pydantic is imported here."""
+"""The market's public answers as every party reads them: the market's routes answer with
+these models and the consumer and the provider parse its JSON into them, so one definition
+says what each field is. Not for the commands that must start at once: pydantic is imported
+here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pycardano import Address
 from pydantic import BaseModel, Field, ValidationError
 
 from offchain.protocol.escrow import new_escrow
+from offchain.protocol.job_state import CancelState, JobState
 from offchain.protocol.market_errors import MarketRefused
+from offchain.protocol.outcome import Outcome
 from offchain.protocol.types import EscrowDatum
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -57,6 +59,133 @@ class Assignment(BaseModel):
     )  # fmt: skip
 
 
+class SignedOffer(BaseModel):
+    """An offer exactly as its provider signed it: anyone can verify the signature again."""
+
+    id: int
+    provider_id: str
+    body: str
+    signature: str
+    key: str
+    terms: dict[str, Any]
+
+
+class OfferSearch(BaseModel):
+    """Offers that meet a search and can take a job now, in its order; when none does, why."""
+
+    offers: list[SignedOffer]
+    matched: int = Field(description="How many matched (`offers` holds the first `limit`).")
+    total: int = Field(description="Active offers searched, online or not.")
+    why_none: str | None = Field(description="Why nothing matched, counted per term.")
+
+
+class Quote(BaseModel):
+    """The market's answer to a job request: who runs it, for how much, until when."""
+
+    job_id: str
+    state: JobState
+    offer: SignedOffer
+    gpu_model: str
+    price_per_unit: int
+    max_units: int
+    max_cost: int
+    deadline_ms: int
+    settle_window_ms: int
+    fee_allowance: int = Field(
+        description="Lovelace of the lock that is not refunded: settle_fee_share + "
+        "payout_topups (see fee_allowance_note)."
+    )
+    lock_lovelace: int
+    quote_expires_ms: int
+    settle_fee_share: int = Field(
+        description="The part of the allowance that pays this job's share of a settle fee (the "
+        "cost of a settle alone, measured, with a margin)."
+    )
+    payout_topups: int = Field(
+        description="The most a settle may add to a payout below the ledger's minimum UTxO, "
+        "over every unit count (paid to the consumer or the provider, out of the allowance)."
+    )
+    fee_allowance_note: str = Field(description="What the allowance covers, in words.")
+
+
+class LockTransaction(BaseModel):
+    """The escrow's lock, unsigned: the consumer signs it with its own wallet and submits it,
+    or posts it back for the market to submit (only this body is accepted)."""
+
+    transaction: str = Field(description="Unsigned transaction, CBOR hex (CIP-30 signTx).")
+    tx_id: str
+    escrow: str = Field(description="The escrow it creates, TXID#IX.")
+    lovelace: int = Field(description="Locked in the escrow.")
+
+
+class Submitted(BaseModel):
+    tx_id: str
+    escrow: str
+
+
+class JobPublic(BaseModel):
+    id: str
+    state: JobState
+    provider_id: str | None
+    gpu_model: str | None
+    price_per_unit: int | None
+    deadline_ms: int | None
+    escrow: str | None
+    receipt_units: int | None
+    result_sha256: str | None
+    result_size: int | None
+    exit_code: int | None
+    outcome: Outcome | None = Field(
+        description="How the run ended (succeeded, failed, timeout, oom, cancelled), beside "
+        "its state: the provider's word with its receipt, not signed."
+    )
+    failure_reason: str | None
+    settle_tx: str | None
+    created_at_ms: int
+    updated_at_ms: int
+
+
+class EventPublic(BaseModel):
+    id: int
+    at_ms: int
+    from_state: JobState | None
+    to_state: JobState
+    cause: str
+    detail: str
+    slot: int | None
+    block_height: int | None
+    tx_id: str | None
+
+
+class LogPublic(BaseModel):
+    seq: int
+    at_ms: int
+    text: str
+
+
+class CancelView(BaseModel):
+    """A renter's cancel as it stands: once `signed`, `transaction` carries the provider's
+    witness and the renter adds its own and submits it."""
+
+    job_state: JobState
+    state: CancelState | None
+    transaction: str | None
+    refusal: str | None
+
+
+class SignedEvidence(BaseModel):
+    """The provider's signatures of a job exactly as stored: the acceptance slashes its bond
+    with a refund when the job is never delivered; the receipt proves which result archive
+    it was paid for. The consumer checks both against the escrow's provider key itself."""
+
+    escrow: str | None
+    acceptance_signature: str | None = Field(description="ed25519 over the Acceptance payload.")
+    receipt_units: int | None
+    receipt_result_hash: str | None
+    receipt_evidence_hash: str | None
+    receipt_signature: str | None = Field(description="ed25519 over the Receipt payload.")
+
+
 def parse(model: type[Model], answer: Any, what: str) -> Model:
     """The market's JSON `answer` to `what` as `model`; MarketRefused when it is not one
     (an older or broken market), never a traceback."""
@@ -67,3 +196,13 @@ def parse(model: type[Model], answer: Any, what: str) -> Model:
             f"the market's answer to {what} is not a {model.__name__}: {exc}",
             answer=str(answer)[:500],
         ) from exc
+
+
+def parse_list(model: type[Model], answer: Any, what: str) -> list[Model]:
+    """The market's JSON list `answer` to `what`, each item as `model` (`parse`)."""
+    if not isinstance(answer, list):
+        raise MarketRefused(
+            f"the market's answer to {what} is not a list of {model.__name__}",
+            answer=str(answer)[:500],
+        )
+    return [parse(model, item, what) for item in answer]

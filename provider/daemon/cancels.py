@@ -22,6 +22,7 @@ from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.market_errors import MarketError
 from offchain.protocol.market_link import Body
 from offchain.protocol.txbuild import BuildError, out_ref
+from offchain.protocol.wire import Assignment
 from provider.daemon.chain import CHAIN_DOWN, ChainUnavailable
 from provider.daemon.jobs import CALL_S, Worker
 from provider.daemon.journal import JobEntry
@@ -39,10 +40,10 @@ NOT_A_CANCEL = (
 )
 
 
-async def answer_cancel(worker: Worker, assignment: dict[str, Any]) -> None:
+async def answer_cancel(worker: Worker, assignment: Assignment) -> None:
     """Sign the cancel of a job not taken, or stop a taken one, and tell the market.
     ChainUnavailable: the Cancel cannot be checked now; the market hands it again."""
-    job_id = str(assignment.get("job_id"))
+    job_id = assignment.job_id
     entry = worker.journal.get(job_id)
     if job_id in worker.seen or (entry is not None and entry.stage != "cancelled"):
         await asyncio.to_thread(worker.runner.stop, job_id)
@@ -59,12 +60,12 @@ async def answer_cancel(worker: Worker, assignment: dict[str, Any]) -> None:
         log.warning("job %s: the market did not take the answer to its cancel: %s", job_id, exc)
 
 
-async def _sign(worker: Worker, job_id: str, assignment: dict[str, Any]) -> dict[str, Any]:
+async def _sign(worker: Worker, job_id: str, assignment: Assignment) -> dict[str, Any]:
     """The provider's witness of the renter's Cancel once checked, the job journaled as
     cancelled; a refusal saying why when the transaction is not a cancel of this escrow only."""
     try:
-        tx = Transaction.from_cbor(bytes.fromhex(str(assignment["cancel_tx"])))
-        spec = JobSpec.model_validate(assignment["spec"])
+        tx = Transaction.from_cbor(bytes.fromhex(str(assignment.cancel_tx)))
+        spec = JobSpec.model_validate(assignment.spec)
         entry = await worker.chain.call(_checked, worker, job_id, tx, assignment, spec)
     except CHAIN_DOWN as exc:
         raise ChainUnavailable(f"job {job_id}: its cancel to check again: {exc!r}") from exc
@@ -78,20 +79,20 @@ async def _sign(worker: Worker, job_id: str, assignment: dict[str, Any]) -> dict
 
 
 def _checked(
-    worker: Worker, job_id: str, tx: Transaction, assignment: dict[str, Any], spec: JobSpec
+    worker: Worker, job_id: str, tx: Transaction, assignment: Assignment, spec: JobSpec
 ) -> JobEntry:
     """The journal entry of the cancelled job, once the Cancel checks against the chain."""
     chain = worker.chain
-    escrow_ref = chain.utxo(str(assignment["escrow"]))
+    escrow_ref = chain.utxo(assignment.escrow)
     if escrow_ref is None:
-        raise CancelRefused(f"escrow {assignment['escrow']} is not unspent on chain")
+        raise CancelRefused(f"escrow {assignment.escrow} is not unspent on chain")
     provider = worker.key.to_verification_key().hash()
     escrow = check_cancel(
         tx, chain.deployment, escrow_ref.input, provider, lambda ref: utxo_at(chain.context, ref)
     )
     return JobEntry(
         job_id=job_id, escrow=out_ref(escrow), spec=spec,
-        price_per_unit=int(assignment["price_per_unit"]), gpu_uuids=[], slot=-1,
+        price_per_unit=assignment.price_per_unit, gpu_uuids=[], slot=-1,
         close_ms=escrow_datum(chain.deployment, escrow).close, stage="cancelled",
         accepted_at_ms=chain.now_ms(), reason=f"cancelled by its renter: signed Cancel {tx.id}",
     )  # fmt: skip

@@ -28,6 +28,7 @@ from offchain.protocol.receipt import NOTHING_RAN, Receipt
 from offchain.protocol.refusal import Refused
 from offchain.protocol.txbuild import BuildError
 from offchain.protocol.types import EscrowDatum
+from offchain.protocol.wire import Assignment, JobPublic
 from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
@@ -68,20 +69,20 @@ class Worker:
 
     # -- taking an assignment ------------------------------------------------------------
 
-    async def take(self, assignment: dict[str, Any]) -> bool:
+    async def take(self, assignment: Assignment) -> bool:
         """Accept the assignment and start it in the background; False when no slot is free
         (it stays assigned, to be taken once one is). A refusal is logged, and its escrow
         released by a zero-unit receipt when the escrow itself is sound (`_refuse`).
         ChainUnavailable: the escrow cannot be checked now; the assignment stays, to be taken
         once the chain is back."""
-        job_id = str(assignment.get("job_id"))
+        job_id = assignment.job_id
         if job_id in self.seen:
             return True
         slot = self.capacity.take(job_id)
         if slot is None:
             return False
         self.seen.add(job_id)
-        log.info("job %s assigned: escrow %s", job_id, assignment.get("escrow"))
+        log.info("job %s assigned: escrow %s", job_id, assignment.escrow)
         try:
             entry = await self._accept(job_id, assignment, slot)
         except (Refusal, Refused, BuildError) as exc:
@@ -100,12 +101,12 @@ class Worker:
         self.spawn(self.run(entry, slot))
         return True
 
-    async def _accept(self, job_id: str, assignment: dict[str, Any], slot: Slot) -> JobEntry:
+    async def _accept(self, job_id: str, assignment: Assignment, slot: Slot) -> JobEntry:
         try:
-            spec = JobSpec.model_validate(assignment["spec"])
-            ref = str(assignment["escrow"])
-        except (KeyError, ValidationError) as exc:
-            raise Refusal(f"not a job spec and escrow: {exc}") from exc
+            spec = JobSpec.model_validate(assignment.spec)
+        except ValidationError as exc:
+            raise Refusal(f"not a job spec: {exc}") from exc
+        ref = assignment.escrow
         entry, signature = await self.chain.call(self._check_and_sign, job_id, ref, spec, slot)
         self.journal.save(entry)  # signed: from here on the bond is at stake
         await self.link.send(
@@ -267,10 +268,12 @@ class Worker:
     async def _market_state(self, job_id: str) -> str | None:
         """The job's state at the market (None: it does not know the job)."""
         try:
-            status = await self.link.send("GET", f"/jobs/{job_id}", retry_for_s=CALL_S)
+            status = await self.link.answer(
+                JobPublic, "GET", f"/jobs/{job_id}", retry_for_s=CALL_S
+            )
         except MarketRefused:
             return None
-        return status.get("state")
+        return status.state
 
     def _archive(self, entry: JobEntry) -> Body:
         """The result archive as the receipt hashed it (empty when the run left none)."""
@@ -289,14 +292,14 @@ class Worker:
 
     # -- a zero-unit receipt: the renter's money back in the next settle batch ------------
 
-    async def _refuse(self, job_id: str, assignment: dict[str, Any], reason: str) -> None:
+    async def _refuse(self, job_id: str, assignment: Assignment, reason: str) -> None:
         """Release the escrow of a refused assignment, once the chain shows it is this
         provider's escrow (PROTOCOL.md: a zero-unit receipt costs the provider nothing).
         Nothing is signed for an escrow that is not there or not ours."""
         try:
-            spec = JobSpec.model_validate(assignment["spec"])
-            entry = await self.chain.call(self._refused, job_id, str(assignment["escrow"]), spec)
-        except (KeyError, ValidationError, Refusal, Refused, BuildError, *CHAIN_DOWN) as exc:
+            spec = JobSpec.model_validate(assignment.spec)
+            entry = await self.chain.call(self._refused, job_id, assignment.escrow, spec)
+        except (ValidationError, Refusal, Refused, BuildError, *CHAIN_DOWN) as exc:
             log.warning("job %s: its refusal releases no escrow: %s", job_id, exc)
             return
         await self._release_escrow(entry, reason)

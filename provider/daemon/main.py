@@ -12,13 +12,14 @@ import functools
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import docker
 
-from offchain.protocol.market_errors import MarketError
+from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import MarketLink
 from offchain.protocol.signed_request import KeySigner
+from offchain.protocol.wire import Assignment, parse
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
 from provider.daemon.cancels import answer_cancel
@@ -124,8 +125,8 @@ class Daemon:
                 await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
                 continue
             try:
-                for assignment in found or []:
-                    if assignment.get("cancel_tx"):
+                for assignment in handed(found):
+                    if assignment.cancel_tx:
                         await answer_cancel(worker, assignment)
                     elif self.stopping.is_set() or not await worker.take(assignment):
                         break
@@ -161,3 +162,15 @@ class Daemon:
             except Exception:  # a lost chain or market: the next round tries again
                 log.exception("%s failed; trying again", getattr(work, "__name__", work))
             await asyncio.sleep(period_ms / 1000)
+
+
+def handed(found: Any) -> list[Assignment]:
+    """The assignments in the market's answer to a poll; one that is not an Assignment is
+    logged and skipped, so it holds up none of the others."""
+    assignments = []
+    for item in found or []:
+        try:
+            assignments.append(parse(Assignment, item, "GET /providers/assignments"))
+        except MarketRefused as exc:
+            log.warning("assignments: %s", exc)
+    return assignments

@@ -51,7 +51,7 @@ async def until(consumer: Consumer, job: str, state: str) -> list[str]:
     seen: list[str] = []
     async with asyncio.timeout(60):
         async for event in consumer.events(job):
-            seen.append(event["to_state"])
+            seen.append(event.to_state)
             if seen[-1] == state:
                 return seen
     raise AssertionError(f"the stream ended at {seen}")
@@ -82,12 +82,12 @@ async def test_a_job_from_spec_to_verified_results_and_settlement(
     assert quote.max_cost == PRICE * SPEC["max_duration_s"]
     signed = consumer.key.sign(await consumer.build_lock(quote.job_id))
     escrow = await consumer.submit_lock(quote.job_id, signed)
-    assert (await consumer.status(quote.job_id))["state"] == "funded"
+    assert (await consumer.status(quote.job_id)).state == "funded"
     job = await provider.assignment()
     assert job["escrow"] == escrow
     await provider.accept(job)
     await provider.run(job, ["epoch 1 loss 0.5", "epoch 2 loss 0.2"])
-    assert [line["text"] for line in await consumer.logs(quote.job_id)][-1] == "epoch 2 loss 0.2"
+    assert [line.text for line in await consumer.logs(quote.job_id)][-1] == "epoch 2 loss 0.2"
     await provider.deliver(job, archive({"model.txt": b"weights", "dir/log.txt": b"ok"}), UNITS)
 
     result = await consumer.results(quote.job_id, tmp_path / "results")
@@ -112,14 +112,14 @@ async def test_a_tampered_archive_and_a_receipt_by_another_key_are_caught(
     await provider.run(job, ["running"])
     await provider.deliver(job, archive({"out.txt": b"the real result"}), UNITS)
     status = await consumer.status(job_id)
-    blob = storage.blob_path(market.settings.blob_dir, status["result_sha256"])
+    blob = storage.blob_path(market.settings.blob_dir, status.result_sha256)
     blob.chmod(0o644)
     blob.write_bytes(archive({"out.txt": b"something else"}))  # a market that lies
     into = tmp_path / "results"
     with pytest.raises(ResultMismatch) as mismatch:
         await consumer.results(job_id, into)
-    assert mismatch.value.details["expected"] == status["result_sha256"]
-    assert mismatch.value.details["arrived"] != status["result_sha256"]
+    assert mismatch.value.details["expected"] == status.result_sha256
+    assert mismatch.value.details["arrived"] != status.result_sha256
     assert "nothing was unpacked" in str(mismatch.value)
     assert list(into.iterdir()) == []
 

@@ -371,20 +371,32 @@ def fake_market_server() -> Iterator[tuple[str, list[dict[str, Any]], list[str]]
 
 
 async def refusal(
-    daemon: ProviderProcess, pending: list[dict[str, Any]], job_id: str, job: dict, escrow: str
-) -> str:
-    """Start `daemon`, assign it `job` on `escrow` as `job_id` through the fake market's
-    `pending`, and wait for its refusal and the zero receipt handed to the market; stopped,
-    it must leave nothing behind. The refusal's line of its log."""
+    daemon: ProviderProcess, pending: list[dict[str, Any]], job_id: str, job: dict, escrow: str,
+    terms: dict[str, Any],
+) -> str:  # fmt: skip
+    """Start `daemon`, assign it `job` on `escrow` (locked with `terms`) as `job_id` through
+    the fake market's `pending`, and wait for its refusal and the zero receipt handed to the
+    market; stopped, it must leave nothing behind. The refusal's line of its log."""
     try:
         await daemon.start().logged("offer published")
-        pending.append({"job_id": job_id, "spec": job, "escrow": escrow})
+        pending.append(assignment(job_id, job, escrow, terms))
         await daemon.logged(f"job {job_id} refused", timeout_s=30)
         await daemon.logged(f"job {job_id}: its zero receipt is with the market", timeout_s=30)
     finally:
         daemon.stop()
         assert daemon.reap() == {"containers": [], "workspaces": [], "cgroups": []}
     return next(line for line in daemon.log().splitlines() if f"job {job_id} refused" in line)
+
+
+def assignment(
+    job_id: str, job: dict[str, Any], escrow: str, terms: dict[str, Any]
+) -> dict[str, Any]:
+    """An assignment as a market hands it out (`offchain.protocol.wire.Assignment`): the job,
+    its escrow and the market's word on its terms, which the daemon reads on chain instead."""
+    return {
+        "job_id": job_id, "spec": job, "escrow": escrow, "price_per_unit": terms["price_per_unit"],
+        "max_units": terms["max_units"], "deadline_ms": terms["deadline"],
+    }  # fmt: skip
 
 
 def safe_terms(

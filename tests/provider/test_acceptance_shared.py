@@ -49,7 +49,7 @@ async def test_the_daemon_refuses_in_the_words_of_the_markets_quote(devnet, tmp_
         now = Clock.now(devnet.context()).tip_ms
         terms = {**safe_terms(consumer, provider, job, now), "fee_allowance": ALLOWANCE}
         escrow = await lock_escrow(devnet, deployment, consumer, terms)
-        said = await refusal(daemon, pending, "job_s", job, escrow)
+        said = await refusal(daemon, pending, "job_s", job, escrow, terms)
     quoted = market_refusal(devnet, deployment_file, tmp_path, provider, consumer, terms, job)
     reasons = quoted.removeprefix("the provider would refuse this job: ")
     assert said.endswith(f"job job_s refused: {reasons}"), (said, quoted)

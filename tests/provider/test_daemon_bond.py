@@ -60,7 +60,7 @@ async def test_an_unbonding_provider_refuses_a_job_closing_after_its_notice(
         # closing after the notice that began a moment ago (less the refund window) ends
         terms = {**safe_terms(consumer, provider, job, now), "deadline": now + NOTICE_MS}
         escrow = await lock_escrow(devnet, deployment, consumer, terms)
-        refused = await refusal(daemon, pending, "job_u", job, escrow)
+        refused = await refusal(daemon, pending, "job_u", job, escrow, terms)
     assert "are refused (the consumer's refund window" in daemon.log()  # its warning at start
     assert "withdrawable from" in refused and "covers jobs closing before" in refused, refused
     covered = refused.split("covers jobs closing before ")[1].split(";")[0]

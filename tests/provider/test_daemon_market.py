@@ -28,6 +28,7 @@ from tests.protocol.onchain import confirm, travel_to, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     MINUTE_MS,
+    assignment,
     consumer_of,
     daemon_on_market,
     fake_market_server,
@@ -83,8 +84,8 @@ async def test_a_misbehaving_market_gets_nothing_signed(
     try:
         await daemon.start().logged("offer published")
         pending.extend(
-            {"job_id": f"job_{n}", "spec": job, "escrow": refs[name]}
-            for n, name in enumerate(unsafe)
+            assignment(f"job_{n}", job, refs[name], {**safe, **change})
+            for n, (name, (change, _)) in enumerate(unsafe.items())
         )  # fmt: skip
         for n, (name, (_, reason)) in enumerate(unsafe.items()):
             await daemon.logged(f"job job_{n} refused", timeout_s=30)

@@ -18,6 +18,7 @@ from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import CancelState, Cause, Job, JobState
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
+from offchain.protocol import wire
 from offchain.protocol.cancel_check import CancelRefused, check_cancel
 from offchain.protocol.payloads import verify
 from offchain.protocol.txbuild import with_witnesses
@@ -75,8 +76,8 @@ def answer(session: Session, job: Job, body: schemas.CancelAnswer) -> Job:
     return job
 
 
-def view(job: Job) -> schemas.CancelView:
-    return schemas.CancelView(
+def view(job: Job) -> wire.CancelView:
+    return wire.CancelView(
         job_state=job.state, state=job.cancel_state, transaction=job.cancel_tx,
         refusal=job.cancel_refusal,
     )  # fmt: skip

@@ -25,13 +25,13 @@ from offchain.market.services.chain import Chain, escrow_problems, parse_ref, qu
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
+from offchain.protocol import wire
 from offchain.protocol.amounts import ada
 from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
 from offchain.protocol.txbuild import BuildError
-from offchain.protocol.wire import EscrowParameters
 
 TIP_AGE_S = 1.0  # a quote's chain time may come from a tip read this long ago (Chain.now_ms)
 
@@ -43,7 +43,7 @@ def request_job(
     signed: SignedRequest,
     nonce: PendingNonce,
     request: schemas.JobRequest,
-) -> schemas.Quote:
+) -> wire.Quote:
     """Match a verified request to the cheapest online offer and quote it: the nonce, the job
     and its events are one write transaction (a replay changes nothing: ReplayedRequest),
     its escrow terms no other job's and its fee allowance what settling it may cost
@@ -121,13 +121,13 @@ def check_bonded_close(
         )
 
 
-def quote(job: Job, offer: Offer, settle_fee_share: int) -> schemas.Quote:
+def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
     """The quote for `job`, with the provider's offer exactly as it was signed, and what its
     fee allowance covers."""
     assert job.price_per_unit is not None and job.max_units is not None
     assert job.fee_allowance is not None
     topups = job.fee_allowance - settle_fee_share
-    return schemas.Quote(
+    return wire.Quote(
         job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
         price_per_unit=job.price_per_unit, max_units=job.max_units,
         max_cost=job.price_per_unit * job.max_units, deadline_ms=job.deadline_ms,
@@ -148,23 +148,23 @@ def allowance_note(allowance: int, settle_fee_share: int, topups: int) -> str:
     )
 
 
-def signed_offer(offer: Offer) -> schemas.SignedOffer:
-    return schemas.SignedOffer(
+def signed_offer(offer: Offer) -> wire.SignedOffer:
+    return wire.SignedOffer(
         id=offer.id, provider_id=offer.provider_id, body=offer.body, signature=offer.signature,
         key=offer.key, terms=json.loads(offer.body),
     )  # fmt: skip
 
 
-def signed_offers(session: Session, ids: Sequence[int | None]) -> list[schemas.SignedOffer]:
+def signed_offers(session: Session, ids: Sequence[int | None]) -> list[wire.SignedOffer]:
     """The offers `ids` as signed, in that order (a search's answer)."""
     rows = {row.id: row for row in session.exec(select(Offer).where(col(Offer.id).in_(ids)))}
     return [signed_offer(rows[offer_id]) for offer_id in ids]
 
 
-def escrow_parameters(chain: Chain, job: Job) -> EscrowParameters:
+def escrow_parameters(chain: Chain, job: Job) -> wire.EscrowParameters:
     """What the consumer locks: the datum's fields as `offchain.protocol.escrow.new_escrow`
     takes them, and at least `lovelace`."""
-    return EscrowParameters(
+    return wire.EscrowParameters(
         escrow_hash=chain.deployment.escrow_hash.payload.hex(),
         network_id=chain.deployment.network_id, consumer=job.consumer_address,
         provider=job.provider_address, provider_vkey=job.provider_vkey,
@@ -198,7 +198,7 @@ def report_escrow(session: Session, chain: Chain, job: Job, escrow: str) -> Job:
     return job
 
 
-def lock_transaction(session: Session, chain: Chain, job: Job) -> schemas.LockTransaction:
+def lock_transaction(session: Session, chain: Chain, job: Job) -> wire.LockTransaction:
     """The quoted escrow's lock, unsigned, spending from the consumer's address (its payment
     key signed the request, so its wallet can sign this); recorded as the one lock
     `submit_lock` will take for the job (a newer one replaces it)."""
@@ -213,13 +213,13 @@ def lock_transaction(session: Session, chain: Chain, job: Job) -> schemas.LockTr
     session.add(job)
     session.commit()
     output = tx.transaction_body.outputs[escrows.ESCROW_OUTPUT]
-    return schemas.LockTransaction(
+    return wire.LockTransaction(
         transaction=tx.to_cbor_hex(), tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id),
         lovelace=output.amount.coin,
     )  # fmt: skip
 
 
-def submit_lock(settings: MarketSettings, job: Job, signed: str) -> schemas.Submitted:
+def submit_lock(settings: MarketSettings, job: Job, signed: str) -> wire.Submitted:
     """Submit the consumer's signed lock if it is exactly the one built for the job (same
     body) and the consumer's key signed it; the chain follower funds the job once it is
     `confirmations` deep (or the consumer reports the escrow)."""
@@ -247,7 +247,7 @@ def submit_lock(settings: MarketSettings, job: Job, signed: str) -> schemas.Subm
         submit_sync(settings.ogmios_url, bytes.fromhex(signed))
     except OgmiosError as exc:
         raise Conflict(f"the chain refused the lock: {exc.message}", "transaction") from exc
-    return schemas.Submitted(tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id))
+    return wire.Submitted(tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id))
 
 
 def lock_ref(tx_id: str) -> str:
@@ -259,10 +259,10 @@ def spec_of(job: Job) -> dict:
     return json.loads(job.spec)
 
 
-def public(session: Session, job: Job) -> schemas.JobPublic:
+def public(session: Session, job: Job) -> wire.JobPublic:
     """What the job's parties see of it."""
     blob = session.get(Blob, job.result_sha256) if job.result_sha256 else None
-    return schemas.JobPublic(
+    return wire.JobPublic(
         id=job.id, state=job.state, provider_id=job.provider_id, gpu_model=job.gpu_model,
         price_per_unit=job.price_per_unit, deadline_ms=job.deadline_ms, escrow=job.escrow_ref,
         receipt_units=job.receipt_units, result_sha256=job.result_sha256,

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 from starlette.concurrency import run_in_threadpool
@@ -26,7 +25,7 @@ from offchain.market.api.deps import (
 from offchain.market.models import Job
 from offchain.market.services import cancels, job_ids, jobs, quotes, storage
 from offchain.market.services.event_feed import EventFeed
-from offchain.protocol.wire import EscrowParameters
+from offchain.protocol import wire
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
 RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default: 16x fewer
@@ -44,7 +43,7 @@ JobIdDep = Annotated[str, Depends(full_job_id)]
 def request_job(
     request: schemas.JobRequest, unspent: UnspentDep, http: Request, settings: SettingsDep,
     chain: ChainDep,
-) -> schemas.Quote:  # fmt: skip
+) -> wire.Quote:  # fmt: skip
     """A signed job request; the answer is a quote embedding the provider's signed offer.
     The matching and the one write transaction run in the route's worker thread, in sessions
     of their own (the hot path: no session dependency to open and close)."""
@@ -55,7 +54,7 @@ def request_job(
 @router.get("")
 def my_jobs(
     party: PartyDep, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
-) -> list[schemas.JobPublic]:
+) -> list[wire.JobPublic]:
     """The signer's own jobs as consumer, newest first: `unchained job list` merges them with
     the jobs it recorded locally (a job quoted from another machine shows up too)."""
     query = select(Job).where(Job.consumer_id == party)
@@ -64,14 +63,14 @@ def my_jobs(
 
 
 @router.get("/{job_id}")
-def status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> schemas.JobPublic:
+def status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> wire.JobPublic:
     return quotes.public(session, jobs.visible_to(session, job_id, party))
 
 
 @router.get("/{job_id}/escrow")
 def escrow_parameters(
     party: PartyDep, job_id: JobIdDep, session: SessionDep, chain: ChainDep
-) -> EscrowParameters:
+) -> wire.EscrowParameters:
     """What to lock: the datum's fields and the lovelace (`offchain.protocol.escrow.lock`)."""
     return quotes.escrow_parameters(chain, jobs.consumers_job(session, job_id, party))
 
@@ -79,7 +78,7 @@ def escrow_parameters(
 @router.get("/{job_id}/lock")
 def lock_transaction(
     party: PartyDep, job_id: JobIdDep, session: SessionDep, chain: ChainDep
-) -> schemas.LockTransaction:
+) -> wire.LockTransaction:
     """The escrow's lock, unsigned, for the consumer's own wallet to sign (CIP-30 `signTx`):
     submit it yourself, or post it signed to this path. The market holds no key."""
     return quotes.lock_transaction(session, chain, jobs.consumers_job(session, job_id, party))
@@ -89,7 +88,7 @@ def lock_transaction(
 def submit_lock(
     body: schemas.SignedLock, party: PartyDep, job_id: JobIdDep, session: SessionDep,
     settings: SettingsDep,
-) -> schemas.Submitted:  # fmt: skip
+) -> wire.Submitted:  # fmt: skip
     """The lock from `GET /jobs/{job_id}/lock`, signed: submitted if it is exactly that
     transaction; the job is funded once the escrow is confirmed on chain."""
     job = jobs.consumers_job(session, job_id, party)
@@ -100,7 +99,7 @@ def submit_lock(
 def report_escrow(
     body: schemas.EscrowReport, party: PartyDep, job_id: JobIdDep, session: SessionDep,
     chain: ChainDep,
-) -> schemas.JobPublic:  # fmt: skip
+) -> wire.JobPublic:  # fmt: skip
     """The escrow the consumer locked; checked on chain against the quote, then funded."""
     job = jobs.consumers_job(session, job_id, party)
     return quotes.public(session, quotes.report_escrow(session, chain, job, body.escrow))
@@ -110,7 +109,7 @@ def report_escrow(
 def cancel(
     body: schemas.CancelRequest, party: PartyDep, job_id: JobIdDep, session: SessionDep,
     chain: ChainDep,
-) -> schemas.CancelView:  # fmt: skip
+) -> wire.CancelView:  # fmt: skip
     """The renter cancels: a job not locked yet is dropped; a locked one's Cancel (unsigned,
     checked to spend this escrow and nothing else) waits for its provider's answer."""
     job = jobs.consumers_job(session, job_id, party)
@@ -118,7 +117,7 @@ def cancel(
 
 
 @router.get("/{job_id}/cancel")
-def cancel_status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> schemas.CancelView:
+def cancel_status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> wire.CancelView:
     """Where the renter's cancel stands; once signed, the Cancel with the provider's witness."""
     return cancels.view(jobs.visible_to(session, job_id, party))
 
@@ -128,11 +127,11 @@ def logs(
     party: PartyDep, job_id: JobIdDep, session: SessionDep,
     after: Annotated[int, Query(ge=-1, le=schemas.MAX_SEQ, description="Lines after this.")] = -1,
     tail: Annotated[int | None, Query(ge=1, le=10_000, description="Only the last N.")] = None,
-) -> list[schemas.LogPublic]:  # fmt: skip
+) -> list[wire.LogPublic]:  # fmt: skip
     job = jobs.visible_to(session, job_id, party)
     last: dict[str, Any] = {"limit": tail, "tail": True} if tail else {}
     found = storage.logs(session, job.id, after, **last)
-    return [schemas.LogPublic(seq=line.seq, at_ms=line.at_ms, text=line.text) for line in found]
+    return [wire.LogPublic(seq=line.seq, at_ms=line.at_ms, text=line.text) for line in found]
 
 
 @router.get("/{job_id}/result")
@@ -177,34 +176,19 @@ async def _stream(feed: EventFeed, engine: Engine, job_id: str) -> AsyncIterator
             await feed.wait(woken)
 
 
-def _events_after(engine: Engine, job_id: str, after: int) -> list[schemas.EventPublic]:
+def _events_after(engine: Engine, job_id: str, after: int) -> list[wire.EventPublic]:
     with Session(engine) as session:
         return [
-            schemas.EventPublic.model_validate(event, from_attributes=True)
+            wire.EventPublic.model_validate(event, from_attributes=True)
             for event in jobs.events(session, job_id, after)
         ]
 
 
-# --- Consumer SDK (issue 11): what a consumer needs to act without trusting the market. ---
-# The provider's signatures exactly as stored: the acceptance slashes its bond with a refund
-# when the job is never delivered; the receipt proves which result archive it was paid for.
-# The consumer checks both against the escrow's provider key itself (`consumer/`).
-
-
-class SignedEvidence(BaseModel):
-    escrow: str | None
-    acceptance_signature: str | None = Field(description="ed25519 over the Acceptance payload.")
-    receipt_units: int | None
-    receipt_result_hash: str | None
-    receipt_evidence_hash: str | None
-    receipt_signature: str | None = Field(description="ed25519 over the Receipt payload.")
-
-
 @router.get("/{job_id}/signatures")
-def signatures(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> SignedEvidence:
+def signatures(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> wire.SignedEvidence:
     """The provider's signed acceptance and receipt of the job, for its parties to check."""
     job = jobs.visible_to(session, job_id, party)
-    return SignedEvidence(
+    return wire.SignedEvidence(
         escrow=job.escrow_ref, acceptance_signature=job.acceptance_signature,
         receipt_units=job.receipt_units, receipt_result_hash=job.receipt_result_hash,
         receipt_evidence_hash=job.receipt_evidence_hash, receipt_signature=job.receipt_signature,

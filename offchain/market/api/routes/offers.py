@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from offchain.market import offer_query, schemas
+from offchain.market import offer_query
 from offchain.market.api.deps import SessionDep, SettingsDep, storable_params
 from offchain.market.services import offers, quotes
+from offchain.protocol import wire
 
 router = APIRouter(prefix="/offers", tags=["offers"], dependencies=[Depends(storable_params)])
 
@@ -19,14 +20,14 @@ def search_offers(
     settings: SettingsDep,
     query: Annotated[str, Query(max_length=4096, description=offer_query.__doc__ or "")] = "",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> schemas.OfferSearch:
+) -> wire.OfferSearch:
     """Offers that meet every term of `query` and can take a job now (provider online, bond
     counted, a slot free), e.g. `gpu_model=RTX_4090 vram>=24GiB gpus>=2 price<=2ADA/h
     sort=price,-vram`; cheapest first unless it sorts. A term that cannot be read is a 422
     naming it; when nothing matches, `why_none` says why, counted per term."""
     parsed = offer_query.OfferQuery.parse(query)
     found = offers.search(session, parsed, offers.available_now(settings))
-    return schemas.OfferSearch(
+    return wire.OfferSearch(
         offers=quotes.signed_offers(session, [record.id for record in found.offers[:limit]]),
         matched=len(found.offers), total=found.total, why_none=found.why_none(),
     )  # fmt: skip

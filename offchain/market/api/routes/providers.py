@@ -25,8 +25,8 @@ from offchain.market.api.deps import (
 )  # fmt: skip
 from offchain.market.models import Job, Offer
 from offchain.market.services import cancels, delivery, health, jobs, offers, quotes, storage
+from offchain.protocol import wire
 from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER, SignedRequest
-from offchain.protocol.wire import Assignment
 
 router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
 POLL_S = 0.25
@@ -44,7 +44,7 @@ def post_offer(
     terms: schemas.OfferTerms, signed: SignedDep,
     sent: Annotated[tuple[str, str, str], Depends(as_sent)], session: SessionDep,
     settings: SettingsDep, chain: ChainDep,
-) -> schemas.SignedOffer:  # fmt: skip
+) -> wire.SignedOffer:  # fmt: skip
     """Publish a signed offer; it is kept verbatim so quotes can show the provider's words. A
     bond it names must count (the bond check, at least the market's minimum, not withdrawable
     before a job quoted now could close): a 422 says why not."""
@@ -80,7 +80,7 @@ async def assignments(
     settings: SettingsDep,
     timeout_s: Annotated[int, Query(ge=0, description="Wait this long for a job.")] = 0,
     new: Annotated[bool, Query(description="Funded jobs too, not only cancels.")] = True,
-) -> list[Assignment]:
+) -> list[wire.Assignment]:
     """Funded jobs for this provider and those whose renter asked to cancel them (with their
     Cancel); waits up to `timeout_s` for one (long poll). A provider with no free slot asks
     for the cancels alone (`new=false`)."""
@@ -93,10 +93,10 @@ async def assignments(
         await asyncio.sleep(POLL_S)
 
 
-def _assignments(engine: Engine, provider_id: str, new: bool) -> list[Assignment]:
+def _assignments(engine: Engine, provider_id: str, new: bool) -> list[wire.Assignment]:
     with Session(engine) as session:
         return [
-            Assignment(
+            wire.Assignment(
                 job_id=job.id,
                 escrow=job.escrow_ref,
                 spec=quotes.spec_of(job),
@@ -113,7 +113,7 @@ def _assignments(engine: Engine, provider_id: str, new: bool) -> list[Assignment
 def accept(
     job_id: str, body: schemas.AcceptanceBody, party: PartyDep, session: SessionDep,
     chain: ChainDep,
-) -> schemas.JobPublic:  # fmt: skip
+) -> wire.JobPublic:  # fmt: skip
     """The provider's signed Acceptance: it backs the job with its bond."""
     job = delivery.own_job(session, party, job_id)
     return quotes.public(session, delivery.accept(session, chain.deployment, job, body.signature))
@@ -122,14 +122,14 @@ def accept(
 @router.post("/jobs/{job_id}/cancel/answer")
 def answer_cancel(
     job_id: str, body: schemas.CancelAnswer, party: PartyDep, session: SessionDep
-) -> schemas.CancelView:
+) -> wire.CancelView:
     """The provider's answer to its renter's cancel: its witness, stopping, or why not."""
     job = delivery.own_job(session, party, job_id)
     return cancels.view(cancels.answer(session, job, body))
 
 
 @router.post("/jobs/{job_id}/start")
-def start(job_id: str, party: PartyDep, session: SessionDep) -> schemas.JobPublic:
+def start(job_id: str, party: PartyDep, session: SessionDep) -> wire.JobPublic:
     job = delivery.own_job(session, party, job_id)
     return quotes.public(session, delivery.start(session, job))
 
@@ -145,7 +145,7 @@ def post_logs(
 @router.put("/jobs/{job_id}/result")
 async def put_result(
     job_id: str, request: Request, signed: UploadDep, settings: SettingsDep
-) -> schemas.JobPublic:
+) -> wire.JobPublic:
     """The result archive, streamed to disk and hashed on the way; over the limit is a 413."""
     job = await _own_job(request, signed, job_id)
     jobs.expect(job, jobs.S.RUNNING)
@@ -157,7 +157,7 @@ async def put_result(
 def receipt(
     job_id: str, body: schemas.ReceiptBody, party: PartyDep, session: SessionDep,
     chain: ChainDep,
-) -> schemas.JobPublic:  # fmt: skip
+) -> wire.JobPublic:  # fmt: skip
     """The signed usage receipt: verified against the escrow and the provider's key."""
     job = delivery.own_job(session, party, job_id)
     return quotes.public(session, delivery.hand_in_receipt(session, chain.deployment, job, body))
@@ -166,7 +166,7 @@ def receipt(
 @router.put("/jobs/{job_id}/metering")
 async def put_metering(
     job_id: str, request: Request, signed: UploadDep, settings: SettingsDep
-) -> schemas.JobPublic:
+) -> wire.JobPublic:
     """The metering record the signed receipt commits to (its canonical JSON): taken only once
     the receipt is in (409 before) and only if it hashes to the receipt's evidence hash (422
     otherwise, nothing kept); over its limit is a 413. The explorer charts it."""
@@ -209,10 +209,10 @@ async def _receive(
 
 async def _recorded(
     request: Request, job: Job, record: Callable[[Session], object]
-) -> schemas.JobPublic:
+) -> wire.JobPublic:
     """`record` the stored upload and commit, then the job's view, in one worker thread."""
 
-    def write() -> schemas.JobPublic:
+    def write() -> wire.JobPublic:
         with Session(request.app.state.engine, expire_on_commit=False) as session:
             record(session)
             return quotes.public(session, job)
@@ -224,7 +224,7 @@ async def _recorded(
 def failure(
     job_id: str, body: schemas.FailureBody, party: PartyDep, session: SessionDep,
     chain: ChainDep,
-) -> schemas.JobPublic:  # fmt: skip
+) -> wire.JobPublic:  # fmt: skip
     """The job failed, or was refused, with its reason; a zero-unit receipt with it releases
     the escrow in the next settle batch (verified as a receipt is)."""
     job = delivery.own_job(session, party, job_id)
