@@ -10,8 +10,10 @@ Every step is an event in the job's timeline.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pycardano import PaymentVerificationKey, Transaction, VerificationKeyWitness
-from sqlmodel import Session
+from sqlmodel import Session, col, update
 
 from offchain.market import schemas
 from offchain.market.errors import Conflict, Invalid
@@ -25,6 +27,7 @@ from offchain.protocol.txbuild import with_witnesses
 
 S = JobState
 UNLOCKED = (S.REQUESTED, S.QUOTED)
+WAITING_OR_SIGNED = (CancelState.REQUESTED, CancelState.SIGNED)
 
 
 def request(session: Session, chain: Chain, job: Job, body: schemas.CancelRequest) -> Job:
@@ -46,7 +49,10 @@ def request(session: Session, chain: Chain, job: Job, body: schemas.CancelReques
         check_cancel(tx, chain.deployment, escrow, provider, chain.utxo)
     except CancelRefused as exc:
         raise Invalid(f"not a cancel of escrow {job.escrow_ref}: {exc}", "transaction") from exc
-    job.cancel_tx, job.cancel_state = body.transaction, CancelState.REQUESTED
+    stored = job.cancel_tx
+    if job.cancel_state in WAITING_OR_SIGNED and stored and _transaction(stored).id == tx.id:
+        return job  # the same Cancel again (a retry): kept, with any witness its provider added
+    advance(session, job, CancelState.REQUESTED, body.transaction)
     job.cancel_refusal = None
     jobs.note(session, job, Cause.API, f"cancel requested by the renter: transaction {tx.id}")
     session.commit()
@@ -59,8 +65,9 @@ def answer(session: Session, job: Job, body: schemas.CancelAnswer) -> Job:
     if job.cancel_state != CancelState.REQUESTED or job.cancel_tx is None:
         raise Conflict(f"job {job.id} has no cancel waiting for its provider", "state")
     jobs.expect(job, *jobs.CANCELLABLE)
+    tx = job.cancel_tx
     if body.action == CancelState.SIGNED:
-        job.cancel_tx = _witnessed(job, body.signature)
+        tx = _witnessed(job, body.signature)
         jobs.note(session, job, Cause.API, "cancel signed by the provider: the renter submits it")
     elif body.action == CancelState.STOPPING:
         jobs.note(session, job, Cause.API, "cancel: the provider stops the running job and "
@@ -71,9 +78,32 @@ def answer(session: Session, job: Job, body: schemas.CancelAnswer) -> Job:
     else:
         raise Invalid("answer signed (with signature), stopping, or refused (with reason)",
                       "action")  # fmt: skip
-    job.cancel_state = CancelState(body.action)
+    advance(session, job, CancelState(body.action), tx)
     session.commit()
     return job
+
+
+def advance(session: Session, job: Job, state: CancelState, tx: str | None) -> None:
+    """Move the job's cancel from what this request read to (state, tx), or refuse if another
+    request moved it meanwhile: a renter's second Cancel and the provider's witness to the first
+    can race, and a plain write would pair one's state with the other's transaction (a "signed"
+    cancel holding an unsigned transaction). One conditional UPDATE, atomic on both databases;
+    it runs before any other change to the row is flushed."""
+    with session.no_autoflush:
+        moved = session.exec(
+            update(Job)
+            .where(col(Job.id) == job.id, _is(col(Job.cancel_state), job.cancel_state),
+                   _is(col(Job.cancel_tx), job.cancel_tx))
+            .values(cancel_state=state, cancel_tx=tx)
+        )  # fmt: skip
+    if moved.rowcount != 1:
+        session.rollback()
+        raise Conflict(f"job {job.id}'s cancel changed meanwhile: read it again", "state")
+    job.cancel_state, job.cancel_tx = state, tx
+
+
+def _is(column: Any, value: object) -> Any:
+    return column.is_(None) if value is None else column == value
 
 
 def view(job: Job) -> wire.CancelView:
