@@ -5,6 +5,12 @@
   top-up / begin-unbond / withdraw, slash with its refund);
 - the largest batch settle within mainnet limits (14M memory, 10B cpu, 16,384 bytes): every
   escrow with its own consumer, one provider, both payouts; and memory per escrow there;
+- every party (consumers, provider, settler) with a payment and a stake credential, as real
+  wallets have: a full address weighs 57 bytes in each payout and datum, an enterprise one 29;
+- the batch's memory fitted as a + b n + c n^2 over several batch sizes (issue 21: a batch
+  should be linear in n), and the escrows one mainnet block holds (90,112 bytes, 62M memory,
+  20G cpu per block) filled with the measured batches, with the limit that binds, and per
+  minute at one block per 20 s;
 - the settle cost per job: a job's share of its batch's fee, settled alone (n = 1, what the
   market's default fee allowance covers: a job may be the only one in its batch) and in the
   largest batch the market's batcher makes (`settle_batch_max`, the batch measured above).
@@ -21,11 +27,20 @@ import asyncio
 import json
 import logging
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from ogmios.errors import ResponseError
-from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput, UTxO
+from pycardano import (
+    Address,
+    Network,
+    PaymentSigningKey,
+    StakeSigningKey,
+    Transaction,
+    TransactionOutput,
+    UTxO,
+)
 from pycardano.exception import PyCardanoException
 
 from offchain.chain.ogmios import OgmiosError, request
@@ -36,11 +51,13 @@ from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
-from tests.protocol.onchain import confirm, output, to_settle, travel_to, wallet
+from tests.protocol.onchain import confirm, fund, output, to_settle, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"
 CONSUMER_RESULTS = RESULTS.with_name("consumer.json")
 MAX_MEMORY, MAX_CPU, MAX_BYTES = 14_000_000, 10_000_000_000, 16_384
+BLOCK_LIMITS = {"tx_bytes": 90_112, "memory": 62_000_000, "cpu": 20_000_000_000}  # mainnet
+BLOCKS_PER_MINUTE = 3  # one block per 20 s on average
 PRICE, MAX_UNITS, UNITS, ALLOWANCE = 2_000, 3_600, 1_000, 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
 NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS = 30_000, 2_500, 10_000
@@ -73,6 +90,19 @@ async def cost(devnet: DevnetProcess, tx: Transaction) -> dict[str, Any]:
     }
 
 
+def staked(key: PaymentSigningKey) -> Wallet:
+    """The wallet of `key` at a full address: its payment key and a stake key of its own."""
+    stake = StakeSigningKey.generate().to_verification_key().hash()
+    return Wallet(key, Address(key.to_verification_key().hash(), stake, Network.TESTNET))
+
+
+async def wallet(devnet: DevnetProcess, lovelace: int = 10_000 * ADA) -> Wallet:
+    """A fresh staked wallet holding `lovelace` from the faucet."""
+    made = staked(PaymentSigningKey.generate())
+    await fund(devnet, made.address, lovelace)
+    return made
+
+
 async def lock_many(
     devnet: DevnetProcess, deployment: Deployment, funder: Wallet, provider: Wallet, count: int
 ) -> list[UTxO]:
@@ -83,8 +113,8 @@ async def lock_many(
         deadline = Clock.now(context).tip_ms + 600_000
         builder = new_builder(context)
         builder.add_input_address(funder.address)
-        for _ in range(min(60, count - len(made))):
-            consumer = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
+        for _ in range(min(40, count - len(made))):  # full addresses: 40 datums fit
+            consumer = staked(PaymentSigningKey.generate())
             datum = escrows.new_escrow(
                 consumer.address, provider.address, provider.vkey, PRICE, MAX_UNITS, deadline,
                 60_000, bytes(32), ALLOWANCE,
@@ -124,10 +154,15 @@ def overflow(measured: dict[str, Any]) -> str | None:
 
 
 async def largest_batch(
-    devnet: DevnetProcess, deployment: Deployment, provider: Wallet, market: Wallet, limit: int
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    provider: Wallet,
+    market: Wallet,
+    pool: list[UTxO],
+    limit: int,
 ) -> tuple[int, dict[str, Any], str]:
-    """Binary search for the largest batch that fits every limit; also what stops one more."""
-    pool = await lock_many(devnet, deployment, market, provider, limit + 1)
+    """Binary search for the largest batch of `pool` (limit + 1 escrows) that fits every
+    limit; also what stops one more."""
     low, best = 1, await batch_cost(devnet, deployment, provider, market, pool[:1])
     assert overflow(best) is None, "a single settle must fit"
     high = limit + 1  # first size known not to fit (or past the search)
@@ -142,6 +177,55 @@ async def largest_batch(
         else:
             high, stop = middle, reason
     return low, best, stop
+
+
+async def profile(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    provider: Wallet,
+    market: Wallet,
+    pool: list[UTxO],
+    largest: int,
+) -> dict[int, dict[str, Any]]:
+    """The cost of batches of several sizes up to the largest, for the fit and the block."""
+    sizes = sorted({1, 2, largest // 4, largest // 2, 3 * largest // 4, largest} - {0})
+    costs = {n: await batch_cost(devnet, deployment, provider, market, pool[:n]) for n in sizes}
+    return {n: measured for n, measured in costs.items() if overflow(measured) is None}
+
+
+def fit_memory(costs: dict[int, dict[str, Any]]) -> dict[str, int]:
+    """Least squares memory = a + b n + c n^2 over the measured sizes, solved exactly (with
+    fractions) and rounded: c is the quadratic term a batch should not have."""
+    points = [(Fraction(n), Fraction(m["memory"])) for n, m in costs.items()]
+    power = [sum(n**k for n, _ in points) for k in range(5)]
+    moment = [sum(n**k * m for n, m in points) for k in range(3)]
+    system = [[power[i + j] for j in range(3)] + [moment[i]] for i in range(3)]
+    for column in range(3):  # Gauss-Jordan on the 3 x 3 normal equations
+        pivot = next(r for r in range(column, 3) if system[r][column] != 0)
+        system[column], system[pivot] = system[pivot], system[column]
+        system[column] = [v / system[column][column] for v in system[column]]
+        for r in range(3):
+            if r != column:
+                system[r] = [
+                    v - system[r][column] * p
+                    for v, p in zip(system[r], system[column], strict=True)
+                ]
+    a, b, c = (round(system[i][3]) for i in range(3))
+    return {"constant": a, "per_escrow": b, "per_escrow_squared": c}
+
+
+def per_block(costs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The most escrows one mainnet block holds, filled with copies of one measured batch size
+    (the best size), and the block limit that binds there."""
+    best: dict[str, Any] = {"escrows": 0}
+    for n, measured in costs.items():
+        room = {limit: cap // measured[limit] for limit, cap in BLOCK_LIMITS.items()}
+        batches = min(room.values())
+        if batches * n > best["escrows"]:
+            binding = min(room, key=lambda limit: room[limit])
+            best = {"escrows": batches * n, "batch": n, "batches": batches, "binds": binding}
+    best["per_minute"] = best["escrows"] * BLOCKS_PER_MINUTE
+    return best
 
 
 async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, dict[str, Any]]:
@@ -213,9 +297,11 @@ async def measure(batch_limit: int) -> dict[str, Any]:
             deployment = await deployed(devnet)
             measured = await actions(devnet, deployment)
             provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
+            pool = await lock_many(devnet, deployment, market, provider, batch_limit + 1)
             size, batch, stop = await largest_batch(
-                devnet, deployment, provider, market, batch_limit
+                devnet, deployment, provider, market, pool, batch_limit
             )
+            costs = await profile(devnet, deployment, provider, market, pool, size)
         finally:
             devnet.stop()
     settle = measured["settle"]
@@ -231,8 +317,18 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         "batch_memory_per_escrow": batch["memory"] // size,
         "batch_stopped_by": stop,
         "settle_cost_per_job": settle["fee_lovelace"],
-        "settle_cost_per_job_by_batch": {"1": settle["fee_lovelace"],
-                                         str(size): -(-batch["fee_lovelace"] // size)},
+        "settle_cost_per_job_by_batch": {
+            "1": settle["fee_lovelace"],
+            str(size): -(-batch["fee_lovelace"] // size),
+        },
+        "settle_fee_per_escrow_lovelace": -(-batch["fee_lovelace"] // size),
+        "addresses": "payment + stake credential for every party",
+        "batch_memory_fit": fit_memory(costs),
+        "escrows_per_block": per_block(costs),
+        "batch_by_size": {
+            str(n): {k: m[k] for k in ("memory", "cpu", "fee_lovelace", "tx_bytes")}
+            for n, m in costs.items()
+        },
         "batch": batch,
         "actions": measured,
         "limits": {"memory": MAX_MEMORY, "cpu": MAX_CPU, "tx_bytes": MAX_BYTES},
@@ -255,6 +351,11 @@ def table(results: dict[str, Any]) -> str:
         f"{results['max_batch_settle'] + 1} goes over: {results['batch_stopped_by']}",
         "settle cost per job (lovelace, by batch size): "
         + ", ".join(f"{n}: {v:,}" for n, v in results["settle_cost_per_job_by_batch"].items()),
+        "batch memory fit: {constant:,} + {per_escrow:,} n + {per_escrow_squared:,} n^2".format(
+            **results["batch_memory_fit"]
+        ),
+        "mainnet block: {escrows:,} escrows ({batches} batches of {batch}), bound by {binds}; "
+        "{per_minute:,} escrows a minute".format(**results["escrows_per_block"]),
     ]
     return "\n".join(lines)
 

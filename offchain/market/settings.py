@@ -52,7 +52,7 @@ class MarketSettings(LayeredSettings):
     settle_fee_share: int = Field(
         330_000, ge=0, description="Lovelace of each quote's fee allowance for its share of a "
         "settle fee: the measured cost of a job settled alone (bench/contracts.py's "
-        "settle_cost_per_job, 260,896 on the devnet; 43,829 each in a batch of 41) plus a 26% "
+        "settle_cost_per_job, 265,789 on the devnet; 46,644 each in a batch of 36) plus a 24% "
         "margin, since a job may be settled alone. A quote's allowance is this plus the most "
         "its payouts may need raised to the ledger's minimum UTxO (quote_terms.fit_allowance).",
     )  # fmt: skip
