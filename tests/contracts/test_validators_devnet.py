@@ -9,9 +9,7 @@ The attack suite lives in tests/protocol/.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -67,6 +65,7 @@ from offchain.chain.ogmios import OgmiosError, request
 from offchain.devnet.genesis import ADA, wallet_address
 from offchain.devnet.process import DevnetProcess
 from tests.devnet.payments import confirm, payment
+from tests.protocol.onchain import travel_to
 
 NETWORK_ID = 0
 NOTICE_MS = 3_000
@@ -349,14 +348,16 @@ async def test_settle_spend_without_the_batch_withdrawal_fails(world: World):
 
 
 async def wait_until(world: World, posix_ms: int) -> None:
-    """Wait for a block past `posix_ms` (the devnet clock is real time)."""
-    while world.time(world.now_slot()) <= posix_ms:
-        await asyncio.sleep(0.2)
+    """Have a block past `posix_ms`: the devnet travels there in time, so no test sleeps
+    through a close or a notice."""
+    await travel_to(world.devnet, posix_ms)
+    assert world.time(world.now_slot()) > posix_ms
 
 
 async def short_escrow(world: World, lovelace: int = 20 * ADA) -> tuple[UTxO, int]:
-    """An escrow that closes in about two seconds; returns it and its close time."""
-    now = int(time.time() * 1000)
+    """An escrow that closes two seconds after the chain's tip; returns it and its close time
+    (the chain's clock, which time travel keeps ahead of the wall's)."""
+    now = world.time(world.now_slot())
     datum = escrow_datum(world, now + 1_000, 1_000)
     [escrow] = await lock_escrows(world, datum, lovelace, 1)
     return escrow, now + 2_000
