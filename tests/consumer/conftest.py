@@ -20,6 +20,7 @@ from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment
 from tests.consumer.scripted import ScriptedProvider
 from tests.market.client import serve
+from tests.market.database import served_at_head
 from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS, deployed
 from tests.protocol.onchain import wallet
 
@@ -53,7 +54,7 @@ async def market(tmp_path, devnet, consumer_deployment) -> AsyncIterator[Market]
         schedule_every_ms=300, leader_poll_ms=200, quote_ttl_ms=120_000,
         settle_window_ms=SETTLE_WINDOW_MS, result_limit_bytes=256 << 20,
     )  # fmt: skip
-    with serve(settings) as url:
+    with serve(served_at_head(settings)) as url:
         yield Market(settings, url, path)
 
 

@@ -11,6 +11,7 @@ from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from offchain.protocol.deployment import Deployment
 from tests.market.client import serve
+from tests.market.database import served_at_head
 from tests.market.postgres import Cluster, server_bin
 from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS, deployed
 
@@ -59,6 +60,6 @@ def settings(tmp_path, devnet, market_deployment, database_url) -> MarketSetting
 
 @pytest.fixture
 async def http(settings) -> AsyncIterator[httpx.AsyncClient]:
-    with serve(settings) as url:
+    with serve(served_at_head(settings)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             yield client
