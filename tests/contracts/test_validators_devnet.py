@@ -252,8 +252,8 @@ def escrow_datum(world: World, deadline_ms: int, window_ms: int) -> EscrowDatum:
 async def lock_escrows(world: World, datum: EscrowDatum, lovelace: int, count: int) -> list[UTxO]:
     outputs = [TransactionOutput(ESCROW_ADDRESS, lovelace, datum=datum) for _ in range(count)]
     tx = await publish(world.payer, world.devnet, outputs)
-    body = tx.transaction_body.outputs
-    return [UTxO(TransactionInput(tx.id, i), body[i]) for i in range(count)]
+    tx_id, body = tx.id, tx.transaction_body.outputs  # the id hashes the whole body: once
+    return [UTxO(TransactionInput(tx_id, i), body[i]) for i in range(count)]
 
 
 def receipt_signature(world: World, escrow: UTxO, units: int) -> bytes:
