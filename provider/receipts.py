@@ -11,7 +11,6 @@ output archive's sha256 as the result hash, the record's digest as the evidence 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 from pycardano import ChainContext, PaymentSigningKey, UTxO
 
@@ -21,11 +20,9 @@ from offchain.protocol.escrow_check import check_acceptable, check_settleable
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.offer import Offer
 from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.txbuild import Wallet
 from provider.runner import RunResult
-
-NO_OUTPUT_HASH = hashlib.sha256(b"").digest()  # the run left no archive (/out was over its limit)
 
 
 class ReceiptError(UnchainedError, ValueError):
@@ -53,7 +50,7 @@ def receipt_fields(result: RunResult) -> ReceiptFields:
     and has no receipt."""
     if result.record is None:
         raise ReceiptError(f"job {result.job_id} never started ({result.error}): nothing to bill")
-    output = bytes.fromhex(result.output.sha256) if result.output else NO_OUTPUT_HASH
+    output = bytes.fromhex(result.output.sha256) if result.output else EMPTY_HASH
     record = result.record
     return ReceiptFields(record.billable_units, output, bytes.fromhex(record.digest()))
 

@@ -26,9 +26,10 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import HASH_BYTES, SIGNATURE_BYTES, receipt_payload, sign, verify
 
 BODY_FIELDS = ("units", "result_hash", "evidence_hash", "signature")
-# A zero-unit receipt's result and evidence hash (a job refused, or failed before it ran):
-# nothing ran, so there is no archive and no metering record, and the hash of nothing says so.
-NOTHING_RAN = hashlib.sha256(b"").digest()
+# The hash a receipt names for what does not exist, sha256 of no bytes: a zero-unit receipt's
+# result and evidence (a job refused, or failed before it ran: no archive, no metering record),
+# and the result of a run that left no archive (its /out was over its limit).
+EMPTY_HASH = hashlib.sha256(b"").digest()
 
 
 class ReceiptFormatError(UnchainedError, ValueError):

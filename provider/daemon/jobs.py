@@ -24,7 +24,7 @@ from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import ImageSupply
 from offchain.protocol.outcome import Outcome
-from offchain.protocol.receipt import NOTHING_RAN, Receipt
+from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.refusal import Refused
 from offchain.protocol.txbuild import BuildError
 from offchain.protocol.types import EscrowDatum
@@ -268,9 +268,7 @@ class Worker:
     async def _market_state(self, job_id: str) -> str | None:
         """The job's state at the market (None: it does not know the job)."""
         try:
-            status = await self.link.answer(
-                JobPublic, "GET", f"/jobs/{job_id}", retry_for_s=CALL_S
-            )
+            status = await self.link.answer(JobPublic, "GET", f"/jobs/{job_id}", retry_for_s=CALL_S)
         except MarketRefused:
             return None
         return status.state
@@ -337,7 +335,7 @@ class Worker:
         deployment = self.chain.deployment
         zero = Receipt.sign(
             self.key, deployment.network_id, deployment.escrow_hash, escrow.input, 0,
-            NOTHING_RAN, NOTHING_RAN,
+            EMPTY_HASH, EMPTY_HASH,
         )  # fmt: skip
         entry = entry.model_copy(update={"stage": "finished", "receipt": zero, "reason": reason})
         self.journal.save(entry)

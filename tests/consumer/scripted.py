@@ -17,7 +17,7 @@ from offchain.devnet.process import DevnetProcess
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import parse_jobspec
 from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import NOTHING_RAN, Receipt
+from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from tests.market.client import Party
 from tests.market.test_lifecycle import IMAGES
 from tests.protocol.onchain import post_bond, wallet
@@ -94,7 +94,7 @@ class ScriptedProvider:
         to the renter in the market's next settle batch."""
         zero = Receipt.sign(
             self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
-            parse_out_ref(job["escrow"]), 0, NOTHING_RAN, NOTHING_RAN,
+            parse_out_ref(job["escrow"]), 0, EMPTY_HASH, EMPTY_HASH,
         ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/failure", {"reason": reason,
                                                                   "receipt": zero})  # fmt: skip

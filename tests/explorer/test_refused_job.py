@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from offchain.protocol.receipt import NOTHING_RAN, Receipt
+from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from tests.explorer.viewer import Viewer
 from tests.market.client import serve
 from tests.market.flow import leader_settings, lock, provider_with_offer, quote, wait_for
@@ -27,7 +27,7 @@ async def test_a_refused_jobs_page_shows_why_and_its_refund(
             await wait_for(consumer, job, "funded")
             zero = Receipt.sign(
                 provider.wallet.key, market_deployment.network_id,
-                market_deployment.escrow_hash, locked.escrow.input, 0, NOTHING_RAN, NOTHING_RAN,
+                market_deployment.escrow_hash, locked.escrow.input, 0, EMPTY_HASH, EMPTY_HASH,
             ).body()  # fmt: skip
             failed = await provider.send(
                 "POST", f"/jobs/{job}/failure", {"reason": REFUSAL, "receipt": zero}

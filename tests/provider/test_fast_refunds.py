@@ -17,7 +17,7 @@ import httpx
 from offchain.chain.ogmios import request
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.market.settings import MarketSettings
-from offchain.protocol.receipt import NOTHING_RAN
+from offchain.protocol.receipt import EMPTY_HASH
 from provider.daemon.journal import Journal
 from tests.market.client import Party, serve
 from tests.market.flow import timeline
@@ -84,7 +84,7 @@ async def test_a_job_that_never_ran_is_refunded_in_the_next_batch(devnet, tmp_pa
                 )
                 assert 0 <= blocks <= BLOCKS_MAX, blocks
                 entry = Journal(daemon.state_dir).get(absent.job)
-                assert entry.receipt.units == 0 and entry.receipt.result_hash == NOTHING_RAN
+                assert entry.receipt.units == 0 and entry.receipt.result_hash == EMPTY_HASH
                 # the daemon reads the spend as a refund: it paid this provider nothing
                 assert entry.stage in ("delivered", "refunded") and entry.slot == 0
 

@@ -9,7 +9,7 @@ from pycardano import PaymentSigningKey
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.protocol import escrow as escrows
 from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.receipt import NOTHING_RAN
+from offchain.protocol.receipt import EMPTY_HASH
 from offchain.protocol.txbuild import out_ref
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
@@ -69,7 +69,7 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     deployment = await deployed(devnet, tmp_path / "deployment.json")
     consumer, provider = await wallet(devnet), await wallet(devnet)
     escrow = await lock(devnet, deployment, consumer, provider)
-    zero = to_settle(deployment, provider.key, escrow, 0, NOTHING_RAN, NOTHING_RAN)
+    zero = to_settle(deployment, provider.key, escrow, 0, EMPTY_HASH, EMPTY_HASH)
     close = escrows.escrow_datum(deployment, escrow).close
     refused = entry("refused", zero, close).model_copy(
         update={"stage": "finished", "reason": "refused by the provider: no slot fits"}

@@ -22,7 +22,7 @@ from offchain.protocol.escrow_check import EscrowRefused
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.refusal import Refusal
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
@@ -30,7 +30,6 @@ from offchain.protocol.types import PayoutKind, SettleItem
 from provider.config import RunnerSettings
 from provider.keys import ensure_key, load_key
 from provider.receipts import (
-    NO_OUTPUT_HASH,
     EscrowJob,
     ReceiptError,
     accept,
@@ -211,7 +210,7 @@ async def test_a_receipt_is_signed_until_the_close_an_acceptance_only_while_ther
 
 def test_receipt_fields_of_runs_without_an_archive_or_that_never_started(run):
     fields = receipt_fields(run.model_copy(update={"output": None}))
-    assert fields.result_hash == NO_OUTPUT_HASH == hashlib.sha256(b"").digest()
+    assert fields.result_hash == EMPTY_HASH == hashlib.sha256(b"").digest()
     assert fields.units == run.record.billable_units
     never = RunResult(job_id="never", status="error", error="image missing")
     with pytest.raises(ReceiptError, match="never started \\(image missing\\): nothing to bill"):

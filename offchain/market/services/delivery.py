@@ -24,7 +24,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.metering import MeteringRecord
 from offchain.protocol.outcome import describe
 from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.receipt import NOTHING_RAN, Receipt
+from offchain.protocol.receipt import EMPTY_HASH, Receipt
 
 S = JobState
 EVIDENCE_LIMIT_BYTES = 64 << 20  # a day of one-second samples with GPUs is well under this
@@ -140,9 +140,7 @@ def attach_evidence(session: Session, sha256: str, size: int) -> None:
     session.commit()
 
 
-def fail(
-    session: Session, deployment: Deployment, job: Job, failure: schemas.FailureBody
-) -> Job:
+def fail(session: Session, deployment: Deployment, job: Job, failure: schemas.FailureBody) -> Job:
     """The job could not run to its end; its logs and reason are kept for the consumer. With
     a zero-unit receipt (a refused job, or one that failed before it ran: nothing to bill),
     verified as a receipt is, the next settle batch returns the renter's money at once."""
@@ -165,9 +163,9 @@ def _keep_zero_receipt(deployment: Deployment, job: Job, receipt: schemas.Receip
     if receipt.units != 0:
         raise Invalid(f"a failure's receipt bills 0 units, not {receipt.units}", "receipt.units")
     for name in ("result_hash", "evidence_hash"):
-        if getattr(receipt, name) != NOTHING_RAN.hex():
+        if getattr(receipt, name) != EMPTY_HASH.hex():
             raise Invalid(
-                f"a failure's receipt names no {name[:-5]}: {NOTHING_RAN.hex()}, the sha256 "
+                f"a failure's receipt names no {name[:-5]}: {EMPTY_HASH.hex()}, the sha256 "
                 "of nothing", f"receipt.{name}",
             )  # fmt: skip
     jobs.expect(job, S.FUNDED, S.ACCEPTED, S.RUNNING, S.FAILED)
