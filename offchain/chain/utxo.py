@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # The canonical text `format_out_ref` writes (lower-case hex, an index of at most 5 digits: the
 # ledger's are 16 bits), for patterns that validate a JSON field or recognise a search.
-OUT_REF_PATTERN = r"[0-9a-f]{64}#[0-9]{1,5}"
+OUT_REF_PATTERN = r"^[0-9a-f]{64}#[0-9]{1,5}$"  # anchored: pydantic searches
 # What `split_out_ref` reads: people paste upper-case ids too.
 _TYPED = re.compile(r"^([0-9a-fA-F]{64})#(\d+)$")
 

@@ -15,8 +15,8 @@ from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSp
 from offchain.protocol.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
 from offchain.protocol.outcome import Outcome
 
-HEX32 = r"[0-9a-f]{64}"
-HEX64 = r"[0-9a-f]{128}"
+HEX32 = r"^[0-9a-f]{64}$"  # anchored: pydantic finds a pattern anywhere in the text
+HEX64 = r"^[0-9a-f]{128}$"
 # Bounds on what a request may carry, so every value it stores fits the columns of both
 # databases and can be shown: a price per second whose job of the longest run costs no more
 # than all ADA there is (so price x units, a lock and their sums over jobs stay far below
@@ -143,7 +143,8 @@ class EscrowReport(_Body):
 
 class SignedLock(_Body):
     transaction: str = Field(
-        pattern=r"[0-9a-f]+", description="The lock transaction built by the market, signed (hex)."
+        pattern=r"^[0-9a-f]+$",
+        description="The lock transaction built by the market, signed (hex).",
     )
 
 
@@ -182,7 +183,7 @@ class FailureBody(_Body):
 
 class CancelRequest(_Body):
     transaction: str | None = Field(
-        None, pattern=r"[0-9a-f]+",
+        None, pattern=r"^[0-9a-f]+$",
         description="The escrow's Cancel, built by the renter (CBOR hex); none for a job "
         "nothing was locked for.",
     )  # fmt: skip

@@ -53,8 +53,8 @@ class OfferedImage(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    reference: str = Field(pattern=IMAGE_REFERENCE.pattern, max_length=255)
-    digest: str = Field(pattern=r"sha256:[0-9a-f]{64}")
+    reference: str = Field(pattern=rf"^(?:{IMAGE_REFERENCE.pattern})$", max_length=255)
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")  # anchored: pydantic searches
 
 
 @dataclasses.dataclass(frozen=True)

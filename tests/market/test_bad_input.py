@@ -51,6 +51,13 @@ async def test_bad_requests_are_refused_and_change_nothing(http, settings):
     refused(await consumer.send("POST", "/jobs", theirs), 422, "consumer_address")
     refused(await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": "nothex"}),
             422, "escrow")  # fmt: skip
+    for padded in ("x" + "ab" * 32 + "#0", "ab" * 32 + "#0x", "ab" * 32 + "#0\n"):
+        # a pattern holds for the whole field, not somewhere in it (pydantic searches)
+        refused(await consumer.send("POST", f"/jobs/{job}/escrow", {"escrow": padded}),
+                422, "escrow")  # fmt: skip
+    hand_in = {"units": 1, "result_hash": "zz" + "0" * 64, "evidence_hash": "0" * 64,
+               "signature": "0" * 128}  # fmt: skip
+    refused(await provider.send("POST", f"/jobs/{job}/receipt", hand_in), 422, "result_hash")
     # 409: no offer can take it (and why), an escrow that is not on chain
     refused(await consumer.send("POST", "/jobs", job_request(consumer, max_price_lovelace=1)),
             409, "spec")  # fmt: skip
