@@ -24,6 +24,7 @@ from offchain.chain.time import iso
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import escrow as escrows
 from offchain.protocol.job_state import CancelState, JobState
+from offchain.protocol.market_errors import MarketRefused
 from offchain.protocol.split import settle_split
 from offchain.protocol.wire import EventPublic
 
@@ -73,7 +74,7 @@ async def cancel(consumer: Consumer, job_id: str, wait_s: float, step: Step) -> 
         escrows.cancel, consumer.context, consumer.deployment, escrow, consumer.key.address
     )
     since = await _height(consumer.ogmios_url)
-    await consumer.market.cancel(job_id, unsigned.to_cbor_hex())
+    await _request(consumer, job_id, unsigned.to_cbor_hex())
     step(f"cancel requested: waiting up to {wait_s:.0f} s for the provider's answer")
     loop = asyncio.get_running_loop()
     until = loop.time() + wait_s
@@ -99,6 +100,18 @@ async def cancel(consumer: Consumer, job_id: str, wait_s: float, step: Step) -> 
         f"again later, or `unchained job refund {job_id}` once the escrow closes at "
         f"{iso(close)} (chain time).", close_ms=close,
     )  # fmt: skip
+
+
+async def _request(consumer: Consumer, job_id: str, cancel_hex: str) -> None:
+    """Hand the market this Cancel. A 409 on `state` means the provider answered an earlier
+    one (a `job cancel` that stopped waiting) while this was posted: post it once more, to
+    replace that one; the provider signs a job it has not taken again. Stopping is final."""
+    try:
+        await consumer.market.cancel(job_id, cancel_hex)
+    except MarketRefused as exc:
+        if (exc.status, exc.field) != (409, "state"):
+            raise
+        await consumer.market.cancel(job_id, cancel_hex)
 
 
 def _escrow(consumer: Consumer, job_id: str, ref: str | None) -> Any:
