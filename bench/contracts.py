@@ -46,8 +46,10 @@ from pycardano.exception import PyCardanoException
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.devnet.genesis import ADA
 from offchain.devnet.process import DevnetProcess
+from offchain.protocol import batch as batches
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
+from offchain.protocol.claim import Claim
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
@@ -132,10 +134,16 @@ async def batch_cost(
     market: Wallet,
     batch: list[UTxO],
 ) -> dict[str, Any]:
-    """The cost of settling all of `batch` in one transaction, or why it cannot be built."""
-    receipts = [to_settle(deployment, provider.key, e, UNITS, bytes(32), bytes(32)) for e in batch]
+    """The cost of settling all of `batch` in one transaction, by one claim of its provider,
+    or why it cannot be built."""
+    claim = Claim.sign(
+        provider.key, deployment.network_id, deployment.settle_hash, {e.input: UNITS for e in batch}
+    )
     try:
-        tx = market.sign(escrows.settle(devnet.context(), deployment, receipts, market.address))
+        settle = batches.settle(
+            devnet.context(), deployment, [], market.address, claims=[(batch, claim)]
+        )
+        tx = market.sign(settle)
         return await cost(devnet, tx)
     except (BuildError, OgmiosError, ResponseError, PyCardanoException) as exc:  # over a limit
         return {"error": str(exc).splitlines()[0][:200]}
@@ -253,7 +261,7 @@ async def actions(devnet: DevnetProcess, deployment: Deployment) -> dict[str, di
     escrow = await lock()
     receipt = to_settle(deployment, provider.key, escrow, UNITS, bytes(32), bytes(32))
     await run(
-        "settle", market.sign(escrows.settle(context(), deployment, [receipt], market.address))
+        "settle", market.sign(batches.settle(context(), deployment, [receipt], market.address))
     )
     escrow = await lock()
     cancel = escrows.cancel(context(), deployment, escrow, consumer.address)

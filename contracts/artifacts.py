@@ -166,12 +166,20 @@ def apply_parameters(name: str, *parameters: int | bytes) -> PlutusV3Script:
     return PlutusV3Script(cbor2.dumps(flat))
 
 
-def escrow_script(network_id: int, refund_window_ms: int) -> PlutusV3Script:
-    """The escrow multi-validator for a network (0 testnets, 1 mainnet), where only the
-    consumer may refund for `refund_window_ms` after an escrow's close."""
+def settle_script(network_id: int, reference: bool = False) -> PlutusV3Script:
+    """The batch settle script for a network (0 testnets, 1 mainnet): the hand-written one,
+    or with `reference` its OpShin reference (tests run both on the same vectors)."""
+    return apply_parameters("settle_reference" if reference else "settle", network_id)
+
+
+def escrow_script(settle_hash: bytes, refund_window_ms: int) -> PlutusV3Script:
+    """The escrow validator settled by the script `settle_hash`, where only the consumer may
+    refund for `refund_window_ms` after an escrow's close."""
+    if len(settle_hash) != 28:
+        raise ValueError("settle_hash must be a 28-byte script hash")
     if refund_window_ms < 0:
         raise ValueError("refund_window_ms must not be negative")
-    return apply_parameters("escrow", network_id, refund_window_ms)
+    return apply_parameters("escrow", settle_hash, refund_window_ms)
 
 
 def bond_script(

@@ -48,8 +48,9 @@ class EscrowDatum(PlutusData):
 
 @dataclass()
 class Settle(PlutusData):
+    """Spend an escrow in a batch settle: the settle script's withdrawal checks it."""
+
     CONSTR_ID = 0
-    own_input: int
 
 
 @dataclass()
@@ -70,34 +71,40 @@ EscrowRedeemer = Union[Settle, Refund, Cancel]
 
 
 @dataclass()
-class SettleItem(PlutusData):
+class SettleGroup(PlutusData):
+    """One provider's claim in a batch: the escrows it covers are those whose item names this
+    group; `output` is the index of its payout (negative: the group is owed nothing)."""
+
     CONSTR_ID = 0
-    units: int
-    result_hash: bytes
-    evidence_hash: bytes
+    note: bytes
     signature: bytes
-    provider_output: int
-    consumer_output: int
+    output: int
 
 
 @dataclass()
 class BatchSettle(PlutusData):
+    """The settle script's redeemer. `items` holds two integers per escrow input, in ledger
+    order: the units claimed and the index of its group in `groups` (a flat list is the
+    smallest encoding). The consumers' refunds start at output `first_refund`."""
+
     CONSTR_ID = 0
-    items: List[SettleItem]
+    items: List[int]
+    groups: List[SettleGroup]
+    first_refund: int
 
 
 @dataclass()
-class Receipt(PlutusData):
-    """What the provider signs to claim `units` of an escrow (serialise_data of this)."""
+class Claim(PlutusData):
+    """What a provider signs to be paid for escrows (serialise_data of this): `claims` is
+    flat, each escrow's out-ref followed by its units, in descending ledger order; `note` is
+    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain."""
 
     CONSTR_ID = 0
     domain: bytes
     network_id: int
-    escrow_hash: bytes
-    escrow: TxOutRef
-    units: int
-    result_hash: bytes
-    evidence_hash: bytes
+    settle_hash: bytes
+    note: bytes
+    claims: Anything
 
 
 @dataclass()
@@ -241,7 +248,7 @@ class TxInfoV3(PlutusData):
     fee: Anything
     mint: Anything
     certificates: Anything
-    withdrawals: Dict[Credential, int]
+    withdrawals: Anything
     validity_range: POSIXTimeRange
     signatories: List[bytes]
     redeemers: Dict[Anything, Anything]
@@ -251,6 +258,37 @@ class TxInfoV3(PlutusData):
     proposal_procedures: Anything
     current_treasury_amount: Anything
     treasury_donation: Anything
+
+
+@dataclass()
+class BatchTxInfo(PlutusData):
+    """TxInfo as the settle script reads it: every field raw but the validity range."""
+
+    CONSTR_ID = 0
+    inputs: Anything
+    reference_inputs: Anything
+    outputs: Anything
+    fee: Anything
+    mint: Anything
+    certificates: Anything
+    withdrawals: Anything
+    validity_range: POSIXTimeRange
+    signatories: Anything
+    redeemers: Anything
+    datums: Anything
+    id: bytes
+    votes: Anything
+    proposal_procedures: Anything
+    current_treasury_amount: Anything
+    treasury_donation: Anything
+
+
+@dataclass()
+class BatchContext(PlutusData):
+    CONSTR_ID = 0
+    transaction: BatchTxInfo
+    redeemer: Anything
+    purpose: ScriptInfo
 
 
 @dataclass()
@@ -314,6 +352,26 @@ def un_map_data(x: Anything) -> Anything:
 @wraps_builtin
 def map_data(xs: Anything) -> Anything:
     """Map Data holding a builtin list of pairs (to compare two maps' tails as Data)."""
+
+
+@wraps_builtin
+def fst_pair(x: Anything) -> Anything:
+    """The first component of a builtin pair."""
+
+
+@wraps_builtin
+def mk_cons(x: Anything, xs: Anything) -> Anything:
+    """The builtin list `xs` with `x` in front."""
+
+
+@wraps_builtin
+def i_data(x: int) -> Anything:
+    """Integer Data."""
+
+
+@wraps_builtin
+def b_data(x: bytes) -> Anything:
+    """Bytes Data."""
 
 
 @wraps_builtin

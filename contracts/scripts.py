@@ -10,6 +10,7 @@ committed unparameterised program, so every user gets the same bytes without a c
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import sys
 import typing
@@ -45,10 +46,12 @@ class Contract:
     parameters: tuple[tuple[str, type], ...]
     datum: type | None
     redeemers: tuple[tuple[str, typing.Any], ...]  # (purpose, redeemer type)
+    module: str = ""  # the source file's name (default: `name`)
+    compiler: str = "opshin"  # or "pluthon": the module's `build()` makes the program
 
     @property
     def source(self) -> Path:
-        return CONTRACTS_DIR / f"{self.name}.py"
+        return CONTRACTS_DIR / f"{self.module or self.name}.py"
 
     @property
     def directory(self) -> Path:
@@ -58,10 +61,27 @@ class Contract:
 CONTRACTS = {
     "escrow": Contract(
         name="escrow",
-        description="Escrow UTxOs per job; withdraw-zero settles a batch (PROTOCOL.md)",
-        parameters=(("network_id", int), ("refund_window_ms", int)),
+        description="Escrow UTxOs per job: settle (in a batch), refund, cancel (PROTOCOL.md)",
+        parameters=(("settle_hash", bytes), ("refund_window_ms", int)),
         datum=onchain.EscrowDatum,
-        redeemers=(("spend", onchain.EscrowRedeemer), ("withdraw", onchain.BatchSettle)),
+        redeemers=(("spend", onchain.EscrowRedeemer),),
+    ),
+    "settle": Contract(
+        name="settle",
+        description="Withdraw-zero that settles a batch of escrows (PROTOCOL.md)",
+        parameters=(("network_id", int),),
+        datum=None,
+        redeemers=(("withdraw", onchain.BatchSettle),),
+        module="settle_uplc",
+        compiler="pluthon",
+    ),
+    "settle_reference": Contract(
+        name="settle_reference",
+        description="The batch settle's readable reference (OpShin); tests run both",
+        parameters=(("network_id", int),),
+        datum=None,
+        redeemers=(("withdraw", onchain.BatchSettle),),
+        module="settle",
     ),
     "bond": Contract(
         name="bond",
@@ -80,6 +100,9 @@ CONTRACTS = {
 
 def compile_contract(contract: Contract) -> bytes:
     """The unparameterised script (flat, CBOR-wrapped once, as PlutusV3Script holds it)."""
+    if contract.compiler == "pluthon":
+        module = importlib.import_module(f"contracts.{contract.module}")
+        return flatten(simplify(module.build()))
     if str(REPO_ROOT) not in sys.path:  # OpShin resolves `from contracts.onchain import *`
         sys.path.insert(0, str(REPO_ROOT))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # as the opshin CLI does
@@ -122,10 +145,18 @@ def blueprint(contract: Contract, script: bytes) -> dict[str, typing.Any]:
             "description": contract.description,
             "version": "1.0.0",
             "plutusVersion": "v3",
-            "compiler": {"name": "opshin", "version": opshin.__version__},
+            "compiler": _compiler(contract),
         },
         "validators": validators,
     }
+
+
+def _compiler(contract: Contract) -> dict[str, str]:
+    if contract.compiler == "pluthon":
+        import pluthon
+
+        return {"name": "pluthon", "version": pluthon.__version__}
+    return {"name": "opshin", "version": opshin.__version__}
 
 
 def render(contract: Contract) -> dict[str, str]:

@@ -17,7 +17,7 @@ from offchain.chain.time import iso
 from offchain.protocol.amounts import ada, per_hour
 from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.offer import ImageSupply
-from offchain.protocol.split import worst_settle_topup
+from offchain.protocol.split import lock_amount
 
 S_PER_H = 3600
 # the bundle's resources as a renter reads them: (what, unit)
@@ -62,8 +62,7 @@ class EscrowTerms:
     fee_allowance: int
     locked: int  # lovelace in the escrow
     now_ms: int  # the chain's now
-    provider_min_utxo: int  # the least lovelace the provider's payout output can hold
-    consumer_min_utxo: int  # and the consumer's
+    refund_deposit: int  # what the lock holds beyond the job and its fee: its refund's minimum
     refund_window_ms: int  # the consumer slashes until close + this
     bond_covers_before: int | None  # jobs closing before this are covered; None: no bond
     settle_fee_share: int = 0  # what the allowance must keep for the settle fee itself
@@ -137,21 +136,24 @@ def _price(offer: Offered, spec: JobSpec) -> list[AcceptanceRefusal]:
 
 
 def _payouts(terms: EscrowTerms) -> list[AcceptanceRefusal]:
-    """What any receipt's payouts may need raised to the ledger's minimum output must fit in
-    the fee allowance beside the settle fee: no settler pays from its own funds."""
-    worst = worst_settle_topup(
-        terms.locked, terms.price_per_unit, terms.max_units, terms.fee_allowance,
-        terms.provider_min_utxo, terms.consumer_min_utxo,
-    )  # fmt: skip
-    room = terms.fee_allowance - terms.settle_fee_share
-    if worst <= room:
-        return []
-    return [AcceptanceRefusal("fee_allowance", (
-        f"at {per_hour(terms.price_per_unit)} for up to {terms.max_units} s, a settlement can "
-        f"owe you or the provider less than the ledger's minimum output: raising the payouts "
-        f"to it may take {ada(worst)}, more than the {ada(max(room, 0))} the fee allowance of "
-        f"{ada(terms.fee_allowance)} leaves after the settle fee"
-    ))]  # fmt: skip
+    """The lock pays the longest run, the settle fee and the refund's return deposit: no
+    settlement then needs anyone's own lovelace, whatever units it bills."""
+    needed = lock_amount(
+        terms.price_per_unit, terms.max_units, terms.fee_allowance, terms.refund_deposit
+    )
+    found = []
+    if terms.fee_allowance < terms.settle_fee_share:
+        found.append(AcceptanceRefusal("fee_allowance", (
+            f"the fee allowance of {ada(terms.fee_allowance)} is below the settle fee share of "
+            f"{ada(terms.settle_fee_share)}"
+        )))  # fmt: skip
+    if terms.locked < needed:
+        found.append(AcceptanceRefusal("lovelace", (
+            f"{ada(terms.locked)} locked cannot pay {terms.max_units} s at "
+            f"{per_hour(terms.price_per_unit)}, the fee allowance and the return deposit of "
+            f"{ada(terms.refund_deposit)} ({ada(needed)})"
+        )))  # fmt: skip
+    return found
 
 
 def settled_by(now_ms: int, max_duration_s: int, margins: Margins = MARGINS) -> int:

@@ -24,7 +24,7 @@ from pycardano import (
     script_hash,
 )
 
-from contracts.artifacts import bond_script, escrow_script
+from contracts.artifacts import bond_script, escrow_script, settle_script
 from offchain.chain.context import queries
 from offchain.protocol.txbuild import at_least_min_utxo, build, new_builder, out_ref
 
@@ -41,6 +41,7 @@ class Deployment:
     escrow_ref: UTxO  # holds the escrow script
     bond_ref: UTxO  # holds the bond script
     refund_window_ms: int  # after an escrow's close, only its consumer may refund (and slash)
+    settle_ref: UTxO  # holds the batch settle script
 
     @property
     def network(self) -> Network:
@@ -53,6 +54,14 @@ class Deployment:
     @property
     def bond_script(self) -> PlutusV3Script:
         return _script(self.bond_ref)
+
+    @property
+    def settle_script(self) -> PlutusV3Script:
+        return _script(self.settle_ref)
+
+    @property
+    def settle_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.settle_script)
 
     @property
     def escrow_hash(self) -> ScriptHash:
@@ -71,9 +80,20 @@ class Deployment:
 
     @property
     def reward_address(self) -> Address:
-        """The escrow's stake address: batch settle withdraws its whole balance (0 unless
-        someone paid into it) from it."""
-        return Address(staking_part=self.escrow_hash, network=self.network)
+        """The settle script's stake address: a batch settle withdraws its whole balance (0
+        unless someone paid into it) from it."""
+        return Address(staking_part=self.settle_hash, network=self.network)
+
+
+def validators(
+    network_id: int, refund_window_ms: int, notice_ms: int, slash_share_bps: int
+) -> tuple[PlutusV3Script, PlutusV3Script, PlutusV3Script]:
+    """The settle, escrow and bond scripts of a deployment with these parameters (each
+    script names the one before it by hash)."""
+    settle = settle_script(network_id)
+    escrow = escrow_script(plutus_script_hash(settle).payload, refund_window_ms)
+    bond = bond_script(network_id, plutus_script_hash(escrow).payload, notice_ms, slash_share_bps)
+    return settle, escrow, bond
 
 
 def deploy(
@@ -84,33 +104,34 @@ def deploy(
     slash_share_bps: int,
     refund_window_ms: int,
 ) -> tuple[Transaction, Deployment]:
-    """Publish both scripts as reference UTxOs and register the escrow's stake credential;
-    `payer` pays and signs.
+    """Publish the three scripts as reference UTxOs and register the settle script's stake
+    credential; `payer` pays and signs.
 
-    The escrow is output 0 and the bond output 1. Registration is skipped when the credential
-    is already registered (the same scripts deployed again). The deployment names outputs of
-    the unsigned transaction: its id does not change when it is signed.
+    The escrow is output 0, the bond output 1 and the settle script output 2. Registration is
+    skipped when the credential is already registered (the same scripts deployed again). The
+    deployment names outputs of the unsigned transaction: its id does not change when it is
+    signed.
     """
-    escrow = escrow_script(network_id, refund_window_ms)
-    escrow_hash = plutus_script_hash(escrow)
-    bond = bond_script(network_id, escrow_hash.payload, notice_ms, slash_share_bps)
+    settle, escrow, bond = validators(network_id, refund_window_ms, notice_ms, slash_share_bps)
+    settle_hash = plutus_script_hash(settle)
     holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
     builder = new_builder(context)
     builder.add_input_address(payer)
     outputs = []
-    for script in (escrow, bond):
+    for script in (escrow, bond, settle):
         output = TransactionOutput(holder, 0, script=script)
         output.amount.coin = at_least_min_utxo(context, output, 0)
         builder.add_output(output)
         outputs.append(output)
-    if queries(context).script_reward_balance(escrow_hash) is None:
-        builder.certificates = [StakeRegistration(StakeCredential(escrow_hash))]
+    if queries(context).script_reward_balance(settle_hash) is None:
+        builder.certificates = [StakeRegistration(StakeCredential(settle_hash))]
     tx = build(builder, payer)
     refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
-    escrow_ref, bond_ref = refs
+    escrow_ref, bond_ref, settle_ref = refs
     return tx, Deployment(
-        network_id, notice_ms, slash_share_bps, escrow_ref, bond_ref, refund_window_ms
-    )
+        network_id, notice_ms, slash_share_bps, escrow_ref, bond_ref, refund_window_ms,
+        settle_ref,
+    )  # fmt: skip
 
 
 def _script(ref: UTxO) -> PlutusV3Script:

@@ -13,11 +13,10 @@ from pathlib import Path
 from pycardano import ChainContext, plutus_script_hash
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contracts.artifacts import bond_script, escrow_script
 from offchain.chain.context import queries
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.errors import UnchainedError
-from offchain.protocol.deployment import Deployment
+from offchain.protocol.deployment import Deployment, validators
 from offchain.protocol.jobspec import describe
 from offchain.protocol.txbuild import out_ref
 
@@ -37,8 +36,10 @@ class DeploymentFile(BaseModel):
     refund_window_ms: int
     escrow_ref: str  # TXID#IX of the UTxO holding the escrow script
     bond_ref: str
+    settle_ref: str
     escrow_hash: str
     bond_hash: str
+    settle_hash: str
 
 
 def save(deployment: Deployment, path: Path) -> None:
@@ -49,8 +50,10 @@ def save(deployment: Deployment, path: Path) -> None:
         refund_window_ms=deployment.refund_window_ms,
         escrow_ref=out_ref(deployment.escrow_ref),
         bond_ref=out_ref(deployment.bond_ref),
+        settle_ref=out_ref(deployment.settle_ref),
         escrow_hash=deployment.escrow_hash.payload.hex(),
         bond_hash=deployment.bond_hash.payload.hex(),
+        settle_hash=deployment.settle_hash.payload.hex(),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(record.model_dump_json(indent=2) + "\n")
@@ -67,7 +70,7 @@ def load(path: Path, context: ChainContext) -> Deployment:
     except ValidationError as exc:
         raise DeploymentFileError(f"{path}:\n{describe(exc)}") from exc
     refs = []
-    for name in ("escrow_ref", "bond_ref"):
+    for name in ("escrow_ref", "bond_ref", "settle_ref"):
         text = getattr(record, name)
         try:
             utxo = utxo_at(queries(context), parse_out_ref(text))
@@ -80,10 +83,10 @@ def load(path: Path, context: ChainContext) -> Deployment:
             )
         refs.append(utxo)
     try:
-        escrow_ref, bond_ref = refs
+        escrow_ref, bond_ref, settle_ref = refs
         deployment = Deployment(
             record.network_id, record.notice_ms, record.slash_share_bps, escrow_ref, bond_ref,
-            record.refund_window_ms,
+            record.refund_window_ms, settle_ref,
         )  # fmt: skip
         _check_scripts(deployment, record)
     except ValueError as exc:
@@ -93,22 +96,20 @@ def load(path: Path, context: ChainContext) -> Deployment:
 
 def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
     """The chain holds the scripts the file names, and they are this version's validators."""
-    if (deployment.escrow_hash.payload.hex(), deployment.bond_hash.payload.hex()) != (
+    hashes = (deployment.settle_hash, deployment.escrow_hash, deployment.bond_hash)
+    if tuple(h.payload.hex() for h in hashes) != (
+        record.settle_hash,
         record.escrow_hash,
         record.bond_hash,
     ):
         raise ValueError("the scripts on chain do not have the hashes the file names")
-    escrow = escrow_script(deployment.network_id, deployment.refund_window_ms)
-    bond = bond_script(
+    expected = validators(
         deployment.network_id,
-        plutus_script_hash(escrow).payload,
+        deployment.refund_window_ms,
         deployment.notice_ms,
         deployment.slash_share_bps,
     )
-    if (plutus_script_hash(escrow), plutus_script_hash(bond)) != (
-        deployment.escrow_hash,
-        deployment.bond_hash,
-    ):
+    if tuple(plutus_script_hash(script) for script in expected) != hashes:
         raise ValueError(
             "its validators are not the ones this version of Unchained builds for its "
             "parameters: deploy again"

@@ -1,46 +1,72 @@
 """The canonical signed payloads: the bytes a provider signs and every validator checks.
 
-A payload is `serialise_data` of a Receipt or Acceptance (contracts/PROTOCOL.md): the domain,
-network id, escrow script hash and the escrow's out-ref make a signature worthless on any
-other escrow, network or script version; an Acceptance also names the bond script it binds.
+A payload is `serialise_data` of a Claim or Acceptance (contracts/PROTOCOL.md): the domain,
+network id, script hash and the escrows' out-refs make a signature worthless on any other
+escrow, network or script version; an Acceptance also names the bond script it binds. A
+receipt is a Claim of one escrow whose note binds the job's result and evidence hashes.
 Provider, market, consumer and tests all sign and verify through this module, so there is one
 definition of the bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
-from pycardano import ExtendedSigningKey, ScriptHash, SigningKey, TransactionInput
+from pycardano import (
+    ExtendedSigningKey,
+    IndefiniteList,
+    ScriptHash,
+    SigningKey,
+    TransactionInput,
+)
 
-from offchain.protocol.types import Acceptance, Receipt, TxOutRef
+from offchain.protocol.tx_reader import ledger_order
+from offchain.protocol.types import Acceptance, Claim, TxOutRef
 
-RECEIPT_DOMAIN = b"UNCHAINED/receipt/v1"
+CLAIM_DOMAIN = b"UNCHAINED/claim/v1"
 ACCEPT_DOMAIN = b"UNCHAINED/accept/v1"
 HASH_BYTES = 32  # a receipt's result and evidence hashes, an escrow's job id: sha256
 SIGNATURE_BYTES = 64
 VKEY_BYTES = 32
 
 
+def claim_payload(
+    network_id: int,
+    settle_hash: ScriptHash,
+    note: bytes,
+    claims: Iterable[tuple[TransactionInput, int]],
+) -> bytes:
+    """What a provider signs to be paid `units` for each escrow of `claims` in one batch,
+    settled by the script `settle_hash` (the escrows in descending ledger order, as the
+    script lists them)."""
+    flat: list[TxOutRef | int] = []
+    for escrow, units in sorted(claims, key=lambda claim: ledger_order(claim[0]), reverse=True):
+        flat += [TxOutRef.of(escrow), units]
+    return Claim(
+        CLAIM_DOMAIN, network_id, settle_hash.payload, note, IndefiniteList(flat)
+    ).to_cbor()
+
+
+def receipt_note(result_hash: bytes, evidence_hash: bytes) -> bytes:
+    """A receipt's note: what it binds beside the units (sha256 of both hashes)."""
+    return hashlib.sha256(result_hash + evidence_hash).digest()
+
+
 def receipt_payload(
     network_id: int,
-    escrow_hash: ScriptHash,
+    settle_hash: ScriptHash,
     escrow: TransactionInput,
     units: int,
     result_hash: bytes,
     evidence_hash: bytes,
 ) -> bytes:
-    """What the provider signs to be paid `units` for the job locked at `escrow`."""
-    receipt = Receipt(
-        RECEIPT_DOMAIN,
-        network_id,
-        escrow_hash.payload,
-        TxOutRef.of(escrow),
-        units,
-        result_hash,
-        evidence_hash,
-    )
-    return receipt.to_cbor()
+    """What the provider signs to be paid `units` for the job locked at `escrow`: a claim on
+    that escrow alone, usable on chain as it is, that names the job's result and evidence."""
+    note = receipt_note(result_hash, evidence_hash)
+    return claim_payload(network_id, settle_hash, note, [(escrow, units)])
 
 
 def acceptance_payload(

@@ -3,12 +3,13 @@
 The provider signs it (`Receipt.sign`, the one place a receipt is signed), journals it and
 hands it to the market, the market stores and serves it and settles it, the consumer checks
 and keeps it: each reads and writes the same fields here, and signs or checks the same
-canonical payload (`payload`: the on-chain `types.Receipt`, serialised).
+canonical payload (`payload`: a `types.Claim` on this escrow alone, whose note binds the
+result and evidence hashes; the settle script takes it as it is, see `claim.Claim`).
 
 - `body`: what the provider hands the market for an escrow it already names (units, result
   and evidence hashes, signature); the provider's journal and the market's job row hold it;
 - `record`: the self-contained form (the escrow's out-ref and the deployment's network and
-  escrow script beside the body), with the escrow's datum on chain all a verifier needs.
+  settle script beside the body), with the escrow's datum on chain all a verifier needs.
 """
 
 from __future__ import annotations
@@ -51,27 +52,28 @@ class Receipt:
         cls,
         key: PaymentSigningKey,
         network_id: int,
-        escrow_hash: ScriptHash,
+        settle_hash: ScriptHash,
         escrow: TransactionInput,
         units: int,
         result_hash: bytes,
         evidence_hash: bytes,
     ) -> Receipt:
-        """The receipt `key` signs for `units` of the job at `escrow` of this deployment."""
+        """The receipt `key` signs for `units` of the job at `escrow` of this deployment
+        (whose settle script is `settle_hash`)."""
         unsigned = cls(escrow, units, result_hash, evidence_hash, b"")
-        signature = sign(key, unsigned.payload(network_id, escrow_hash))
+        signature = sign(key, unsigned.payload(network_id, settle_hash))
         return dataclasses.replace(unsigned, signature=signature)
 
-    def payload(self, network_id: int, escrow_hash: ScriptHash) -> bytes:
-        """The bytes signed: the on-chain Receipt this one is, for this deployment's escrows."""
+    def payload(self, network_id: int, settle_hash: ScriptHash) -> bytes:
+        """The bytes signed: the on-chain Claim this one is, for this deployment's escrows."""
         return receipt_payload(
-            network_id, escrow_hash, self.escrow, self.units, self.result_hash,
+            network_id, settle_hash, self.escrow, self.units, self.result_hash,
             self.evidence_hash,
         )  # fmt: skip
 
-    def signed_by(self, vkey: bytes, network_id: int, escrow_hash: ScriptHash) -> bool:
+    def signed_by(self, vkey: bytes, network_id: int, settle_hash: ScriptHash) -> bool:
         """Whether `vkey` signed this receipt for this escrow of this deployment."""
-        return verify(vkey, self.payload(network_id, escrow_hash), self.signature)
+        return verify(vkey, self.payload(network_id, settle_hash), self.signature)
 
     def body(self) -> dict[str, int | str]:
         return {
@@ -85,7 +87,7 @@ class Receipt:
         return {
             "escrow": format_out_ref(self.escrow),
             "network_id": deployment.network_id,
-            "escrow_hash": deployment.escrow_hash.payload.hex(),
+            "settle_hash": deployment.settle_hash.payload.hex(),
             **self.body(),
         }
 

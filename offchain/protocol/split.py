@@ -37,51 +37,15 @@ def settle_split(
     return SettleSplit(due, consumer, locked - due - consumer)
 
 
-def settle_topup(split: SettleSplit, provider_min: int, consumer_min: int) -> int:
-    """What a settler adds to raise `split`'s payouts to their outputs' minimum UTxO
-    (`provider_min`, `consumer_min`); a party owed nothing (a zero-unit receipt's provider, a
-    consumer whose lock was all spent) gets no output to raise."""
-    provider = max(0, provider_min - split.provider) if split.provider > 0 else 0
-    consumer = max(0, consumer_min - split.consumer) if split.consumer > 0 else 0
-    return provider + consumer
-
-
-def worst_settle_topup(
-    locked: int,
-    price_per_unit: int,
-    max_units: int,
-    fee_allowance: int,
-    provider_min: int,
-    consumer_min: int,
-) -> int:
-    """The most `settle_topup` over receipts for every unit count 0..max_units. Both payouts are
-    linear in the units but for their kinks (the provider's appearing at its first unit, a
-    payout reaching its minimum, the consumer's reaching zero), so the most is at the ends or
-    beside a kink: a few units, not all."""
-    due_edges = (0, provider_min, locked - fee_allowance - consumer_min, locked - fee_allowance)
-    units = {0, max_units}
-    if price_per_unit > 0:
-        for due in due_edges:
-            at = due // price_per_unit
-            units |= {at - 1, at, at + 1}
-    return max(
-        settle_topup(
-            settle_split(locked, price_per_unit, n, max_units, fee_allowance), provider_min,
-            consumer_min,
-        )
-        for n in units
-        if 0 <= n <= max_units
-    )  # fmt: skip
-
-
 def refund_amount(locked: int, fee_allowance: int) -> int:
     """What a refund or cancel owes the consumer (the allowance pays the fee)."""
     return max(0, locked - fee_allowance)
 
 
-def lock_amount(price_per_unit: int, max_units: int, fee_allowance: int) -> int:
-    """The least an escrow must hold to pay a full-length job and its settle fee."""
-    return price_per_unit * max_units + fee_allowance
+def lock_amount(price_per_unit: int, max_units: int, fee_allowance: int, deposit: int) -> int:
+    """The least an escrow must hold to pay a full-length job, its settle fee and the return
+    `deposit` (its refund output's minimum, refunded at any unit count)."""
+    return price_per_unit * max_units + fee_allowance + deposit
 
 
 def slash_share(bond_lovelace: int, slash_share_bps: int) -> int:

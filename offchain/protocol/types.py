@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Union
 
-from pycardano import PlutusData, TransactionId, TransactionInput
+from pycardano import IndefiniteList, PlutusData, TransactionId, TransactionInput
 
 # --- ledger types (Plutus V3 encoding) -------------------------------------------------------
 
@@ -142,15 +142,16 @@ class SlashPayout(PlutusData):
     bond: TxOutRef
 
 
-# Escrow spend redeemers name `own_input`, the spent escrow's index among the transaction's
-# inputs in ledger order: the validator checks it instead of searching (a search per escrow
-# made batches quadratic).
+# Refund and Cancel name `own_input`, the spent escrow's index among the transaction's inputs
+# in ledger order: the validator checks it instead of searching.
 
 
 @dataclass
 class Settle(PlutusData):
+    """Spend an escrow in a batch: the settle script's run (one per transaction) checks it, so
+    the spend names nothing and costs the same at any index."""
+
     CONSTR_ID = 0
-    own_input: int
 
 
 @dataclass
@@ -168,37 +169,44 @@ class Cancel(PlutusData):
 
 
 @dataclass
-class SettleItem(PlutusData):
+class SettleGroup(PlutusData):
+    """One provider's signed Claim in a batch, paid in output `output` (negative: owed
+    nothing, every escrow of it claims zero units); `vkey` signed it, each escrow's provider
+    key."""
+
     CONSTR_ID = 0
-    units: int
-    result_hash: bytes
-    evidence_hash: bytes
+    note: bytes
     signature: bytes
-    provider_output: int
-    consumer_output: int
+    output: int
+    vkey: bytes
 
 
 @dataclass
 class BatchSettle(PlutusData):
-    """The withdraw redeemer: one item per escrow input, in ledger input order."""
+    """The settle script's redeemer: `items` holds (units, group index) for each escrow input
+    in ledger order, flat; the consumers' refunds start at output `first_refund`."""
 
     CONSTR_ID = 0
-    items: list[SettleItem]
+    items: list[int]
+    groups: list[SettleGroup]
+    first_refund: int
 
 
 # --- signed payloads ------------------------------------------------------------------------
 
 
 @dataclass
-class Receipt(PlutusData):
+class Claim(PlutusData):
+    """A provider's claim on escrows: `claims` is flat, each out-ref followed by its units, in
+    descending ledger order (the order the settle script builds it in)."""
+
     CONSTR_ID = 0
     domain: bytes
     network_id: int
-    escrow_hash: bytes
-    escrow: TxOutRef
-    units: int
-    result_hash: bytes
-    evidence_hash: bytes
+    settle_hash: bytes
+    note: bytes
+    # serialise_data writes a non-empty list indefinite-length, as IndefiniteList encodes
+    claims: IndefiniteList
 
 
 @dataclass

@@ -37,11 +37,12 @@ from offchain.chain.ogmios import OgmiosError, request
 from offchain.chain.submit import submit, submit_and_wait, tip_point, wait_for_confirmations
 from offchain.devnet.genesis import ADA
 from offchain.devnet.process import DevnetProcess
+from offchain.protocol import batch as batches
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, receipt_payload, sign
+from offchain.protocol.payloads import acceptance_payload, claim_payload, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
@@ -61,7 +62,7 @@ from offchain.protocol.types import (
     PayoutKind,
     Refund,
     Settle,
-    SettleItem,
+    SettleGroup,
     Slash,
     SlashPayout,
     TxOutRef,
@@ -296,53 +297,69 @@ def to_settle(
     units: int,
     result_hash: bytes,
     evidence_hash: bytes,
-) -> escrows.ToSettle:
+) -> batches.ToSettle:
     """`escrow` beside the receipt `key` signs for `units` of it, as settle takes them."""
     receipt = Receipt.sign(
-        key, deployment.network_id, deployment.escrow_hash, escrow.input, units, result_hash,
+        key, deployment.network_id, deployment.settle_hash, escrow.input, units, result_hash,
         evidence_hash,
     )  # fmt: skip
     return escrow, receipt
 
 
-def item(
+def group(
     deployment: Deployment,
     key: PaymentSigningKey,
-    spent: UTxO,
-    claimed: int,
-    provider_output: int,
-    consumer_output: int,
+    claimed: Sequence[tuple[UTxO, int]],
+    output: int,
+    note: bytes = b"",
+    vkey: bytes | None = None,
     **signed: object,
-) -> SettleItem:
-    """A SettleItem claiming `claimed` units of `spent`, its receipt signed by `key`; `signed`
-    overrides what the signature covers (receipt_payload's argument names)."""
+) -> Group:
+    """A group claiming units of escrows, its claim signed by `key` (named as `vkey`, default
+    its own) and paid in output `output`; `signed` overrides what the signature covers
+    (claim_payload's argument names)."""
     fields: dict = dict(
-        network_id=deployment.network_id, escrow_hash=deployment.escrow_hash,
-        escrow=spent.input, units=claimed, result_hash=RESULT, evidence_hash=EVIDENCE,
+        network_id=deployment.network_id, settle_hash=deployment.settle_hash, note=note,
+        claims=[(escrow.input, units) for escrow, units in claimed],
     )  # fmt: skip
-    signature = sign(key, receipt_payload(**{**fields, **signed}))
-    return SettleItem(claimed, RESULT, EVIDENCE, signature, provider_output, consumer_output)
+    signature = sign(key, claim_payload(**{**fields, **signed}))
+    vkey = key.to_verification_key().payload if vkey is None else vkey
+    return Group(list(claimed), SettleGroup(note, signature, output, vkey))
+
+
+@dataclasses.dataclass
+class Group:
+    """A hand-made group: the escrows it claims (with units) and its redeemer entry."""
+
+    claimed: list[tuple[UTxO, int]]
+    spec: SettleGroup
 
 
 def settle_by_hand(
     devnet: DevnetProcess,
     deployment: Deployment,
     payer: Wallet,
-    pairs: Sequence[tuple[UTxO, SettleItem]],
+    groups: Sequence[Group],
     outputs: Sequence[TransactionOutput],
+    first_refund: int,
     ttl: int | None = None,
+    items: list[int] | None = None,
 ) -> Transaction:
-    """A batch settle as given; the ttl defaults to the earliest close of the escrows."""
-    ordered = sorted(pairs, key=lambda pair: ledger_key(pair[0]))
+    """A batch settle as given (`items` default: each escrow's units and group, in ledger
+    order); the ttl defaults to the earliest close of the escrows."""
+    of = {e.input: (units, g) for g, made in enumerate(groups) for e, units in made.claimed}
+    spent = sorted((e for made in groups for e, _ in made.claimed), key=ledger_key)
     if ttl is None:
-        close = min(escrows.escrow_datum(deployment, e).close for e, _ in pairs)
+        close = min(escrows.escrow_datum(deployment, e).close for e in spent)
         ttl = Clock.now(devnet.context()).ttl_until(close)
-    batch = BatchSettle([i for _, i in ordered])
+    if items is None:
+        items = [n for e in spent for n in of[e.input]]
+    batch = BatchSettle(items, [made.spec for made in groups], first_refund)
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
-        spends=[Spend(e, deployment.escrow_ref, Settle) for e, _ in ordered],
+        spends=[Spend(e, deployment.escrow_ref, Settle()) for e in spent],
         outputs=outputs,
-        withdraw=(deployment.escrow_ref, deployment.reward_address, batch),
+        withdraw=(deployment.settle_ref, deployment.reward_address, batch),
         ttl=ttl,
     )  # fmt: skip
 
