@@ -73,12 +73,14 @@ EscrowRedeemer = Union[Settle, Refund, Cancel]
 @dataclass()
 class SettleGroup(PlutusData):
     """One provider's claim in a batch: the escrows it covers are those whose item names this
-    group; `output` is the index of its payout (negative: the group is owed nothing)."""
+    group; `output` is the index of its payout (negative: the group is owed nothing) and
+    `vkey` the key that signed it, each of its escrows' provider key."""
 
     CONSTR_ID = 0
     note: bytes
     signature: bytes
     output: int
+    vkey: bytes
 
 
 @dataclass()

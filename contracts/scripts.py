@@ -102,7 +102,7 @@ def compile_contract(contract: Contract) -> bytes:
     """The unparameterised script (flat, CBOR-wrapped once, as PlutusV3Script holds it)."""
     if contract.compiler == "pluthon":
         module = importlib.import_module(f"contracts.{contract.module}")
-        return flatten(simplify(module.build()))
+        return flatten(module.build())
     if str(REPO_ROOT) not in sys.path:  # OpShin resolves `from contracts.onchain import *`
         sys.path.insert(0, str(REPO_ROOT))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))  # as the opshin CLI does

@@ -1,17 +1,19 @@
-"""Batch settle (PROTOCOL.md): a withdraw-zero that checks every escrow input at once.
+"""Batch settle (PROTOCOL.md), the readable reference: a withdraw-zero that checks every escrow
+input at once. The deployed script is `settle_uplc.py`, the same checks written by hand in
+pluthon for cost; the tests run the same vectors against both.
 
 Parameter: network_id. The escrow's Settle spend only asks for this script's withdrawal; this
-run walks the inputs once, in ledger order, pairing each escrow (every script input) with its
-item (units, group). Each group is one provider's signed Claim over the out-refs and units of
-its escrows, paid in one output that must hold the sum they earn; each run of adjacent escrows
-of one consumer is refunded in one output, in order, from `first_refund` on. Payouts carry no
-datum: the transaction's one withdrawal pins them all, and no other Plutus script runs in it
-(one redeemer per escrow input and this one), so nothing else can count them.
-
-Shaped for cost like escrow.py, and linear in the batch: every list is walked once but the
-groups, where an escrow's claim is added at its group's index (the builder puts the largest
-group first).
+run walks the inputs once, in ledger order, pairing each escrow (every script input, all of
+one script) with its item (units, group). Each group is one provider's signed Claim over the
+out-refs and units of its escrows (`vkey` names the key, each escrow's provider key), paid in
+its output (an escrow that earns anything must name that output's address), which must hold
+the sum they earn; each run of adjacent escrows of one consumer is refunded in one output, in
+order, from `first_refund` on. Payouts carry no datum: the transaction's one withdrawal pins
+them all, and no other Plutus script runs in it (one redeemer per escrow input and this one),
+so nothing else can count them.
 """
+
+from typing import Tuple
 
 from opshin.prelude import *
 from opshin.std.builtins import *
@@ -24,53 +26,65 @@ def no_datum(out: Anything) -> bool:
     return equals_data(head_list(tail_list(tail_list(fields(out)))), NoOutputDatum())
 
 
-def paid(out: Anything, address: Anything, amount: int) -> bool:
-    """Whether output `out` pays at least `amount` to `address`, with no datum."""
-    return (
-        equals_data(head_list(fields(out)), address)
-        and lovelace(head_list(tail_list(fields(out)))) >= amount
-        and no_datum(out)
-    )
+def holds(out: Anything, amount: int) -> bool:
+    """Whether output `out` holds at least `amount` lovelace, with no datum."""
+    return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
 
 
 def refund_run(refunds: Anything, consumer: Anything, total: int) -> Anything:
     """The outputs after a run of one consumer's escrows owed `total`: its one refund."""
     if total > 0:
-        assert paid(head_list(refunds), consumer, total), "consumer refund"
+        out = head_list(refunds)
+        assert equals_data(head_list(fields(out)), consumer) and holds(out, total), (
+            "consumer refund"
+        )
         return tail_list(refunds)
     return refunds
 
 
-def claimed(
-    acc: Anything, vkey: bytes, provider: Anything, due: int, ref: Anything, units: Anything
-) -> Anything:
-    """A group's accumulator [vkey, provider, sum, claims] (list Data; empty before its first
-    escrow) with one more escrow: every escrow of a group has one provider key and address."""
-    parts = un_list_data(acc)
-    first = null_list(parts)
-    rest = parts if first else tail_list(tail_list(parts))
-    assert first or (
-        equals_byte_string(un_b_data(head_list(parts)), vkey)
-        and equals_data(head_list(tail_list(parts)), provider)
-    ), "one provider per group"
-    total = due if first else un_i_data(head_list(rest)) + due
-    claims = parts if first else un_list_data(head_list(tail_list(rest)))
-    empty = parts if first else tail_list(tail_list(rest))
+def identity(outputs: Anything, spec: SettleGroup) -> Anything:
+    """A group's [key, address] (list Data): the address of its output, or I 0 (no address)
+    for a group owed nothing, whose escrows then may earn nothing."""
+    address = (
+        i_data(0) if spec.output < 0 else head_list(fields(index_access_list(outputs, spec.output)))
+    )
     return list_data(
         mk_cons(
-            b_data(vkey),
-            mk_cons(
-                provider,
-                mk_cons(
-                    i_data(total), mk_cons(list_data(mk_cons(ref, mk_cons(units, claims))), empty)
-                ),
-            ),
+            b_data(spec.vkey),
+            mk_cons(address, tail_list(tail_list(tail_list(tail_list(fields(spec)))))),
+        )
+    )
+
+
+def claimed(
+    acc: Anything,
+    ident: Anything,
+    vkey: bytes,
+    provider: Anything,
+    due: int,
+    ref: Anything,
+    units: Anything,
+) -> Anything:
+    """A group's accumulator [I sum, L claims] with one more escrow, of the group's key and,
+    when it earns anything, paid to the group's address."""
+    key_address = un_list_data(ident)
+    assert equals_byte_string(un_b_data(head_list(key_address)), vkey) and (
+        due == 0 or equals_data(head_list(tail_list(key_address)), provider)
+    ), "one provider per group"
+    parts = un_list_data(acc)
+    total = un_i_data(head_list(parts)) + due
+    claims = un_list_data(head_list(tail_list(parts)))
+    return list_data(
+        mk_cons(
+            i_data(total),
+            mk_cons(list_data(mk_cons(ref, mk_cons(units, claims))), tail_list(tail_list(parts))),
         )
     )
 
 
 def add_claim(
-    groups: Anything,
+    accs: Anything,
+    idents: Anything,
     g: int,
     vkey: bytes,
     provider: Anything,
@@ -81,189 +95,190 @@ def add_claim(
     """The groups' accumulators with one escrow added to group g's."""
     if g > 0:
         return mk_cons(
-            head_list(groups), add_claim(tail_list(groups), g - 1, vkey, provider, due, ref, units)
+            head_list(accs),
+            add_claim(tail_list(accs), tail_list(idents), g - 1, vkey, provider, due, ref, units),
         )
-    return mk_cons(claimed(head_list(groups), vkey, provider, due, ref, units), tail_list(groups))
+    return mk_cons(
+        claimed(head_list(accs), head_list(idents), vkey, provider, due, ref, units),
+        tail_list(accs),
+    )
 
 
-def empty_groups(specs: Anything) -> Anything:
-    """One empty accumulator (list Data) per group of the redeemer."""
+def start(
+    outputs: Anything, specs: Anything, accs: Anything, idents: Anything
+) -> Tuple[Anything, Anything]:
+    """One empty accumulator [I 0, L []] and one identity per group."""
     if null_list(specs):
-        return specs
-    # a SettleGroup has three fields: dropping them leaves an empty builtin list
-    empty = tail_list(tail_list(tail_list(fields(head_list(specs)))))
-    return mk_cons(list_data(empty), empty_groups(tail_list(specs)))
+        return (accs, idents)
+    rest_accs, rest_idents = start(outputs, tail_list(specs), accs, idents)
+    spec: SettleGroup = head_list(specs)
+    empty = tail_list(tail_list(tail_list(tail_list(fields(spec)))))  # four fields dropped
+    acc = list_data(mk_cons(i_data(0), mk_cons(list_data(empty), empty)))
+    return (mk_cons(acc, rest_accs), mk_cons(identity(outputs, spec), rest_idents))
 
 
 def check_groups(
-    groups: Anything,
     specs: Anything,
+    accs: Anything,
     outputs: Anything,
     previous: int,
     first_refund: int,
     network_id: int,
     settle_hash: bytes,
 ) -> None:
-    """Each group's claim signed by its provider, and its sum paid in its output (outputs in
+    """Each group's claim signed by its key, and its sum paid in its output (outputs in
     increasing order, before the refunds: no output pays two groups or a group and a refund)."""
     if not null_list(specs):
-        parts = un_list_data(head_list(groups))
-        assert not null_list(parts), "a group without escrows"
-        spec = fields(head_list(specs))
-        vkey = un_b_data(head_list(parts))
-        provider = head_list(tail_list(parts))
-        total = un_i_data(head_list(tail_list(tail_list(parts))))
-        claims = head_list(tail_list(tail_list(tail_list(parts))))
-        note = un_b_data(head_list(spec))
-        signature = un_b_data(head_list(tail_list(spec)))
-        output = un_i_data(head_list(tail_list(tail_list(spec))))
-        claim = Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims)
-        assert verify_ed25519_signature(vkey, serialise_data(claim), signature), "claim signature"
-        if output >= 0:
-            assert output > previous and output < first_refund, "provider output order"
-            assert paid(index_access_list(outputs, output), provider, total), "provider payout"
-            check_groups(
-                tail_list(groups),
-                tail_list(specs),
-                outputs,
-                output,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
-        else:
+        spec: SettleGroup = head_list(specs)
+        parts = un_list_data(head_list(accs))
+        total = un_i_data(head_list(parts))
+        claims = head_list(tail_list(parts))
+        claim = Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, spec.note, claims)
+        assert not null_list(un_list_data(claims)) and verify_ed25519_signature(
+            spec.vkey, serialise_data(claim), spec.signature
+        ), "claim signature"
+        if spec.output < 0:
             assert total == 0, "provider payout"
             check_groups(
-                tail_list(groups),
                 tail_list(specs),
+                tail_list(accs),
                 outputs,
                 previous,
                 first_refund,
                 network_id,
                 settle_hash,
             )
+        else:
+            assert previous < spec.output and spec.output < first_refund, "provider output order"
+            assert holds(index_access_list(outputs, spec.output), total), "provider payout"
+            check_groups(
+                tail_list(specs),
+                tail_list(accs),
+                outputs,
+                spec.output,
+                first_refund,
+                network_id,
+                settle_hash,
+            )
+
+
+def first_script(inputs: Anything) -> Anything:
+    """The payment credential of the first script input."""
+    escrow: InputV3 = head_list(inputs)
+    credential = escrow.resolved.address.payment_credential
+    if isinstance(credential, ScriptCredential):
+        return credential
+    return first_script(tail_list(inputs))
 
 
 def settle_escrows(
     inputs: Anything,
     items: Anything,
-    groups: Anything,
+    redeemers: Anything,
+    accs: Anything,
     consumer: Anything,
     total: int,
     refunds: Anything,
+    idents: Anything,
     script: Anything,
-    count: int,
     latest: int,
-    tx: BatchTxInfo,
-    specs: Anything,
-    first_refund: int,
-    network_id: int,
-    settle_hash: bytes,
-) -> None:
+) -> Tuple[Anything, Anything, Anything, Anything, int, Anything]:
     """Walk the inputs from `inputs` on: `consumer`'s run is owed `total` so far, `refunds`
-    are the outputs from its refund on, `count` escrows were seen (the first fixed `script`)."""
+    are the outputs from its refund on, one redeemer is tailed off per escrow. Returns what is
+    left of the items and redeemers, the accumulators, and the last run (lists as list Data:
+    a tuple holds Data)."""
     if null_list(inputs):
-        refund_run(refunds, consumer, total)
-        assert null_list(items), "one item per escrow input"
-        # one redeemer per escrow input and this one: no other Plutus script runs here
-        redeemers = un_map_data(tx.redeemers)
-        assert (
-            count > 0
-            and null_list(drop_list(redeemers, count + 1))
-            and not null_list(drop_list(redeemers, count))
-        ), "only escrows and this withdrawal"
-        check_groups(
-            groups, specs, un_list_data(tx.outputs), -1, first_refund, network_id, settle_hash
+        return (
+            list_data(items),
+            map_data(redeemers),
+            list_data(accs),
+            consumer,
+            total,
+            list_data(refunds),
         )
+    escrow: InputV3 = head_list(inputs)
+    credential = escrow.resolved.address.payment_credential
+    if isinstance(credential, PubKeyCredential):  # a key's input (the fee's): no escrow
+        return settle_escrows(
+            tail_list(inputs),
+            items,
+            redeemers,
+            accs,
+            consumer,
+            total,
+            refunds,
+            idents,
+            script,
+            latest,
+        )
+    assert equals_data(credential, script), "one escrow script"
+    datum: EscrowDatum = escrow.resolved.datum.datum
+    units = un_i_data(head_list(items))
+    g = un_i_data(head_list(tail_list(items)))
+    assert (
+        units >= 0
+        and units <= datum.max_units
+        and datum.price_per_unit >= 0
+        and latest <= datum.deadline + datum.settle_window
+    ), "units or time"
+    due = datum.price_per_unit * units
+    rest = lovelace(escrow.resolved.value) - due - datum.fee_allowance
+    owed = rest if rest > 0 else 0
+    accs = add_claim(
+        accs, idents, g, datum.provider_vkey, datum.provider, due, escrow.out_ref, head_list(items)
+    )
+    if equals_data(datum.consumer, consumer):
+        total = total + owed
     else:
-        escrow = fields(head_list(inputs))
-        out = fields(head_list(tail_list(escrow)))
-        credential: Credential = head_list(fields(head_list(out)))
-        if isinstance(credential, PubKeyCredential):  # a key's input (the fee's): no escrow
-            settle_escrows(
-                tail_list(inputs),
-                items,
-                groups,
-                consumer,
-                total,
-                refunds,
-                script,
-                count,
-                latest,
-                tx,
-                specs,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
-        else:
-            script = credential if count == 0 else script
-            # EscrowDatum's fields in one walk
-            datum = fields(head_list(fields(head_list(tail_list(tail_list(out))))))
-            escrow_consumer = head_list(datum)
-            datum = tail_list(datum)
-            provider = head_list(datum)
-            datum = tail_list(datum)
-            vkey = un_b_data(head_list(datum))
-            datum = tail_list(datum)
-            price = un_i_data(head_list(datum))
-            datum = tail_list(datum)
-            max_units = un_i_data(head_list(datum))
-            datum = tail_list(datum)
-            close = un_i_data(head_list(datum)) + un_i_data(head_list(tail_list(datum)))
-            allowance = un_i_data(head_list(tail_list(tail_list(tail_list(datum)))))
-            units_data = head_list(items)
-            units = un_i_data(units_data)
-            g = un_i_data(head_list(tail_list(items)))
-            assert equals_data(credential, script), "one escrow script"
-            assert units >= 0 and units <= max_units and price >= 0 and latest <= close, (
-                "units or time"
-            )
-            due = price * units
-            rest = lovelace(head_list(tail_list(out))) - due - allowance
-            owed = rest if rest > 0 else 0
-            same = equals_data(escrow_consumer, consumer)
-            settle_escrows(
-                tail_list(inputs),
-                tail_list(tail_list(items)),
-                add_claim(groups, g, vkey, provider, due, head_list(escrow), units_data),
-                escrow_consumer,
-                total + owed if same else owed,
-                refunds if same else refund_run(refunds, consumer, total),
-                script,
-                count + 1,
-                latest,
-                tx,
-                specs,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
+        refunds = refund_run(refunds, consumer, total)
+        consumer = datum.consumer
+        total = owed
+    return settle_escrows(
+        tail_list(inputs),
+        tail_list(tail_list(items)),
+        tail_list(redeemers),
+        accs,
+        consumer,
+        total,
+        refunds,
+        idents,
+        script,
+        latest,
+    )
 
 
 def validator(network_id: int, context: BatchContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, RewardingScript), "purpose"
     tx = context.transaction
-    assert null_list(tail_list(un_map_data(tx.withdrawals))), "one withdrawal"
     upper = tx.validity_range.upper_bound.limit
-    assert isinstance(upper, FinitePOSIXTime), "settle needs an upper bound"
-    redeemer = fields(context.redeemer)
-    specs = un_list_data(head_list(tail_list(redeemer)))
-    first_refund = un_i_data(head_list(tail_list(tail_list(redeemer))))
-    settle_escrows(
-        un_list_data(tx.inputs),
-        un_list_data(head_list(redeemer)),
-        empty_groups(specs),
+    assert null_list(tail_list(un_map_data(tx.withdrawals))) and isinstance(
+        upper, FinitePOSIXTime
+    ), "one withdrawal, and an upper bound"
+    batch: BatchSettle = context.redeemer
+    items = un_list_data(head_list(fields(context.redeemer)))
+    specs = un_list_data(head_list(tail_list(fields(context.redeemer))))
+    assert not null_list(items), "empty batch"
+    outputs = un_list_data(tx.outputs)
+    inputs = un_list_data(tx.inputs)
+    nothing = tail_list(tail_list(tail_list(tail_list(fields(head_list(specs))))))  # []
+    accs, idents = start(outputs, specs, nothing, nothing)
+    rest, redeemers, accs, consumer, total, refunds = settle_escrows(
+        inputs,
+        items,
+        un_map_data(tx.redeemers),
+        accs,
         i_data(0),  # no consumer yet: never an address
         0,
-        drop_list(un_list_data(tx.outputs), first_refund),
-        i_data(0),
-        0,
+        drop_list(outputs, batch.first_refund),
+        idents,
+        first_script(inputs),
         upper.time,
-        tx,
-        specs,
-        first_refund,
-        network_id,
-        purpose.credential.credential_hash,
+    )
+    refund_run(refunds, consumer, total)
+    assert null_list(rest) and null_list(tail_list(redeemers)), (
+        "one item per escrow input, and no script but escrows and this withdrawal"
+    )
+    check_groups(
+        specs, accs, outputs, -1, batch.first_refund, network_id, purpose.credential.credential_hash
     )

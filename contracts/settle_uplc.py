@@ -46,9 +46,9 @@ from pluthon import (
     UnBData,
     UnConstrData,
     UnIData,
+    Unit,
     UnListData,
     UnMapData,
-    Unit,
     UPLCConstant,
     VerifyEd25519Signature,
 )
@@ -180,10 +180,16 @@ def add_to_group() -> AST:
             MkCons(
                 HeadList(V("accs")),
                 call(
-                    V("self"), TailList(V("accs")), TailList(V("idents")),
-                    SubtractInteger(V("g"), Integer(1)), V("vkey"), V("provider"), V("due"),
-                    V("ref"), V("units"),
-                ),  # fmt: skip
+                    V("self"),
+                    TailList(V("accs")),
+                    TailList(V("idents")),
+                    SubtractInteger(V("g"), Integer(1)),
+                    V("vkey"),
+                    V("provider"),
+                    V("due"),
+                    V("ref"),
+                    V("units"),
+                ),
             ),
         ),
     )
@@ -387,9 +393,10 @@ def walk() -> AST:
                         EqualsInteger(tag(V("credential")), Integer(0)),
                         "one escrow script",
                         call(
-                            V("self"), TailList(V("inputs")),
+                            V("self"),
+                            TailList(V("inputs")),
                             *[V(name) for name in WALK_STATE[1:]],
-                        ),  # fmt: skip
+                        ),
                     ),
                 ),
             ),
@@ -454,10 +461,16 @@ def _escrow() -> AST:
                         V("sum0"),
                         V("claims0"),
                         call(
-                            V("add_to_group"), V("accs"), V("idents"),
-                            SubtractInteger(V("g"), Integer(1)), V("vkey"), V("provider"),
-                            V("due"), V("ref"), V("units_d"),
-                        ),  # fmt: skip
+                            V("add_to_group"),
+                            V("accs"),
+                            V("idents"),
+                            SubtractInteger(V("g"), Integer(1)),
+                            V("vkey"),
+                            V("provider"),
+                            V("due"),
+                            V("ref"),
+                            V("units_d"),
+                        ),
                     ),
                 ),
             ),
@@ -470,13 +483,14 @@ def _next(sum0: AST, claims0: AST, accs: AST) -> AST:
     rest = [TailList(V("inputs")), tail(V("items1"), 1), TailList(V("reds")), sum0, claims0, accs]
     return Ite(
         EqualsData(V("escrow_consumer"), V("consumer")),
+        call(V("self"), *rest, V("consumer"), AddInteger(V("total"), V("owed")), V("refunds")),
         call(
-            V("self"), *rest, V("consumer"), AddInteger(V("total"), V("owed")), V("refunds")
-        ),
-        call(
-            V("self"), *rest, V("escrow_consumer"), V("owed"),
+            V("self"),
+            *rest,
+            V("escrow_consumer"),
+            V("owed"),
             Apply(V("refund_run"), V("refunds"), V("consumer"), V("total")),
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -493,9 +507,12 @@ def _finish() -> AST:
                     (
                         "previous",
                         Apply(
-                            V("check_group"), HeadList(V("specs")), V("sum0"), V("claims0"),
+                            V("check_group"),
+                            HeadList(V("specs")),
+                            V("sum0"),
+                            V("claims0"),
                             Integer(-1),
-                        ),  # fmt: skip
+                        ),
                     )
                 ],
                 call(V("check_rest"), TailList(V("specs")), V("accs"), V("previous")),
@@ -595,9 +612,10 @@ def tail_n(xs: AST, n: AST) -> AST:
 
 
 def build() -> U.Program:
-    """The program, compiled with pluthon (traces kept) and simplified as OpShin's output is."""
+    """The program, compiled with pluthon's -O3, traces kept (contracts.simplify is for
+    OpShin's calling convention, which this program does not have)."""
     from pluthon import Program, compile
-    from pluthon.compiler_config import OPT_O2_CONFIG
+    from pluthon.compiler_config import OPT_O3_CONFIG
 
-    config = OPT_O2_CONFIG.update(unique_variable_names=True, remove_trace=False)
+    config = OPT_O3_CONFIG.update(remove_trace=False, constant_folding_keep_traces=True)
     return compile(Program((1, 1, 0), program()), config)

@@ -86,11 +86,16 @@ class Deployment:
 
 
 def validators(
-    network_id: int, refund_window_ms: int, notice_ms: int, slash_share_bps: int
+    network_id: int,
+    refund_window_ms: int,
+    notice_ms: int,
+    slash_share_bps: int,
+    reference: bool = False,
 ) -> tuple[PlutusV3Script, PlutusV3Script, PlutusV3Script]:
     """The settle, escrow and bond scripts of a deployment with these parameters (each
-    script names the one before it by hash)."""
-    settle = settle_script(network_id)
+    script names the one before it by hash); `reference`: the settle script's OpShin
+    reference instead of the hand-written one (tests run both)."""
+    settle = settle_script(network_id, reference)
     escrow = escrow_script(plutus_script_hash(settle).payload, refund_window_ms)
     bond = bond_script(network_id, plutus_script_hash(escrow).payload, notice_ms, slash_share_bps)
     return settle, escrow, bond
@@ -103,6 +108,7 @@ def deploy(
     notice_ms: int,
     slash_share_bps: int,
     refund_window_ms: int,
+    reference: bool = False,
 ) -> tuple[Transaction, Deployment]:
     """Publish the three scripts as reference UTxOs and register the settle script's stake
     credential; `payer` pays and signs.
@@ -112,7 +118,9 @@ def deploy(
     deployment names outputs of the unsigned transaction: its id does not change when it is
     signed.
     """
-    settle, escrow, bond = validators(network_id, refund_window_ms, notice_ms, slash_share_bps)
+    settle, escrow, bond = validators(
+        network_id, refund_window_ms, notice_ms, slash_share_bps, reference
+    )
     settle_hash = plutus_script_hash(settle)
     holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
     builder = new_builder(context)

@@ -103,13 +103,17 @@ def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
         record.bond_hash,
     ):
         raise ValueError("the scripts on chain do not have the hashes the file names")
-    expected = validators(
-        deployment.network_id,
-        deployment.refund_window_ms,
-        deployment.notice_ms,
-        deployment.slash_share_bps,
-    )
-    if tuple(plutus_script_hash(script) for script in expected) != hashes:
+    built = [
+        validators(
+            deployment.network_id,
+            deployment.refund_window_ms,
+            deployment.notice_ms,
+            deployment.slash_share_bps,
+            reference,
+        )
+        for reference in (False, True)
+    ]
+    if all(tuple(plutus_script_hash(s) for s in scripts) != hashes for scripts in built):
         raise ValueError(
             "its validators are not the ones this version of Unchained builds for its "
             "parameters: deploy again"

@@ -56,13 +56,14 @@ class Script(StrEnum):
 
     ESCROW = "escrow"
     BOND = "bond"
+    SETTLE = "settle"
 
 
 # Each script's redeemers by purpose; data under any other purpose is none of ours.
 REDEEMERS: dict[tuple[RedeemerTag, Script], tuple[type[PlutusData], ...]] = {
     (RedeemerTag.SPEND, Script.ESCROW): (Settle, Refund, Cancel),
     (RedeemerTag.SPEND, Script.BOND): (TopUp, BeginUnbond, Withdraw, Slash),
-    (RedeemerTag.WITHDRAWAL, Script.ESCROW): (BatchSettle,),
+    (RedeemerTag.WITHDRAWAL, Script.SETTLE): (BatchSettle,),
 }
 TAGS: tuple[type[Tag], ...] = (Payout, SlashPayout)
 # An inline datum by the script its output sits at; anywhere else it may be a payout tag.
@@ -114,10 +115,15 @@ class ScriptHashes:
 
     escrow: bytes
     bond: bytes
+    settle: bytes
 
     @classmethod
     def of(cls, deployment: Deployment) -> ScriptHashes:
-        return cls(deployment.escrow_hash.payload, deployment.bond_hash.payload)
+        return cls(
+            deployment.escrow_hash.payload,
+            deployment.bond_hash.payload,
+            deployment.settle_hash.payload,
+        )
 
     def at(self, address: Address) -> Script | None:
         """The script whose payment credential `address` has (an output at it)."""
@@ -130,7 +136,8 @@ class ScriptHashes:
         return self._named(staking.payload) if staking is not None else None
 
     def _named(self, credential: bytes) -> Script | None:
-        return {self.escrow: Script.ESCROW, self.bond: Script.BOND}.get(credential)
+        named = {self.escrow: Script.ESCROW, self.bond: Script.BOND, self.settle: Script.SETTLE}
+        return named.get(credential)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,14 +199,28 @@ class TxReader:
                 found[index] = tag
         return found
 
-    def paid(self, to: Address, tag: Payout) -> int:
-        """The lovelace of the outputs at `to` tagged `tag`: what it was paid for an escrow."""
-        outputs = self.tx.transaction_body.outputs
-        return sum(
-            outputs[index].amount.coin
-            for index, found in self.tags.items()
-            if found == tag and outputs[index].address == to
+    @functools.cached_property
+    def settled(self) -> dict[TransactionInput, int]:
+        """The units a batch settle claimed for each escrow it settles (the inputs spent by
+        Settle, in ledger order, pair with its items): the settle script paid each provider
+        price x units of each. Empty for any other transaction."""
+        batch = next(
+            (
+                found
+                for r in self.redeemers
+                if r.purpose == RedeemerTag.WITHDRAWAL
+                and isinstance(found := decode(r.cbor, (BatchSettle,)), BatchSettle)
+            ),
+            None,
         )
+        if batch is None:
+            return {}
+        spent = [ref for ref in self.inputs if self._is_settle(ref)]
+        return dict(zip(spent, batch.items[::2], strict=False))
+
+    def _is_settle(self, ref: TransactionInput) -> bool:
+        redeemer = self._spends.get(self._positions[ref])
+        return redeemer is not None and decode(redeemer.cbor, (Settle,)) is not None
 
     def slashed(self) -> set[TransactionInput]:
         """The escrows this transaction slashes: the input a Slash redeemer names (by its

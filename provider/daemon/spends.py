@@ -15,7 +15,7 @@ from pycardano import Address, Transaction, TransactionInput
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref
 from offchain.protocol.tx_reader import Script, TxReader
-from offchain.protocol.types import Payout, PayoutKind, Settle, TxOutRef
+from offchain.protocol.types import Settle
 
 FIND_TIMEOUT_S = 120.0
 
@@ -48,10 +48,10 @@ async def find_spend(
     return await asyncio.wait_for(search(), FIND_TIMEOUT_S)
 
 
-def read_spend(tx: Transaction, escrow: TransactionInput, provider: Address) -> Spend:
-    """What `tx`, which spends `escrow`, paid the provider as a settlement."""
+def read_spend(tx: Transaction, escrow: TransactionInput, price_per_unit: int) -> Spend:
+    """What `tx`, which spends `escrow`, paid the provider as a settlement: price x the units
+    its batch claimed (the settle script checked the provider's output holds them)."""
     read = TxReader(tx)
     settled = isinstance(read.spend(escrow, Script.ESCROW), Settle)
-    tag = Payout(int(PayoutKind.SETTLE), TxOutRef.of(escrow))
-    paid = read.paid(provider, tag) if settled else 0
+    paid = price_per_unit * read.settled.get(escrow, 0) if settled else 0
     return Spend(str(tx.id), paid, settled and paid > 0)
