@@ -613,9 +613,49 @@ def tail_n(xs: AST, n: AST) -> AST:
 
 def build() -> U.Program:
     """The program, compiled with pluthon's -O3, traces kept (contracts.simplify is for
-    OpShin's calling convention, which this program does not have)."""
+    OpShin's calling convention, which this program does not have), its forced builtins
+    hoisted."""
     from pluthon import Program, compile
     from pluthon.compiler_config import OPT_O3_CONFIG
 
     config = OPT_O3_CONFIG.update(remove_trace=False, constant_folding_keep_traces=True)
-    return compile(Program((1, 1, 0), program()), config)
+    compiled = compile(Program((1, 1, 0), program()), config)
+    return U.Program(compiled.version, hoist_forced_builtins(compiled.term))
+
+
+def hoist_forced_builtins(term: U.AST) -> U.AST:
+    """`term` with each `(force (builtin b))` and `(force (force (builtin b)))` bound once
+    around it: a variable costs one machine step, the forces and the builtin two or three,
+    and the walk reads dozens per escrow."""
+    found: dict[str, U.AST] = {}
+
+    def forced(node: U.AST) -> str | None:
+        depth, inner = 0, node
+        while isinstance(inner, U.Force):
+            depth, inner = depth + 1, inner.term
+        if depth and isinstance(inner, U.BuiltIn):
+            name = f"f{depth}_{inner.builtin.name}"
+            found[name] = node
+            return name
+        return None
+
+    def visit(node: U.AST) -> U.AST:
+        name = forced(node)
+        if name is not None:
+            return U.Variable(name)
+        if isinstance(node, U.Apply):
+            return U.Apply(visit(node.f), visit(node.x))
+        if isinstance(node, U.Lambda):
+            return U.Lambda(node.var_name, visit(node.term))
+        if isinstance(node, U.Delay):
+            return U.Delay(visit(node.term))
+        if isinstance(node, U.Force):
+            return U.Force(visit(node.term))
+        return node
+
+    body = visit(term)
+    for name in reversed(found):
+        body = U.Lambda(name, body)
+    for value in found.values():
+        body = U.Apply(body, value)
+    return body
