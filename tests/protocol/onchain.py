@@ -42,7 +42,7 @@ from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, claim_payload, sign
+from offchain.protocol.payloads import acceptance_payload, claim_payload, receipt_note, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import (
@@ -62,7 +62,8 @@ from offchain.protocol.types import (
     PayoutKind,
     Refund,
     Settle,
-    SettleGroup,
+    SettleClaim,
+    SettleReceipt,
     Slash,
     SlashPayout,
     TxOutRef,
@@ -306,55 +307,51 @@ def to_settle(
     return escrow, receipt
 
 
-def group(
+def claim(
     deployment: Deployment,
     key: PaymentSigningKey,
     claimed: Sequence[tuple[UTxO, int]],
-    output: int,
     note: bytes = b"",
     vkey: bytes | None = None,
     **signed: object,
-) -> Group:
-    """A group claiming units of escrows, its claim signed by `key` (named as `vkey`, default
-    its own) and paid in output `output`; `signed` overrides what the signature covers
-    (claim_payload's argument names)."""
+) -> SettleClaim:
+    """A claim on `claimed` (escrows with units) signed by `key` (named as `vkey`, default its
+    own); `signed` overrides what the signature covers (claim_payload's argument names)."""
     fields: dict = dict(
         network_id=deployment.network_id, settle_hash=deployment.settle_hash, note=note,
         claims=[(escrow.input, units) for escrow, units in claimed],
     )  # fmt: skip
     signature = sign(key, claim_payload(**{**fields, **signed}))
-    vkey = key.to_verification_key().payload if vkey is None else vkey
-    return Group(list(claimed), SettleGroup(note, signature, output, vkey))
+    return SettleClaim(note, signature, key.to_verification_key().payload if vkey is None else vkey)
 
 
-@dataclasses.dataclass
-class Group:
-    """A hand-made group: the escrows it claims (with units) and its redeemer entry."""
-
-    claimed: list[tuple[UTxO, int]]
-    spec: SettleGroup
+def receipt(
+    deployment: Deployment, key: PaymentSigningKey, escrow: UTxO, units: int, **signed: object
+) -> SettleReceipt:
+    """`escrow`'s own receipt for `units`, signed by `key` (`signed`: as for `claim`)."""
+    note = receipt_note(RESULT, EVIDENCE)
+    return SettleReceipt(note, claim(deployment, key, [(escrow, units)], note, **signed).signature)
 
 
 def settle_by_hand(
     devnet: DevnetProcess,
     deployment: Deployment,
     payer: Wallet,
-    groups: Sequence[Group],
+    escrows_in: Sequence[UTxO],
+    items: Sequence[int],
     outputs: Sequence[TransactionOutput],
     first_refund: int,
+    claims: Sequence[SettleClaim] = (),
+    receipts: Sequence[SettleReceipt] = (),
     ttl: int | None = None,
-    items: list[int] | None = None,
 ) -> Transaction:
-    """A batch settle as given (`items` default: each escrow's units and group, in ledger
-    order); the ttl defaults to the earliest close of the escrows."""
-    of = {e.input: (units, g) for g, made in enumerate(groups) for e, units in made.claimed}
-    spent = sorted((e for made in groups for e, _ in made.claimed), key=ledger_key)
+    """A batch settle as given: `items` (units, signer, payee per escrow in ledger order: see
+    `BatchSettle`), the ttl by default the earliest close of the escrows."""
+    spent = sorted(escrows_in, key=ledger_key)
     if ttl is None:
         close = min(escrows.escrow_datum(deployment, e).close for e in spent)
         ttl = Clock.now(devnet.context()).ttl_until(close)
-    if items is None:
-        items = [n for e in spent for n in of[e.input]]
-    batch = BatchSettle(items, [made.spec for made in groups], first_refund)
+    batch = BatchSettle(list(items), list(claims), list(receipts), first_refund)
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
         spends=[Spend(e, deployment.escrow_ref, Settle()) for e in spent],
