@@ -4,13 +4,15 @@ pluthon for cost; the tests run the same vectors against both.
 
 Parameter: network_id. The escrow's Settle spend only asks for this script's withdrawal; this
 run walks the inputs once, in ledger order, pairing each escrow (every script input, all of
-one script) with its item (units, group). Each group is one provider's signed Claim over the
-out-refs and units of its escrows (`vkey` names the key, each escrow's provider key), paid in
-its output (an escrow that earns anything must name that output's address), which must hold
-the sum they earn; each run of adjacent escrows of one consumer is refunded in one output, in
-order, from `first_refund` on. Payouts carry no datum: the transaction's one withdrawal pins
-them all, and no other Plutus script runs in it (one redeemer per escrow input and this one),
-so nothing else can count them.
+one script) with its item: the units, who signed them (a claim over several escrows, or the
+escrow's own receipt, checked at once), and the provider output that pays them. Each provider
+output must hold the sum of what its escrows earn, and each escrow that earns anything names
+that output's address as its provider; each run of adjacent escrows of one consumer is
+refunded in one output, in order, from `first_refund` on. Payouts carry no datum: the
+transaction's one withdrawal pins them all, and no other Plutus script runs in it (one
+redeemer per escrow input and this one), so nothing else can count them.
+
+OpShin tuples hold Data: the builtin lists the walk carries are wrapped in list Data there.
 """
 
 from typing import Tuple
@@ -31,6 +33,11 @@ def holds(out: Anything, amount: int) -> bool:
     return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
 
 
+def message(network_id: int, settle_hash: bytes, note: bytes, claims: Anything) -> bytes:
+    """serialise_data of the Claim on `claims` (list Data)."""
+    return serialise_data(Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims))
+
+
 def refund_run(refunds: Anything, consumer: Anything, total: int) -> Anything:
     """The outputs after a run of one consumer's escrows owed `total`: its one refund."""
     if total > 0:
@@ -42,124 +49,67 @@ def refund_run(refunds: Anything, consumer: Anything, total: int) -> Anything:
     return refunds
 
 
-def identity(outputs: Anything, spec: SettleGroup) -> Anything:
-    """A group's [key, address] (list Data): the address of its output, or I 0 (no address)
-    for a group owed nothing, whose escrows then may earn nothing."""
-    address = (
-        i_data(0) if spec.output < 0 else head_list(fields(index_access_list(outputs, spec.output)))
-    )
-    return list_data(
-        mk_cons(
-            b_data(spec.vkey),
-            mk_cons(address, tail_list(tail_list(tail_list(tail_list(fields(spec)))))),
-        )
-    )
-
-
-def claimed(
-    acc: Anything,
-    ident: Anything,
-    vkey: bytes,
-    provider: Anything,
-    due: int,
-    ref: Anything,
-    units: Anything,
-) -> Anything:
-    """A group's accumulator [I sum, L claims] with one more escrow, of the group's key and,
-    when it earns anything, paid to the group's address."""
-    key_address = un_list_data(ident)
-    assert equals_byte_string(un_b_data(head_list(key_address)), vkey) and (
-        due == 0 or equals_data(head_list(tail_list(key_address)), provider)
-    ), "one provider per group"
-    parts = un_list_data(acc)
-    total = un_i_data(head_list(parts)) + due
-    claims = un_list_data(head_list(tail_list(parts)))
-    return list_data(
-        mk_cons(
-            i_data(total),
-            mk_cons(list_data(mk_cons(ref, mk_cons(units, claims))), tail_list(tail_list(parts))),
-        )
-    )
-
-
 def add_claim(
-    accs: Anything,
-    idents: Anything,
-    g: int,
-    vkey: bytes,
-    provider: Anything,
-    due: int,
-    ref: Anything,
-    units: Anything,
+    accs: Anything, specs: Anything, c: int, vkey: bytes, ref: Anything, units: Anything
 ) -> Anything:
-    """The groups' accumulators with one escrow added to group g's."""
-    if g > 0:
+    """The claims' accumulators (each its claims list, as list Data) with the escrow added to
+    claim c's, whose key must be the escrow's provider key."""
+    if c > 0:
         return mk_cons(
-            head_list(accs),
-            add_claim(tail_list(accs), tail_list(idents), g - 1, vkey, provider, due, ref, units),
+            head_list(accs), add_claim(tail_list(accs), tail_list(specs), c - 1, vkey, ref, units)
         )
-    return mk_cons(
-        claimed(head_list(accs), head_list(idents), vkey, provider, due, ref, units),
-        tail_list(accs),
-    )
+    spec: SettleClaim = head_list(specs)
+    assert spec.vkey == vkey, "one key per claim"
+    claims = mk_cons(ref, mk_cons(units, un_list_data(head_list(accs))))
+    return mk_cons(list_data(claims), tail_list(accs))
 
 
-def start(
-    outputs: Anything, specs: Anything, accs: Anything, idents: Anything
-) -> Tuple[Anything, Anything]:
-    """One empty accumulator [I 0, L []] and one identity per group."""
+def add_payout(accs: Anything, p: int, provider: Anything, due: int) -> Anything:
+    """The provider outputs' accumulators ([address, I sum] each, list Data) with the escrow's
+    due added to output p's, which must be paid to the escrow's provider address."""
+    if p > 0:
+        return mk_cons(head_list(accs), add_payout(tail_list(accs), p - 1, provider, due))
+    acc = un_list_data(head_list(accs))
+    assert equals_data(head_list(acc), provider), "one provider per payout"
+    total = un_i_data(head_list(tail_list(acc))) + due
+    updated = mk_cons(head_list(acc), mk_cons(i_data(total), tail_list(tail_list(acc))))
+    return mk_cons(list_data(updated), tail_list(accs))
+
+
+def payouts(outputs: Anything, n: int, nothing: Anything) -> Anything:
+    """[address, I 0] (list Data) for each of the first n outputs, the provider outputs."""
+    if n == 0:
+        return nothing
+    address = head_list(fields(head_list(outputs)))
+    acc = list_data(mk_cons(address, mk_cons(i_data(0), nothing)))
+    return mk_cons(acc, payouts(tail_list(outputs), n - 1, nothing))
+
+
+def empty_claims(specs: Anything, nothing: Anything) -> Anything:
+    """One empty claims list (list Data) per claim."""
     if null_list(specs):
-        return (accs, idents)
-    rest_accs, rest_idents = start(outputs, tail_list(specs), accs, idents)
-    spec: SettleGroup = head_list(specs)
-    empty = tail_list(tail_list(tail_list(tail_list(fields(spec)))))  # four fields dropped
-    acc = list_data(mk_cons(i_data(0), mk_cons(list_data(empty), empty)))
-    return (mk_cons(acc, rest_accs), mk_cons(identity(outputs, spec), rest_idents))
+        return nothing
+    return mk_cons(list_data(nothing), empty_claims(tail_list(specs), nothing))
 
 
-def check_groups(
-    specs: Anything,
-    accs: Anything,
-    outputs: Anything,
-    previous: int,
-    first_refund: int,
-    network_id: int,
-    settle_hash: bytes,
-) -> None:
-    """Each group's claim signed by its key, and its sum paid in its output (outputs in
-    increasing order, before the refunds: no output pays two groups or a group and a refund)."""
+def check_claims(specs: Anything, accs: Anything, network_id: int, settle_hash: bytes) -> None:
+    """Each claim covers an escrow and is signed by its key."""
     if not null_list(specs):
-        spec: SettleGroup = head_list(specs)
-        parts = un_list_data(head_list(accs))
-        total = un_i_data(head_list(parts))
-        claims = head_list(tail_list(parts))
-        claim = Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, spec.note, claims)
+        spec: SettleClaim = head_list(specs)
+        claims = head_list(accs)
         assert not null_list(un_list_data(claims)) and verify_ed25519_signature(
-            spec.vkey, serialise_data(claim), spec.signature
+            spec.vkey, message(network_id, settle_hash, spec.note, claims), spec.signature
         ), "claim signature"
-        if spec.output < 0:
-            assert total == 0, "provider payout"
-            check_groups(
-                tail_list(specs),
-                tail_list(accs),
-                outputs,
-                previous,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
-        else:
-            assert previous < spec.output and spec.output < first_refund, "provider output order"
-            assert holds(index_access_list(outputs, spec.output), total), "provider payout"
-            check_groups(
-                tail_list(specs),
-                tail_list(accs),
-                outputs,
-                spec.output,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
+        check_claims(tail_list(specs), tail_list(accs), network_id, settle_hash)
+
+
+def check_payouts(outputs: Anything, accs: Anything) -> None:
+    """Each provider output holds its sum, with no datum (its address was checked escrow by
+    escrow)."""
+    if not null_list(accs):
+        total = un_i_data(head_list(tail_list(un_list_data(head_list(accs)))))
+        assert holds(head_list(outputs), total), "provider payout"
+        check_payouts(tail_list(outputs), tail_list(accs))
 
 
 def first_script(inputs: Anything) -> Anything:
@@ -175,46 +125,40 @@ def settle_escrows(
     inputs: Anything,
     items: Anything,
     redeemers: Anything,
-    accs: Anything,
+    receipts: Anything,
+    claims: Anything,
+    paid: Anything,
     consumer: Anything,
     total: int,
     refunds: Anything,
-    idents: Anything,
+    specs: Anything,
     script: Anything,
     latest: int,
-) -> Tuple[Anything, Anything, Anything, Anything, int, Anything]:
+    network_id: int,
+    settle_hash: bytes,
+) -> Tuple[Anything, Anything, Anything, Anything, Anything, Anything, int, Anything]:
     """Walk the inputs from `inputs` on: `consumer`'s run is owed `total` so far, `refunds`
-    are the outputs from its refund on, one redeemer is tailed off per escrow. Returns what is
-    left of the items and redeemers, the accumulators, and the last run (lists as list Data:
-    a tuple holds Data)."""
+    are the outputs from its refund on, one item triple, one redeemer (and for an escrow
+    signed alone one receipt) is used per escrow. Returns what is left of the items,
+    redeemers and receipts, the claims' and payouts' accumulators, and the last run."""
     if null_list(inputs):
         return (
-            list_data(items),
-            map_data(redeemers),
-            list_data(accs),
-            consumer,
-            total,
-            list_data(refunds),
-        )
+            list_data(items), map_data(redeemers), list_data(receipts), list_data(claims),
+            list_data(paid), consumer, total, list_data(refunds),
+        )  # fmt: skip
     escrow: InputV3 = head_list(inputs)
     credential = escrow.resolved.address.payment_credential
     if isinstance(credential, PubKeyCredential):  # a key's input (the fee's): no escrow
         return settle_escrows(
-            tail_list(inputs),
-            items,
-            redeemers,
-            accs,
-            consumer,
-            total,
-            refunds,
-            idents,
-            script,
-            latest,
-        )
+            tail_list(inputs), items, redeemers, receipts, claims, paid, consumer, total,
+            refunds, specs, script, latest, network_id, settle_hash,
+        )  # fmt: skip
     assert equals_data(credential, script), "one escrow script"
     datum: EscrowDatum = escrow.resolved.datum.datum
-    units = un_i_data(head_list(items))
-    g = un_i_data(head_list(tail_list(items)))
+    units_data = head_list(items)
+    units = un_i_data(units_data)
+    signer = un_i_data(head_list(tail_list(items)))
+    payee = un_i_data(head_list(tail_list(tail_list(items))))
     assert (
         units >= 0
         and units <= datum.max_units
@@ -224,9 +168,21 @@ def settle_escrows(
     due = datum.price_per_unit * units
     rest = lovelace(escrow.resolved.value) - due - datum.fee_allowance
     owed = rest if rest > 0 else 0
-    accs = add_claim(
-        accs, idents, g, datum.provider_vkey, datum.provider, due, escrow.out_ref, head_list(items)
-    )
+    if signer < 0:
+        receipt: SettleReceipt = head_list(receipts)
+        alone = mk_cons(escrow.out_ref, mk_cons(units_data, tail_list(tail_list(fields(receipt)))))
+        assert verify_ed25519_signature(
+            datum.provider_vkey,
+            message(network_id, settle_hash, receipt.note, list_data(alone)),
+            receipt.signature,
+        ), "receipt signature"
+        receipts = tail_list(receipts)
+    else:
+        claims = add_claim(claims, specs, signer, datum.provider_vkey, escrow.out_ref, units_data)
+    if payee < 0:
+        assert due == 0, "provider payout"
+    else:
+        paid = add_payout(paid, payee, datum.provider, due)
     if equals_data(datum.consumer, consumer):
         total = total + owed
     else:
@@ -234,17 +190,10 @@ def settle_escrows(
         consumer = datum.consumer
         total = owed
     return settle_escrows(
-        tail_list(inputs),
-        tail_list(tail_list(items)),
-        tail_list(redeemers),
-        accs,
-        consumer,
-        total,
-        refunds,
-        idents,
-        script,
-        latest,
-    )
+        tail_list(inputs), tail_list(tail_list(tail_list(items))), tail_list(redeemers),
+        receipts, claims, paid, consumer, total, refunds, specs, script, latest, network_id,
+        settle_hash,
+    )  # fmt: skip
 
 
 def validator(network_id: int, context: BatchContext) -> None:
@@ -256,29 +205,39 @@ def validator(network_id: int, context: BatchContext) -> None:
         upper, FinitePOSIXTime
     ), "one withdrawal, and an upper bound"
     batch: BatchSettle = context.redeemer
-    items = un_list_data(head_list(fields(context.redeemer)))
-    specs = un_list_data(head_list(tail_list(fields(context.redeemer))))
+    parts = fields(context.redeemer)
+    items = un_list_data(head_list(parts))
+    specs = un_list_data(head_list(tail_list(parts)))
+    receipts = un_list_data(head_list(tail_list(tail_list(parts))))
     assert not null_list(items), "empty batch"
+    nothing = tail_list(tail_list(tail_list(tail_list(parts))))  # the empty list
     outputs = un_list_data(tx.outputs)
     inputs = un_list_data(tx.inputs)
-    nothing = tail_list(tail_list(tail_list(tail_list(fields(head_list(specs))))))  # []
-    accs, idents = start(outputs, specs, nothing, nothing)
-    rest, redeemers, accs, consumer, total, refunds = settle_escrows(
+    settle_hash = purpose.credential.credential_hash
+    rest, redeemers, receipts_left, claims, paid, consumer, total, refunds = settle_escrows(
         inputs,
         items,
         un_map_data(tx.redeemers),
-        accs,
+        receipts,
+        empty_claims(specs, nothing),
+        payouts(outputs, batch.first_refund, nothing),
         i_data(0),  # no consumer yet: never an address
         0,
         drop_list(outputs, batch.first_refund),
-        idents,
+        specs,
         first_script(inputs),
         upper.time,
+        network_id,
+        settle_hash,
     )
-    refund_run(refunds, consumer, total)
-    assert null_list(rest) and null_list(tail_list(redeemers)), (
-        "one item per escrow input, and no script but escrows and this withdrawal"
+    refund_run(un_list_data(refunds), consumer, total)
+    assert (
+        null_list(un_list_data(rest))
+        and null_list(un_list_data(receipts_left))
+        and null_list(tail_list(un_map_data(redeemers)))
+    ), (
+        "one item per escrow input, one receipt per escrow signed alone, and no script but "
+        "escrows and this withdrawal"
     )
-    check_groups(
-        specs, accs, outputs, -1, batch.first_refund, network_id, purpose.credential.credential_hash
-    )
+    check_claims(specs, un_list_data(claims), network_id, settle_hash)
+    check_payouts(outputs, un_list_data(paid))
