@@ -84,7 +84,7 @@ class ScriptedProvider:
         uploaded = await self.send("PUT", f"/jobs/{job['job_id']}/result", raw=archive)
         result = bytes.fromhex(uploaded["result_sha256"])
         body = Receipt.sign(
-            self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
+            self.party.wallet.key, self.deployment.network_id, self.deployment.settle_hash,
             parse_out_ref(job["escrow"]), units, result, EVIDENCE,
         ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/receipt", body)
@@ -93,7 +93,7 @@ class ScriptedProvider:
         """Refuse the job with a zero-unit receipt, as the daemon does: its escrow comes back
         to the renter in the market's next settle batch."""
         zero = Receipt.sign(
-            self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
+            self.party.wallet.key, self.deployment.network_id, self.deployment.settle_hash,
             parse_out_ref(job["escrow"]), 0, EMPTY_HASH, EMPTY_HASH,
         ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/failure", {"reason": reason,
