@@ -129,8 +129,11 @@ def settle(
     items = [n for e in ordered for n in (e.units, group_of[e.utxo.input])]
     fee = fee_inputs(context, submitter, busy=busy)
     inputs = ledger_inputs([escrow.utxo for escrow in ordered], fee)
-    # every spend costs the same; the batch's cost depends on its shape
-    shape = ("settle-batch", len(inputs), len(builder.outputs), tuple(items[1::2]))
+    # every spend costs the same; the batch's cost depends on its shape, the escrows' places
+    # among the inputs included (a key input before them costs the script more, not the same)
+    place = {ref: index for index, ref in enumerate(inputs)}
+    places = tuple(place[escrow.utxo.input] for escrow in ordered)
+    shape = ("settle-batch", len(inputs), len(builder.outputs), tuple(items[1::2]), places)
     keyed: list[tuple[Hashable, PlutusData]] = [(("settle-spend",), Settle()) for _ in ordered]
     keyed.append((shape, BatchSettle(items, specs, first_refund)))
     redeemers = budgets.redeemers(keyed)
