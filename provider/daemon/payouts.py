@@ -99,7 +99,7 @@ class PayoutWatcher:
         )
         tx = wallet.sign(unsigned)
         refs = [escrow.input for escrow, _ in receipts]
-        log.info("settling %d receipt(s) the market left: tx %s fee %d lovelace",
+        log.info("settling %d receipt(s) the market left unsettled: tx %s fee %d lovelace",
                  len(receipts), tx.id, tx.transaction_body.fee)  # fmt: skip
         await submit_confirmed(self.chain.url, tx)
         by_escrow = {parse_out_ref(entry.escrow): entry for entry in self.journal.entries()}
