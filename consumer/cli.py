@@ -275,9 +275,10 @@ def quote_text(quote: "CheckedQuote") -> str:
         f"  worst case  {ada(quote.worst_case)}: {datum.max_units} s at most "
         f"({ada(quote.max_cost)}) + {ada(datum.fee_allowance)} fee allowance",
         f"  allowance   {quote.allowance_note or 'not refunded: it pays the settle fee'}",
-        f"  locked      {ada(quote.lovelace)}: the worst case + a return deposit of "
-        f"{ada(quote.refund_deposit)} (the ledger's minimum for your refund, always refunded); "
-        "the price of unused time and the deposit come back at settlement, no top-up ever",
+        f"  deposit     {ada(quote.refund_deposit)}, always refunded: at least the ledger's "
+        "minimum for your refund output, so no settlement needs a top-up",
+        f"  locked      {ada(quote.lovelace)} = worst case + deposit; the price of unused time "
+        "and the deposit come back at settlement",
         f"  bond        {bond}",
         f"  deadline    {iso(datum.deadline)} chain time; refundable after "
         f"{iso(datum.close)} if not settled",

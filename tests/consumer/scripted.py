@@ -23,7 +23,7 @@ from tests.market.test_lifecycle import IMAGES
 from tests.protocol.onchain import post_bond, wallet
 
 GPU = "NVIDIA H100 80GB HBM3"
-PRICE = 20_000  # lovelace per second of the bundle
+PRICE = 50_000  # lovelace per second of the bundle: 42 s pay more than a min-UTxO
 EVIDENCE = hashlib.sha256(b"the metering record").digest()
 
 
