@@ -156,9 +156,14 @@ async def trade(
     step("5. The parties")
     for name, address in parties.items():
         say(f"   {name:<11}{address}")
-    funded = await asyncio.gather(*(fund(devnet.url, str(c.key.address)) for c in consumers))
+    *funded, provider_funded = await asyncio.gather(
+        *(fund(devnet.url, str(c.key.address)) for c in consumers),
+        fund(devnet.url, str(parties["provider"])),
+    )
     for consumer, tx_id in zip(consumers, funded, strict=True):
         say(f"   {consumer.name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
+    say(f"   provider funded with {ada(FUNDS)} by the devnet's faucet: tx {provider_funded} "
+        "(it pays the fee of a settle it submits itself)")  # fmt: skip
     before = {name: balance(devnet.url, address) for name, address in parties.items()}
 
     step("6. Each consumer submits the sample job with the consumer CLI (its key, market and "
