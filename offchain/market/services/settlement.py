@@ -12,11 +12,11 @@ The market never pays more than the fee allowances of the escrows it settles: a 
 transaction that would cost the wallet more than the allowances bring is not sent. It never
 tops up a payout either. Every lock holds a return deposit, so a consumer's refund always
 reaches the ledger's minimum UTxO; a provider whose payout for a receipt is below that minimum
-is left out of the batch and its receipt stays pending: near the close the provider's own
-daemon settles it (its own change raises its own output). A receipt the market will not settle
-(a spent escrow, a window about to close) is dropped from its queue with the reason in the
-job's timeline, and the next one taken in its place: no number of bad receipts holds up a good
-one.
+is left out of the batch and its receipt stays pending: the provider's own daemon settles it
+(its own change raises its own output), at the latest near the close. A receipt the market
+will not settle (a spent escrow, a window about to close) is dropped from its queue with the
+reason in the job's timeline, and the next one taken in its place: no number of bad receipts
+holds up a good one.
 
 Up to `settle_in_flight_max` transactions are in flight at once, each paying its fee from
 wallet UTxOs that none of the others spends (its change comes back as a new one once it
@@ -73,7 +73,7 @@ class Batcher:
         self.engine, self.chain, self.wallet, self.settings = engine, chain, wallet, settings
         self.batch_max = settings.settle_batch_max
         self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
-        self.waiting: dict[str, str] = {}  # job id -> why its provider's payout is too small
+        self.waiting: set[str] = set()  # job ids whose provider payout is below the minimum
         self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
         self.spends: dict[str, frozenset[TransactionInput]] = {}  # in flight: tx id -> inputs
 
@@ -270,15 +270,14 @@ class Batcher:
         if 0 < due < least:
             raise batches.SmallPayout(
                 f"its provider earns {due} lovelace, below the ledger's minimum UTxO of {least}: "
-                "the market tops up nothing, so its provider settles it (its daemon does near "
-                "the close)"
+                "the market tops up nothing, so its provider settles it itself"
             )
         return utxo, receipt
 
     def _wait(self, job: Job, why: str) -> None:
         """Keep `job`'s receipt pending but out of this process's batches, saying why once in
         its timeline: the chain's minimum changes seldom, a restart looks again."""
-        self.waiting[job.id] = why
+        self.waiting.add(job.id)
         with Session(self.engine) as session:
             row = session.get(Job, job.id)
             if row is not None:
