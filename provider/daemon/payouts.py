@@ -16,8 +16,6 @@ import logging
 import shutil
 from pathlib import Path
 
-from pycardano import Address
-
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import parse_out_ref
 from offchain.protocol import batch
@@ -47,7 +45,8 @@ class PayoutWatcher:
         if not signed:
             return
         now = await self.chain.call(self.chain.now_ms)
-        least = await self.chain.call(batch.payout_minimum, self.chain.context, self.address)
+        paid_at = self.chain.wallet.address  # its offers' payout address
+        least = await self.chain.call(batch.payout_minimum, self.chain.context, paid_at)
         due: list[batch.ToSettle] = []
         small: dict[str, batch.ToSettle] = {}
         for entry in signed:
@@ -73,11 +72,6 @@ class PayoutWatcher:
         if len(small) < settings.settle_batch_max and now - oldest < settings.small_payout_wait_ms:
             return []
         return list(small.values())
-
-    @property
-    def address(self) -> Address:
-        """Where this provider is paid (its offers name its wallet's address)."""
-        return self.chain.wallet.address
 
     async def _settle_apart(self, receipts: list[batch.ToSettle]) -> None:
         """Settle a batch, or when it cannot be, each of its receipts alone: one receipt that
