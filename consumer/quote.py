@@ -39,7 +39,7 @@ class CheckedQuote:
     datum: EscrowDatum
     lovelace: int
     quote_expires_ms: int
-    refund_deposit: int  # of `lovelace`: always refunded, the ledger's minimum for the refund
+    refund_deposit: int  # of `lovelace`, always refunded: at least the refund's minimum UTxO
     bond_lovelace: int = 0  # the bond the offer names, checked on chain (0: none named)
     allowance_note: str = ""  # the market's words for what the fee allowance covers
 
