@@ -66,7 +66,7 @@ ClaimToSettle = tuple[Sequence[UTxO], Claim]  # a claim beside the escrow UTxOs 
 class SmallPayout(BuildError):
     """Providers whose totals in this batch are below the ledger's minimum UTxO: they wait."""
 
-    def __init__(self, message: str, providers: Sequence[Address]) -> None:
+    def __init__(self, message: str, providers: Sequence[Address] = ()) -> None:
         super().__init__(message)
         self.providers = list(providers)
 
@@ -145,9 +145,12 @@ def settle(
     alone = [e.signature for e in ordered if e.signer < 0 and e.signature is not None]
     fee = fee_inputs(context, submitter, busy=busy)
     inputs = ledger_inputs([escrow.utxo for escrow in ordered], fee)
-    # every spend costs the same; the batch's cost depends on its shape
+    # every spend costs the same; the batch's cost depends on its shape, the escrows' places
+    # among the inputs included (a key input before them costs the script more, not the same)
+    place = {ref: index for index, ref in enumerate(inputs)}
+    places = tuple(place[escrow.utxo.input] for escrow in ordered)
     shape = ("settle-batch", len(inputs), len(builder.outputs), tuple(items[1::3]),
-             tuple(items[2::3]))  # fmt: skip
+             tuple(items[2::3]), places)  # fmt: skip
     keyed: list[tuple[Hashable, PlutusData]] = [(("settle-spend",), Settle()) for _ in ordered]
     keyed.append((shape, BatchSettle(items, signed, alone, first_refund)))
     redeemers = budgets.redeemers(keyed)

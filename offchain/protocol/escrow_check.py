@@ -52,7 +52,7 @@ def check_terms(
     check_address(escrow, "consumer", datum.consumer, EscrowRefused)
     check_address(escrow, "provider", datum.provider, EscrowRefused)
     _check_offer(escrow, datum, spec, offer)
-    _check_amounts(context, deployment, escrow, datum, offer)
+    _check_amounts(context, deployment, escrow, datum)
     return datum
 
 
@@ -124,23 +124,20 @@ def _check_offer(escrow: UTxO, datum: EscrowDatum, spec: JobSpec, offer: Offer) 
 
 
 def _check_amounts(
-    context: ChainContext, deployment: Deployment, escrow: UTxO, datum: EscrowDatum, offer: Offer
+    context: ChainContext, deployment: Deployment, escrow: UTxO, datum: EscrowDatum
 ) -> None:
-    """The escrow pays the whole job and its fee allowance, and the allowance can raise every
-    payout a settle may owe (any unit count, the provider's due and the consumer's rest) to the
-    ledger's minimum UTxO, so a settle never needs the settler's own lovelace to make them:
-    a cheap job is taken, its allowance pays for the dust."""
+    """The escrow pays the whole job, its fee allowance and the return deposit of its refund
+    (`escrows.refund_deposit`): every settle's payouts then come out of the escrow itself, at
+    any unit count, and a settle never needs anyone's own lovelace. A provider's payout below
+    the ledger's minimum UTxO is not the escrow's concern: it waits for a later batch or its
+    provider settles it, so a cheap job is taken like any other."""
     locked = escrow.output.amount.coin
-    needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance)
+    deposit = escrows.refund_deposit(context, deployment, datum.consumer)
+    needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance, deposit)
     if locked < needed:
         raise EscrowRefused(
-            escrow, Refusal.UNDERFUNDED, f"{locked} lovelace locked, {needed} needed"
-        )
-    topups = escrows.worst_topup(context, deployment, datum, locked)
-    if topups > datum.fee_allowance:
-        raise EscrowRefused(
-            escrow, Refusal.MIN_UTXO, f"raising them to the minimum may take {topups} lovelace, "
-            f"more than the fee allowance of {datum.fee_allowance}",
+            escrow, Refusal.UNDERFUNDED,
+            f"{locked} lovelace locked, {needed} needed (with a return deposit of {deposit})",
         )  # fmt: skip
 
 
