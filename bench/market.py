@@ -44,6 +44,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from bench.contracts import deployed
+from contracts import SETTLE_BATCH_MAX
 from offchain.chain.ogmios import request as ogmios_request
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.devnet.genesis import ADA
@@ -689,8 +690,8 @@ def main() -> None:
     parser.add_argument("--quotes", type=int, default=300)
     parser.add_argument("--submissions", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--escrows", type=int, default=246, help="6 full batches of 41")
-    parser.add_argument("--batch", type=int, default=41, help="the contract's maximum")
+    parser.add_argument("--escrows", type=int, default=360, help="6 full batches of 60")
+    parser.add_argument("--batch", type=int, default=SETTLE_BATCH_MAX, help="the batcher's default")
     parser.add_argument("--py-spy", help="py-spy's path: record the market under load")
     parser.add_argument("--profile-dir", default="/tmp", help="where --py-spy writes")
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
