@@ -12,6 +12,7 @@ whether it was a settlement (earnings) or a refund (none): `spends.py`."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import parse_out_ref
 from offchain.protocol import batch
+from offchain.protocol.claim import Claim
 from offchain.protocol.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
@@ -87,14 +89,28 @@ class PayoutWatcher:
                 await self._settle_apart([receipt])
 
     async def _settle(self, receipts: list[batch.ToSettle]) -> None:
-        wallet = self.chain.wallet
+        """Settle `receipts` together: those this daemon's key signed under one claim it signs
+        over all of them (the same units again: the settle script checks one signature
+        instead of one each), any other by its receipt."""
+        wallet, deployment = self.chain.wallet, self.chain.deployment
+        network, settle_hash = deployment.network_id, deployment.settle_hash
+        own = [(e, r) for e, r in receipts if r.signed_by(wallet.vkey, network, settle_hash)]
+        claims: list[batch.ClaimToSettle] = []
+        if len(own) > 1:
+            units = {escrow.input: receipt.units for escrow, receipt in own}
+            claim = Claim.sign(wallet.key, network, settle_hash, units)
+            claims = [([escrow for escrow, _ in own], claim)]
+            receipts = [pair for pair in receipts if pair not in own]
+        settle = functools.partial(batch.settle, claims=claims)
         unsigned = await self.chain.call(
-            batch.settle, self.chain.context, self.chain.deployment, receipts, wallet.address
+            settle, self.chain.context, deployment, receipts, wallet.address
         )
         tx = wallet.sign(unsigned)
-        refs = [escrow.input for escrow, _ in receipts]
+        refs = [escrow.input for escrow, _ in receipts] + [
+            utxo.input for utxos, _ in claims for utxo in utxos
+        ]
         log.info("settling %d receipt(s) the market left unsettled: tx %s fee %d lovelace",
-                 len(receipts), tx.id, tx.transaction_body.fee)  # fmt: skip
+                 len(refs), tx.id, tx.transaction_body.fee)  # fmt: skip
         await submit_confirmed(self.chain.url, tx)
         by_escrow = {parse_out_ref(entry.escrow): entry for entry in self.journal.entries()}
         for ref in refs:
