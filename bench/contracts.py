@@ -328,6 +328,7 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         "script_bytes": {
             "escrow": len(deployment.escrow_script),
             "bond": len(deployment.bond_script),
+            "settle": len(deployment.settle_script),
         },
         "settle_memory": settle["memory"],
         "settle_cpu": settle["cpu"],
