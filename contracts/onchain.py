@@ -99,13 +99,14 @@ class BatchSettle(PlutusData):
 class Claim(PlutusData):
     """What a provider signs to be paid for escrows (serialise_data of this): `claims` is
     flat, each escrow's out-ref followed by its units, in descending ledger order; `note` is
-    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain."""
+    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain:
+    the settle scripts sign it as the group gives it (bytes off chain)."""
 
     CONSTR_ID = 0
     domain: bytes
     network_id: int
     settle_hash: bytes
-    note: bytes
+    note: Anything
     claims: Anything
 
 

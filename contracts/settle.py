@@ -1,6 +1,7 @@
 """Batch settle (PROTOCOL.md), the readable reference: a withdraw-zero that checks every escrow
 input at once. The deployed script is `settle_uplc.py`, the same checks written by hand in
-pluthon for cost; the tests run the same vectors against both.
+pluthon for cost; the tests run the same vectors against both, so this one follows it step for
+step, down to which Data it compares raw and which check fails first.
 
 Parameter: network_id. The escrow's Settle spend only asks for this script's withdrawal; this
 run walks the inputs once, in ledger order, pairing each escrow (every script input, all of
@@ -11,6 +12,10 @@ the sum they earn; each run of adjacent escrows of one consumer is refunded in o
 order, from `first_refund` on. Payouts carry no datum: the transaction's one withdrawal pins
 them all, and no other Plutus script runs in it (one redeemer per escrow input and this one),
 so nothing else can count them.
+
+Lists are builtin lists typed Anything (OpShin passes them through untouched); a group's state
+is list Data `[vkey, address, I sum, L claims]`, and a tuple holds Data, so the walk hands its
+lists back wrapped in list Data.
 """
 
 from typing import Tuple
@@ -20,106 +25,85 @@ from opshin.std.builtins import *
 
 from contracts.onchain import *
 
-
-def no_datum(out: Anything) -> bool:
-    """Whether a ledger TxOut carries no datum (NoOutputDatum = C0[])."""
-    return equals_data(head_list(tail_list(tail_list(fields(out)))), NoOutputDatum())
+NO_CONSUMER = 0  # the run before the first escrow's: I 0, never an address
 
 
-def holds(out: Anything, amount: int) -> bool:
-    """Whether output `out` holds at least `amount` lovelace, with no datum."""
-    return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
+def paid(out: Anything, amount: int) -> bool:
+    """Whether the output fields `out` hold at least `amount` lovelace, with no datum."""
+    return lovelace(head_list(tail_list(out))) >= amount and equals_data(
+        head_list(tail_list(tail_list(out))), NoOutputDatum()
+    )
 
 
 def refund_run(refunds: Anything, consumer: Anything, total: int) -> Anything:
-    """The outputs after a run of one consumer's escrows owed `total`: its one refund."""
+    """The outputs after a run of one consumer's escrows owed `total`: its refund, if owed."""
     if total > 0:
-        out = head_list(refunds)
-        assert equals_data(head_list(fields(out)), consumer) and holds(out, total), (
-            "consumer refund"
-        )
+        out = fields(head_list(refunds))
+        assert equals_data(head_list(out), consumer) and paid(out, total), "consumer refund"
         return tail_list(refunds)
     return refunds
 
 
-def identity(outputs: Anything, spec: SettleGroup) -> Anything:
-    """A group's [key, address] (list Data): the address of its output, or I 0 (no address)
-    for a group owed nothing, whose escrows then may earn nothing."""
-    address = (
-        i_data(0) if spec.output < 0 else head_list(fields(index_access_list(outputs, spec.output)))
-    )
-    return list_data(
-        mk_cons(
-            b_data(spec.vkey),
-            mk_cons(address, tail_list(tail_list(tail_list(tail_list(fields(spec)))))),
-        )
-    )
+def drop(xs: Anything, n: int) -> Anything:
+    """`xs` without its first n elements: fails for n negative or past the end."""
+    if n == 0:
+        return xs
+    return drop(tail_list(xs), n - 1)
 
 
-def claimed(
-    acc: Anything,
-    ident: Anything,
-    vkey: bytes,
-    provider: Anything,
-    due: int,
-    ref: Anything,
-    units: Anything,
-) -> Anything:
-    """A group's accumulator [I sum, L claims] with one more escrow, of the group's key and,
-    when it earns anything, paid to the group's address."""
-    key_address = un_list_data(ident)
-    assert equals_byte_string(un_b_data(head_list(key_address)), vkey) and (
-        due == 0 or equals_data(head_list(tail_list(key_address)), provider)
-    ), "one provider per group"
-    parts = un_list_data(acc)
-    total = un_i_data(head_list(parts)) + due
-    claims = un_list_data(head_list(tail_list(parts)))
-    return list_data(
-        mk_cons(
-            i_data(total),
-            mk_cons(list_data(mk_cons(ref, mk_cons(units, claims))), tail_list(tail_list(parts))),
-        )
-    )
+def nth(xs: Anything, i: int) -> Anything:
+    """Element i of `xs` (i >= 0); fails past the end."""
+    if i == 0:
+        return head_list(xs)
+    return nth(tail_list(xs), i - 1)
 
 
-def add_claim(
-    accs: Anything,
-    idents: Anything,
+def new_groups(outputs: Anything, specs: Anything, empty: Anything) -> Anything:
+    """Each group's state before the walk, `[vkey, address, I 0, L []]`: the address that of
+    its output, or I 0 (none) for a group paid nothing, whose escrows may then earn nothing."""
+    if null_list(specs):
+        return empty
+    spec = fields(head_list(specs))
+    output = un_i_data(head_list(tail_list(tail_list(spec))))
+    address = i_data(0) if output < 0 else head_list(fields(nth(outputs, output)))
+    vkey = head_list(tail_list(tail_list(tail_list(spec))))
+    state = mk_cons(vkey, mk_cons(address, mk_cons(i_data(0), mk_cons(list_data(empty), empty))))
+    return mk_cons(list_data(state), new_groups(outputs, tail_list(specs), empty))
+
+
+def add_escrow(
+    groups: Anything,
     g: int,
-    vkey: bytes,
+    vkey: Anything,
     provider: Anything,
     due: int,
     ref: Anything,
     units: Anything,
 ) -> Anything:
-    """The groups' accumulators with one escrow added to group g's."""
-    if g > 0:
+    """The groups' states with one escrow added to group g's: the escrow must be of the
+    group's key and, when it earns anything, of its address. Its out-ref and units go in
+    front of the group's claims, so they end in descending ledger order."""
+    if g == 0:
+        state = un_list_data(head_list(groups))
+        address = head_list(tail_list(state))
+        assert equals_data(vkey, head_list(state)) and (
+            due == 0 or equals_data(provider, address)
+        ), "one provider per group"
+        sum_claims = tail_list(tail_list(state))
+        total = un_i_data(head_list(sum_claims)) + due
+        claims = mk_cons(ref, mk_cons(units, un_list_data(head_list(tail_list(sum_claims)))))
+        rest = mk_cons(i_data(total), mk_cons(list_data(claims), tail_list(tail_list(sum_claims))))
         return mk_cons(
-            head_list(accs),
-            add_claim(tail_list(accs), tail_list(idents), g - 1, vkey, provider, due, ref, units),
+            list_data(mk_cons(head_list(state), mk_cons(address, rest))), tail_list(groups)
         )
     return mk_cons(
-        claimed(head_list(accs), head_list(idents), vkey, provider, due, ref, units),
-        tail_list(accs),
+        head_list(groups), add_escrow(tail_list(groups), g - 1, vkey, provider, due, ref, units)
     )
-
-
-def start(
-    outputs: Anything, specs: Anything, accs: Anything, idents: Anything
-) -> Tuple[Anything, Anything]:
-    """One empty accumulator [I 0, L []] and one identity per group."""
-    if null_list(specs):
-        return (accs, idents)
-    rest_accs, rest_idents = start(outputs, tail_list(specs), accs, idents)
-    spec: SettleGroup = head_list(specs)
-    empty = tail_list(tail_list(tail_list(tail_list(fields(spec)))))  # four fields dropped
-    acc = list_data(mk_cons(i_data(0), mk_cons(list_data(empty), empty)))
-    return (mk_cons(acc, rest_accs), mk_cons(identity(outputs, spec), rest_idents))
 
 
 def check_groups(
     specs: Anything,
-    accs: Anything,
+    groups: Anything,
     outputs: Anything,
     previous: int,
     first_refund: int,
@@ -130,18 +114,19 @@ def check_groups(
     increasing order, before the refunds: no output pays two groups or a group and a refund)."""
     if not null_list(specs):
         spec: SettleGroup = head_list(specs)
-        parts = un_list_data(head_list(accs))
-        total = un_i_data(head_list(parts))
-        claims = head_list(tail_list(parts))
-        claim = Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, spec.note, claims)
-        assert not null_list(un_list_data(claims)) and verify_ed25519_signature(
-            spec.vkey, serialise_data(claim), spec.signature
-        ), "claim signature"
-        if spec.output < 0:
+        sum_claims = tail_list(tail_list(un_list_data(head_list(groups))))
+        total = un_i_data(head_list(sum_claims))
+        claims = head_list(tail_list(sum_claims))
+        note = head_list(fields(spec))  # as the group gives it: signed, never read
+        claim = Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims)
+        signed = verify_ed25519_signature(spec.vkey, serialise_data(claim), spec.signature)
+        assert not null_list(un_list_data(claims)) and signed, "claim signature"
+        output = spec.output
+        if output < 0:
             assert total == 0, "provider payout"
             check_groups(
                 tail_list(specs),
-                tail_list(accs),
+                tail_list(groups),
                 outputs,
                 previous,
                 first_refund,
@@ -149,13 +134,13 @@ def check_groups(
                 settle_hash,
             )
         else:
-            assert previous < spec.output and spec.output < first_refund, "provider output order"
-            assert holds(index_access_list(outputs, spec.output), total), "provider payout"
+            assert previous < output and output < first_refund, "provider output order"
+            assert paid(fields(nth(outputs, output)), total), "provider payout"
             check_groups(
                 tail_list(specs),
-                tail_list(accs),
+                tail_list(groups),
                 outputs,
-                spec.output,
+                output,
                 first_refund,
                 network_id,
                 settle_hash,
@@ -175,23 +160,21 @@ def settle_escrows(
     inputs: Anything,
     items: Anything,
     redeemers: Anything,
-    accs: Anything,
+    groups: Anything,
     consumer: Anything,
     total: int,
     refunds: Anything,
-    idents: Anything,
     script: Anything,
     latest: int,
 ) -> Tuple[Anything, Anything, Anything, Anything, int, Anything]:
     """Walk the inputs from `inputs` on: `consumer`'s run is owed `total` so far, `refunds`
     are the outputs from its refund on, one redeemer is tailed off per escrow. Returns what is
-    left of the items and redeemers, the accumulators, and the last run (lists as list Data:
-    a tuple holds Data)."""
+    left of the items and redeemers, the groups, and the last run (its lists as Data)."""
     if null_list(inputs):
         return (
             list_data(items),
             map_data(redeemers),
-            list_data(accs),
+            list_data(groups),
             consumer,
             total,
             list_data(refunds),
@@ -203,30 +186,26 @@ def settle_escrows(
             tail_list(inputs),
             items,
             redeemers,
-            accs,
+            groups,
             consumer,
             total,
             refunds,
-            idents,
             script,
             latest,
         )
     assert equals_data(credential, script), "one escrow script"
     datum: EscrowDatum = escrow.resolved.datum.datum
+    price = datum.price_per_unit
     units = un_i_data(head_list(items))
     g = un_i_data(head_list(tail_list(items)))
-    assert (
-        units >= 0
-        and units <= datum.max_units
-        and datum.price_per_unit >= 0
-        and latest <= datum.deadline + datum.settle_window
-    ), "units or time"
-    due = datum.price_per_unit * units
+    max_units = datum.max_units
+    close = datum.deadline + datum.settle_window
+    assert units >= 0 and units <= max_units and price >= 0 and latest <= close, "units or time"
+    due = price * units
     rest = lovelace(escrow.resolved.value) - due - datum.fee_allowance
     owed = rest if rest > 0 else 0
-    accs = add_claim(
-        accs, idents, g, datum.provider_vkey, datum.provider, due, escrow.out_ref, head_list(items)
-    )
+    vkey = head_list(tail_list(tail_list(fields(datum))))  # compared as Data, as it is signed
+    groups = add_escrow(groups, g, vkey, datum.provider, due, escrow.out_ref, head_list(items))
     if equals_data(datum.consumer, consumer):
         total = total + owed
     else:
@@ -237,11 +216,10 @@ def settle_escrows(
         tail_list(inputs),
         tail_list(tail_list(items)),
         tail_list(redeemers),
-        accs,
+        groups,
         consumer,
         total,
         refunds,
-        idents,
         script,
         latest,
     )
@@ -250,35 +228,35 @@ def settle_escrows(
 def validator(network_id: int, context: BatchContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, RewardingScript), "purpose"
+    settle_hash = purpose.credential.credential_hash
     tx = context.transaction
     upper = tx.validity_range.upper_bound.limit
     assert null_list(tail_list(un_map_data(tx.withdrawals))) and isinstance(
         upper, FinitePOSIXTime
     ), "one withdrawal, and an upper bound"
-    batch: BatchSettle = context.redeemer
-    items = un_list_data(head_list(fields(context.redeemer)))
-    specs = un_list_data(head_list(tail_list(fields(context.redeemer))))
-    assert not null_list(items), "empty batch"
+    redeemer = fields(context.redeemer)
+    items = un_list_data(head_list(redeemer))
+    specs = un_list_data(head_list(tail_list(redeemer)))
+    first_refund = un_i_data(head_list(tail_list(tail_list(redeemer))))
     outputs = un_list_data(tx.outputs)
     inputs = un_list_data(tx.inputs)
-    nothing = tail_list(tail_list(tail_list(tail_list(fields(head_list(specs))))))  # []
-    accs, idents = start(outputs, specs, nothing, nothing)
-    rest, redeemers, accs, consumer, total, refunds = settle_escrows(
+    head_list(specs)  # a batch has a group (failing here, as the deployed script does)
+    groups = new_groups(outputs, specs, fields(NoOutputDatum()))  # C0[]'s fields: []
+    script = first_script(inputs)
+    assert not null_list(items), "empty batch"
+    rest, redeemers, groups_d, consumer, total, refunds = settle_escrows(
         inputs,
         items,
         un_map_data(tx.redeemers),
-        accs,
-        i_data(0),  # no consumer yet: never an address
+        groups,
+        i_data(NO_CONSUMER),
         0,
-        drop_list(outputs, batch.first_refund),
-        idents,
-        first_script(inputs),
+        drop(outputs, first_refund),
+        script,
         upper.time,
     )
-    refund_run(refunds, consumer, total)
-    assert null_list(rest) and null_list(tail_list(redeemers)), (
+    refund_run(un_list_data(refunds), consumer, total)
+    assert null_list(un_list_data(rest)) and null_list(tail_list(un_map_data(redeemers))), (
         "one item per escrow input, and no script but escrows and this withdrawal"
     )
-    check_groups(
-        specs, accs, outputs, -1, batch.first_refund, network_id, purpose.credential.credential_hash
-    )
+    check_groups(specs, un_list_data(groups_d), outputs, -1, first_refund, network_id, settle_hash)
