@@ -44,7 +44,7 @@ from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, claim_payload, sign
 from offchain.protocol.receipt import Receipt
-from offchain.protocol.split import slash_share
+from offchain.protocol.split import settle_split, slash_share
 from offchain.protocol.txbuild import (
     Clock,
     Wallet,
@@ -203,14 +203,18 @@ def handmade(
     publish: tuple[UTxO, PlutusData] | None = None,
     refund: int = 0,
     withdrawn: int = 0,
+    also_withdraw: Sequence[tuple[UTxO, Address, PlutusData]] = (),
 ) -> Transaction:
     """A script transaction exactly as given: nothing evaluated, fixed budgets shared out,
     `fee` UTxOs of `payer` (pick them first when a redeemer indexes inputs). `start`/`ttl`
     None means pycardano's default range around the tip, UNBOUNDED means no bound; `refund`
     (a deregistration's deposit, which pycardano does not count) goes to the change;
-    `withdrawn` is what `withdraw` takes from the reward account."""
+    `withdrawn` is what `withdraw` takes from the reward account; `also_withdraw` are more
+    script withdrawals of 0, like `withdraw` (pycardano indexes withdrawals by their bytes,
+    the ledger puts scripts first: a key's account beside a script's gets the wrong one)."""
     builder = TransactionBuilder(devnet.context())
-    redeemers = len(spends) + sum(x is not None for x in (withdraw, mint, publish))
+    redeemers = len(spends) + len(also_withdraw)
+    redeemers += sum(x is not None for x in (withdraw, mint, publish))
     params = devnet.context().protocol_param
     budget = ExecutionUnits(params.max_tx_ex_mem // redeemers, params.max_tx_ex_steps // redeemers)
     inputs = ledger_inputs([s.utxo for s in spends], fee)
@@ -224,8 +228,11 @@ def handmade(
         builder.add_output(made)
     if withdraw is not None:
         ref, reward_address, redeemer = withdraw
-        builder.withdrawals = Withdrawals({bytes(reward_address): withdrawn})
+        accounts = {bytes(reward_address): withdrawn, **{bytes(a): 0 for _, a, _ in also_withdraw}}
+        builder.withdrawals = Withdrawals(accounts)
         builder.add_withdrawal_script(script_source(builder, ref), Redeemer(redeemer, budget))
+        for ref, _, redeemer in also_withdraw:
+            builder.add_withdrawal_script(script_source(builder, ref), Redeemer(redeemer, budget))
     if mint is not None:
         ref, assets, redeemer = mint
         builder.mint = assets
@@ -344,9 +351,11 @@ def settle_by_hand(
     first_refund: int,
     ttl: int | None = None,
     items: list[int] | None = None,
+    **extra,
 ) -> Transaction:
     """A batch settle as given (`items` default: each escrow's units and group, in ledger
-    order); the ttl defaults to the earliest close of the escrows."""
+    order); the ttl defaults to the earliest close of the escrows; `extra` goes to
+    `handmade` (more spends go after the escrows')."""
     of = {e.input: (units, g) for g, made in enumerate(groups) for e, units in made.claimed}
     spent = sorted((e for made in groups for e, _ in made.claimed), key=ledger_key)
     if ttl is None:
@@ -355,13 +364,95 @@ def settle_by_hand(
     if items is None:
         items = [n for e in spent for n in of[e.input]]
     batch = BatchSettle(items, [made.spec for made in groups], first_refund)
+    spends = [Spend(e, deployment.escrow_ref, Settle()) for e in spent]
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
-        spends=[Spend(e, deployment.escrow_ref, Settle()) for e in spent],
-        outputs=outputs,
-        withdraw=(deployment.settle_ref, deployment.reward_address, batch),
-        ttl=ttl,
+        spends=[*spends, *extra.pop("spends", ())], outputs=outputs,
+        withdraw=(deployment.settle_ref, deployment.reward_address, batch), ttl=ttl, **extra,
     )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Plan:
+    """An honest batch settle, made by hand: its groups, outputs and first refund, and what
+    each party's address gains when it confirms (the submitter's change aside)."""
+
+    groups: list[Group]
+    outputs: list[TransactionOutput]
+    first_refund: int
+    gains: dict[str, int]  # by address (bech32)
+
+    def settle(self, devnet: DevnetProcess, deployment: Deployment, payer: Wallet, **extra):
+        return settle_by_hand(
+            devnet, deployment, payer, self.groups, self.outputs, self.first_refund, **extra
+        )
+
+
+def plan(
+    deployment: Deployment, claims: Sequence[tuple[Wallet, Sequence[tuple[UTxO, int]]]]
+) -> Plan:
+    """The honest settle of `claims` (each a provider's, one group each, in order): one output
+    per provider group owed anything, holding price x units of its escrows; then one refund per
+    run of one consumer's escrows (adjacent in ledger order) owed anything, holding locked -
+    due - fee_allowance of each, summed."""
+    groups, outputs, gains = [], [], {}
+    for provider, claimed in claims:
+        due = sum(escrows.escrow_datum(deployment, e).price_per_unit * n for e, n in claimed)
+        groups.append(group(deployment, provider.key, claimed, len(outputs) if due else -1))
+        if due:
+            outputs.append(TransactionOutput(provider.address, due))
+            gains[str(provider.address)] = gains.get(str(provider.address), 0) + due
+    first_refund = len(outputs)
+    spent = sorted((e for _, claimed in claims for e in claimed), key=lambda c: ledger_key(c[0]))
+    runs: list[tuple[PlutusData, int]] = []
+    for escrow, units in spent:
+        datum = escrows.escrow_datum(deployment, escrow)
+        owed = settle_split(
+            escrow.output.amount.coin, datum.price_per_unit, units, datum.max_units,
+            datum.fee_allowance,
+        ).consumer  # fmt: skip
+        if runs and runs[-1][0] == datum.consumer:
+            runs[-1] = (datum.consumer, runs[-1][1] + owed)
+        else:
+            runs.append((datum.consumer, owed))
+    for consumer, owed in runs:
+        if owed:
+            to = from_plutus(consumer, deployment.network)
+            outputs.append(TransactionOutput(to, owed))
+            gains[str(to)] = gains.get(str(to), 0) + owed
+    return Plan(groups, outputs, first_refund, gains)
+
+
+async def confirm_gains(
+    devnet: DevnetProcess, tx: Transaction, gains: dict[str, int]
+) -> Transaction:
+    """Confirm `tx` and require each address (bech32) to gain exactly what `gains` says."""
+    before = {to: balance(devnet, Address.from_primitive(to)) for to in gains}
+    await confirm(devnet, tx)
+    after = {to: balance(devnet, Address.from_primitive(to)) for to in gains}
+    assert {to: after[to] - before[to] for to in gains} == gains
+    return tx
+
+
+async def lock_together(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    consumer: Wallet,
+    providers: Sequence[Wallet],
+    lovelace: int = LOCKED,
+) -> list[UTxO]:
+    """One escrow for each provider, locked by `consumer` in one transaction (outputs 0, 1,
+    ...: adjacent in ledger order)."""
+    context = devnet.context()
+    now = Clock.now(context).tip_ms
+    builder = TransactionBuilder(context)
+    builder.add_input_address(consumer.address)
+    for n, provider in enumerate(providers):
+        datum = escrow_terms(consumer, provider, now, job_id=job_id(f"{now}/{n}"))
+        builder.add_output(escrows.escrow_output(context, deployment, datum, lovelace))
+    tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
+    await confirm(devnet, tx)
+    return [output(tx, n) for n in range(len(providers))]
 
 
 def refund_to(consumer_output: int, own_input: int) -> Refund:
