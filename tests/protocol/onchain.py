@@ -19,8 +19,10 @@ from pycardano import (
     NonEmptyOrderedSet,
     PaymentSigningKey,
     PlutusData,
+    PlutusV3Script,
     RawPlutusData,
     Redeemer,
+    ScriptHash,
     ScriptPubkey,
     Transaction,
     TransactionBuilder,
@@ -30,6 +32,7 @@ from pycardano import (
     Value,
     VerificationKeyWitness,
     Withdrawals,
+    plutus_script_hash,
     script_hash,
 )
 
@@ -51,6 +54,7 @@ from offchain.protocol.txbuild import (
     fee_inputs,
     ledger_inputs,
     ledger_key,
+    read_datum,
     script_source,
 )
 from offchain.protocol.types import (
@@ -342,6 +346,13 @@ class Group:
     spec: SettleGroup
 
 
+def terms(escrow: UTxO) -> EscrowDatum:
+    """An escrow's datum, at whichever escrow script it sits."""
+    at = escrow.output.address.payment_part
+    assert isinstance(at, ScriptHash)
+    return read_datum(escrow, EscrowDatum, at, "escrow")
+
+
 def settle_by_hand(
     devnet: DevnetProcess,
     deployment: Deployment,
@@ -351,20 +362,23 @@ def settle_by_hand(
     first_refund: int,
     ttl: int | None = None,
     items: list[int] | None = None,
+    scripts: Sequence[UTxO] = (),
     **extra,
 ) -> Transaction:
     """A batch settle as given (`items` default: each escrow's units and group, in ledger
-    order); the ttl defaults to the earliest close of the escrows; `extra` goes to
-    `handmade` (more spends go after the escrows')."""
+    order); the ttl defaults to the earliest close of the escrows; an escrow of another
+    escrow script spends by its reference UTxO among `scripts`; `extra` goes to `handmade`
+    (more spends go after the escrows')."""
     of = {e.input: (units, g) for g, made in enumerate(groups) for e, units in made.claimed}
     spent = sorted((e for made in groups for e, _ in made.claimed), key=ledger_key)
     if ttl is None:
-        close = min(escrows.escrow_datum(deployment, e).close for e in spent)
+        close = min(terms(e).close for e in spent)
         ttl = Clock.now(devnet.context()).ttl_until(close)
     if items is None:
         items = [n for e in spent for n in of[e.input]]
     batch = BatchSettle(items, [made.spec for made in groups], first_refund)
-    spends = [Spend(e, deployment.escrow_ref, Settle()) for e in spent]
+    refs = {plutus_script_hash(_script_of(r)): r for r in (deployment.escrow_ref, *scripts)}
+    spends = [Spend(e, refs[e.output.address.payment_part], Settle()) for e in spent]
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
         spends=[*spends, *extra.pop("spends", ())], outputs=outputs,
@@ -397,7 +411,7 @@ def plan(
     due - fee_allowance of each, summed."""
     groups, outputs, gains = [], [], {}
     for provider, claimed in claims:
-        due = sum(escrows.escrow_datum(deployment, e).price_per_unit * n for e, n in claimed)
+        due = sum(terms(e).price_per_unit * n for e, n in claimed)
         groups.append(group(deployment, provider.key, claimed, len(outputs) if due else -1))
         if due:
             outputs.append(TransactionOutput(provider.address, due))
@@ -406,7 +420,7 @@ def plan(
     spent = sorted((e for _, claimed in claims for e in claimed), key=lambda c: ledger_key(c[0]))
     runs: list[tuple[PlutusData, int]] = []
     for escrow, units in spent:
-        datum = escrows.escrow_datum(deployment, escrow)
+        datum = terms(escrow)
         owed = settle_split(
             escrow.output.amount.coin, datum.price_per_unit, units, datum.max_units,
             datum.fee_allowance,
@@ -453,6 +467,12 @@ async def lock_together(
     tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
     await confirm(devnet, tx)
     return [output(tx, n) for n in range(len(providers))]
+
+
+def _script_of(ref: UTxO) -> PlutusV3Script:
+    script = ref.output.script
+    assert isinstance(script, PlutusV3Script)
+    return script
 
 
 def refund_to(consumer_output: int, own_input: int) -> Refund:
