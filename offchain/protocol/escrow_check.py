@@ -126,22 +126,17 @@ def _check_offer(escrow: UTxO, datum: EscrowDatum, spec: JobSpec, offer: Offer) 
 def _check_amounts(
     context: ChainContext, deployment: Deployment, escrow: UTxO, datum: EscrowDatum, offer: Offer
 ) -> None:
-    """The escrow pays the whole job and its fee allowance, and the allowance can raise every
-    payout a settle may owe (any unit count, the provider's due and the consumer's rest) to the
-    ledger's minimum UTxO, so a settle never needs the settler's own lovelace to make them:
-    a cheap job is taken, its allowance pays for the dust."""
+    """The escrow pays the whole job, its fee allowance and the return deposit of its refund
+    (the ledger's minimum for an output to the consumer), so no settle needs anyone's own
+    lovelace: a provider payout below the minimum waits for a larger batch or the provider's
+    own settle (batch.SmallPayout)."""
     locked = escrow.output.amount.coin
-    needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance)
+    deposit = escrows.refund_deposit(context, deployment, datum.consumer)
+    needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance, deposit)
     if locked < needed:
         raise EscrowRefused(
             escrow, Refusal.UNDERFUNDED, f"{locked} lovelace locked, {needed} needed"
         )
-    topups = escrows.worst_topup(context, deployment, datum, locked)
-    if topups > datum.fee_allowance:
-        raise EscrowRefused(
-            escrow, Refusal.MIN_UTXO, f"raising them to the minimum may take {topups} lovelace, "
-            f"more than the fee allowance of {datum.fee_allowance}",
-        )  # fmt: skip
 
 
 def _check_open(context: ChainContext, escrow: UTxO, datum: EscrowDatum) -> int:

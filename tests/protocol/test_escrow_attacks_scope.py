@@ -132,7 +132,7 @@ async def test_a_settle_and_a_slash_cannot_share_the_consumer_payout(devnet, dep
     settled = await onchain.lock(devnet, deployment, consumer, provider)
     to_provider = TransactionOutput(provider.address, SPLIT.provider)
     shared = TransactionOutput(consumer.address, SHARE)  # more than a's refund: both debts
-    assert SHARE >= SPLIT.consumer
+    assert SPLIT.consumer <= SHARE
     refund = tagged(consumer.address, OWED, PayoutKind.REFUND, refunded)
     both = [to_provider, shared, refund, continuing(bond)]
     attack = settle_and_slash(
