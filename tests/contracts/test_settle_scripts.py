@@ -12,6 +12,8 @@ import hashlib
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pycardano import (
     PaymentSigningKey,
     ScriptHash,
@@ -410,3 +412,44 @@ def test_both_refuse_without_a_trace(name):
     deployed, readable = run(False, UNTRACED[name]), run(True, UNTRACED[name])
     assert deployed.error is not None and deployed.traces == (), deployed
     assert readable.error is not None and readable.traces == (), readable
+
+
+def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
+    """The honest batch with numbers moved: (what, which, by) of an item, a group's output,
+    first_refund, an output's lovelace, or a swap of two outputs."""
+
+    def nudge(batch: Batch) -> None:
+        made = [n for e in sorted(batch.escrows, key=lambda e: e.ref) for n in (e.units, e.group)]
+        batch.items = batch.items or made
+        for what, which, by in changes:
+            if what == "item":
+                batch.items[which % len(batch.items)] += by
+            elif what == "output":
+                batch.groups[which % len(batch.groups)]["output"] += by
+            elif what == "first_refund":
+                batch.first_refund = int(batch.first_refund) + by
+            elif what == "lovelace":
+                index = which % len(batch.outputs)
+                to, value, datum, _ = batch.outputs[index].fields
+                batch.outputs[index] = out(to, value.pairs[0][1].pairs[0][1] + by, datum)
+            else:
+                swap(which % len(batch.outputs), by % len(batch.outputs))(batch.outputs)
+
+    return nudge
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["item", "output", "first_refund", "lovelace", "swap"]),
+            st.integers(0, 9),
+            st.integers(-2, 2),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_both_agree_on_any_nudge_of_the_honest_batch(changes):
+    deployed, readable = run(False, nudged(changes)), run(True, nudged(changes))
+    assert (deployed.error is None, deployed.traces) == (readable.error is None, readable.traces)
