@@ -4,7 +4,9 @@
 - memory, cpu, fee and size of every action (lock, settle one, refund, cancel, bond create /
   top-up / begin-unbond / withdraw, slash with its refund);
 - the largest batch settle within mainnet limits (14M memory, 10B cpu, 16,384 bytes): every
-  escrow with its own consumer, one provider, both payouts; and memory per escrow there;
+  escrow with its own consumer, one provider whose one claim covers the batch, both payouts;
+  and memory per escrow there; and the same with a receipt per job (each its own group, one
+  signature check each: what a batch of receipts alone costs);
 - every party (consumers, provider, settler) with a payment and a stake credential, as real
   wallets have: a full address weighs 57 bytes in each payout and datum, an enterprise one 29;
 - the batch's memory fitted as a + b n + c n^2 over several batch sizes (issue 21: a batch
@@ -64,6 +66,7 @@ PRICE, MAX_UNITS, UNITS, ALLOWANCE = 2_000, 3_600, 1_000, 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
 NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS = 30_000, 2_500, 10_000
 BOND = 400 * ADA
+HASH = bytes(32)  # a receipt's result and evidence hashes
 
 
 async def deployed(devnet: DevnetProcess) -> Deployment:
@@ -133,16 +136,20 @@ async def batch_cost(
     provider: Wallet,
     market: Wallet,
     batch: list[UTxO],
+    receipts: bool = False,
 ) -> dict[str, Any]:
-    """The cost of settling all of `batch` in one transaction, by one claim of its provider,
-    or why it cannot be built."""
-    claim = Claim.sign(
-        provider.key, deployment.network_id, deployment.settle_hash, {e.input: UNITS for e in batch}
-    )
+    """The cost of settling all of `batch` in one transaction, by one claim of its provider
+    (or with `receipts` by each job's own receipt), or why it cannot be built."""
+    context = devnet.context()
     try:
-        settle = batches.settle(
-            devnet.context(), deployment, [], market.address, claims=[(batch, claim)]
-        )
+        if receipts:
+            signed = [to_settle(deployment, provider.key, e, UNITS, HASH, HASH) for e in batch]
+            settle = batches.settle(context, deployment, signed, market.address)
+        else:
+            units = {e.input: UNITS for e in batch}
+            claim = Claim.sign(provider.key, deployment.network_id, deployment.settle_hash, units)
+            claims = [(batch, claim)]
+            settle = batches.settle(context, deployment, [], market.address, claims=claims)
         tx = market.sign(settle)
         return await cost(devnet, tx)
     except (BuildError, OgmiosError, ResponseError, PyCardanoException) as exc:  # over a limit
@@ -168,16 +175,17 @@ async def largest_batch(
     market: Wallet,
     pool: list[UTxO],
     limit: int,
+    receipts: bool = False,
 ) -> tuple[int, dict[str, Any], str]:
     """Binary search for the largest batch of `pool` (limit + 1 escrows) that fits every
     limit; also what stops one more."""
-    low, best = 1, await batch_cost(devnet, deployment, provider, market, pool[:1])
+    low, best = 1, await batch_cost(devnet, deployment, provider, market, pool[:1], receipts)
     assert overflow(best) is None, "a single settle must fit"
     high = limit + 1  # first size known not to fit (or past the search)
     stop = f"more than {limit} not tried"
     while high - low > 1:
         middle = (low + high) // 2
-        measured = await batch_cost(devnet, deployment, provider, market, pool[:middle])
+        measured = await batch_cost(devnet, deployment, provider, market, pool[:middle], receipts)
         reason = overflow(measured)
         print(f"  batch of {middle}: {reason or 'fits'}")
         if reason is None:
@@ -310,6 +318,9 @@ async def measure(batch_limit: int) -> dict[str, Any]:
                 devnet, deployment, provider, market, pool, batch_limit
             )
             costs = await profile(devnet, deployment, provider, market, pool, size)
+            by_receipts = await largest_batch(
+                devnet, deployment, provider, market, pool, batch_limit, receipts=True
+            )
         finally:
             devnet.stop()
     settle = measured["settle"]
@@ -333,6 +344,12 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         "addresses": "payment + stake credential for every party",
         "batch_memory_fit": fit_memory(costs),
         "escrows_per_block": per_block(costs),
+        "receipts_batch": {  # each job its own receipt (a group of one): no batch claim
+            "max_batch_settle": by_receipts[0],
+            "memory_per_escrow": by_receipts[1]["memory"] // by_receipts[0],
+            "fee_per_escrow_lovelace": -(-by_receipts[1]["fee_lovelace"] // by_receipts[0]),
+            "stopped_by": by_receipts[2],
+        },
         "batch_by_size": {
             str(n): {k: m[k] for k in ("memory", "cpu", "fee_lovelace", "tx_bytes")}
             for n, m in costs.items()
@@ -364,6 +381,9 @@ def table(results: dict[str, Any]) -> str:
         ),
         "mainnet block: {escrows:,} escrows ({batches} batches of {batch}), bound by {binds}; "
         "{per_minute:,} escrows a minute".format(**results["escrows_per_block"]),
+        "with a receipt per job instead of one claim: {max_batch_settle} escrows per "
+        "transaction, {memory_per_escrow:,} memory and {fee_per_escrow_lovelace:,} lovelace "
+        "each; stopped by {stopped_by}".format(**results["receipts_batch"]),
     ]
     return "\n".join(lines)
 

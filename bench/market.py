@@ -51,6 +51,7 @@ from offchain.devnet.process import DevnetProcess, free_port
 from offchain.market.db import make_engine
 from offchain.market.models import Job, JobState, Settlement
 from offchain.market.settings import MarketSettings
+from offchain.protocol import batch as batches
 from offchain.protocol import deployment_file
 from offchain.protocol import escrow as escrows
 from offchain.protocol.budgets import ExecutionBudgets
@@ -414,7 +415,7 @@ async def deliver_all(
                     signed(provider, "POST", f"/jobs/{job}/start")):  # fmt: skip
             status, answer = await conn.send(raw)
             assert status == 200, answer
-        body = Receipt.sign(provider.key, deployment.network_id, deployment.escrow_hash,
+        body = Receipt.sign(provider.key, deployment.network_id, deployment.settle_hash,
                             escrow_in, UNITS, RESULT, EVIDENCE).body()  # fmt: skip
         status, answer = await conn.send(signed(provider, "POST", f"/jobs/{job}/receipt", body))
         assert status == 200, answer
@@ -553,7 +554,7 @@ async def devnet_settle_costs(
 
         context.evaluate_tx_cbor = timed  # type: ignore[method-assign]
         start = time.perf_counter()
-        tx = payer.sign(escrows.settle(context, deployment, receipts, payer.address, budgets))
+        tx = payer.sign(batches.settle(context, deployment, receipts, payer.address, budgets))
         build_ms = (time.perf_counter() - start) * 1000
         cbor = tx.to_cbor().hex()
         since = await tip_point(devnet.url)

@@ -248,7 +248,8 @@ def quote_summary(quote: "CheckedQuote") -> dict[str, Any]:
         "job_id": quote.job_id, "provider_id": quote.provider_id, "gpu_model": quote.gpu_model,
         "gpu_count": quote.terms["gpu_count"], "price_per_unit": datum.price_per_unit,
         "max_units": datum.max_units, "max_cost": quote.max_cost,
-        "fee_allowance": datum.fee_allowance, "lock_lovelace": quote.lovelace,
+        "fee_allowance": datum.fee_allowance, "refund_deposit": quote.refund_deposit,
+        "lock_lovelace": quote.lovelace,
         "worst_case_lovelace": quote.worst_case, "deadline_ms": datum.deadline,
         "settle_window_ms": datum.settle_window, "quote_expires_ms": quote.quote_expires_ms,
         "bond": quote.terms.get("bond"), "bond_lovelace": quote.bond_lovelace,
@@ -274,7 +275,10 @@ def quote_text(quote: "CheckedQuote") -> str:
         f"  worst case  {ada(quote.worst_case)}: {datum.max_units} s at most "
         f"({ada(quote.max_cost)}) + {ada(datum.fee_allowance)} fee allowance",
         f"  allowance   {quote.allowance_note or 'not refunded: it pays the settle fee'}",
-        f"  locked      {ada(quote.lovelace)}; the price of unused time comes back at settlement",
+        f"  deposit     {ada(quote.refund_deposit)}, always refunded: at least the ledger's "
+        "minimum for your refund output, so no settlement needs a top-up",
+        f"  locked      {ada(quote.lovelace)} = worst case + deposit; the price of unused time "
+        "and the deposit come back at settlement",
         f"  bond        {bond}",
         f"  deadline    {iso(datum.deadline)} chain time; refundable after "
         f"{iso(datum.close)} if not settled",

@@ -39,6 +39,7 @@ class CheckedQuote:
     datum: EscrowDatum
     lovelace: int
     quote_expires_ms: int
+    refund_deposit: int  # of `lovelace`, always refunded: at least the refund's minimum UTxO
     bond_lovelace: int = 0  # the bond the offer names, checked on chain (0: none named)
     allowance_note: str = ""  # the market's words for what the fee allowance covers
 
@@ -102,10 +103,13 @@ def check_quote(
     deployment: Deployment,
     market: str,
     now_ms: int,
+    lock: int,
     gpu_model: str | None = None,
 ) -> CheckedQuote:
     """`quote` (POST /jobs) and `params` (GET /jobs/{id}/escrow) checked against the spec and
-    the provider's signed offer; `now_ms` is chain time. QuoteRejected lists every problem."""
+    the provider's signed offer; `now_ms` is chain time, `lock` what a lock of the params'
+    datum holds (`escrow.lock_lovelace`: the job, its allowance and the return deposit).
+    QuoteRejected lists every problem."""
     offer = quote.offer
     provider_vkey = offer_signer(offer, market)
     terms = json.loads(offer.body)
@@ -131,8 +135,13 @@ def check_quote(
             f"{price} lovelace/s x {spec.max_duration_s} s exceeds max_price_lovelace "
             f"{spec.max_price_lovelace}"
         )
-    if params.lovelace != lock_amount(price, spec.max_duration_s, fee_allowance):
-        problems.append(f"the lock of {params.lovelace} lovelace is not price x units + fee")
+    deposit = lock - lock_amount(price, spec.max_duration_s, fee_allowance, 0)
+    if params.lovelace != lock or quote.refund_deposit != deposit:
+        problems.append(
+            f"the lock of {params.lovelace} lovelace (a return deposit of "
+            f"{quote.refund_deposit}) is not price x units + fee allowance + the return "
+            f"deposit of {deposit}, {lock}"
+        )
     if fee_allowance > MAX_FEE_ALLOWANCE:
         problems.append(f"the fee allowance {fee_allowance} exceeds {MAX_FEE_ALLOWANCE}")
     if not 0 < params.settle_window <= MAX_SETTLE_WINDOW_MS:
@@ -150,5 +159,6 @@ def check_quote(
     return CheckedQuote(
         job_id=quote.job_id, provider_id=offer.provider_id, gpu_model=terms["gpu_model"],
         terms=terms, datum=params.to_datum(), lovelace=params.lovelace,
-        quote_expires_ms=quote.quote_expires_ms, allowance_note=quote.fee_allowance_note,
+        quote_expires_ms=quote.quote_expires_ms, refund_deposit=deposit,
+        allowance_note=quote.fee_allowance_note,
     )  # fmt: skip

@@ -94,9 +94,12 @@ class Consumer:
         quote = await self.market.request_job(request)
         params = await self.market.escrow_parameters(quote.job_id)
         clock = await asyncio.to_thread(Clock.now, self.context)
+        lock = await asyncio.to_thread(
+            escrows.lock_lovelace, self.context, self.deployment, params.to_datum()
+        )
         checked = check_quote(
             quote, params, spec, self.key.address, self.deployment, self.market.identity,
-            clock.tip_ms, gpu_model,
+            clock.tip_ms, lock, gpu_model,
         )  # fmt: skip
         checked = dataclasses.replace(
             checked, bond_lovelace=await asyncio.to_thread(self.checked_bond, checked)
@@ -260,7 +263,7 @@ class Consumer:
         except ReceiptFormatError as exc:
             raise ResultMismatch(f"the market served no valid receipt: {exc}") from exc
         vkey = record.datum.provider_vkey
-        if not receipt.signed_by(vkey, self.deployment.network_id, self.deployment.escrow_hash):
+        if not receipt.signed_by(vkey, self.deployment.network_id, self.deployment.settle_hash):
             raise ResultMismatch(
                 f"the receipt is not signed by the escrow's provider key {vkey.hex()}: "
                 "nothing was downloaded or unpacked",

@@ -2,10 +2,12 @@
 explorer's transaction pages): the escrow the renter locked (its lovelace, price and fee
 allowance, from its datum), the lock transaction's fee, and what came back from the
 transaction that spent the escrow. `net_cost = locked + lock_fee - refunded` is the renter's
-wallet difference for the job, to the lovelace: from a settle (someone else's transaction)
-`refunded` is the renter's output tagged with the escrow's out-ref; from a refund or cancel the
-renter submitted itself (its change comes back untagged) it is the escrow less that
-transaction's fee and what it paid anyone else, the allowance's rest included."""
+wallet difference for the job, to the lovelace: from a settle (someone else's transaction,
+whose payouts are merged and untagged) `refunded` is the escrow's part of it as the index
+splits it (`settled`: the units claimed and the datum); from a refund or cancel, the renter's
+output tagged with the escrow's out-ref, or when the renter submitted it itself (its change
+comes back untagged) the escrow less that transaction's fee and what it paid anyone else, the
+allowance's rest included."""
 
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class JobCost:
     locked: int = 0
     fee_allowance: int = 0
     lock_fee: int = 0
-    provider_paid: int = 0  # units x price, raised to the ledger's minimum output
+    provider_paid: int = 0  # units x price
     refunded: int = 0
     spent_by: str | None = None
 
@@ -98,7 +100,10 @@ def returned(
     tx: dict[str, Any], escrow: str, locked: int, datum: dict[str, Any]
 ) -> dict[str, int]:
     """What transaction `tx` (the explorer's view), spending `escrow` of `locked` lovelace,
-    gave the escrow's `provider` (its tagged payouts) and its `consumer` (net, to its wallet)."""
+    gave the escrow's `provider` and its `consumer` (net, to its wallet)."""
+    settled = next((row for row in tx.get("settled", []) if row["escrow"] == escrow), None)
+    if settled is not None:
+        return {"provider": settled["provider_lovelace"], "consumer": settled["consumer_lovelace"]}
     consumer, provider = datum.get("consumer"), datum.get("provider")
     tagged = [o for o in tx["outputs"] if (o["datum"] or {}).get("escrow") == escrow]
     paid = {

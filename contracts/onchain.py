@@ -71,27 +71,37 @@ EscrowRedeemer = Union[Settle, Refund, Cancel]
 
 
 @dataclass()
-class SettleGroup(PlutusData):
-    """One provider's claim in a batch: the escrows it covers are those whose item names this
-    group; `output` is the index of its payout (negative: the group is owed nothing) and
-    `vkey` the key that signed it, each of its escrows' provider key."""
+class SettleClaim(PlutusData):
+    """A provider's claim on several escrows of a batch (those whose item names it), signed
+    by `vkey`, each of its escrows' provider key."""
 
     CONSTR_ID = 0
     note: bytes
     signature: bytes
-    output: int
     vkey: bytes
 
 
 @dataclass()
+class SettleReceipt(PlutusData):
+    """An escrow's own receipt (a claim on it alone), signed by its provider key."""
+
+    CONSTR_ID = 0
+    note: bytes
+    signature: bytes
+
+
+@dataclass()
 class BatchSettle(PlutusData):
-    """The settle script's redeemer. `items` holds two integers per escrow input, in ledger
-    order: the units claimed and the index of its group in `groups` (a flat list is the
-    smallest encoding). The consumers' refunds start at output `first_refund`."""
+    """The settle script's redeemer. `items` holds three integers per escrow input, in ledger
+    order: the units claimed, who signed them (the index of a claim in `claims`, or -1: the
+    escrow's own receipt, the next of `receipts`), and the provider output that pays them
+    (-1: the escrow earns nothing). Provider outputs come first; the consumers' refunds start
+    at output `first_refund`."""
 
     CONSTR_ID = 0
     items: List[int]
-    groups: List[SettleGroup]
+    claims: List[SettleClaim]
+    receipts: List[SettleReceipt]
     first_refund: int
 
 
@@ -99,14 +109,13 @@ class BatchSettle(PlutusData):
 class Claim(PlutusData):
     """What a provider signs to be paid for escrows (serialise_data of this): `claims` is
     flat, each escrow's out-ref followed by its units, in descending ledger order; `note` is
-    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain:
-    the settle scripts sign it as the group gives it (bytes off chain)."""
+    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain."""
 
     CONSTR_ID = 0
     domain: bytes
     network_id: int
     settle_hash: bytes
-    note: Anything
+    note: bytes
     claims: Anything
 
 

@@ -1,21 +1,18 @@
 """Batch settle (PROTOCOL.md), the readable reference: a withdraw-zero that checks every escrow
 input at once. The deployed script is `settle_uplc.py`, the same checks written by hand in
-pluthon for cost; the tests run the same vectors against both, so this one follows it step for
-step, down to which Data it compares raw and which check fails first.
+pluthon for cost; the tests run the same vectors against both.
 
 Parameter: network_id. The escrow's Settle spend only asks for this script's withdrawal; this
 run walks the inputs once, in ledger order, pairing each escrow (every script input, all of
-one script) with its item (units, group). Each group is one provider's signed Claim over the
-out-refs and units of its escrows (`vkey` names the key, each escrow's provider key), paid in
-its output (an escrow that earns anything must name that output's address), which must hold
-the sum they earn; each run of adjacent escrows of one consumer is refunded in one output, in
-order, from `first_refund` on. Payouts carry no datum: the transaction's one withdrawal pins
-them all, and no other Plutus script runs in it (one redeemer per escrow input and this one),
-so nothing else can count them.
+one script) with its item: the units, who signed them (a claim over several escrows, or the
+escrow's own receipt, checked at once), and the provider output that pays them. Each provider
+output must hold the sum of what its escrows earn, and each escrow that earns anything names
+that output's address as its provider; each run of adjacent escrows of one consumer is
+refunded in one output, in order, from `first_refund` on. Payouts carry no datum: the
+transaction's one withdrawal pins them all, and no other Plutus script runs in it (one
+redeemer per escrow input and this one), so nothing else can count them.
 
-Lists are builtin lists typed Anything (OpShin passes them through untouched); a group's state
-is list Data `[vkey, address, I sum, L claims]`, and a tuple holds Data, so the walk hands its
-lists back wrapped in list Data.
+OpShin tuples hold Data: the builtin lists the walk carries are wrapped in list Data there.
 """
 
 from typing import Tuple
@@ -25,126 +22,94 @@ from opshin.std.builtins import *
 
 from contracts.onchain import *
 
-NO_CONSUMER = 0  # the run before the first escrow's: I 0, never an address
+
+def no_datum(out: Anything) -> bool:
+    """Whether a ledger TxOut carries no datum (NoOutputDatum = C0[])."""
+    return equals_data(head_list(tail_list(tail_list(fields(out)))), NoOutputDatum())
 
 
-def paid(out: Anything, amount: int) -> bool:
-    """Whether the output fields `out` hold at least `amount` lovelace, with no datum."""
-    return lovelace(head_list(tail_list(out))) >= amount and equals_data(
-        head_list(tail_list(tail_list(out))), NoOutputDatum()
-    )
+def holds(out: Anything, amount: int) -> bool:
+    """Whether output `out` holds at least `amount` lovelace, with no datum."""
+    return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
+
+
+def message(network_id: int, settle_hash: bytes, note: bytes, claims: Anything) -> bytes:
+    """serialise_data of the Claim on `claims` (list Data)."""
+    return serialise_data(Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims))
 
 
 def refund_run(refunds: Anything, consumer: Anything, total: int) -> Anything:
-    """The outputs after a run of one consumer's escrows owed `total`: its refund, if owed."""
+    """The outputs after a run of one consumer's escrows owed `total`: its one refund."""
     if total > 0:
-        out = fields(head_list(refunds))
-        assert equals_data(head_list(out), consumer) and paid(out, total), "consumer refund"
+        out = head_list(refunds)
+        assert equals_data(head_list(fields(out)), consumer) and holds(out, total), (
+            "consumer refund"
+        )
         return tail_list(refunds)
     return refunds
 
 
-def drop(xs: Anything, n: int) -> Anything:
-    """`xs` without its first n elements: fails for n negative or past the end."""
-    if n == 0:
-        return xs
-    return drop(tail_list(xs), n - 1)
-
-
-def nth(xs: Anything, i: int) -> Anything:
-    """Element i of `xs` (i >= 0); fails past the end."""
-    if i == 0:
-        return head_list(xs)
-    return nth(tail_list(xs), i - 1)
-
-
-def new_groups(outputs: Anything, specs: Anything, empty: Anything) -> Anything:
-    """Each group's state before the walk, `[vkey, address, I 0, L []]`: the address that of
-    its output, or I 0 (none) for a group paid nothing, whose escrows may then earn nothing."""
-    if null_list(specs):
-        return empty
-    spec = fields(head_list(specs))
-    output = un_i_data(head_list(tail_list(tail_list(spec))))
-    address = i_data(0) if output < 0 else head_list(fields(nth(outputs, output)))
-    vkey = head_list(tail_list(tail_list(tail_list(spec))))
-    state = mk_cons(vkey, mk_cons(address, mk_cons(i_data(0), mk_cons(list_data(empty), empty))))
-    return mk_cons(list_data(state), new_groups(outputs, tail_list(specs), empty))
-
-
-def add_escrow(
-    groups: Anything,
-    g: int,
-    vkey: Anything,
-    provider: Anything,
-    due: int,
-    ref: Anything,
-    units: Anything,
+def add_claim(
+    accs: Anything, specs: Anything, c: int, vkey: bytes, ref: Anything, units: Anything
 ) -> Anything:
-    """The groups' states with one escrow added to group g's: the escrow must be of the
-    group's key and, when it earns anything, of its address. Its out-ref and units go in
-    front of the group's claims, so they end in descending ledger order."""
-    if g == 0:
-        state = un_list_data(head_list(groups))
-        address = head_list(tail_list(state))
-        assert equals_data(vkey, head_list(state)) and (
-            due == 0 or equals_data(provider, address)
-        ), "one provider per group"
-        sum_claims = tail_list(tail_list(state))
-        total = un_i_data(head_list(sum_claims)) + due
-        claims = mk_cons(ref, mk_cons(units, un_list_data(head_list(tail_list(sum_claims)))))
-        rest = mk_cons(i_data(total), mk_cons(list_data(claims), tail_list(tail_list(sum_claims))))
+    """The claims' accumulators (each its claims list, as list Data) with the escrow added to
+    claim c's, whose key must be the escrow's provider key."""
+    if c > 0:
         return mk_cons(
-            list_data(mk_cons(head_list(state), mk_cons(address, rest))), tail_list(groups)
+            head_list(accs), add_claim(tail_list(accs), tail_list(specs), c - 1, vkey, ref, units)
         )
-    return mk_cons(
-        head_list(groups), add_escrow(tail_list(groups), g - 1, vkey, provider, due, ref, units)
-    )
+    spec: SettleClaim = head_list(specs)
+    assert spec.vkey == vkey, "one key per claim"
+    claims = mk_cons(ref, mk_cons(units, un_list_data(head_list(accs))))
+    return mk_cons(list_data(claims), tail_list(accs))
 
 
-def check_groups(
-    specs: Anything,
-    groups: Anything,
-    outputs: Anything,
-    previous: int,
-    first_refund: int,
-    network_id: int,
-    settle_hash: bytes,
-) -> None:
-    """Each group's claim signed by its key, and its sum paid in its output (outputs in
-    increasing order, before the refunds: no output pays two groups or a group and a refund)."""
+def add_payout(accs: Anything, p: int, provider: Anything, due: int) -> Anything:
+    """The provider outputs' accumulators ([address, I sum] each, list Data) with the escrow's
+    due added to output p's, which must be paid to the escrow's provider address."""
+    if p > 0:
+        return mk_cons(head_list(accs), add_payout(tail_list(accs), p - 1, provider, due))
+    acc = un_list_data(head_list(accs))
+    assert equals_data(head_list(acc), provider), "one provider per payout"
+    total = un_i_data(head_list(tail_list(acc))) + due
+    updated = mk_cons(head_list(acc), mk_cons(i_data(total), tail_list(tail_list(acc))))
+    return mk_cons(list_data(updated), tail_list(accs))
+
+
+def payouts(outputs: Anything, n: int, nothing: Anything) -> Anything:
+    """[address, I 0] (list Data) for each of the first n outputs, the provider outputs."""
+    if n == 0:
+        return nothing
+    address = head_list(fields(head_list(outputs)))
+    acc = list_data(mk_cons(address, mk_cons(i_data(0), nothing)))
+    return mk_cons(acc, payouts(tail_list(outputs), n - 1, nothing))
+
+
+def empty_claims(specs: Anything, nothing: Anything) -> Anything:
+    """One empty claims list (list Data) per claim."""
+    if null_list(specs):
+        return nothing
+    return mk_cons(list_data(nothing), empty_claims(tail_list(specs), nothing))
+
+
+def check_claims(specs: Anything, accs: Anything, network_id: int, settle_hash: bytes) -> None:
+    """Each claim covers an escrow and is signed by its key."""
     if not null_list(specs):
-        spec: SettleGroup = head_list(specs)
-        sum_claims = tail_list(tail_list(un_list_data(head_list(groups))))
-        total = un_i_data(head_list(sum_claims))
-        claims = head_list(tail_list(sum_claims))
-        note = head_list(fields(spec))  # as the group gives it: signed, never read
-        claim = Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims)
-        signed = verify_ed25519_signature(spec.vkey, serialise_data(claim), spec.signature)
-        assert not null_list(un_list_data(claims)) and signed, "claim signature"
-        output = spec.output
-        if output < 0:
-            assert total == 0, "provider payout"
-            check_groups(
-                tail_list(specs),
-                tail_list(groups),
-                outputs,
-                previous,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
-        else:
-            assert previous < output and output < first_refund, "provider output order"
-            assert paid(fields(nth(outputs, output)), total), "provider payout"
-            check_groups(
-                tail_list(specs),
-                tail_list(groups),
-                outputs,
-                output,
-                first_refund,
-                network_id,
-                settle_hash,
-            )
+        spec: SettleClaim = head_list(specs)
+        claims = head_list(accs)
+        assert not null_list(un_list_data(claims)) and verify_ed25519_signature(
+            spec.vkey, message(network_id, settle_hash, spec.note, claims), spec.signature
+        ), "claim signature"
+        check_claims(tail_list(specs), tail_list(accs), network_id, settle_hash)
+
+
+def check_payouts(outputs: Anything, accs: Anything) -> None:
+    """Each provider output holds its sum, with no datum (its address was checked escrow by
+    escrow)."""
+    if not null_list(accs):
+        total = un_i_data(head_list(tail_list(un_list_data(head_list(accs)))))
+        assert holds(head_list(outputs), total), "provider payout"
+        check_payouts(tail_list(outputs), tail_list(accs))
 
 
 def first_script(inputs: Anything) -> Anything:
@@ -160,52 +125,64 @@ def settle_escrows(
     inputs: Anything,
     items: Anything,
     redeemers: Anything,
-    groups: Anything,
+    receipts: Anything,
+    claims: Anything,
+    paid: Anything,
     consumer: Anything,
     total: int,
     refunds: Anything,
+    specs: Anything,
     script: Anything,
     latest: int,
-) -> Tuple[Anything, Anything, Anything, Anything, int, Anything]:
+    network_id: int,
+    settle_hash: bytes,
+) -> Tuple[Anything, Anything, Anything, Anything, Anything, Anything, int, Anything]:
     """Walk the inputs from `inputs` on: `consumer`'s run is owed `total` so far, `refunds`
-    are the outputs from its refund on, one redeemer is tailed off per escrow. Returns what is
-    left of the items and redeemers, the groups, and the last run (its lists as Data)."""
+    are the outputs from its refund on, one item triple, one redeemer (and for an escrow
+    signed alone one receipt) is used per escrow. Returns what is left of the items,
+    redeemers and receipts, the claims' and payouts' accumulators, and the last run."""
     if null_list(inputs):
         return (
-            list_data(items),
-            map_data(redeemers),
-            list_data(groups),
-            consumer,
-            total,
-            list_data(refunds),
-        )
+            list_data(items), map_data(redeemers), list_data(receipts), list_data(claims),
+            list_data(paid), consumer, total, list_data(refunds),
+        )  # fmt: skip
     escrow: InputV3 = head_list(inputs)
     credential = escrow.resolved.address.payment_credential
     if isinstance(credential, PubKeyCredential):  # a key's input (the fee's): no escrow
         return settle_escrows(
-            tail_list(inputs),
-            items,
-            redeemers,
-            groups,
-            consumer,
-            total,
-            refunds,
-            script,
-            latest,
-        )
+            tail_list(inputs), items, redeemers, receipts, claims, paid, consumer, total,
+            refunds, specs, script, latest, network_id, settle_hash,
+        )  # fmt: skip
     assert equals_data(credential, script), "one escrow script"
     datum: EscrowDatum = escrow.resolved.datum.datum
-    price = datum.price_per_unit
-    units = un_i_data(head_list(items))
-    g = un_i_data(head_list(tail_list(items)))
-    max_units = datum.max_units
-    close = datum.deadline + datum.settle_window
-    assert units >= 0 and units <= max_units and price >= 0 and latest <= close, "units or time"
-    due = price * units
+    units_data = head_list(items)
+    units = un_i_data(units_data)
+    signer = un_i_data(head_list(tail_list(items)))
+    payee = un_i_data(head_list(tail_list(tail_list(items))))
+    assert (
+        units >= 0
+        and units <= datum.max_units
+        and datum.price_per_unit >= 0
+        and latest <= datum.deadline + datum.settle_window
+    ), "units or time"
+    due = datum.price_per_unit * units
     rest = lovelace(escrow.resolved.value) - due - datum.fee_allowance
     owed = rest if rest > 0 else 0
-    vkey = head_list(tail_list(tail_list(fields(datum))))  # compared as Data, as it is signed
-    groups = add_escrow(groups, g, vkey, datum.provider, due, escrow.out_ref, head_list(items))
+    if signer < 0:
+        receipt: SettleReceipt = head_list(receipts)
+        alone = mk_cons(escrow.out_ref, mk_cons(units_data, tail_list(tail_list(fields(receipt)))))
+        assert verify_ed25519_signature(
+            datum.provider_vkey,
+            message(network_id, settle_hash, receipt.note, list_data(alone)),
+            receipt.signature,
+        ), "receipt signature"
+        receipts = tail_list(receipts)
+    else:
+        claims = add_claim(claims, specs, signer, datum.provider_vkey, escrow.out_ref, units_data)
+    if payee < 0:
+        assert due == 0, "provider payout"
+    else:
+        paid = add_payout(paid, payee, datum.provider, due)
     if equals_data(datum.consumer, consumer):
         total = total + owed
     else:
@@ -213,50 +190,54 @@ def settle_escrows(
         consumer = datum.consumer
         total = owed
     return settle_escrows(
-        tail_list(inputs),
-        tail_list(tail_list(items)),
-        tail_list(redeemers),
-        groups,
-        consumer,
-        total,
-        refunds,
-        script,
-        latest,
-    )
+        tail_list(inputs), tail_list(tail_list(tail_list(items))), tail_list(redeemers),
+        receipts, claims, paid, consumer, total, refunds, specs, script, latest, network_id,
+        settle_hash,
+    )  # fmt: skip
 
 
 def validator(network_id: int, context: BatchContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, RewardingScript), "purpose"
-    settle_hash = purpose.credential.credential_hash
     tx = context.transaction
     upper = tx.validity_range.upper_bound.limit
     assert null_list(tail_list(un_map_data(tx.withdrawals))) and isinstance(
         upper, FinitePOSIXTime
     ), "one withdrawal, and an upper bound"
-    redeemer = fields(context.redeemer)
-    items = un_list_data(head_list(redeemer))
-    specs = un_list_data(head_list(tail_list(redeemer)))
-    first_refund = un_i_data(head_list(tail_list(tail_list(redeemer))))
+    batch: BatchSettle = context.redeemer
+    parts = fields(context.redeemer)
+    items = un_list_data(head_list(parts))
+    specs = un_list_data(head_list(tail_list(parts)))
+    receipts = un_list_data(head_list(tail_list(tail_list(parts))))
+    assert not null_list(items), "empty batch"
+    nothing = tail_list(tail_list(tail_list(tail_list(parts))))  # the empty list
     outputs = un_list_data(tx.outputs)
     inputs = un_list_data(tx.inputs)
-    head_list(specs)  # a batch has a group (failing here, as the deployed script does)
-    groups = new_groups(outputs, specs, fields(NoOutputDatum()))  # C0[]'s fields: []
-    script = first_script(inputs)
-    assert not null_list(items), "empty batch"
-    rest, redeemers, groups_d, consumer, total, refunds = settle_escrows(
+    settle_hash = purpose.credential.credential_hash
+    rest, redeemers, receipts_left, claims, paid, consumer, total, refunds = settle_escrows(
         inputs,
         items,
         un_map_data(tx.redeemers),
-        groups,
-        i_data(NO_CONSUMER),
+        receipts,
+        empty_claims(specs, nothing),
+        payouts(outputs, batch.first_refund, nothing),
+        i_data(0),  # no consumer yet: never an address
         0,
-        drop(outputs, first_refund),
-        script,
+        drop_list(outputs, batch.first_refund),
+        specs,
+        first_script(inputs),
         upper.time,
+        network_id,
+        settle_hash,
     )
     refund_run(un_list_data(refunds), consumer, total)
-    assert null_list(un_list_data(rest)) and null_list(tail_list(un_map_data(redeemers))), (
-        "one item per escrow input, and no script but escrows and this withdrawal"
+    assert (
+        null_list(un_list_data(rest))
+        and null_list(un_list_data(receipts_left))
+        and null_list(tail_list(un_map_data(redeemers)))
+    ), (
+        "one item per escrow input, one receipt per escrow signed alone, and no script but "
+        "escrows and this withdrawal"
     )
-    check_groups(specs, un_list_data(groups_d), outputs, -1, first_refund, network_id, settle_hash)
+    check_claims(specs, un_list_data(claims), network_id, settle_hash)
+    check_payouts(outputs, un_list_data(paid))

@@ -136,7 +136,7 @@ def paid(out: AST, address: AST, amount: AST) -> AST:
 
 
 def refund_run() -> AST:
-    """\\refunds consumer total -> the outputs after the run's refund (checked if owed)."""
+    """\refunds consumer total -> the outputs after the run's refund (checked if owed)."""
     return PLambda(
         ["refunds", "consumer", "total"],
         Ite(
@@ -151,42 +151,29 @@ def refund_run() -> AST:
     )
 
 
-def add_to_group() -> AST:
-    """\\self accs idents g vkey provider due ref units -> the accumulators of groups 1.. with
-    the escrow added to group g's: [I sum, L claims], each group's key and address beside."""
-    ident = UnListData(HeadList(V("idents")))
-    acc = UnListData(HeadList(V("accs")))
-    updated = ListData(
-        MkCons(
-            IData(AddInteger(UnIData(HeadList(acc)), V("due"))),
-            MkCons(
-                ListData(MkCons(V("ref"), MkCons(V("units"), UnListData(nth(acc, 1))))),
-                tail(acc, 2),
-            ),
-        )
-    )
+def add_to_claim() -> AST:
+    r"""\self accs specs c vkey ref units -> the accumulators of claims 1.. (each its claims
+    list, as list Data) with the escrow added to claim c's, whose key must be its provider's."""
     return recursive(
-        ["accs", "idents", "g", "vkey", "provider", "due", "ref", "units"],
+        ["accs", "specs", "c", "vkey", "ref", "units"],
         Ite(
-            EqualsInteger(V("g"), Integer(0)),
+            EqualsInteger(V("c"), Integer(0)),
             check(
-                eager_and(
-                    EqualsData(V("vkey"), HeadList(ident)),
-                    _due_paid_to(nth(ident, 1)),
+                EqualsData(V("vkey"), nth(fields(HeadList(V("specs"))), 2)),
+                "one key per claim",
+                MkCons(
+                    ListData(MkCons(V("ref"), MkCons(V("units"), UnListData(HeadList(V("accs")))))),
+                    TailList(V("accs")),
                 ),
-                "one provider per group",
-                MkCons(updated, TailList(V("accs"))),
             ),
             MkCons(
                 HeadList(V("accs")),
                 call(
                     V("self"),
                     TailList(V("accs")),
-                    TailList(V("idents")),
-                    SubtractInteger(V("g"), Integer(1)),
+                    TailList(V("specs")),
+                    SubtractInteger(V("c"), Integer(1)),
                     V("vkey"),
-                    V("provider"),
-                    V("due"),
                     V("ref"),
                     V("units"),
                 ),
@@ -195,13 +182,44 @@ def add_to_group() -> AST:
     )
 
 
-def _due_paid_to(address: AST) -> AST:
-    """An escrow earning anything is paid to its own provider address."""
-    return Apply(
-        Force(BuiltIn(U.BuiltInFun.IfThenElse)),
-        EqualsInteger(V("due"), Integer(0)),
-        UPLCConstant(U.BuiltinBool(True)),
-        EqualsData(V("provider"), address),
+def add_to_payee() -> AST:
+    r"""\self accs p provider due -> the accumulators of payouts 1.. ([address, I sum] each)
+    with the escrow's due added to payout p's, which must be paid to its provider's address."""
+    acc = UnListData(HeadList(V("accs")))
+    return recursive(
+        ["accs", "p", "provider", "due"],
+        Ite(
+            EqualsInteger(V("p"), Integer(0)),
+            let(
+                [("acc", acc)],
+                check(
+                    EqualsData(HeadList(V("acc")), V("provider")),
+                    "one provider per payout",
+                    MkCons(
+                        ListData(
+                            MkCons(
+                                HeadList(V("acc")),
+                                MkCons(
+                                    IData(AddInteger(UnIData(nth(V("acc"), 1)), V("due"))),
+                                    tail(V("acc"), 2),
+                                ),
+                            )
+                        ),
+                        TailList(V("accs")),
+                    ),
+                ),
+            ),
+            MkCons(
+                HeadList(V("accs")),
+                call(
+                    V("self"),
+                    TailList(V("accs")),
+                    SubtractInteger(V("p"), Integer(1)),
+                    V("provider"),
+                    V("due"),
+                ),
+            ),
+        ),
     )
 
 
@@ -224,137 +242,102 @@ def claim_message(note: AST, claims: AST) -> AST:
     )
 
 
-def check_group() -> AST:
-    """\\spec total claims previous -> the group's output index (or `previous` when it is owed
-    nothing): its claim signed by its key, its sum paid in its output, in increasing order and
-    before the refunds."""
-    spec = fields(V("spec"))
-    out = UnIData(nth(V("spec_f"), 2))
-    return PLambda(
-        ["spec", "total", "claims", "previous"],
-        let(
-            [("spec_f", spec), ("out", out)],
-            check(
-                eager_and(
-                    not_null(V("claims")),
-                    VerifyEd25519Signature(
-                        UnBData(nth(V("spec_f"), 3)),
-                        claim_message(HeadList(V("spec_f")), V("claims")),
-                        UnBData(nth(V("spec_f"), 1)),
-                    ),
-                ),
-                "claim signature",
-                Ite(
-                    LessThanInteger(V("out"), Integer(0)),
-                    check(EqualsInteger(V("total"), Integer(0)), "provider payout", V("previous")),
-                    check(
-                        eager_and(
-                            LessThanInteger(V("previous"), V("out")),
-                            LessThanInteger(V("out"), V("first_refund")),
-                        ),
-                        "provider output order",
-                        check(
-                            _paid_sum(fields(index_access(V("outputs"), V("out"))), V("total")),
-                            "provider payout",
-                            V("out"),
-                        ),
-                    ),
+def check_claims() -> AST:
+    r"""\self specs accs -> () once each claim 1.. covers an escrow and is signed by its key."""
+    spec = fields(HeadList(V("specs")))
+    return recursive(
+        ["specs", "accs"],
+        Ite(
+            NullList(V("specs")),
+            Unit(),
+            let(
+                [("claims", UnListData(HeadList(V("accs"))))],
+                check(
+                    Apply(V("signed"), spec, V("claims")),
+                    "claim signature",
+                    call(V("self"), TailList(V("specs")), TailList(V("accs"))),
                 ),
             ),
         ),
     )
 
 
-def _paid_sum(out: AST, total: AST) -> AST:
-    """The group's output (its address was read before the walk) holds the sum, no datum."""
+def signed() -> AST:
+    r"""\spec_f claims -> whether a claim (fields [note, signature, vkey]) covers an escrow and
+    is signed by its key."""
+    return PLambda(
+        ["spec_f", "claims"],
+        eager_and(
+            not_null(V("claims")),
+            VerifyEd25519Signature(
+                UnBData(nth(V("spec_f"), 2)),
+                claim_message(HeadList(V("spec_f")), V("claims")),
+                UnBData(nth(V("spec_f"), 1)),
+            ),
+        ),
+    )
+
+
+def check_payouts() -> AST:
+    r"""\self outputs accs -> () once each payout 1.. holds its sum, with no datum."""
+    return recursive(
+        ["outs", "accs"],
+        Ite(
+            NullList(V("accs")),
+            Unit(),
+            check(
+                _holds(
+                    fields(HeadList(V("outs"))), UnIData(nth(UnListData(HeadList(V("accs"))), 1))
+                ),
+                "provider payout",
+                call(V("self"), TailList(V("outs")), TailList(V("accs"))),
+            ),
+        ),
+    )
+
+
+def _holds(out: AST, total: AST) -> AST:
+    """A provider output (its address checked escrow by escrow) holds the sum, no datum."""
     return eager_and(
         LessThanEqualsInteger(total, lovelace(nth(out, 1))),
         EqualsData(nth(out, 2), NO_DATUM),
     )
 
 
-def index_access(xs: AST, i: AST) -> AST:
-    return Apply(_index_access(), _index_access(), xs, i)
-
-
-def _index_access() -> AST:
+def payees() -> AST:
+    r"""\self outs n -> [address, I 0] (list Data) for each of the first n outputs."""
     return recursive(
-        ["xs", "i"],
+        ["outs", "n"],
         Ite(
-            EqualsInteger(V("i"), Integer(0)),
-            HeadList(V("xs")),
-            call(V("self"), TailList(V("xs")), SubtractInteger(V("i"), Integer(1))),
-        ),
-    )
-
-
-def check_rest() -> AST:
-    """\\self specs accs previous -> () once every group 1.. is checked."""
-    acc = UnListData(HeadList(V("accs")))
-    return recursive(
-        ["specs", "accs", "previous"],
-        Ite(
-            NullList(V("specs")),
-            Unit(),
-            call(
-                V("self"),
-                TailList(V("specs")),
-                TailList(V("accs")),
-                Apply(
-                    V("check_group"),
-                    HeadList(V("specs")),
-                    UnIData(HeadList(acc)),
-                    UnListData(nth(acc, 1)),
-                    V("previous"),
-                ),
-            ),
-        ),
-    )
-
-
-def identities() -> AST:
-    """\\self specs -> each group's [key, address] (list Data), the address that of its output
-    (NOBODY for a group owed nothing: then none of its escrows may earn anything)."""
-    spec = fields(HeadList(V("specs")))
-    return recursive(
-        ["specs"],
-        Ite(
-            NullList(V("specs")),
+            EqualsInteger(V("n"), Integer(0)),
             EMPTY,
             MkCons(
-                ListData(MkCons(nth(spec, 3), MkCons(_address(UnIData(nth(spec, 2))), EMPTY))),
-                call(V("self"), TailList(V("specs"))),
+                ListData(
+                    MkCons(
+                        HeadList(fields(HeadList(V("outs")))),
+                        MkCons(IData(Integer(0)), EMPTY),
+                    )
+                ),
+                call(V("self"), TailList(V("outs")), SubtractInteger(V("n"), Integer(1))),
             ),
         ),
     )
 
 
-def _address(out: AST) -> AST:
-    return let(
-        [("i", out)],
-        Ite(
-            LessThanInteger(V("i"), Integer(0)),
-            NOBODY,
-            HeadList(fields(index_access(V("outputs"), V("i")))),
-        ),
-    )
-
-
-def empty_accs() -> AST:
-    """\\self specs -> one empty accumulator [I 0, L []] per group."""
-    empty = ListData(MkCons(IData(Integer(0)), MkCons(ListData(EMPTY), EMPTY)))
+def repeat() -> AST:
+    r"""\self xs item -> one `item` per element of xs."""
     return recursive(
-        ["specs"],
+        ["xs", "item"],
         Ite(
-            NullList(V("specs")),
+            NullList(V("xs")),
             EMPTY,
-            MkCons(empty, call(V("self"), TailList(V("specs")))),
+            MkCons(V("item"), call(V("self"), TailList(V("xs")), V("item"))),
         ),
     )
 
 
 def first_script() -> AST:
-    """\\self inputs -> the payment credential of the first script input."""
+    r"""\self inputs -> the payment credential of the first script input."""
     credential = HeadList(fields(HeadList(fields(nth(fields(HeadList(V("inputs"))), 1)))))
     return recursive(
         ["inputs"],
@@ -369,12 +352,16 @@ def first_script() -> AST:
     )
 
 
-WALK_STATE = ["inputs", "items", "reds", "sum0", "claims0", "accs", "consumer", "total", "refunds"]
+WALK_STATE = [
+    "inputs", "items", "reds", "receipts", "claims0", "accs", "sum0", "paccs", "consumer",
+    "total", "refunds",
+]  # fmt: skip
 
 
 def walk() -> AST:
-    """\\self inputs items reds sum0 claims0 accs consumer total refunds -> (): every escrow
-    input checked, its claim added to its group, its refund to its consumer's run."""
+    r"""\self inputs items reds receipts claims0 accs sum0 paccs consumer total refunds -> ():
+    every escrow input checked, signed (by a claim or its own receipt), its due added to its
+    provider's payout, its refund to its consumer's run."""
     return recursive(
         WALK_STATE,
         Ite(
@@ -415,9 +402,10 @@ def _escrow() -> AST:
             ("units_d", HeadList(V("items"))),
             ("units", UnIData(V("units_d"))),
             ("items1", TailList(V("items"))),
-            ("g", UnIData(HeadList(V("items1")))),
+            ("signer", UnIData(HeadList(V("items1")))),
+            ("items2", TailList(V("items1"))),
+            ("payee", UnIData(HeadList(V("items2")))),
             ("vkey", nth(V("d"), 2)),
-            ("provider", nth(V("d"), 1)),
             ("escrow_consumer", HeadList(V("d"))),
         ],
         check(
@@ -446,31 +434,85 @@ def _escrow() -> AST:
                     ),
                     ("ref", HeadList(V("in_f"))),
                 ],
-                Ite(
-                    EqualsInteger(V("g"), Integer(0)),
-                    check(
-                        eager_and(EqualsData(V("vkey"), V("vkey0")), _due_paid_to(V("addr0"))),
-                        "one provider per group",
-                        _next(
-                            AddInteger(V("sum0"), V("due")),
-                            MkCons(V("ref"), MkCons(V("units_d"), V("claims0"))),
-                            V("accs"),
-                        ),
+                _signed_by_provider(),
+            ),
+        ),
+    )
+
+
+def _signed_by_provider() -> AST:
+    """The escrow's units signed: by claim 0 (the batch's largest), another claim, or its own
+    receipt (signer -1: the next of `receipts`, checked here)."""
+    receipt = fields(HeadList(V("receipts")))
+    one = MkCons(V("ref"), MkCons(V("units_d"), EMPTY))
+    return Ite(
+        EqualsInteger(V("signer"), Integer(0)),
+        check(
+            EqualsData(V("vkey"), V("vkey0")),
+            "one key per claim",
+            _paid_to_provider(
+                V("receipts"), MkCons(V("ref"), MkCons(V("units_d"), V("claims0"))), V("accs")
+            ),
+        ),
+        Ite(
+            LessThanInteger(V("signer"), Integer(0)),
+            let(
+                [("receipt_f", receipt)],
+                check(
+                    VerifyEd25519Signature(
+                        UnBData(V("vkey")),
+                        claim_message(HeadList(V("receipt_f")), one),
+                        UnBData(nth(V("receipt_f"), 1)),
                     ),
-                    _next(
-                        V("sum0"),
-                        V("claims0"),
-                        call(
-                            V("add_to_group"),
-                            V("accs"),
-                            V("idents"),
-                            SubtractInteger(V("g"), Integer(1)),
-                            V("vkey"),
-                            V("provider"),
-                            V("due"),
-                            V("ref"),
-                            V("units_d"),
-                        ),
+                    "receipt signature",
+                    _paid_to_provider(TailList(V("receipts")), V("claims0"), V("accs")),
+                ),
+            ),
+            _paid_to_provider(
+                V("receipts"),
+                V("claims0"),
+                call(
+                    V("add_to_claim"),
+                    V("accs"),
+                    V("claim_specs"),
+                    SubtractInteger(V("signer"), Integer(1)),
+                    V("vkey"),
+                    V("ref"),
+                    V("units_d"),
+                ),
+            ),
+        ),
+    )
+
+
+def _paid_to_provider(receipts: AST, claims0: AST, accs: AST) -> AST:
+    """The escrow's due added to its payout (payee 0, the batch's largest, another, or none
+    when it earns nothing), then the next step."""
+    provider = nth(V("d"), 1)
+    return let(
+        [("receipts_", receipts), ("claims0_", claims0), ("accs_", accs)],
+        Ite(
+            EqualsInteger(V("payee"), Integer(0)),
+            check(
+                EqualsData(provider, V("addr0")),
+                "one provider per payout",
+                _next(AddInteger(V("sum0"), V("due")), V("paccs")),
+            ),
+            Ite(
+                LessThanInteger(V("payee"), Integer(0)),
+                check(
+                    EqualsInteger(V("due"), Integer(0)),
+                    "provider payout",
+                    _next(V("sum0"), V("paccs")),
+                ),
+                _next(
+                    V("sum0"),
+                    call(
+                        V("add_to_payee"),
+                        V("paccs"),
+                        SubtractInteger(V("payee"), Integer(1)),
+                        provider,
+                        V("due"),
                     ),
                 ),
             ),
@@ -478,9 +520,12 @@ def _escrow() -> AST:
     )
 
 
-def _next(sum0: AST, claims0: AST, accs: AST) -> AST:
+def _next(sum0: AST, paccs: AST) -> AST:
     """The walk's next step: the escrow's refund joins its consumer's run, or starts one."""
-    rest = [TailList(V("inputs")), tail(V("items1"), 1), TailList(V("reds")), sum0, claims0, accs]
+    rest = [
+        TailList(V("inputs")), TailList(V("items2")), TailList(V("reds")), V("receipts_"),
+        V("claims0_"), V("accs_"), sum0, paccs,
+    ]  # fmt: skip
     return Ite(
         EqualsData(V("escrow_consumer"), V("consumer")),
         call(V("self"), *rest, V("consumer"), AddInteger(V("total"), V("owed")), V("refunds")),
@@ -495,27 +540,33 @@ def _next(sum0: AST, claims0: AST, accs: AST) -> AST:
 
 
 def _finish() -> AST:
-    """After the last input: the last run refunded, every item and redeemer used, the groups
-    signed and paid."""
+    """After the last input: the last run refunded, every item, receipt and redeemer used,
+    the claims signed, the payouts paid."""
     return let(
         [("_r", Apply(V("refund_run"), V("refunds"), V("consumer"), V("total")))],
         check(
-            eager_and(NullList(V("items")), NullList(TailList(V("reds")))),
-            "one item per escrow input, and no script but escrows and this withdrawal",
-            let(
-                [
-                    (
-                        "previous",
-                        Apply(
-                            V("check_group"),
-                            HeadList(V("specs")),
-                            V("sum0"),
-                            V("claims0"),
-                            Integer(-1),
+            eager_and(NullList(V("items")), NullList(V("receipts")), NullList(TailList(V("reds")))),
+            "one item per escrow input, one receipt per escrow signed alone, and no script "
+            "but escrows and this withdrawal",
+            check(
+                Ite(
+                    NullList(V("specs")),
+                    NullList(V("claims0")),
+                    Apply(V("signed"), fields(HeadList(V("specs"))), V("claims0")),
+                ),
+                "claim signature",
+                let(
+                    [("_c", call(V("check_claims"), V("claim_specs"), V("accs")))],
+                    Ite(
+                        LessThanInteger(Integer(0), V("first_refund")),
+                        check(
+                            _holds(fields(HeadList(V("outputs"))), V("sum0")),
+                            "provider payout",
+                            call(V("check_payouts"), TailList(V("outputs")), V("paccs")),
                         ),
-                    )
-                ],
-                call(V("check_rest"), TailList(V("specs")), V("accs"), V("previous")),
+                        Unit(),
+                    ),
+                ),
             ),
         ),
     )
@@ -564,18 +615,30 @@ def _body() -> AST:
             ("redeemer_f", redeemer),
             ("items", UnListData(HeadList(V("redeemer_f")))),
             ("specs", UnListData(nth(V("redeemer_f"), 1))),
-            ("first_refund", UnIData(nth(V("redeemer_f"), 2))),
+            ("first_refund", UnIData(nth(V("redeemer_f"), 3))),
             ("outputs", UnListData(nth(V("tx"), 2))),
             ("inputs", UnListData(HeadList(V("tx")))),
             ("refund_run", refund_run()),
-            ("add_to_group", add_to_group()),
-            ("check_group", check_group()),
-            ("check_rest", check_rest()),
-            ("idents_all", call(identities(), V("specs"))),
-            ("ident0", UnListData(HeadList(V("idents_all")))),
-            ("vkey0", HeadList(V("ident0"))),
-            ("addr0", nth(V("ident0"), 1)),
-            ("idents", TailList(V("idents_all"))),
+            ("add_to_claim", add_to_claim()),
+            ("add_to_payee", add_to_payee()),
+            ("signed", signed()),
+            ("check_claims", check_claims()),
+            ("check_payouts", check_payouts()),
+            # claim 0's key (none without claims: then no escrow may name claim 0)
+            (
+                "vkey0",
+                Ite(NullList(V("specs")), NOBODY, nth(fields(HeadList(V("specs"))), 2)),
+            ),
+            ("claim_specs", Ite(NullList(V("specs")), EMPTY, TailList(V("specs")))),
+            # payout 0's address (none without provider outputs)
+            (
+                "addr0",
+                Ite(
+                    LessThanInteger(Integer(0), V("first_refund")),
+                    HeadList(fields(HeadList(V("outputs")))),
+                    NOBODY,
+                ),
+            ),
             ("script", call(first_script(), V("inputs"))),
             ("walk", walk()),
         ],
@@ -587,12 +650,22 @@ def _body() -> AST:
                 V("inputs"),
                 V("items"),
                 UnMapData(nth(V("tx"), 9)),
-                Integer(0),
+                UnListData(nth(V("redeemer_f"), 2)),
                 EMPTY,
-                call(empty_accs(), TailList(V("specs"))),
+                call(repeat(), V("claim_specs"), ListData(EMPTY)),
+                Integer(0),
+                Ite(
+                    LessThanInteger(Integer(0), V("first_refund")),
+                    call(
+                        payees(),
+                        TailList(V("outputs")),
+                        SubtractInteger(V("first_refund"), Integer(1)),
+                    ),
+                    EMPTY,
+                ),
                 NOBODY,
                 Integer(0),
-                tail_n(UnListData(nth(V("tx"), 2)), V("first_refund")),
+                tail_n(V("outputs"), V("first_refund")),
             ),
         ),
     )
@@ -613,9 +686,49 @@ def tail_n(xs: AST, n: AST) -> AST:
 
 def build() -> U.Program:
     """The program, compiled with pluthon's -O3, traces kept (contracts.simplify is for
-    OpShin's calling convention, which this program does not have)."""
+    OpShin's calling convention, which this program does not have), its forced builtins
+    hoisted."""
     from pluthon import Program, compile
     from pluthon.compiler_config import OPT_O3_CONFIG
 
     config = OPT_O3_CONFIG.update(remove_trace=False, constant_folding_keep_traces=True)
-    return compile(Program((1, 1, 0), program()), config)
+    compiled = compile(Program((1, 1, 0), program()), config)
+    return U.Program(compiled.version, hoist_forced_builtins(compiled.term))
+
+
+def hoist_forced_builtins(term: U.AST) -> U.AST:
+    """`term` with each `(force (builtin b))` and `(force (force (builtin b)))` bound once
+    around it: a variable costs one machine step, the forces and the builtin two or three,
+    and the walk reads dozens per escrow."""
+    found: dict[str, U.AST] = {}
+
+    def forced(node: U.AST) -> str | None:
+        depth, inner = 0, node
+        while isinstance(inner, U.Force):
+            depth, inner = depth + 1, inner.term
+        if depth and isinstance(inner, U.BuiltIn):
+            name = f"f{depth}_{inner.builtin.name}"
+            found[name] = node
+            return name
+        return None
+
+    def visit(node: U.AST) -> U.AST:
+        name = forced(node)
+        if name is not None:
+            return U.Variable(name)
+        if isinstance(node, U.Apply):
+            return U.Apply(visit(node.f), visit(node.x))
+        if isinstance(node, U.Lambda):
+            return U.Lambda(node.var_name, visit(node.term))
+        if isinstance(node, U.Delay):
+            return U.Delay(visit(node.term))
+        if isinstance(node, U.Force):
+            return U.Force(visit(node.term))
+        return node
+
+    body = visit(term)
+    for name in reversed(found):
+        body = U.Lambda(name, body)
+    for value in found.values():
+        body = U.Apply(body, value)
+    return body

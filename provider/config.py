@@ -152,6 +152,11 @@ class DaemonSettings(_Section):
     settle_batch_max: int = Field(
         SETTLE_BATCH_MAX, ge=1, description="escrows per settle transaction"
     )
+    small_payout_wait_ms: int = Field(
+        60_000, ge=0, description="a delivered receipt paying less than the ledger's minimum "
+        "UTxO (which the market leaves to its provider) is settled by the daemon once "
+        "settle_batch_max such wait or the oldest has waited this long",
+    )  # fmt: skip
     bond_minimum_lovelace: int = Field(0, ge=0, description="the market's minimum bond")
 
 

@@ -98,6 +98,6 @@ def receipt_for(job: EscrowJob, result: RunResult) -> Receipt:
     fields = receipt_fields(result)
     units = min(fields.units, datum.max_units)
     return Receipt.sign(
-        job.key, job.deployment.network_id, job.deployment.escrow_hash, job.escrow.input, units,
+        job.key, job.deployment.network_id, job.deployment.settle_hash, job.escrow.input, units,
         fields.result_hash, fields.evidence_hash,
     )  # fmt: skip

@@ -1,7 +1,9 @@
-"""What a run of `unchained demo` printed, checked: every escrow it locked was settled by the
-market in one batch, the verified result is the archive on disk, the balances add up to the
-lovelace, and the chain the demo left behind (replayed by a devnet of the test's own, on a
-free port) holds exactly the printed balances. Shared by the README test and the --jobs test."""
+"""What a run of `unchained demo` printed, checked: every escrow it locked was settled in one
+batch, by the provider's daemon (the demo's jobs pay less than the ledger's minimum output,
+which the market leaves to their provider: nobody tops anything up), the verified result is
+the archive on disk, the balances add up to the lovelace, and the chain the demo left behind
+(replayed by a devnet of the test's own, on a free port) holds exactly the printed balances.
+Shared by the README test and the --jobs test."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from offchain.devnet.process import DevnetProcess
 
 LOVELACE = r"(-?[\d,]+\.\d{6}) ADA"
 HEX64 = r"[0-9a-f]{64}"
-MIN_UTXO_AT_MOST = 1_500_000  # a tagged payout to a key address needs about 1.09 ADA
+FUNDS = 100_000_000  # each consumer's and the provider's, from the faucet
 MAX_UNITS = 120  # the demo's jobs run up to 120 s (unchained.demo.consumers.MAX_DURATION_S)
 
 
@@ -46,44 +48,50 @@ def chain_balances(data_dir: Path, out: str, parties: list[str]) -> dict[str, in
 
 
 def check_settled(data_dir: Path, out: str, jobs: int) -> None:
-    """All `jobs` escrows settled in one batch; the numbers add up; the chain agrees."""
+    """All `jobs` escrows settled in one batch by the provider; the numbers add up; the chain
+    agrees."""
     consumers = [f"consumer-{n}" for n in range(1, jobs + 1)]
     assert f"deployment file {data_dir / 'deployment.json'}" in out  # absolute
     assert re.search(rf"deploy: tx {HEX64} \(block \d+, fee", out)
     escrows = re.findall(rf"escrow ({HEX64}#0) holds", out)
     assert len(set(escrows)) == jobs, out
-    settles = re.findall(rf"settle: tx ({HEX64}) \(block \d+, fee {LOVELACE}\) spends (\d+) ", out)
-    assert [count for *_, count in settles] == [str(jobs)], out  # one batch holds them all
+    settles = re.findall(rf"settle: tx ({HEX64}) \(block \d+, fee {LOVELACE}\) spends (\d+) "
+                         r"escrow\(s\) in one batch, paid by the (\w+)'s wallet", out)  # fmt: skip
+    assert [(count, by) for *_, count, by in settles] == [(str(jobs), "provider")], out
     settle_fee = lovelace(settles[0][1])
+    assert re.search(rf"provider funded with 100\.000000 ADA .*: tx {HEX64}", out)
 
-    due = topped_up = allowances = 0
+    due = allowances = 0
     for consumer in consumers:
         assert re.search(rf"{consumer} funded with 100\.000000 ADA .*: tx {HEX64}", out)
-        units, price = (int(n.replace(",", "")) for n in re.search(
-            rf"{consumer}'s escrow: (\d+) units x ([\d,]+) lovelace", out).groups())  # fmt: skip
+        units, price, *amounts = re.search(
+            rf"{consumer}'s escrow: (\d+) units x ([\d,]+) lovelace = {LOVELACE} to the "
+            rf"provider, {LOVELACE} back to {consumer}, {LOVELACE} fee allowance to the "
+            r"provider \(it paid the settle fee\)", out).groups()  # fmt: skip
+        units, price = int(units), int(price.replace(",", ""))
+        paid, back, kept = (lovelace(n) for n in amounts)
         lock_fee, locked = (lovelace(n) for n in re.search(
             rf"{consumer} lock: tx {HEX64} \(fee {LOVELACE}\); escrow {HEX64}#0 holds {LOVELACE}",
             out).groups())  # fmt: skip
-        allowance = lovelace(re.search(
-            rf"^   {consumer}: job .* fee allowance {LOVELACE} \(not refunded\)$", out, re.M)[1])
-        owed = lovelace(
-            re.search(rf"{consumer}'s escrow: .* {LOVELACE} back to {consumer},", out)[1])
-        assert locked == price * MAX_UNITS + allowance and owed == price * (MAX_UNITS - units)
-        paid, back = (raised(out, consumer, party, was)
-                      for party, was in (("the provider", units * price), (consumer, owed)))
-        assert units > 0 and balances(out, consumer)[2] == back - locked - lock_fee
-        assert units * price <= paid <= max(units * price, MIN_UTXO_AT_MOST)
+        allowance, deposit = (lovelace(n) for n in re.search(
+            rf"^   {consumer}: job .* fee allowance {LOVELACE} \(not refunded\), return deposit "
+            rf"{LOVELACE} \(always refunded\)$", out, re.M).groups())  # fmt: skip
+        assert locked == price * MAX_UNITS + allowance + deposit and deposit > 0
+        assert units > 0 and paid == units * price and kept == allowance  # no top-up
+        assert back == price * (MAX_UNITS - units) + deposit  # the deposit came back
+        assert f"{consumer}'s escrow: the provider's pay is below the ledger's minimum" in out
+        assert balances(out, consumer)[2] == back - locked - lock_fee
         due += paid
         allowances += allowance
-        topped_up += paid - units * price + back - owed
         job, sha256 = re.search(
             rf"{consumer}: sha256 ({HEX64}) matches the receipt .* in (\S+)/out$", out, re.M
         ).groups()[::-1]  # fmt: skip
         result = Path(job)
         assert hashlib.sha256((result / "result.tar").read_bytes()).hexdigest() == sha256
         assert json.loads((result / "receipt.json").read_text())["result_hash"] == sha256
-    assert balances(out, "provider") == [0, due, due]
-    assert balances(out, "market")[2] == allowances - settle_fee - topped_up
+    earned = due + allowances - settle_fee
+    assert balances(out, "provider") == [FUNDS, FUNDS + earned, earned]
+    assert balances(out, "market")[2] == 0  # it settled nothing: it paid nothing
     assert "Checked: the provider earned exactly its receipts" in out
     assert re.search(r"^demo took \d+ s$", out, re.MULTILINE), out
 
@@ -91,13 +99,6 @@ def check_settled(data_dir: Path, out: str, jobs: int) -> None:
     printed = {party: balances(out, party)[1] for party in parties}
     assert chain_balances(data_dir, out, parties) == printed
     check_join(data_dir, out)
-
-
-def raised(out: str, consumer: str, party: str, owed: int) -> int:
-    """What `party` got out of `consumer`'s escrow: `owed`, or the min-UTxO it was raised to."""
-    found = re.search(rf"{consumer}'s escrow: {party}'s payout is raised to the ledger's "
-                      rf"min-UTxO, {LOVELACE}", out)  # fmt: skip
-    return lovelace(found[1]) if found else owed
 
 
 def check_join(data_dir: Path, out: str) -> None:

@@ -1,5 +1,6 @@
 """`unchained demo --jobs 3` in the working tree: three consumers submit at once, the provider
-daemon runs the three jobs side by side, and the market settles the three escrows in one batch
+daemon runs the three jobs side by side and, their pay being below the ledger's minimum output
+(which the market leaves to their provider), settles the three escrows itself in one batch
 transaction; the balances agree with the chain and no child process is left."""
 
 from __future__ import annotations

@@ -96,5 +96,6 @@ def deploy_command(
     deployment_file.save(made, deployment)
     typer.echo(f"deployed: tx {tx.id} in block {height} (fee {ada(tx.transaction_body.fee)})")
     typer.echo(f"escrow script {made.escrow_hash.payload.hex()}")
+    typer.echo(f"settle script {made.settle_hash.payload.hex()}")
     typer.echo(f"bond script   {made.bond_hash.payload.hex()}")
     typer.echo(f"wrote {deployment}")

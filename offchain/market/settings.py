@@ -50,11 +50,11 @@ class MarketSettings(LayeredSettings):
     quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
     settle_window_ms: int = Field(60 * 60_000, ge=1000)
     settle_fee_share: int = Field(
-        330_000, ge=0, description="Lovelace of each quote's fee allowance for its share of a "
+        330_000, ge=0, description="Lovelace of each quote's fee allowance, its share of a "
         "settle fee: the measured cost of a job settled alone (bench/contracts.py's "
-        "settle_cost_per_job, 265,789 on the devnet; 46,644 each in a batch of 36) plus a 24% "
-        "margin, since a job may be settled alone. A quote's allowance is this plus the most "
-        "its payouts may need raised to the ledger's minimum UTxO (quote_terms.fit_allowance).",
+        "settle_cost_per_job, 278,300 on the devnet; 14,845 each in a batch of 128) plus an 18% "
+        "margin, since a job may be settled alone. A quote's lock adds a return deposit, "
+        "refunded (quote_terms.fit_allowance), so no settle needs a top-up.",
     )  # fmt: skip
     confirmations: int = Field(3, ge=0, description="Blocks on top before an escrow counts.")
     clock_tolerance_ms: int = Field(5 * 60_000, ge=1000, description="Request timestamp skew.")

@@ -1,12 +1,13 @@
 """Batch settle: many escrows, of many providers and consumers, in one transaction.
 
-The settle script's withdrawal checks every escrow input (PROTOCOL.md). Each claim (a receipt
-is a claim on one escrow) is a group, paid in one output to its provider holding the sum its
-escrows earn; each run of escrows of one consumer (adjacent in ledger order) is refunded in
-one output. Payouts carry no datum. A party's payout is never topped up by the settler: a
-provider total below the ledger's minimum UTxO waits for a later batch (`SmallPayout`),
-unless the provider settles it itself (its own change raises its own output), and a
-consumer's refund always holds the return deposit its lock added (`escrow.refund_deposit`).
+The settle script's withdrawal checks every escrow input (PROTOCOL.md). Each escrow is signed
+by its own receipt or by a claim that covers several (one signature check for all of them);
+each provider is paid once, in one output holding the sum its escrows earn; each run of
+escrows of one consumer (adjacent in ledger order) is refunded in one output. Payouts carry
+no datum. A party's payout is never topped up by the settler: a provider total below the
+ledger's minimum UTxO waits for a later batch (`SmallPayout`), unless the provider settles
+it itself (its own change raises its own output), and a consumer's refund always holds the
+return deposit its lock added (`escrow.refund_deposit`).
 """
 
 from __future__ import annotations
@@ -50,42 +51,43 @@ from offchain.protocol.txbuild import (
     out_ref,
     script_source,
 )
-from offchain.protocol.types import BatchSettle, EscrowDatum, Settle, SettleGroup
+from offchain.protocol.types import (
+    BatchSettle,
+    EscrowDatum,
+    Settle,
+    SettleClaim,
+    SettleReceipt,
+)
 
 ToSettle = tuple[UTxO, Receipt]  # a receipt beside the escrow UTxO it names
 ClaimToSettle = tuple[Sequence[UTxO], Claim]  # a claim beside the escrow UTxOs it names
 
 
 class SmallPayout(BuildError):
-    """A provider's total in this batch is below the ledger's minimum UTxO: it waits."""
+    """Providers whose totals in this batch are below the ledger's minimum UTxO: they wait."""
+
+    def __init__(self, message: str, providers: Sequence[Address] = ()) -> None:
+        super().__init__(message)
+        self.providers = list(providers)
 
 
 @dataclasses.dataclass(frozen=True)
 class Escrow:
+    """An escrow as a batch settles it: its split, and who signed its units (a claim's index,
+    or -1: its own receipt); `signature` is its receipt's, or its claim's on the claim's
+    first escrow."""
+
     utxo: UTxO
     datum: EscrowDatum
     split: SettleSplit
     units: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-    """One claim, checked: its escrows, all of one provider (key and address)."""
-
-    claim: Claim
-    escrows: list[Escrow]
+    signer: int = -1
+    signature: SettleReceipt | None = None
 
     @property
-    def provider(self) -> PlutusData:
-        return self.escrows[0].datum.provider
-
-    @property
-    def vkey(self) -> bytes:
-        return self.escrows[0].datum.provider_vkey
-
-    @property
-    def total(self) -> int:
-        return sum(escrow.split.provider for escrow in self.escrows)
+    def provider(self) -> bytes:
+        """The provider's full address as Data (CBOR): whom its due is paid to."""
+        return bytes(self.datum.provider.to_cbor())
 
 
 def payout_minimum(context: ChainContext, to: Address) -> int:
@@ -110,29 +112,47 @@ def settle(
     often), a batch of a shape already evaluated declares its execution units and skips
     evaluateTransaction. The fee is paid from the submitter's UTxOs outside `busy`.
     """
-    named = [([escrow], Claim.of_receipt(receipt)) for escrow, receipt in receipts]
-    groups = [_group(deployment, utxos, claim) for utxos, claim in [*named, *claims]]
-    if not groups:
+    groups = sorted(
+        (_claimed(deployment, utxos, claim) for utxos, claim in claims), key=lambda g: -len(g)
+    )  # the largest claim costs least at index 0
+    every = [
+        dataclasses.replace(escrow, signer=index)
+        for index, group in enumerate(groups)
+        for escrow in group
+    ]
+    every += [_received(deployment, utxo, receipt) for utxo, receipt in receipts]
+    if not every:
         raise BuildError("nothing to settle: no receipts")
-    every = [escrow for group in groups for escrow in group.escrows]
     if len({escrow.utxo.input for escrow in every}) != len(every):
         raise BuildError("two claims for one escrow")
-    groups.sort(key=lambda group: -len(group.escrows))  # the largest costs least at index 0
     budgets = budgets if budgets is not None else ExecutionBudgets()
     clock = Clock.now(context)
     builder = new_builder(context)
-    specs = [_pay_provider(context, builder, deployment, group, submitter) for group in groups]
+    payees = _pay_providers(context, builder, deployment, every, submitter)
     first_refund = len(builder.outputs)
     ordered = sorted(every, key=lambda escrow: ledger_key(escrow.utxo))
     _refund_consumers(context, builder, deployment, ordered)
-    group_of = {e.utxo.input: g for g, group in enumerate(groups) for e in group.escrows}
-    items = [n for e in ordered for n in (e.units, group_of[e.utxo.input])]
+    items = [
+        n
+        for e in ordered
+        for n in (e.units, e.signer, payees[e.provider] if e.split.provider else -1)
+    ]
+    signed = [
+        SettleClaim(g[0].signature.note, g[0].signature.signature, g[0].datum.provider_vkey)
+        for g in groups
+        if g[0].signature is not None
+    ]
+    alone = [e.signature for e in ordered if e.signer < 0 and e.signature is not None]
     fee = fee_inputs(context, submitter, busy=busy)
     inputs = ledger_inputs([escrow.utxo for escrow in ordered], fee)
-    # every spend costs the same; the batch's cost depends on its shape
-    shape = ("settle-batch", len(inputs), len(builder.outputs), tuple(items[1::2]))
+    # every spend costs the same; the batch's cost depends on its shape, the escrows' places
+    # among the inputs included (a key input before them costs the script more, not the same)
+    place = {ref: index for index, ref in enumerate(inputs)}
+    places = tuple(place[escrow.utxo.input] for escrow in ordered)
+    shape = ("settle-batch", len(inputs), len(builder.outputs), tuple(items[1::3]),
+             tuple(items[2::3]), places)  # fmt: skip
     keyed: list[tuple[Hashable, PlutusData]] = [(("settle-spend",), Settle()) for _ in ordered]
-    keyed.append((shape, BatchSettle(items, specs, first_refund)))
+    keyed.append((shape, BatchSettle(items, signed, alone, first_refund)))
     redeemers = budgets.redeemers(keyed)
     for escrow, redeemer in zip(ordered, redeemers, strict=False):
         source = script_source(builder, deployment.escrow_ref)
@@ -165,58 +185,83 @@ def reward_balance(context: ChainContext, deployment: Deployment) -> int:
     return balance
 
 
-def _group(deployment: Deployment, utxos: Sequence[UTxO], claim: Claim) -> Group:
-    """The claim's escrows, checked as the settle script will: one provider, its signature."""
+def _escrow(deployment: Deployment, utxo: UTxO, units: int) -> Escrow:
+    datum = escrow_datum(deployment, utxo)
+    try:
+        split = settle_split(
+            utxo.output.amount.coin, datum.price_per_unit, units, datum.max_units,
+            datum.fee_allowance,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise BuildError(f"cannot settle {out_ref(utxo)}: {exc}") from exc
+    return Escrow(utxo, datum, split, units)
+
+
+def _received(deployment: Deployment, utxo: UTxO, receipt: Receipt) -> Escrow:
+    """An escrow settled by its own receipt, checked as the settle script will."""
+    if receipt.escrow != utxo.input:
+        named = format_out_ref(receipt.escrow)
+        raise BuildError(f"the receipt is for {named}, not {out_ref(utxo)}")
+    escrow = _escrow(deployment, utxo, receipt.units)
+    key = escrow.datum.provider_vkey
+    if not receipt.signed_by(key, deployment.network_id, deployment.settle_hash):
+        raise BuildError(f"the receipt for {out_ref(utxo)} is not signed by its provider key")
+    claim = Claim.of_receipt(receipt)
+    return dataclasses.replace(escrow, signature=SettleReceipt(claim.note, claim.signature))
+
+
+def _claimed(deployment: Deployment, utxos: Sequence[UTxO], claim: Claim) -> list[Escrow]:
+    """A claim's escrows, checked as the settle script will: one provider key, its signature
+    (carried on the first escrow)."""
     by_ref = {utxo.input: utxo for utxo in utxos}
     if set(by_ref) != set(claim.units):
         named = ", ".join(sorted(format_out_ref(ref) for ref in claim.units))
         raise BuildError(f"the claim names {named}: give exactly those escrows")
-    escrows = []
-    for ref, units in claim.units.items():
-        utxo = by_ref[ref]
-        datum = escrow_datum(deployment, utxo)
-        try:
-            split = settle_split(
-                utxo.output.amount.coin, datum.price_per_unit, units, datum.max_units,
-                datum.fee_allowance,
-            )  # fmt: skip
-        except ValueError as exc:
-            raise BuildError(f"cannot settle {out_ref(utxo)}: {exc}") from exc
-        escrows.append(Escrow(utxo, datum, split, units))
-    first = escrows[0].datum
-    if any(
-        (e.datum.provider_vkey, e.datum.provider) != (first.provider_vkey, first.provider)
-        for e in escrows
-    ):
-        raise BuildError("a claim covers escrows of one provider key and address only")
-    if not claim.signed_by(first.provider_vkey, deployment.network_id, deployment.settle_hash):
+    escrows = [_escrow(deployment, by_ref[ref], units) for ref, units in claim.units.items()]
+    key = escrows[0].datum.provider_vkey
+    if any(e.datum.provider_vkey != key for e in escrows):
+        raise BuildError("a claim covers escrows of one provider key only")
+    if not claim.signed_by(key, deployment.network_id, deployment.settle_hash):
         refs = ", ".join(out_ref(e.utxo) for e in escrows)
         raise BuildError(f"the claim on {refs} is not signed by the escrows' provider key")
-    return Group(claim, escrows)
+    signature = SettleReceipt(claim.note, claim.signature)
+    return [dataclasses.replace(escrows[0], signature=signature), *escrows[1:]]
 
 
-def _pay_provider(
+def _pay_providers(
     context: ChainContext,
     builder: TransactionBuilder,
     deployment: Deployment,
-    group: Group,
+    escrows: Sequence[Escrow],
     submitter: Address,
-) -> SettleGroup:
-    """The group's payout (none when its escrows earn nothing) and its redeemer entry."""
-    if group.total == 0:
-        return SettleGroup(group.claim.note, group.claim.signature, -1, group.vkey)
-    to = from_plutus(group.provider, deployment.network)
-    output = TransactionOutput(to, group.total)
-    least = at_least_min_utxo(context, output, group.total)
-    if least > group.total and submitter.payment_part != to.payment_part:
-        refs = ", ".join(out_ref(e.utxo) for e in group.escrows)
+) -> dict[bytes, int]:
+    """One output per provider address owed anything, holding its total (the provider with
+    the most escrows first: it costs least at index 0); their indices by address."""
+    dues: dict[bytes, list[int]] = {}
+    addresses: dict[bytes, Address] = {}
+    for escrow in escrows:
+        if escrow.split.provider:
+            dues.setdefault(escrow.provider, []).append(escrow.split.provider)
+            addresses[escrow.provider] = from_plutus(escrow.datum.provider, deployment.network)
+    outputs, small = [], []
+    for provider, owed in sorted(dues.items(), key=lambda item: -len(item[1])):
+        to = addresses[provider]
+        output = TransactionOutput(to, sum(owed))
+        least = at_least_min_utxo(context, output, sum(owed))
+        if least > sum(owed) and submitter.payment_part != to.payment_part:
+            small.append(f"{to} earns {sum(owed)} lovelace in this batch, below the minimum UTxO "
+                         f"({least})")  # fmt: skip
+            continue
+        output.amount.coin = least  # a provider settling itself raises its own output
+        outputs.append((provider, output))
+    if small:
+        paid = dict(outputs)
+        waiting = [address for key, address in addresses.items() if key not in paid]
         raise SmallPayout(
-            f"{to} earns {group.total} lovelace for {refs}, less than the ledger's minimum "
-            f"UTxO ({least}): it waits for a later batch, or its provider settles it"
+            "; ".join(small) + ": it waits for a later batch, or its provider settles it",
+            waiting,
         )
-    output.amount.coin = least  # a provider settling itself raises its own output
-    index = add_output(builder, output)
-    return SettleGroup(group.claim.note, group.claim.signature, index, group.vkey)
+    return {provider: add_output(builder, output) for provider, output in outputs}
 
 
 def _refund_consumers(

@@ -152,6 +152,15 @@ def refund_deposit(context: ChainContext, deployment: Deployment, consumer: Plut
     return at_least_min_utxo(context, TransactionOutput(to, 0), 0)
 
 
+def lock_lovelace(context: ChainContext, deployment: Deployment, datum: EscrowDatum) -> int:
+    """What a lock of `datum` holds: the whole job, its fee allowance and the return deposit
+    (`lock_amount`), raised to the escrow output's own minimum UTxO (a cheap job's sum is below
+    it). All of it but the job's price and the allowance comes back to the consumer."""
+    deposit = refund_deposit(context, deployment, datum.consumer)
+    needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance, deposit)
+    return escrow_output(context, deployment, datum, needed).amount.coin
+
+
 def acceptance_terms(
     context: ChainContext,
     deployment: Deployment,

@@ -52,7 +52,7 @@ def check_terms(
     check_address(escrow, "consumer", datum.consumer, EscrowRefused)
     check_address(escrow, "provider", datum.provider, EscrowRefused)
     _check_offer(escrow, datum, spec, offer)
-    _check_amounts(context, deployment, escrow, datum, offer)
+    _check_amounts(context, deployment, escrow, datum)
     return datum
 
 
@@ -124,19 +124,21 @@ def _check_offer(escrow: UTxO, datum: EscrowDatum, spec: JobSpec, offer: Offer) 
 
 
 def _check_amounts(
-    context: ChainContext, deployment: Deployment, escrow: UTxO, datum: EscrowDatum, offer: Offer
+    context: ChainContext, deployment: Deployment, escrow: UTxO, datum: EscrowDatum
 ) -> None:
     """The escrow pays the whole job, its fee allowance and the return deposit of its refund
-    (the ledger's minimum for an output to the consumer), so no settle needs anyone's own
-    lovelace: a provider payout below the minimum waits for a larger batch or the provider's
-    own settle (batch.SmallPayout)."""
+    (`escrows.refund_deposit`): every settle's payouts then come out of the escrow itself, at
+    any unit count, and a settle never needs anyone's own lovelace. A provider's payout below
+    the ledger's minimum UTxO is not the escrow's concern: it waits for a later batch or its
+    provider settles it, so a cheap job is taken like any other."""
     locked = escrow.output.amount.coin
     deposit = escrows.refund_deposit(context, deployment, datum.consumer)
     needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance, deposit)
     if locked < needed:
         raise EscrowRefused(
-            escrow, Refusal.UNDERFUNDED, f"{locked} lovelace locked, {needed} needed"
-        )
+            escrow, Refusal.UNDERFUNDED,
+            f"{locked} lovelace locked, {needed} needed (with a return deposit of {deposit})",
+        )  # fmt: skip
 
 
 def _check_open(context: ChainContext, escrow: UTxO, datum: EscrowDatum) -> int:

@@ -226,7 +226,7 @@ class TxReader:
         if batch is None:
             return {}
         spent = [ref for ref in self.inputs if self._is_settle(ref)]
-        return dict(zip(spent, batch.items[::2], strict=False))
+        return dict(zip(spent, batch.items[::3], strict=False))
 
     def _is_settle(self, ref: TransactionInput) -> bool:
         redeemer = self._spends.get(self._positions[ref])

@@ -169,26 +169,35 @@ class Cancel(PlutusData):
 
 
 @dataclass
-class SettleGroup(PlutusData):
-    """One provider's signed Claim in a batch, paid in output `output` (negative: owed
-    nothing, every escrow of it claims zero units); `vkey` signed it, each escrow's provider
-    key."""
+class SettleClaim(PlutusData):
+    """A claim on several escrows of a batch, signed by `vkey`, their provider key."""
 
     CONSTR_ID = 0
     note: bytes
     signature: bytes
-    output: int
     vkey: bytes
 
 
 @dataclass
+class SettleReceipt(PlutusData):
+    """An escrow's own receipt: a claim on it alone, signed by its provider key."""
+
+    CONSTR_ID = 0
+    note: bytes
+    signature: bytes
+
+
+@dataclass
 class BatchSettle(PlutusData):
-    """The settle script's redeemer: `items` holds (units, group index) for each escrow input
-    in ledger order, flat; the consumers' refunds start at output `first_refund`."""
+    """The settle script's redeemer: `items` holds (units, signer, payee) for each escrow
+    input in ledger order, flat; signer is a claim's index or -1 (the next receipt), payee a
+    provider output's index or -1 (owed nothing); the consumers' refunds start at output
+    `first_refund`."""
 
     CONSTR_ID = 0
     items: list[int]
-    groups: list[SettleGroup]
+    claims: list[SettleClaim]
+    receipts: list[SettleReceipt]
     first_refund: int
 
 

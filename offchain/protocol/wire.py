@@ -92,18 +92,20 @@ class Quote(BaseModel):
     deadline_ms: int
     settle_window_ms: int
     fee_allowance: int = Field(
-        description="Lovelace of the lock that is not refunded: settle_fee_share + "
-        "payout_topups (see fee_allowance_note)."
+        description="Lovelace of the lock that is not refunded: it pays the settle fee "
+        "(settle_fee_share; see fee_allowance_note)."
+    )
+    refund_deposit: int = Field(
+        description="Lovelace of the lock that always comes back to the renter: at least the "
+        "ledger's minimum for its refund output (more when a cheap job's lock is raised to the "
+        "escrow output's own minimum), so no settlement ever needs a top-up (lock_lovelace = "
+        "max_cost + fee_allowance + refund_deposit)."
     )
     lock_lovelace: int
     quote_expires_ms: int
     settle_fee_share: int = Field(
         description="The part of the allowance that pays this job's share of a settle fee (the "
         "cost of a settle alone, measured, with a margin)."
-    )
-    payout_topups: int = Field(
-        description="The most a settle may add to a payout below the ledger's minimum UTxO, "
-        "over every unit count (paid to the consumer or the provider, out of the allowance)."
     )
     fee_allowance_note: str = Field(description="What the allowance covers, in words.")
 

@@ -334,7 +334,7 @@ class Worker:
             return
         deployment = self.chain.deployment
         zero = Receipt.sign(
-            self.key, deployment.network_id, deployment.escrow_hash, escrow.input, 0,
+            self.key, deployment.network_id, deployment.settle_hash, escrow.input, 0,
             EMPTY_HASH, EMPTY_HASH,
         )  # fmt: skip
         entry = entry.model_copy(update={"stage": "finished", "receipt": zero, "reason": reason})

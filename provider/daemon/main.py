@@ -61,10 +61,7 @@ class Daemon:
             self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
         )  # fmt: skip
-        self.payouts = PayoutWatcher(
-            self.chain, self.journal, runner.results_dir, self.settings.payout_margin_ms,
-            self.settings.settle_batch_max,
-        )  # fmt: skip
+        self.payouts = PayoutWatcher(self.chain, self.journal, runner.results_dir, self.settings)
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:

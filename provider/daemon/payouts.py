@@ -1,6 +1,12 @@
-"""Payouts the provider collects itself: every receipt it signed whose escrow is still unspent
-at `close - margin` (close = deadline + settle window, chain time) is settled from the
-provider's own wallet, in batches. So the provider is paid even if the market vanishes.
+"""Payouts the provider collects itself, from its own wallet, in batches: every receipt it
+signed whose escrow is still unspent at `close - margin` (close = deadline + settle window,
+chain time), so the provider is paid even if the market vanishes; and, without waiting for the
+close, every delivered receipt whose payout is below the ledger's minimum UTxO. The market
+settles no such receipt (it tops up nothing), while the provider, the submitter, may: its own
+change raises its own output (`batch.settle`). These small ones go once `settle_batch_max`
+wait or the oldest has waited `small_payout_wait_ms`, so the renter's refund comes back soon
+and the fee allowances of several jobs share one fee.
+
 A receipt's results stay on disk until its escrow is spent; then the spending transaction says
 whether it was a settlement (earnings) or a refund (none): `spends.py`."""
 
@@ -12,8 +18,9 @@ from pathlib import Path
 
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import parse_out_ref
-from offchain.protocol import escrow as escrows
+from offchain.protocol import batch
 from offchain.protocol.txbuild import BuildError, out_ref
+from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.spends import Spend, find_spend, read_spend
@@ -23,13 +30,13 @@ log = logging.getLogger("unchained.provider")
 
 class PayoutWatcher:
     def __init__(
-        self, chain: Chain, journal: Journal, results_dir: Path, margin_ms: int, batch_max: int
+        self, chain: Chain, journal: Journal, results_dir: Path, settings: DaemonSettings
     ) -> None:
         self.chain = chain
         self.journal = journal
         self.results_dir = results_dir
-        self.margin_ms = margin_ms
-        self.batch_max = batch_max
+        self.settings = settings
+        self.small_since: dict[str, int] = {}  # job id -> when (chain ms) it was first seen
 
     async def tick(self) -> None:
         """Read how spent escrows were spent (and drop their results); settle those falling due."""
@@ -38,18 +45,35 @@ class PayoutWatcher:
         if not signed:
             return
         now = await self.chain.call(self.chain.now_ms)
-        due: list[escrows.ToSettle] = []
+        paid_at = self.chain.wallet.address  # its offers' payout address
+        least = await self.chain.call(batch.payout_minimum, self.chain.context, paid_at)
+        due: list[batch.ToSettle] = []
+        small: dict[str, batch.ToSettle] = {}
         for entry in signed:
+            assert entry.receipt is not None
             escrow = await self.chain.call(self.chain.utxo, entry.escrow)
             if escrow is None:
                 await self._spent(entry)
-            elif entry.close_ms - self.margin_ms <= now < entry.close_ms:
-                assert entry.receipt is not None
+            elif entry.close_ms - self.settings.payout_margin_ms <= now < entry.close_ms:
                 due.append((escrow, entry.receipt))
-        for start in range(0, len(due), self.batch_max):
-            await self._settle_apart(due[start : start + self.batch_max])
+            elif entry.stage == "delivered" and 0 < entry.earned < least:
+                small[entry.job_id] = (escrow, entry.receipt)
+        due += self._small_due(small, now)
+        batch_max = self.settings.settle_batch_max
+        for start in range(0, len(due), batch_max):
+            await self._settle_apart(due[start : start + batch_max])
 
-    async def _settle_apart(self, receipts: list[escrows.ToSettle]) -> None:
+    def _small_due(self, small: dict[str, batch.ToSettle], now: int) -> list[batch.ToSettle]:
+        """The small payouts (by job id) to settle now: all of them once `settle_batch_max`
+        wait or the oldest has waited `small_payout_wait_ms` since this daemon first saw it."""
+        self.small_since = {job: self.small_since.get(job, now) for job in small}
+        oldest = min(self.small_since.values(), default=now)
+        settings = self.settings
+        if len(small) < settings.settle_batch_max and now - oldest < settings.small_payout_wait_ms:
+            return []
+        return list(small.values())
+
+    async def _settle_apart(self, receipts: list[batch.ToSettle]) -> None:
         """Settle a batch, or when it cannot be, each of its receipts alone: one receipt that
         cannot be settled (logged, tried again next round) never holds up the others."""
         try:
@@ -62,10 +86,10 @@ class PayoutWatcher:
             for receipt in receipts:
                 await self._settle_apart([receipt])
 
-    async def _settle(self, receipts: list[escrows.ToSettle]) -> None:
+    async def _settle(self, receipts: list[batch.ToSettle]) -> None:
         wallet = self.chain.wallet
         unsigned = await self.chain.call(
-            escrows.settle, self.chain.context, self.chain.deployment, receipts, wallet.address
+            batch.settle, self.chain.context, self.chain.deployment, receipts, wallet.address
         )
         tx = wallet.sign(unsigned)
         refs = [escrow.input for escrow, _ in receipts]
@@ -74,7 +98,8 @@ class PayoutWatcher:
         await submit_confirmed(self.chain.url, tx)
         by_escrow = {parse_out_ref(entry.escrow): entry for entry in self.journal.entries()}
         for ref in refs:
-            self._settled(by_escrow[ref], read_spend(tx, ref, wallet.address))
+            entry = by_escrow[ref]
+            self._settled(entry, read_spend(tx, ref, entry.price_per_unit))
 
     async def _spent(self, entry: JobEntry) -> None:
         """The escrow is gone: read how (a settle pays, a refund does not)."""
@@ -83,7 +108,7 @@ class PayoutWatcher:
                 self.chain.url,
                 parse_out_ref(entry.escrow),
                 entry.unspent_at,
-                self.chain.wallet.address,
+                entry.price_per_unit,
             )
         except (LookupError, OSError, TimeoutError) as exc:  # the next round looks again
             log.warning("job %s: escrow %s spent, its transaction not found yet: %s",

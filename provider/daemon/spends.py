@@ -1,16 +1,16 @@
 """How an escrow the daemon signed a receipt for was spent. An escrow gone from the chain may
 have been settled, or refunded (or cancelled) to its consumer: only the spending transaction
 tells. It is found by following the chain from the point where the daemon last saw the escrow
-unspent, and it counts as earnings only if it spends the escrow with Settle and pays the
-provider's address an output tagged Payout(settle, this escrow): what that output holds is
-what was earned (the validator checked the split, so the tag can be believed)."""
+unspent, and it counts as earnings only if it spends the escrow with Settle for units: a
+settle's payouts are merged and untagged, so what was earned is price x the units its batch
+claimed for this escrow (the settle script checked the provider's output holds them)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 
-from pycardano import Address, Transaction, TransactionInput
+from pycardano import Transaction, TransactionInput
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref
@@ -28,7 +28,7 @@ class Spend:
 
 
 async def find_spend(
-    url: str, escrow: TransactionInput, since: Point | None, provider: Address
+    url: str, escrow: TransactionInput, since: Point | None, price_per_unit: int
 ) -> Spend:
     """The transaction that spent `escrow` after `since`, read as a settle or not."""
     points = [since, "origin"] if since else ["origin"]
@@ -40,7 +40,7 @@ async def find_spend(
                 continue
             for tx in event.block.get("transactions", []):
                 if any(ogmios_out_ref(spent) == escrow for spent in tx.get("inputs", [])):
-                    return read_spend(Transaction.from_cbor(tx["cbor"]), escrow, provider)
+                    return read_spend(Transaction.from_cbor(tx["cbor"]), escrow, price_per_unit)
             if event.block["slot"] >= tip["slot"]:
                 break
         raise LookupError(f"no transaction spending {format_out_ref(escrow)} found after {since}")

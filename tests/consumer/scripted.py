@@ -23,7 +23,7 @@ from tests.market.test_lifecycle import IMAGES
 from tests.protocol.onchain import post_bond, wallet
 
 GPU = "NVIDIA H100 80GB HBM3"
-PRICE = 20_000  # lovelace per second of the bundle
+PRICE = 50_000  # lovelace per second of the bundle: 42 s pay more than a min-UTxO
 EVIDENCE = hashlib.sha256(b"the metering record").digest()
 
 
@@ -84,7 +84,7 @@ class ScriptedProvider:
         uploaded = await self.send("PUT", f"/jobs/{job['job_id']}/result", raw=archive)
         result = bytes.fromhex(uploaded["result_sha256"])
         body = Receipt.sign(
-            self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
+            self.party.wallet.key, self.deployment.network_id, self.deployment.settle_hash,
             parse_out_ref(job["escrow"]), units, result, EVIDENCE,
         ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/receipt", body)
@@ -93,7 +93,7 @@ class ScriptedProvider:
         """Refuse the job with a zero-unit receipt, as the daemon does: its escrow comes back
         to the renter in the market's next settle batch."""
         zero = Receipt.sign(
-            self.party.wallet.key, self.deployment.network_id, self.deployment.escrow_hash,
+            self.party.wallet.key, self.deployment.network_id, self.deployment.settle_hash,
             parse_out_ref(job["escrow"]), 0, EMPTY_HASH, EMPTY_HASH,
         ).body()  # fmt: skip
         await self.send("POST", f"/jobs/{job['job_id']}/failure", {"reason": reason,

@@ -13,9 +13,8 @@ from consumer.store import JobStore
 from offchain.chain.follower import tip_point
 from offchain.chain.utxo import parse_out_ref, tx_id_of
 from offchain.protocol.amounts import ada
+from offchain.protocol.batch import payout_minimum
 from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import payout
-from offchain.protocol.types import PayoutKind
 from tests.consumer.cli import (
     Terminal,
     cli_env,
@@ -40,7 +39,7 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     try:
         screen = terminal.wait_for("lock ", "[y/N]")
         for shown in ("provider", "NVIDIA H100 80GB HBM3", "worst case", "deadline",
-                      f"{ada(PRICE * 3600)}/h", "is not refunded"):  # fmt: skip
+                      f"{ada(PRICE * 3600)}/h", "is not refunded", "always refunded"):  # fmt: skip
             assert shown in screen, screen
         terminal.keys("y", "Enter")
         job = await asyncio.wait_for(provider.assignment(), 60)
@@ -55,9 +54,12 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
         terminal.close()
     code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
     assert code == 0 and status["state"] == "running"  # Ctrl-C cancelled nothing
-    allowance = JobStore(tmp_path / "state").get(job["job_id"]).datum.fee_allowance
+    record = JobStore(tmp_path / "state").get(job["job_id"])
+    allowance, locked = record.datum.fee_allowance, record.lovelace
+    deposit = payout_minimum(devnet.context(), funded.address)  # its refund's minimum
+    assert locked == LOCKED + allowance + deposit
     code, held = run_json(env, "wallet", "balance", cwd=tmp_path)
-    assert code == 0 and held["locked_lovelace"] == LOCKED + allowance  # its open escrow
+    assert code == 0 and held["locked_lovelace"] == locked  # its open escrow
     assert held["lovelace"] == balance(devnet, funded.address)
 
     await provider.deliver(job, archive({"model.bin": b"\x00" * 1000}), UNITS)
@@ -74,9 +76,9 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
 
     lock_tx = tx_id_of(parse_out_ref(job["escrow"]))
     fee = await tx_fee(devnet, lock_tx, since)
-    split = settle_split(LOCKED + allowance, PRICE, UNITS, SPEC["max_duration_s"], allowance)
-    assert balance(devnet, funded.address) == start - fee - LOCKED - allowance + split.consumer
-    assert split.consumer == LOCKED - PRICE * UNITS
+    split = settle_split(locked, PRICE, UNITS, SPEC["max_duration_s"], allowance)
+    assert balance(devnet, funded.address) == start - fee - locked + split.consumer
+    assert split.consumer == LOCKED - PRICE * UNITS + deposit
 
     # what it cost, as `job spend`, `job status` and `job list` tell it: the net cost is the
     # wallet's difference, to the lovelace
@@ -85,13 +87,8 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     (cost,) = spent["jobs"]
     assert cost["net_cost"] == start - balance(devnet, funded.address) == spent["total"]["net_cost"]
     assert (cost["locked"], cost["fee_allowance"], cost["lock_fee"], cost["refunded"]) == (
-        LOCKED + allowance, allowance, fee, split.consumer)
-    assert cost["due"] == split.provider == UNITS * PRICE
-    # the provider's output: what it is owed, raised to the ledger's minimum for that output
-    # (its address and tag) out of the allowance
-    owed = payout(devnet.context(), provider.party.wallet.address, UNITS * PRICE,
-                  PayoutKind.SETTLE, parse_out_ref(job["escrow"]))  # fmt: skip
-    assert cost["provider_paid"] == owed.amount.coin > cost["due"]
+        locked, allowance, fee, split.consumer)
+    assert cost["due"] == split.provider == UNITS * PRICE == cost["provider_paid"]  # no top-up
     shown = run(env, "job", "spend", cwd=tmp_path).stdout
     assert job["job_id"][:8] in shown and ada(cost["net_cost"]) in shown, shown
     code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)

@@ -56,14 +56,14 @@ async def test_wallet_balance_and_offers_search(market, provider, devnet, tmp_pa
     ]
 
     offer = await provider.offer()
-    query = "gpus>=1 vram>=24GiB price<=100ADA/h sort=price"
+    query = "gpus>=1 vram>=24GiB price<=200ADA/h sort=price"
     code, found = run_json(env, "offers", "search", query, cwd=tmp_path)
     assert code == 0 and found["matched"] == 1, found
     (listed,) = found["offers"]
     assert listed["provider_id"] == offer["provider_id"] and listed["terms"]["gpu_model"] == GPU
     table = run(env, "offers", "search", query, cwd=tmp_path).stdout
     assert "1 of 1 offers match" in table and f"1 x {GPU}" in table, table
-    assert "72.000000 ADA" in table  # 20,000 lovelace a second, an hour of it
+    assert "180.000000 ADA" in table  # 50,000 lovelace a second, an hour of it
 
     none = run(env, "offers", "search", "gpus>=2", cwd=tmp_path)
     assert none.returncode == 0 and none.stdout.startswith("no offer matches (1 searched)")

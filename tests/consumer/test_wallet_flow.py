@@ -90,11 +90,11 @@ async def test_an_external_wallet_signs_the_lock(market, provider, devnet, tmp_p
     assert locked["escrow"] == f"{unsigned.id.payload.hex()}#0"
     escrow = utxo_at(devnet.context(), parse_out_ref(locked["escrow"]))
     assert escrow is not None
-    allowance = quote["fee_allowance"]
-    assert escrow.output.amount.coin == LOCKED + allowance
+    allowance, deposit = quote["fee_allowance"], quote["refund_deposit"]
+    assert escrow.output.amount.coin == LOCKED + allowance + deposit == quote["lock_lovelace"]
     fee = await tx_fee(devnet, unsigned.id.payload.hex(), since)
     assert fee == unsigned.transaction_body.fee
-    assert balance(devnet, funded.address) == start - fee - LOCKED - allowance
+    assert balance(devnet, funded.address) == start - fee - LOCKED - allowance - deposit
     code, status = run_json(env, "job", "status", job, cwd=tmp_path)
     assert code == 0 and status["escrow"] == locked["escrow"]
     assert status["state"] not in ("requested", "quoted"), status

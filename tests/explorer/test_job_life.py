@@ -14,7 +14,7 @@ import hashlib
 
 import httpx
 
-from offchain.market.explorer.format import per_hour, when
+from offchain.market.explorer.format import ada, per_hour, when
 from offchain.market.explorer.queries import DAY_MS
 from offchain.protocol import escrow as escrows
 from offchain.protocol.split import settle_split
@@ -154,15 +154,23 @@ async def test_a_jobs_life_through_the_explorer(
             )  # fmt: skip
             assert decoded["consumer"] == str(consumer.wallet.address)
             assert spent["redeemer"]["type"] == "Settle"
+            # its payouts carry no tag: what each party got of this escrow is its split, from
+            # the units the batch claimed and the datum, and the outputs hold it
             split = settle_split(locked.escrow.output.amount.coin, PRICE, UNITS,
                                  SPEC["max_duration_s"], datum.fee_allowance)  # fmt: skip
-            paid = [o for o in answer["tx"]["outputs"]
-                    if (o["datum"] or {}).get("type") == "Payout"]  # fmt: skip
-            assert {"address": str(provider.wallet.address), "lovelace": split.provider,
-                    "kind": "settle", "escrow": locked.ref} in [
-                {"address": o["address"], "lovelace": o["lovelace"],
-                 "kind": o["datum"]["kind"], "escrow": o["datum"]["escrow"]} for o in paid
-            ]  # fmt: skip
+            assert answer["tx"]["settled"] == [{
+                "escrow": locked.ref, "units": UNITS,
+                "provider": str(provider.wallet.address), "provider_lovelace": split.provider,
+                "consumer": str(consumer.wallet.address), "consumer_lovelace": split.consumer,
+                "fee_lovelace": split.fee,
+            }]  # fmt: skip
+            outputs = [(o["address"], o["lovelace"], o["datum"]) for o in answer["tx"]["outputs"]]
+            assert (str(provider.wallet.address), split.provider, None) in outputs
+            assert (str(consumer.wallet.address), split.consumer, None) in outputs
+            settled_rows = page.locator("[data-testid=settled] tbody tr")
+            assert await settled_rows.count() == 1
+            row = await settled_rows.inner_text()
+            assert str(UNITS) in row and ada(split.provider) in row and ada(split.consumer) in row
 
             # every other page, as a person opens it
             await view.visit("/explorer")

@@ -27,7 +27,7 @@ async def test_a_refused_jobs_page_shows_why_and_its_refund(
             await wait_for(consumer, job, "funded")
             zero = Receipt.sign(
                 provider.wallet.key, market_deployment.network_id,
-                market_deployment.escrow_hash, locked.escrow.input, 0, EMPTY_HASH, EMPTY_HASH,
+                market_deployment.settle_hash, locked.escrow.input, 0, EMPTY_HASH, EMPTY_HASH,
             ).body()  # fmt: skip
             failed = await provider.send(
                 "POST", f"/jobs/{job}/failure", {"reason": REFUSAL, "receipt": zero}

@@ -145,7 +145,7 @@ async def send_receipt(
     provider: Party, deployment: Deployment, locked: Locked, units: int = UNITS
 ) -> httpx.Response:
     body = Receipt.sign(
-        provider.wallet.key, deployment.network_id, deployment.escrow_hash, locked.escrow.input,
+        provider.wallet.key, deployment.network_id, deployment.settle_hash, locked.escrow.input,
         units, RESULT, EVIDENCE,
     ).body()  # fmt: skip
     return await provider.send("POST", f"/jobs/{locked.job}/receipt", body)

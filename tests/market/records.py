@@ -29,6 +29,6 @@ def receipt_body(
     """The provider's signed receipt for `record`'s units, its evidence hash the record's."""
     units, evidence = record.billable_units, bytes.fromhex(record.digest())
     return Receipt.sign(
-        provider.wallet.key, deployment.network_id, deployment.escrow_hash, locked.escrow.input,
+        provider.wallet.key, deployment.network_id, deployment.settle_hash, locked.escrow.input,
         units, result, evidence,
     ).body()  # fmt: skip

@@ -15,7 +15,9 @@ from pycardano.cip import cip8
 
 from offchain.chain.submit import submit_and_wait
 from offchain.chain.utxo import format_out_ref
+from offchain.protocol import batch
 from offchain.protocol import escrow as escrows
+from offchain.protocol.addresses import to_plutus
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import settle_split
@@ -77,7 +79,12 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     assert json.loads(signed["body"])["price_per_unit"] == PRICE
 
     params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
-    assert params["lovelace"] == PRICE * 600 + quote["fee_allowance"]
+    # the lock: the whole job, the settle fee's share and the return deposit of the refund
+    renter = to_plutus(consumer.wallet.address)
+    deposit = escrows.refund_deposit(devnet.context(), deployment, renter)
+    assert quote["fee_allowance"] == settings.settle_fee_share
+    assert quote["refund_deposit"] == deposit and params["lovelace"] == quote["lock_lovelace"]
+    assert params["lovelace"] == PRICE * 600 + quote["fee_allowance"] + deposit
     datum = EscrowParameters.model_validate(params).to_datum()
     # the market builds the lock, the consumer's own wallet signs it, the market submits it
     context = devnet.context()
@@ -118,7 +125,7 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
     assert uploaded.json()["result_sha256"] == result_hash, uploaded.text
     evidence = hashlib.sha256(b"metering").digest()
     receipt = Receipt.sign(
-        provider.wallet.key, deployment.network_id, deployment.escrow_hash, escrow.input, UNITS,
+        provider.wallet.key, deployment.network_id, deployment.settle_hash, escrow.input, UNITS,
         bytes.fromhex(result_hash), evidence,
     ).body()  # fmt: skip
     forged = {**receipt, "signature": sign(consumer.wallet.key, b"not it").hex()}
@@ -163,7 +170,7 @@ async def test_a_job_from_request_to_completed_receipt(devnet, market_deployment
         bytes.fromhex(receipt["signature"]),
     )  # fmt: skip
     before = balance(devnet, provider.wallet.address)
-    settled = escrows.settle(context, deployment, [(escrow, stored)], submitter.address)
+    settled = batch.settle(context, deployment, [(escrow, stored)], submitter.address)
     await confirm(devnet, submitter.sign(settled))
     split = settle_split(params["lovelace"], PRICE, UNITS, 600, params["fee_allowance"])
     assert balance(devnet, provider.wallet.address) == before + split.provider

@@ -45,7 +45,7 @@ from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, claim_payload, sign
+from offchain.protocol.payloads import acceptance_payload, claim_payload, receipt_note, sign
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import settle_split, slash_share
 from offchain.protocol.txbuild import (
@@ -66,7 +66,8 @@ from offchain.protocol.types import (
     PayoutKind,
     Refund,
     Settle,
-    SettleGroup,
+    SettleClaim,
+    SettleReceipt,
     Slash,
     SlashPayout,
     TxOutRef,
@@ -317,33 +318,30 @@ def to_settle(
     return escrow, receipt
 
 
-def group(
+def claim(
     deployment: Deployment,
     key: PaymentSigningKey,
     claimed: Sequence[tuple[UTxO, int]],
-    output: int,
     note: bytes = b"",
     vkey: bytes | None = None,
     **signed: object,
-) -> Group:
-    """A group claiming units of escrows, its claim signed by `key` (named as `vkey`, default
-    its own) and paid in output `output`; `signed` overrides what the signature covers
-    (claim_payload's argument names)."""
+) -> SettleClaim:
+    """A claim on `claimed` (escrows with units) signed by `key` (named as `vkey`, default its
+    own); `signed` overrides what the signature covers (claim_payload's argument names)."""
     fields: dict = dict(
         network_id=deployment.network_id, settle_hash=deployment.settle_hash, note=note,
         claims=[(escrow.input, units) for escrow, units in claimed],
     )  # fmt: skip
     signature = sign(key, claim_payload(**{**fields, **signed}))
-    vkey = key.to_verification_key().payload if vkey is None else vkey
-    return Group(list(claimed), SettleGroup(note, signature, output, vkey))
+    return SettleClaim(note, signature, key.to_verification_key().payload if vkey is None else vkey)
 
 
-@dataclasses.dataclass
-class Group:
-    """A hand-made group: the escrows it claims (with units) and its redeemer entry."""
-
-    claimed: list[tuple[UTxO, int]]
-    spec: SettleGroup
+def receipt(
+    deployment: Deployment, key: PaymentSigningKey, escrow: UTxO, units: int, **signed: object
+) -> SettleReceipt:
+    """`escrow`'s own receipt for `units`, signed by `key` (`signed`: as for `claim`)."""
+    note = receipt_note(RESULT, EVIDENCE)
+    return SettleReceipt(note, claim(deployment, key, [(escrow, units)], note, **signed).signature)
 
 
 def terms(escrow: UTxO) -> EscrowDatum:
@@ -357,26 +355,25 @@ def settle_by_hand(
     devnet: DevnetProcess,
     deployment: Deployment,
     payer: Wallet,
-    groups: Sequence[Group],
+    escrows_in: Sequence[UTxO],
+    items: Sequence[int],
     outputs: Sequence[TransactionOutput],
     first_refund: int,
+    claims: Sequence[SettleClaim] = (),
+    receipts: Sequence[SettleReceipt] = (),
     ttl: int | None = None,
-    items: list[int] | None = None,
     scripts: Sequence[UTxO] = (),
     **extra,
 ) -> Transaction:
-    """A batch settle as given (`items` default: each escrow's units and group, in ledger
-    order); the ttl defaults to the earliest close of the escrows; an escrow of another
+    """A batch settle as given: `items` (units, signer, payee per escrow in ledger order: see
+    `BatchSettle`), the ttl by default the earliest close of the escrows; an escrow of another
     escrow script spends by its reference UTxO among `scripts`; `extra` goes to `handmade`
     (more spends go after the escrows')."""
-    of = {e.input: (units, g) for g, made in enumerate(groups) for e, units in made.claimed}
-    spent = sorted((e for made in groups for e, _ in made.claimed), key=ledger_key)
+    spent = sorted(escrows_in, key=ledger_key)
     if ttl is None:
         close = min(terms(e).close for e in spent)
         ttl = Clock.now(devnet.context()).ttl_until(close)
-    if items is None:
-        items = [n for e in spent for n in of[e.input]]
-    batch = BatchSettle(items, [made.spec for made in groups], first_refund)
+    batch = BatchSettle(list(items), list(claims), list(receipts), first_refund)
     refs = {plutus_script_hash(_script_of(r)): r for r in (deployment.escrow_ref, *scripts)}
     spends = [Spend(e, refs[e.output.address.payment_part], Settle()) for e in spent]
     return handmade(
@@ -388,39 +385,84 @@ def settle_by_hand(
 
 @dataclasses.dataclass
 class Plan:
-    """An honest batch settle, made by hand: its groups, outputs and first refund, and what
-    each party's address gains when it confirms (the submitter's change aside)."""
+    """An honest batch settle, made by hand: its escrows (ledger order), items, outputs, first
+    refund, claims and receipts, what each claim covers (`claimed`, to sign it again), and
+    what each party's address gains when it confirms (the submitter's change aside)."""
 
-    groups: list[Group]
+    escrows: list[UTxO]
+    items: list[int]
     outputs: list[TransactionOutput]
     first_refund: int
+    claims: list[SettleClaim]
+    receipts: list[SettleReceipt]
+    claimed: list[list[tuple[UTxO, int]]]
     gains: dict[str, int]  # by address (bech32)
 
     def settle(self, devnet: DevnetProcess, deployment: Deployment, payer: Wallet, **extra):
+        extra = {
+            "items": self.items, "claims": self.claims, "receipts": self.receipts, **extra
+        }  # fmt: skip
         return settle_by_hand(
-            devnet, deployment, payer, self.groups, self.outputs, self.first_refund, **extra
-        )
+            devnet, deployment, payer, self.escrows, outputs=self.outputs,
+            first_refund=self.first_refund, **extra,
+        )  # fmt: skip
+
+    def item(self, escrow: UTxO) -> int:
+        """Where `escrow`'s triple starts in `items`."""
+        return 3 * [e.input for e in self.escrows].index(escrow.input)
+
+    def changed(self, escrow: UTxO, units=None, signer=None, payee=None) -> Plan:
+        """This plan with `escrow`'s item triple changed where given (signatures kept)."""
+        items = list(self.items)
+        at = self.item(escrow)
+        for offset, value in enumerate((units, signer, payee)):
+            if value is not None:
+                items[at + offset] = value
+        return dataclasses.replace(self, items=items)
 
 
 def plan(
-    deployment: Deployment, claims: Sequence[tuple[Wallet, Sequence[tuple[UTxO, int]]]]
+    deployment: Deployment,
+    claims: Sequence[tuple[Wallet, Sequence[tuple[UTxO, int]]]],
+    receipts: Sequence[tuple[Wallet, UTxO, int]] = (),
 ) -> Plan:
-    """The honest settle of `claims` (each a provider's, one group each, in order): one output
-    per provider group owed anything, holding price x units of its escrows; then one refund per
-    run of one consumer's escrows (adjacent in ledger order) owed anything, holding locked -
-    due - fee_allowance of each, summed."""
-    groups, outputs, gains = [], [], {}
-    for provider, claimed in claims:
-        due = sum(terms(e).price_per_unit * n for e, n in claimed)
-        groups.append(group(deployment, provider.key, claimed, len(outputs) if due else -1))
-        if due:
-            outputs.append(TransactionOutput(provider.address, due))
-            gains[str(provider.address)] = gains.get(str(provider.address), 0) + due
+    """The honest settle of `claims` (each a provider's claim on escrows with units, in order)
+    and `receipts` (each an escrow's own receipt): one output per provider address owed
+    anything (in order of first appearance, claims first), holding price x units of its
+    escrows whatever signed them; then one refund per run of one consumer's escrows (adjacent
+    in ledger order) owed anything, holding locked - due - fee_allowance of each, summed."""
+    signer: dict[TransactionInput, int] = {}
+    units_of: dict[TransactionInput, tuple[UTxO, Wallet, int]] = {}
+    made_claims = []
+    for c, (provider, claimed) in enumerate(claims):
+        made_claims.append(claim(deployment, provider.key, claimed))
+        for escrow, units in claimed:
+            signer[escrow.input] = c
+            units_of[escrow.input] = (escrow, provider, units)
+    for provider, escrow, units in receipts:
+        signer[escrow.input] = -1
+        units_of[escrow.input] = (escrow, provider, units)
+    dues: dict[str, int] = {}
+    for escrow, provider, units in units_of.values():
+        due = terms(escrow).price_per_unit * units
+        if due or str(provider.address) in dues:
+            dues[str(provider.address)] = dues.get(str(provider.address), 0) + due
+    payees = [to for to, due in dues.items() if due]
+    outputs = [TransactionOutput(Address.from_primitive(to), dues[to]) for to in payees]
+    gains = {to: dues[to] for to in payees}
     first_refund = len(outputs)
-    spent = sorted((e for _, claimed in claims for e in claimed), key=lambda c: ledger_key(c[0]))
+    spent = sorted((e for e, _, _ in units_of.values()), key=ledger_key)
+    items: list[int] = []
+    made_receipts = []
     runs: list[tuple[PlutusData, int]] = []
-    for escrow, units in spent:
+    for escrow in spent:
+        _, provider, units = units_of[escrow.input]
         datum = terms(escrow)
+        due = datum.price_per_unit * units
+        payee = payees.index(str(provider.address)) if due else -1
+        items += [units, signer[escrow.input], payee]
+        if signer[escrow.input] == -1:
+            made_receipts.append(receipt(deployment, provider.key, escrow, units))
         owed = settle_split(
             escrow.output.amount.coin, datum.price_per_unit, units, datum.max_units,
             datum.fee_allowance,
@@ -434,7 +476,8 @@ def plan(
             to = from_plutus(consumer, deployment.network)
             outputs.append(TransactionOutput(to, owed))
             gains[str(to)] = gains.get(str(to), 0) + owed
-    return Plan(groups, outputs, first_refund, gains)
+    claimed = [list(c) for _, c in claims]
+    return Plan(spent, items, outputs, first_refund, made_claims, made_receipts, claimed, gains)
 
 
 async def confirm_gains(

@@ -31,7 +31,7 @@ from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.split import lock_amount, settle_split
+from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
 from offchain.protocol.wire import EscrowParameters
 from provider.config import RunnerSettings
@@ -416,7 +416,7 @@ async def lock_escrow(
 ) -> str:
     """Lock an escrow with `terms` on the devnet; its TXID#IX."""
     datum = escrows.new_escrow(**terms)
-    lovelace = lock_amount(CORE_PRICE, terms["max_units"], terms["fee_allowance"])
+    lovelace = escrows.lock_lovelace(devnet.context(), deployment, datum)
     unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
     tx = await confirm(devnet, consumer.sign(unsigned))
     return format_out_ref(escrows.lock_escrow(tx.id))

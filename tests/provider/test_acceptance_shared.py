@@ -13,10 +13,10 @@ import docker
 from offchain.market.errors import Conflict
 from offchain.market.models import Job, Offer, Provider
 from offchain.market.services import acceptance
-from offchain.market.services.chain import Chain
+from offchain.market.services.chain import Chain, quoted_escrow
 from offchain.market.settings import MarketSettings
+from offchain.protocol import escrow as escrows
 from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.split import lock_amount
 from offchain.protocol.txbuild import Clock
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
@@ -88,8 +88,10 @@ def market_refusal(devnet, deployment_file, tmp_path, provider, consumer, terms,
         provider_vkey=provider.vkey.hex(), price_per_unit=CORE_PRICE,
         max_units=terms["max_units"], deadline_ms=terms["deadline"],
         settle_window_ms=terms["settle_window"], spec_digest=wanted.job_id().hex(),
-        fee_allowance=ALLOWANCE, lock_lovelace=lock_amount(CORE_PRICE, 60, ALLOWANCE),
+        fee_allowance=ALLOWANCE,
     )  # fmt: skip
+    quoted.lock_lovelace = escrows.lock_lovelace(chain.context, chain.deployment,
+                                                 quoted_escrow(quoted))  # fmt: skip
     now = Clock.now(devnet.context()).tip_ms
     try:
         acceptance.refuse(chain, settings, quoted, offer, Provider(), wanted, now)

@@ -1,16 +1,20 @@
 """The provider's own payout watcher on the session's devnet: a receipt it cannot settle (here
 signed by another key) is logged and left, and the good receipt batched with it still settles
-(before, the batch's failure ended the round, every round, for every receipt after it)."""
+(before, the batch's failure ended the round, every round, for every receipt after it); small
+payouts, which the market leaves to their provider, are settled without waiting for the
+close, its own change raising its own output."""
 
 from __future__ import annotations
 
 from pycardano import PaymentSigningKey
 
 from offchain.chain.submit import tip_point, wait_for_confirmations
+from offchain.protocol import batch
 from offchain.protocol import escrow as escrows
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.receipt import EMPTY_HASH
 from offchain.protocol.txbuild import out_ref
+from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.payouts import PayoutWatcher
@@ -29,9 +33,11 @@ from tests.protocol.onchain import (
 from tests.provider.chain import deployed
 
 UNITS = 1_000  # 2 ADA at PRICE: above the min-UTxO
+SMALL = 10  # 0.02 ADA at PRICE: below it
+NEAR_CLOSE = DaemonSettings(payout_margin_ms=10**12, settle_batch_max=2)  # every escrow is due
 
 
-def entry(name: str, signed: escrows.ToSettle, close_ms: int) -> JobEntry:
+def entry(name: str, signed: batch.ToSettle, close_ms: int) -> JobEntry:
     """A job the daemon delivered, its signed receipt waiting to be collected."""
     escrow, receipt = signed
     return JobEntry(
@@ -52,7 +58,7 @@ async def test_a_receipt_that_cannot_settle_does_not_hold_up_the_one_beside_it(d
         close = escrows.escrow_datum(deployment, escrow).close
         journal.save(entry(name, signed, close))
     chain = Chain(devnet.url, devnet.context(), deployment, provider)
-    watcher = PayoutWatcher(chain, journal, tmp_path / "results", 10**12, batch_max=2)
+    watcher = PayoutWatcher(chain, journal, tmp_path / "results", NEAR_CLOSE)
 
     await watcher.tick()
 
@@ -77,7 +83,7 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     journal = Journal(tmp_path / "state")
     journal.save(refused)
     chain = Chain(devnet.url, devnet.context(), deployment, provider)
-    watcher = PayoutWatcher(chain, journal, tmp_path / "results", 10**12, batch_max=2)
+    watcher = PayoutWatcher(chain, journal, tmp_path / "results", NEAR_CLOSE)
     before = balance(devnet, consumer.address), balance(devnet, provider.address)
     since = await tip_point(devnet.url)
 
@@ -86,6 +92,43 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     settled = journal.get("refused")
     assert settled is not None and settled.stage == "refunded" and settled.settled_lovelace == 0
     assert balance(devnet, consumer.address) - before[0] == LOCKED - ALLOWANCE
-    block = await wait_for_confirmations(devnet.url, settled.settle_tx, since, timeout_s=30)
-    fee = next(t for t in block["transactions"] if t["id"] == settled.settle_tx)["fee"]
-    assert balance(devnet, provider.address) - before[1] == ALLOWANCE - fee["ada"]["lovelace"]
+    fee = await settled_fee(devnet, settled.settle_tx, since)
+    assert balance(devnet, provider.address) - before[1] == ALLOWANCE - fee
+
+
+async def settled_fee(devnet, tx_id: str, since) -> int:
+    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
+    return next(t for t in block["transactions"] if t["id"] == tx_id)["fee"]["ada"]["lovelace"]
+
+
+async def test_small_payouts_are_settled_by_their_provider_without_waiting_for_the_close(
+    devnet, tmp_path
+):
+    """Two delivered receipts paying less than the ledger's minimum UTxO: the first waits for
+    a full batch (settle_batch_max 2, the wait far off), with the second both settle in one
+    transaction from the provider's wallet, long before the close. No top-up: each renter
+    gets all but the job's price and the allowance, the provider its pay and the allowances
+    less the fee."""
+    deployment = await deployed(devnet, tmp_path / "deployment.json")
+    consumer, provider = await wallet(devnet), await wallet(devnet)
+    assert 0 < PRICE * SMALL < batch.payout_minimum(devnet.context(), provider.address)
+    journal = Journal(tmp_path / "state")
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    settings = DaemonSettings(payout_margin_ms=0, settle_batch_max=2, small_payout_wait_ms=10**9)
+    watcher = PayoutWatcher(chain, journal, tmp_path / "results", settings)
+    escrows_made = [await lock(devnet, deployment, consumer, provider) for _ in range(2)]
+    before = balance(devnet, consumer.address), balance(devnet, provider.address)
+    since = await tip_point(devnet.url)
+    for name, escrow in zip(("first", "second"), escrows_made, strict=True):
+        signed = to_settle(deployment, provider.key, escrow, SMALL, RESULT, EVIDENCE)
+        journal.save(entry(name, signed, escrows.escrow_datum(deployment, escrow).close))
+        await watcher.tick()
+        if name == "first":
+            assert journal.get("first").stage == "delivered"  # waits for a fuller batch
+
+    first, second = journal.get("first"), journal.get("second")
+    assert first.stage == second.stage == "settled" and first.settle_tx == second.settle_tx
+    assert first.settled_lovelace == second.settled_lovelace == PRICE * SMALL
+    fee = await settled_fee(devnet, first.settle_tx, since)
+    assert balance(devnet, consumer.address) - before[0] == 2 * (LOCKED - PRICE * SMALL - ALLOWANCE)
+    assert balance(devnet, provider.address) - before[1] == 2 * (PRICE * SMALL + ALLOWANCE) - fee

@@ -12,12 +12,14 @@ import hashlib
 import json
 
 import pytest
-from pycardano import Network, PaymentSigningKey
+from pycardano import Network, PaymentSigningKey, TransactionOutput
 from typer.testing import CliRunner
 
 from offchain.devnet.genesis import ADA
 from offchain.protocol import bond as bonds
-from offchain.protocol.escrow import escrow_datum, settle
+from offchain.protocol.batch import settle
+from offchain.protocol.claim import Claim
+from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.escrow_check import EscrowRefused
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
@@ -26,7 +28,7 @@ from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.refusal import Refusal
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
-from offchain.protocol.types import PayoutKind, SettleItem
+from offchain.protocol.types import SettleGroup
 from provider.config import RunnerSettings
 from provider.keys import ensure_key, load_key
 from provider.receipts import (
@@ -47,7 +49,6 @@ from tests.protocol.onchain import (
     fund,
     rejected,
     settle_by_hand,
-    tagged,
     travel_to,
     wallet,
 )
@@ -145,20 +146,21 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
         dataclasses.replace(receipt, result_hash=other),
         dataclasses.replace(receipt, evidence_hash=other),
     ):
-        signed = "not signed by the escrow's provider key"  # checked first
+        signed = "is not signed by the escrows' provider key"  # checked first
         with pytest.raises(BuildError, match=signed):
             settle(devnet.context(), deployment, [(escrow, tampered)], market.address)
         # built by hand past that check, paying exactly what the tampered claim is worth
         split = settle_split(LOCKED, PRICE, tampered.units, MAX_UNITS, ALLOWANCE)
         outputs = [
-            tagged(provider.address, split.provider, PayoutKind.SETTLE, escrow),
-            tagged(consumer.address, split.consumer, PayoutKind.SETTLE, escrow),
+            TransactionOutput(provider.address, split.provider),
+            TransactionOutput(consumer.address, split.consumer),
         ]
-        item = SettleItem(
-            tampered.units, tampered.result_hash, tampered.evidence_hash, tampered.signature, 0, 1
+        claim = Claim.of_receipt(tampered)
+        made = onchain.Group(
+            [(escrow, tampered.units)], SettleGroup(claim.note, claim.signature, 0, provider.vkey)
         )
-        attack = settle_by_hand(devnet, deployment, market, [(escrow, item)], outputs)
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: receipt signature")
+        attack = settle_by_hand(devnet, deployment, market, [made], outputs, first_refund=1)
+        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: claim signature")
     settled = settle(devnet.context(), deployment, [(escrow, receipt)], market.address)
     await confirm(devnet, market.sign(settled))
 
@@ -291,7 +293,7 @@ async def test_exec_prints_the_receipt_signed_for_the_escrow_given_and_it_settle
     printed = printed_receipt(result.stderr)
     assert printed["escrow"] == out_ref(escrow) and printed["units"] == record.billable_units
     assert printed["evidence_hash"] == record.digest()
-    assert printed["escrow_hash"] == deployment.escrow_hash.payload.hex()
+    assert printed["settle_hash"] == deployment.settle_hash.payload.hex()
     receipt = Receipt.from_record(printed)
     assert receipt.escrow == escrow.input
     settled = settle(devnet.context(), deployment, [(escrow, receipt)], market.address)

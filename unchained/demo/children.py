@@ -23,7 +23,8 @@ IDENTITY = "unchained-market"  # the default identity: the consumer CLI needs no
 # The demo provider's prices, lovelace per second, as a rented machine costs: a GPU 0.60 ADA an
 # hour, a core 0.05, a GiB of memory 0.01 and of /out 0.0036. Its slot (one core, 1 GiB memory
 # and 1 GiB of /out, rounded up) costs 18 lovelace a second, 0.0648 ADA an hour; a short job's
-# payout is below the ledger's minimum output, and its fee allowance raises it (the quote says).
+# payout is below the ledger's minimum output, so the market leaves it to the provider's daemon,
+# which settles such receipts itself (its own change raises its own output): no top-up.
 PRICES = Prices(gpu=167, cpu_core=14, memory_gib=3, disk_gib=1)
 SLOT = {"cpu_cores": 1, "memory_mib": 512, "disk_mib": 64}  # one job's bundle
 # Quick rounds: a demo job settles seconds after its receipt, not minutes.
@@ -118,10 +119,14 @@ def market_up(url: str) -> bool:
 
 def provider(data_dir: Path, state_dir: Path, ogmios_url: str, deployment: Path,
              market_url: str, slots: int) -> Child:  # fmt: skip
-    """`unchained provider run` offering `slots` CPU bundles of SLOT each."""
+    """`unchained provider run` offering `slots` CPU bundles of SLOT each, settling its small
+    payouts itself as soon as all `slots` jobs' receipts are in (at once for one)."""
     offer = Offer(gpus=[], **{name: size * slots for name, size in SLOT.items()},
                   cpu_bundles=slots, prices=PRICES)  # fmt: skip
-    daemon = DaemonSettings(market_url=market_url, market_identity=IDENTITY, **DAEMON_TIMING)
+    daemon = DaemonSettings(
+        market_url=market_url, market_identity=IDENTITY, settle_batch_max=slots,
+        small_payout_wait_ms=BATCH_WAIT_MS if slots > 1 else 0, **DAEMON_TIMING,
+    )  # fmt: skip
     config = data_dir / "provider.toml"
     config.write_text(to_toml(ProviderConfig(
         offer=offer, daemon=daemon, runner=RunnerSettings(state_dir=state_dir)

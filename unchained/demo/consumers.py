@@ -50,12 +50,11 @@ def sample_job(image: str, epochs: int) -> JobSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Paid:
-    """What a settlement pays out of one escrow: each payout is what is owed, raised to the
-    ledger's min-UTxO for that output (the settler tops it up from its allowance)."""
+    """What a settlement gave each party of one escrow (as the explorer's index splits it: a
+    settle's payouts are merged and untagged) and which party submitted it."""
 
     owed: SettleSplit
-    provider: int
-    consumer: int
+    settler: str
 
 
 @dataclasses.dataclass

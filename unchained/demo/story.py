@@ -16,20 +16,17 @@ from typing import Any, TypeVar
 import docker
 import httpx
 import typer
-from pycardano import Address, ChainContext, Network, Transaction
+from pycardano import Address, Network, Transaction
 
-from consumer.job_record import JobRecord
 from offchain.chain.context import chain_context
 from offchain.chain.submit import submit_confirmed
-from offchain.chain.utxo import parse_out_ref
 from offchain.devnet.process import DevnetProcess, free_port
 from offchain.protocol import deployment_file
-from offchain.protocol.addresses import from_plutus
 from offchain.protocol.amounts import ada, per_hour
+from offchain.protocol.batch import payout_minimum
 from offchain.protocol.deployment import deploy
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Wallet, payout
-from offchain.protocol.types import PayoutKind, PlutusAddress
+from offchain.protocol.split import SettleSplit
+from offchain.protocol.txbuild import Wallet
 from provider.images import workloads_image
 from provider.keys import ensure_key
 from unchained.demo import children
@@ -141,6 +138,7 @@ def deployed(devnet: DevnetProcess, path: Path) -> Path:
     confirm(devnet.url, market.sign(tx), "deploy")
     deployment_file.save(deployment, path)
     say(f"   escrow script {deployment.escrow_hash.payload.hex()}")
+    say(f"   settle script {deployment.settle_hash.payload.hex()}")
     say(f"   bond script   {deployment.bond_hash.payload.hex()}")
     say(f"   deployment file {path}")
     return path
@@ -158,9 +156,14 @@ async def trade(
     step("5. The parties")
     for name, address in parties.items():
         say(f"   {name:<11}{address}")
-    funded = await asyncio.gather(*(fund(devnet.url, str(c.key.address)) for c in consumers))
+    *funded, provider_funded = await asyncio.gather(
+        *(fund(devnet.url, str(c.key.address)) for c in consumers),
+        fund(devnet.url, str(parties["provider"])),
+    )
     for consumer, tx_id in zip(consumers, funded, strict=True):
         say(f"   {consumer.name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
+    say(f"   provider funded with {ada(FUNDS)} by the devnet's faucet: tx {provider_funded} "
+        "(it pays the fee of a settle it submits itself)")  # fmt: skip
     before = {name: balance(devnet.url, address) for name, address in parties.items()}
 
     step("6. Each consumer submits the sample job with the consumer CLI (its key, market and "
@@ -175,7 +178,7 @@ async def trade(
             await locked(http, market_url, c)
 
         step("7. The provider checks each escrow on chain, accepts, runs the job in a hardened "
-             "container and signs a receipt; the market settles")  # fmt: skip
+             "container and signs a receipt; then the escrow is settled")  # fmt: skip
         pages = await follow(http, consumers)
         failed = {name: p["job"]["state"] for name, p in pages.items()
                   if p["job"]["state"] != "settled"}  # fmt: skip
@@ -183,7 +186,7 @@ async def trade(
             raise DemoFailed(f"not settled: {failed}; see the logs in {data_dir}")
 
         step("8. Settlement")
-        settle_fee = await settlement(http, market_url, devnet.url, consumers, pages)
+        settle_fees = await settlement(http, market_url, devnet.url, consumers, pages, parties)
 
     step("9. The verified results")
     for c in consumers:
@@ -199,7 +202,7 @@ async def trade(
 
     after = {name: balance(devnet.url, address) for name, address in parties.items()}
     show_balances(before, after)
-    check_balances(before, after, consumers, settle_fee)
+    check_balances(before, after, consumers, settle_fees)
 
 
 async def locked(http: httpx.AsyncClient, market_url: str, c: DemoConsumer) -> None:
@@ -208,9 +211,11 @@ async def locked(http: httpx.AsyncClient, market_url: str, c: DemoConsumer) -> N
     assert c.record is not None
     datum = c.record.datum
     c.lock_fee = (await explorer(http, f"txs/{c.record.lock_tx_id}"))["tx"]["fee"]
+    deposit = c.record.lovelace - datum.price_per_unit * datum.max_units - datum.fee_allowance
     say(f"   {c.name}: job {c.job_id}, {c.epochs} epochs, "
         f"{per_hour(datum.price_per_unit)} for at most {datum.max_units} s, fee allowance "
-        f"{ada(datum.fee_allowance)} (not refunded)")  # fmt: skip
+        f"{ada(datum.fee_allowance)} (not refunded), return deposit {ada(deposit)} "
+        "(always refunded)")  # fmt: skip
     say(f"   {c.name} lock: tx {c.record.lock_tx_id} (fee {ada(c.lock_fee)}); "
         f"escrow {c.record.escrow} holds {ada(c.record.lovelace)}")  # fmt: skip
     say(f"   explorer {market_url}/explorer/jobs/{c.job_id}")
@@ -243,54 +248,49 @@ async def guarded(work: Awaitable[T], alive: list[Child], data_dir: Path) -> T:
             await task  # a consumer CLI still running is killed before the children stop
 
 
-async def settlement(http: httpx.AsyncClient, market_url: str, ogmios_url: str,
-                     consumers: list[DemoConsumer], pages: dict[str, Any]) -> int:  # fmt: skip
-    """Print the settle transaction(s) and each escrow's split; the settle fees paid."""
-    fees = 0
+async def settlement(
+    http: httpx.AsyncClient, market_url: str, ogmios_url: str, consumers: list[DemoConsumer],
+    pages: dict[str, Any], parties: dict[str, Address],
+) -> dict[str, int]:  # fmt: skip
+    """Print the settle transaction(s), who submitted each (the market, when the job's
+    timeline shows it put the job in it; else the provider), and each escrow's split as the
+    explorer's index reads it; the settle fees each party paid."""
+    fees: dict[str, int] = {}
     for tx_id in sorted({page["job"]["settle_tx"] for page in pages.values()}):
         tx = (await explorer(http, f"txs/{tx_id}"))["tx"]
-        spent = {i["ref"] for i in tx["inputs"]}
-        held = [c for c in consumers if c.record and c.record.escrow in spent]
-        fees += tx["fee"]
+        rows = {row["escrow"]: row for row in tx["settled"]}
+        held = [c for c in consumers if c.record and c.record.escrow in rows]
+        settler = "market" if any(
+            event["to_state"] == "settling" and event["tx_id"] == tx_id
+            for c in held for event in pages[c.name]["events"]
+        ) else "provider"  # fmt: skip
+        fees[settler] = fees.get(settler, 0) + tx["fee"]
         say(
             f"   settle: tx {tx_id} (block {tx['height']}, fee {ada(tx['fee'])}) spends "
-            f"{len(held)} escrow(s) in one batch, paid by the market's wallet"
+            f"{len(held)} escrow(s) in one batch, paid by the {settler}'s wallet"
         )
         say(f"   explorer {market_url}/explorer/txs/{tx_id}")
-    context = chain_context(ogmios_url)
+        for c in held:
+            assert c.record is not None and c.record.escrow is not None
+            row = rows[c.record.escrow]
+            owed = SettleSplit(row["provider_lovelace"], row["consumer_lovelace"],
+                               row["fee_lovelace"])  # fmt: skip
+            c.paid = Paid(owed, settler)
+    least = payout_minimum(chain_context(ogmios_url), parties["provider"])
     for c in consumers:
-        assert c.record is not None
-        datum, units = c.record.datum, pages[c.name]["receipt"]["units"]
-        c.paid = paid = settle_paid(context, c.record, units)
+        assert c.record is not None and c.paid is not None
+        datum, units, owed = c.record.datum, pages[c.name]["receipt"]["units"], c.paid.owed
         say(
-            f"   {c.name}'s escrow: {units} units x "
-            f"{datum.price_per_unit:,} lovelace = {ada(paid.owed.provider)} to the provider, "
-            f"{ada(paid.owed.consumer)} back to {c.name}, {ada(paid.owed.fee)} fee allowance "
-            "to the market (it pays the settle fee and any top-up below)"
+            f"   {c.name}'s escrow: {units} units x {datum.price_per_unit:,} lovelace = "
+            f"{ada(owed.provider)} to the provider, {ada(owed.consumer)} back to {c.name}, "
+            f"{ada(owed.fee)} fee allowance to the {c.paid.settler} (it paid the settle fee)"
         )
-        for party, owed, got in (("the provider", paid.owed.provider, paid.provider),
-                                 (c.name, paid.owed.consumer, paid.consumer)):  # fmt: skip
-            if got > owed:
-                say(f"   {c.name}'s escrow: {party}'s payout is raised to the ledger's "
-                    f"min-UTxO, {ada(got)}: the market adds {ada(got - owed)} "
-                    "from the allowance")  # fmt: skip
+        if 0 < owed.provider < least:
+            say(f"   {c.name}'s escrow: the provider's pay is below the ledger's minimum "
+                f"output ({ada(least)}): the market tops up nothing and leaves it to the "
+                "provider, whose daemon settles it itself (its own change raises its own "
+                "output)")  # fmt: skip
     return fees
-
-
-def settle_paid(context: ChainContext, record: JobRecord, units: int) -> Paid:
-    """What the settle builder pays out of `record`'s escrow for `units`: the split, each
-    payout raised to its output's min-UTxO (`txbuild.payout`, the builder's own rule)."""
-    datum, escrow = record.datum, parse_out_ref(record.escrow or "")
-    owed = settle_split(
-        record.lovelace, datum.price_per_unit, units, datum.max_units, datum.fee_allowance
-    )
-
-    def paid(to: PlutusAddress, lovelace: int) -> int:
-        address = from_plutus(to, Network.TESTNET)  # the devnet is a testnet (id 0)
-        return payout(context, address, lovelace, PayoutKind.SETTLE, escrow).amount.coin
-
-    consumer = paid(datum.consumer, owed.consumer) if owed.consumer > 0 else 0
-    return Paid(owed, paid(datum.provider, owed.provider), consumer)
 
 
 def balance(url: str, address: Address) -> int:
@@ -307,22 +307,24 @@ def show_balances(before: dict[str, int], after: dict[str, int]) -> None:
 
 
 def check_balances(before: dict[str, int], after: dict[str, int],
-                   consumers: list[DemoConsumer], settle_fee: int) -> None:  # fmt: skip
-    """The changes are exactly the receipts, the lock fees and the allowances (less any
-    min-UTxO top-up the market paid): else fail."""
-    expected = {"provider": 0, "market": -settle_fee}
+                   consumers: list[DemoConsumer], settle_fees: dict[str, int]) -> None:  # fmt: skip
+    """The changes are exactly the receipts, the lock fees, the allowances and the settle
+    fees, with no top-up by anyone: else fail."""
+    expected = {name: -settle_fees.get(name, 0) for name in ("provider", "market")}
     for c in consumers:
         assert c.record is not None and c.paid is not None
-        assert c.paid.owed.provider == c.record.datum.price_per_unit * c.units  # the receipt's
-        expected["provider"] += c.paid.provider
-        expected[c.name] = c.paid.consumer - c.record.lovelace - c.lock_fee
-        expected["market"] += c.record.lovelace - c.paid.provider - c.paid.consumer
+        owed = c.paid.owed
+        assert owed.provider == c.record.datum.price_per_unit * c.units  # the receipt's
+        assert owed.fee == c.record.datum.fee_allowance  # the lock's deposit covers the refund
+        expected["provider"] += owed.provider
+        expected[c.name] = owed.consumer - c.record.lovelace - c.lock_fee
+        expected[c.paid.settler] += owed.fee
     changes = {name: after[name] - before[name] for name in before}
     if changes != expected:
         raise DemoFailed(f"the balances do not add up: changed {changes}, expected {expected}")
     say("\nChecked: the provider earned exactly its receipts; each consumer paid its job's units,")
-    say("its lock fee and the fee allowance; the market kept the allowances less the settle fee")
-    say("(and less any top-up of a payout to the ledger's min-UTxO).")
+    say("its lock fee and the fee allowance, and got its return deposit back; whoever settled")
+    say("kept the allowances less the settle fee. Nobody topped up a payout.")
 
 
 def stay_up(market_url: str, first: DemoConsumer, alive: list[Child]) -> None:

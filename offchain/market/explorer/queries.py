@@ -77,18 +77,18 @@ INDEXES = (
 
 @dataclasses.dataclass(frozen=True)
 class Scripts:
-    """The deployment as pages need it: the escrow script receipts are signed for, and the
+    """The deployment as pages need it: the settle script receipts are signed for, and the
     bond terms that say which jobs a bond covers."""
 
     network_id: int
-    escrow_hash: bytes
+    settle_hash: bytes
     notice_ms: int
     refund_window_ms: int
 
     @classmethod
     def of(cls, deployment: Deployment) -> Scripts:
         return cls(
-            deployment.network_id, deployment.escrow_hash.payload, deployment.notice_ms,
+            deployment.network_id, deployment.settle_hash.payload, deployment.notice_ms,
             deployment.refund_window_ms,
         )  # fmt: skip
 
@@ -364,13 +364,16 @@ def _receipt(job: Job, scripts: Scripts) -> dict[str, Any] | None:
     if receipt is None or job.provider_vkey is None:
         return None
     vkey = bytes.fromhex(job.provider_vkey)
-    ok = receipt.signed_by(vkey, scripts.network_id, ScriptHash(scripts.escrow_hash))
+    ok = receipt.signed_by(vkey, scripts.network_id, ScriptHash(scripts.settle_hash))
     return {**receipt.body(), "provider_vkey": job.provider_vkey, "verifies": ok}
 
 
-def _split(job: Job) -> dict[str, int] | None:
-    terms = (job.lock_lovelace, job.price_per_unit, job.receipt_units, job.max_units,
-             job.fee_allowance)  # fmt: skip
+def _split(session: Session, job: Job) -> dict[str, int] | None:
+    """What a settle of the job's receipt gives each party out of its escrow, as the settle
+    script splits it: the escrow's lovelace as indexed (the quote's lock until then)."""
+    indexed = session.get(ChainTxOut, job.escrow_ref) if job.escrow_ref else None
+    locked = indexed.lovelace if indexed is not None else job.lock_lovelace
+    terms = (locked, job.price_per_unit, job.receipt_units, job.max_units, job.fee_allowance)
     if any(term is None for term in terms):
         return None
     try:
@@ -401,7 +404,7 @@ def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> di
         },
         "events": [_event_row(e) for e in events],
         "receipt": _receipt(job, ctx.scripts),
-        "split": _split(job),
+        "split": _split(session, job),
         "metering": _metering(session, job, blob_root),
     }  # fmt: skip
 

@@ -3,6 +3,10 @@ the market's scripts (an output at the escrow or bond script, or a spend of one)
 inputs, outputs, datums and redeemers decoded once, when the block arrives (by the protocol's
 `tx_reader`), and stored as the JSON every page reads back.
 
+A batch settle's payouts carry no tag and are merged (one output per claim, one per run of a
+consumer's escrows), so what it gave each party of each escrow is read from the units its
+redeemer names and the escrow's datum (`settled_view`), not from its outputs.
+
 The chain follower calls `index_block` inside the database transaction that applies a block,
 and `roll_back` inside the one that undoes blocks, so the index never disagrees with the job
 states it explains. Nothing here talks to the chain: a page reads one row, not Ogmios.
@@ -30,6 +34,7 @@ from sqlmodel import Field, Session, SQLModel, col, select
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, out_ref_of, parse_out_ref
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.split import settle_split
 from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
 from offchain.protocol.types import Just, Nothing, Payout, PayoutKind, PlutusAddress, TxOutRef
 
@@ -125,8 +130,7 @@ def _index_tx(
         if ref in known:
             known[ref].spent_by, known[ref].spent_slot = tx_id, block["slot"]
             session.add(known[ref])
-    input_scripts = {ref: Script(out.script) for ref, out in known.items() if out.script}
-    view = tx_view(read, scripts, network, input_scripts)
+    view = tx_view(read, scripts, network, known)
     session.add(ChainTx(tx_id=tx_id, slot=block["slot"], height=block["height"],
                         view=json.dumps(view)))  # fmt: skip
     for index, output in enumerate(tx.transaction_body.outputs):
@@ -145,12 +149,14 @@ def tx_view(
     read: TxReader,
     scripts: ScriptHashes,
     network: Network,
-    input_scripts: dict[TransactionInput, Script],
+    spent: dict[TransactionInput, ChainTxOut],
 ) -> dict[str, Any]:
     """The whole transaction: inputs (ledger order, each with its spend redeemer read as the
-    script's in `input_scripts`, the inputs' own scripts as the index knows them), outputs,
-    withdrawals with their redeemers, fee and validity interval."""
+    script's of the output it spends, as the index knows them in `spent`), outputs,
+    withdrawals with their redeemers, what a settle gave each party of each escrow, fee and
+    validity interval."""
     body = read.tx.transaction_body
+    input_scripts = {ref: Script(out.script) for ref, out in spent.items() if out.script}
     inputs = [{"ref": format_out_ref(ref), "redeemer": None} for ref in read.inputs]
     withdrawals = [
         {"address": str(Address.from_primitive(key)), "lovelace": amount, "redeemer": None,
@@ -175,12 +181,40 @@ def tx_view(
         "outputs": [output_view(output, scripts, network) for output in body.outputs],
         "withdrawals": withdrawals,
         "other_redeemers": others,
+        "settled": settled_view(read, spent),
         "fee": body.fee,
         "valid_from_slot": body.validity_start,
         "valid_until_slot": body.ttl,
         "signers": [h.payload.hex() for h in body.required_signers or []],
         "valid": read.tx.valid is not False,
     }
+
+
+def settled_view(read: TxReader, spent: dict[TransactionInput, ChainTxOut]) -> list[dict[str, Any]]:
+    """Each escrow a batch settle spends, with the units its claim named and what each party
+    got out of it: the provider price x units, the consumer the rest less the fee allowance,
+    the submitter the allowance (the settle script checked the merged outputs hold them). An
+    escrow whose datum the index lacks or cannot split (anyone can lock anything) is left
+    out."""
+    rows = []
+    for ref, units in read.settled.items():
+        out = spent.get(ref)
+        datum = json.loads(out.datum) if out is not None and out.datum else {}
+        if out is None or datum.get("type") != "EscrowDatum":
+            continue
+        try:
+            split = settle_split(
+                out.lovelace, datum["price_per_unit"], units, datum["max_units"],
+                datum["fee_allowance"],
+            )  # fmt: skip
+        except ValueError:
+            continue
+        rows.append({
+            "escrow": format_out_ref(ref), "units": units, "provider": datum["provider"],
+            "provider_lovelace": split.provider, "consumer": datum["consumer"],
+            "consumer_lovelace": split.consumer, "fee_lovelace": split.fee,
+        })  # fmt: skip
+    return rows
 
 
 def output_view(

@@ -104,7 +104,7 @@ def _keep_receipt(
     (Invalid naming `field` + signature otherwise), as the validators will check it."""
     signed = Receipt.from_body(parse_ref(job.escrow_ref, "escrow"), receipt.model_dump())
     vkey = bytes.fromhex(job.provider_vkey)
-    if not signed.signed_by(vkey, deployment.network_id, deployment.escrow_hash):
+    if not signed.signed_by(vkey, deployment.network_id, deployment.settle_hash):
         raise Invalid(
             "not the provider's signature of this receipt for the escrow", f"{field}signature"
         )

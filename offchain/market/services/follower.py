@@ -6,6 +6,8 @@ state, and rollbacks into exactly the reverse.
   once `confirmations` blocks lie on top of it.
 - An escrow spent is settled, refunded (or cancelled) or slashed, as the spending redeemer
   says; a slash is a Refund beside a bond's Slash naming this escrow and a SlashPayout output.
+  A settle names the units its batch claimed for the escrow (its payouts are merged and
+  untagged: the settle script's redeemer says what each escrow paid).
 - Bond outputs are recorded per provider (created, unbonding, spent and how), and a provider
   whose bond moves follows it to its continuing output. Only an output that passes the bond
   check (`check_bond`, as for an offer's bond: inline datum of the right shape, lovelace only,
@@ -165,7 +167,10 @@ class ChainFollower:
         for ref in inputs:
             if ref in escrows:
                 redeemer = read.spend(ref, Script.ESCROW)
-                self._escrow_spent(session, at, tx_id, escrows[ref], redeemer, ref in slashed)
+                units = read.settled.get(ref)
+                self._escrow_spent(
+                    session, at, tx_id, escrows[ref], redeemer, ref in slashed, units
+                )
             if ref not in bonds and ref not in holders:
                 continue
             action = BOND_ACTIONS.get(type(read.spend(ref, Script.BOND)), "spent")
@@ -186,9 +191,10 @@ class ChainFollower:
         job: Job,
         redeemer: PlutusData | None,
         slashed: bool,
+        units: int | None,
     ) -> None:
         if isinstance(redeemer, Settle):
-            target, detail = S.SETTLED, "settled on chain"
+            target, detail = S.SETTLED, f"settled on chain for {units} units"
         elif isinstance(redeemer, Refund):
             target = S.SLASHED if slashed else S.REFUNDED
             detail = "refunded with a slash of the bond" if slashed else "refunded"

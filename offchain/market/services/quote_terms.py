@@ -1,7 +1,6 @@
 """What makes a quote's escrow terms safe to lock: terms no other job has, so a lock funds
-exactly the job it was built for, and a fee allowance that pays the settle fee's share and
-raises the payouts to the ledger's minimum UTxO whatever the receipt says, so no settler pays
-from its own funds."""
+exactly the job it was built for, and a lock that pays the whole job, the settle fee's share
+and the return deposit of the renter's refund, so no settlement needs anyone's own funds."""
 
 from __future__ import annotations
 
@@ -50,16 +49,18 @@ def store(engine: Engine, nonce: PendingNonce, job: Job, events: Sequence[JobEve
 
 
 def fit_allowance(chain: Chain, settings: MarketSettings, job: Job) -> None:
-    """Set the job's fee allowance to what settling it may cost, and its lock to match: its
-    share of a settle fee (`settle_fee_share`: the measured cost of a settle alone, with a
-    margin) plus the most its payouts may need raised to the ledger's minimum UTxO over every
-    unit count a receipt may name (both top-ups, for the payouts' real outputs). So no job is
-    refused for being cheap, and no settler pays from its own funds. The payouts do not depend
-    on the allowance (the consumer's rest is price x unused units), so one pass is exact."""
+    """Set the job's fee allowance to its share of a settle fee (`settle_fee_share`: the
+    measured cost of a settle alone, with a margin), and its lock to the whole job, that
+    allowance and the return deposit (`escrows.lock_lovelace`: at least the ledger's minimum
+    for the renter's refund output, refunded at any unit count). A settle then pays every
+    party out of the escrow: no top-up, and no job is refused for being cheap."""
+    job.fee_allowance = settings.settle_fee_share
+    job.lock_lovelace = escrows.lock_lovelace(chain.context, chain.deployment, quoted_escrow(job))
+
+
+def refund_deposit(job: Job) -> int:
+    """What the job's lock holds beyond its price and its allowance (`fit_allowance`): it
+    always comes back to the renter."""
     assert job.price_per_unit is not None and job.max_units is not None
-    share = settings.settle_fee_share
-    job.fee_allowance = share
-    locked = lock_amount(job.price_per_unit, job.max_units, share)
-    topups = escrows.worst_topup(chain.context, chain.deployment, quoted_escrow(job), locked)
-    job.fee_allowance = share + topups
-    job.lock_lovelace = lock_amount(job.price_per_unit, job.max_units, job.fee_allowance)
+    assert job.fee_allowance is not None and job.lock_lovelace is not None
+    return job.lock_lovelace - lock_amount(job.price_per_unit, job.max_units, job.fee_allowance, 0)

@@ -123,28 +123,28 @@ def check_bonded_close(
 
 def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
     """The quote for `job`, with the provider's offer exactly as it was signed, and what its
-    fee allowance covers."""
+    lock holds beyond the job: the fee allowance and the return deposit."""
     assert job.price_per_unit is not None and job.max_units is not None
     assert job.fee_allowance is not None
-    topups = job.fee_allowance - settle_fee_share
+    deposit = quote_terms.refund_deposit(job)
     return wire.Quote(
         job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
         price_per_unit=job.price_per_unit, max_units=job.max_units,
         max_cost=job.price_per_unit * job.max_units, deadline_ms=job.deadline_ms,
         settle_window_ms=job.settle_window_ms, fee_allowance=job.fee_allowance,
-        lock_lovelace=job.lock_lovelace, quote_expires_ms=job.quote_expires_ms,
-        settle_fee_share=settle_fee_share, payout_topups=topups,
-        fee_allowance_note=allowance_note(job.fee_allowance, settle_fee_share, topups),
+        refund_deposit=deposit, lock_lovelace=job.lock_lovelace,
+        quote_expires_ms=job.quote_expires_ms, settle_fee_share=settle_fee_share,
+        fee_allowance_note=allowance_note(job.fee_allowance, deposit),
     )  # fmt: skip
 
 
-def allowance_note(allowance: int, settle_fee_share: int, topups: int) -> str:
-    """What the fee allowance is, in words a renter reads before locking."""
+def allowance_note(allowance: int, deposit: int) -> str:
+    """What the lock holds beyond the job, in words a renter reads before locking."""
     return (
-        f"the fee allowance of {ada(allowance)} is not refunded: {ada(settle_fee_share)} pays "
-        f"this job's share of the settle transaction's fee, and up to {ada(topups)} raises a "
-        "payout below the ledger's minimum output to that minimum (that part goes to you or "
-        "the provider); the settler keeps what is left"
+        f"the fee allowance of {ada(allowance)} is not refunded: it pays this job's share of "
+        f"the settle transaction's fee, and the settler keeps what is left; the return deposit "
+        f"of {ada(deposit)} (the ledger's minimum for your refund output) always comes back "
+        "with your refund, so no settlement ever needs a top-up"
     )
 
 

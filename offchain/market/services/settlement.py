@@ -8,12 +8,15 @@ tip while the escrow stayed unspent) or the ledger refused its first submission 
 ever had its bytes). Until then a restart or a rollback resubmits the same bytes. The chain
 follower, not the batcher, decides that a transaction landed (`confirmed`).
 
-The market never pays more than the fee allowances of the escrows it settles: an escrow whose
-payouts need more lovelace to reach the ledger's minimum than its allowance leaves after its
-fee share is left to the parties, and a built transaction that would cost the wallet more
-than the allowances bring is not sent. A receipt the market will not settle (that, a spent
-escrow, a window about to close) is dropped from its queue with the reason in the job's
-timeline, and the next one taken in its place: no number of bad receipts holds up a good one.
+The market never pays more than the fee allowances of the escrows it settles: a built
+transaction that would cost the wallet more than the allowances bring is not sent. It never
+tops up a payout either. Every lock holds a return deposit, so a consumer's refund always
+reaches the ledger's minimum UTxO; a provider whose payout for a receipt is below that minimum
+is left out of the batch and its receipt stays pending: the provider's own daemon settles it
+(its own change raises its own output), at the latest near the close. A receipt the market
+will not settle (a spent escrow, a window about to close) is dropped from its queue with the
+reason in the job's timeline, and the next one taken in its place: no number of bad receipts
+holds up a good one.
 
 Up to `settle_in_flight_max` transactions are in flight at once, each paying its fee from
 wallet UTxOs that none of the others spends (its change comes back as a new one once it
@@ -40,8 +43,11 @@ from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.services.crash import crash_point
 from offchain.market.settings import MarketSettings
+from offchain.protocol import batch as batches
 from offchain.protocol import escrow as escrows
+from offchain.protocol.addresses import from_plutus
 from offchain.protocol.budgets import ExecutionBudgets
+from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, fee_inputs
 
 log = logging.getLogger(__name__)
@@ -67,7 +73,7 @@ class Batcher:
         self.engine, self.chain, self.wallet, self.settings = engine, chain, wallet, settings
         self.batch_max = settings.settle_batch_max
         self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
-        self.fee_share = settings.settle_fee_share
+        self.waiting: set[str] = set()  # job ids whose provider payout is below the minimum
         self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
         self.spends: dict[str, frozenset[TransactionInput]] = {}  # in flight: tx id -> inputs
 
@@ -200,7 +206,7 @@ class Batcher:
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
         return settlement
 
-    def _waiting_for_more(self, batch: Sequence[tuple[Job, escrows.ToSettle]]) -> bool:
+    def _waiting_for_more(self, batch: Sequence[tuple[Job, batches.ToSettle]]) -> bool:
         """A batch short of full waits while its oldest receipt is younger than
         `settle_wait_ms`: fewer transactions, one fee (`unchained demo --jobs N` shows it)."""
         oldest = batch[0][0].updated_at_ms  # receipts_to_settle: oldest first
@@ -208,60 +214,76 @@ class Batcher:
         return len(batch) < self.batch_max and jobs.now_ms() - oldest < wait
 
     def _build(
-        self, receipts: Sequence[escrows.ToSettle], busy: frozenset[TransactionInput]
+        self, receipts: Sequence[batches.ToSettle], busy: frozenset[TransactionInput]
     ) -> Transaction:
         """The settle transaction, signed by the market's wallet: the one place it signs."""
         context, deployment = self.chain.context, self.chain.deployment
-        tx = escrows.settle(context, deployment, receipts, self.wallet.address, self.budgets, busy)
+        tx = batches.settle(context, deployment, receipts, self.wallet.address, self.budgets, busy)
         over = _wallet_pays(tx, receipts, self.wallet)
         if over > 0:
-            raise TooDear(f"its fee and top-ups take {over} lovelace more than its allowances")
+            raise TooDear(f"its fee takes {over} lovelace more than its escrows' fee allowances")
         return self.wallet.sign(tx)
 
-    def _collect(self) -> list[tuple[Job, escrows.ToSettle]]:
+    def _collect(self) -> list[tuple[Job, batches.ToSettle]]:
         """Up to `batch_max` receipts to settle, oldest first. One the market will not settle
-        is left to the parties (`_leave`) and the next taken in its place."""
+        is left to the parties (`_leave`), one whose provider payout is too small waits
+        (`_wait`), and the next taken in its place."""
         closing = Clock.now(self.chain.context).tip_ms + WINDOW_MARGIN_MS
-        batch: list[tuple[Job, escrows.ToSettle]] = []
+        batch: list[tuple[Job, batches.ToSettle]] = []
         while len(batch) < self.batch_max:
-            skip = [*self.unsettleable, *(job.id for job, _ in batch)]
+            skip = [*self.unsettleable, *self.waiting, *(job.id for job, _ in batch)]
             with Session(self.engine, expire_on_commit=False) as session:
                 queued = jobs.receipts_to_settle(session, self.batch_max - len(batch), skip)
             if not queued:
                 break
             for job in queued:
-                receipt, why = self._receipt(job, closing)
-                if receipt is None:
-                    self._leave(job, why)
-                else:
-                    batch.append((job, receipt))
+                try:
+                    batch.append((job, self._receipt(job, closing)))
+                except Left as exc:
+                    self._leave(job, str(exc))
+                except batches.SmallPayout as exc:
+                    self._wait(job, str(exc))
         return batch
 
-    def _receipt(self, job: Job, closing: int) -> tuple[escrows.ToSettle | None, str]:
-        """The job's receipt on its unspent escrow, or None and why the market leaves it: its
-        window closes before `closing`, its escrow is spent, or settling it would cost more
-        than its fee allowance (payouts raised to the ledger's minimum, and its fee share)."""
+    def _receipt(self, job: Job, closing: int) -> batches.ToSettle:
+        """The job's receipt on its unspent escrow; Left when the market leaves it (its window
+        closes before `closing`, its escrow is spent, its receipt claims more than the escrow
+        holds), SmallPayout when its provider's payout is below the ledger's minimum UTxO."""
         close = job.deadline_ms + job.settle_window_ms
         if close < closing:
-            return None, f"its settle window closes at {iso(close)}: too soon to land a settle"
+            raise Left(f"its settle window closes at {iso(close)}: too soon to land a settle")
         utxo = self.chain.utxo(parse_ref(job.escrow_ref, "escrow"))
         if utxo is None:
-            return None, f"its escrow {job.escrow_ref} is spent (the follower records by what)"
+            raise Left(f"its escrow {job.escrow_ref} is spent (the follower records by what)")
         receipt = job.receipt
         assert receipt is not None  # receipts_to_settle: jobs with one
         try:
-            payouts = escrows.settle_payouts(
-                self.chain.context, self.chain.deployment, utxo, receipt.units
+            datum = escrows.escrow_datum(self.chain.deployment, utxo)
+            due = settle_split(
+                utxo.output.amount.coin, datum.price_per_unit, receipt.units, datum.max_units,
+                datum.fee_allowance,
+            ).provider  # fmt: skip
+        except (BuildError, ValueError) as exc:
+            raise Left(f"cannot settle {job.escrow_ref}: {exc}") from exc
+        to = from_plutus(datum.provider, self.chain.deployment.network)
+        least = batches.payout_minimum(self.chain.context, to)
+        if 0 < due < least:
+            raise batches.SmallPayout(
+                f"its provider earns {due} lovelace, below the ledger's minimum UTxO of {least}: "
+                "the market tops up nothing, so its provider settles it itself"
             )
-        except BuildError as exc:
-            return None, str(exc)
-        if payouts.topup + self.fee_share > payouts.split.fee:
-            return None, (
-                f"its payouts need {payouts.topup} lovelace to reach the ledger's minimum UTxO; "
-                f"with a fee share of {self.fee_share} that is more than the {payouts.split.fee} "
-                "its fee allowance leaves, and the market pays nothing from its own funds"
-            )
-        return (utxo, receipt), ""
+        return utxo, receipt
+
+    def _wait(self, job: Job, why: str) -> None:
+        """Keep `job`'s receipt pending but out of this process's batches, saying why once in
+        its timeline: the chain's minimum changes seldom, a restart looks again."""
+        self.waiting.add(job.id)
+        with Session(self.engine) as session:
+            row = session.get(Job, job.id)
+            if row is not None:
+                jobs.note(session, row, Cause.SCHEDULER, f"waits for its provider: {why}")
+                session.commit()
+        log.info("job %s waits for its provider: %s", job.id, why)
 
     def _leave(self, job: Job, why: str) -> None:
         """Drop `job`'s receipt from the market's queue for good, saying why in its timeline,
@@ -323,7 +345,11 @@ class TooDear(BuildError):
     """The settle would take more from the market's wallet than its escrows' allowances."""
 
 
-def _wallet_pays(tx: Transaction, receipts: Sequence[escrows.ToSettle], wallet: Wallet) -> int:
+class Left(Exception):
+    """The market leaves this receipt to its parties for good; the message says why."""
+
+
+def _wallet_pays(tx: Transaction, receipts: Sequence[batches.ToSettle], wallet: Wallet) -> int:
     """What `tx` takes from `wallet` net: everything it pays out and its fee, less what its
     escrows and withdrawal bring (the rest comes back to the wallet as change)."""
     body = tx.transaction_body
