@@ -86,7 +86,12 @@ def test_escrow_spend_and_settle_withdraw_redeemers_are_in_the_blueprints():
         [withdraw] = json.loads((BUILD_DIR / name / BLUEPRINT_FILE).read_text())["validators"]
         batch = withdraw["redeemer"]["schema"]
         assert batch["title"] == "BatchSettle"
-        assert [f["title"] for f in batch["fields"]] == ["items", "groups", "first_refund"]
+        assert [f["title"] for f in batch["fields"]] == [
+            "items",
+            "claims",
+            "receipts",
+            "first_refund",
+        ]
 
 
 def test_parameters_are_applied_as_opshin_applies_them():

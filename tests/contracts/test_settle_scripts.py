@@ -2,8 +2,10 @@
 and refuse the same batches, failing with the same trace. Each vector is a script context made
 by hand and evaluated directly (no devnet, no ledger checks around it), so shapes a builder
 would never make are covered too: an honest batch of three providers, two consumers and a
-key input, and each way of breaking it (tests/protocol/test_settle_attacks.py submits the
-attacks a ledger lets through to the devnet)."""
+key input, signed by claims and receipts mixed, and each way of breaking it
+(tests/protocol/test_settle_attacks.py submits the attacks a ledger lets through to the
+devnet). An index out of range (signer, payee, first_refund, a missing item or receipt) fails
+in a builtin, untraced in at least one of the two: those are only required refused by both."""
 
 from __future__ import annotations
 
@@ -62,12 +64,14 @@ OTHER_SCRIPT = hashlib.blake2b(b"always succeeds", digest_size=28).digest()
 
 @dataclasses.dataclass
 class Escrow:
-    """An escrow input: its terms, the units claimed on it and its group."""
+    """An escrow input: its terms, the units claimed on it, who signed them (a claim's index,
+    or -1: its own receipt) and which provider output pays it (-1: none)."""
 
     consumer: str
     provider: str
     units: int
-    group: int
+    signer: int
+    payee: int
     ref: tuple[bytes, int]
     lovelace: int = LOCKED
     price: int = PRICE
@@ -82,6 +86,10 @@ class Escrow:
     @property
     def owed(self) -> int:
         return max(0, self.lovelace - self.due - ALLOWANCE)
+
+    @property
+    def input(self) -> TransactionInput:
+        return TransactionInput(TransactionId(self.ref[0]), self.ref[1])
 
     def info(self) -> Constr:
         terms = Constr(
@@ -101,50 +109,62 @@ def out(to: Data, lovelace: int, datum: Data = NO_DATUM) -> Constr:
     return Constr(0, (to, DataMap(((b"", DataMap(((b"", lovelace),))),)), datum, NOTHING))
 
 
+RECEIPT_NOTE = hashlib.sha256(b"result" + b"evidence").digest()
+
+
 @dataclasses.dataclass
 class Batch:
-    """One settle transaction as its settle run sees it; `sign` signs each group's claim."""
+    """One settle transaction as its settle run sees it; `sign` signs each claim, `sign_receipt`
+    each receipt (in ledger order of the escrows with signer -1)."""
 
     settle_hash: bytes
     escrows: list[Escrow]
-    groups: list[dict]  # SettleGroup fields by name, with "signer" (the key's name)
+    claims: list[dict]  # SettleClaim fields by name, with "signer" (the key's name)
+    receipts: list[dict]  # SettleReceipt fields by name, with "signer"
     outputs: list[Constr]
     first_refund: Data
-    items: list[Data] | None = None  # default: each escrow's units and group
+    items: list[Data] | None = None  # default: each escrow's units, signer and payee
     withdrawals: list[Constr] = dataclasses.field(default_factory=list)  # beside its own
     upper: Constr = dataclasses.field(default_factory=lambda: Constr(1, (CLOSE,)))
     other_redeemers: list[tuple[Data, Data]] = dataclasses.field(default_factory=list)
     purpose: Constr | None = None
 
-    def claim(self, g: int) -> list[tuple[TransactionInput, int]]:
-        return [
-            (TransactionInput(TransactionId(e.ref[0]), e.ref[1]), e.units)
-            for e in self.escrows
-            if e.group == g
-        ]
+    def ledger(self) -> list[Escrow]:
+        return sorted(self.escrows, key=lambda e: e.ref)
 
-    def sign(self, g: int, **signed) -> bytes:
-        spec = self.groups[g]
+    def claim(self, c: int) -> list[tuple[TransactionInput, int]]:
+        return [(e.input, e.units) for e in self.escrows if e.signer == c]
+
+    def payload(self, signer: str, **signed) -> bytes:
         fields = dict(
-            network_id=NETWORK, settle_hash=ScriptHash(self.settle_hash), note=spec["note"],
-            claims=self.claim(g),
+            network_id=NETWORK, settle_hash=ScriptHash(self.settle_hash)
         )  # fmt: skip
-        return sign(key(spec["signer"]), claim_payload(**{**fields, **signed}))
+        return sign(key(signer), claim_payload(**{**fields, **signed}))
+
+    def sign(self, c: int, **signed) -> bytes:
+        spec = self.claims[c]
+        return self.payload(
+            spec["signer"], **{"note": spec["note"], "claims": self.claim(c), **signed}
+        )
+
+    def sign_receipt(self, r: int, **signed) -> bytes:
+        spec = self.receipts[r]
+        alone = [e for e in self.ledger() if e.signer == -1][r]
+        claims = [(alone.input, alone.units)]
+        return self.payload(spec["signer"], **{"note": spec["note"], "claims": claims, **signed})
 
     def context(self) -> bytes:
         own = credential(self.settle_hash)
-        escrows = sorted(self.escrows, key=lambda e: e.ref)
+        escrows = self.ledger()
         fee = Constr(0, (Constr(0, FEE_REF), out(address("submitter"), 50_000_000)))
         inputs = [e.info() for e in escrows]
         inputs.insert(sum(e.ref < FEE_REF for e in escrows), fee)
         items = self.items
         if items is None:
-            items = [n for e in escrows for n in (e.units, e.group)]
-        groups = [
-            Constr(0, (g["note"], g.get("signature", b""), g["output"], g["vkey"]))
-            for g in self.groups
-        ]
-        redeemer = Constr(0, (items, groups, self.first_refund))
+            items = [n for e in escrows for n in (e.units, e.signer, e.payee)]
+        claims = [Constr(0, (c["note"], c.get("signature", b""), c["vkey"])) for c in self.claims]
+        receipts = [Constr(0, (r["note"], r.get("signature", b""))) for r in self.receipts]
+        redeemer = Constr(0, (items, claims, receipts, self.first_refund))
         spends = [(Constr(1, (Constr(0, e.ref),)), SETTLE) for e in escrows]
         withdraw = Constr(2, (own,))
         redeemers = DataMap((*spends, *self.other_redeemers, (withdraw, redeemer)))
@@ -170,22 +190,28 @@ FEE_REF = (bytes([0x11]) * 32, 1)
 
 
 def honest(settle_hash: bytes) -> Batch:
-    """Five escrows in ledger order: two of alice's with p1 (one refund), bob's with p2,
-    alice's with p2 (a refund of its own: not adjacent to her first run), bob's with p3 that
-    claims nothing (a group paid in no output); the fee input sits among them."""
+    """Five escrows in ledger order: two of alice's with p1 (one refund), the first claimed,
+    the second its own receipt (one payout for both); bob's with p2, claimed; alice's with p2
+    by its receipt (a refund of its own: not adjacent to her first run; p2's one payout for
+    both); bob's with p3, claiming nothing (paid in no output); the fee input sits among
+    them."""
     escrows = [
-        Escrow("alice", "p1", 100, 0, ref(0)),
-        Escrow("alice", "p1", 200, 0, ref(1)),
-        Escrow("bob", "p2", 50, 1, ref(2)),
-        Escrow("alice", "p2", 10, 1, ref(3)),
-        Escrow("bob", "p3", 0, 2, ref(4)),
+        Escrow("alice", "p1", 100, 0, 0, ref(0)),
+        Escrow("alice", "p1", 200, -1, 0, ref(1)),
+        Escrow("bob", "p2", 50, 1, 1, ref(2)),
+        Escrow("alice", "p2", 10, -1, 1, ref(3)),
+        Escrow("bob", "p3", 0, 2, -1, ref(4)),
     ]
-    groups = [
-        dict(note=b"n1", output=0, vkey=vkey("p1"), signer="p1"),
-        dict(note=b"n2", output=1, vkey=vkey("p2"), signer="p2"),
-        dict(note=b"", output=-1, vkey=vkey("p3"), signer="p3"),
+    claims = [
+        dict(note=b"n1", vkey=vkey("p1"), signer="p1"),
+        dict(note=b"n2", vkey=vkey("p2"), signer="p2"),
+        dict(note=b"", vkey=vkey("p3"), signer="p3"),
     ]
-    batch = Batch(settle_hash, escrows, groups, [], 2)
+    receipts = [
+        dict(note=RECEIPT_NOTE, signer="p1"),
+        dict(note=RECEIPT_NOTE, signer="p2"),
+    ]
+    batch = Batch(settle_hash, escrows, claims, receipts, [], 2)
     payouts = [
         out(address(p), sum(e.due for e in escrows if e.provider == p)) for p in ("p1", "p2")
     ]
@@ -197,8 +223,10 @@ def honest(settle_hash: bytes) -> Batch:
             runs.append((e.consumer, e.owed))
     refunds = [out(address(c), owed) for c, owed in runs if owed > 0]
     batch.outputs = [*payouts, *refunds, out(address("submitter"), 9_000_000)]
-    for g, spec in enumerate(groups):
-        spec["signature"] = batch.sign(g)
+    for c, spec in enumerate(claims):
+        spec["signature"] = batch.sign(c)
+    for r, spec in enumerate(receipts):
+        spec["signature"] = batch.sign_receipt(r)
     return batch
 
 
@@ -216,13 +244,22 @@ def run(reference: bool, attack: Callable[[Batch], object] | None) -> ScriptOutc
     return run_job(job, params.cost_models)
 
 
-def field(g: int, name: str, value: Data) -> Callable[[Batch], None]:
-    return lambda batch: batch.groups[g].update({name: value})
+def field(c: int, name: str, value: Data) -> Callable[[Batch], None]:
+    return lambda batch: batch.claims[c].update({name: value})
 
 
-def resign(g: int, **signed) -> Callable[[Batch], None]:
-    """Group g's claim signed again over something else (claim_payload's arguments)."""
-    return lambda batch: batch.groups[g].update(signature=batch.sign(g, **signed))
+def receipt_field(r: int, name: str, value: Data) -> Callable[[Batch], None]:
+    return lambda batch: batch.receipts[r].update({name: value})
+
+
+def resign(c: int, **signed) -> Callable[[Batch], None]:
+    """Claim c signed again over something else (claim_payload's arguments)."""
+    return lambda batch: batch.claims[c].update(signature=batch.sign(c, **signed))
+
+
+def resign_receipt(r: int, **signed) -> Callable[[Batch], None]:
+    """Receipt r signed again over something else (claim_payload's arguments)."""
+    return lambda batch: batch.receipts[r].update(signature=batch.sign_receipt(r, **signed))
 
 
 def escrow(n: int, **changes) -> Callable[[Batch], None]:
@@ -268,16 +305,10 @@ def both(*attacks: Callable[[Batch], object]) -> Callable[[Batch], None]:
     return lambda batch: [attack(batch) for attack in attacks]
 
 
-def p2_paid_last(batch: Batch) -> None:
-    """p2's payout moved after the refunds, which now start at output 1."""
-    batch.outputs.append(batch.outputs.pop(1))
-    batch.first_refund = 1
-    batch.groups[1]["output"] = len(batch.outputs) - 1
-
-
 def items(change: Callable[[list[Data]], list[Data]]) -> Callable[[Batch], None]:
     def changed(batch: Batch) -> None:
-        batch.items = change([n for e in batch.escrows for n in (e.units, e.group)])
+        made = [n for e in batch.ledger() for n in (e.units, e.signer, e.payee)]
+        batch.items = change(made)
 
     return changed
 
@@ -286,31 +317,31 @@ def foreign_input(first: bool) -> Callable[[Batch], None]:
     """Another script's input (an always-succeeds script, holding an escrow's datum)."""
 
     def add(batch: Batch) -> None:
-        made = Escrow("alice", "p1", 0, 0, (b"\x00" * 32 if first else b"\xee" * 32, 0))
+        made = Escrow("alice", "p1", 0, 0, -1, (b"\x00" * 32 if first else b"\xee" * 32, 0))
         made.payment = credential(OTHER_SCRIPT)
         batch.escrows.append(made)
 
     return add
 
 
-def empty_group(batch: Batch) -> None:
-    batch.groups.append(dict(note=b"", output=-1, vkey=vkey("p3"), signer="p3"))
-    batch.groups[-1]["signature"] = batch.sign(len(batch.groups) - 1)
+def empty_claim(batch: Batch) -> None:
+    batch.claims.append(dict(note=b"", vkey=vkey("p3"), signer="p3"))
+    batch.claims[-1]["signature"] = batch.sign(len(batch.claims) - 1)
+
+
+def unused_receipt(batch: Batch) -> None:
+    batch.receipts.append(dict(batch.receipts[0]))
 
 
 def int_note(batch: Batch) -> None:
     """A note that is not bytes, signed as such: both scripts sign it as it comes."""
-    batch.groups[0]["note"] = 7
+    batch.claims[0]["note"] = 7
     claimed = sorted(batch.claim(0), key=lambda claim: ledger_order(claim[0]), reverse=True)
     flat = [
         n for r, units in claimed for n in (Constr(0, (r.transaction_id.payload, r.index)), units)
     ]
     claim = Constr(0, (CLAIM_DOMAIN, NETWORK, batch.settle_hash, 7, flat))
-    batch.groups[0]["signature"] = sign(key("p1"), encode_data(claim))
-
-
-def no_groups(batch: Batch) -> None:
-    batch.groups.clear()
+    batch.claims[0]["signature"] = sign(key("p1"), encode_data(claim))
 
 
 def also_withdraw(batch: Batch) -> None:
@@ -321,6 +352,7 @@ def other_redeemer(batch: Batch) -> None:
     batch.other_redeemers.append((Constr(0, (OTHER_SCRIPT,)), Constr(0)))
 
 
+ITEMS = "one item per escrow input, one receipt per escrow signed alone, and no script but"
 TRACED = {  # an honest batch broken one way, and the check that refuses it
     "a spending purpose": (
         lambda b: setattr(b, "purpose", Constr(1, (Constr(0, ref(0)), NOTHING))),
@@ -333,32 +365,42 @@ TRACED = {  # an honest batch broken one way, and the check that refuses it
         "units or time",
     ),
     "no items": (items(lambda made: []), "empty batch"),
-    "an extra item": (items(lambda made: [*made, 0, 0]), "one item per escrow input"),
-    "an extra redeemer (a mint)": (other_redeemer, "no script but escrows"),
+    "an extra item": (items(lambda made: [*made, 0, 0, -1]), ITEMS),
+    "an extra redeemer (a mint)": (other_redeemer, ITEMS),
+    "an unused receipt": (unused_receipt, ITEMS),
     "negative units": (escrow(1, units=-1), "units or time"),
     "units above max_units": (escrow(1, units=MAX_UNITS + 1), "units or time"),
     "a negative price": (escrow(1, price=-PRICE), "units or time"),
     "another script's input first": (foreign_input(True), "one escrow script"),
     "another script's input last": (foreign_input(False), "one escrow script"),
-    "a group naming another provider's key": (field(0, "vkey", vkey("p2")), "one provider"),
-    "a group paid to another address": (outputs(to(0, "mallory")), "one provider per group"),
-    "providers' outputs swapped": (outputs(swap(0, 1)), "one provider per group"),
-    "an escrow earning in a group paid nothing": (escrow(4, units=1), "one provider per group"),
-    "an escrow in another provider's group": (escrow(4, group=0), "one provider per group"),
-    "providers' outputs out of order": (
-        both(outputs(swap(0, 1)), field(0, "output", 1), field(1, "output", 0)),
-        "provider output order",
+    "a claim naming another provider's key": (field(0, "vkey", vkey("p2")), "one key per claim"),
+    "an escrow in another provider's claim": (escrow(4, signer=1), "one key per claim"),
+    "a payout to another address": (outputs(to(0, "mallory")), "one provider per payout"),
+    "providers' outputs swapped": (outputs(swap(0, 1)), "one provider per payout"),
+    "an escrow paid at another provider's output": (
+        escrow(4, payee=0),
+        "one provider per payout",
     ),
-    "a provider output among the refunds": (p2_paid_last, "provider output order"),
-    "a provider paid a lovelace short": (outputs(lovelace_less(0)), "provider payout"),
+    "a receipt's escrow paid at another provider's output": (
+        escrow(1, payee=1),
+        "one provider per payout",
+    ),
+    "an escrow earning with no payee": (escrow(4, units=1), "provider payout"),
+    "two escrows of a provider paid a lovelace short": (
+        outputs(lovelace_less(0)),
+        "provider payout",
+    ),
     "a provider payout with a datum": (outputs(with_datum(1)), "provider payout"),
     "a merged refund a lovelace short": (outputs(lovelace_less(2)), "consumer refund"),
     "the last refund a lovelace short": (outputs(lovelace_less(5)), "consumer refund"),
     "a refund with a datum": (outputs(with_datum(3)), "consumer refund"),
     "a refund to another address": (outputs(to(4, "mallory")), "consumer refund"),
     "refunds swapped": (outputs(swap(2, 3)), "consumer refund"),
-    "refunds start at a provider output": (lambda b: setattr(b, "first_refund", 1), "refund"),
     "a claim omitting an escrow": (resign(0, claims=[]), "claim signature"),
+    "a claim adding an escrow": (
+        resign(1, claims=[(TransactionInput(TransactionId(ref(n)[0]), 0), 50) for n in (2, 4)]),
+        "claim signature",
+    ),
     "a claim signed for another network": (resign(1, network_id=1), "claim signature"),
     "a claim for another settle script": (
         resign(0, settle_hash=ScriptHash(bytes(28))),
@@ -366,18 +408,38 @@ TRACED = {  # an honest batch broken one way, and the check that refuses it
     ),
     "a claim with another note": (resign(0, note=b"other"), "claim signature"),
     "a claim by another key": (both(field(0, "signer", "mallory"), resign(0)), "claim signature"),
-    "a group claiming no escrow": (empty_group, "claim signature"),
+    "a claim covering no escrow": (empty_claim, "claim signature"),
+    "a receipt by another key": (
+        both(receipt_field(0, "signer", "mallory"), resign_receipt(0)),
+        "receipt signature",
+    ),
+    "a receipt for other units": (
+        resign_receipt(1, claims=[(TransactionInput(TransactionId(ref(3)[0]), 0), 11)]),
+        "receipt signature",
+    ),
+    "a receipt for another network": (resign_receipt(0, network_id=1), "receipt signature"),
+    "a receipt for another settle script": (
+        resign_receipt(1, settle_hash=ScriptHash(bytes(28))),
+        "receipt signature",
+    ),
+    "a receipt with another note": (receipt_field(0, "note", b"other"), "receipt signature"),
+    "receipts swapped": (lambda b: swap(0, 1)(b.receipts), "receipt signature"),
+    "a claimed escrow taking a receipt's place": (escrow(1, signer=0), "receipt signature"),
 }
 
-UNTRACED = {  # shapes a builder never makes: refused by a builtin failing, in both
-    "no groups": no_groups,
-    "a missing item pair": items(lambda made: made[:-2]),
-    "an odd item": items(lambda made: made[:-1]),
-    "a group index past the groups": escrow(1, group=3),
-    "a negative group index": escrow(1, group=-1),
+UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing in one at least)
+    "no claims": lambda b: b.claims.clear(),
+    "no receipts": lambda b: b.receipts.clear(),
+    "a missing item triple": items(lambda made: made[:-3]),
+    "a missing payee": items(lambda made: made[:-1]),
+    "a signer index past the claims": escrow(2, signer=3),
+    "a signer below -1": escrow(2, signer=-2),
+    "a payee index among the refunds": escrow(2, payee=2),
+    "a payee index past the outputs": escrow(2, payee=99),
+    "a payee below -1": escrow(2, payee=-2),
+    "refunds start at a provider output": lambda b: setattr(b, "first_refund", 1),
     "a negative first_refund": lambda b: setattr(b, "first_refund", -1),
     "first_refund past the outputs": lambda b: setattr(b, "first_refund", 99),
-    "a group output past the outputs": field(0, "output", 99),
     "an escrow under a datum hash": escrow(0, datum=Constr(1, (b"h" * 32,))),
     "an escrow without a datum": escrow(0, datum=NO_DATUM),
 }
@@ -408,24 +470,26 @@ def test_both_refuse_with_the_same_trace(name):
 
 
 @pytest.mark.parametrize("name", UNTRACED)
-def test_both_refuse_without_a_trace(name):
+def test_both_refuse_an_index_out_of_range(name):
     deployed, readable = run(False, UNTRACED[name]), run(True, UNTRACED[name])
-    assert deployed.error is not None and deployed.traces == (), deployed
-    assert readable.error is not None and readable.traces == (), readable
+    assert deployed.error is not None, deployed
+    assert readable.error is not None, readable
+    # traced in one, then the same trace in the other, if any
+    assert not (deployed.traces and readable.traces) or deployed.traces == readable.traces
 
 
 def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
-    """The honest batch with numbers moved: (what, which, by) of an item, a group's output,
-    first_refund, an output's lovelace, or a swap of two outputs."""
+    """The honest batch with numbers moved: (what, which, by) of an item, first_refund, an
+    output's lovelace, or a swap of two outputs or of two receipts."""
 
     def nudge(batch: Batch) -> None:
-        made = [n for e in sorted(batch.escrows, key=lambda e: e.ref) for n in (e.units, e.group)]
+        made = [n for e in batch.ledger() for n in (e.units, e.signer, e.payee)]
         batch.items = batch.items or made
         for what, which, by in changes:
             if what == "item":
                 batch.items[which % len(batch.items)] += by
-            elif what == "output":
-                batch.groups[which % len(batch.groups)]["output"] += by
+            elif what == "receipts":
+                swap(which % 2, by % 2)(batch.receipts)
             elif what == "first_refund":
                 batch.first_refund = int(batch.first_refund) + by
             elif what == "lovelace":
@@ -442,7 +506,7 @@ def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["item", "output", "first_refund", "lovelace", "swap"]),
+            st.sampled_from(["item", "receipts", "first_refund", "lovelace", "swap"]),
             st.integers(0, 9),
             st.integers(-2, 2),
         ),
@@ -451,5 +515,9 @@ def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
     )
 )
 def test_both_agree_on_any_nudge_of_the_honest_batch(changes):
+    """Same outcome; the same trace where both trace (an index nudged out of range may fail
+    in a builtin in one of them, untraced)."""
     deployed, readable = run(False, nudged(changes)), run(True, nudged(changes))
-    assert (deployed.error is None, deployed.traces) == (readable.error is None, readable.traces)
+    assert (deployed.error is None) == (readable.error is None), (deployed, readable)
+    if deployed.traces and readable.traces:
+        assert deployed.traces == readable.traces

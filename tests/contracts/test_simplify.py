@@ -72,7 +72,7 @@ def programs(name: str, *parameters: int | bytes) -> tuple[U.Program, U.Program]
 
 def spend_context(withdrawals: list[Constr]) -> bytes:
     """An escrow spent with Settle beside these withdrawals (credentials)."""
-    escrow = Escrow("alice", "p1", 1, 0, ref(0))
+    escrow = Escrow("alice", "p1", 1, 0, 0, ref(0))
     spent = escrow.info()
     always = Constr(0, (Constr(0, (Constr(0), Constr(1))), Constr(0, (Constr(2), FALSE))))
     info = Constr(

@@ -33,9 +33,13 @@ ESCROW = types.EscrowDatum(
     3_600, 1_800_000_000_000, 60_000, b"\x01" * 32, 2_000_000,
 )  # fmt: skip
 BOND = types.BondDatum(ADDRESS, KEY.payload, types.Just(1_800_000_000_000))
-GROUP = types.SettleGroup(b"\x02" * 32, b"\x04" * 64, 1, KEY.payload)
+SETTLE_CLAIM = types.SettleClaim(b"\x02" * 32, b"\x04" * 64, KEY.payload)
+SETTLE_RECEIPT = types.SettleReceipt(b"\x03" * 32, b"\x05" * 64)
 BATCH = types.BatchSettle(
-    [10, 0, 0, 1, 3_600, 0], [GROUP, types.SettleGroup(b"", b"s", -1, b"")], 2
+    [10, 0, 0, 1, -1, 0, 3_600, 1, -1],
+    [SETTLE_CLAIM, types.SettleClaim(b"", b"s", b"")],
+    [SETTLE_RECEIPT],
+    2,
 )
 CLAIM = types.Claim(
     b"UNCHAINED/claim/v1", 0, b"\x06" * 28, b"n" * 32,
@@ -106,12 +110,13 @@ RECORDS = [  # (ours, the contracts' class): the signed payloads, tags and redee
     (types.SlashPayout(REF, types.TxOutRef(b"\x07" * 32, 1)), onchain.SlashPayout),
     (CLAIM, onchain.Claim),
     (types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32, b"\x08" * 28), onchain.Acceptance),
-    (GROUP, onchain.SettleGroup),
+    (SETTLE_CLAIM, onchain.SettleClaim),
+    (SETTLE_RECEIPT, onchain.SettleReceipt),
 ]
 
 
 @pytest.mark.parametrize(("ours", "theirs"), RECORDS, ids=lambda v: type(v).__name__)
-def test_payouts_claims_acceptances_and_groups_are_the_contracts_records(ours, theirs):
+def test_payouts_claims_acceptances_and_settle_entries_are_the_contracts_records(ours, theirs):
     raw = ours.to_cbor()
     assert theirs.from_cbor(raw).to_cbor() == raw
     assert type(ours).from_cbor(raw).to_cbor() == raw
