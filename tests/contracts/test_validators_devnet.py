@@ -57,7 +57,7 @@ from contracts.onchain import (
     Payout,
     Refund,
     Settle,
-    SettleGroup,
+    SettleClaim,
     Slash,
     SlashPayout,
     TopUp,
@@ -284,8 +284,8 @@ def claim_signature(world: World, escrows: list[UTxO], units: int) -> bytes:
 
 
 def settle_tx(world: World, escrows: list[UTxO], units: int, close_ms: int) -> Transaction:
-    """Settle escrows (all the provider's and the consumer's) in one transaction: one group,
-    its claim signed once, paid in output 0; the consumer's one refund (its escrows are one
+    """Settle escrows (all the provider's and the consumer's) in one transaction: one claim,
+    signed once, paid in output 0; the consumer's one refund (its escrows are one
     run) in output 1."""
     builder = world.builder()
     escrows = ledger_order(escrows)
@@ -297,8 +297,10 @@ def settle_tx(world: World, escrows: list[UTxO], units: int, close_ms: int) -> T
     builder.add_output(TransactionOutput(world.provider.address, due))
     if rest > 0:
         builder.add_output(TransactionOutput(world.consumer.address, rest))
-    group = SettleGroup(NOTE, claim_signature(world, escrows, units), 0, world.provider.vkey)
-    batch = BatchSettle(IndefiniteList([n for _ in escrows for n in (units, 0)]), [group], 1)
+    signed = SettleClaim(NOTE, claim_signature(world, escrows, units), world.provider.vkey)
+    payee = 0 if due else -1
+    items = IndefiniteList([n for _ in escrows for n in (units, 0, payee)])
+    batch = BatchSettle(items, [signed], [], 1)
     builder.withdrawals = Withdrawals({bytes(SETTLE_REWARDS): 0})
     builder.add_withdrawal_script(world.settle_ref, redeemer=Redeemer(batch))
     builder.ttl = world.slot(close_ms) - 1  # the exclusive upper bound stays <= close

@@ -54,9 +54,9 @@ async def test_settle_pays_provider_price_times_units_and_the_consumer_the_rest(
 
 
 async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(devnet, deployment):
-    """Five escrows, two providers, units from 0 to max; one settle run for all. Each receipt
-    is a group of its own: one payout each (none for zero units), exactly price x units; each
-    consumer gets locked - due - fee_allowance, and the submitter what the allowances leave."""
+    """Five escrows, two providers, units from 0 to max; one settle run for all. Each provider
+    is paid once for all its receipts, exactly price x units summed; each consumer gets
+    locked - due - fee_allowance, and the submitter what the allowances leave."""
     consumers = [await wallet(devnet) for _ in range(5)]
     providers = [await wallet(devnet) for _ in range(2)]
     market = await wallet(devnet)
@@ -83,14 +83,14 @@ async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(dev
     owed[-1] = 5 * LOCKED - sum(owed) - tx.transaction_body.fee
     after = [balance(devnet, w.address) for w in parties]
     assert [a - b for a, b in zip(after, before, strict=True)] == owed
-    assert len(tx.transaction_body.outputs) == 4 + 5 + 1  # payouts, refunds, change
+    assert len(tx.transaction_body.outputs) == 2 + 5 + 1  # payouts, refunds, change
     assert len(tx.transaction_witness_set.redeemer) == 6  # 5 spends + 1 withdraw
     assert all(spent(devnet, e) for e in escrows)
 
 
 async def test_a_claim_on_many_escrows_pays_its_provider_one_output(devnet, deployment):
     """One signature for three escrows (two of one consumer, adjacent: one refund), beside a
-    receipt of the same provider: two groups, two payouts."""
+    receipt of the same provider: one payout for all four, whatever signed them."""
     alice, bob, provider, market = [await wallet(devnet) for _ in range(4)]
     a1, a2 = await onchain.lock_together(devnet, deployment, alice, [provider, provider])
     b1 = await onchain.lock(devnet, deployment, bob, provider)
@@ -108,7 +108,7 @@ async def test_a_claim_on_many_escrows_pays_its_provider_one_output(devnet, depl
 
     split = {n: settle_split(LOCKED, PRICE, n, MAX_UNITS, ALLOWANCE) for n in (100, 600, 0, 1_234)}
     paid = [o.amount.coin for o in tx.transaction_body.outputs if o.address == provider.address]
-    assert paid == [PRICE * 700, PRICE * 1_234]  # the claim's group first: the larger
+    assert paid == [PRICE * (700 + 1_234)]  # one output per provider address
     gained = [balance(devnet, w.address) - b for w, b in zip(parties, before, strict=True)]
     assert gained == [
         split[100].consumer + split[600].consumer,

@@ -24,7 +24,7 @@ from offchain.protocol.escrow import escrow_datum, refund
 from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Clock, Wallet
-from offchain.protocol.types import PayoutKind, SettleGroup
+from offchain.protocol.types import PayoutKind, SettleReceipt
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,
@@ -36,11 +36,10 @@ from tests.protocol.onchain import (
     REFUND_WINDOW_MS,
     RESULT,
     SCRIPT_FAILED,
-    Group,
     Plan,
+    claim,
     confirm,
     confirm_gains,
-    group,
     lock_by_hand,
     plan,
     refund_by_hand,
@@ -60,26 +59,27 @@ async def parties(devnet, count: int = 3):
     return [await wallet(devnet) for _ in range(count)]
 
 
-def receipt_group(escrow, receipt: Receipt, output: int, vkey: bytes) -> Group:
-    """The group a receipt is (its claim on its one escrow), paid at `output`."""
-    claim = Claim.of_receipt(receipt)
-    return Group([(escrow, receipt.units)], SettleGroup(claim.note, claim.signature, output, vkey))
+def receipt_entry(receipt: Receipt) -> SettleReceipt:
+    """A receipt as the settle redeemer carries it (its claim on its one escrow)."""
+    made = Claim.of_receipt(receipt)
+    return SettleReceipt(made.note, made.signature)
 
 
-async def test_two_receipts_cannot_share_one_payout(devnet, deployment):
-    """Same provider, same amount: one output holding the sum of both counts for one group
-    only; two receipts are two groups, each paid in its own output, in increasing order."""
+async def test_two_receipts_of_one_provider_share_one_payout_holding_both(devnet, deployment):
+    """Same provider, same amount: one output pays both receipts' escrows, holding the sum;
+    an output holding one share cannot pay both (a second output beside it counts for
+    nothing: each escrow names the output that pays it)."""
     consumer, provider, market = await parties(devnet)
     a, b = await onchain.lock_together(devnet, deployment, consumer, [provider, provider])
-    honest = plan(deployment, [(provider, [(a, UNITS)]), (provider, [(b, UNITS)])])
-    assert [o.amount.coin for o in honest.outputs[:2]] == [SPLIT.provider] * 2
-    both = TransactionOutput(provider.address, 2 * SPLIT.provider)
-    shared = dataclasses.replace(honest, outputs=[both, *honest.outputs[2:]], first_refund=1)
-    shared.groups = [
-        dataclasses.replace(g, spec=dataclasses.replace(g.spec, output=0)) for g in honest.groups
-    ]
+    honest = plan(deployment, [], [(provider, a, UNITS), (provider, b, UNITS)])
+    assert honest.outputs[0].amount.coin == 2 * SPLIT.provider and honest.first_refund == 1
+    assert honest.items[2::3] == [0, 0]
+    one = TransactionOutput(provider.address, SPLIT.provider)
+    shared = dataclasses.replace(
+        honest, outputs=[one, one, *honest.outputs[1:]], first_refund=2
+    )  # fmt: skip
     attack = shared.settle(devnet, deployment, market)
-    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider output order")
+    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider payout")
     await confirm_gains(devnet, honest.settle(devnet, deployment, market), honest.gains)
 
 
@@ -108,7 +108,7 @@ async def test_payouts_go_to_full_addresses_not_a_hijacked_stake_part(devnet, de
     for outputs, reason in (
         (
             [TransactionOutput(hijack(provider.address), SPLIT.provider), to_consumer],
-            "one provider per group",
+            "one provider per payout",
         ),
         (
             [to_provider, TransactionOutput(hijack(consumer.address), SPLIT.consumer)],
@@ -126,17 +126,15 @@ async def test_a_receipt_is_good_for_one_escrow_network_and_settle_script_only(d
     consumer, provider, market = await parties(devnet)
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     job_b = await onchain.lock(devnet, deployment, consumer, provider)
-    honest = plan(deployment, [(provider, [(escrow, UNITS)])])
-    key, vkey = provider.key, provider.vkey
+    honest = plan(deployment, [], [(provider, escrow, UNITS)])
+    key = provider.key
 
     def signed(
         signer=key, network_id=0, settle_hash=deployment.settle_hash, on=escrow, units=UNITS
     ) -> Plan:
         receipt = Receipt.sign(signer, network_id, settle_hash, on.input, units, RESULT, EVIDENCE)
-        made = receipt_group(
-            escrow, dataclasses.replace(receipt, escrow=escrow.input, units=UNITS), 0, vkey
-        )
-        return dataclasses.replace(honest, groups=[made])
+        made = receipt_entry(dataclasses.replace(receipt, escrow=escrow.input, units=UNITS))
+        return dataclasses.replace(honest, receipts=[made])
 
     for replayed in (
         signed(on=job_b),  # signed for job B
@@ -146,7 +144,7 @@ async def test_a_receipt_is_good_for_one_escrow_network_and_settle_script_only(d
         signed(signer=PaymentSigningKey.generate()),  # by someone else
     ):
         attack = replayed.settle(devnet, deployment, market)
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: claim signature")
+        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: receipt signature")
     await confirm_gains(devnet, signed().settle(devnet, deployment, market), honest.gains)
 
 
@@ -161,13 +159,15 @@ async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devne
     ]
     escrows = [await lock_by_hand(devnet, deployment, consumer, provider, **d) for d, _ in made]
     for escrow, (_, reason) in zip(escrows, made, strict=True):
-        datum = escrow_datum(deployment, escrow)  # the group names the datum's key, as it must
-        claim = group(deployment, provider.key, [(escrow, UNITS)], 0, vkey=datum.provider_vkey)
+        datum = escrow_datum(deployment, escrow)  # the claim names the datum's key, as it must
+        signed = claim(deployment, provider.key, [(escrow, UNITS)], vkey=datum.provider_vkey)
         outputs = [
             TransactionOutput(provider.address, max(datum.price_per_unit * UNITS, 2 * ADA)),
             TransactionOutput(consumer.address, LOCKED - ALLOWANCE),
         ]
-        attack = settle_by_hand(devnet, deployment, market, [claim], outputs, 1)
+        attack = settle_by_hand(
+            devnet, deployment, market, [escrow], [UNITS, 0, 0], outputs, 1, claims=[signed]
+        )
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", reason)
     await travel_to(devnet, escrow_datum(deployment, escrows[-1]).close + REFUND_WINDOW_MS + 1)
     for escrow in escrows:

@@ -39,11 +39,11 @@ from tests.protocol.onchain import (
     SHARE,
     Spend,
     accept,
+    claim,
     confirm,
     confirm_gains,
     continuing,
     escrow_terms,
-    group,
     handmade,
     lock_by_hand,
     output,
@@ -88,8 +88,9 @@ async def test_units_above_max_units_or_negative_are_refused(devnet, deployment)
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     honest = plan(deployment, [(provider, [(escrow, MAX_UNITS)])])
     for units in (MAX_UNITS + 1, -1):
-        signed = group(deployment, provider.key, [(escrow, units)], 0)
-        attack = dataclasses.replace(honest, groups=[signed]).settle(devnet, deployment, market)
+        signed = claim(deployment, provider.key, [(escrow, units)])
+        forged = dataclasses.replace(honest.changed(escrow, units=units), claims=[signed])
+        attack = forged.settle(devnet, deployment, market)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: units or time")
     tx = honest.settle(devnet, deployment, market)  # the edge itself is honest
     await confirm_gains(devnet, tx, honest.gains)
@@ -109,9 +110,9 @@ def settle_and_slash(
     spends = [Spend(bond, deployment.bond_ref, slash)]
     if refunded is not None:
         spends.append(Spend(refunded, deployment.escrow_ref, partial(refund_to, 2)))
-    claim = group(deployment, provider.key, [(settled, UNITS)], 0)
+    signed = claim(deployment, provider.key, [(settled, UNITS)])
     return settle_by_hand(
-        devnet, deployment, payer, [claim], outputs, 1, spends=spends,
+        devnet, deployment, payer, [settled], [UNITS, 0, 0], outputs, 1, [signed], spends=spends,
         start=Clock.now(devnet.context()).tip_slot,
     )  # fmt: skip
 
@@ -282,8 +283,8 @@ async def test_an_escrow_locked_under_a_datum_hash_cannot_settle_but_refunds(dev
         TransactionOutput(provider.address, SPLIT.provider),
         TransactionOutput(consumer.address, SPLIT.consumer),
     ]
-    claim = group(deployment, provider.key, [(escrow, UNITS)], 0).spec
-    batch = BatchSettle([UNITS, 0], [claim], 1)
+    signed = claim(deployment, provider.key, [(escrow, UNITS)])
+    batch = BatchSettle([UNITS, 0, 0], [signed], [], 1)
     ttl = Clock.now(devnet.context()).ttl_until(terms.close)
     settle = spend_hashed(
         devnet, deployment, anyone, escrow, terms, lambda _: Settle(), outputs, batch, ttl=ttl

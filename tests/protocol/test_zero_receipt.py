@@ -25,7 +25,6 @@ from tests.protocol.onchain import (
     balance,
     confirm,
     confirm_gains,
-    group,
     plan,
     rejected,
     to_settle,
@@ -75,14 +74,11 @@ async def test_zero_units_still_owe_the_consumer_and_units_still_owe_the_provide
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: consumer refund")
 
     paid = plan(deployment, [(provider, [(escrow, UNITS)])])
-    refund_only = dataclasses.replace(
-        paid,
-        groups=[group(deployment, provider.key, [(escrow, UNITS)], 0)],  # at the refund
-        outputs=paid.outputs[1:],
-        first_refund=0,
-    )
+    # the provider's payout named at the consumer's refund (the refunds read from the change)
+    refund_only = dataclasses.replace(paid, outputs=paid.outputs[1:], first_refund=1)
+    assert refund_only.items == [UNITS, 0, 0]
     attack = refund_only.settle(devnet, deployment, market)
-    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: one provider per group")
+    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: one provider per payout")
 
     await confirm_gains(devnet, zero.settle(devnet, deployment, market), zero.gains)
     assert zero.gains == {str(consumer.address): OWED}
