@@ -127,7 +127,7 @@ async def test_a_payout_below_the_minimum_waits_unless_its_provider_settles(devn
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     receipt = to_settle(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
-    with pytest.raises(SmallPayout, match="less than the ledger's minimum"):
+    with pytest.raises(SmallPayout, match="below the minimum UTxO"):
         settle(devnet.context(), deployment, [receipt], market.address)
     before = balance(devnet, consumer.address)
     built = settle(devnet.context(), deployment, [receipt], provider.address)
@@ -209,7 +209,7 @@ async def test_settle_refuses_a_bad_receipt_and_a_closed_window(devnet, deployme
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     forged = to_settle(deployment, consumer.key, escrow, 10, RESULT, EVIDENCE)
-    with pytest.raises(BuildError, match="not signed by the escrows' provider key"):
+    with pytest.raises(BuildError, match="is not signed by its provider key"):
         settle(devnet.context(), deployment, [forged], market.address)
     too_many = to_settle(deployment, provider.key, escrow, MAX_UNITS + 1, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match="units must be within"):

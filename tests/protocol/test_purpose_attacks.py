@@ -57,7 +57,7 @@ async def test_no_script_mints(devnet, deployment):
         (deployment.settle_ref, deployment.settle_hash),
     ):
         token = MultiAsset({script_hash: Asset({AssetName(b"job"): 1})})
-        for redeemer in (Settle(), Withdraw(), BatchSettle([], [], 0)):
+        for redeemer in (Settle(), Withdraw(), BatchSettle([], [], [], 0)):
             attack = handmade(
                 devnet, minter, plain_fee(devnet, minter), mint=(ref, token, redeemer),
                 outputs=[TransactionOutput(minter.address, Value(2 * ADA, token))],
@@ -75,7 +75,7 @@ async def test_the_settle_stake_credential_can_never_be_deregistered(devnet, dep
     """Deregistering it would stop every batch settle (and hand its deposit to the caller)."""
     anyone = await wallet(devnet)
     leave = StakeDeregistration(StakeCredential(deployment.settle_hash))
-    for redeemer in (BatchSettle([], [], 0), Refund(0, 0)):
+    for redeemer in (BatchSettle([], [], [], 0), Refund(0, 0)):
         attack = handmade(
             devnet, anyone, plain_fee(devnet, anyone), certificates=[leave],
             publish=(deployment.settle_ref, redeemer), refund=KEY_DEPOSIT,
@@ -96,7 +96,7 @@ async def test_neither_the_escrow_nor_the_bond_is_a_withdraw_script(devnet, depl
         signed = builder.build_and_sign([anyone.key], change_address=anyone.address)
         await confirm(devnet, signed)
         reward = Address(staking_part=script_hash, network=deployment.network)
-        for redeemer in (Withdraw(), BeginUnbond(0), Settle(), BatchSettle([], [], 0)):
+        for redeemer in (Withdraw(), BeginUnbond(0), Settle(), BatchSettle([], [], [], 0)):
             attack = handmade(
                 devnet, anyone, plain_fee(devnet, anyone), withdraw=(ref, reward, redeemer)
             )
