@@ -76,7 +76,7 @@ class SettleClaim(PlutusData):
     by `vkey`, each of its escrows' provider key."""
 
     CONSTR_ID = 0
-    note: bytes
+    note: Anything  # bytes off chain; signed as given, never read (the deployed script's way)
     signature: bytes
     vkey: bytes
 
@@ -86,7 +86,7 @@ class SettleReceipt(PlutusData):
     """An escrow's own receipt (a claim on it alone), signed by its provider key."""
 
     CONSTR_ID = 0
-    note: bytes
+    note: Anything  # as SettleClaim's
     signature: bytes
 
 
@@ -109,13 +109,14 @@ class BatchSettle(PlutusData):
 class Claim(PlutusData):
     """What a provider signs to be paid for escrows (serialise_data of this): `claims` is
     flat, each escrow's out-ref followed by its units, in descending ledger order; `note` is
-    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain."""
+    the provider's (a receipt's sha256(result_hash + evidence_hash)), never read on chain:
+    the settle scripts sign it as the redeemer gives it (bytes off chain)."""
 
     CONSTR_ID = 0
     domain: bytes
     network_id: int
     settle_hash: bytes
-    note: bytes
+    note: Anything
     claims: Anything
 
 

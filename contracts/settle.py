@@ -33,7 +33,7 @@ def holds(out: Anything, amount: int) -> bool:
     return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
 
 
-def message(network_id: int, settle_hash: bytes, note: bytes, claims: Anything) -> bytes:
+def message(network_id: int, settle_hash: bytes, note: Anything, claims: Anything) -> bytes:
     """serialise_data of the Claim on `claims` (list Data)."""
     return serialise_data(Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims))
 

@@ -66,17 +66,15 @@ def _free(term: U.AST) -> dict[str, int]:
 
 
 def _self_applies(term: U.AST) -> bool:
-    """Whether `term` contains `[x x]`: a recursion, which duplicating could unroll forever."""
+    """Whether `term` contains `[x x]` or `[(force x) x]` (OpShin's recursion through a
+    delayed self): a recursion, which duplicating could unroll forever."""
     stack = [term]
     while stack:
         node = stack.pop()
-        if (
-            isinstance(node, U.Apply)
-            and isinstance(node.f, U.Variable)
-            and isinstance(node.x, U.Variable)
-            and node.f.name == node.x.name
-        ):
-            return True
+        if isinstance(node, U.Apply) and isinstance(node.x, U.Variable):
+            f = node.f.term if isinstance(node.f, U.Force) else node.f
+            if isinstance(f, U.Variable) and f.name == node.x.name:
+                return True
         stack += _children(node)
     return False
 

@@ -79,6 +79,13 @@ def ledger_order(ref: TransactionInput) -> tuple[bytes, int]:
     return ref.transaction_id.payload, ref.index
 
 
+def account_order(reward_account: bytes) -> tuple[int, bool, bytes]:
+    """Sort key of reward accounts as the ledger orders them (withdraw redeemers index them):
+    by network, then credential, a script's before a key's (its header has bit 4 set)."""
+    header = reward_account[0]
+    return header & 0x0F, not header & 0x10, reward_account[1:]
+
+
 def decode(data: bytes, kinds: Sequence[type[D]]) -> D | None:
     """`data` (CBOR) as the one of `kinds` whose constructor and fields it has; None for any
     other data (anyone can lock anything at a script, or redeem another script with it)."""
@@ -169,7 +176,10 @@ class TxReader:
         self.tx = tx
         # a set to the ledger, whatever a body built here lists twice
         self.inputs: list[TransactionInput] = sorted(set(body.inputs), key=ledger_order)
-        self.withdrawals: list[tuple[bytes, int]] = sorted((body.withdraws or {}).items())
+        accounts = (body.withdraws or {}).items()
+        self.withdrawals: list[tuple[bytes, int]] = sorted(
+            accounts, key=lambda a: account_order(a[0])
+        )
         found = tx.transaction_witness_set.redeemer or []
         self.redeemers: list[TxRedeemer] = (
             [TxRedeemer(key.tag, key.index, value.data) for key, value in found.items()]

@@ -1,12 +1,16 @@
-"""The committed artifacts are what the pinned compiler makes, and contracts.artifacts applies
-parameters to them (without the compiler) exactly as opshin does."""
+"""The committed artifacts (escrow, bond and the settle reference from OpShin, the deployed
+settle from pluthon) are what the pinned compilers make, and contracts.artifacts applies
+parameters to them (without a compiler) exactly as opshin does."""
 
 from __future__ import annotations
 
 import json
 
+import pluthon
 import pytest
-from opshin.builder import apply_parameters
+import uplc
+import uplc.ast
+from opshin import builder
 from pycardano import PlutusV3Script, plutus_script_hash
 
 from contracts import artifacts
@@ -17,6 +21,7 @@ from contracts.artifacts import (
     SCRIPT_FILE,
     bond_script,
     escrow_script,
+    settle_script,
 )
 from contracts.scripts import CONTRACTS, build_artifacts
 
@@ -25,7 +30,15 @@ def committed(name: str) -> PlutusV3Script:
     return PlutusV3Script(bytes.fromhex((BUILD_DIR / name / SCRIPT_FILE).read_text()))
 
 
-@pytest.mark.slow  # the OpShin compiler, both validators: tens of seconds
+def apply_parameters(name: str, *parameters: int | bytes) -> PlutusV3Script:
+    """What opshin's apply_parameters makes of the committed script, its Plutus Core version
+    kept (opshin writes 1.0.0; the pluthon settle is 1.1.0, as pluthon compiles it)."""
+    program = uplc.unflatten(committed(name))
+    term = builder._apply_parameters(program, *parameters).term
+    return builder._build(uplc.ast.Program(program.version, term))
+
+
+@pytest.mark.slow  # the OpShin compiler, three validators, and pluthon's: tens of seconds
 def test_a_rebuild_equals_the_committed_artifacts():
     assert build_artifacts(check=True) == []
 
@@ -39,39 +52,58 @@ def test_the_committed_hash_is_the_committed_script_hash(name):
 @pytest.mark.parametrize("name", CONTRACTS)
 def test_the_blueprint_has_datum_redeemer_and_parameter_schemas(name):
     blueprint = json.loads((BUILD_DIR / name / BLUEPRINT_FILE).read_text())
+    contract = CONTRACTS[name]
     assert blueprint["preamble"]["plutusVersion"] == "v3"
-    assert blueprint["preamble"]["compiler"] == {"name": "opshin", "version": "0.28.0"}
+    version = pluthon.__version__ if contract.compiler == "pluthon" else "0.28.0"
+    assert blueprint["preamble"]["compiler"] == {"name": contract.compiler, "version": version}
     titles = [v["title"] for v in blueprint["validators"]]
-    assert titles == [f"{name}.{purpose}" for purpose, _ in CONTRACTS[name].redeemers]
+    assert titles == [f"{name}.{purpose}" for purpose, _ in contract.redeemers]
     for validator in blueprint["validators"]:
         assert validator["compiledCode"] == committed(name).hex()
         assert [p["title"] for p in validator["parameters"]] == [
-            title for title, _ in CONTRACTS[name].parameters
+            title for title, _ in contract.parameters
         ]
         redeemer = validator["redeemer"]["schema"]
         assert "anyOf" in redeemer or redeemer["dataType"] == "constructor"
+    if contract.datum is None:  # the settle scripts withdraw: no datum
+        assert "datum" not in blueprint["validators"][0]
+        return
     datum = blueprint["validators"][0]["datum"]["schema"]
-    assert datum["title"] == CONTRACTS[name].datum.__name__
-    assert [f["title"] for f in datum["fields"]] == list(CONTRACTS[name].datum.__annotations__)
+    assert datum["title"] == contract.datum.__name__
+    assert [f["title"] for f in datum["fields"]] == list(contract.datum.__annotations__)
 
 
-def test_escrow_spend_redeemers_are_in_the_blueprint():
+def test_escrow_spend_and_settle_withdraw_redeemers_are_in_the_blueprints():
     blueprint = json.loads((BUILD_DIR / "escrow" / BLUEPRINT_FILE).read_text())
-    spend, withdraw = blueprint["validators"]
+    [spend] = blueprint["validators"]
     variants = spend["redeemer"]["schema"]["anyOf"]
-    assert [(v["title"], v["index"]) for v in variants] == [
-        ("Settle", 0),
-        ("Refund", 1),
-        ("Cancel", 2),
+    assert [(v["title"], v["index"], len(v["fields"])) for v in variants] == [
+        ("Settle", 0, 0),
+        ("Refund", 1, 2),
+        ("Cancel", 2, 2),
     ]
-    assert withdraw["redeemer"]["schema"]["title"] == "BatchSettle"
+    for name in ("settle", "settle_reference"):
+        [withdraw] = json.loads((BUILD_DIR / name / BLUEPRINT_FILE).read_text())["validators"]
+        batch = withdraw["redeemer"]["schema"]
+        assert batch["title"] == "BatchSettle"
+        assert [f["title"] for f in batch["fields"]] == [
+            "items",
+            "claims",
+            "receipts",
+            "first_refund",
+        ]
 
 
 def test_parameters_are_applied_as_opshin_applies_them():
-    assert escrow_script(0, 86_400_000) == apply_parameters(committed("escrow"), 0, 86_400_000)
+    settle_hash = bytes(range(28))
+    assert escrow_script(settle_hash, 86_400_000) == apply_parameters(
+        "escrow", settle_hash, 86_400_000
+    )
+    assert settle_script(0) == apply_parameters("settle", 0)
+    assert settle_script(0, reference=True) == apply_parameters("settle_reference", 0)
     escrow_hash = bytes(range(28))
     assert bond_script(0, escrow_hash, 60_000, 2_500) == apply_parameters(
-        committed("bond"), 0, escrow_hash, 60_000, 2_500
+        "bond", 0, escrow_hash, 60_000, 2_500
     )
 
 
@@ -84,7 +116,7 @@ def test_parameters_are_applied_as_opshin_applies_them():
 def test_any_parameters_are_applied_as_opshin_applies_them(name, parameters):
     """An odd count moves the term by 4 bits: the fillers of its bytestrings move with it."""
     applied = artifacts.apply_parameters(name, *parameters)
-    assert applied == apply_parameters(committed(name), *parameters)
+    assert applied == apply_parameters(name, *parameters)
 
 
 def test_a_long_bytes_parameter_is_refused():
@@ -93,15 +125,23 @@ def test_a_long_bytes_parameter_is_refused():
 
 
 def test_each_parameter_changes_the_hash():
-    escrows = {plutus_script_hash(escrow_script(*args)) for args in [(0, 0), (1, 0), (0, 1)]}
+    settles = {
+        plutus_script_hash(settle_script(*args)) for args in [(0,), (1,), (0, True), (1, True)]
+    }
+    assert len(settles) == 4  # per network, and the reference is another script
+    settle_hash = plutus_script_hash(settle_script(0)).payload
+    escrows = {
+        plutus_script_hash(escrow_script(*args))
+        for args in [(settle_hash, 0), (bytes(28), 0), (settle_hash, 1)]
+    }
     assert len(escrows) == 3
-    escrow_hash = plutus_script_hash(escrow_script(0, 0)).payload
+    escrow_hash = plutus_script_hash(escrow_script(settle_hash, 0)).payload
     bonds = {
         plutus_script_hash(bond_script(*args))
         for args in [
             (0, escrow_hash, 60_000, 2_500),
             (1, escrow_hash, 60_000, 2_500),
-            (0, plutus_script_hash(escrow_script(1, 0)).payload, 60_000, 2_500),
+            (0, plutus_script_hash(escrow_script(settle_hash, 1)).payload, 60_000, 2_500),
             (0, escrow_hash, 60_001, 2_500),
             (0, escrow_hash, 60_000, 2_501),
         ]
@@ -109,9 +149,11 @@ def test_each_parameter_changes_the_hash():
     assert len(bonds) == 5
 
 
-def test_a_negative_refund_window_is_refused():
+def test_escrow_parameters_are_checked():
     with pytest.raises(ValueError, match="refund_window_ms"):
-        escrow_script(0, -1)
+        escrow_script(bytes(28), -1)
+    with pytest.raises(ValueError, match="28-byte"):
+        escrow_script(bytes(27), 0)
 
 
 def test_bond_parameters_are_checked():

@@ -1,7 +1,8 @@
 """contracts.simplify keeps every result: the same programs succeed and fail, for less budget.
 
-Differential: the escrow as OpShin compiles it and as simplified run on hand-built ledger
-contexts (honest and broken); plus each rewrite on small programs.
+Differential: the OpShin validators as compiled and as simplified, run on hand-built ledger
+contexts, honest and broken: the escrow's Settle spend, and the settle reference on every
+vector of test_settle_scripts (same outcome, same trace). Plus each rewrite on small programs.
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ import sys
 
 import cbor2
 import pytest
-from cbor2 import CBORTag
 from opshin import builder
-from opshin.ledger.api_v3 import Address, NoStakingCredential, PubKeyCredential, TxOutRef
-from pycardano import PaymentSigningKey
 from uplc import ast as U
 from uplc import parse
 from uplc.cost_model import (
@@ -25,118 +23,109 @@ from uplc.cost_model import (
 from uplc.machine import Machine
 from uplc.tools import apply
 
-from contracts.onchain import BatchSettle, EscrowDatum, Payout, Receipt, Settle, SettleItem
 from contracts.scripts import COMPILER_CONFIG, CONTRACTS, REPO_ROOT
 from contracts.simplify import simplify
+from offchain.devnet.phase2 import plutus_data
+from offchain.devnet.script_context import FALSE, NOTHING, Constr, DataMap, encode_data
+from tests.contracts.test_settle_scripts import (
+    TRACED,
+    UNTRACED,
+    Batch,
+    Escrow,
+    address,
+    credential,
+    honest,
+    out,
+    ref,
+)
 
-ESCROW_HASH = bytes([0xEE]) * 28
-KEY = PaymentSigningKey.generate()
-CONSUMER = Address(PubKeyCredential(bytes([1]) * 28), NoStakingCredential())
-PROVIDER = Address(PubKeyCredential(bytes([2]) * 28), NoStakingCredential())
+SETTLE_HASH = bytes([0x5E]) * 28
 
 
-def run(program: U.Program, context) -> tuple[bool, Budget]:
+def run(program: U.Program, context: bytes) -> tuple[bool, tuple[str, ...], Budget]:
+    """Whether the program returns unit, its traces and its cost."""
     machine = Machine(
         Budget(10_000_000_000, 14_000_000),
         default_cek_machine_cost_model_plutus_v3(),
         default_builtin_cost_model_plutus_v3(),
     )
-    result = machine.eval(apply(program, U.data_from_cbor(cbor2.dumps(context))))
-    return isinstance(result.result, U.BuiltinUnit), result.cost
+    (argument,) = cbor2.loads(context)
+    result = machine.eval(apply(program, plutus_data(argument)))
+    return isinstance(result.result, U.BuiltinUnit), tuple(result.logs), result.cost
 
 
 @functools.cache
-def escrow_programs() -> tuple[U.Program, U.Program]:
-    """The escrow (network 0 and a day's refund window applied) as OpShin compiles it, and
-    simplified."""
+def programs(name: str, *parameters: int | bytes) -> tuple[U.Program, U.Program]:
+    """The OpShin validator `name` with `parameters` applied, as compiled and simplified."""
     sys.path.insert(0, str(REPO_ROOT))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
-    source = CONTRACTS["escrow"].source
+    source = CONTRACTS[name].source
     raw = builder._static_compile(
         source.read_text(), contract_file=str(source), config=COMPILER_CONFIG
     )
-    network, window = (U.data_from_cbor(cbor2.dumps(n)) for n in (0, 86_400_000))
-    return apply(apply(raw, network), window), apply(apply(simplify(raw), network), window)
+    simplified = simplify(raw)
+    for value in parameters:
+        data = U.data_from_cbor(cbor2.dumps(value))
+        raw, simplified = apply(raw, data), apply(simplified, data)
+    return raw, simplified
 
 
-def c(index: int, *fields):
-    return CBORTag(121 + index, list(fields))
+def spend_context(withdrawals: list[Constr]) -> bytes:
+    """An escrow spent with Settle beside these withdrawals (credentials)."""
+    escrow = Escrow("alice", "p1", 1, 0, 0, ref(0))
+    spent = escrow.info()
+    always = Constr(0, (Constr(0, (Constr(0), Constr(1))), Constr(0, (Constr(2), FALSE))))
+    info = Constr(
+        0,
+        (
+            [spent], [], [out(address("alice"), 5_000_000)], 200_000, DataMap(()), [],
+            DataMap(tuple((w, 0) for w in withdrawals)), always, [], DataMap(()), DataMap(()),
+            bytes(32), DataMap(()), [], NOTHING, NOTHING,
+        ),
+    )  # fmt: skip
+    datum = spent.fields[1].fields[2].fields[0]
+    purpose = Constr(1, (Constr(0, ref(0)), Constr(0, (datum,))))
+    return encode_data([Constr(0, (info, Constr(0), purpose))])
 
 
-def data(value):
-    return cbor2.loads(value.to_cbor())
-
-
-def frozen(value):
-    """A CBOR value usable as a map key."""
-    if isinstance(value, CBORTag):
-        return CBORTag(value.tag, tuple(frozen(v) for v in value.value))
-    if isinstance(value, list):
-        return tuple(frozen(v) for v in value)
-    return value
-
-
-def tx_out(address, lovelace: int, datum=None):
-    inline = c(0) if datum is None else c(2, data(datum))
-    return c(0, address, {b"": {b"": lovelace}}, inline, c(1))
-
-
-def settle_context(mutate: str, purpose: str):
-    """A one-escrow settle, broken as `mutate` says; run as `purpose` (spend or withdraw)."""
-    ref = TxOutRef(bytes(32), 0)
-    datum = EscrowDatum(CONSUMER, PROVIDER, KEY.to_verification_key().payload, 1_000, 100,
-                        10_000, 1_000, bytes(32), 200_000)  # fmt: skip
-    units = 150 if mutate == "too many units" else 50
-    receipt = Receipt(b"UNCHAINED/receipt/v1", 0, ESCROW_HASH, ref, units, bytes(32), bytes(32))
-    signature = KEY.sign(receipt.to_cbor())
-    if mutate == "bad signature":
-        signature = bytes([signature[0] ^ 1]) + signature[1:]
-    escrow_address = c(0, c(1, ESCROW_HASH), c(1))
-    fee_input = c(0, c(0, bytes([0xFF]) * 32, 0), tx_out(data(CONSUMER), 50_000_000))
-    escrow_input = c(0, data(ref), tx_out(escrow_address, 10_000_000, datum))
-    tag = Payout(1 if mutate == "wrong tag" else 0, ref)
-    provider = CONSUMER if mutate == "wrong provider" else PROVIDER
-    outputs = [
-        tx_out(data(provider), 50_000, tag),
-        tx_out(data(CONSUMER), 10_000_000 - 50_000 - 200_000, tag),
-    ]
-    items = [] if mutate == "no item" else [
-        SettleItem(units, bytes(32), bytes(32), signature, 0, 1)
-    ]  # fmt: skip
-    upper = 20_000 if mutate == "late" else 10_500
-    validity = c(0, c(0, c(0), c(1)), c(0, c(1, upper), c(0)))
-    withdrawals = {} if mutate == "no withdrawal" else {frozen(c(1, ESCROW_HASH)): 0}
-    tx = c(0, [escrow_input, fee_input], [], outputs, 0, {}, [], withdrawals, validity, [],
-           {}, {}, bytes(32), {}, [], c(1), c(1))  # fmt: skip
-    if purpose == "withdraw":
-        return c(0, tx, data(BatchSettle(items)), c(2, c(1, ESCROW_HASH)))
-    own_input = 1 if mutate == "wrong own_input" else 0
-    return c(0, tx, data(Settle(own_input)), c(1, data(ref), c(0, data(datum))))
-
-
-CASES = [
-    ("honest", "withdraw", True),
-    ("honest", "spend", True),
-    ("bad signature", "withdraw", False),
-    ("too many units", "withdraw", False),
-    ("wrong tag", "withdraw", False),
-    ("wrong provider", "withdraw", False),
-    ("no item", "withdraw", False),
-    ("late", "withdraw", False),
-    ("no withdrawal", "spend", False),
-    ("wrong own_input", "spend", False),
+SPENDS = [
+    ([credential(SETTLE_HASH)], True),
+    ([], False),
+    ([credential(bytes(28))], False),
+    ([Constr(0, (bytes(28),)), credential(SETTLE_HASH)], False),
 ]
 
 
 @pytest.mark.slow  # the escrow compiled by OpShin once: seconds
-@pytest.mark.parametrize(("mutate", "purpose", "passes"), CASES)
-def test_simplified_escrow_agrees_with_opshin_and_costs_less(mutate, purpose, passes):
-    raw, simplified = escrow_programs()
-    context = settle_context(mutate, purpose)
-    raw_ok, raw_cost = run(raw, context)
-    ok, cost = run(simplified, context)
+@pytest.mark.parametrize(("withdrawals", "passes"), SPENDS)
+def test_simplified_escrow_agrees_with_opshin_and_costs_less(withdrawals, passes):
+    raw, simplified = programs("escrow", SETTLE_HASH, 86_400_000)
+    context = spend_context(withdrawals)
+    raw_ok, _, raw_cost = run(raw, context)
+    ok, _, cost = run(simplified, context)
     assert raw_ok == ok == passes
     if passes:
+        assert cost.memory < raw_cost.memory and cost.cpu < raw_cost.cpu
+
+
+def settle_context(attack) -> bytes:
+    batch: Batch = honest(SETTLE_HASH)
+    if attack is not None:
+        attack(batch)
+    return batch.context()
+
+
+@pytest.mark.slow  # the settle reference compiled by OpShin once: tens of seconds
+@pytest.mark.parametrize("name", ["honest", *TRACED, *UNTRACED])
+def test_simplified_settle_reference_agrees_with_opshin(name):
+    raw, simplified = programs("settle_reference", 0)
+    attack = TRACED[name][0] if name in TRACED else UNTRACED.get(name)
+    context = settle_context(attack)
+    raw_ok, raw_logs, raw_cost = run(raw, context)
+    ok, logs, cost = run(simplified, context)
+    assert (ok, logs) == (raw_ok, raw_logs)
+    assert ok == (name == "honest")
+    if ok:
         assert cost.memory < raw_cost.memory and cost.cpu < raw_cost.cpu
 
 
@@ -191,6 +180,24 @@ def test_recursion_is_not_unrolled():
         "[(lam f [[f f] (con integer 3)]) (lam self (lam n (force [[[(force (builtin "
         "ifThenElse)) [[(builtin equalsInteger) n] (con integer 0)]] (delay (con unit ()))] "
         "(delay [[self self] [[(builtin subtractInteger) n] (con integer 1)]])])))]"
+    )
+    simplified = simplify(program(loop))
+    machine = Machine(
+        Budget(10**10, 10**7),
+        default_cek_machine_cost_model_plutus_v3(),
+        default_builtin_cost_model_plutus_v3(),
+    )
+    assert isinstance(machine.eval(simplified).result, U.BuiltinUnit)
+
+
+def test_recursion_through_a_delayed_self_is_not_unrolled():
+    """OpShin's recursion: `[(force self) self]`, the function bound delayed (a small one,
+    duplicated, grew the settle reference by a copy of itself on every pass, for ever)."""
+    loop = (
+        "[(lam f [[(force f) f] (con integer 3)]) (delay (lam self (lam n (force [[[(force "
+        "(builtin ifThenElse)) [[(builtin equalsInteger) n] (con integer 0)]] (delay (con "
+        "unit ()))] (delay [[(force self) self] [[(builtin subtractInteger) n] (con integer "
+        "1)]])]))))]"
     )
     simplified = simplify(program(loop))
     machine = Machine(

@@ -1,4 +1,5 @@
-"""One protocol deployment on the session's devnet, shared by every protocol test."""
+"""One protocol deployment on the session's devnet, shared by every protocol test (and one
+with the settle script's OpShin reference, for the tests that run both)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,17 @@ V2_SLASH_SHARE_BPS = 5_000
 
 
 async def deployed(
-    devnet, notice_ms: int, slash_share_bps: int, refund_window_ms: int = REFUND_WINDOW_MS
+    devnet,
+    notice_ms: int,
+    slash_share_bps: int,
+    refund_window_ms: int = REFUND_WINDOW_MS,
+    reference: bool = False,
 ) -> Deployment:
     deployer = await wallet(devnet)
     tx, made = deploy(
-        devnet.context(), deployer.address, 0, notice_ms, slash_share_bps, refund_window_ms
-    )
+        devnet.context(), deployer.address, 0, notice_ms, slash_share_bps, refund_window_ms,
+        reference,
+    )  # fmt: skip
     await confirm(devnet, deployer.sign(tx))
     return made
 
@@ -31,6 +37,19 @@ async def deployed(
 @pytest.fixture(scope="session")
 async def deployment(devnet) -> Deployment:
     return await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS)
+
+
+@pytest.fixture(scope="session")
+async def reference_deployment(devnet) -> Deployment:
+    """The session's terms with the settle script's OpShin reference (its own settle, escrow
+    and bond scripts)."""
+    return await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS, reference=True)
+
+
+@pytest.fixture(params=[False, True], ids=["deployed", "reference"])
+def either_settle(request: pytest.FixtureRequest) -> Deployment:
+    """The test runs against each settle script: the hand-written one and its reference."""
+    return request.getfixturevalue("reference_deployment" if request.param else "deployment")
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,10 @@ from pycardano import (
     NonEmptyOrderedSet,
     PaymentSigningKey,
     PlutusData,
+    PlutusV3Script,
     RawPlutusData,
     Redeemer,
+    ScriptHash,
     ScriptPubkey,
     Transaction,
     TransactionBuilder,
@@ -30,6 +32,7 @@ from pycardano import (
     Value,
     VerificationKeyWitness,
     Withdrawals,
+    plutus_script_hash,
     script_hash,
 )
 
@@ -44,13 +47,14 @@ from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import acceptance_payload, claim_payload, receipt_note, sign
 from offchain.protocol.receipt import Receipt
-from offchain.protocol.split import slash_share
+from offchain.protocol.split import settle_split, slash_share
 from offchain.protocol.txbuild import (
     Clock,
     Wallet,
     fee_inputs,
     ledger_inputs,
     ledger_key,
+    read_datum,
     script_source,
 )
 from offchain.protocol.types import (
@@ -204,14 +208,18 @@ def handmade(
     publish: tuple[UTxO, PlutusData] | None = None,
     refund: int = 0,
     withdrawn: int = 0,
+    also_withdraw: Sequence[tuple[UTxO, Address, PlutusData]] = (),
 ) -> Transaction:
     """A script transaction exactly as given: nothing evaluated, fixed budgets shared out,
     `fee` UTxOs of `payer` (pick them first when a redeemer indexes inputs). `start`/`ttl`
     None means pycardano's default range around the tip, UNBOUNDED means no bound; `refund`
     (a deregistration's deposit, which pycardano does not count) goes to the change;
-    `withdrawn` is what `withdraw` takes from the reward account."""
+    `withdrawn` is what `withdraw` takes from the reward account; `also_withdraw` are more
+    script withdrawals of 0, like `withdraw` (pycardano indexes withdrawals by their bytes,
+    the ledger puts scripts first: a key's account beside a script's gets the wrong one)."""
     builder = TransactionBuilder(devnet.context())
-    redeemers = len(spends) + sum(x is not None for x in (withdraw, mint, publish))
+    redeemers = len(spends) + len(also_withdraw)
+    redeemers += sum(x is not None for x in (withdraw, mint, publish))
     params = devnet.context().protocol_param
     budget = ExecutionUnits(params.max_tx_ex_mem // redeemers, params.max_tx_ex_steps // redeemers)
     inputs = ledger_inputs([s.utxo for s in spends], fee)
@@ -225,8 +233,11 @@ def handmade(
         builder.add_output(made)
     if withdraw is not None:
         ref, reward_address, redeemer = withdraw
-        builder.withdrawals = Withdrawals({bytes(reward_address): withdrawn})
+        accounts = {bytes(reward_address): withdrawn, **{bytes(a): 0 for _, a, _ in also_withdraw}}
+        builder.withdrawals = Withdrawals(accounts)
         builder.add_withdrawal_script(script_source(builder, ref), Redeemer(redeemer, budget))
+        for ref, _, redeemer in also_withdraw:
+            builder.add_withdrawal_script(script_source(builder, ref), Redeemer(redeemer, budget))
     if mint is not None:
         ref, assets, redeemer = mint
         builder.mint = assets
@@ -333,6 +344,13 @@ def receipt(
     return SettleReceipt(note, claim(deployment, key, [(escrow, units)], note, **signed).signature)
 
 
+def terms(escrow: UTxO) -> EscrowDatum:
+    """An escrow's datum, at whichever escrow script it sits."""
+    at = escrow.output.address.payment_part
+    assert isinstance(at, ScriptHash)
+    return read_datum(escrow, EscrowDatum, at, "escrow")
+
+
 def settle_by_hand(
     devnet: DevnetProcess,
     deployment: Deployment,
@@ -344,21 +362,160 @@ def settle_by_hand(
     claims: Sequence[SettleClaim] = (),
     receipts: Sequence[SettleReceipt] = (),
     ttl: int | None = None,
+    scripts: Sequence[UTxO] = (),
+    **extra,
 ) -> Transaction:
     """A batch settle as given: `items` (units, signer, payee per escrow in ledger order: see
-    `BatchSettle`), the ttl by default the earliest close of the escrows."""
+    `BatchSettle`), the ttl by default the earliest close of the escrows; an escrow of another
+    escrow script spends by its reference UTxO among `scripts`; `extra` goes to `handmade`
+    (more spends go after the escrows')."""
     spent = sorted(escrows_in, key=ledger_key)
     if ttl is None:
-        close = min(escrows.escrow_datum(deployment, e).close for e in spent)
+        close = min(terms(e).close for e in spent)
         ttl = Clock.now(devnet.context()).ttl_until(close)
     batch = BatchSettle(list(items), list(claims), list(receipts), first_refund)
+    refs = {plutus_script_hash(_script_of(r)): r for r in (deployment.escrow_ref, *scripts)}
+    spends = [Spend(e, refs[e.output.address.payment_part], Settle()) for e in spent]
     return handmade(
         devnet, payer, plain_fee(devnet, payer),
-        spends=[Spend(e, deployment.escrow_ref, Settle()) for e in spent],
-        outputs=outputs,
-        withdraw=(deployment.settle_ref, deployment.reward_address, batch),
-        ttl=ttl,
+        spends=[*spends, *extra.pop("spends", ())], outputs=outputs,
+        withdraw=(deployment.settle_ref, deployment.reward_address, batch), ttl=ttl, **extra,
     )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Plan:
+    """An honest batch settle, made by hand: its escrows (ledger order), items, outputs, first
+    refund, claims and receipts, what each claim covers (`claimed`, to sign it again), and
+    what each party's address gains when it confirms (the submitter's change aside)."""
+
+    escrows: list[UTxO]
+    items: list[int]
+    outputs: list[TransactionOutput]
+    first_refund: int
+    claims: list[SettleClaim]
+    receipts: list[SettleReceipt]
+    claimed: list[list[tuple[UTxO, int]]]
+    gains: dict[str, int]  # by address (bech32)
+
+    def settle(self, devnet: DevnetProcess, deployment: Deployment, payer: Wallet, **extra):
+        extra = {
+            "items": self.items, "claims": self.claims, "receipts": self.receipts, **extra
+        }  # fmt: skip
+        return settle_by_hand(
+            devnet, deployment, payer, self.escrows, outputs=self.outputs,
+            first_refund=self.first_refund, **extra,
+        )  # fmt: skip
+
+    def item(self, escrow: UTxO) -> int:
+        """Where `escrow`'s triple starts in `items`."""
+        return 3 * [e.input for e in self.escrows].index(escrow.input)
+
+    def changed(self, escrow: UTxO, units=None, signer=None, payee=None) -> Plan:
+        """This plan with `escrow`'s item triple changed where given (signatures kept)."""
+        items = list(self.items)
+        at = self.item(escrow)
+        for offset, value in enumerate((units, signer, payee)):
+            if value is not None:
+                items[at + offset] = value
+        return dataclasses.replace(self, items=items)
+
+
+def plan(
+    deployment: Deployment,
+    claims: Sequence[tuple[Wallet, Sequence[tuple[UTxO, int]]]],
+    receipts: Sequence[tuple[Wallet, UTxO, int]] = (),
+) -> Plan:
+    """The honest settle of `claims` (each a provider's claim on escrows with units, in order)
+    and `receipts` (each an escrow's own receipt): one output per provider address owed
+    anything (in order of first appearance, claims first), holding price x units of its
+    escrows whatever signed them; then one refund per run of one consumer's escrows (adjacent
+    in ledger order) owed anything, holding locked - due - fee_allowance of each, summed."""
+    signer: dict[TransactionInput, int] = {}
+    units_of: dict[TransactionInput, tuple[UTxO, Wallet, int]] = {}
+    made_claims = []
+    for c, (provider, claimed) in enumerate(claims):
+        made_claims.append(claim(deployment, provider.key, claimed))
+        for escrow, units in claimed:
+            signer[escrow.input] = c
+            units_of[escrow.input] = (escrow, provider, units)
+    for provider, escrow, units in receipts:
+        signer[escrow.input] = -1
+        units_of[escrow.input] = (escrow, provider, units)
+    dues: dict[str, int] = {}
+    for escrow, provider, units in units_of.values():
+        due = terms(escrow).price_per_unit * units
+        if due or str(provider.address) in dues:
+            dues[str(provider.address)] = dues.get(str(provider.address), 0) + due
+    payees = [to for to, due in dues.items() if due]
+    outputs = [TransactionOutput(Address.from_primitive(to), dues[to]) for to in payees]
+    gains = {to: dues[to] for to in payees}
+    first_refund = len(outputs)
+    spent = sorted((e for e, _, _ in units_of.values()), key=ledger_key)
+    items: list[int] = []
+    made_receipts = []
+    runs: list[tuple[PlutusData, int]] = []
+    for escrow in spent:
+        _, provider, units = units_of[escrow.input]
+        datum = terms(escrow)
+        due = datum.price_per_unit * units
+        payee = payees.index(str(provider.address)) if due else -1
+        items += [units, signer[escrow.input], payee]
+        if signer[escrow.input] == -1:
+            made_receipts.append(receipt(deployment, provider.key, escrow, units))
+        owed = settle_split(
+            escrow.output.amount.coin, datum.price_per_unit, units, datum.max_units,
+            datum.fee_allowance,
+        ).consumer  # fmt: skip
+        if runs and runs[-1][0] == datum.consumer:
+            runs[-1] = (datum.consumer, runs[-1][1] + owed)
+        else:
+            runs.append((datum.consumer, owed))
+    for consumer, owed in runs:
+        if owed:
+            to = from_plutus(consumer, deployment.network)
+            outputs.append(TransactionOutput(to, owed))
+            gains[str(to)] = gains.get(str(to), 0) + owed
+    claimed = [list(c) for _, c in claims]
+    return Plan(spent, items, outputs, first_refund, made_claims, made_receipts, claimed, gains)
+
+
+async def confirm_gains(
+    devnet: DevnetProcess, tx: Transaction, gains: dict[str, int]
+) -> Transaction:
+    """Confirm `tx` and require each address (bech32) to gain exactly what `gains` says."""
+    before = {to: balance(devnet, Address.from_primitive(to)) for to in gains}
+    await confirm(devnet, tx)
+    after = {to: balance(devnet, Address.from_primitive(to)) for to in gains}
+    assert {to: after[to] - before[to] for to in gains} == gains
+    return tx
+
+
+async def lock_together(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    consumer: Wallet,
+    providers: Sequence[Wallet],
+    lovelace: int = LOCKED,
+) -> list[UTxO]:
+    """One escrow for each provider, locked by `consumer` in one transaction (outputs 0, 1,
+    ...: adjacent in ledger order)."""
+    context = devnet.context()
+    now = Clock.now(context).tip_ms
+    builder = TransactionBuilder(context)
+    builder.add_input_address(consumer.address)
+    for n, provider in enumerate(providers):
+        datum = escrow_terms(consumer, provider, now, job_id=job_id(f"{now}/{n}"))
+        builder.add_output(escrows.escrow_output(context, deployment, datum, lovelace))
+    tx = builder.build_and_sign([consumer.key], change_address=consumer.address)
+    await confirm(devnet, tx)
+    return [output(tx, n) for n in range(len(providers))]
+
+
+def _script_of(ref: UTxO) -> PlutusV3Script:
+    script = ref.output.script
+    assert isinstance(script, PlutusV3Script)
+    return script
 
 
 def refund_to(consumer_output: int, own_input: int) -> Refund:

@@ -20,7 +20,7 @@ from offchain.protocol.acceptance import (
 )
 from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.offer import ImageSupply, OfferedImage
-from offchain.protocol.split import lock_amount, worst_settle_topup
+from offchain.protocol.split import lock_amount
 
 ADA = 1_000_000
 DIGEST = "sha256:" + "ab" * 32
@@ -32,15 +32,15 @@ SPEC = JobSpec(image="unchained/python-numpy:latest", command=["true"], resource
                max_duration_s=600, max_price_lovelace=PRICE * 600)  # fmt: skip
 OFFER = Offered(BUNDLE, PRICE, IMAGES)
 NOW = 1_800_000_000_000
-MIN_UTXO = 1_000_000
+DEPOSIT = 1_000_000  # the refund output's minimum, which the lock adds
 ALLOWANCE = 3 * ADA
 DEADLINE = NOW + 10 * 60_000 + SPEC.max_duration_s * 1000
 CLOSE = DEADLINE + 3_600_000
 TERMS = EscrowTerms(
     price_per_unit=PRICE, max_units=600, deadline_ms=DEADLINE, close_ms=CLOSE,
-    fee_allowance=ALLOWANCE, locked=lock_amount(PRICE, 600, ALLOWANCE), now_ms=NOW,
-    provider_min_utxo=MIN_UTXO, consumer_min_utxo=MIN_UTXO, refund_window_ms=86_400_000,
-    bond_covers_before=CLOSE + 1, settle_fee_share=200_000,
+    fee_allowance=ALLOWANCE, locked=lock_amount(PRICE, 600, ALLOWANCE, DEPOSIT), now_ms=NOW,
+    refund_deposit=DEPOSIT, refund_window_ms=86_400_000, bond_covers_before=CLOSE + 1,
+    settle_fee_share=200_000,
 )  # fmt: skip
 
 
@@ -100,13 +100,25 @@ def test_the_price_is_refused_per_hour_when_the_whole_run_costs_more_than_the_ma
     assert "lovelace" not in refused.message
 
 
-def test_payouts_the_allowance_cannot_raise_to_the_minimum_are_refused():
-    worst = worst_settle_topup(TERMS.locked, PRICE, 600, ALLOWANCE, MIN_UTXO, MIN_UTXO)
-    assert check(settle_fee_share=ALLOWANCE - worst) == []
-    refused = only(check(settle_fee_share=ALLOWANCE - worst + 1))
+def test_an_allowance_below_the_settle_fee_share_is_refused():
+    assert check(settle_fee_share=ALLOWANCE) == []
+    refused = only(check(settle_fee_share=ALLOWANCE + 1))
     assert refused.field == "fee_allowance"
-    assert refused.message.startswith("at 0.612000 ADA/h for up to 600 s, a settlement can owe")
-    assert f"may take {worst // ADA}." in refused.message
+    assert refused.message == (
+        "the fee allowance of 3.000000 ADA is below the settle fee share of 3.000001 ADA"
+    )
+
+
+def test_a_lock_without_the_run_the_fee_and_the_return_deposit_is_refused():
+    """No settlement needs anyone's own lovelace (no top-ups): the lock holds the longest
+    run, the allowance and the refund output's minimum."""
+    assert check(locked=TERMS.locked + 1) == []
+    refused = only(check(locked=TERMS.locked - 1))
+    assert refused.field == "lovelace"
+    assert refused.message == (
+        "4.101999 ADA locked cannot pay 600 s at 0.612000 ADA/h, the fee allowance and the "
+        "return deposit of 1.000000 ADA (4.102000 ADA)"
+    )
 
 
 def test_time_to_close_the_deadline_and_the_bond():

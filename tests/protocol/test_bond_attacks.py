@@ -16,13 +16,11 @@ from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, ledger_inputs
 from offchain.protocol.types import (
-    BatchSettle,
     BeginUnbond,
     BondDatum,
     Just,
     Nothing,
     PayoutKind,
-    Settle,
     Slash,
     TopUp,
     Withdraw,
@@ -31,9 +29,7 @@ from tests.protocol import onchain
 from tests.protocol.conftest import V2_SLASH_SHARE_BPS
 from tests.protocol.onchain import (
     ADA,
-    ALLOWANCE,
     BOND,
-    LOCKED,
     OWED,
     REFUND_WINDOW_MS,
     SCRIPT_FAILED,
@@ -43,17 +39,17 @@ from tests.protocol.onchain import (
     bond_by_hand,
     bond_with_tokens,
     confirm,
+    confirm_gains,
     continuing,
     handmade,
-    item,
     junk_tokens,
     lock_by_hand,
     output,
     plain_fee,
+    plan,
     post_bond,
     refund_to,
     rejected,
-    settle_by_hand,
     slash_by_hand,
     slash_tagged,
     tagged,
@@ -111,30 +107,24 @@ async def test_a_forged_escrow_cannot_slash_a_victims_bond(devnet, deployment):
 
 
 async def test_a_slash_needs_the_escrow_refunded_not_settled(devnet, deployment):
-    """Settle (another redeemer) and slash in one transaction: the bond refuses."""
+    """Settle (another redeemer) and slash in one transaction: the bond refuses (and so does
+    the settle script, which lets no other script run beside it)."""
     consumer, provider, bond, escrow = await accepted_job(devnet, deployment)
     signature = accept(deployment, provider.key, escrow)
-    settled = [
-        tagged(provider.address, 2 * ADA, PayoutKind.SETTLE, escrow),
-        tagged(consumer.address, LOCKED - 1_000 - ALLOWANCE, PayoutKind.SETTLE, escrow),
-    ]
-    receipt = item(deployment, provider.key, escrow, 1, 0, 1)
+    honest = plan(deployment, [(provider, [(escrow, 1_000)])])
     outputs = [
-        *settled,
+        *honest.outputs,
         slash_tagged(consumer.address, SHARE, escrow, bond),
         continuing(bond),
     ]
-    close = escrow_datum(deployment, escrow).close
-    attack = slash(
-        devnet, deployment, consumer, escrow, [bond], signature, outputs, at=(2, 3),
-        escrow_redeemer=Settle,
-        withdraw=(deployment.escrow_ref, deployment.reward_address, BatchSettle([receipt])),
-        start=None, ttl=Clock.now(devnet.context()).ttl_until(close),
-    )  # fmt: skip
-    await rejected(devnet, attack, SCRIPT_FAILED, "traces: the escrow must be refunded")
-    await confirm(
-        devnet, settle_by_hand(devnet, deployment, consumer, [(escrow, receipt)], settled)
+    escrow_input = ledger_inputs([escrow, bond], plain_fee(devnet, consumer)).index(escrow.input)
+    slash_it = Spend(bond, deployment.bond_ref, Slash(escrow_input, signature, 2, 3))
+    attack = dataclasses.replace(honest, outputs=outputs).settle(
+        devnet, deployment, consumer, spends=[slash_it]
     )
+    await rejected(devnet, attack, SCRIPT_FAILED, "traces: the escrow must be refunded")
+    market = await wallet(devnet)  # not a party: the gains are the parties' alone
+    await confirm_gains(devnet, honest.settle(devnet, deployment, market), honest.gains)
 
 
 async def test_the_refund_and_the_slash_cannot_share_one_output(devnet, deployment):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from offchain.protocol.batch import settle
 from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.escrow import settle
 from offchain.protocol.split import settle_split
 from tests.protocol import onchain
 from tests.protocol.onchain import (
@@ -67,7 +67,7 @@ async def test_a_batch_of_a_known_shape_declares_its_units_and_lands_evaluated_o
 
     first = settle(context, deployment, receipts, market.address, budgets)
     assert len(evaluated) == 1 and not budgets.declared
-    assert len(budgets.units) == 4  # three spends by input index, one batch withdrawal
+    assert len(budgets.units) == 2  # the escrow spends (one cost at any index), the batch
 
     again = settle(context, deployment, receipts, market.address, budgets)
     assert len(evaluated) == 1 and budgets.declared  # the units came from `budgets`

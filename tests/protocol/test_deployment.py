@@ -1,11 +1,12 @@
-"""A deployment: both scripts as reference UTxOs nobody can spend, and the escrow's stake
-credential registered once (deploying the same scripts again skips the registration)."""
+"""A deployment: the escrow, bond and settle scripts as reference UTxOs nobody can spend, and
+the settle script's stake credential registered once (deploying the same scripts again skips
+the registration)."""
 
 from __future__ import annotations
 
 from pycardano import script_hash
 
-from contracts.artifacts import bond_script, escrow_script
+from contracts.artifacts import bond_script, escrow_script, settle_script
 from offchain.chain.ogmios import request
 from offchain.protocol.deployment import NEVER_SPENDABLE, deploy
 from tests.protocol.conftest import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
@@ -13,18 +14,22 @@ from tests.protocol.onchain import confirm, wallet
 
 
 async def test_scripts_are_published_where_nobody_can_spend_them(devnet, deployment):
-    assert deployment.escrow_script == escrow_script(0, REFUND_WINDOW_MS)
+    assert deployment.settle_script == settle_script(0)
+    assert deployment.escrow_script == escrow_script(
+        deployment.settle_hash.payload, REFUND_WINDOW_MS
+    )
     assert deployment.bond_script == bond_script(
         0, deployment.escrow_hash.payload, NOTICE_MS, SLASH_SHARE_BPS
     )
-    for ref in (deployment.escrow_ref, deployment.bond_ref):
+    assert deployment.reward_address.staking_part == deployment.settle_hash
+    for ref in (deployment.escrow_ref, deployment.bond_ref, deployment.settle_ref):
         assert ref.output.address.payment_part == script_hash(NEVER_SPENDABLE)
         on_chain = devnet.context().utxo_by_tx_id(str(ref.input.transaction_id), ref.input.index)
         assert on_chain is not None and on_chain.output.script == ref.output.script
     summaries = await request(
         devnet.url,
         "queryLedgerState/rewardAccountSummaries",
-        {"scripts": [deployment.escrow_hash.payload.hex()]},
+        {"scripts": [deployment.settle_hash.payload.hex()]},
     )
     assert [s["rewards"] for s in summaries] == [{"ada": {"lovelace": 0}}]
 
@@ -35,5 +40,6 @@ async def test_deploying_the_same_scripts_again_registers_nothing(devnet, deploy
         devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
     )
     assert not tx.transaction_body.certificates
+    assert again.settle_hash == deployment.settle_hash
     assert again.escrow_hash == deployment.escrow_hash
     await confirm(devnet, deployer.sign(tx))

@@ -6,15 +6,11 @@ from __future__ import annotations
 import pytest
 
 from offchain.chain.time import iso
-from offchain.protocol.escrow import (
-    cancel,
-    escrow_datum,
-    lock,
-    refund,
-    settle,
-)
+from offchain.protocol.batch import SmallPayout, settle
+from offchain.protocol.claim import Claim
+from offchain.protocol.escrow import cancel, escrow_datum, lock, refund
 from offchain.protocol.split import refund_amount, settle_split
-from offchain.protocol.txbuild import BuildError, Clock, at_least_min_utxo
+from offchain.protocol.txbuild import BuildError, Clock
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ALLOWANCE,
@@ -58,11 +54,13 @@ async def test_settle_pays_provider_price_times_units_and_the_consumer_the_rest(
 
 
 async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(devnet, deployment):
-    """Five escrows, two providers, units from 0 to max; one withdraw-zero runs for all."""
+    """Five escrows, two providers, units from 0 to max; one settle run for all. Each provider
+    is paid once for all its receipts, exactly price x units summed; each consumer gets
+    locked - due - fee_allowance, and the submitter what the allowances leave."""
     consumers = [await wallet(devnet) for _ in range(5)]
     providers = [await wallet(devnet) for _ in range(2)]
     market = await wallet(devnet)
-    units = [0, 1, 1_800, MAX_UNITS, 77]
+    units = [0, 600, 1_800, MAX_UNITS, 1_234]
     escrows = [
         await onchain.lock(devnet, deployment, c, providers[i % 2]) for i, c in enumerate(consumers)
     ]
@@ -77,19 +75,66 @@ async def test_a_batch_settles_many_escrows_and_providers_in_one_transaction(dev
         devnet, market.sign(settle(devnet.context(), deployment, receipts, market.address))
     )
 
-    context = devnet.context()
     owed = [0] * len(parties)
     for i, used in enumerate(units):
         split = settle_split(LOCKED, PRICE, used, MAX_UNITS, ALLOWANCE)
         owed[i] += split.consumer
-        provider_output = tx.transaction_body.outputs[0]  # any payout: same min-UTxO size
-        if split.provider:  # a zero-unit receipt pays no provider output
-            owed[5 + i % 2] += at_least_min_utxo(context, provider_output, split.provider)
+        owed[5 + i % 2] += split.provider
     owed[-1] = 5 * LOCKED - sum(owed) - tx.transaction_body.fee
     after = [balance(devnet, w.address) for w in parties]
     assert [a - b for a, b in zip(after, before, strict=True)] == owed
+    assert len(tx.transaction_body.outputs) == 2 + 5 + 1  # payouts, refunds, change
     assert len(tx.transaction_witness_set.redeemer) == 6  # 5 spends + 1 withdraw
     assert all(spent(devnet, e) for e in escrows)
+
+
+async def test_a_claim_on_many_escrows_pays_its_provider_one_output(devnet, deployment):
+    """One signature for three escrows (two of one consumer, adjacent: one refund), beside a
+    receipt of the same provider: one payout for all four, whatever signed them."""
+    alice, bob, provider, market = [await wallet(devnet) for _ in range(4)]
+    a1, a2 = await onchain.lock_together(devnet, deployment, alice, [provider, provider])
+    b1 = await onchain.lock(devnet, deployment, bob, provider)
+    b2 = await onchain.lock(devnet, deployment, bob, provider)
+    units = {a1.input: 100, a2.input: 600, b1.input: 0}
+    claim = Claim.sign(provider.key, deployment.network_id, deployment.settle_hash, units)
+    receipt = to_settle(deployment, provider.key, b2, 1_234, RESULT, EVIDENCE)
+    parties = [alice, bob, provider]
+    before = [balance(devnet, w.address) for w in parties]
+
+    built = settle(
+        devnet.context(), deployment, [receipt], market.address, claims=[([a1, a2, b1], claim)]
+    )
+    tx = await confirm(devnet, market.sign(built))
+
+    split = {n: settle_split(LOCKED, PRICE, n, MAX_UNITS, ALLOWANCE) for n in (100, 600, 0, 1_234)}
+    paid = [o.amount.coin for o in tx.transaction_body.outputs if o.address == provider.address]
+    assert paid == [PRICE * (700 + 1_234)]  # one output per provider address
+    gained = [balance(devnet, w.address) - b for w, b in zip(parties, before, strict=True)]
+    assert gained == [
+        split[100].consumer + split[600].consumer,
+        split[0].consumer + split[1_234].consumer,
+        PRICE * (700 + 1_234),
+    ]
+    refunds = [o for o in tx.transaction_body.outputs if o.address == alice.address]
+    assert len(refunds) == 1
+    assert all(spent(devnet, e) for e in (a1, a2, b1, b2))
+
+
+async def test_a_payout_below_the_minimum_waits_unless_its_provider_settles(devnet, deployment):
+    """Ten units earn 20,000 lovelace, less than an output may hold: the settler would pay the
+    rest, so the builder refuses (the receipt waits for a larger batch); the provider itself
+    may settle it, its own change raising its own payout."""
+    consumer, provider, market = [await wallet(devnet) for _ in range(3)]
+    escrow = await onchain.lock(devnet, deployment, consumer, provider)
+    receipt = to_settle(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
+    with pytest.raises(SmallPayout, match="below the minimum UTxO"):
+        settle(devnet.context(), deployment, [receipt], market.address)
+    before = balance(devnet, consumer.address)
+    built = settle(devnet.context(), deployment, [receipt], provider.address)
+    await confirm(devnet, provider.sign(built))
+    owed = settle_split(LOCKED, PRICE, 10, MAX_UNITS, ALLOWANCE).consumer
+    assert balance(devnet, consumer.address) - before == owed
+    assert spent(devnet, escrow)
 
 
 async def test_refund_after_deadline_and_window_returns_all_but_the_allowance(devnet, deployment):
@@ -155,7 +200,7 @@ async def test_lock_refuses_escrows_that_could_not_be_settled_as_agreed(devnet, 
                 escrow_terms(consumer, provider, now, **changes),
                 LOCKED,
             )
-    with pytest.raises(BuildError, match=f"cannot pay max units and the fee \\({LOCKED + 1}\\)"):
+    with pytest.raises(BuildError, match="cannot pay max units, the fee and the return deposit"):
         terms = escrow_terms(consumer, provider, now, fee_allowance=ALLOWANCE + 3_000_001)
         lock(context, deployment, consumer.address, terms, LOCKED)
 
@@ -164,15 +209,15 @@ async def test_settle_refuses_a_bad_receipt_and_a_closed_window(devnet, deployme
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     forged = to_settle(deployment, consumer.key, escrow, 10, RESULT, EVIDENCE)
-    with pytest.raises(BuildError, match="not signed by the escrow's provider key"):
+    with pytest.raises(BuildError, match="is not signed by its provider key"):
         settle(devnet.context(), deployment, [forged], market.address)
     too_many = to_settle(deployment, provider.key, escrow, MAX_UNITS + 1, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match="units must be within"):
         settle(devnet.context(), deployment, [too_many], market.address)
-    with pytest.raises(BuildError, match="two receipts for one escrow"):
-        settle(devnet.context(), deployment, [forged, forged], market.address)
+    honest = to_settle(deployment, provider.key, escrow, 1_000, RESULT, EVIDENCE)
+    with pytest.raises(BuildError, match="two claims for one escrow"):
+        settle(devnet.context(), deployment, [honest, honest], market.address)
     close = escrow_datum(deployment, escrow).close
     await travel_to(devnet, close)
-    honest = to_settle(deployment, provider.key, escrow, 10, RESULT, EVIDENCE)
     with pytest.raises(BuildError, match=f"the settle window closed at {iso(close)}"):
         settle(devnet.context(), deployment, [honest], market.address)

@@ -1,8 +1,11 @@
 """Attacks on the escrow, each a concrete transaction the ledger must refuse, next to its
-honest twin that it accepts (contracts.md: double satisfaction, other redeemer, stake
-hijack, receipt replay, arbitrary datums, token dust, value that could get locked)."""
+honest twin that it accepts (contracts.md: double satisfaction, stake hijack, receipt replay,
+arbitrary datums, token dust, value that could get locked). The batch settle's own surface is
+test_settle_attacks.py's."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from cbor2 import CBORTag
 from pycardano import (
@@ -11,15 +14,17 @@ from pycardano import (
     Network,
     PaymentSigningKey,
     RawPlutusData,
-    ScriptHash,
     TransactionOutput,
 )
 from pycardano.serialization import ByteString
 
-from offchain.protocol.escrow import escrow_datum, refund, settle
+from offchain.protocol.batch import settle
+from offchain.protocol.claim import Claim
+from offchain.protocol.escrow import escrow_datum, refund
+from offchain.protocol.receipt import Receipt
 from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Clock, Wallet, ledger_key
-from offchain.protocol.types import BatchSettle, PayoutKind, Settle
+from offchain.protocol.txbuild import Clock, Wallet
+from offchain.protocol.types import PayoutKind, SettleReceipt
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,
@@ -31,12 +36,12 @@ from tests.protocol.onchain import (
     REFUND_WINDOW_MS,
     RESULT,
     SCRIPT_FAILED,
-    Spend,
+    Plan,
+    claim,
     confirm,
-    handmade,
-    item,
+    confirm_gains,
     lock_by_hand,
-    plain_fee,
+    plan,
     refund_by_hand,
     rejected,
     settle_by_hand,
@@ -54,28 +59,28 @@ async def parties(devnet, count: int = 3):
     return [await wallet(devnet) for _ in range(count)]
 
 
-async def test_two_escrows_cannot_share_one_payout(devnet, deployment):
-    """Same provider, same amount: one output paid once must not count for both escrows."""
+def receipt_entry(receipt: Receipt) -> SettleReceipt:
+    """A receipt as the settle redeemer carries it (its claim on its one escrow)."""
+    made = Claim.of_receipt(receipt)
+    return SettleReceipt(made.note, made.signature)
+
+
+async def test_two_receipts_of_one_provider_share_one_payout_holding_both(devnet, deployment):
+    """Same provider, same amount: one output pays both receipts' escrows, holding the sum;
+    an output holding one share cannot pay both (a second output beside it counts for
+    nothing: each escrow names the output that pays it)."""
     consumer, provider, market = await parties(devnet)
-    locked = [await onchain.lock(devnet, deployment, consumer, provider) for _ in range(2)]
-    a, b = sorted(locked, key=ledger_key)  # items go in ledger order, outputs ascending
-
-    def pay(escrow):
-        return [
-            tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, escrow),
-            tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, escrow),
-        ]
-
-    shared = [*pay(a), pay(b)[1]]  # b's provider is pointed at a's provider payout
-    pairs = [
-        (a, item(deployment, provider.key, a, UNITS, 0, 1)),
-        (b, item(deployment, provider.key, b, UNITS, 0, 2)),
-    ]
-    attack = settle_by_hand(devnet, deployment, market, pairs, shared)
+    a, b = await onchain.lock_together(devnet, deployment, consumer, [provider, provider])
+    honest = plan(deployment, [], [(provider, a, UNITS), (provider, b, UNITS)])
+    assert honest.outputs[0].amount.coin == 2 * SPLIT.provider and honest.first_refund == 1
+    assert honest.items[2::3] == [0, 0]
+    one = TransactionOutput(provider.address, SPLIT.provider)
+    shared = dataclasses.replace(
+        honest, outputs=[one, one, *honest.outputs[1:]], first_refund=2
+    )  # fmt: skip
+    attack = shared.settle(devnet, deployment, market)
     await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider payout")
-
-    pairs[1] = (b, item(deployment, provider.key, b, UNITS, 2, 3))
-    await confirm(devnet, settle_by_hand(devnet, deployment, market, pairs, [*pay(a), *pay(b)]))
+    await confirm_gains(devnet, honest.settle(devnet, deployment, market), honest.gains)
 
 
 async def test_two_refunds_cannot_share_one_output(devnet, deployment):
@@ -93,93 +98,54 @@ async def test_two_refunds_cannot_share_one_output(devnet, deployment):
     await confirm(devnet, refund_by_hand(devnet, deployment, anyone, [(a, 0), (b, 1)], two))
 
 
-async def test_a_payout_must_carry_its_escrows_tag(devnet, deployment):
-    """Right address and amount, but tagged as a refund, or for another escrow, or untagged."""
-    consumer, provider, market = await parties(devnet)
-    escrow = await onchain.lock(devnet, deployment, consumer, provider)
-    other = await onchain.lock(devnet, deployment, consumer, provider)
-    pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
-    to_consumer = tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, escrow)
-    for wrong in (
-        tagged(provider.address, SPLIT.provider, PayoutKind.REFUND, escrow),
-        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, other),
-        tagged(provider.address, SPLIT.provider - 1, PayoutKind.SETTLE, escrow),
-        TransactionOutput(provider.address, SPLIT.provider),
-    ):
-        attack = settle_by_hand(devnet, deployment, market, pairs, [wrong, to_consumer])
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider payout")
-    right = tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, escrow)
-    await confirm(devnet, settle_by_hand(devnet, deployment, market, pairs, [right, to_consumer]))
-
-
-async def test_settle_needs_the_withdraw_zero_and_one_item_per_escrow(devnet, deployment):
-    """A Settle spend alone would let anyone take the escrow: the withdrawal must run."""
-    consumer, provider, market = await parties(devnet)
-    escrow = await onchain.lock(devnet, deployment, consumer, provider)
-    outputs = [
-        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, escrow),
-        tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, escrow),
-    ]
-    alone = handmade(
-        devnet, market, plain_fee(devnet, market),
-        spends=[Spend(escrow, deployment.escrow_ref, Settle)], outputs=outputs,
-    )  # fmt: skip
-    await rejected(devnet, alone, SCRIPT_FAILED, "traces: settle needs the batch withdrawal")
-
-    good = item(deployment, provider.key, escrow, UNITS, 0, 1)
-    close = escrow_datum(deployment, escrow).close
-    for items, reason in (([], "empty batch"), ([good, good], "one item per escrow input")):
-        attack = handmade(
-            devnet, market, plain_fee(devnet, market),
-            spends=[Spend(escrow, deployment.escrow_ref, Settle)], outputs=outputs,
-            withdraw=(deployment.escrow_ref, deployment.reward_address, BatchSettle(items)),
-            ttl=Clock.now(devnet.context()).ttl_until(close),
-        )  # fmt: skip
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", reason)
-    await confirm(devnet, settle_by_hand(devnet, deployment, market, [(escrow, good)], outputs))
-
-
 async def test_payouts_go_to_full_addresses_not_a_hijacked_stake_part(devnet, deployment):
     """The provider's payment key with the attacker's stake key is not the provider."""
     consumer, provider, attacker = await parties(devnet)
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     hijack = lambda a: Address(a.payment_part, attacker.key_hash, network=a.network)  # noqa: E731
-    pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
-    for provider_to, consumer_to, reason in (
-        (hijack(provider.address), consumer.address, "provider payout"),
-        (provider.address, hijack(consumer.address), "consumer payout"),
+    honest = plan(deployment, [(provider, [(escrow, UNITS)])])
+    to_provider, to_consumer = honest.outputs
+    for outputs, reason in (
+        (
+            [TransactionOutput(hijack(provider.address), SPLIT.provider), to_consumer],
+            "one provider per payout",
+        ),
+        (
+            [to_provider, TransactionOutput(hijack(consumer.address), SPLIT.consumer)],
+            "consumer refund",
+        ),
     ):
-        outputs = [
-            tagged(provider_to, SPLIT.provider, PayoutKind.SETTLE, escrow),
-            tagged(consumer_to, SPLIT.consumer, PayoutKind.SETTLE, escrow),
-        ]
-        attack = settle_by_hand(devnet, deployment, attacker, pairs, outputs)
+        attack = dataclasses.replace(honest, outputs=outputs).settle(devnet, deployment, attacker)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", f"traces: {reason}")
-    honest = to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
-    settled = settle(devnet.context(), deployment, [honest], attacker.address)
+    honest_receipt = to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
+    settled = settle(devnet.context(), deployment, [honest_receipt], attacker.address)
     await confirm(devnet, attacker.sign(settled))
 
 
-async def test_a_receipt_is_good_for_one_escrow_network_and_script_only(devnet, deployment):
+async def test_a_receipt_is_good_for_one_escrow_network_and_settle_script_only(devnet, deployment):
     consumer, provider, market = await parties(devnet)
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     job_b = await onchain.lock(devnet, deployment, consumer, provider)
-    outputs = [
-        tagged(provider.address, SPLIT.provider, PayoutKind.SETTLE, escrow),
-        tagged(consumer.address, SPLIT.consumer, PayoutKind.SETTLE, escrow),
-    ]
+    honest = plan(deployment, [], [(provider, escrow, UNITS)])
     key = provider.key
+
+    def signed(
+        signer=key, network_id=0, settle_hash=deployment.settle_hash, on=escrow, units=UNITS
+    ) -> Plan:
+        receipt = Receipt.sign(signer, network_id, settle_hash, on.input, units, RESULT, EVIDENCE)
+        made = receipt_entry(dataclasses.replace(receipt, escrow=escrow.input, units=UNITS))
+        return dataclasses.replace(honest, receipts=[made])
+
     for replayed in (
-        item(deployment, key, escrow, UNITS, 0, 1, escrow=job_b.input),  # signed for job B
-        item(deployment, key, escrow, UNITS, 0, 1, network_id=1),  # for mainnet
-        item(deployment, key, escrow, UNITS, 0, 1, escrow_hash=ScriptHash(bytes(28))),
-        item(deployment, key, escrow, UNITS, 0, 1, units=UNITS - 1),  # for fewer units
-        item(deployment, PaymentSigningKey.generate(), escrow, UNITS, 0, 1),  # someone else
+        signed(on=job_b),  # signed for job B
+        signed(network_id=1),  # for mainnet
+        signed(settle_hash=deployment.escrow_hash),  # for the escrow script, as receipts were
+        signed(units=UNITS - 1),  # for fewer units
+        signed(signer=PaymentSigningKey.generate()),  # by someone else
     ):
-        attack = settle_by_hand(devnet, deployment, market, [(escrow, replayed)], outputs)
+        attack = replayed.settle(devnet, deployment, market)
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: receipt signature")
-    honest = item(deployment, key, escrow, UNITS, 0, 1)
-    await confirm(devnet, settle_by_hand(devnet, deployment, market, [(escrow, honest)], outputs))
+    await confirm_gains(devnet, signed().settle(devnet, deployment, market), honest.gains)
 
 
 async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devnet, deployment):
@@ -193,13 +159,15 @@ async def test_escrows_with_nonsense_datums_cannot_settle_but_still_refund(devne
     ]
     escrows = [await lock_by_hand(devnet, deployment, consumer, provider, **d) for d, _ in made]
     for escrow, (_, reason) in zip(escrows, made, strict=True):
-        due = max(0, escrow_datum(deployment, escrow).price_per_unit * UNITS)
+        datum = escrow_datum(deployment, escrow)  # the claim names the datum's key, as it must
+        signed = claim(deployment, provider.key, [(escrow, UNITS)], vkey=datum.provider_vkey)
         outputs = [
-            tagged(provider.address, max(due, 2_000_000), PayoutKind.SETTLE, escrow),
-            tagged(consumer.address, LOCKED - ALLOWANCE, PayoutKind.SETTLE, escrow),
+            TransactionOutput(provider.address, max(datum.price_per_unit * UNITS, 2 * ADA)),
+            TransactionOutput(consumer.address, LOCKED - ALLOWANCE),
         ]
-        pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
-        attack = settle_by_hand(devnet, deployment, market, pairs, outputs)
+        attack = settle_by_hand(
+            devnet, deployment, market, [escrow], [UNITS, 0, 0], outputs, 1, claims=[signed]
+        )
         await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", reason)
     await travel_to(devnet, escrow_datum(deployment, escrows[-1]).close + REFUND_WINDOW_MS + 1)
     for escrow in escrows:
@@ -240,8 +208,8 @@ async def test_a_refund_below_min_utxo_and_a_lost_provider_key_lock_nothing(devn
     gets its money back (the output is topped up from the allowance)."""
     consumer, anyone = await parties(devnet, 2)
     vanished = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)  # never funded
-    small = await onchain.lock(
-        devnet, deployment, consumer, vanished, lovelace=3_000_000,
+    small = await lock_by_hand(  # the lock builder would add a return deposit
+        devnet, deployment, consumer, vanished, 3_000_000,
         price_per_unit=1, max_units=10, fee_allowance=2_900_000,
     )  # fmt: skip
     await travel_to(devnet, escrow_datum(deployment, small).close + REFUND_WINDOW_MS + 1)

@@ -116,8 +116,8 @@ UNSAFE: dict[str, tuple[Changes, Refusal]] = {
     "max units below the max duration": (lambda *_: {"max_units": UNITS - 1}, Refusal.UNITS),
     "locked below price x max units + allowance": (
         lambda *_: {"lovelace": LOCKED - REST - 1}, Refusal.UNDERFUNDED),
-    "an allowance short of raising a 1-lovelace rest to the min-UTxO": (
-        lambda *_: {"fee_allowance": ADA, "lovelace": PRICE * UNITS + ADA + 1}, Refusal.MIN_UTXO),
+    "a rest below the refund's return deposit": (
+        lambda *_: {"lovelace": PRICE * UNITS + ALLOWANCE + 1}, Refusal.UNDERFUNDED),
     "28-byte provider key": (lambda *_: {"provider_vkey": bytes(28)}, Refusal.KEY_LENGTH),
     "another provider's key": (lambda *_: {"provider_vkey": STRANGER.vkey}, Refusal.OTHER_KEY),
     "another provider address": (

@@ -1,6 +1,6 @@
-"""Purpose confusion: the escrow and bond scripts invoked where they have no business (mint,
-publish, the bond as a withdraw script, nonsense redeemers) must fail, while the same
-transactions without the confusion go through."""
+"""Purpose confusion: the escrow, bond and settle scripts invoked where they have no business
+(mint, publish, the escrow or the bond as a withdraw script, nonsense redeemers) must fail,
+while the same transactions without the confusion go through."""
 
 from __future__ import annotations
 
@@ -19,7 +19,15 @@ from pycardano import (
 
 from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.txbuild import Clock
-from offchain.protocol.types import BeginUnbond, PayoutKind, Refund, Settle, Slash, Withdraw
+from offchain.protocol.types import (
+    BatchSettle,
+    BeginUnbond,
+    PayoutKind,
+    Refund,
+    Settle,
+    Slash,
+    Withdraw,
+)
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,
@@ -41,14 +49,15 @@ from tests.protocol.onchain import (
 KEY_DEPOSIT = 2 * ADA
 
 
-async def test_neither_script_mints(devnet, deployment):
+async def test_no_script_mints(devnet, deployment):
     minter = await wallet(devnet)
     for ref, script_hash in (
         (deployment.escrow_ref, deployment.escrow_hash),
         (deployment.bond_ref, deployment.bond_hash),
+        (deployment.settle_ref, deployment.settle_hash),
     ):
         token = MultiAsset({script_hash: Asset({AssetName(b"job"): 1})})
-        for redeemer in (Settle(0), Withdraw()):
+        for redeemer in (Settle(), Withdraw(), BatchSettle([], [], [], 0)):
             attack = handmade(
                 devnet, minter, plain_fee(devnet, minter), mint=(ref, token, redeemer),
                 outputs=[TransactionOutput(minter.address, Value(2 * ADA, token))],
@@ -62,33 +71,36 @@ async def test_neither_script_mints(devnet, deployment):
     await confirm(devnet, builder.build_and_sign([minter.key], change_address=minter.address))
 
 
-async def test_the_escrow_stake_credential_can_never_be_deregistered(devnet, deployment):
+async def test_the_settle_stake_credential_can_never_be_deregistered(devnet, deployment):
     """Deregistering it would stop every batch settle (and hand its deposit to the caller)."""
     anyone = await wallet(devnet)
-    leave = StakeDeregistration(StakeCredential(deployment.escrow_hash))
-    for redeemer in (Settle(0), Refund(0, 0)):
+    leave = StakeDeregistration(StakeCredential(deployment.settle_hash))
+    for redeemer in (BatchSettle([], [], [], 0), Refund(0, 0)):
         attack = handmade(
             devnet, anyone, plain_fee(devnet, anyone), certificates=[leave],
-            publish=(deployment.escrow_ref, redeemer), refund=KEY_DEPOSIT,
+            publish=(deployment.settle_ref, redeemer), refund=KEY_DEPOSIT,
         )  # fmt: skip
         await rejected(devnet, attack, SCRIPT_FAILED, "publish#0", "traces: purpose")
 
 
-async def test_the_bond_is_no_withdraw_script(devnet, deployment):
+async def test_neither_the_escrow_nor_the_bond_is_a_withdraw_script(devnet, deployment):
     """Its stake credential registered (anyone can, no witness), a withdraw-zero must fail."""
     anyone = await wallet(devnet)
-    credential = StakeCredential(deployment.bond_hash)
-    builder = TransactionBuilder(devnet.context())
-    builder.add_input_address(anyone.address)
-    builder.certificates = [StakeRegistration(credential)]
-    await confirm(devnet, builder.build_and_sign([anyone.key], change_address=anyone.address))
-    reward = Address(staking_part=deployment.bond_hash, network=deployment.network)
-    for redeemer in (Withdraw(), BeginUnbond(0)):
-        attack = handmade(
-            devnet, anyone, plain_fee(devnet, anyone),
-            withdraw=(deployment.bond_ref, reward, redeemer),
-        )  # fmt: skip
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: purpose")
+    for ref, script_hash in (
+        (deployment.escrow_ref, deployment.escrow_hash),
+        (deployment.bond_ref, deployment.bond_hash),
+    ):
+        builder = TransactionBuilder(devnet.context())
+        builder.add_input_address(anyone.address)
+        builder.certificates = [StakeRegistration(StakeCredential(script_hash))]
+        signed = builder.build_and_sign([anyone.key], change_address=anyone.address)
+        await confirm(devnet, signed)
+        reward = Address(staking_part=script_hash, network=deployment.network)
+        for redeemer in (Withdraw(), BeginUnbond(0), Settle(), BatchSettle([], [], [], 0)):
+            attack = handmade(
+                devnet, anyone, plain_fee(devnet, anyone), withdraw=(ref, reward, redeemer)
+            )
+            await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: purpose")
 
 
 async def test_an_escrow_spent_with_a_bond_redeemer_or_junk_fails(devnet, deployment):

@@ -1,8 +1,12 @@
-"""Issue 18 D: the escrow script's reward account. Anyone can pay into it (on a real chain a
-returned deposit may name it; the devnet's `devnet/reward` stands in), and the ledger takes a
-withdrawal only of its whole balance. A withdraw run with no escrow in it is refused, so
-nobody drains it alone; a settle withdraws exactly the balance, so a non-zero one no longer
-breaks settlement."""
+"""Issue 18 D, with issue 21's settle script: the settle script's reward account. Anyone can pay
+into it (on a real chain a returned deposit may name it; the devnet's `devnet/reward` stands
+in), and the ledger takes a withdrawal only of its whole balance. A withdrawal with no escrow
+in it is refused, so nobody drains it alone; a settle withdraws exactly the balance, so a
+non-zero one does not break settlement.
+
+Every deployment of one network shares the settle script, and so its reward account: the
+test pays in and settles in one go, leaving it at 0 for every other test's hand-made settle
+(which withdraws 0)."""
 
 from __future__ import annotations
 
@@ -10,18 +14,14 @@ import pytest
 
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.devnet.genesis import ADA
-from offchain.protocol import escrow as escrows
+from offchain.protocol import batch
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.types import BatchSettle
-from tests.protocol.conftest import deployed
 from tests.protocol.onchain import (
     ALLOWANCE,
     EVIDENCE,
-    NOTICE_MS,
-    REFUND_WINDOW_MS,
     RESULT,
     SCRIPT_FAILED,
-    SLASH_SHARE_BPS,
     balance,
     confirm,
     handmade,
@@ -35,46 +35,43 @@ from tests.protocol.onchain import (
 UNITS = 1_000
 
 
-@pytest.fixture(scope="module")
-async def own(devnet) -> Deployment:
-    """A deployment of its own (another refund window makes another escrow script), so what
-    is paid into its reward account touches no other test's."""
-    return await deployed(devnet, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS + 1)
-
-
 async def pay_in(devnet, deployment: Deployment, lovelace: int) -> int:
-    """Pay `lovelace` into the escrow script's reward account; its balance after."""
-    params = {"scripts": [deployment.escrow_hash.payload.hex()], "lovelace": lovelace}
+    """Pay `lovelace` into the settle script's reward account; its balance after."""
+    params = {"scripts": [deployment.settle_hash.payload.hex()], "lovelace": lovelace}
     answer = await request(devnet.url, "devnet/reward", params)
     return answer["rewards"]["ada"]["lovelace"]
 
 
 def held(devnet, deployment: Deployment) -> int | None:
-    return devnet.context().script_reward_balance(deployment.escrow_hash)
+    return devnet.context().script_reward_balance(deployment.settle_hash)
 
 
-async def test_an_empty_batch_cannot_withdraw_the_reward_account(devnet, own):
-    thief = await wallet(devnet)
-    balance_now = await pay_in(devnet, own, 5 * ADA)
-    assert held(devnet, own) == balance_now >= 5 * ADA
+async def test_nobody_drains_the_reward_account_and_a_settle_withdraws_it_all(
+    devnet, either_settle
+):
+    deployment = either_settle
+    consumer, provider, settler, thief = [await wallet(devnet) for _ in range(4)]
+    escrow = await lock(devnet, deployment, consumer, provider)
+    balance_now = await pay_in(devnet, deployment, 3 * ADA)
+    assert held(devnet, deployment) == balance_now >= 3 * ADA
+
     draining = handmade(
-        devnet, thief, plain_fee(devnet, thief),
-        withdraw=(own.escrow_ref, own.reward_address, BatchSettle([])), withdrawn=balance_now,
+        devnet, thief, plain_fee(devnet, thief), withdrawn=balance_now,
+        withdraw=(deployment.settle_ref, deployment.reward_address, BatchSettle([], [], [], 0)),
     )  # fmt: skip
-    await rejected(devnet, draining, SCRIPT_FAILED, "empty batch")
-    assert held(devnet, own) == balance_now
+    # no escrow input, no item: the deployed script finds no escrow script (a builtin fails,
+    # untraced), the reference its items empty first ("empty batch"): refused by both
+    await rejected(devnet, draining, SCRIPT_FAILED, "withdraw#0")
+    assert held(devnet, deployment) == balance_now
 
-
-async def test_a_settle_withdraws_a_non_zero_reward_balance(devnet, own):
-    consumer, provider, settler = [await wallet(devnet) for _ in range(3)]
-    escrow = await lock(devnet, own, consumer, provider)
-    balance_now = await pay_in(devnet, own, 3 * ADA)
-    receipt = to_settle(own, provider.key, escrow, UNITS, RESULT, EVIDENCE)
-    settle = escrows.settle(devnet.context(), own, [receipt], settler.address)
-    assert dict(settle.transaction_body.withdraws) == {bytes(own.reward_address): balance_now}
+    receipt = to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
+    settle = batch.settle(devnet.context(), deployment, [receipt], settler.address)
+    assert dict(settle.transaction_body.withdraws) == {
+        bytes(deployment.reward_address): balance_now
+    }
     before = balance(devnet, settler.address)
     tx = await confirm(devnet, settler.sign(settle))
-    assert held(devnet, own) == 0
+    assert held(devnet, deployment) == 0
     gained = balance(devnet, settler.address) - before
     assert gained == ALLOWANCE + balance_now - tx.transaction_body.fee
 

@@ -19,25 +19,32 @@ MAX_LOVELACE = 45_000_000_000_000_000  # all ADA there is
 prices = st.integers(0, 10**9)
 units = st.integers(0, 10**7)
 allowances = st.integers(0, 10**8)
+deposits = st.integers(0, 10**7)
 
 
 @st.composite
 def escrows(draw):
-    """An escrow funded at least for its longest job, and a receipt within its units."""
-    price, max_units, allowance = draw(prices), draw(units), draw(allowances)
-    locked = lock_amount(price, max_units, allowance) + draw(st.integers(0, 10**10))
-    return locked, price, draw(st.integers(0, max_units)), max_units, allowance
+    """An escrow funded at least for its longest job and its refund's return deposit, and a
+    receipt within its units."""
+    price, max_units, allowance, deposit = (
+        draw(prices),
+        draw(units),
+        draw(allowances),
+        draw(deposits),
+    )
+    locked = lock_amount(price, max_units, allowance, deposit) + draw(st.integers(0, 10**10))
+    return locked, price, draw(st.integers(0, max_units)), max_units, allowance, deposit
 
 
 @given(escrows())
 def test_settle_split_conserves_and_pays_everyone_what_is_owed(escrow):
-    locked, price, used, max_units, allowance = escrow
+    locked, price, used, max_units, allowance, deposit = escrow
     split = settle_split(locked, price, used, max_units, allowance)
     assert split.total == locked
     assert split.provider == price * used
     assert split.consumer >= locked - price * used - allowance
     assert 0 <= split.fee <= allowance
-    assert split.consumer >= 0
+    assert split.consumer >= deposit  # the refund holds the deposit at any unit count
 
 
 @given(st.integers(0, MAX_LOVELACE), prices, units, units, allowances)

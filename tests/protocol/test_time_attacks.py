@@ -9,7 +9,6 @@ from pycardano import TransactionOutput
 
 from offchain.protocol import bond as bonds
 from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Clock
 from offchain.protocol.types import BeginUnbond, Just, PayoutKind, Withdraw
 from tests.protocol import onchain
@@ -17,17 +16,15 @@ from tests.protocol.onchain import (
     ADA,
     ALLOWANCE,
     LOCKED,
-    MAX_UNITS,
-    PRICE,
     SCRIPT_FAILED,
     UNBOUNDED,
     bond_by_hand,
     confirm,
-    item,
+    confirm_gains,
+    plan,
     post_bond,
     refund_by_hand,
     rejected,
-    settle_by_hand,
     tagged,
     travel_to,
     wallet,
@@ -43,20 +40,16 @@ async def test_settle_needs_an_upper_bound_no_later_than_deadline_plus_window(de
     clock = Clock.now(devnet.context())
     close_slot = clock.time.posix_ms_to_slot(escrow_datum(deployment, escrow).close)
     assert clock.time.slot_to_posix_ms(close_slot) == escrow_datum(deployment, escrow).close
-    split = settle_split(LOCKED, PRICE, UNITS, MAX_UNITS, ALLOWANCE)
-    outputs = [
-        tagged(provider.address, split.provider, PayoutKind.SETTLE, escrow),
-        tagged(consumer.address, split.consumer, PayoutKind.SETTLE, escrow),
-    ]
-    pairs = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 1))]
+    honest = plan(deployment, [(provider, [(escrow, UNITS)])])
     for ttl, reason in (
         (close_slot + 1, "units or time"),  # one slot after the close
-        (UNBOUNDED, "settle needs an upper bound"),
+        (UNBOUNDED, "one withdrawal, and an upper bound"),
     ):
-        attack = settle_by_hand(devnet, deployment, market, pairs, outputs, ttl=ttl)
+        attack = honest.settle(devnet, deployment, market, ttl=ttl)
         await rejected(devnet, attack, SCRIPT_FAILED, f"traces: {reason}")
-    honest = settle_by_hand(devnet, deployment, market, pairs, outputs, ttl=close_slot)
-    await confirm(devnet, honest)
+    await confirm_gains(
+        devnet, honest.settle(devnet, deployment, market, ttl=close_slot), honest.gains
+    )
 
 
 async def test_refund_needs_a_finite_lower_bound_after_deadline_plus_window(devnet, deployment):

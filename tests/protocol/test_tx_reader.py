@@ -1,20 +1,35 @@
 """`TxReader` on transactions the protocol's own builders make on the devnet: each spend
 redeemer found by its input in ledger order (also when the body lists its inputs in another
-order) and read as the escrow's or the bond's, the batch settle's withdraw redeemer, inline
-datums and payout tags. Every transaction is read as built (protocol types) and as read back
-from its CBOR (raw Plutus data, as the market's follower and the provider's watcher see it)."""
+order) and read as the escrow's or the bond's, the settle script's withdraw redeemer and the
+units it settled per escrow, inline datums and payout tags. Every transaction is read as built
+(protocol types) and as read back from its CBOR (raw Plutus data, as the market's follower and
+the provider's watcher see it)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
 
-from pycardano import RedeemerTag, Transaction, TransactionId, TransactionInput
+from pycardano import (
+    Address,
+    Network,
+    RedeemerTag,
+    ScriptHash,
+    Transaction,
+    TransactionBody,
+    TransactionId,
+    TransactionInput,
+    TransactionWitnessSet,
+    VerificationKeyHash,
+    Withdrawals,
+)
 
 from offchain.chain.utxo import utxo_at
 from offchain.devnet.genesis import ADA
+from offchain.protocol import batch
 from offchain.protocol import bond as bonds
 from offchain.protocol import escrow as escrows
+from offchain.protocol.claim import Claim
 from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
 from offchain.protocol.types import (
     BatchSettle,
@@ -57,46 +72,66 @@ def tag(kind: PayoutKind, escrow: TransactionInput) -> Payout:
 async def test_a_batch_settle_is_read_by_ledger_order_whatever_order_its_body_lists(
     devnet, deployment
 ):
-    consumer, provider = await wallet(devnet), await wallet(devnet)
-    locked = [await lock(devnet, deployment, consumer, provider) for _ in range(2)]
+    """Two receipts and a claim on two more escrows, of two providers (one payout each,
+    whatever signed): `settled` pairs each escrow with its item's units."""
+    consumer, provider, other = [await wallet(devnet) for _ in range(3)]
+    locked = [await lock(devnet, deployment, consumer, p) for p in (provider, provider, other)]
+    claimed = [await lock(devnet, deployment, consumer, other) for _ in range(2)]
+    units = [UNITS, 0, 2 * UNITS]
     receipts = [
-        to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE) for escrow in locked
+        to_settle(deployment, p.key, escrow, n, RESULT, EVIDENCE)
+        for escrow, n, p in zip(locked, units, (provider, provider, other), strict=True)
     ]
-    built = escrows.settle(devnet.context(), deployment, receipts, provider.address)
+    claim = Claim.sign(
+        other.key, 0, deployment.settle_hash, {claimed[0].input: 7, claimed[1].input: UNITS}
+    )
+    built = batch.settle(
+        devnet.context(), deployment, receipts, provider.address, claims=[(claimed, claim)]
+    )
     body = copy.copy(built.transaction_body)
     ledger = sorted(body.inputs, key=lambda ref: (ref.transaction_id.payload, ref.index))
     body.inputs = list(reversed(ledger))  # the escrows' redeemers still index `ledger`
-    assert len(ledger) > len(locked) and list(body.inputs) != ledger
+    escrows = [*locked, *claimed]
+    assert len(ledger) > len(escrows) and list(body.inputs) != ledger
     reordered = Transaction(body, built.transaction_witness_set)
 
     for read in as_built_and_from_cbor(reordered):
         assert read.inputs == ledger
-        own = []
-        for escrow in locked:
-            redeemer = read.spend(escrow.input, Script.ESCROW)
-            assert isinstance(redeemer, Settle) and read.inputs[redeemer.own_input] == escrow.input
-            own.append(redeemer.own_input)
-        fee = [ref for ref in ledger if ref not in {e.input for e in locked}]
+        for escrow in escrows:
+            assert read.spend(escrow.input, Script.ESCROW) == Settle()
+        fee = [ref for ref in ledger if ref not in {e.input for e in escrows}]
         assert all(read.spend(ref, Script.ESCROW) is None for ref in fee)  # key inputs
         nowhere = TransactionInput(TransactionId(bytes(32)), 0)
         assert read.spend(nowhere, Script.ESCROW) is None
 
         [(account, _)] = read.withdrawals
         assert account == bytes(deployment.reward_address)
-        assert ScriptHashes.of(deployment).rewarding(account) is Script.ESCROW
+        assert ScriptHashes.of(deployment).rewarding(account) is Script.SETTLE
         [withdraw] = [r for r in read.redeemers if r.purpose == RedeemerTag.WITHDRAWAL]
-        batch = withdraw.read(Script.ESCROW)
-        assert isinstance(batch, BatchSettle) and withdraw.index == 0
-        # one item per escrow input, in ledger order; each names its provider's tagged payout
-        by_ledger = [escrow for _, escrow in sorted(zip(own, locked, strict=True))]
-        outputs = read.tx.transaction_body.outputs
-        for item, escrow in zip(batch.items, by_ledger, strict=True):
-            assert read.tags[item.provider_output] == tag(PayoutKind.SETTLE, escrow.input)
-            assert outputs[item.provider_output].address == provider.address
-            assert read.tags[item.consumer_output] == tag(PayoutKind.SETTLE, escrow.input)
-            paid = read.paid(provider.address, tag(PayoutKind.SETTLE, escrow.input))
-            assert paid == PRICE * UNITS
-        assert read.slashed() == set()
+        settling = withdraw.read(Script.SETTLE)
+        assert isinstance(settling, BatchSettle) and withdraw.index == 0
+        assert withdraw.read(Script.ESCROW) is None
+        assert read.settled == {
+            **{e.input: n for e, n in zip(locked, units, strict=True)},
+            claimed[0].input: 7,
+            claimed[1].input: UNITS,
+        }
+        assert read.tags == {} and read.slashed() == set()  # settle payouts carry no datum
+        paid = [o.amount.coin for o in read.tx.transaction_body.outputs[:2]]  # one a provider
+        assert sorted(paid) == [PRICE * UNITS, PRICE * (7 + 3 * UNITS)]
+
+
+def test_withdrawals_are_read_in_ledger_order_scripts_first():
+    """The ledger orders reward accounts by credential, scripts before keys (what withdraw
+    redeemers index); their bytes put keys (header 0xe0) first."""
+    script = Address(staking_part=ScriptHash(b"\xff" * 28), network=Network.TESTNET)
+    key = Address(staking_part=VerificationKeyHash(b"\x00" * 28), network=Network.TESTNET)
+    body = TransactionBody(
+        inputs=[TransactionInput(TransactionId(bytes(32)), 0)], outputs=[], fee=0,
+        withdraws=Withdrawals({bytes(key): 1, bytes(script): 0}),
+    )  # fmt: skip
+    read = TxReader(Transaction(body, TransactionWitnessSet()))
+    assert read.withdrawals == [(bytes(script), 0), (bytes(key), 1)]
 
 
 async def test_cancel_top_up_and_slash_are_read_as_their_scripts_with_their_datums(
@@ -124,13 +159,14 @@ async def test_cancel_top_up_and_slash_are_read_as_their_scripts_with_their_datu
         redeemer = read.spend(escrow.input, Script.ESCROW)
         assert isinstance(redeemer, Cancel) and read.inputs[redeemer.own_input] == escrow.input
         assert read.tags[redeemer.consumer_output] == tag(PayoutKind.CANCEL, escrow.input)
-        assert read.paid(consumer.address, tag(PayoutKind.CANCEL, escrow.input)) == OWED
-        assert read.paid(consumer.address, tag(PayoutKind.SETTLE, escrow.input)) == 0
+        paid = read.tx.transaction_body.outputs[redeemer.consumer_output]
+        assert (paid.address, paid.amount.coin) == (consumer.address, OWED)
+        assert read.settled == {}
 
     top_up = bonds.top_up(context, deployment, bond, provider.address, 10 * ADA)
     for read in as_built_and_from_cbor(top_up):
         assert read.spend(bond.input, Script.BOND) == TopUp(bonds.BOND_OUTPUT)
-        assert read.tags == {} and read.slashed() == set()
+        assert read.tags == {} and read.slashed() == set() and read.settled == {}
 
     await travel_to(devnet, datum.close + 1)  # within the refund window: the consumer slashes
     acceptance = accept(deployment, provider.key, escrow)
@@ -146,4 +182,4 @@ async def test_cancel_top_up_and_slash_are_read_as_their_scripts_with_their_datu
         )
         going_on = read.tx.transaction_body.outputs[taken.bond_output]
         assert datum_as(inline_datum(going_on), Script.BOND) == bonds.bond_datum(deployment, bond)
-        assert read.slashed() == {escrow.input}
+        assert read.slashed() == {escrow.input} and read.settled == {}

@@ -10,9 +10,17 @@ from typing import Any
 
 import cbor2
 import pytest
-from pycardano import Address, Network, PaymentSigningKey, PlutusData, ScriptHash
+from pycardano import (
+    Address,
+    IndefiniteList,
+    Network,
+    PaymentSigningKey,
+    PlutusData,
+    ScriptHash,
+)
 
 from contracts import onchain
+from offchain.devnet.script_context import Constr, encode_data
 from offchain.protocol import types
 from offchain.protocol.addresses import to_plutus
 
@@ -25,15 +33,27 @@ ESCROW = types.EscrowDatum(
     3_600, 1_800_000_000_000, 60_000, b"\x01" * 32, 2_000_000,
 )  # fmt: skip
 BOND = types.BondDatum(ADDRESS, KEY.payload, types.Just(1_800_000_000_000))
-ITEM = types.SettleItem(10, b"\x02" * 32, b"\x03" * 32, b"\x04" * 64, 0, 1)
+SETTLE_CLAIM = types.SettleClaim(b"\x02" * 32, b"\x04" * 64, KEY.payload)
+SETTLE_RECEIPT = types.SettleReceipt(b"\x03" * 32, b"\x05" * 64)
+BATCH = types.BatchSettle(
+    [10, 0, 0, 1, -1, 0, 3_600, 1, -1],
+    [SETTLE_CLAIM, types.SettleClaim(b"", b"s", b"")],
+    [SETTLE_RECEIPT],
+    2,
+)
+CLAIM = types.Claim(
+    b"UNCHAINED/claim/v1", 0, b"\x06" * 28, b"n" * 32,
+    IndefiniteList([REF, 10, types.TxOutRef(b"\x07" * 32, 1), 0]),
+)  # fmt: skip
 
 # (validator, "datum" or redeemer title, our value, the contracts' class)
 CASES = [
     ("escrow", "escrow.spend", "datum", ESCROW, onchain.EscrowDatum),
-    ("escrow", "escrow.spend", "redeemer", types.Settle(2), onchain.Settle),
+    ("escrow", "escrow.spend", "redeemer", types.Settle(), onchain.Settle),
     ("escrow", "escrow.spend", "redeemer", types.Refund(1, 4), onchain.Refund),
     ("escrow", "escrow.spend", "redeemer", types.Cancel(0, 5), onchain.Cancel),
-    ("escrow", "escrow.withdraw", "redeemer", types.BatchSettle([ITEM, ITEM]), onchain.BatchSettle),
+    ("settle", "settle.withdraw", "redeemer", BATCH, onchain.BatchSettle),
+    ("settle_reference", "settle_reference.withdraw", "redeemer", BATCH, onchain.BatchSettle),
     ("bond", "bond.spend", "datum", BOND, onchain.BondDatum),
     (
         "bond",
@@ -85,16 +105,42 @@ def test_datums_and_redeemers_match_the_blueprint_and_the_contracts_classes(
     assert theirs.from_cbor(raw).to_cbor() == raw
 
 
-def test_payouts_receipts_and_acceptances_are_the_contracts_records():
-    for ours, theirs in (
-        (types.Payout(types.PayoutKind.CANCEL, REF), onchain.Payout),
-        (types.SlashPayout(REF, types.TxOutRef(b"\x07" * 32, 1)), onchain.SlashPayout),
-        (types.Receipt(b"d", 0, b"\x06" * 28, REF, 7, b"r" * 32, b"e" * 32), onchain.Receipt),
-        (
-            types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32, b"\x08" * 28),
-            onchain.Acceptance,
-        ),
-    ):
-        raw = ours.to_cbor()
-        assert theirs.from_cbor(raw).to_cbor() == raw
-        assert type(ours).from_cbor(raw) == ours
+RECORDS = [  # (ours, the contracts' class): the signed payloads, tags and redeemer parts
+    (types.Payout(types.PayoutKind.CANCEL, REF), onchain.Payout),
+    (types.SlashPayout(REF, types.TxOutRef(b"\x07" * 32, 1)), onchain.SlashPayout),
+    (CLAIM, onchain.Claim),
+    (types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32, b"\x08" * 28), onchain.Acceptance),
+    (SETTLE_CLAIM, onchain.SettleClaim),
+    (SETTLE_RECEIPT, onchain.SettleReceipt),
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), RECORDS, ids=lambda v: type(v).__name__)
+def test_payouts_claims_acceptances_and_settle_entries_are_the_contracts_records(ours, theirs):
+    raw = ours.to_cbor()
+    assert theirs.from_cbor(raw).to_cbor() == raw
+    assert type(ours).from_cbor(raw).to_cbor() == raw
+
+
+def test_a_claim_encodes_as_serialise_data_does():
+    """What a provider signs is what the settle scripts rebuild and serialise: a non-empty
+    list indefinite-length, the whole Claim as the ledger's serialiseData writes it."""
+    flat = [Constr(0, (REF.tx_id, REF.index)), 10, Constr(0, (b"\x07" * 32, 1)), 0]
+    ledger = Constr(0, (b"UNCHAINED/claim/v1", 0, b"\x06" * 28, b"n" * 32, flat))
+    assert CLAIM.to_cbor() == encode_data(ledger)
+
+
+def test_every_protocol_type_the_contracts_name_is_checked():
+    """Each PlutusData of types.py that onchain.py defines too (the ledger's own types come
+    from OpShin's prelude there) is one of the cases above."""
+    checked = {type(value).__name__ for *_, value, _ in CASES} | {
+        type(ours).__name__ for ours, _ in RECORDS
+    }
+    shared = {
+        name
+        for name, value in vars(types).items()
+        if isinstance(value, type)
+        and issubclass(value, PlutusData)
+        and getattr(getattr(onchain, name, None), "__module__", None) == onchain.__name__
+    }
+    assert shared - checked == set()

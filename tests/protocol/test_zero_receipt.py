@@ -1,13 +1,17 @@
 """A zero-unit receipt (a refused job, or one that failed before it ran) settles the escrow at
 once with no provider output: the renter gets `locked - fee_allowance` back in the next batch
-(PROTOCOL.md, batch settle). Hand-made twins show the consumer's output is still required and a
-receipt for units still needs the provider's output."""
+(PROTOCOL.md, batch settle). Hand-made twins show the consumer's refund is still required and
+a receipt for units still needs the provider's payout."""
 
 from __future__ import annotations
 
-from offchain.protocol.escrow import escrow_datum, settle
+import dataclasses
+
+from pycardano import TransactionOutput
+
+from offchain.protocol.batch import settle
+from offchain.protocol.escrow import escrow_datum
 from offchain.protocol.split import settle_split
-from offchain.protocol.types import PayoutKind
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ALLOWANCE,
@@ -20,10 +24,9 @@ from tests.protocol.onchain import (
     SCRIPT_FAILED,
     balance,
     confirm,
-    item,
+    confirm_gains,
+    plan,
     rejected,
-    settle_by_hand,
-    tagged,
     to_settle,
     wallet,
 )
@@ -33,7 +36,7 @@ UNITS = 1_234
 
 
 async def test_a_zero_unit_receipt_pays_the_consumer_and_no_provider_output(devnet, deployment):
-    """Built by the off-chain builder beside a paying receipt: the zero item has one output."""
+    """Built by the off-chain builder beside a paying receipt: the zero one has no output."""
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     refused = await onchain.lock(devnet, deployment, consumer, provider)
     ran = await onchain.lock(devnet, deployment, consumer, provider)
@@ -63,20 +66,20 @@ async def test_zero_units_still_owe_the_consumer_and_units_still_owe_the_provide
     consumer, provider, market = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     assert escrow_datum(deployment, escrow).fee_allowance == ALLOWANCE
-    to_consumer = tagged(consumer.address, OWED, PayoutKind.SETTLE, escrow)
-    short = tagged(consumer.address, OWED - 1, PayoutKind.SETTLE, escrow)
-    zero = [(escrow, item(deployment, provider.key, escrow, 0, 0, 0))]
-    for outputs in ([], [short]):  # the provider index points at the consumer's, ignored
-        attack = settle_by_hand(devnet, deployment, market, zero, outputs)
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: consumer payout")
+    zero = plan(deployment, [(provider, [(escrow, 0)])])
+    assert zero.outputs[0].amount.coin == OWED and zero.first_refund == 0
+    short = TransactionOutput(consumer.address, OWED - 1)
+    for outputs in ([], [short]):  # with none, the change output is read as the refund
+        attack = dataclasses.replace(zero, outputs=outputs).settle(devnet, deployment, market)
+        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: consumer refund")
 
-    split = settle_split(LOCKED, PRICE, UNITS, MAX_UNITS, ALLOWANCE)
-    paid = [(escrow, item(deployment, provider.key, escrow, UNITS, 0, 0))]
-    consumer_only = [tagged(consumer.address, split.consumer, PayoutKind.SETTLE, escrow)]
-    attack = settle_by_hand(devnet, deployment, market, paid, consumer_only)
-    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: provider payout")
+    paid = plan(deployment, [(provider, [(escrow, UNITS)])])
+    # the provider's payout named at the consumer's refund (the refunds read from the change)
+    refund_only = dataclasses.replace(paid, outputs=paid.outputs[1:], first_refund=1)
+    assert refund_only.items == [UNITS, 0, 0]
+    attack = refund_only.settle(devnet, deployment, market)
+    await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: one provider per payout")
 
-    before = balance(devnet, consumer.address)
-    await confirm(devnet, settle_by_hand(devnet, deployment, market, zero, [to_consumer]))
-    assert balance(devnet, consumer.address) - before == OWED
+    await confirm_gains(devnet, zero.settle(devnet, deployment, market), zero.gains)
+    assert zero.gains == {str(consumer.address): OWED}
     assert spent(devnet, escrow)
