@@ -28,7 +28,7 @@ from offchain.protocol.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.refusal import Refusal
 from offchain.protocol.split import refund_amount, settle_split, slash_share
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
-from offchain.protocol.types import SettleGroup
+from offchain.protocol.types import SettleReceipt
 from provider.config import RunnerSettings
 from provider.keys import ensure_key, load_key
 from provider.receipts import (
@@ -146,7 +146,7 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
         dataclasses.replace(receipt, result_hash=other),
         dataclasses.replace(receipt, evidence_hash=other),
     ):
-        signed = "is not signed by the escrows' provider key"  # checked first
+        signed = "is not signed by its provider key"  # checked first
         with pytest.raises(BuildError, match=signed):
             settle(devnet.context(), deployment, [(escrow, tampered)], market.address)
         # built by hand past that check, paying exactly what the tampered claim is worth
@@ -156,11 +156,12 @@ async def test_a_tampered_receipt_is_refused_by_the_validator(devnet, deployment
             TransactionOutput(consumer.address, split.consumer),
         ]
         claim = Claim.of_receipt(tampered)
-        made = onchain.Group(
-            [(escrow, tampered.units)], SettleGroup(claim.note, claim.signature, 0, provider.vkey)
+        alone = SettleReceipt(claim.note, claim.signature)  # signed by its own receipt: -1
+        items = [tampered.units, -1, 0]
+        attack = settle_by_hand(
+            devnet, deployment, market, [escrow], items, outputs, 1, receipts=[alone]
         )
-        attack = settle_by_hand(devnet, deployment, market, [made], outputs, first_refund=1)
-        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: claim signature")
+        await rejected(devnet, attack, SCRIPT_FAILED, "withdraw#0", "traces: receipt signature")
     settled = settle(devnet.context(), deployment, [(escrow, receipt)], market.address)
     await confirm(devnet, market.sign(settled))
 
