@@ -11,9 +11,11 @@ It is safe to be wrong: a transaction whose declared units are too small fails p
 node's mempool check and is refused before it reaches a block (no collateral is taken). Whoever
 submits then calls `forget` and builds again with evaluation.
 
-A key names what a redeemer's cost depends on (for a settle: a spend's input index; the batch
-withdrawal's number of inputs and outputs): the caller chooses it. The units kept are the most
-seen for the key, which already carry the builder's execution margin.
+A key names what a redeemer's cost depends on (for a settle: nothing for a spend, which costs
+the same at any index; for the batch withdrawal its shape: the numbers of inputs and outputs,
+each escrow's signer and payee, the escrows' places among the inputs): the caller chooses it.
+The units kept are the most seen for the key, which already carry the builder's execution
+margin.
 """
 
 from __future__ import annotations

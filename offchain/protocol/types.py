@@ -118,7 +118,7 @@ class EscrowDatum(PlutusData):
 
 
 class PayoutKind(IntEnum):
-    SETTLE = 0
+    SETTLE = 0  # retired: settle payouts carry no tag now (PROTOCOL.md); 0 is never reused
     REFUND = 1
     CANCEL = 2
 
