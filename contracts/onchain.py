@@ -169,6 +169,123 @@ class Slash(PlutusData):
 
 BondRedeemer = Union[TopUp, BeginUnbond, Withdraw, Slash]
 
+# ------------------------------------------------------------ payment channels (PROTOCOL.md)
+
+
+@dataclass()
+class ChannelTerms(PlutusData):
+    """What a channel never changes, kept off the hot path: its datum holds
+    blake2b_224(serialise_data(this)), which is also the channel's id in every IOU. `nonce` is
+    an input the open spent, so no two channels share an id. Shown in full (in the open's
+    metadata, and in the redeemer of every close, drain or end)."""
+
+    CONSTR_ID = 0
+    renter: Address
+    provider: Address
+    provider_vkey: bytes
+    close_period_ms: int
+    nonce: TxOutRef
+
+
+@dataclass()
+class ChannelDatum(PlutusData):
+    """A channel UTxO's datum: what a claim reads. `payee` is
+    blake2b_224(serialise_data(terms.provider)), `closing_at` is -1 while open, else the
+    POSIX ms from which the renter may drain."""
+
+    CONSTR_ID = 0
+    renter_vkey: bytes
+    payee: bytes
+    terms: bytes
+    claimed: int
+    closing_at: int
+
+
+@dataclass()
+class Iou(PlutusData):
+    """What a renter signs (serialise_data of this): the channel `channel` (its terms hash)
+    of the deployment whose channel script is `channel_hash` may pay its provider `amount`
+    lovelace in all, cumulative."""
+
+    CONSTR_ID = 0
+    domain: bytes
+    network_id: int
+    channel_hash: bytes
+    channel: bytes
+    amount: int
+
+
+@dataclass()
+class ChannelClaim(PlutusData):
+    """Spend a channel in a batch claim: the claim script's withdrawal checks it."""
+
+    CONSTR_ID = 0
+
+
+@dataclass()
+class ChannelTopUp(PlutusData):
+    """Anyone adds lovelace: output `output` continues the channel, same address and datum."""
+
+    CONSTR_ID = 1
+    own_input: int
+    output: int
+
+
+@dataclass()
+class StartClose(PlutusData):
+    """The renter starts the close: output `output` continues with closing_at set to the
+    validity upper bound plus the close period."""
+
+    CONSTR_ID = 2
+    own_input: int
+    output: int
+    terms: ChannelTerms
+
+
+@dataclass()
+class Drain(PlutusData):
+    """After closing_at, the rest goes to the renter (output `renter_output`, tagged)."""
+
+    CONSTR_ID = 3
+    own_input: int
+    renter_output: int
+    terms: ChannelTerms
+
+
+@dataclass()
+class ProviderEnd(PlutusData):
+    """The provider ends the channel at once: the rest goes back to the renter, tagged."""
+
+    CONSTR_ID = 4
+    own_input: int
+    renter_output: int
+    terms: ChannelTerms
+
+
+@dataclass()
+class MutualClose(PlutusData):
+    """Renter and provider both sign: the transaction is theirs."""
+
+    CONSTR_ID = 5
+    terms: ChannelTerms
+
+
+ChannelRedeemer = Union[ChannelClaim, ChannelTopUp, StartClose, Drain, ProviderEnd, MutualClose]
+
+
+@dataclass()
+class BatchClaim(PlutusData):
+    """The claim script's redeemer. Outputs [0, first_continuing) pay providers; from
+    first_continuing on, output i continues the i-th channel input in ledger order. Per
+    channel input in ledger order: `payees` its provider output, `signatures` its renter's
+    signature on the Iou of the amount its continuing datum's `claimed` names."""
+
+    CONSTR_ID = 0
+    payees: List[int]
+    signatures: List[bytes]
+    first_continuing: int
+
+
 # ------------------------------------------------------- the ledger's V3 context (exact shape)
 
 

@@ -24,10 +24,11 @@ from pycardano import (
 )
 
 from offchain.protocol.tx_reader import ledger_order
-from offchain.protocol.types import Acceptance, Claim, TxOutRef
+from offchain.protocol.types import Acceptance, Claim, Iou, TxOutRef
 
 CLAIM_DOMAIN = b"UNCHAINED/claim/v1"
 ACCEPT_DOMAIN = b"UNCHAINED/accept/v1"
+IOU_DOMAIN = b"UNCHAINED/iou/v1"
 HASH_BYTES = 32  # a receipt's result and evidence hashes, an escrow's job id: sha256
 SIGNATURE_BYTES = 64
 VKEY_BYTES = 32
@@ -87,6 +88,12 @@ def acceptance_payload(
         bond_hash.payload,
     )
     return acceptance.to_cbor()
+
+
+def iou_payload(network_id: int, channel_hash: ScriptHash, channel: bytes, amount: int) -> bytes:
+    """What a renter signs to let channel `channel` (its terms hash) of the channel script
+    `channel_hash` pay its provider `amount` lovelace in all."""
+    return Iou(IOU_DOMAIN, network_id, channel_hash.payload, channel, amount).to_cbor()
 
 
 def sign(key: SigningKey | ExtendedSigningKey, payload: bytes) -> bytes:

@@ -121,6 +121,8 @@ class PayoutKind(IntEnum):
     SETTLE = 0  # retired: settle payouts carry no tag now (PROTOCOL.md); 0 is never reused
     REFUND = 1
     CANCEL = 2
+    DRAIN = 3  # a channel's rest to its renter after the close period (the Drain redeemer's id)
+    END = 4  # a channel ended by its provider, the rest to its renter (ProviderEnd's id)
 
 
 @dataclass
@@ -266,3 +268,93 @@ class Slash(PlutusData):
     acceptance_signature: bytes
     consumer_output: int
     bond_output: int
+
+
+# --- payment channels ----------------------------------------------------------------------
+
+
+@dataclass
+class ChannelTerms(PlutusData):
+    """What a channel never changes; blake2b_224 of its CBOR is the channel's id (`terms`)."""
+
+    CONSTR_ID = 0
+    renter: PlutusAddress
+    provider: PlutusAddress
+    provider_vkey: bytes  # 32 bytes: signs an end or a mutual close
+    close_period_ms: int
+    nonce: TxOutRef  # an input the open spent: no two channels share an id
+
+
+@dataclass
+class ChannelDatum(PlutusData):
+    CONSTR_ID = 0
+    renter_vkey: bytes  # 32 bytes: signs IOUs
+    payee: bytes  # blake2b_224 of terms.provider's CBOR: where claims pay
+    terms: bytes  # blake2b_224 of the ChannelTerms' CBOR: the channel id
+    claimed: int  # lovelace paid to the provider so far (the last IOU claimed)
+    closing_at: int  # -1 while open, else POSIX ms from which the renter may drain
+
+
+@dataclass
+class Iou(PlutusData):
+    """What a renter signs: channel `channel` may pay its provider `amount` lovelace in all."""
+
+    CONSTR_ID = 0
+    domain: bytes
+    network_id: int
+    channel_hash: bytes
+    channel: bytes
+    amount: int
+
+
+@dataclass
+class ChannelClaim(PlutusData):
+    CONSTR_ID = 0
+
+
+@dataclass
+class ChannelTopUp(PlutusData):
+    CONSTR_ID = 1
+    own_input: int
+    output: int
+
+
+@dataclass
+class StartClose(PlutusData):
+    CONSTR_ID = 2
+    own_input: int
+    output: int
+    terms: ChannelTerms
+
+
+@dataclass
+class Drain(PlutusData):
+    CONSTR_ID = 3
+    own_input: int
+    renter_output: int
+    terms: ChannelTerms
+
+
+@dataclass
+class ProviderEnd(PlutusData):
+    CONSTR_ID = 4
+    own_input: int
+    renter_output: int
+    terms: ChannelTerms
+
+
+@dataclass
+class MutualClose(PlutusData):
+    CONSTR_ID = 5
+    terms: ChannelTerms
+
+
+@dataclass
+class BatchClaim(PlutusData):
+    """The claim script's redeemer: per channel input in ledger order, its provider output
+    and its renter's IOU signature; continuing outputs start at `first_continuing`."""
+
+    CONSTR_ID = 0
+    payees: list[int]
+    signatures: list[bytes]
+    first_continuing: int
