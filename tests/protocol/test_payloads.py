@@ -4,6 +4,7 @@ claim on its one escrow, its note the hash of its result and evidence."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pycardano import (
@@ -21,13 +22,16 @@ from uplc.ast import BuiltInFun, BuiltInFunEvalMap, data_from_cbor
 import offchain.devnet.phase2  # noqa: F401  (it puts the ledger's serialiseData in uplc's builtins)
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.payloads import (
+    IOU_DOMAIN,
     acceptance_payload,
     claim_payload,
+    iou_payload,
     receipt_note,
     receipt_payload,
     sign,
     verify,
 )
+from offchain.protocol.types import Iou
 
 SETTLE_HASH = ScriptHash(bytes(range(200, 228)))
 ESCROW_HASH = ScriptHash(bytes(range(28)))
@@ -88,8 +92,21 @@ def test_payloads_are_what_serialise_data_makes_of_them(units, digest, network):
         receipt(units=units, result_hash=digest, network_id=network),
         claim_payload(network, SETTLE_HASH, digest, many),
         acceptance_payload(network, ESCROW_HASH, ESCROW, digest, BOND_HASH),
+        iou_payload(network, SETTLE_HASH, digest[:28], units % 2**64),
     ):
         assert SERIALISE_DATA(data_from_cbor(payload)).value == payload
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.binary(min_size=28, max_size=28))
+def test_the_iou_written_by_hand_is_the_iou_data(amount, network, channel):
+    """iou_payload writes its CBOR directly, for speed: byte for byte pycardano's Iou."""
+    expected = Iou(IOU_DOMAIN, network, SETTLE_HASH.payload, channel, amount).to_cbor()
+    assert iou_payload(network, SETTLE_HASH, channel, amount) == expected
+
+
+def test_an_iou_past_64_bits_is_refused():
+    with pytest.raises(ValueError, match="64-bit"):
+        iou_payload(0, SETTLE_HASH, bytes(28), 2**64)
 
 
 def test_a_signature_is_bound_to_every_field():
