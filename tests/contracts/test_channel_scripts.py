@@ -213,8 +213,9 @@ def honest() -> Batch:
 
 
 def claim(reference: bool, attack: Callable[[Batch], object] | None) -> ScriptOutcome:
-    """The claim script's run on the honest batch, broken by `attack` first."""
-    script = claim_script(NETWORK)
+    """A claim script's run (the deployed one, or its reference) on the honest batch, broken by
+    `attack` first."""
+    script = claim_script(NETWORK, reference)
     batch = honest()
     if attack is not None:
         attack(batch)
@@ -396,16 +397,18 @@ CLAIM_ATTACKS = {  # an honest batch broken one way, and the check that refuses 
 }
 
 
-def test_the_honest_batch_passes():
-    outcome = claim(False, None)
-    assert outcome.error is None, (outcome.error, outcome.traces)
+def test_both_claim_scripts_pass_the_honest_batch():
+    for reference in (False, True):
+        outcome = claim(reference, None)
+        assert outcome.error is None, (reference, outcome.error, outcome.traces)
 
 
 @pytest.mark.parametrize("name", CLAIM_ATTACKS)
-def test_a_broken_batch_is_refused_by_its_trace(name):
+def test_both_claim_scripts_refuse_a_broken_batch_with_the_same_trace(name):
     attack, trace = CLAIM_ATTACKS[name]
-    outcome = claim(False, attack)
-    assert outcome.error is not None and trace in " ".join(outcome.traces), outcome
+    deployed, readable = claim(False, attack), claim(True, attack)
+    assert deployed.error is not None and trace in " ".join(deployed.traces), deployed
+    assert readable.error is not None and readable.traces == deployed.traces, readable
 
 
 def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
@@ -417,7 +420,7 @@ def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
         batch = Batch(channels, [out(address("p1"), n * 5_000_000)])
         batch.signatures = [c.signature() for c in batch.ledger()]
         batch.continuing = [c.continuing() for c in batch.ledger()]
-        script = claim_script(NETWORK)
+        script = claim_script(NETWORK, reference)
         outcome = evaluate(
             bytes(script), "withdraw", batch.context(plutus_script_hash(script).payload)
         )
@@ -695,3 +698,10 @@ def test_a_broken_spend_is_refused_by_its_trace(name):
     honest_name, attack, trace = SPEND_ATTACKS[name]
     outcome = spent(honest_name, attack)
     assert outcome.error is not None and trace in " ".join(outcome.traces), outcome
+
+
+def test_the_deployed_claim_costs_under_100k_memory_per_channel_linearly():
+    """Issue 22's target; the fit is exact (no term grows faster than the batch)."""
+    fixed, per_channel = memory_per_channel(False, range(1, 7))
+    assert per_channel < 100_000
+    assert memory_per_channel(False, range(20, 41, 10)) == (fixed, per_channel)
