@@ -3,7 +3,7 @@
 `contracts/channel_claim.py` (OpShin) is the readable reference of the same checks, in the
 same order (so a refused batch fails with the same trace in both), and
 tests/contracts/test_channel_scripts.py runs every vector against both. OpShin's calling
-convention cost 185K memory per channel there; here, as in `settle_uplc.py` (whose helpers
+convention cost 186K memory per channel there; here, as in `settle_uplc.py` (whose helpers
 this reuses), the walk is one recursive function over the inputs whose constants are closed
 over: each channel's fields are read once, its checks are `ifThenElse` chains, payout 0
 (the builder puts the provider with the most channels first) is accumulated in the walk's own
