@@ -29,7 +29,6 @@ from pluthon import (
     Ite,
     LessThanEqualsInteger,
     LessThanInteger,
-    ListData,
     MapData,
     MkCons,
     NullList,
@@ -63,6 +62,7 @@ from contracts.settle_uplc import (
     lovelace,
     not_null,
     nth,
+    payees,
     recursive,
     tag,
     tail,
@@ -75,23 +75,6 @@ TRUE = UPLCConstant(U.BuiltinBool(True))
 ONE_EACH = "one payee and signature per channel, and no script but channels and this withdrawal"
 
 WALK_STATE = ["inputs", "conts", "payees", "sigs", "reds", "sum0", "paccs"]
-
-
-def payee_hashes() -> AST:
-    r"""\self outs n -> [B blake2b_224(serialise_data(address)), I 0] (list Data) for each of
-    the first n outputs: the provider outputs' accumulators."""
-    return recursive(
-        ["outs", "n"],
-        Ite(
-            EqualsInteger(V("n"), Integer(0)),
-            EMPTY,
-            MkCons(
-                ListData(MkCons(payee_of(HeadList(V("outs"))), MkCons(UPLCConstant(
-                    U.PlutusInteger(0)), EMPTY))),
-                call(V("self"), TailList(V("outs")), SubtractInteger(V("n"), Integer(1))),
-            ),
-        ),
-    )  # fmt: skip
 
 
 def payee_of(output: AST) -> AST:
@@ -317,7 +300,7 @@ def _body() -> AST:
                     Ite(
                         LessThanInteger(Integer(0), V("first")),
                         call(
-                            payee_hashes(),
+                            payees(payee_of),
                             TailList(V("outputs")),
                             SubtractInteger(V("first"), Integer(1)),
                         ),

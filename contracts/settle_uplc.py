@@ -15,6 +15,8 @@ way `contracts.artifacts.apply_parameters` applies OpShin's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pluthon import (
     AddInteger,
     Apply,
@@ -304,20 +306,21 @@ def holds(out: AST, total: AST) -> AST:
     )
 
 
-def payees() -> AST:
-    r"""\self outs n -> [address, I 0] (list Data) for each of the first n outputs."""
+def address_of(output: AST) -> AST:
+    """The address of a ledger TxOut: what a settle's provider output is paid to."""
+    return HeadList(fields(output))
+
+
+def payees(key: Callable[[AST], AST] = address_of) -> AST:
+    r"""\self outs n -> [key, I 0] (list Data) for each of the first n outputs: the provider
+    outputs' accumulators, `key` what each output's escrows (or channels) must name."""
     return recursive(
         ["outs", "n"],
         Ite(
             EqualsInteger(V("n"), Integer(0)),
             EMPTY,
             MkCons(
-                ListData(
-                    MkCons(
-                        HeadList(fields(HeadList(V("outs")))),
-                        MkCons(IData(Integer(0)), EMPTY),
-                    )
-                ),
+                ListData(MkCons(key(HeadList(V("outs"))), MkCons(IData(Integer(0)), EMPTY))),
                 call(V("self"), TailList(V("outs")), SubtractInteger(V("n"), Integer(1))),
             ),
         ),
