@@ -274,9 +274,10 @@ async def test_the_renter_drains_only_after_the_close_period_and_once(devnet, de
     paid = payout_to(terms_a, a, PayoutKind.DRAIN)
     tip = Clock.now(devnet.context()).tip_slot
 
-    def drained(channel, terms, outputs, start, index=0, **extra):
+    def drained(channel, terms, outputs, start, **extra):
+        """`channel` drained into output 0 (`extra`: more spends, as `by_hand` takes them)."""
         return by_hand(
-            devnet, deployment, market, channel, lambda own: Drain(own, index, terms),
+            devnet, deployment, market, channel, lambda own: Drain(own, 0, terms),
             outputs, start=start, **extra,
         )  # fmt: skip
 
@@ -305,8 +306,11 @@ async def test_the_renter_drains_only_after_the_close_period_and_once(devnet, de
                  tip), "payout address"),
     ):  # fmt: skip
         await refused(devnet, attack, reason)
-    honest = drained(a, terms_a, [paid], tip)
-    await confirm_gains(devnet, honest, {str(renter.address): a.lovelace})
+    honest = drained(  # both in one transaction, each paid by its own tagged output
+        a, terms_a, [paid, payout_to(terms_b, b, PayoutKind.DRAIN)], tip,
+        spends=[Spend(b.utxo, deployment.channel_ref, lambda own: Drain(own, 1, terms_b))],
+    )  # fmt: skip
+    await confirm_gains(devnet, honest, {str(renter.address): a.lovelace + b.lovelace})
 
 
 async def test_a_close_runs_from_its_upper_bound_and_cannot_be_backdated(devnet, deployment):
