@@ -195,9 +195,16 @@ class ChannelBook:
 
     def live(self) -> list[BookEntry]:
         """The channels the chain still holds, oldest first: what the claim schedule watches."""
+        return self._select("WHERE ended = 0")
+
+    def entries(self) -> list[BookEntry]:
+        """Every channel ever admitted, oldest first."""
+        return self._select("")
+
+    def _select(self, where: str) -> list[BookEntry]:
         with self._lock:
-            rows = self._db.execute("SELECT * FROM channel WHERE ended = 0 ORDER BY rowid")
-            return [_entry(row) for row in rows.fetchall()]
+            rows = self._db.execute(f"SELECT * FROM channel {where} ORDER BY rowid").fetchall()
+        return [_entry(row) for row in rows]
 
 
 def _entry(row: Any) -> BookEntry:
