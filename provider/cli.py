@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.bond_cli import app as bond_app
+from provider.channel_cli import app as channel_app
 from provider.config import Offer, Prices, ProviderConfig, default_offer, to_toml
 from provider.daemon.capacity import slots_of
 from provider.inventory import HostInventory, host_inventory
@@ -46,6 +47,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(bond_app, name="bond")
+app.add_typer(channel_app, name="channel")
 
 
 def provider_config(path: Path, flags: dict[str, Any]) -> tuple[ProviderConfig, HostInventory]:
