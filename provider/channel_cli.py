@@ -96,7 +96,7 @@ def list_channels(
 
 
 def channel_row(entry: BookEntry) -> dict[str, str | int]:
-    from provider.channels import OPEN
+    from offchain.protocol.channel import OPEN
 
     view = entry.view
     state = "ended" if entry.ended else "open" if view.closing_at == OPEN else "closing"

@@ -24,9 +24,8 @@ from typing import Any
 from pycardano import ScriptHash
 
 from offchain.errors import UnchainedError
+from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import SignedIou
-
-OPEN = -1  # closing_at while the renter has not started a close
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS channel (

@@ -22,6 +22,7 @@ from pycardano import Address, ChainContext, TransactionInput, TransactionOutput
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import format_out_ref, utxo_at
 from offchain.protocol.channel import (
+    OPEN,
     Channel,
     ChannelRefused,
     check_channel,
@@ -34,7 +35,7 @@ from offchain.protocol.iou import SignedIou
 from offchain.protocol.refusal import script_datum
 from offchain.protocol.txbuild import BuildError, Wallet, out_ref
 from offchain.protocol.types import ChannelDatum, ChannelTerms
-from provider.channels import OPEN, BookEntry, ChannelBook, ChannelView
+from provider.channels import BookEntry, ChannelBook, ChannelView
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
 from provider.daemon.chain import Chain

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from pycardano import PaymentSigningKey, ScriptHash
 
+from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import SignedIou
 from provider.channels import (
-    OPEN,
     BadIouSignature,
     ChannelBook,
     ChannelView,
