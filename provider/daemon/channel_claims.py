@@ -145,6 +145,10 @@ class ChannelClaimer:
                 continue
             if channel.id == view.id and out_ref(utxo) != view.utxo:
                 candidates.append(channel)
+        if len(candidates) > 1:  # a copy of its datum: anyone may pay to a script address
+            log.warning("channel %s: %d outputs at %s carry its id: %s; following the least "
+                        "claimed", view.id.hex(), len(candidates), view.address,
+                        ", ".join(out_ref(c.utxo) for c in candidates))  # fmt: skip
         return min(candidates, key=lambda c: c.datum.claimed, default=None)
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:

@@ -2,15 +2,18 @@
 which admits them to its book (checked on chain) and takes their IOUs; its claim schedule
 claims every channel's latest IOU in one transaction, to the lovelace, then waits for the next
 interval; a channel whose renter starts a close is claimed at once, by a schedule started
-afresh on the same book; a drained channel leaves the book."""
+afresh on the same book; a drained channel leaves the book; a channel that cannot be claimed
+holds up no other."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from offchain.chain.submit import tip_point
+from offchain.devnet.genesis import ADA
 from offchain.protocol import channel as channels
 from offchain.protocol.channel import ChannelRefused, read_channel
 from offchain.protocol.deployment import Deployment
@@ -127,3 +130,27 @@ async def test_a_channel_for_another_provider_is_not_admitted(
     with pytest.raises(ChannelRefused, match="another payout address"):
         admit(devnet.context(), deployment, book, channel.utxo.input, terms, provider, SETTINGS)
     assert book.get(channel.id) is None
+
+
+async def test_a_channel_that_cannot_be_claimed_does_not_hold_up_the_one_beside_it(
+    devnet, deployment: Deployment, tmp_path: Path, caplog
+) -> None:
+    """An IOU the chain cannot pay (taken while the book believed the channel held more, as
+    after a rise in the ledger's minimum UTxO) fails its batch: the other channel is claimed
+    alone, the failing one is logged and left for the next round."""
+    provider = await wallet(devnet)
+    book = book_at(tmp_path / "channels.sqlite", deployment)
+    (renter, short, _), (other, good, _) = [
+        await opened(devnet, deployment, provider, book) for _ in range(2)
+    ]
+    believed = book.get(short.id).view
+    book.seen(dataclasses.replace(believed, capacity=believed.capacity + 10 * ADA))
+    book.accept(iou(deployment, renter, short, believed.capacity + ADA))  # more than it holds
+    book.accept(iou(deployment, other, good, 2_000_000))
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+
+    await ChannelClaimer(chain, book, SETTINGS).tick()
+
+    assert book.get(good.id).view.claimed == 2_000_000
+    assert book.get(short.id).view == believed  # read again from the chain, nothing claimed
+    assert f"on channel {short.id.hex()}" in caplog.text
