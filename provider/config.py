@@ -163,9 +163,10 @@ class DaemonSettings(_Section):
         "exceeds its renter's acknowledged IOUs by at most this much",
     )  # fmt: skip
     channel_claim_interval_s: int = Field(
-        3600, ge=1, description="how often every channel's latest IOU is claimed (one batch "
-        "transaction); a channel whose renter started a close is claimed at the next payout "
-        "check (payout_every_ms), whatever this says",
+        3600, ge=1, description="how often every channel's latest IOU is claimed (batch "
+        "transactions; the first IOU after a quiet spell at the next payout check); a channel "
+        "whose renter started a close is claimed at the next payout check (payout_every_ms), "
+        "whatever this says",
     )  # fmt: skip
     channel_claim_batch_max: int = Field(50, ge=1, description="channels per claim transaction")
     channel_min_deposit_lovelace: int = Field(

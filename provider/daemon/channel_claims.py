@@ -5,10 +5,12 @@ the chain, `check_channel`ed) and the claim schedule, which the daemon runs ever
 Each round reads every live channel of the book from the chain (a claim, a top-up or a close
 is seen there, whoever made it) and claims, in batches of `channel_claim_batch_max` channels
 per transaction signed by the provider's key: every channel whose latest IOU exceeds what is
-claimed on chain, every `channel_claim_interval_s`; and at once any such channel whose renter
-started a close (its IOUs are worthless from `closing_at`: `channel_min_close_period_ms`,
-checked on admission, leaves the rounds time for it). A batch that cannot be claimed is tried
-channel by channel. Nothing is kept in memory that a restart would need: the book is the state.
+claimed on chain, once `channel_claim_interval_s` has passed since the last round that
+claimed them all (so an IOU after a quiet spell is claimed at the next round); and at once
+any such channel whose renter started a close (its IOUs are worthless from `closing_at`:
+`channel_min_close_period_ms`, checked on admission, leaves the rounds time for it). A batch
+that cannot be claimed is tried channel by channel. Nothing is kept in memory that a restart
+would need: the book is the state.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ import logging
 from collections.abc import Sequence
 
 from ogmios.errors import ResponseError
-from pycardano import Address, ChainContext, TransactionInput, TransactionOutput
+from pycardano import (
+    Address,
+    ChainContext,
+    Transaction,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+)
 
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import format_out_ref, utxo_at
@@ -88,7 +97,7 @@ class ChannelClaimer:
         self.chain = chain
         self.book = book
         self.settings = settings
-        self.last_round_ms: int | None = None  # None: since the start, no round claimed all
+        self.last_round_ms: int | None = None  # the last round that claimed all; None: none yet
 
     async def tick(self) -> None:
         """Read the book's channels from the chain; claim those falling due."""
@@ -109,7 +118,7 @@ class ChannelClaimer:
                           entry.view.id.hex(), closing, entry.unclaimed)  # fmt: skip
             elif every or closing != OPEN:
                 due.append((channels[entry.view.id], entry.iou))
-        if every:
+        if every and due:
             self.last_round_ms = now
         most = self.settings.channel_claim_batch_max
         for start in range(0, len(due), most):
@@ -152,8 +161,7 @@ class ChannelClaimer:
         return min(candidates, key=lambda c: c.datum.claimed, default=None)
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:
-        """Claim `claims` in one transaction from the provider's wallet, then record what the
-        chain shows of them."""
+        """Claim `claims` in one transaction from the provider's wallet, then record it."""
         chain = self.chain
         wallet = chain.wallet
         unsigned = await chain.call(
@@ -164,8 +172,20 @@ class ChannelClaimer:
         log.info("claiming %d channel(s), %d lovelace: tx %s fee %d lovelace",
                  len(claims), total, tx.id, tx.transaction_body.fee)  # fmt: skip
         await submit_confirmed(chain.url, tx)
-        ids = {channel.id for channel, _ in claims}
-        await chain.call(self.refresh, [e for e in self.book.live() if e.view.id in ids])
+        await chain.call(self._continued, tx, {channel.id for channel, _ in claims})
+
+    def _continued(self, tx: Transaction, ids: set[bytes]) -> None:
+        """Record the continuing outputs of the confirmed claim `tx` (built here, so none of
+        them is a copy) for the channels `ids`: what they now hold and have claimed."""
+        for index, output in enumerate(tx.transaction_body.outputs):
+            try:
+                channel = read_channel(
+                    self.chain.deployment, UTxO(TransactionInput(tx.id, index), output)
+                )
+            except ValueError:  # a payout or the change
+                continue
+            if channel.id in ids:
+                self.book.seen(view_of(self.chain.context, channel))
 
 
 def _failed(claim: tuple[Channel, SignedIou], exc: Exception) -> None:

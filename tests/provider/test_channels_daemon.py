@@ -1,8 +1,8 @@
 """The real daemon (`unchained provider run`, a child process) claims channels from the book
-it shares with the process that takes IOUs (here the test, as the gateway will): its first
-round claims the latest IOU, and when the renter starts a close it claims the next one at once,
-an hour before its next round; the provider gains the IOUs less the claims' fees, to the
-lovelace."""
+it shares with the process that takes IOUs (here the test, as the gateway will): the first IOU
+is claimed at the next round, and when the renter starts a close the next one is claimed at
+once, an hour before the next round that claims all; the provider gains the IOUs less the
+claims' fees, to the lovelace."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.protocol.onchain import balance, confirm, wallet
 from tests.provider.daemon_harness import daemon_on_market, quiet_market
 
 CHANNEL_SETTINGS = {
-    "channel_claim_interval_s": 3600,  # after the first round, only a close is claimed
+    "channel_claim_interval_s": 3600,  # after the first claim, only a close is claimed
     "channel_min_deposit_lovelace": DEPOSIT,
     "channel_min_close_period_ms": CLOSE_MS,
 }
