@@ -25,7 +25,6 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,9 @@ from bench.contracts import (
     MAX_BYTES,
     MAX_CPU,
     MAX_MEMORY,
+    Measure,
     cost,
+    cost_rows,
     deployed,
     fit_memory,
     largest_batch,
@@ -73,20 +74,25 @@ def renter_iou(deployment: Deployment, renter: Wallet, channel: Channel, amount:
 
 
 async def open_many(
-    devnet: DevnetProcess, deployment: Deployment, funder: Wallet, provider: Wallet, count: int
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    funder: Wallet,
+    provider: Wallet,
+    count: int,
+    stake: bool = True,
 ) -> list[tuple[Channel, Wallet]]:
-    """`count` channels for `provider`, each its own (staked) renter, made as outputs in as
-    few transactions as fit (as bench/contracts.py's lock_many makes escrows): a claim
-    reads only the datum, so each nonce is only made unique (a hash of the renter's key)
-    instead of an input the open spends."""
+    """`count` channels for `provider`, each its own renter (staked, or with `stake` False at
+    an enterprise address, as its channel then is), made as outputs in as few transactions
+    as fit (as bench/contracts.py's lock_many makes escrows): a claim reads only the datum,
+    so each nonce is only made unique (a hash of the renter's key) instead of an input the
+    open spends."""
     made: list[tuple[Channel, Wallet]] = []
     while len(made) < count:
         context = devnet.context()
         builder = new_builder(context)
         builder.add_input_address(funder.address)
-        renters = [
-            staked(PaymentSigningKey.generate()) for _ in range(min(OPEN_PER_TX, count - len(made)))
-        ]
+        keys = [PaymentSigningKey.generate() for _ in range(min(OPEN_PER_TX, count - len(made)))]
+        renters = [staked(k) if stake else Wallet.of(k, deployment.network) for k in keys]
         for renter in renters:
             nonce = TxOutRef(hashlib.sha256(renter.vkey).digest(), 0)
             terms = ChannelTerms(
@@ -259,19 +265,29 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
             session = await channel_session(done, claims)
             by_escrows = await escrow_session(devnet, deployment)
             provider, funder = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
-            pool = await open_many(devnet, deployment, funder, provider, batch_limit + 1)
+            pools = [
+                await open_many(devnet, deployment, funder, provider, batch_limit + 1, stake)
+                for stake in (True, False)
+            ]
 
-            def claiming(n: int) -> Awaitable[dict[str, Any]]:
-                return claim_cost(devnet, deployment, provider, pool[:n])
+            def claiming(pool: list[tuple[Channel, Wallet]]) -> Measure:
+                return lambda n: claim_cost(devnet, deployment, provider, pool[:n])
 
-            size, batch, stop = await largest_batch(claiming, batch_limit)
-            costs = await profile(claiming, size)
+            size, batch, stop = await largest_batch(claiming(pools[0]), batch_limit)
+            costs = await profile(claiming(pools[0]), size)
+            print("  renters at enterprise addresses (no stake part):")
+            enterprise = await largest_batch(claiming(pools[1]), batch_limit)
         finally:
             devnet.stop()
     fit = fit_memory(costs)
     return {
         "channels_per_claim_tx": size,
         "claim_stopped_by": stop,
+        "enterprise_renters": {  # no stake part: 28 bytes less in each continuing output
+            "channels_per_claim_tx": enterprise[0],
+            "claim_fee_per_channel_lovelace": -(-enterprise[1]["fee_lovelace"] // enterprise[0]),
+            "stopped_by": enterprise[2],
+        },
         "claim_memory_per_channel": fit["per_escrow"],
         "claim_memory_fit": {
             "constant": fit["constant"],
@@ -304,13 +320,9 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = [f"{'action':<20}{'memory':>12}{'cpu':>16}{'fee (lovelace)':>16}{'bytes':>8}"]
-    rows = {**results["actions"], f"claim x{results['channels_per_claim_tx']}": results["batch"]}
-    for name, row in rows.items():
-        lines.append(
-            f"{name:<20}{row['memory']:>12,}{row['cpu']:>16,}{row['fee_lovelace']:>16,}"
-            f"{row['tx_bytes']:>8,}"
-        )
+    lines = cost_rows(
+        {**results["actions"], f"claim x{results['channels_per_claim_tx']}": results["batch"]}
+    )
     session = results["session"]
     channel, by_escrows = session["channel"], session["escrows"]
     sizes = ", ".join(f"{k} {v:,} B" for k, v in results["script_bytes"].items())
@@ -324,6 +336,10 @@ def table(results: dict[str, Any]) -> str:
         )
         + f" (target {TARGETS['claim_memory_per_channel']:,} per channel)",
         f"claim fee per channel: {results['claim_fee_per_channel_lovelace']:,} lovelace",
+        "renters at enterprise addresses (channels too): {channels_per_claim_tx} channels per "
+        "claim ({claim_fee_per_channel_lovelace:,} lovelace each); stopped by {stopped_by}".format(
+            **results["enterprise_renters"]
+        ),
         f"IOU verifications per second (one core): {results['iou_verify_per_s']:,}",
         f"{session['requests']:,} requests at {session['price_per_request_lovelace']:,} lovelace:",
         f"  by IOUs: {channel['transactions']} transactions ({channel['claims']} claims), "

@@ -280,7 +280,7 @@ def _continue(
     channel: Channel,
     claimed: int,
     take: int,
-) -> int:
+) -> None:
     """The claimed channel's continuing output: same address and tokens, `take` lovelace
     less, `claimed` recorded; BuildError when that leaves less than its minimum UTxO."""
     datum = dataclasses.replace(channel.datum, claimed=claimed)
@@ -292,7 +292,7 @@ def _continue(
             f"a claim of {take} leaves {out_ref(channel.utxo)} {value.coin} lovelace, below its "
             f"minimum UTxO {least}: at most {channel.lovelace - least} fits"
         )
-    return add_output(builder, output)
+    builder.add_output(output)
 
 
 def top_up(

@@ -10,6 +10,8 @@ import hashlib
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pycardano import ScriptHash, plutus_script_hash
 
 from contracts.artifacts import channel_script, claim_script
@@ -17,7 +19,7 @@ from offchain.devnet.params import ProtocolParameters
 from offchain.devnet.phase2 import ScriptJob, ScriptOutcome, run_job
 from offchain.devnet.script_context import FALSE, NOTHING, TRUE, Constr, Data, DataMap, encode_data
 from offchain.protocol.payloads import iou_payload, sign
-from tests.contracts.test_settle_scripts import NO_DATUM, address, key, out, vkey
+from tests.contracts.test_settle_scripts import NO_DATUM, address, both, key, out, vkey
 
 NETWORK = 0
 DEPOSIT = 20_000_000
@@ -29,6 +31,7 @@ CHANNEL_HASH = plutus_script_hash(CHANNEL).payload
 OTHER_SCRIPT = hashlib.blake2b(b"always succeeds", digest_size=28).digest()
 CLAIM = Constr(0)  # the channels' spend redeemer in a batch claim
 POLICY = b"\x0a" * 28
+ELSEWHERE = Constr(0, (Constr(1, (CHANNEL_HASH,)), NOTHING))  # the channel script, unstaked
 
 
 def blake2b_224(data: bytes) -> bytes:
@@ -106,7 +109,7 @@ class Channel:
 
     def continuing(self, **changes: Data) -> Constr:
         """Its continuing output in an honest claim of `amount`."""
-        datum = self.datum(claimed=self.amount, **changes)
+        datum = self.datum(**{"claimed": self.amount, **changes})
         held = value(self.lovelace - (self.amount - self.claimed), self.tokens)
         return Constr(0, (self.address, held, Constr(2, (datum,)), NOTHING))
 
@@ -212,8 +215,9 @@ def honest() -> Batch:
 
 
 def claim(reference: bool, attack: Callable[[Batch], object] | None) -> ScriptOutcome:
-    """The claim script's run on the honest batch, broken by `attack` first."""
-    script = claim_script(NETWORK)
+    """A claim script's run (the deployed one, or its reference) on the honest batch, broken by
+    `attack` first."""
+    script = claim_script(NETWORK, reference)
     batch = honest()
     if attack is not None:
         attack(batch)
@@ -347,7 +351,7 @@ CLAIM_ATTACKS = {  # an honest batch broken one way, and the check that refuses 
     "tokens slipped into a continuing output": (valued(0, 0, 1), "continuing value"),
     "tokens slipped out of a continuing output": (valued(3, 0, 0), "continuing value"),
     "a continuing output elsewhere (another stake)": (
-        moved(0, Constr(0, (Constr(1, (CHANNEL_HASH,)), NOTHING))),
+        moved(0, ELSEWHERE),
         "continuing address",
     ),
     "a continuing output at the renter": (moved(1, address("bob")), "continuing address"),
@@ -392,19 +396,91 @@ CLAIM_ATTACKS = {  # an honest batch broken one way, and the check that refuses 
     "a payout counted for two channels": (double_counted, "provider payout"),
     "a payout a lovelace short": (payout(1, more=-1), "provider payout"),
     "a payout with a datum": (payout(0, datum=Constr(2, (b"tag",))), "provider payout"),
+    "a continuing datum claiming more than the lovelace taken": (
+        tampered(0, claimed=5_000_001),
+        "continuing value",
+    ),
+}
+
+UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing in one at least)
+    "a payee past the provider outputs": lambda b: setattr(b, "payees", [0, 0, 2, 0]),
+    "a negative payee": lambda b: setattr(b, "payees", [0, 0, -1, 0]),
+    "a missing signature": lambda b: b.signatures.pop(),
+    "a missing continuing output": lambda b: b.continuing.pop(),
+    "first_continuing past the outputs": lambda b: setattr(b, "first_continuing", 99),
+    "a continuing output without a datum": continuing(
+        0, lambda c: Constr(0, (c.address, value(c.lovelace - c.amount), NO_DATUM, NOTHING))
+    ),
 }
 
 
-def test_the_honest_batch_passes():
-    outcome = claim(False, None)
-    assert outcome.error is None, (outcome.error, outcome.traces)
+def test_both_claim_scripts_pass_the_honest_batch():
+    for reference in (False, True):
+        outcome = claim(reference, None)
+        assert outcome.error is None, (reference, outcome.error, outcome.traces)
 
 
 @pytest.mark.parametrize("name", CLAIM_ATTACKS)
-def test_a_broken_batch_is_refused_by_its_trace(name):
+def test_both_claim_scripts_refuse_a_broken_batch_with_the_same_trace(name):
     attack, trace = CLAIM_ATTACKS[name]
-    outcome = claim(False, attack)
-    assert outcome.error is not None and trace in " ".join(outcome.traces), outcome
+    deployed, readable = claim(False, attack), claim(True, attack)
+    assert deployed.error is not None and trace in " ".join(deployed.traces), deployed
+    assert readable.error is not None and readable.traces == deployed.traces, readable
+
+
+@pytest.mark.parametrize("name", UNTRACED)
+def test_both_claim_scripts_refuse_an_index_out_of_range(name):
+    deployed, readable = claim(False, UNTRACED[name]), claim(True, UNTRACED[name])
+    assert deployed.error is not None, deployed
+    assert readable.error is not None, readable
+    assert not (deployed.traces and readable.traces) or deployed.traces == readable.traces
+
+
+def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
+    """The honest batch with numbers moved: (what, which, by) of a payee, first_continuing,
+    a provider output's lovelace, a continuing output's lovelace or claimed, or the upper
+    bound."""
+
+    def nudge(batch: Batch) -> None:
+        batch.payees = batch.payees or [c.payee for c in batch.ledger()]
+        for what, which, by in changes:
+            n = which % len(batch.channels)
+            if what == "payee":
+                batch.payees[n] += by
+            elif what == "first_continuing":
+                batch.first_continuing = len(batch.payouts) + by
+            elif what == "payout":
+                payout(which % len(batch.payouts), more=by)(batch)
+            elif what == "lovelace":
+                valued(n, by, batch.ledger()[n].tokens)(batch)
+            elif what == "claimed":
+                tampered(n, claimed=batch.ledger()[n].amount + by)(batch)
+            else:
+                batch.upper = NOW + by
+
+    return nudge
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["payee", "first_continuing", "payout", "lovelace", "claimed", "upper"]
+            ),
+            st.integers(0, 9),
+            st.integers(-2, 2),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_both_claim_scripts_agree_on_any_nudge_of_the_honest_batch(changes):
+    """Same outcome; the same trace where both trace."""
+    deployed, readable = claim(False, nudged(changes)), claim(True, nudged(changes))
+    assert (deployed.error is None) == (readable.error is None), (deployed, readable)
+    if deployed.traces and readable.traces:
+        assert deployed.traces == readable.traces
 
 
 def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
@@ -416,7 +492,7 @@ def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
         batch = Batch(channels, [out(address("p1"), n * 5_000_000)])
         batch.signatures = [c.signature() for c in batch.ledger()]
         batch.continuing = [c.continuing() for c in batch.ledger()]
-        script = claim_script(NETWORK)
+        script = claim_script(NETWORK, reference)
         outcome = evaluate(
             bytes(script), "withdraw", batch.context(plutus_script_hash(script).payload)
         )
@@ -428,3 +504,286 @@ def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
         (n - mean_n) ** 2 for n, _ in points
     )
     return mean_m - slope * mean_n, slope
+
+
+# ------------------------------------------------------------------------- channel spends
+
+
+def signer(name: str) -> bytes:
+    """The payment key hash of `name`'s key (also blake2b_224 of its vkey)."""
+    return key(name).to_verification_key().hash().payload
+
+
+@dataclasses.dataclass
+class Spend:
+    """A transaction spending one channel (alice's to p1) with the fee input beside it."""
+
+    channel: Channel
+    redeemer: Constr
+    outputs: list[Constr]
+    signatories: list[bytes] = dataclasses.field(default_factory=list)
+    lower: int | None = None
+    upper: int | None = None
+    withdrawals: list[Constr] = dataclasses.field(default_factory=list)
+    purpose: Constr | None = None
+
+    def context(self) -> Constr:
+        spent = Constr(0, self.channel.ref)
+        info = tx_info(
+            [self.channel.input(), fee_input()],
+            [*self.outputs, out(address("submitter"), 9_000_000)],
+            [(Constr(1, (spent,)), self.redeemer)], self.withdrawals,
+            interval(self.lower, self.upper), self.signatories,
+        )  # fmt: skip
+        purpose = self.purpose or Constr(1, (spent, Constr(0, (self.channel.datum(),))))
+        return Constr(0, (info, self.redeemer, purpose))
+
+
+def kept(c: Channel, lovelace: int = 0, tokens: int | None = None, **datum: Data) -> Constr:
+    """A continuing output of channel c: `lovelace` more, its datum with `datum` changed."""
+    held = value(c.lovelace + lovelace, c.tokens if tokens is None else tokens)
+    return Constr(0, (c.address, held, Constr(2, (c.datum(**datum),)), NOTHING))
+
+
+def tagged(kind: int, channel_ref: tuple[bytes, int]) -> Constr:
+    return Constr(2, (Constr(0, (kind, Constr(0, channel_ref))),))
+
+
+def to_renter(c: Channel, kind: int, more: int = 0) -> Constr:
+    return out(address(c.renter), c.lovelace + more, tagged(kind, c.ref))
+
+
+def alice(**changes: object) -> Channel:
+    return dataclasses.replace(Channel("alice", "p1", ref(0), claimed=3_000_000), **changes)
+
+
+def spend(name: str) -> Spend:
+    """The honest spend of alice's channel by redeemer `name`."""
+    c = alice()
+    terms = c.terms()
+    if name == "claim":
+        return Spend(c, CLAIM, [], withdrawals=[Constr(1, (CLAIM_HASH,))])
+    if name == "top up":
+        return Spend(c, Constr(1, (0, 0)), [kept(c, 1_000_000)])
+    if name == "start close":
+        made = Spend(c, Constr(2, (0, 0, terms)), [kept(c, closing_at=NOW + PERIOD)])
+        made.signatories, made.lower, made.upper = [signer("alice")], NOW - 600_000, NOW
+        return made
+    closing = alice(closing_at=NOW)
+    if name == "drain":
+        return Spend(closing, Constr(3, (0, 0, terms)), [to_renter(closing, 3)], lower=NOW + 1)
+    if name == "provider end":
+        return Spend(c, Constr(4, (0, 0, terms)), [to_renter(c, 4)], [signer("p1")])
+    assert name == "mutual close"
+    return Spend(c, Constr(5, (terms,)), [], [signer("alice"), signer("p1")])
+
+
+SPENDS = ["claim", "top up", "start close", "drain", "provider end", "mutual close"]
+
+
+def spent(name: str, attack: Callable[[Spend], object] | None = None) -> ScriptOutcome:
+    made = spend(name)
+    if attack is not None:
+        attack(made)
+    return evaluate(bytes(CHANNEL), "spend", made.context())
+
+
+def put(**changes: object) -> Callable[[Spend], None]:
+    return lambda s: [setattr(s, k, v) for k, v in changes.items()]
+
+
+def redeemer(*fields: Data) -> Callable[[Spend], None]:
+    return lambda s: setattr(s, "redeemer", Constr(s.redeemer.index, fields))
+
+
+def output(made: Callable[[Channel], Constr]) -> Callable[[Spend], None]:
+    return lambda s: setattr(s, "outputs", [made(s.channel)])
+
+
+def holding(tokens: int) -> Callable[[Spend], None]:
+    """The channel holds `tokens` (of POLICY)."""
+    return lambda s: setattr(s.channel, "tokens", tokens)
+
+
+def at(to: Constr, made: Constr) -> Constr:
+    """Output `made` sent to address `to` instead."""
+    return Constr(0, (to, *made.fields[1:]))
+
+
+ALICE_KEY_ALONE = Constr(0, (address("alice").fields[0], NOTHING))
+
+
+CLOSING = NOW + PERIOD
+OTHER_TERMS = alice().terms(close_period_ms=1)
+SPEND_ATTACKS = {  # (the honest spend, how it is broken, the trace that refuses it)
+    "a claim without the claim script's withdrawal": (
+        "claim",
+        put(withdrawals=[Constr(1, (OTHER_SCRIPT,))]),
+        "claim needs the batch withdrawal",
+    ),
+    "a top up naming another input": ("top up", redeemer(1, 0), "own_input is not the spent"),
+    "a top up adding nothing": ("top up", output(lambda c: kept(c)), "top up adds"),
+    "a top up moving the channel (another stake)": (
+        "top up",
+        output(lambda c: at(ELSEWHERE, kept(c, 1))),
+        "continuing address",
+    ),
+    "a top up slipping tokens in": ("top up", output(lambda c: kept(c, 1, 1)), "continuing tokens"),
+    "a top up slipping tokens out": (
+        "top up",
+        both(holding(3), output(lambda c: kept(c, 1_000_000, 0))),
+        "continuing tokens",
+    ),
+    "a top up changing the renter key": (
+        "top up",
+        output(lambda c: kept(c, 1, renter_vkey=vkey("mallory"))),
+        "continuing datum",
+    ),
+    "a top up changing the payee": (
+        "top up",
+        output(lambda c: kept(c, 1, payee=b"\x01" * 28)),
+        "continuing datum",
+    ),
+    "a top up changing the terms": (
+        "top up",
+        output(lambda c: kept(c, 1, terms=b"\x01" * 28)),
+        "continuing datum",
+    ),
+    "a top up lowering claimed": (
+        "top up",
+        output(lambda c: kept(c, 1, claimed=0)),
+        "continuing datum",
+    ),
+    "a top up starting a close": (
+        "top up",
+        output(lambda c: kept(c, 1, closing_at=NOW)),
+        "continuing datum",
+    ),
+    "a close with other terms": ("start close", redeemer(0, 0, OTHER_TERMS), "terms"),
+    "a close the renter did not sign": ("start close", put(signatories=[]), "renter signs"),
+    "a close of a closing channel": (
+        "start close",
+        lambda s: setattr(s.channel, "closing_at", NOW),
+        "already closing",
+    ),
+    "a close with no upper bound": ("start close", put(upper=None), "finite upper bound"),
+    "a close with a backdated bound (from the lower)": (
+        "start close",
+        output(lambda c: kept(c, closing_at=NOW - 600_000 + PERIOD)),
+        "continuing datum",
+    ),
+    "a close with a shorter period": (
+        "start close",
+        output(lambda c: kept(c, closing_at=CLOSING - 1)),
+        "continuing datum",
+    ),
+    "a close changing claimed": (
+        "start close",
+        output(lambda c: kept(c, claimed=c.claimed + 1, closing_at=CLOSING)),
+        "continuing datum",
+    ),
+    "a close changing the renter key": (
+        "start close",
+        output(lambda c: kept(c, renter_vkey=vkey("mallory"), closing_at=CLOSING)),
+        "continuing datum",
+    ),
+    "a close changing the terms": (
+        "start close",
+        output(lambda c: kept(c, terms=b"\x01" * 28, closing_at=CLOSING)),
+        "continuing datum",
+    ),
+    "a close changing the payee": (
+        "start close",
+        output(lambda c: kept(c, payee=b"\x01" * 28, closing_at=CLOSING)),
+        "continuing datum",
+    ),
+    "a close taking a lovelace": (
+        "start close",
+        output(lambda c: kept(c, -1, closing_at=CLOSING)),
+        "close keeps the deposit",
+    ),
+    "a close slipping tokens in": (
+        "start close",
+        output(lambda c: kept(c, 0, 1, closing_at=CLOSING)),
+        "continuing tokens",
+    ),
+    "a drain before closing_at": ("drain", put(lower=NOW), "close period not over"),
+    "a drain with no lower bound": ("drain", put(lower=None), "finite lower bound"),
+    "a drain of an open channel": (
+        "drain",
+        lambda s: setattr(s.channel, "closing_at", -1),
+        "not closing",
+    ),
+    "a drain with other terms": ("drain", redeemer(0, 0, OTHER_TERMS), "terms"),
+    "a drain to another address": (
+        "drain",
+        output(lambda c: at(address("mallory"), to_renter(c, 3))),
+        "payout address",
+    ),
+    "a drain to the renter's payment key alone": (
+        "drain",
+        output(lambda c: at(ALICE_KEY_ALONE, to_renter(c, 3))),
+        "payout address",
+    ),
+    "a drain a lovelace short": ("drain", output(lambda c: to_renter(c, 3, -1)), "payout amount"),
+    "a drain tagged as an end": ("drain", output(lambda c: to_renter(c, 4)), "payout tag"),
+    "a drain's payout counted for two channels (another channel's tag)": (
+        "drain",
+        output(lambda c: out(address(c.renter), c.lovelace, tagged(3, ref(5)))),
+        "payout tag",
+    ),
+    "a drain's payout without a tag": (
+        "drain",
+        output(lambda c: out(address(c.renter), c.lovelace)),
+        "payout tag",
+    ),
+    "an end the provider did not sign": (
+        "provider end",
+        put(signatories=[signer("alice")]),
+        "provider signs",
+    ),
+    "an end with other terms": ("provider end", redeemer(0, 0, OTHER_TERMS), "terms"),
+    "an end tagged as a drain": ("provider end", output(lambda c: to_renter(c, 3)), "payout tag"),
+    "an end to another address": (
+        "provider end",
+        output(lambda c: at(address("p1"), to_renter(c, 4))),
+        "payout address",
+    ),
+    "an end naming another input": ("provider end", redeemer(1, 0, alice().terms()), "own_input"),
+    "a mutual close the provider did not sign": (
+        "mutual close",
+        put(signatories=[signer("alice")]),
+        "both sign",
+    ),
+    "a mutual close the renter did not sign": (
+        "mutual close",
+        put(signatories=[signer("p1")]),
+        "both sign",
+    ),
+    "a mutual close with other terms": ("mutual close", redeemer(OTHER_TERMS), "terms"),
+    "a channel run as a withdrawal": (
+        "top up",
+        put(purpose=Constr(2, (Constr(1, (CHANNEL_HASH,)),))),
+        "purpose",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SPENDS)
+def test_each_honest_spend_passes(name):
+    outcome = spent(name)
+    assert outcome.error is None, (outcome.error, outcome.traces)
+
+
+@pytest.mark.parametrize("name", SPEND_ATTACKS)
+def test_a_broken_spend_is_refused_by_its_trace(name):
+    honest_name, attack, trace = SPEND_ATTACKS[name]
+    outcome = spent(honest_name, attack)
+    assert outcome.error is not None and trace in " ".join(outcome.traces), outcome
+
+
+def test_the_deployed_claim_costs_under_100k_memory_per_channel_linearly():
+    """Issue 22's target; the fit is exact (no term grows faster than the batch)."""
+    fixed, per_channel = memory_per_channel(False, range(1, 7))
+    assert per_channel < 100_000
+    assert memory_per_channel(False, range(20, 41, 10)) == (fixed, per_channel)

@@ -21,6 +21,7 @@ from pycardano import (
 from offchain.chain.time import iso
 from offchain.protocol import channel as channels
 from offchain.protocol.addresses import to_plutus
+from offchain.protocol.batch import SmallPayout
 from offchain.protocol.channel import (
     Channel,
     ChannelRefused,
@@ -311,3 +312,18 @@ async def test_both_close_a_channel_at_any_time_on_their_split(devnet, deploymen
     after = [balance(devnet, w.address) for w in (renter, provider)]
     assert after == [before[0] + channel.lovelace - 6 * ADA - fee(tx), before[1] + 6 * ADA]
     assert not [o for o in tx.transaction_body.outputs if o.datum is not None]
+
+
+async def test_a_small_claim_waits_unless_its_provider_claims_it(devnet, deployment):
+    """0.1 ADA is below what an output may hold: a third party's claim would top the provider's
+    output up, so the builder refuses it (SmallPayout); the provider claims it itself, its own
+    change raising its own output."""
+    renter, provider, market = [await wallet(devnet) for _ in range(3)]
+    channel, _, _ = await open_on(devnet, deployment, renter, provider)
+    small = [(channel, iou(deployment, renter, channel, ADA // 10))]
+    with pytest.raises(SmallPayout, match="below the minimum UTxO"):
+        claim_channels(devnet.context(), deployment, small, market.address, [provider.address])
+    before = balance(devnet, provider.address)
+    tx = await claimed(devnet, deployment, provider, small)
+    assert balance(devnet, provider.address) == before + ADA // 10 - fee(tx)
+    assert left(deployment, tx, 1).lovelace == channel.lovelace - ADA // 10
