@@ -101,9 +101,9 @@ class ChannelBook:
         self.credit = credit
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout=10000")  # another process's commit in progress
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
-        self._db.execute("PRAGMA busy_timeout=10000")  # another process's commit in progress
         self._db.execute(SCHEMA)
         self._lock = threading.Lock()  # one connection, used by one thread at a time
 
