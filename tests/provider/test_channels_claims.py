@@ -3,7 +3,7 @@ which admits them to its book (checked on chain) and takes their IOUs; its claim
 claims every channel's latest IOU in one transaction, to the lovelace, then waits for the next
 interval; a channel whose renter starts a close is claimed at once, by a schedule started
 afresh on the same book; a drained channel leaves the book; a channel that cannot be claimed
-holds up no other."""
+holds up no other; a top-up is seen and lets IOUs grow."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from offchain.protocol import channel as channels
 from offchain.protocol.channel import ChannelRefused, read_channel
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Wallet
-from provider.channels import ChannelBook
+from provider.channels import ChannelBook, IouAboveChannel
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import ChannelClaimer, admit
@@ -154,3 +154,24 @@ async def test_a_channel_that_cannot_be_claimed_does_not_hold_up_the_one_beside_
     assert book.get(good.id).view.claimed == 2_000_000
     assert book.get(short.id).view == believed  # read again from the chain, nothing claimed
     assert f"on channel {short.id.hex()}" in caplog.text
+
+
+async def test_a_top_up_is_seen_and_raises_what_an_iou_may_be(
+    devnet, deployment: Deployment, tmp_path: Path
+) -> None:
+    provider = await wallet(devnet)
+    book = book_at(tmp_path / "channels.sqlite", deployment)
+    renter, channel, _ = await opened(devnet, deployment, provider, book)
+    capacity = book.get(channel.id).view.capacity
+    assert capacity == DEPOSIT  # the open's return deposit keeps the continuing output
+    with pytest.raises(IouAboveChannel):
+        book.accept(iou(deployment, renter, channel, DEPOSIT + ADA))
+    tx = channels.top_up(devnet.context(), deployment, channel, 5 * ADA, renter.address)
+    await confirm(devnet, renter.sign(tx))
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+
+    await ChannelClaimer(chain, book, SETTINGS).tick()  # nothing owed: it only reads the chain
+
+    seen = book.get(channel.id).view
+    assert seen.capacity == DEPOSIT + 5 * ADA and seen.utxo == f"{tx.id}#0"
+    book.accept(iou(deployment, renter, channel, DEPOSIT + ADA))
