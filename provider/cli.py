@@ -294,7 +294,9 @@ def status(
         bool, typer.Option("--json", help="One JSON document (lovelace, chain-time ms).")
     ] = False,
 ) -> None:
-    """Slots free and busy, running jobs, earnings settled and pending, the bond: in chain time."""
+    """Slots free and busy, running jobs, earnings settled and pending, channels, the bond: in
+    chain time."""
+    from provider.channels import ChannelBook
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
     from provider.daemon.journal import Journal  # its receipts import pycardano
@@ -303,8 +305,12 @@ def status(
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, slots = slots_of(settings.offer, inventory)
     context, made = open_deployment(flags.ogmios_url, flags.deployment)
+    state = settings.runner.state_dir
+    book = ChannelBook.in_state_dir(
+        state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace
+    )
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
-        now = provider_status(Journal(settings.runner.state_dir), slots, chain.now_ms(), bond)
+        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))

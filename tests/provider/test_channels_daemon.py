@@ -2,12 +2,15 @@
 it shares with the process that takes IOUs (here the test, as the gateway will): the first IOU
 is claimed at the next round, and when the renter starts a close the next one is claimed at
 once, an hour before the next round that claims all; the provider gains the IOUs less the
-claims' fees, to the lovelace."""
+claims' fees, to the lovelace, and `provider status` counts them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+
+from typer.testing import CliRunner
 
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import channel as channels
@@ -17,6 +20,7 @@ from provider.daemon.channel_claims import admit
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, open_on
 from tests.protocol.onchain import balance, confirm, wallet
 from tests.provider.daemon_harness import daemon_on_market, quiet_market
+from unchained.cli import app
 
 CHANNEL_SETTINGS = {
     "channel_claim_interval_s": 3600,  # after the first claim, only a close is claimed
@@ -63,3 +67,11 @@ async def test_the_daemon_claims_the_latest_iou_and_a_closing_channel_at_once(de
         ]
         assert len(fees) == 2
         assert balance(devnet, provider.address) - before == 1_700_000 - sum(fees)
+
+        shown = CliRunner().invoke(app, [
+            "provider", "status", "--json", "--config", str(daemon.config), "--ogmios-url",
+            devnet.url, "--deployment", str(daemon.deployment_file)])  # fmt: skip
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["channels"] == {
+            "open": 0, "closing": 1, "claimed_lovelace": 1_700_000, "unclaimed_lovelace": 0,
+        }  # fmt: skip
