@@ -321,13 +321,12 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
 
 def table(results: dict[str, Any]) -> str:
     lines = cost_rows(
-        {**results["actions"], f"claim x{results['channels_per_claim_tx']}": results["batch"]}
+        {**results["actions"], f"claim x{results['channels_per_claim_tx']}": results["batch"]},
+        results["script_bytes"],
     )
     session = results["session"]
     channel, by_escrows = session["channel"], session["escrows"]
-    sizes = ", ".join(f"{k} {v:,} B" for k, v in results["script_bytes"].items())
     lines += [
-        f"scripts: {sizes}",
         f"largest batch claim: {results['channels_per_claim_tx']} channels "
         f"(target {TARGETS['channels_per_claim_tx']}); "
         f"{results['channels_per_claim_tx'] + 1} goes over: {results['claim_stopped_by']}",

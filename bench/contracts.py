@@ -343,24 +343,25 @@ async def measure(batch_limit: int) -> dict[str, Any]:
     }
 
 
-def cost_rows(rows: dict[str, dict[str, Any]]) -> list[str]:
-    """Each measured transaction (`cost`'s) as a line of a table, under its header."""
+def cost_rows(rows: dict[str, dict[str, Any]], script_bytes: dict[str, int]) -> list[str]:
+    """Each measured transaction (`cost`'s) as a line of a table under its header, then the
+    scripts' sizes."""
     lines = [f"{'action':<20}{'memory':>12}{'cpu':>16}{'fee (lovelace)':>16}{'bytes':>8}"]
     for name, row in rows.items():
         lines.append(
             f"{name:<20}{row['memory']:>12,}{row['cpu']:>16,}{row['fee_lovelace']:>16,}"
             f"{row['tx_bytes']:>8,}"
         )
-    return lines
+    sizes = ", ".join(f"{k} {v:,} B" for k, v in script_bytes.items())
+    return [*lines, f"scripts: {sizes}"]
 
 
 def table(results: dict[str, Any]) -> str:
     lines = cost_rows(
-        {**results["actions"], f"settle x{results['max_batch_settle']}": results["batch"]}
+        {**results["actions"], f"settle x{results['max_batch_settle']}": results["batch"]},
+        results["script_bytes"],
     )
-    sizes = ", ".join(f"{k} {v:,} B" for k, v in results["script_bytes"].items())
     lines += [
-        f"scripts: {sizes}",
         f"largest batch settle: {results['max_batch_settle']} escrows, "
         f"{results['batch_memory_per_escrow']:,} memory per escrow; "
         f"{results['max_batch_settle'] + 1} goes over: {results['batch_stopped_by']}",

@@ -3,7 +3,7 @@
 `contracts/channel_claim.py` (OpShin) is the readable reference of the same checks, in the
 same order (so a refused batch fails with the same trace in both), and
 tests/contracts/test_channel_scripts.py runs every vector against both. OpShin's calling
-convention cost 185K memory per channel there; here, as in `settle_uplc.py` (whose helpers
+convention cost 186K memory per channel there; here, as in `settle_uplc.py` (whose helpers
 this reuses), the walk is one recursive function over the inputs whose constants are closed
 over: each channel's fields are read once, its checks are `ifThenElse` chains, payout 0
 (the builder puts the provider with the most channels first) is accumulated in the walk's own
@@ -63,8 +63,7 @@ from contracts.settle_uplc import (
     not_null,
     nth,
     payees,
-    recursive,
-    tag,
+    script_inputs,
     tail,
     tail_n,
     withdrawal,
@@ -85,30 +84,7 @@ def payee_of(output: AST) -> AST:
 def walk() -> AST:
     r"""\self inputs conts payees sigs reds sum0 paccs -> (): every channel input claimed by
     its IOU, its continuing output checked, its take added to its provider's payout."""
-    return recursive(
-        WALK_STATE,
-        Ite(
-            NullList(V("inputs")),
-            _finish(),
-            let(
-                [
-                    ("in_f", fields(HeadList(V("inputs")))),
-                    ("out_f", fields(nth(V("in_f"), 1))),
-                    ("address", HeadList(V("out_f"))),
-                    ("credential", HeadList(fields(V("address")))),
-                ],
-                Ite(
-                    EqualsData(V("credential"), V("script")),
-                    _channel(),
-                    check(
-                        EqualsInteger(tag(V("credential")), Integer(0)),
-                        "one channel script",
-                        call(V("self"), TailList(V("inputs")), *[V(n) for n in WALK_STATE[1:]]),
-                    ),
-                ),
-            ),
-        ),
-    )
+    return script_inputs(WALK_STATE, "one channel script", _channel(), _finish())
 
 
 def _channel() -> AST:
@@ -116,6 +92,7 @@ def _channel() -> AST:
     value less the take), the IOU's signature, then its payout."""
     return let(
         [
+            ("address", HeadList(V("out_f"))),
             ("d", fields(HeadList(fields(nth(V("out_f"), 2))))),  # OutputDatum C2[d]: d's
             ("c_f", fields(HeadList(V("conts")))),
             ("c_datum", nth(V("c_f"), 2)),

@@ -365,11 +365,19 @@ def walk() -> AST:
     r"""\self inputs items reds receipts claims0 accs sum0 paccs consumer total refunds -> ():
     every escrow input checked, signed (by a claim or its own receipt), its due added to its
     provider's payout, its refund to its consumer's run."""
+    return script_inputs(WALK_STATE, "one escrow script", _escrow(), _finish())
+
+
+def script_inputs(state: list[str], trace: str, each: AST, finish: AST) -> AST:
+    r"""\self inputs ... -> a batch's walk over the inputs (`state` names its arguments,
+    `inputs` first): `each` for an input of the batch's script, with in_f and out_f (the
+    input's and its output's fields) bound; a key input is skipped; any other script's refused
+    with `trace`; `finish` after the last."""
     return recursive(
-        WALK_STATE,
+        state,
         Ite(
             NullList(V("inputs")),
-            _finish(),
+            finish,
             let(
                 [
                     ("in_f", fields(HeadList(V("inputs")))),
@@ -378,15 +386,11 @@ def walk() -> AST:
                 ],
                 Ite(
                     EqualsData(V("credential"), V("script")),
-                    _escrow(),
+                    each,
                     check(
                         EqualsInteger(tag(V("credential")), Integer(0)),
-                        "one escrow script",
-                        call(
-                            V("self"),
-                            TailList(V("inputs")),
-                            *[V(name) for name in WALK_STATE[1:]],
-                        ),
+                        trace,
+                        call(V("self"), TailList(V("inputs")), *[V(name) for name in state[1:]]),
                     ),
                 ),
             ),
