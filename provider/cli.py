@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from offchain.protocol.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.bond_cli import app as bond_app
+from provider.channel_cli import app as channel_app
 from provider.config import Offer, Prices, ProviderConfig, default_offer, to_toml
 from provider.daemon.capacity import slots_of
 from provider.inventory import HostInventory, host_inventory
@@ -46,6 +47,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(bond_app, name="bond")
+app.add_typer(channel_app, name="channel")
 
 
 def provider_config(path: Path, flags: dict[str, Any]) -> tuple[ProviderConfig, HostInventory]:
@@ -292,7 +294,9 @@ def status(
         bool, typer.Option("--json", help="One JSON document (lovelace, chain-time ms).")
     ] = False,
 ) -> None:
-    """Slots free and busy, running jobs, earnings settled and pending, the bond: in chain time."""
+    """Slots free and busy, running jobs, earnings settled and pending, channels, the bond: in
+    chain time."""
+    from provider.channels import ChannelBook
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
     from provider.daemon.journal import Journal  # its receipts import pycardano
@@ -301,8 +305,12 @@ def status(
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, slots = slots_of(settings.offer, inventory)
     context, made = open_deployment(flags.ogmios_url, flags.deployment)
+    state = settings.runner.state_dir
+    book = ChannelBook.in_state_dir(
+        state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace
+    )
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
-        now = provider_status(Journal(settings.runner.state_dir), slots, chain.now_ms(), bond)
+        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))

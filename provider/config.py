@@ -158,6 +158,24 @@ class DaemonSettings(_Section):
         "settle_batch_max such wait or the oldest has waited this long",
     )  # fmt: skip
     bond_minimum_lovelace: int = Field(0, ge=0, description="the market's minimum bond")
+    channel_credit_lovelace: int = Field(
+        1_000_000, ge=0, description="a payment channel is served while what was served "
+        "exceeds its renter's acknowledged IOUs by at most this much",
+    )  # fmt: skip
+    channel_claim_interval_s: int = Field(
+        3600, ge=1, description="how often every channel's latest IOU is claimed (batch "
+        "transactions; the first IOU after a quiet spell at the next payout check); a channel "
+        "whose renter started a close is claimed at the next payout check (payout_every_ms), "
+        "whatever this says",
+    )  # fmt: skip
+    channel_claim_batch_max: int = Field(50, ge=1, description="channels per claim transaction")
+    channel_min_deposit_lovelace: int = Field(
+        5_000_000, ge=0, description="a channel is served only with at least this deposit"
+    )
+    channel_min_close_period_ms: int = Field(
+        3600_000, ge=0, description="a channel is served only if its renter's close leaves "
+        "the provider at least this long to make its last claim",
+    )  # fmt: skip
 
 
 class ProviderSettings(LayeredSettings):

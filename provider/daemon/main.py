@@ -1,6 +1,6 @@
-"""The daemon: recovery first, then three loops on one event loop (heartbeat + bond check,
-assignments, payouts) until SIGTERM or SIGINT. Then it takes no more work and stops
-heartbeating (the market lets the offer go offline and matches it no job), gives running jobs
+"""The daemon: recovery first, then four loops on one event loop (heartbeat + bond check,
+assignments, payouts, channel claims) until SIGTERM or SIGINT. Then it takes no more work and
+stops heartbeating (the market lets the offer go offline and matches it no job), gives running jobs
 `grace_ms` to finish and be delivered, and stops; a job still running after that keeps its
 container and is recovered by the next start. A lost market or chain connection is logged and
 retried: it never stops a running job."""
@@ -20,11 +20,13 @@ from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import MarketLink
 from offchain.protocol.signed_request import KeySigner
 from offchain.protocol.wire import Assignment, parse
+from provider.channels import ChannelBook
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
 from provider.daemon.cancels import answer_cancel
 from provider.daemon.capacity import Capacity, slots_of
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
+from provider.daemon.channel_claims import ChannelClaimer
 from provider.daemon.jobs import Worker
 from provider.daemon.journal import Journal
 from provider.daemon.offers import OfferKeeper
@@ -62,6 +64,11 @@ class Daemon:
             functools.partial(local_images, runner.client), config.runner.pull_images,
         )  # fmt: skip
         self.payouts = PayoutWatcher(self.chain, self.journal, runner.results_dir, self.settings)
+        self.channels = ChannelBook.in_state_dir(
+            config.runner.state_dir, network.value, chain.deployment.channel_hash,
+            self.settings.channel_credit_lovelace,
+        )  # fmt: skip
+        self.claims = ChannelClaimer(self.chain, self.channels, self.settings)
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
@@ -73,6 +80,7 @@ class Daemon:
         loops = [
             heartbeat,
             asyncio.create_task(self._every(self.settings.payout_every_ms, self.payouts.tick)),
+            asyncio.create_task(self._every(self.settings.payout_every_ms, self.claims.tick)),
         ]
         log.info("provider daemon running: %d slot(s), %s lovelace/s per job",
                  len(self.worker.capacity.slots), self.worker.bundle.price_per_unit)  # fmt: skip
@@ -85,6 +93,7 @@ class Daemon:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await self.link.aclose()
+            self.channels.close()
         log.info("provider daemon stopped")
 
     def stop(self) -> None:

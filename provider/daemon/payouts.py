@@ -23,6 +23,7 @@ from offchain.protocol import batch
 from offchain.protocol.claim import Claim
 from offchain.protocol.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
+from provider.daemon.apart import apart
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.spends import Spend, find_spend, read_spend
@@ -78,15 +79,11 @@ class PayoutWatcher:
     async def _settle_apart(self, receipts: list[batch.ToSettle]) -> None:
         """Settle a batch, or when it cannot be, each of its receipts alone: one receipt that
         cannot be settled (logged, tried again next round) never holds up the others."""
-        try:
-            await self._settle(receipts)
-        except (BuildError, ChainError) as exc:
-            if len(receipts) == 1:
-                log.error("cannot settle escrow %s: %s", out_ref(receipts[0][0]), exc)
-                return
-            log.warning("a batch of %d cannot be settled (%s): each alone", len(receipts), exc)
-            for receipt in receipts:
-                await self._settle_apart([receipt])
+
+        def failed(receipt: batch.ToSettle, exc: Exception) -> None:
+            log.error("cannot settle escrow %s: %s", out_ref(receipt[0]), exc)
+
+        await apart(receipts, self._settle, failed, (BuildError, ChainError))
 
     async def _settle(self, receipts: list[batch.ToSettle]) -> None:
         """Settle `receipts` together: those this daemon's key signed under one claim it signs

@@ -1,7 +1,8 @@
 """`unchained provider status`: what the daemon is doing, read from its journal and the chain
 (never from the daemon itself, so it answers while the daemon is down): each slot free or
 busy with which job, running jobs with their elapsed chain time and metered units so far,
-earnings settled and pending, and the bond; as lines in ADA, or with `--json` as data in
+earnings settled and pending, the payment channels it serves (claimed on chain, and what
+their latest IOUs hold beyond), and the bond; as lines in ADA, or with `--json` as data in
 lovelace."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 from offchain.chain.time import iso
 from offchain.protocol.amounts import ada
+from offchain.protocol.channel import OPEN
+from provider.channels import ChannelBook
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Slot
 from provider.daemon.journal import Journal
@@ -20,7 +23,7 @@ PENDING = ("finished", "delivered")
 
 
 def provider_status(
-    journal: Journal, slots: list[Slot], now_ms: int, bond: BondView
+    journal: Journal, slots: list[Slot], now_ms: int, bond: BondView, book: ChannelBook
 ) -> dict[str, Any]:
     """The status as data (`provider status --json`): lovelace and chain-time ms, integers."""
     entries = journal.entries()
@@ -52,7 +55,21 @@ def provider_status(
             {"job_id": e.job_id, "lovelace": e.earned, "escrow": e.escrow, "close_ms": e.close_ms}
             for e in pending
         ],
+        "channels": channels_status(book),
         "bond": dataclasses.asdict(bond),
+    }
+
+
+def channels_status(book: ChannelBook) -> dict[str, int]:
+    """The channels in the book: how many are open and closing, the lovelace claimed on chain
+    from all of them, and what the live ones' latest IOUs hold beyond that, yet to claim."""
+    entries = book.entries()
+    live = [e for e in entries if not e.ended]
+    return {
+        "open": sum(e.view.closing_at == OPEN for e in live),
+        "closing": sum(e.view.closing_at != OPEN for e in live),
+        "claimed_lovelace": sum(e.view.claimed for e in entries),
+        "unclaimed_lovelace": sum(e.unclaimed for e in live),
     }
 
 
@@ -80,6 +97,10 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     for job in status["pending"]:
         lines.append(f"  job {job['job_id']}: {ada(job['lovelace'])}, escrow {job['escrow']} "
                      f"closes {iso(job['close_ms'])}")  # fmt: skip
+    channels = status["channels"]
+    lines.append(f"channels: {channels['open']} open, {channels['closing']} closing; claimed "
+                 f"{ada(channels['claimed_lovelace'])}, IOUs not yet claimed "
+                 f"{ada(channels['unclaimed_lovelace'])}")  # fmt: skip
     bond = status["bond"]
     if bond["ref"] is None:
         lines.append("no bond")

@@ -1,0 +1,193 @@
+"""The provider's side of payment channels on chain: admitting a channel to its book (read from
+the chain, `check_channel`ed) and the claim schedule, which the daemon runs every
+`payout_every_ms`.
+
+Each round reads every live channel of the book from the chain (a claim, a top-up or a close
+is seen there, whoever made it) and claims, in batches of `channel_claim_batch_max` channels
+per transaction signed by the provider's key: every channel whose latest IOU exceeds what is
+claimed on chain, once `channel_claim_interval_s` has passed since the last round that
+claimed them all (so an IOU after a quiet spell is claimed at the next round); and at once
+any such channel whose renter started a close (its IOUs are worthless from `closing_at`:
+`channel_min_close_period_ms`, checked on admission, leaves the rounds time for it). A batch
+that cannot be claimed is tried channel by channel. Nothing is kept in memory that a restart
+would need: the book is the state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ogmios.errors import ResponseError
+from pycardano import (
+    Address,
+    ChainContext,
+    Transaction,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+)
+
+from offchain.chain.submit import ChainError, submit_confirmed
+from offchain.chain.utxo import format_out_ref, utxo_at
+from offchain.protocol.channel import (
+    OPEN,
+    Channel,
+    ChannelRefused,
+    check_channel,
+    claim_channels,
+    read_channel,
+    return_deposit,
+)
+from offchain.protocol.deployment import Deployment
+from offchain.protocol.iou import SignedIou
+from offchain.protocol.refusal import script_datum
+from offchain.protocol.txbuild import BuildError, Wallet, out_ref
+from offchain.protocol.types import ChannelDatum, ChannelTerms
+from provider.channels import BookEntry, ChannelBook, ChannelView
+from provider.config import DaemonSettings
+from provider.daemon.apart import apart
+from provider.daemon.chain import Chain
+
+log = logging.getLogger("unchained.provider")
+CLAIM_FAILED = (BuildError, ChainError, ResponseError)  # a script's no (evaluation) included
+
+
+def view_of(context: ChainContext, channel: Channel) -> ChannelView:
+    """`channel` as the book keeps it: what any IOU may claim in all is what was claimed plus
+    the lovelace above the minimum UTxO its continuing output keeps (the open's return
+    deposit, at its widest datum)."""
+    datum, address = channel.datum, channel.utxo.output.address
+    reserve = return_deposit(context, TransactionOutput(address, 0, datum=datum))
+    capacity = datum.claimed + max(0, channel.lovelace - reserve)
+    return ChannelView(
+        channel.id, out_ref(channel.utxo), str(address), datum.renter_vkey,
+        datum.claimed, capacity, datum.closing_at,
+    )  # fmt: skip
+
+
+def admit(
+    context: ChainContext,
+    deployment: Deployment,
+    book: ChannelBook,
+    ref: TransactionInput,
+    terms: ChannelTerms,
+    own: Wallet,
+    settings: DaemonSettings,
+) -> ChannelView:
+    """Serve the channel at `ref` with these terms: read from the chain and checked (this
+    deployment, this provider's key and address, open, deposit and close period at least the
+    settings'), then in the book. ChannelRefused says why not; LookupError: no output there."""
+    utxo = utxo_at(context, ref)
+    if utxo is None:
+        raise LookupError(f"no unspent output {format_out_ref(ref)} on chain")
+    datum = script_datum(utxo, ChannelDatum, deployment.channel_hash, ChannelRefused)
+    channel = Channel(utxo, datum)
+    check_channel(
+        deployment, channel, terms, own.vkey, own.address,
+        settings.channel_min_deposit_lovelace, settings.channel_min_close_period_ms,
+    )  # fmt: skip
+    view = view_of(context, channel)
+    book.open(view)
+    return view
+
+
+class ChannelClaimer:
+    def __init__(self, chain: Chain, book: ChannelBook, settings: DaemonSettings) -> None:
+        self.chain = chain
+        self.book = book
+        self.settings = settings
+        self.last_round_ms: int | None = None  # the last round that claimed all; None: none yet
+
+    async def tick(self) -> None:
+        """Read the book's channels from the chain; claim those falling due."""
+        if not self.book.live():
+            return
+        chain = self.chain
+        now = await chain.call(chain.now_ms)
+        channels = await chain.call(self.refresh, self.book.live())
+        interval_ms = self.settings.channel_claim_interval_s * 1000
+        every = self.last_round_ms is None or now - self.last_round_ms >= interval_ms
+        due: list[tuple[Channel, SignedIou]] = []
+        for entry in self.book.live():
+            closing = entry.view.closing_at
+            if entry.iou is None or entry.unclaimed <= 0 or entry.view.id not in channels:
+                continue
+            if closing != OPEN and now >= closing:
+                log.error("channel %s closed at %d with %d lovelace of IOUs unclaimed",
+                          entry.view.id.hex(), closing, entry.unclaimed)  # fmt: skip
+            elif every or closing != OPEN:
+                due.append((channels[entry.view.id], entry.iou))
+        if every and due:
+            self.last_round_ms = now
+        most = self.settings.channel_claim_batch_max
+        for start in range(0, len(due), most):
+            await apart(due[start : start + most], self._claim, _failed, CLAIM_FAILED)
+
+    def refresh(self, entries: Sequence[BookEntry]) -> dict[bytes, Channel]:
+        """Each channel of `entries` as the chain holds it now, recorded in the book (call
+        through `Chain.call`); one the chain holds no more has ended."""
+        found: dict[bytes, Channel] = {}
+        for entry in entries:
+            channel = self._now(entry.view)
+            if channel is None:
+                log.info("channel %s is no longer on chain", entry.view.id.hex())
+                self.book.ended(entry.view.id)
+                continue
+            self.book.seen(view_of(self.chain.context, channel))
+            found[channel.id] = channel
+        return found
+
+    def _now(self, view: ChannelView) -> Channel | None:
+        """The channel's output now: the one the book had while it is unspent; else, since
+        each claim, top-up or close moves it, the output at its address carrying its id
+        (where several do, the least claimed: the one an IOU takes most from)."""
+        deployment = self.chain.deployment
+        known = self.chain.utxo(view.utxo)
+        if known is not None:
+            return read_channel(deployment, known)
+        candidates = []
+        for utxo in self.chain.context.utxos(Address.from_primitive(view.address)):
+            try:
+                channel = read_channel(deployment, utxo)
+            except ValueError:  # not a channel of this deployment: anyone may pay there
+                continue
+            if channel.id == view.id and out_ref(utxo) != view.utxo:
+                candidates.append(channel)
+        if len(candidates) > 1:  # a copy of its datum: anyone may pay to a script address
+            log.warning("channel %s: %d outputs at %s carry its id: %s; following the least "
+                        "claimed", view.id.hex(), len(candidates), view.address,
+                        ", ".join(out_ref(c.utxo) for c in candidates))  # fmt: skip
+        return min(candidates, key=lambda c: c.datum.claimed, default=None)
+
+    async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:
+        """Claim `claims` in one transaction from the provider's wallet, then record it."""
+        chain = self.chain
+        wallet = chain.wallet
+        unsigned = await chain.call(
+            claim_channels, chain.context, chain.deployment, claims, wallet.address
+        )
+        tx = wallet.sign(unsigned)
+        total = sum(iou.amount - channel.datum.claimed for channel, iou in claims)
+        log.info("claiming %d channel(s), %d lovelace: tx %s fee %d lovelace",
+                 len(claims), total, tx.id, tx.transaction_body.fee)  # fmt: skip
+        await submit_confirmed(chain.url, tx)
+        await chain.call(self._continued, tx, {channel.id for channel, _ in claims})
+
+    def _continued(self, tx: Transaction, ids: set[bytes]) -> None:
+        """Record the continuing outputs of the confirmed claim `tx` (built here, so none of
+        them is a copy) for the channels `ids`: what they now hold and have claimed."""
+        for index, output in enumerate(tx.transaction_body.outputs):
+            try:
+                channel = read_channel(
+                    self.chain.deployment, UTxO(TransactionInput(tx.id, index), output)
+                )
+            except ValueError:  # a payout or the change
+                continue
+            if channel.id in ids:
+                self.book.seen(view_of(self.chain.context, channel))
+
+
+def _failed(claim: tuple[Channel, SignedIou], exc: Exception) -> None:
+    channel, iou = claim
+    log.error("cannot claim %d lovelace on channel %s: %s", iou.amount, channel.id.hex(), exc)
