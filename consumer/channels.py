@@ -1,8 +1,8 @@
 """The renter's side of payment channels (contracts/PROTOCOL.md, channels): open one to a
 provider named by its signed offer on the market, top it up, close it (start the close, then
 drain the rest once the close period passed), read its state from the chain, and sign
-cumulative IOUs as a service reports usage (`IouSigner`): never more than the renter received,
-never more than the channel holds, never below the last one.
+cumulative IOUs as a service reports usage (`consumer.iou_signer.IouSigner`): never more than
+the renter received, never more than the channel holds, never below the last one.
 
     channels = Channels(key, context, ogmios_url, deployment, ChannelStore(state_dir))
     provider = find_provider(market_reader, "ab12cd34", market_identity, network)
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pycardano import Address, Network, ScriptHash, Transaction
+from pycardano import Address, Network, Transaction
 
 from consumer.channel_store import ChannelRecord, ChannelStore
 from consumer.errors import ConsumerError, InsufficientFunds, NothingToDo
+from consumer.iou_signer import IouSigner
 from consumer.keys import ConsumerKey
 from consumer.quote import offer_signer
 from consumer.session import Wait
@@ -37,7 +37,6 @@ from offchain.protocol import channel as channels
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.amounts import ADA, ada
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.iou import SignedIou
 from offchain.protocol.txbuild import BuildError, Clock
 from offchain.protocol.wire import SignedOffer
 
@@ -49,11 +48,6 @@ if TYPE_CHECKING:
 FEE_MARGIN = 2 * ADA  # a channel transaction's fee and its change's min-UTxO, at most
 PROVIDER_ID_HEX = 56  # a key hash
 OFFERS_SEARCHED = 1000  # a provider named by its address is looked for among this many offers
-
-
-class IouRefused(ConsumerError):
-    """The IOU asked for is not signed: above what was received, above the channel's funds,
-    or below the last IOU."""
 
 
 class NotDrainableYet(ConsumerError):
@@ -99,86 +93,6 @@ def find_provider(
     if address.network != network:
         raise ConsumerError(f"the provider's payout address {address} is not on {network.name}")
     return ProviderOffer(offer.provider_id, address, vkey)
-
-
-class IouSigner:
-    """Signs a channel's cumulative IOUs as a service reports usage, one signer per channel.
-
-    `pay(reported_total, received_total)` signs "the provider may take `reported_total`
-    lovelace in all" when that is no more than `received_total` (what the renter counted as
-    received, priced by the service's price), no more than the channel's funds, and not below
-    the last IOU. The last IOU is stored before it is returned, so a restart neither signs
-    below it nor pays twice: amounts are totals, and the same total gets the same IOU.
-    Thread-safe; one process at a time per channel (two would each know only their own last)."""
-
-    def __init__(
-        self,
-        key: ConsumerKey,
-        network_id: int,
-        channel_hash: ScriptHash,
-        record: ChannelRecord,
-        store: ChannelStore,
-    ) -> None:
-        self.key, self.network_id, self.channel_hash = key, network_id, channel_hash
-        self.channel = bytes.fromhex(record.channel_id)
-        self.funded = record.funded  # a top-up made in another process: make a new signer
-        self.store = store
-        self.lock = threading.Lock()
-        wire = store.last_iou(record.channel_id)
-        self.last = None if wire is None else self.checked(wire)
-
-    def checked(self, wire: dict[str, Any]) -> SignedIou:
-        """The stored last IOU, if it is this channel's and this key's; else ConsumerError."""
-        path = self.store.dir / f"{self.channel.hex()}.iou.json"
-        try:
-            iou = SignedIou.from_wire(wire)
-        except ValueError as exc:
-            message = f"{path} is not an IOU ({exc}): restore it"
-            raise ConsumerError(message, path=str(path)) from exc
-        if iou.channel != self.channel or not self.signed_here(iou):
-            raise ConsumerError(
-                f"{path} holds an IOU not signed by this key for this channel: restore it",
-                path=str(path),
-            )  # fmt: skip
-        return iou
-
-    def signed_here(self, iou: SignedIou) -> bool:
-        vkey = self.key.key.to_verification_key().payload[:32]
-        return iou.signed_by(vkey, self.network_id, self.channel_hash)
-
-    @property
-    def signed(self) -> int:
-        """The last IOU's amount: lovelace the provider may take in all so far."""
-        return 0 if self.last is None else self.last.amount
-
-    def pay(self, reported_total: int, received_total: int) -> SignedIou:
-        """The IOU for `reported_total` lovelace in all; IouRefused says why not."""
-        with self.lock:
-            facts = {"reported": reported_total, "received": received_total,
-                     "funded": self.funded, "signed": self.signed}  # fmt: skip
-            if reported_total > received_total:
-                raise IouRefused(
-                    f"the service reports {ada(reported_total)} used, more than the "
-                    f"{ada(received_total)} you received: not signed", **facts,
-                )  # fmt: skip
-            if reported_total > self.funded:
-                raise IouRefused(
-                    f"{ada(reported_total)} is more than the channel holds for its provider "
-                    f"({ada(self.funded)}): top it up (`unchained channel top-up "
-                    f"{self.channel.hex()} --amount ADA`)", **facts,
-                )  # fmt: skip
-            if reported_total < self.signed:
-                raise IouRefused(
-                    f"{ada(reported_total)} is below the last IOU ({ada(self.signed)}): IOUs "
-                    "are totals and never go down", **facts,
-                )  # fmt: skip
-            if self.last is not None and reported_total == self.last.amount:
-                return self.last
-            iou = SignedIou.sign(self.key.key, self.network_id, self.channel_hash,
-                                 self.channel, reported_total)  # fmt: skip
-            self.store.save_iou(self.channel.hex(), iou.to_wire())
-            self.last = iou
-            return iou
 
 
 @dataclasses.dataclass(frozen=True)
