@@ -130,9 +130,9 @@ def status(env: Env, channel_id: ChannelId, as_json: Json = False) -> None:
         f"channel {now.record.channel_id}: {now.state}",
         f"  provider  {now.record.provider_id} ({now.record.provider_address})",
         f"  deposit   {ada(now.deposit)} (what the provider may claim in all)",
-        f"  claimed   {ada(now.claimed)}",
-        f"  signed    {ada(now.signed)} in IOUs ({ada(max(now.signed - now.claimed, 0))} not "
-        "claimed yet)",
+        f"  claimed   {cell(now.claimed)}",
+        f"  signed    {ada(now.signed)} in IOUs"
+        + ("" if now.claimed is None else f" ({ada(now.signed - now.claimed)} not claimed yet)"),
         f"  left      {ada(now.left)} not signed",
         f"  on chain  {ada(now.lovelace)} at {now.utxo or '- (closed)'}",
     ]  # fmt: skip
@@ -163,6 +163,11 @@ def close(env: Env, channel_id: ChannelId, as_json: Json = False) -> None:
     emit(as_json, dataclasses.asdict(done), human)
 
 
+def cell(value: int | None) -> str:
+    """An amount in ADA, `-` where there is none (a closed channel's claims)."""
+    return "-" if value is None else ada(value)
+
+
 LIST_COLUMNS = ("channel", "provider", "state", "deposit", "claimed", "signed", "left", "opened")
 
 
@@ -182,9 +187,6 @@ def list_channels(
         emit(True, rows, "")
         return
     from consumer.table import render
-
-    def cell(value: int | None) -> str:
-        return "-" if value is None else ada(value)
 
     lines = [[row["channel_id"][:16], row["provider_id"][:16], row["state"] or "-",
               cell(row["deposit"]), cell(row["claimed"]), cell(row["signed"]),

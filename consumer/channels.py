@@ -105,7 +105,7 @@ class ChannelStatus:
     utxo: str | None
     lovelace: int  # held on chain now
     deposit: int
-    claimed: int
+    claimed: int | None  # None once closed: the chain no longer holds it
     signed: int  # the last IOU's amount
     closing_at: int | None  # POSIX ms from which the renter may drain
 
@@ -272,7 +272,7 @@ class Channels:
         amount = self.store.signed(record.channel_id)
         channel = live.get(record.channel_id)
         if channel is None:
-            return ChannelStatus(record, "closed", None, 0, record.funded, 0, amount, None)
+            return ChannelStatus(record, "closed", None, 0, record.funded, None, amount, None)
         datum = channel.datum
         closing_at = None if datum.closing_at < 0 else datum.closing_at
         state = "open"
