@@ -243,8 +243,8 @@ class Channels:
 
     def address_of(self, record: ChannelRecord) -> Address:
         """The channel's address: the channel script, staked like its renter."""
-        renter = from_plutus(record.terms.renter, self.deployment.network)
-        return self.deployment.channel_address(renter.staking_part)
+        return self.deployment.channel_address(
+            from_plutus(record.terms.renter, self.deployment.network))  # fmt: skip
 
     def on_chain(self, address: Address) -> dict[str, channels.Channel]:
         """The channels at `address`, by id (hex); what is not a channel is passed over."""
@@ -273,14 +273,15 @@ class Channels:
         channel = live.get(record.channel_id)
         if channel is None:
             return ChannelStatus(record, "closed", None, 0, record.funded, None, amount, None)
-        datum = channel.datum
+        datum, output = channel.datum, channel.utxo.output
         closing_at = None if datum.closing_at < 0 else datum.closing_at
         state = "open"
         if closing_at is not None:
             state = "closing" if Wait.after(Clock.now(self.context), closing_at) else "drainable"
         return ChannelStatus(
             record, state, format_out_ref(channel.utxo.input), channel.lovelace,
-            datum.claimed + channel.spendable, datum.claimed, amount, closing_at,
+            datum.claimed + channel.lovelace - channels.return_deposit(self.context, output),
+            datum.claimed, amount, closing_at,
         )  # fmt: skip
 
     async def built(self, build: Callable[..., Any], *args: Any, spends: int = 0) -> Any:

@@ -6,9 +6,8 @@ to the lovelace at each step. And each mistake answered with what to do, nothing
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-
-from pycardano import TransactionOutput
 
 from consumer.channel_store import ChannelStore
 from consumer.iou_signer import IouSigner
@@ -17,7 +16,7 @@ from offchain.chain.follower import tip_point
 from offchain.chain.submit import submit_confirmed
 from offchain.protocol import channel as channels
 from offchain.protocol.amounts import ADA, ada
-from offchain.protocol.txbuild import at_least_min_utxo, sign_tx
+from offchain.protocol.txbuild import sign_tx
 from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.protocol.onchain import balance, travel_to
 
@@ -25,6 +24,17 @@ DEPOSIT = 10 * ADA
 TOP_UP = 5 * ADA
 CLAIMED = 3 * ADA
 CLOSE_PERIOD_MS = 600_000
+
+
+def on_chain(context, deployment, renter) -> dict[str, channels.Channel]:
+    """The channels at the renter's channel address now, by id (hex); the devnet is the
+    session's, and other tests leave what is not a channel there too."""
+    found = {}
+    for utxo in context.utxos(deployment.channel_address(renter)):
+        with contextlib.suppress(ValueError):
+            channel = channels.read_channel(deployment, utxo)
+            found[channel.id.hex()] = channel
+    return found
 
 
 async def test_open_top_up_claim_close_and_drain(
@@ -43,19 +53,17 @@ async def test_open_top_up_claim_close_and_drain(
     channel_id = opened["channel_id"]
     assert opened["provider_address"] == str(provider.party.wallet.address)
     assert (opened["deposit"], opened["close_period_ms"]) == (DEPOSIT, CLOSE_PERIOD_MS)
-    context = devnet.context()
-    minimum = at_least_min_utxo(context, TransactionOutput(funded.address, 0), 0)
-    assert opened["locked"] >= DEPOSIT + minimum  # the output's own minimum is added
+    context, deployment = devnet.context(), consumer_deployment
+    live = on_chain(context, deployment, funded.address)
+    returned = channels.return_deposit(context, live[channel_id].utxo.output)
+    assert opened["locked"] == DEPOSIT + returned  # the output's own minimum is added
     open_fee = await tx_fee(devnet, opened["tx_id"], since)
     assert balance(devnet, funded.address) == start - open_fee - opened["locked"]
 
     code, status = run_json(env, "channel", "status", channel_id[:10], cwd=tmp_path)
     assert code == 0, status
-    assert (status["state"], status["lovelace"], status["deposit"]) == (
-        "open",
-        opened["locked"],
-        DEPOSIT,
-    )
+    assert status["state"] == "open" and status["lovelace"] == opened["locked"], status
+    assert status["deposit"] == DEPOSIT  # the chain's: claimed + lovelace - the return deposit
     assert (status["claimed"], status["signed"], status["left"]) == (0, 0, DEPOSIT)
     shown = run(env, "channel", "status", channel_id, cwd=tmp_path).stdout
     assert f"channel {channel_id}: open" in shown and f"deposit   {ada(DEPOSIT)}" in shown, shown
@@ -67,13 +75,11 @@ async def test_open_top_up_claim_close_and_drain(
 
     # the renter signs an IOU as a service would ask (SDK), the provider claims it
     store = ChannelStore(tmp_path / "state")
-    deployment = consumer_deployment
     signer = IouSigner(ConsumerKey(funded.key), deployment.network_id, deployment.channel_hash,
                        store.get(channel_id), store)  # fmt: skip
     iou = signer.pay(CLAIMED, received_total=CLAIMED)
-    live = [channels.read_channel(deployment, u) for u in context.utxos(
-        deployment.channel_address(None))]  # fmt: skip
-    (channel,) = [c for c in live if c.id.hex() == channel_id]
+    channel = on_chain(context, deployment, funded.address)[channel_id]
+    assert channel.lovelace == locked and channel.datum.claimed == 0
     claim = channels.claim_channels(context, deployment, [(channel, iou)],
                                     provider.party.wallet.address)  # fmt: skip
     await submit_confirmed(devnet.url, sign_tx(claim, provider.party.wallet.key))
