@@ -30,8 +30,12 @@ class IouSigner:
     lovelace in all" when that is no more than `received_total` (what the renter counted as
     received, priced by the service's price), no more than the channel's funds, and not below
     the last IOU. The last IOU is stored before it is returned, so a restart neither signs
-    below it nor pays twice: amounts are totals, and the same total gets the same IOU.
-    Thread-safe; one process at a time per channel (two would each know only their own last)."""
+    below it nor pays twice: amounts are totals, and the same total gets the same IOU. (Stored
+    by a rename, not fsynced: a power cut that loses the last write costs the renter nothing,
+    as every IOU is a total bounded by what it received.) A client paying one request ahead,
+    as a gateway asks, passes what it received plus that request's price: the one increment
+    either side risks. Thread-safe; one process at a time per channel (two would each know
+    only their own last)."""
 
     def __init__(
         self,
