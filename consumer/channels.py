@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pycardano import Address, Network, Transaction
+from pycardano import Address, Network, Transaction, TransactionOutput
 
 from consumer.channel_store import ChannelRecord, ChannelStore
 from consumer.errors import ConsumerError, InsufficientFunds, NothingToDo
@@ -209,9 +209,9 @@ class Channels:
         if closing_at < 0:
             tx = await self.submit(await self.built(
                 channels.start_close, channel, record.terms, self.key.address))  # fmt: skip
-            after = await asyncio.to_thread(self.live, record)
+            closed = tx.transaction_body.outputs[channels.CHANNEL_OUTPUT].datum  # as submitted
             return Closed(record.channel_id, "closing", tx.id.payload.hex(),
-                          tx.transaction_body.fee, closing_at=after.datum.closing_at)  # fmt: skip
+                          tx.transaction_body.fee, closing_at=closed.closing_at)  # fmt: skip
         wait = Wait.after(await asyncio.to_thread(Clock.now, self.context), closing_at)
         if wait is not None:
             raise NotDrainableYet(
@@ -273,14 +273,15 @@ class Channels:
         channel = live.get(record.channel_id)
         if channel is None:
             return ChannelStatus(record, "closed", None, 0, record.funded, None, amount, None)
-        datum, output = channel.datum, channel.utxo.output
+        datum = channel.datum
+        like = TransactionOutput(channel.utxo.output.address, 0, datum=datum)  # a read datum
         closing_at = None if datum.closing_at < 0 else datum.closing_at
         state = "open"
         if closing_at is not None:
             state = "closing" if Wait.after(Clock.now(self.context), closing_at) else "drainable"
         return ChannelStatus(
             record, state, format_out_ref(channel.utxo.input), channel.lovelace,
-            datum.claimed + channel.lovelace - channels.return_deposit(self.context, output),
+            datum.claimed + channel.lovelace - channels.return_deposit(self.context, like),
             datum.claimed, amount, closing_at,
         )  # fmt: skip
 
