@@ -7,6 +7,7 @@ to the lovelace at each step. And each mistake answered with what to do, nothing
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from pathlib import Path
 
 from pycardano import TransactionOutput
@@ -19,7 +20,7 @@ from offchain.chain.submit import submit_confirmed
 from offchain.protocol import channel as channels
 from offchain.protocol.amounts import ADA, ada
 from offchain.protocol.txbuild import sign_tx
-from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
+from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run, run_json, tx_fee
 from tests.protocol.onchain import balance, travel_to
 
 DEPOSIT = 10 * ADA
@@ -102,14 +103,20 @@ async def test_open_top_up_claim_close_and_drain(
     assert code == 1 and early["error"] == "NotDrainableYet", early
     assert "its provider may claim until" in early["message"]
     assert early["drainable_at_ms"] > closing["closing_at"]
+    code, refused = run_json(env, "channel", "top-up", channel_id, "--amount", "1", cwd=tmp_path)
+    assert code == 1 and "is closing" in refused["message"], refused
 
     await travel_to(devnet, closing["closing_at"] + 1)
+    code, status = run_json(env, "channel", "status", channel_id, cwd=tmp_path)
+    assert status["state"] == "drainable", status
     code, drained = run_json(env, "channel", "close", channel_id, cwd=tmp_path)
     assert code == 0 and drained["how"] == "drained", drained
     assert drained["returned"] == locked - CLAIMED
     drain_fee = await tx_fee(devnet, drained["tx_id"], since)
     fees = open_fee + top_up_fee + close_fee + drain_fee
     assert balance(devnet, funded.address) == start - CLAIMED - fees  # to the lovelace
+    code, again = run_json(env, "channel", "close", channel_id, cwd=tmp_path)
+    assert code == 1 and "is not on chain: it was closed" in again["message"], again
 
     code, (listed,) = run_json(env, "channel", "list", cwd=tmp_path)
     assert code == 0 and listed["state"] == "closed" and listed["claimed"] is None, listed
@@ -132,6 +139,16 @@ async def test_mistakes_are_explained_and_lock_nothing(market, provider, devnet,
                            "--deposit", "1", "--close-period", "600", "--yes",
                            cwd=tmp_path)  # fmt: skip
     assert code == 1 and "--close-period: expected a positive duration" in error["message"]
+
+    asked = subprocess.run(
+        [*UNCHAINED, "channel", "open", "--provider", offer["provider_id"], "--deposit", "1"],
+        env=env, cwd=tmp_path, input="n\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    for shown in (f"channel to provider {offer['provider_id']} (its signed offer: checked)",
+                  f"pays to     {provider.party.wallet.address}", "deposit     1.000000 ADA",
+                  "lock 1.000000 ADA in this channel? [y/N]", "nothing locked"):  # fmt: skip
+        assert shown in asked.stdout, asked.stdout
 
     done = run(env, "channel", "open", "--provider", str(provider.party.wallet.address),
                "--deposit", "10", "--yes", cwd=tmp_path)  # fmt: skip
