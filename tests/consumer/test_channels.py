@@ -203,3 +203,10 @@ def test_channel_list_local_starts_without_pycardano(key, tmp_path):
     done, _ = imported("channel", "list", "--local", "--json", "--state-dir", "state", cwd=tmp_path)
     (row,) = json.loads(done.stdout)
     assert (row["deposit"], row["signed"], row["left"]) == (FUNDED, 2 * ADA, 8 * ADA)
+
+
+@pytest.mark.parametrize("command", [("channel",), ("channel", "open"), ("channel", "close")])
+def test_channel_help_imports_nothing_heavy(command, tmp_path):
+    done, modules = imported(*command, "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "Usage" in done.stdout, done.stderr[-2000:]
+    assert heavy(modules) == []
