@@ -37,7 +37,7 @@ from offchain.protocol import channel as channels
 from offchain.protocol.addresses import from_plutus
 from offchain.protocol.amounts import ADA, ada
 from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import BuildError, Clock
+from offchain.protocol.txbuild import Clock
 from offchain.protocol.wire import SignedOffer
 
 if TYPE_CHECKING:
@@ -286,21 +286,19 @@ class Channels:
         )  # fmt: skip
 
     async def built(self, build: Callable[..., Any], *args: Any, spends: int = 0) -> Any:
-        """`build(context, deployment, *args)` in a thread; InsufficientFunds when the key's
-        address cannot pay `spends` lovelace and the fee."""
+        """`build(context, deployment, *args)` in a thread, once the key's address holds
+        `spends` lovelace and the fee (InsufficientFunds says what to send where); a builder's
+        own refusal (BuildError: a closing channel, another renter's key) is told as it is."""
         needed = spends + FEE_MARGIN
         held = await asyncio.to_thread(self.balance)
-        try:
-            if held < needed:
-                raise BuildError("balance below the amount and its fee")
-            return await asyncio.to_thread(build, self.context, self.deployment, *args)
-        except BuildError as exc:
+        if held < needed:
             raise InsufficientFunds(
                 f"not enough funds: this needs {ada(spends)} plus up to {ada(FEE_MARGIN)} for "
                 f"the fee and the output's minimum, {ada(needed)} in all, at {self.key.address};"
-                f" it holds {ada(held)}. Send at least {ada(max(needed - held, 0))} there and "
-                f"try again. ({exc})", address=str(self.key.address), needed=needed, held=held,
-            ) from exc  # fmt: skip
+                f" it holds {ada(held)}. Send at least {ada(needed - held)} there and try "
+                "again.", address=str(self.key.address), needed=needed, held=held,
+            )  # fmt: skip
+        return await asyncio.to_thread(build, self.context, self.deployment, *args)
 
     def balance(self) -> int:
         return sum(utxo.output.amount.coin for utxo in self.context.utxos(self.key.address))
