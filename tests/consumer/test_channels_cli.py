@@ -21,7 +21,7 @@ from offchain.protocol import channel as channels
 from offchain.protocol.amounts import ADA, ada
 from offchain.protocol.txbuild import sign_tx
 from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run, run_json, tx_fee
-from tests.protocol.onchain import balance, travel_to
+from tests.protocol.onchain import balance, travel_to, wallet
 
 DEPOSIT = 10 * ADA
 TOP_UP = 5 * ADA
@@ -92,6 +92,12 @@ async def test_open_top_up_claim_close_and_drain(
     assert status["lovelace"] == locked - CLAIMED, status
     assert status["claimed"] == status["signed"] == CLAIMED
     assert (status["deposit"], status["left"]) == (DEPOSIT + TOP_UP, DEPOSIT + TOP_UP - CLAIMED)
+
+    stranger = await wallet(devnet, 10 * ADA)  # the same records, another key: not the renter
+    stranger.key.save(str(tmp_path / "stranger.skey"))
+    code, refused = run_json({**env, "UNCHAINED_CONSUMER_KEY": str(tmp_path / "stranger.skey")},
+                             "channel", "close", channel_id, cwd=tmp_path)  # fmt: skip
+    assert code == 1 and "is not the address of the channel's renter key" in refused["message"]
 
     code, closing = run_json(env, "channel", "close", channel_id, cwd=tmp_path)
     assert code == 0 and closing["how"] == "closing", closing
