@@ -1,8 +1,8 @@
 """The renter's own record of its payment channels, under `<state_dir>/channels/`: one file a
 channel with the terms it opened (so it can close and drain with the market gone, and a
-restart loses nothing), and beside it the last IOU it signed (`<id>.iou.json`), so no restart
-signs below it. Plain JSON and no pycardano: `unchained channel list --local` reads it at
-once (tests/test_cli_imports.py)."""
+restart loses nothing), and beside it the IOUs it signed (`<id>.ious`, one JSON line each,
+newest last), so no restart signs below the last. Plain JSON and no pycardano: `unchained
+channel list --local` reads it at once (tests/test_cli_imports.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from consumer.store import MIN_PREFIX, write_whole
 if TYPE_CHECKING:  # decoded where the terms are used: a listing needs no Plutus types
     from offchain.protocol.types import ChannelTerms
 
-IOU_SUFFIX = ".iou.json"
+IOU_SUFFIX = ".ious"
+COMPACT_BYTES = 1 << 20  # an IOU file past this is rewritten with its newest line alone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ class ChannelRecord:
 
 
 class ChannelStore:
-    """`<state_dir>/channels/<id>.json` and `<id>.iou.json`, each written whole (rename)."""
+    """`<state_dir>/channels/<id>.json`, written whole (rename), and `<id>.ious`, appended."""
 
     def __init__(self, state_dir: Path) -> None:
         self.dir = state_dir / "channels"
@@ -81,20 +82,25 @@ class ChannelStore:
         return sorted((read(path) for path in self.paths()), key=lambda r: r.created_ms)
 
     def paths(self) -> list[Path]:
-        return [p for p in self.dir.glob("*.json") if not p.name.endswith(IOU_SUFFIX)]
+        return list(self.dir.glob("*.json"))
+
+    def iou_path(self, channel_id: str) -> Path:
+        return self.dir / f"{channel_id}{IOU_SUFFIX}"
 
     def last_iou(self, channel_id: str) -> dict[str, Any] | None:
-        """The last IOU signed on the channel, as `SignedIou.to_wire` wrote it; None if none."""
-        path = self.dir / f"{channel_id}{IOU_SUFFIX}"
+        """The newest IOU signed on the channel, as `SignedIou.to_wire` wrote it; None before
+        the first. A line a crash cut short is passed over (the one before it stands)."""
+        path = self.iou_path(channel_id)
         if not path.exists():
             return None
-        try:
-            wire = json.loads(path.read_bytes())
-        except ValueError as exc:
-            raise damaged(path, "not JSON") from exc
-        if not isinstance(wire, dict):
-            raise damaged(path, "not a JSON object")
-        return wire
+        for line in reversed(path.read_bytes().splitlines()):
+            try:
+                wire = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(wire, dict):
+                return wire
+        raise damaged(path, "no IOU in it")
 
     def signed(self, channel_id: str) -> int:
         """The last IOU's amount (0 before the first): what the provider may take in all."""
@@ -102,7 +108,15 @@ class ChannelStore:
         return 0 if last is None else int(last["amount"])
 
     def save_iou(self, channel_id: str, wire: dict[str, Any]) -> None:
-        write_whole(self.dir / f"{channel_id}{IOU_SUFFIX}", json.dumps(wire) + "\n")
+        """Append the IOU as a line of its own: an append costs a tenth of a whole-file rename
+        on a service's signing path. Each line starts with its newline, so one written after a
+        line a crash cut short is whole; past COMPACT_BYTES the file keeps the newest alone."""
+        path, line = self.iou_path(channel_id), "\n" + json.dumps(wire)
+        with path.open("a") as file:
+            file.write(line)
+            size = file.tell()
+        if size > COMPACT_BYTES:
+            write_whole(path, line)
 
 
 def read(path: Path) -> ChannelRecord:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pycardano import ScriptHash
 
-from consumer.channel_store import IOU_SUFFIX, ChannelRecord, ChannelStore
+from consumer.channel_store import ChannelRecord, ChannelStore
 from consumer.errors import ConsumerError
 from consumer.keys import ConsumerKey
 from offchain.protocol.amounts import ada
@@ -30,9 +30,9 @@ class IouSigner:
     lovelace in all" when that is no more than `received_total` (what the renter counted as
     received, priced by the service's price), no more than the channel's funds, and not below
     the last IOU. The last IOU is stored before it is returned, so a restart neither signs
-    below it nor pays twice: amounts are totals, and the same total gets the same IOU. (Stored
-    by a rename, not fsynced: a power cut that loses the last write costs the renter nothing,
-    as every IOU is a total bounded by what it received.) A client paying one request ahead,
+    below it nor pays twice: amounts are totals, and the same total gets the same IOU. (Appended,
+    not fsynced: a power cut that loses the last write costs the renter nothing, as every IOU
+    is a total bounded by what it received.) A client paying one request ahead,
     as a gateway asks, passes what it received plus that request's price: the one increment
     either side risks. Thread-safe; one process at a time per channel (two would each know
     only their own last)."""
@@ -55,7 +55,7 @@ class IouSigner:
 
     def checked(self, wire: dict[str, Any]) -> SignedIou:
         """The stored last IOU, if it is this channel's and this key's; else ConsumerError."""
-        path = self.store.dir / f"{self.channel.hex()}{IOU_SUFFIX}"
+        path = self.store.iou_path(self.channel.hex())
         try:
             iou = SignedIou.from_wire(wire)
         except ValueError as exc:

@@ -111,6 +111,27 @@ def test_a_restart_keeps_the_last_iou(key, store):
     assert again.pay(8_000, received_total=8_000).amount == 8_000
 
 
+def test_a_line_a_crash_cut_short_is_passed_over(key, store):
+    signer(key, store).pay(1_000, received_total=1_000)
+    with store.iou_path("ab" * 28).open("a") as file:
+        file.write('\n{"channel": "abab')  # the process died while appending
+    again = signer(key, store)
+    assert again.signed == 1_000  # the one before stands
+    again.pay(2_000, received_total=2_000)
+    assert signer(key, store).signed == 2_000  # written on a line of its own
+
+
+def test_the_iou_file_keeps_the_newest_alone_once_large(key, store):
+    pays = signer(key, store)
+    pays.pay(1_000, received_total=1_000)
+    with store.iou_path("ab" * 28).open("a") as file:
+        file.write(("\n" + "x" * 1023) * 1024)  # a megabyte of older lines
+    iou = pays.pay(2_000, received_total=2_000)
+    lines = store.iou_path("ab" * 28).read_text().splitlines()[1:]  # each starts a line
+    assert [json.loads(line) for line in lines] == [iou.to_wire()]
+    assert signer(key, store).last == iou
+
+
 def test_concurrent_payments_never_go_down(key, store):
     pays = signer(key, store)
     totals = list(range(1_000, 41_000, 1_000))
@@ -136,7 +157,7 @@ def test_a_stored_iou_of_another_key_is_refused(key, store):
     signer(other, store).pay(1_000, received_total=1_000)  # written by another key
     with pytest.raises(ConsumerError, match="not signed by this key for this channel"):
         signer(key, store)
-    (store.dir / f"{'ab' * 28}.iou.json").write_text(json.dumps({"amount": 1}))
+    store.iou_path("ab" * 28).write_text(json.dumps({"amount": 1}))
     with pytest.raises(ConsumerError, match="is not an IOU"):
         signer(key, store)
 
