@@ -286,7 +286,7 @@ def check_payouts() -> AST:
             NullList(V("accs")),
             Unit(),
             check(
-                _holds(
+                holds(
                     fields(HeadList(V("outs"))), UnIData(nth(UnListData(HeadList(V("accs"))), 1))
                 ),
                 "provider payout",
@@ -296,7 +296,7 @@ def check_payouts() -> AST:
     )
 
 
-def _holds(out: AST, total: AST) -> AST:
+def holds(out: AST, total: AST) -> AST:
     """A provider output (its address checked escrow by escrow) holds the sum, no datum."""
     return eager_and(
         LessThanEqualsInteger(total, lovelace(nth(out, 1))),
@@ -560,7 +560,7 @@ def _finish() -> AST:
                     Ite(
                         LessThanInteger(Integer(0), V("first_refund")),
                         check(
-                            _holds(fields(HeadList(V("outputs"))), V("sum0")),
+                            holds(fields(HeadList(V("outputs"))), V("sum0")),
                             "provider payout",
                             call(V("check_payouts"), TailList(V("outputs")), V("paccs")),
                         ),
@@ -574,32 +574,36 @@ def _finish() -> AST:
 
 def program() -> AST:
     """The settle script's term, before its network_id parameter is applied."""
+    return withdrawal(
+        [("network", UnIData(V("network_d")))],
+        [("settle_hash", UnBData(HeadList(fields(HeadList(fields(V("purpose")))))))],
+        _body(),
+    )
+
+
+def withdrawal(before: list[tuple[str, AST]], beside: list[tuple[str, AST]], body: AST) -> AST:
+    r"""\network_d ctx -> `body`, once the script runs as a withdrawal, the transaction's only
+    one, with a finite validity upper bound: a batch's opening. `body` sees ctx_f, purpose, tx
+    and upper (its Extended bound), and the bindings `before` and `beside` (made before the
+    purpose is read, and beside tx)."""
     tx = fields(HeadList(V("ctx_f")))
     upper = HeadList(fields(nth(fields(nth(V("tx"), 7)), 1)))  # Interval's upper: Extended
     return PLambda(
         ["network_d", "ctx"],
         let(
-            [
-                ("network", UnIData(V("network_d"))),
-                ("ctx_f", fields(V("ctx"))),
-                ("purpose", nth(V("ctx_f"), 2)),
-            ],
+            [*before, ("ctx_f", fields(V("ctx"))), ("purpose", nth(V("ctx_f"), 2))],
             check(
                 EqualsInteger(tag(V("purpose")), Integer(2)),
                 "purpose",
                 let(
-                    [
-                        ("settle_hash", UnBData(HeadList(fields(HeadList(fields(V("purpose"))))))),
-                        ("tx", tx),
-                        ("upper", upper),
-                    ],
+                    [*beside, ("tx", tx), ("upper", upper)],
                     check(
                         eager_and(
                             NullList(TailList(UnMapData(nth(V("tx"), 6)))),
                             EqualsInteger(tag(V("upper")), Integer(1)),
                         ),
                         "one withdrawal, and an upper bound",
-                        _body(),
+                        body,
                     ),
                 ),
             ),
@@ -688,11 +692,17 @@ def build() -> U.Program:
     """The program, compiled with pluthon's -O3, traces kept (contracts.simplify is for
     OpShin's calling convention, which this program does not have), its forced builtins
     hoisted."""
+    return compile_term(program())
+
+
+def compile_term(term: AST) -> U.Program:
+    """A hand-written program compiled as the deployed scripts are: pluthon's -O3, traces
+    kept, forced builtins hoisted."""
     from pluthon import Program, compile
     from pluthon.compiler_config import OPT_O3_CONFIG
 
     config = OPT_O3_CONFIG.update(remove_trace=False, constant_folding_keep_traces=True)
-    compiled = compile(Program((1, 1, 0), program()), config)
+    compiled = compile(Program((1, 1, 0), term), config)
     return U.Program(compiled.version, hoist_forced_builtins(compiled.term))
 
 
