@@ -36,9 +36,12 @@ if TYPE_CHECKING:
     from pycardano import Network
 
     from consumer.job_record import JobRecord
+    from consumer.keys import ConsumerKey
     from consumer.market_read import MarketReader
     from consumer.quote import CheckedQuote
     from consumer.session import Consumer
+    from offchain.chain.context import OgmiosContext
+    from offchain.protocol.deployment import Deployment
 
 T = TypeVar("T")
 job_app = typer.Typer(help="Submit GPU jobs, follow them, get verified results or a refund.",
@@ -185,21 +188,27 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coroutine)
 
 
+def on_chain(env: Env) -> tuple["ConsumerKey", "OgmiosContext", "Deployment"]:
+    """The key, the chain and the deployment checked on it (blocking: it reads the chain)."""
+    from consumer.keys import load_key
+    from offchain.chain.context import chain_context, quiet_chain_clients
+    from offchain.protocol import deployment_file
+
+    quiet_chain_clients()
+    context = chain_context(env.ogmios_url, env.pycardano_network)
+    deployment = deployment_file.load(env.deployment, context)
+    return load_key(env.key, deployment.network), context, deployment
+
+
 @asynccontextmanager
 async def opened(env: Env) -> AsyncIterator["Consumer"]:
     """The SDK for `env`: the key, the chain (the deployment checked on it) and the market."""
     import asyncio
 
     from consumer.client import MarketClient
-    from consumer.keys import load_key
     from consumer.session import Consumer
-    from offchain.chain.context import chain_context, quiet_chain_clients
-    from offchain.protocol import deployment_file
 
-    quiet_chain_clients()
-    context = chain_context(env.ogmios_url, env.pycardano_network)
-    deployment = await asyncio.to_thread(deployment_file.load, env.deployment, context)
-    key = load_key(env.key, deployment.network)
+    key, context, deployment = await asyncio.to_thread(on_chain, env)
     market = MarketClient.open(env.market_url, env.market_identity, key)
     try:
         yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir))

@@ -311,16 +311,12 @@ class Consumer:
                 f"escrow {record.escrow} is spent already (settled, refunded or slashed): "
                 f"see `unchained job status {job_id}`"
             )
-        clock = Clock.now(self.context)
-        first = clock.first_slot_after(record.datum.close)
-        if clock.tip_slot < first:
-            at_ms = clock.time.slot_to_posix_ms(first)
-            local_ms = time.time_ns() // 1_000_000 + at_ms - clock.tip_ms
+        wait = Wait.after(Clock.now(self.context), record.datum.close)
+        if wait is not None:
             raise NotRefundableYet(
-                f"escrow {record.escrow} is not refundable yet: at {iso(at_ms)} chain time "
-                f"(about {local_time(local_ms)} on this machine's clock; the chain is at "
-                f"{iso(clock.tip_ms)}). Run `unchained job refund {job_id}` then.",
-                refundable_at_ms=at_ms, chain_now_ms=clock.tip_ms, local_eta_ms=local_ms,
+                f"escrow {record.escrow} is not refundable yet: {wait}. Run `unchained job "
+                f"refund {job_id}` then.", refundable_at_ms=wait.at_ms,
+                chain_now_ms=wait.chain_now_ms, local_eta_ms=wait.local_ms,
             )  # fmt: skip
         return escrow
 
@@ -339,6 +335,29 @@ class Consumer:
         signed = self.key.sign(unsigned)
         await submit_confirmed(self.ogmios_url, signed)
         return signed
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """How long until a script sees a time strictly after a deadline (a refund's close, a
+    channel's closing_at): the first such slot's time, on the chain and on this machine."""
+
+    at_ms: int  # chain time
+    chain_now_ms: int
+    local_ms: int  # about when that is on this machine's clock
+
+    @classmethod
+    def after(cls, clock: Clock, posix_ms: int) -> Wait | None:
+        """None when the chain's tip is past `posix_ms` already."""
+        first = clock.first_slot_after(posix_ms)
+        if clock.tip_slot >= first:
+            return None
+        at_ms = clock.time.slot_to_posix_ms(first)
+        return cls(at_ms, clock.tip_ms, time.time_ns() // 1_000_000 + at_ms - clock.tip_ms)
+
+    def __str__(self) -> str:
+        return (f"at {iso(self.at_ms)} chain time (about {local_time(self.local_ms)} on this "
+                f"machine's clock; the chain is at {iso(self.chain_now_ms)})")  # fmt: skip
 
 
 def kept_receipt(record: JobRecord, receipt: Receipt, deployment: Deployment) -> str:

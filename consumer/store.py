@@ -16,6 +16,15 @@ if TYPE_CHECKING:  # imported where a record is read: an empty store needs no py
     from consumer.job_record import JobRecord
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` through a rename: a crash leaves the old file or the new one,
+    never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def local_time(posix_ms: int) -> str:
     """A POSIX ms instant on this machine's clock and zone, to the second."""
     return datetime.fromtimestamp(posix_ms // 1000, UTC).astimezone().isoformat(timespec="seconds")
@@ -29,11 +38,7 @@ class JobStore:
         self.dir = state_dir / "jobs"
 
     def save(self, record: JobRecord) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{record.job_id}.json"
-        partial = path.with_suffix(".json.part")
-        partial.write_text(record.model_dump_json(indent=2) + "\n")
-        os.replace(partial, path)
+        write_whole(self.dir / f"{record.job_id}.json", record.model_dump_json(indent=2) + "\n")
 
     def get(self, job_id: str) -> JobRecord:
         path = self.dir / f"{job_id}.json"

@@ -40,6 +40,8 @@ COMPONENTS = {
     "job": Component("consumer.cli", "job_app",
                      "Submit GPU jobs, follow them, get verified results or a refund."),
     "offers": Component("consumer.cli", "offers_app", "Offers on the market."),
+    "channel": Component("consumer.channel_cli", "app", "Pay-as-you-go payment channels to a "
+                         "provider: open, top up, close."),
     "wallet": Component("consumer.cli", "wallet_app", "The consumer's key and funds."),
 }  # fmt: skip
 
