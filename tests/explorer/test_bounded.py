@@ -109,7 +109,9 @@ CURSORS = ["9" * 30 + ".ab", "9" * 5000 + ".ab", "²." + "ab", "1.ab\x00", "12",
 
 
 @pytest.mark.parametrize("cursor", CURSORS)
-@pytest.mark.parametrize("path", ["/explorer/jobs", f"/explorer/addresses/{ADDRESS}"])
+@pytest.mark.parametrize(
+    "path", ["/explorer/jobs", f"/explorer/addresses/{ADDRESS}", "/explorer/channels"]
+)
 def test_a_cursor_no_page_wrote_is_a_422_naming_it(client, path, cursor):
     answer = client.get("/api" + path, params={"after": cursor})
     assert answer.status_code == 422, answer.text
