@@ -191,3 +191,15 @@ def bond_script(
     if not 0 <= slash_share_bps <= 10_000:
         raise ValueError("slash_share_bps must be within 0..10000")
     return apply_parameters("bond", network_id, escrow_hash, notice_ms, slash_share_bps)
+
+
+def claim_script(network_id: int) -> PlutusV3Script:
+    """The batch channel claim script for a network (0 testnets, 1 mainnet)."""
+    return apply_parameters("claim", network_id)
+
+
+def channel_script(claim_hash: bytes) -> PlutusV3Script:
+    """The channel validator whose claims the script `claim_hash` checks."""
+    if len(claim_hash) != 28:
+        raise ValueError("claim_hash must be a 28-byte script hash")
+    return apply_parameters("channel", claim_hash)

@@ -15,11 +15,6 @@ from opshin.std.builtins import *
 from contracts.onchain import *
 
 
-def tokens(value: Anything) -> Anything:
-    """A ledger Value without its lovelace (the ledger always puts ADA first)."""
-    return tail_list(un_map_data(value))
-
-
 def continuing(tx: TxInfoV3, index: int, own: InlineTxOut, datum: SomeOutputDatum) -> int:
     """The lovelace of output `index`, which must sit at the bond's address with `datum` and
     exactly the bond's native tokens (nobody moves tokens out of a bond, or dusts it)."""

@@ -532,3 +532,27 @@ def skip_list(xs: Anything, n: int) -> Anything:
 def lovelace(value: Anything) -> int:
     """The lovelace of a ledger Value: its first entry, as the ledger always puts ADA first."""
     return un_i_data(snd_pair(head_list(un_map_data(snd_pair(head_list(un_map_data(value)))))))
+
+
+def tokens(value: Anything) -> Anything:
+    """A ledger Value without its lovelace (the ledger always puts ADA first)."""
+    return tail_list(un_map_data(value))
+
+
+def no_datum(out: Anything) -> bool:
+    """Whether a ledger TxOut carries no datum (NoOutputDatum = C0[])."""
+    return equals_data(head_list(tail_list(tail_list(fields(out)))), NoOutputDatum())
+
+
+def holds(out: Anything, amount: int) -> bool:
+    """Whether output `out` holds at least `amount` lovelace, with no datum."""
+    return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
+
+
+def first_script(inputs: Anything) -> Anything:
+    """The payment credential of the first script input."""
+    first: InputV3 = head_list(inputs)
+    credential = first.resolved.address.payment_credential
+    if isinstance(credential, ScriptCredential):
+        return credential
+    return first_script(tail_list(inputs))

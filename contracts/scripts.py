@@ -83,6 +83,22 @@ CONTRACTS = {
         redeemers=(("withdraw", onchain.BatchSettle),),
         module="settle",
     ),
+    "channel": Contract(
+        name="channel",
+        description="A renter's payment channel to one provider: claim (in a batch), top "
+        "up, close, drain, end, mutual close (PROTOCOL.md)",
+        parameters=(("claim_hash", bytes),),
+        datum=onchain.ChannelDatum,
+        redeemers=(("spend", onchain.ChannelRedeemer),),
+    ),
+    "claim": Contract(
+        name="claim",
+        description="Withdraw-zero that claims a batch of channels by their IOUs (PROTOCOL.md)",
+        parameters=(("network_id", int),),
+        datum=None,
+        redeemers=(("withdraw", onchain.BatchClaim),),
+        module="channel_claim",
+    ),
     "bond": Contract(
         name="bond",
         description="A provider's bond: top up, unbond with notice, withdraw, slash",

@@ -23,16 +23,6 @@ from opshin.std.builtins import *
 from contracts.onchain import *
 
 
-def no_datum(out: Anything) -> bool:
-    """Whether a ledger TxOut carries no datum (NoOutputDatum = C0[])."""
-    return equals_data(head_list(tail_list(tail_list(fields(out)))), NoOutputDatum())
-
-
-def holds(out: Anything, amount: int) -> bool:
-    """Whether output `out` holds at least `amount` lovelace, with no datum."""
-    return lovelace(head_list(tail_list(fields(out)))) >= amount and no_datum(out)
-
-
 def message(network_id: int, settle_hash: bytes, note: Anything, claims: Anything) -> bytes:
     """serialise_data of the Claim on `claims` (list Data)."""
     return serialise_data(Claim(b"UNCHAINED/claim/v1", network_id, settle_hash, note, claims))
@@ -110,15 +100,6 @@ def check_payouts(outputs: Anything, accs: Anything) -> None:
         total = un_i_data(head_list(tail_list(un_list_data(head_list(accs)))))
         assert holds(head_list(outputs), total), "provider payout"
         check_payouts(tail_list(outputs), tail_list(accs))
-
-
-def first_script(inputs: Anything) -> Anything:
-    """The payment credential of the first script input."""
-    escrow: InputV3 = head_list(inputs)
-    credential = escrow.resolved.address.payment_credential
-    if isinstance(credential, ScriptCredential):
-        return credential
-    return first_script(tail_list(inputs))
 
 
 def settle_escrows(

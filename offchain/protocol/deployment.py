@@ -24,7 +24,13 @@ from pycardano import (
     script_hash,
 )
 
-from contracts.artifacts import bond_script, escrow_script, settle_script
+from contracts.artifacts import (
+    bond_script,
+    channel_script,
+    claim_script,
+    escrow_script,
+    settle_script,
+)
 from offchain.chain.context import queries
 from offchain.protocol.txbuild import at_least_min_utxo, build, new_builder, out_ref
 
@@ -42,6 +48,8 @@ class Deployment:
     bond_ref: UTxO  # holds the bond script
     refund_window_ms: int  # after an escrow's close, only its consumer may refund (and slash)
     settle_ref: UTxO  # holds the batch settle script
+    channel_ref: UTxO  # holds the payment channel script
+    claim_ref: UTxO  # holds the batch channel claim script
 
     @property
     def network(self) -> Network:
@@ -71,6 +79,22 @@ class Deployment:
     def bond_hash(self) -> ScriptHash:
         return plutus_script_hash(self.bond_script)
 
+    @property
+    def channel_script(self) -> PlutusV3Script:
+        return _script(self.channel_ref)
+
+    @property
+    def claim_script(self) -> PlutusV3Script:
+        return _script(self.claim_ref)
+
+    @property
+    def channel_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.channel_script)
+
+    @property
+    def claim_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.claim_script)
+
     def escrow_address(self, stake: Address | None = None) -> Address:
         """An escrow address; `stake` lends its stake part (the consumer keeps delegating)."""
         return Address(self.escrow_hash, _stake_part(stake), network=self.network)
@@ -78,11 +102,20 @@ class Deployment:
     def bond_address(self, stake: Address | None = None) -> Address:
         return Address(self.bond_hash, _stake_part(stake), network=self.network)
 
+    def channel_address(self, stake: Address | None = None) -> Address:
+        """A channel address; `stake` lends its stake part (the renter keeps delegating)."""
+        return Address(self.channel_hash, _stake_part(stake), network=self.network)
+
     @property
     def reward_address(self) -> Address:
         """The settle script's stake address: a batch settle withdraws its whole balance (0
         unless someone paid into it) from it."""
         return Address(staking_part=self.settle_hash, network=self.network)
+
+    @property
+    def claim_reward_address(self) -> Address:
+        """The claim script's stake address, withdrawn from by a batch claim as a settle is."""
+        return Address(staking_part=self.claim_hash, network=self.network)
 
 
 def validators(
@@ -91,14 +124,17 @@ def validators(
     notice_ms: int,
     slash_share_bps: int,
     reference: bool = False,
-) -> tuple[PlutusV3Script, PlutusV3Script, PlutusV3Script]:
-    """The settle, escrow and bond scripts of a deployment with these parameters (each
-    script names the one before it by hash); `reference`: the settle script's OpShin
-    reference instead of the hand-written one (tests run both)."""
+) -> tuple[PlutusV3Script, PlutusV3Script, PlutusV3Script, PlutusV3Script, PlutusV3Script]:
+    """The settle, escrow, bond, claim and channel scripts of a deployment with these
+    parameters (each script names the one before it by hash, the channel its claim script);
+    `reference`: the settle script's OpShin reference instead of the hand-written one (tests
+    run both)."""
     settle = settle_script(network_id, reference)
     escrow = escrow_script(plutus_script_hash(settle).payload, refund_window_ms)
     bond = bond_script(network_id, plutus_script_hash(escrow).payload, notice_ms, slash_share_bps)
-    return settle, escrow, bond
+    claim = claim_script(network_id)
+    channel = channel_script(plutus_script_hash(claim).payload)
+    return settle, escrow, bond, claim, channel
 
 
 def deploy(
@@ -110,35 +146,38 @@ def deploy(
     refund_window_ms: int,
     reference: bool = False,
 ) -> tuple[Transaction, Deployment]:
-    """Publish the three scripts as reference UTxOs and register the settle script's stake
-    credential; `payer` pays and signs.
+    """Publish the five scripts as reference UTxOs and register the settle and claim
+    scripts' stake credentials; `payer` pays and signs.
 
-    The escrow is output 0, the bond output 1 and the settle script output 2. Registration is
-    skipped when the credential is already registered (the same scripts deployed again). The
-    deployment names outputs of the unsigned transaction: its id does not change when it is
-    signed.
+    The escrow is output 0, the bond output 1, the settle script output 2, the channel
+    script output 3 and the claim script output 4 (all five fit one transaction). A
+    registration is skipped when its credential is already registered (the same scripts
+    deployed again). The deployment names outputs of the unsigned transaction: its id does
+    not change when it is signed.
     """
-    settle, escrow, bond = validators(
+    settle, escrow, bond, claim, channel = validators(
         network_id, refund_window_ms, notice_ms, slash_share_bps, reference
     )
-    settle_hash = plutus_script_hash(settle)
     holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
     builder = new_builder(context)
     builder.add_input_address(payer)
     outputs = []
-    for script in (escrow, bond, settle):
+    for script in (escrow, bond, settle, channel, claim):
         output = TransactionOutput(holder, 0, script=script)
         output.amount.coin = at_least_min_utxo(context, output, 0)
         builder.add_output(output)
         outputs.append(output)
-    if queries(context).script_reward_balance(settle_hash) is None:
-        builder.certificates = [StakeRegistration(StakeCredential(settle_hash))]
+    builder.certificates = [
+        StakeRegistration(StakeCredential(credential))
+        for credential in (plutus_script_hash(settle), plutus_script_hash(claim))
+        if queries(context).script_reward_balance(credential) is None
+    ] or None
     tx = build(builder, payer)
     refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
-    escrow_ref, bond_ref, settle_ref = refs
+    escrow_ref, bond_ref, settle_ref, channel_ref, claim_ref = refs
     return tx, Deployment(
         network_id, notice_ms, slash_share_bps, escrow_ref, bond_ref, refund_window_ms,
-        settle_ref,
+        settle_ref, channel_ref, claim_ref,
     )  # fmt: skip
 
 

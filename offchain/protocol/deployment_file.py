@@ -25,6 +25,9 @@ class DeploymentFileError(UnchainedError, ValueError):
     """The deployment file cannot be used; the message says why and what to do."""
 
 
+REFS = ("escrow_ref", "bond_ref", "settle_ref", "channel_ref", "claim_ref")
+
+
 class DeploymentFile(BaseModel):
     """The file's fields; the script hashes are there for people and are checked on load."""
 
@@ -37,9 +40,13 @@ class DeploymentFile(BaseModel):
     escrow_ref: str  # TXID#IX of the UTxO holding the escrow script
     bond_ref: str
     settle_ref: str
+    channel_ref: str
+    claim_ref: str
     escrow_hash: str
     bond_hash: str
     settle_hash: str
+    channel_hash: str
+    claim_hash: str
 
 
 def save(deployment: Deployment, path: Path) -> None:
@@ -51,9 +58,13 @@ def save(deployment: Deployment, path: Path) -> None:
         escrow_ref=out_ref(deployment.escrow_ref),
         bond_ref=out_ref(deployment.bond_ref),
         settle_ref=out_ref(deployment.settle_ref),
+        channel_ref=out_ref(deployment.channel_ref),
+        claim_ref=out_ref(deployment.claim_ref),
         escrow_hash=deployment.escrow_hash.payload.hex(),
         bond_hash=deployment.bond_hash.payload.hex(),
         settle_hash=deployment.settle_hash.payload.hex(),
+        channel_hash=deployment.channel_hash.payload.hex(),
+        claim_hash=deployment.claim_hash.payload.hex(),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(record.model_dump_json(indent=2) + "\n")
@@ -70,7 +81,7 @@ def load(path: Path, context: ChainContext) -> Deployment:
     except ValidationError as exc:
         raise DeploymentFileError(f"{path}:\n{describe(exc)}") from exc
     refs = []
-    for name in ("escrow_ref", "bond_ref", "settle_ref"):
+    for name in REFS:
         text = getattr(record, name)
         try:
             utxo = utxo_at(queries(context), parse_out_ref(text))
@@ -83,10 +94,10 @@ def load(path: Path, context: ChainContext) -> Deployment:
             )
         refs.append(utxo)
     try:
-        escrow_ref, bond_ref, settle_ref = refs
+        escrow_ref, bond_ref, settle_ref, channel_ref, claim_ref = refs
         deployment = Deployment(
             record.network_id, record.notice_ms, record.slash_share_bps, escrow_ref, bond_ref,
-            record.refund_window_ms, settle_ref,
+            record.refund_window_ms, settle_ref, channel_ref, claim_ref,
         )  # fmt: skip
         _check_scripts(deployment, record)
     except ValueError as exc:
@@ -96,11 +107,16 @@ def load(path: Path, context: ChainContext) -> Deployment:
 
 def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
     """The chain holds the scripts the file names, and they are this version's validators."""
-    hashes = (deployment.settle_hash, deployment.escrow_hash, deployment.bond_hash)
+    hashes = (
+        deployment.settle_hash, deployment.escrow_hash, deployment.bond_hash,
+        deployment.claim_hash, deployment.channel_hash,
+    )  # fmt: skip
     if tuple(h.payload.hex() for h in hashes) != (
         record.settle_hash,
         record.escrow_hash,
         record.bond_hash,
+        record.claim_hash,
+        record.channel_hash,
     ):
         raise ValueError("the scripts on chain do not have the hashes the file names")
     built = [

@@ -45,6 +45,10 @@ CLAIM = types.Claim(
     b"UNCHAINED/claim/v1", 0, b"\x06" * 28, b"n" * 32,
     IndefiniteList([REF, 10, types.TxOutRef(b"\x07" * 32, 1), 0]),
 )  # fmt: skip
+TERMS = types.ChannelTerms(ADDRESS, ESCROW.provider, KEY.payload, 3_600_000, REF)
+CHANNEL = types.ChannelDatum(KEY.payload, b"\x0b" * 28, b"\x0c" * 28, 5_000_000, -1)
+BATCH_CLAIM = types.BatchClaim([0, 1, 0], [b"\x0d" * 64, b"\x0e" * 64, b"\x0f" * 64], 2)
+IOU = types.Iou(b"UNCHAINED/iou/v1", 0, b"\x06" * 28, b"\x0c" * 28, 5_000_000)
 
 # (validator, "datum" or redeemer title, our value, the contracts' class)
 CASES = [
@@ -66,6 +70,21 @@ CASES = [
     ("bond", "bond.spend", "redeemer", types.BeginUnbond(1), onchain.BeginUnbond),
     ("bond", "bond.spend", "redeemer", types.Withdraw(), onchain.Withdraw),
     ("bond", "bond.spend", "redeemer", types.Slash(2, b"\x09" * 64, 1, 2), onchain.Slash),
+    ("channel", "channel.spend", "datum", CHANNEL, onchain.ChannelDatum),
+    (
+        "channel",
+        "channel.spend",
+        "datum",
+        types.ChannelDatum(KEY.payload, b"\x0b" * 28, b"\x0c" * 28, 0, 1_800_000_000_000),
+        onchain.ChannelDatum,
+    ),
+    ("channel", "channel.spend", "redeemer", types.ChannelClaim(), onchain.ChannelClaim),
+    ("channel", "channel.spend", "redeemer", types.ChannelTopUp(0, 1), onchain.ChannelTopUp),
+    ("channel", "channel.spend", "redeemer", types.StartClose(1, 0, TERMS), onchain.StartClose),
+    ("channel", "channel.spend", "redeemer", types.Drain(0, 2, TERMS), onchain.Drain),
+    ("channel", "channel.spend", "redeemer", types.ProviderEnd(2, 0, TERMS), onchain.ProviderEnd),
+    ("channel", "channel.spend", "redeemer", types.MutualClose(TERMS), onchain.MutualClose),
+    ("claim", "claim.withdraw", "redeemer", BATCH_CLAIM, onchain.BatchClaim),
 ]
 
 
@@ -112,11 +131,17 @@ RECORDS = [  # (ours, the contracts' class): the signed payloads, tags and redee
     (types.Acceptance(b"d", 1, b"\x06" * 28, REF, b"j" * 32, b"\x08" * 28), onchain.Acceptance),
     (SETTLE_CLAIM, onchain.SettleClaim),
     (SETTLE_RECEIPT, onchain.SettleReceipt),
+    (TERMS, onchain.ChannelTerms),
+    (IOU, onchain.Iou),
+    (types.Payout(types.PayoutKind.DRAIN, REF), onchain.Payout),
+    (types.Payout(types.PayoutKind.END, REF), onchain.Payout),
 ]
 
 
 @pytest.mark.parametrize(("ours", "theirs"), RECORDS, ids=lambda v: type(v).__name__)
-def test_payouts_claims_acceptances_and_settle_entries_are_the_contracts_records(ours, theirs):
+def test_payouts_claims_acceptances_settle_entries_terms_and_ious_are_the_contracts_records(
+    ours, theirs
+):
     raw = ours.to_cbor()
     assert theirs.from_cbor(raw).to_cbor() == raw
     assert type(ours).from_cbor(raw).to_cbor() == raw
@@ -144,3 +169,17 @@ def test_every_protocol_type_the_contracts_name_is_checked():
         and getattr(getattr(onchain, name, None), "__module__", None) == onchain.__name__
     }
     assert shared - checked == set()
+
+
+def test_terms_and_an_iou_encode_as_serialise_data_does():
+    """A channel's id hashes its terms' bytes and a renter signs its IOU's: both must be what
+    the channel and claim scripts rebuild and serialise."""
+    stake = Constr(0, (Constr(0, (Constr(1, (b"\x05" * 28,)),)),))  # Just (StakingHash script)
+    address = Constr(0, (Constr(0, (KEY.hash().payload,)), stake))
+    provider = Constr(0, (Constr(0, (KEY.hash().payload,)), Constr(1)))
+    ref = Constr(0, (REF.tx_id, REF.index))
+    assert TERMS.to_cbor() == encode_data(
+        Constr(0, (address, provider, KEY.payload, 3_600_000, ref))
+    )
+    ledger = Constr(0, (b"UNCHAINED/iou/v1", 0, b"\x06" * 28, b"\x0c" * 28, 5_000_000))
+    assert IOU.to_cbor() == encode_data(ledger)

@@ -1,0 +1,430 @@
+"""The channel script and the batch claim script, evaluated on script contexts made by hand (as
+tests/contracts/test_settle_scripts.py does: no devnet, no ledger checks around them), so
+shapes a builder would never make are covered too. Every redeemer's honest transaction passes,
+and each attack beside it is refused by its trace (PROTOCOL.md lists them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+
+import pytest
+from pycardano import ScriptHash, plutus_script_hash
+
+from contracts.artifacts import channel_script, claim_script
+from offchain.devnet.params import ProtocolParameters
+from offchain.devnet.phase2 import ScriptJob, ScriptOutcome, run_job
+from offchain.devnet.script_context import FALSE, NOTHING, TRUE, Constr, Data, DataMap, encode_data
+from offchain.protocol.payloads import iou_payload, sign
+from tests.contracts.test_settle_scripts import NO_DATUM, address, key, out, vkey
+
+NETWORK = 0
+DEPOSIT = 20_000_000
+PERIOD = 3_600_000  # close_period_ms
+NOW = 1_700_000_000_000  # the honest transactions' validity upper bound (POSIX ms)
+CLAIM_HASH = plutus_script_hash(claim_script(NETWORK)).payload
+CHANNEL = channel_script(CLAIM_HASH)
+CHANNEL_HASH = plutus_script_hash(CHANNEL).payload
+OTHER_SCRIPT = hashlib.blake2b(b"always succeeds", digest_size=28).digest()
+CLAIM = Constr(0)  # the channels' spend redeemer in a batch claim
+POLICY = b"\x0a" * 28
+
+
+def blake2b_224(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=28).digest()
+
+
+def ref(n: int) -> tuple[bytes, int]:
+    """The n-th channel's out-ref: refs sort as numbered, the fee input's between 1 and 2."""
+    return (bytes([0x10 + n]) * 32, 0)
+
+
+FEE_REF = (bytes([0x11]) * 32, 1)
+
+
+def value(lovelace: int, tokens: int = 0) -> DataMap:
+    ada = (b"", DataMap(((b"", lovelace),)))
+    if not tokens:
+        return DataMap((ada,))
+    return DataMap((ada, (POLICY, DataMap(((b"t", tokens),)))))
+
+
+def interval(lower: int | None, upper: int | None) -> Constr:
+    """A validity range; None: unbounded on that side."""
+    low = Constr(0) if lower is None else Constr(1, (lower,))
+    high = Constr(2) if upper is None else Constr(1, (upper,))
+    return Constr(0, (Constr(0, (low, TRUE)), Constr(0, (high, FALSE))))
+
+
+@dataclasses.dataclass
+class Channel:
+    """A channel input: its terms, datum and value, and (in a claim) the IOU it is claimed by
+    and the provider output that pays it."""
+
+    renter: str
+    provider: str
+    ref: tuple[bytes, int]
+    claimed: int = 0
+    closing_at: int = -1
+    lovelace: int = DEPOSIT
+    tokens: int = 0
+    amount: int = 5_000_000  # the IOU claimed
+    payee: int = 0
+    script: bytes = CHANNEL_HASH
+
+    def terms(self, **changes: Data) -> Constr:
+        fields: dict[str, Data] = dict(
+            renter=address(self.renter), provider=address(self.provider),
+            provider_vkey=vkey(self.provider), close_period_ms=PERIOD,
+            nonce=Constr(0, (b"\x99" * 32, self.ref[1])),
+        )  # fmt: skip
+        return Constr(0, tuple({**fields, **changes}.values()))
+
+    @property
+    def id(self) -> bytes:
+        return blake2b_224(encode_data(self.terms()))
+
+    def datum(self, **changes: Data) -> Constr:
+        fields: dict[str, Data] = dict(
+            renter_vkey=vkey(self.renter), payee=blake2b_224(encode_data(address(self.provider))),
+            terms=self.id, claimed=self.claimed, closing_at=self.closing_at,
+        )  # fmt: skip
+        return Constr(0, tuple({**fields, **changes}.values()))
+
+    @property
+    def address(self) -> Constr:
+        """The channel script's address, staked like the renter."""
+        return Constr(0, (Constr(1, (self.script,)), address(self.renter).fields[1]))
+
+    def output(self) -> Constr:
+        held = value(self.lovelace, self.tokens)
+        return Constr(0, (self.address, held, Constr(2, (self.datum(),)), NOTHING))
+
+    def input(self) -> Constr:
+        return Constr(0, (Constr(0, self.ref), self.output()))
+
+    def continuing(self, **changes: Data) -> Constr:
+        """Its continuing output in an honest claim of `amount`."""
+        datum = self.datum(claimed=self.amount, **changes)
+        held = value(self.lovelace - (self.amount - self.claimed), self.tokens)
+        return Constr(0, (self.address, held, Constr(2, (datum,)), NOTHING))
+
+    def signature(self, **signed: object) -> bytes:
+        fields = dict(
+            network_id=NETWORK, channel_hash=ScriptHash(CHANNEL_HASH), channel=self.id,
+            amount=self.amount,
+        )  # fmt: skip
+        return sign(key(self.renter), iou_payload(**{**fields, **signed}))  # type: ignore[arg-type]
+
+
+def fee_input() -> Constr:
+    return Constr(0, (Constr(0, FEE_REF), out(address("submitter"), 50_000_000)))
+
+
+def tx_info(
+    inputs: list[Constr],
+    outputs: list[Constr],
+    redeemers: list[tuple[Data, Data]],
+    withdrawals: list[Constr],
+    validity: Constr,
+    signatories: list[bytes],
+) -> Constr:
+    return Constr(
+        0,
+        (
+            inputs, [], outputs, 200_000, DataMap(()), [],
+            DataMap(tuple((w, 0) for w in withdrawals)), validity, signatories,
+            DataMap(tuple(redeemers)), DataMap(()), b"\x00" * 32, DataMap(()), [], NOTHING,
+            NOTHING,
+        ),
+    )  # fmt: skip
+
+
+def evaluate(script: bytes, purpose: str, context: Constr) -> ScriptOutcome:
+    params = ProtocolParameters()
+    job = ScriptJob(
+        purpose, 0, 3, script, encode_data([context]), params.max_tx_memory, params.max_tx_steps
+    )
+    return run_job(job, params.cost_models)
+
+
+# ---------------------------------------------------------------------------- batch claim
+
+
+@dataclasses.dataclass
+class Batch:
+    """One claim transaction as the claim script sees it: its channels, the provider outputs
+    (first_continuing of them) and each channel's continuing output, in ledger order."""
+
+    channels: list[Channel]
+    payouts: list[Constr]
+    signatures: list[Data] = dataclasses.field(default_factory=list)
+    continuing: list[Constr] = dataclasses.field(default_factory=list)
+    payees: list[Data] | None = None  # default: each channel's payee
+    first_continuing: int | None = None  # default: len(payouts)
+    withdrawals: list[Constr] = dataclasses.field(default_factory=list)  # beside its own
+    upper: int | None = NOW
+    other_redeemers: list[tuple[Data, Data]] = dataclasses.field(default_factory=list)
+    other_inputs: list[Constr] = dataclasses.field(default_factory=list)
+    purpose: Constr | None = None
+
+    def ledger(self) -> list[Channel]:
+        return sorted(self.channels, key=lambda c: c.ref)
+
+    def context(self, claim_hash: bytes) -> Constr:
+        own = Constr(1, (claim_hash,))
+        channels = self.ledger()
+        inputs = [c.input() for c in channels]
+        inputs.insert(sum(c.ref < FEE_REF for c in channels), fee_input())
+        inputs = sorted([*inputs, *self.other_inputs], key=lambda i: i.fields[0].fields)
+        payees = [c.payee for c in channels] if self.payees is None else self.payees
+        first = len(self.payouts) if self.first_continuing is None else self.first_continuing
+        redeemer = Constr(0, (payees, self.signatures, first))
+        spends = [(Constr(1, (Constr(0, c.ref),)), CLAIM) for c in channels]
+        withdraw = Constr(2, (own,))
+        outputs = [*self.payouts, *self.continuing, out(address("submitter"), 9_000_000)]
+        info = tx_info(
+            inputs, outputs, [*spends, *self.other_redeemers, (withdraw, redeemer)],
+            [own, *self.withdrawals], interval(None, self.upper), [],
+        )  # fmt: skip
+        return Constr(0, (info, redeemer, self.purpose or withdraw))
+
+
+def honest() -> Batch:
+    """Four channels in ledger order, the fee input among them: alice's and bob's to p1 (bob's
+    closing after the batch's upper bound), carol's to p2, dave's to p1 again; p1 paid once
+    for its three (output 0), p2 at output 1."""
+    channels = [
+        Channel("alice", "p1", ref(0)),
+        Channel("bob", "p1", ref(1), claimed=2_000_000, closing_at=NOW, amount=9_000_000),
+        Channel("carol", "p2", ref(2), amount=DEPOSIT, payee=1),
+        Channel("dave", "p1", ref(3), claimed=1, amount=2, tokens=5),
+    ]
+    batch = Batch(channels, [])
+    batch.payouts = [
+        out(address(p), sum(c.amount - c.claimed for c in channels if c.provider == p))
+        for p in ("p1", "p2")
+    ]
+    batch.signatures = [c.signature() for c in batch.ledger()]
+    batch.continuing = [c.continuing() for c in batch.ledger()]
+    return batch
+
+
+def claim(reference: bool, attack: Callable[[Batch], object] | None) -> ScriptOutcome:
+    """The claim script's run on the honest batch, broken by `attack` first."""
+    script = claim_script(NETWORK)
+    batch = honest()
+    if attack is not None:
+        attack(batch)
+    return evaluate(bytes(script), "withdraw", batch.context(plutus_script_hash(script).payload))
+
+
+def channel(n: int, **changes: object) -> Callable[[Batch], None]:
+    """Channel n changed, its continuing output and IOU made honestly for the change."""
+
+    def change(batch: Batch) -> None:
+        made = batch.channels[n]
+        for name, value_ in changes.items():
+            setattr(made, name, value_)
+        i = batch.ledger().index(made)
+        batch.continuing[i] = made.continuing()
+        batch.signatures[i] = made.signature()
+
+    return change
+
+
+def continuing(n: int, output: Callable[[Channel], Constr]) -> Callable[[Batch], None]:
+    def change(batch: Batch) -> None:
+        batch.continuing[n] = output(batch.ledger()[n])
+
+    return change
+
+
+def resign(n: int, **signed: object) -> Callable[[Batch], None]:
+    """Channel n's IOU signed over something else (iou_payload's arguments)."""
+
+    def change(batch: Batch) -> None:
+        batch.signatures[n] = batch.ledger()[n].signature(**signed)
+
+    return change
+
+
+def tampered(n: int, **fields: Data) -> Callable[[Batch], None]:
+    """Channel n's continuing datum with fields changed."""
+    return continuing(n, lambda c: c.continuing(**fields))
+
+
+def moved(n: int, to: Constr) -> Callable[[Batch], None]:
+    def output(c: Channel) -> Constr:
+        made = c.continuing()
+        return Constr(0, (to, *made.fields[1:]))
+
+    return continuing(n, output)
+
+
+def valued(n: int, lovelace: int, tokens: int) -> Callable[[Batch], None]:
+    """Channel n's continuing output holding `lovelace` more and `tokens` (of POLICY) in all."""
+
+    def output(c: Channel) -> Constr:
+        made = c.continuing()
+        held = value(c.lovelace - (c.amount - c.claimed) + lovelace, tokens)
+        return Constr(0, (made.fields[0], held, *made.fields[2:]))
+
+    return continuing(n, output)
+
+
+def payout(index: int, to: Data | None = None, more: int = 0, datum: Data = NO_DATUM):
+    def change(batch: Batch) -> None:
+        was, held, _, _ = batch.payouts[index].fields
+        lovelace = held.pairs[0][1].pairs[0][1] + more
+        batch.payouts[index] = out(was if to is None else to, lovelace, datum)
+
+    return change
+
+
+def foreign_input(batch: Batch) -> None:
+    """A channel's twin at another script (one that always succeeds), claimed too."""
+    made = Channel("erin", "p1", (b"\x00" * 32, 0), script=OTHER_SCRIPT)
+    batch.channels.append(made)
+    batch.continuing.insert(0, made.continuing())
+    batch.signatures.insert(0, made.signature(channel_hash=ScriptHash(OTHER_SCRIPT)))
+    batch.payouts[0] = out(address("p1"), 5_000_000 + 12_000_001)
+
+
+def shared_payout(batch: Batch) -> None:
+    """Carol's channel (p2's) and p1's three all paid at output 0, holding only p1's."""
+    batch.payees = [0, 0, 0, 0]
+
+
+def double_counted(batch: Batch) -> None:
+    """Output 0 holds one of p1's channels fewer than name it (counted for two)."""
+    payout(0, more=-(9_000_000 - 2_000_000))(batch)
+
+
+ONE_EACH = "one payee and signature per channel, and no script but channels and this withdrawal"
+CLAIM_ATTACKS = {  # an honest batch broken one way, and the check that refuses it
+    "a spending purpose": (
+        lambda b: setattr(b, "purpose", Constr(1, (Constr(0, ref(0)), NOTHING))),
+        "purpose",
+    ),
+    "a second withdrawal": (
+        lambda b: b.withdrawals.append(Constr(0, (b"k" * 28,))),
+        "one withdrawal, and an upper bound",
+    ),
+    "no upper bound": (lambda b: setattr(b, "upper", None), "one withdrawal, and an upper bound"),
+    "no payees": (lambda b: setattr(b, "payees", []), "empty batch"),
+    "an extra payee": (lambda b: setattr(b, "payees", [0, 0, 1, 0, 0]), ONE_EACH),
+    "an extra signature": (lambda b: b.signatures.append(b"s" * 64), ONE_EACH),
+    "an extra script in the redeemer map (a mint)": (
+        lambda b: b.other_redeemers.append((Constr(0, (OTHER_SCRIPT,)), Constr(0))),
+        ONE_EACH,
+    ),
+    "another script's input": (foreign_input, "one channel script"),
+    "a replayed IOU (the amount already claimed)": (
+        channel(0, claimed=5_000_000),
+        "stale IOU",
+    ),
+    "an old IOU (below the amount claimed)": (
+        channel(1, amount=1_000_000),
+        "stale IOU",
+    ),
+    "an IOU of another channel": (resign(0, channel=b"\x01" * 28), "iou signature"),
+    "an IOU for another network": (resign(2, network_id=1), "iou signature"),
+    "an IOU for another channel script": (
+        resign(3, channel_hash=ScriptHash(OTHER_SCRIPT)),
+        "iou signature",
+    ),
+    "an IOU for another amount": (resign(0, amount=5_000_001), "iou signature"),
+    "an IOU signed by another key": (
+        lambda b: b.signatures.__setitem__(0, sign(key("mallory"), b"x")),
+        "iou signature",
+    ),
+    "a claim above the deposit": (channel(2, amount=DEPOSIT + 1), "claim above the deposit"),
+    "a claim after the close": (lambda b: setattr(b, "upper", NOW + 1), "claim after close"),
+    "a continuing output a lovelace short": (valued(0, -1, 0), "continuing value"),
+    "a continuing output a lovelace over": (valued(0, 1, 0), "continuing value"),
+    "tokens slipped into a continuing output": (valued(0, 0, 1), "continuing value"),
+    "tokens slipped out of a continuing output": (valued(3, 0, 0), "continuing value"),
+    "a continuing output elsewhere (another stake)": (
+        moved(0, Constr(0, (Constr(1, (CHANNEL_HASH,)), NOTHING))),
+        "continuing address",
+    ),
+    "a continuing output at the renter": (moved(1, address("bob")), "continuing address"),
+    "another renter key in the continuing datum": (
+        tampered(0, renter_vkey=vkey("mallory")),
+        "continuing datum",
+    ),
+    "another payee in the continuing datum": (
+        tampered(0, payee=b"\x01" * 28),
+        "continuing datum",
+    ),
+    "other terms in the continuing datum": (
+        tampered(2, terms=b"\x01" * 28),
+        "continuing datum",
+    ),
+    "the close moved in the continuing datum": (
+        tampered(1, closing_at=NOW + PERIOD),
+        "continuing datum",
+    ),
+    "a close started in the continuing datum": (tampered(0, closing_at=NOW), "continuing datum"),
+    "a continuing datum with a field more": (
+        continuing(
+            0,
+            lambda c: Constr(
+                0,
+                (
+                    c.address,
+                    value(c.lovelace - c.amount),
+                    Constr(2, (Constr(0, (*c.datum(claimed=c.amount).fields, 0)),)),
+                    NOTHING,
+                ),
+            ),
+        ),
+        "continuing datum",
+    ),
+    "the payout to another address": (payout(1, to=address("mallory")), "one provider per payout"),
+    "the payout to the provider's payment key alone": (
+        payout(1, to=Constr(0, (address("p2").fields[0], NOTHING))),
+        "one provider per payout",
+    ),
+    "two providers' channels paid at one output": (shared_payout, "one provider per payout"),
+    "a payout counted for two channels": (double_counted, "provider payout"),
+    "a payout a lovelace short": (payout(1, more=-1), "provider payout"),
+    "a payout with a datum": (payout(0, datum=Constr(2, (b"tag",))), "provider payout"),
+}
+
+
+def test_the_honest_batch_passes():
+    outcome = claim(False, None)
+    assert outcome.error is None, (outcome.error, outcome.traces)
+
+
+@pytest.mark.parametrize("name", CLAIM_ATTACKS)
+def test_a_broken_batch_is_refused_by_its_trace(name):
+    attack, trace = CLAIM_ATTACKS[name]
+    outcome = claim(False, attack)
+    assert outcome.error is not None and trace in " ".join(outcome.traces), outcome
+
+
+def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
+    """The claim's memory fitted as a + b n over batches of n channels of one provider (each
+    its own renter, full addresses): (a, b)."""
+    points = []
+    for n in sizes:
+        channels = [Channel(f"r{i}", "p1", (i.to_bytes(32, "big"), 0)) for i in range(n)]
+        batch = Batch(channels, [out(address("p1"), n * 5_000_000)])
+        batch.signatures = [c.signature() for c in batch.ledger()]
+        batch.continuing = [c.continuing() for c in batch.ledger()]
+        script = claim_script(NETWORK)
+        outcome = evaluate(
+            bytes(script), "withdraw", batch.context(plutus_script_hash(script).payload)
+        )
+        assert outcome.error is None, outcome
+        points.append((n, outcome.memory))
+    mean_n = sum(n for n, _ in points) / len(points)
+    mean_m = sum(m for _, m in points) / len(points)
+    slope = sum((n - mean_n) * (m - mean_m) for n, m in points) / sum(
+        (n - mean_n) ** 2 for n, _ in points
+    )
+    return mean_m - slope * mean_n, slope
