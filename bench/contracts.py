@@ -29,6 +29,7 @@ import asyncio
 import json
 import logging
 import tempfile
+from collections.abc import Awaitable, Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -168,24 +169,19 @@ def overflow(measured: dict[str, Any]) -> str | None:
     return ", ".join(limit for limit, exceeded in over.items() if exceeded) or None
 
 
-async def largest_batch(
-    devnet: DevnetProcess,
-    deployment: Deployment,
-    provider: Wallet,
-    market: Wallet,
-    pool: list[UTxO],
-    limit: int,
-    receipts: bool = False,
-) -> tuple[int, dict[str, Any], str]:
-    """Binary search for the largest batch of `pool` (limit + 1 escrows) that fits every
-    limit; also what stops one more."""
-    low, best = 1, await batch_cost(devnet, deployment, provider, market, pool[:1], receipts)
-    assert overflow(best) is None, "a single settle must fit"
+Measure = Callable[[int], Awaitable[dict[str, Any]]]  # the cost of a batch of n, or its error
+
+
+async def largest_batch(measure: Measure, limit: int) -> tuple[int, dict[str, Any], str]:
+    """Binary search for the largest batch (of at most `limit`) that fits every limit; also
+    what stops one more."""
+    low, best = 1, await measure(1)
+    assert overflow(best) is None, "a batch of one must fit"
     high = limit + 1  # first size known not to fit (or past the search)
     stop = f"more than {limit} not tried"
     while high - low > 1:
         middle = (low + high) // 2
-        measured = await batch_cost(devnet, deployment, provider, market, pool[:middle], receipts)
+        measured = await measure(middle)
         reason = overflow(measured)
         print(f"  batch of {middle}: {reason or 'fits'}")
         if reason is None:
@@ -195,17 +191,10 @@ async def largest_batch(
     return low, best, stop
 
 
-async def profile(
-    devnet: DevnetProcess,
-    deployment: Deployment,
-    provider: Wallet,
-    market: Wallet,
-    pool: list[UTxO],
-    largest: int,
-) -> dict[int, dict[str, Any]]:
+async def profile(measure: Measure, largest: int) -> dict[int, dict[str, Any]]:
     """The cost of batches of several sizes up to the largest, for the fit and the block."""
     sizes = sorted({1, 2, largest // 4, largest // 2, 3 * largest // 4, largest} - {0})
-    costs = {n: await batch_cost(devnet, deployment, provider, market, pool[:n]) for n in sizes}
+    costs = {n: await measure(n) for n in sizes}
     return {n: measured for n, measured in costs.items() if overflow(measured) is None}
 
 
@@ -314,13 +303,15 @@ async def measure(batch_limit: int) -> dict[str, Any]:
             measured = await actions(devnet, deployment)
             provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
             pool = await lock_many(devnet, deployment, market, provider, batch_limit + 1)
-            size, batch, stop = await largest_batch(
-                devnet, deployment, provider, market, pool, batch_limit
-            )
-            costs = await profile(devnet, deployment, provider, market, pool, size)
-            by_receipts = await largest_batch(
-                devnet, deployment, provider, market, pool, batch_limit, receipts=True
-            )
+
+            def settling(receipts: bool) -> Measure:
+                return lambda n: batch_cost(
+                    devnet, deployment, provider, market, pool[:n], receipts
+                )
+
+            size, batch, stop = await largest_batch(settling(False), batch_limit)
+            costs = await profile(settling(False), size)
+            by_receipts = await largest_batch(settling(True), batch_limit)
         finally:
             devnet.stop()
     settle = measured["settle"]

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Hashable, Sequence
+from typing import TypeVar
 
 from pycardano import (
     Address,
     ChainContext,
     PlutusData,
+    Redeemer,
+    ScriptHash,
     Transaction,
     TransactionBuilder,
     TransactionInput,
@@ -59,6 +62,7 @@ from offchain.protocol.types import (
     SettleReceipt,
 )
 
+K = TypeVar("K", bound=Hashable)
 ToSettle = tuple[UTxO, Receipt]  # a receipt beside the escrow UTxO it names
 ClaimToSettle = tuple[Sequence[UTxO], Claim]  # a claim beside the escrow UTxOs it names
 
@@ -161,26 +165,36 @@ def settle(
     builder.ttl = clock.ttl_until(close)
     if builder.ttl <= clock.tip_slot + 1:
         raise BuildError(f"the settle window closed at {iso(close)}")
-    builder.withdrawals = Withdrawals(
-        {bytes(deployment.reward_address): reward_balance(context, deployment)}
-    )
-    builder.add_withdrawal_script(
-        script_source(builder, deployment.settle_ref), redeemer=redeemers[-1]
-    )
+    withdraw_zero(context, builder, deployment.settle_ref, deployment.reward_address, redeemers[-1])
     add_inputs(builder, fee)
     tx = build(builder, submitter)
     budgets.learn([key for key, _ in keyed], redeemers)
     return tx
 
 
-def reward_balance(context: ChainContext, deployment: Deployment) -> int:
-    """The settle script's reward account balance: a settle's withdrawal must take all of it
-    (the ledger refuses any other amount), which goes to the submitter as change. Zero unless
+def withdraw_zero(
+    context: ChainContext,
+    builder: TransactionBuilder,
+    ref: UTxO,
+    reward_address: Address,
+    redeemer: Redeemer,
+) -> None:
+    """Run the script held by `ref` as the transaction's withdrawal from `reward_address` (its
+    stake address): the batch check of a settle or a channel claim."""
+    staking = reward_address.staking_part
+    assert isinstance(staking, ScriptHash)
+    builder.withdrawals = Withdrawals({bytes(reward_address): reward_balance(context, staking)})
+    builder.add_withdrawal_script(script_source(builder, ref), redeemer=redeemer)
+
+
+def reward_balance(context: ChainContext, script: ScriptHash) -> int:
+    """A withdraw-zero script's reward account balance: a withdrawal must take all of it (the
+    ledger refuses any other amount), which goes to the submitter as change. Zero unless
     someone paid into it (a returned deposit names any reward account it likes)."""
-    balance = queries(context).script_reward_balance(deployment.settle_hash)
+    balance = queries(context).script_reward_balance(script)
     if balance is None:
         raise BuildError(
-            "the settle script's stake credential is not registered: deploy registers it"
+            f"the stake credential of script {script} is not registered: deploy registers it"
         )
     return balance
 
@@ -235,25 +249,45 @@ def _pay_providers(
     escrows: Sequence[Escrow],
     submitter: Address,
 ) -> dict[bytes, int]:
-    """One output per provider address owed anything, holding its total (the provider with
-    the most escrows first: it costs least at index 0); their indices by address."""
-    dues: dict[bytes, list[int]] = {}
-    addresses: dict[bytes, Address] = {}
-    for escrow in escrows:
-        if escrow.split.provider:
-            dues.setdefault(escrow.provider, []).append(escrow.split.provider)
-            addresses[escrow.provider] = from_plutus(escrow.datum.provider, deployment.network)
+    """One output per provider address owed anything; their indices by address (Data)."""
+    dues = [
+        (
+            escrow.provider,
+            from_plutus(escrow.datum.provider, deployment.network),
+            escrow.split.provider,
+        )
+        for escrow in escrows
+        if escrow.split.provider
+    ]
+    return pay_providers(context, builder, dues, submitter)
+
+
+def pay_providers(
+    context: ChainContext,
+    builder: TransactionBuilder,
+    dues: Sequence[tuple[K, Address, int]],
+    submitter: Address,
+) -> dict[K, int]:
+    """One output per provider (`dues`: its key, address and one amount it earns, for each
+    item of a batch), holding its total, the provider with the most items first (it costs
+    least at index 0); their indices by key. SmallPayout when a total is below the minimum
+    UTxO and its provider is not the submitter (whose own change raises its own output)."""
+    owed: dict[K, list[int]] = {}
+    addresses: dict[K, Address] = {}
+    for key, to, amount in dues:
+        owed.setdefault(key, []).append(amount)
+        addresses[key] = to
     outputs, small = [], []
-    for provider, owed in sorted(dues.items(), key=lambda item: -len(item[1])):
-        to = addresses[provider]
-        output = TransactionOutput(to, sum(owed))
-        least = at_least_min_utxo(context, output, sum(owed))
-        if least > sum(owed) and submitter.payment_part != to.payment_part:
-            small.append(f"{to} earns {sum(owed)} lovelace in this batch, below the minimum UTxO "
-                         f"({least})")  # fmt: skip
+    for key, amounts in sorted(owed.items(), key=lambda item: -len(item[1])):
+        to = addresses[key]
+        output = TransactionOutput(to, sum(amounts))
+        least = at_least_min_utxo(context, output, sum(amounts))
+        if least > sum(amounts) and submitter.payment_part != to.payment_part:
+            small.append(f"{to} earns {sum(amounts)} lovelace in this batch, below the minimum "
+                         f"UTxO ({least})")  # fmt: skip
             continue
         output.amount.coin = least  # a provider settling itself raises its own output
-        outputs.append((provider, output))
+        outputs.append((key, output))
     if small:
         paid = dict(outputs)
         waiting = [address for key, address in addresses.items() if key not in paid]
@@ -261,7 +295,7 @@ def _pay_providers(
             "; ".join(small) + ": it waits for a later batch, or its provider settles it",
             waiting,
         )
-    return {provider: add_output(builder, output) for provider, output in outputs}
+    return {key: add_output(builder, output) for key, output in outputs}
 
 
 def _refund_consumers(

@@ -25,7 +25,7 @@ D = TypeVar("D", bound=PlutusData)
 
 
 class Refusal(StrEnum):
-    """Every reason a check refuses an escrow or a bond."""
+    """Every reason a check refuses an escrow, a bond or a channel."""
 
     NOT_AT_SCRIPT = "not at this deployment's script"
     DATUM_HASH = "datum hash instead of an inline datum"
@@ -47,6 +47,10 @@ class Refusal(StrEnum):
     NO_TIME = "too little time left to start, run and settle"
     TOO_SMALL = "bond below the minimum"
     NOTICE_ENDS = "unbonding notice ends before the close"
+    OTHER_TERMS = "not the channel's terms"
+    CLOSING = "the channel is closing"
+    DEPOSIT = "channel deposit below the minimum"
+    CLOSE_PERIOD = "close period too short to claim in"
 
 
 class Refused(UnchainedError):
