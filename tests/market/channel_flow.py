@@ -45,15 +45,20 @@ async def top_up(
 
 
 async def answered(
-    http: httpx.AsyncClient, path: str, ready: Callable[[dict[str, Any]], bool], timeout_s: float
+    http: httpx.AsyncClient,
+    path: str,
+    ready: Callable[[dict[str, Any]], bool],
+    timeout_s: float,
+    status: int = 200,
 ) -> dict[str, Any]:
-    """The explorer's JSON at `path` once `ready` holds for it (polled: the follower applies
-    each block as it comes; a 404 until it indexed what `path` names)."""
+    """The explorer's JSON at `path` once it answers `status` and `ready` holds for it
+    (polled: the follower applies each block as it comes; a 404 until it indexed what `path`
+    names, and again once a rollback took it back)."""
     loop = asyncio.get_running_loop()
     until = loop.time() + timeout_s
     while True:
         answer = await http.get(path)
-        if answer.status_code == 200 and ready(answer.json()):
+        if answer.status_code == status and ready(answer.json()):
             return answer.json()
         assert answer.status_code in (200, 404), answer.text
         assert loop.time() < until, f"{path}: {answer.text}"
@@ -71,6 +76,12 @@ async def indexed(
 async def seen(http: httpx.AsyncClient, tx: Transaction, timeout_s: float = 60) -> None:
     """Once the market's chain index holds `tx` (the follower applied its block)."""
     await answered(http, f"/api/explorer/txs/{tx.id.payload.hex()}", bool, timeout_s)
+
+
+async def forgotten(http: httpx.AsyncClient, channel: Channel, timeout_s: float = 60) -> None:
+    """Once the market's index no longer holds the channel (a rollback took its open back)."""
+    path = f"/api/explorer/channels/{channel.id.hex()}"
+    await answered(http, path, bool, timeout_s, status=404)
 
 
 def moves(page: dict[str, Any]) -> list[tuple[str, int, str]]:

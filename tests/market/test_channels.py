@@ -12,7 +12,7 @@ from offchain.chain.utxo import format_out_ref
 from offchain.market.models import Channel, ChannelEvent
 from offchain.protocol import channel as channels
 from offchain.protocol.txbuild import add_inputs, build, fee_inputs, new_builder, sign_tx
-from tests.market.channel_flow import claim, indexed, moves, seen
+from tests.market.channel_flow import claim, forgotten, indexed, moves, seen
 from tests.market.flow import stored
 from tests.market.test_rollback import own_market, rollback_past  # noqa: F401 - a fixture
 from tests.protocol.channels import open_on
@@ -81,7 +81,7 @@ async def test_rollbacks_take_a_claim_then_the_open_back_and_both_come_back(
     assert moves(page)[-1] == ("claim", 2 * ADA, claimed.id.payload.hex())
 
     await rollback_past(own_devnet, opened_at)
-    assert (await http.get(f"/api/explorer/channels/{channel.id.hex()}")).status_code == 404
+    await forgotten(http, channel)
     assert stored(settings, ChannelEvent) == []
     await submit_and_wait(own_devnet.url, renter.sign(opened), timeout_s=30)
     await submit_and_wait(own_devnet.url, claimed, timeout_s=30)
