@@ -42,7 +42,6 @@ from bench.contracts import (
     fit_memory,
     largest_batch,
     profile,
-    staked,
     wallet,
 )
 from offchain.chain.ogmios import OgmiosError
@@ -56,7 +55,7 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.iou import SignedIou
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
 from offchain.protocol.types import ChannelDatum, ChannelTerms, TxOutRef
-from tests.protocol.onchain import confirm, output, travel_to
+from tests.protocol.onchain import confirm, output, staked, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "channels.json"
 CONTRACTS = RESULTS.with_name("contracts.json")  # bench/contracts.py's settle costs

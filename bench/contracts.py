@@ -36,10 +36,7 @@ from typing import Any
 
 from ogmios.errors import ResponseError
 from pycardano import (
-    Address,
-    Network,
     PaymentSigningKey,
-    StakeSigningKey,
     Transaction,
     TransactionOutput,
     UTxO,
@@ -56,7 +53,7 @@ from offchain.protocol.claim import Claim
 from offchain.protocol.deployment import Deployment, deploy
 from offchain.protocol.payloads import acceptance_payload, sign
 from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
-from tests.protocol.onchain import confirm, fund, output, to_settle, travel_to
+from tests.protocol.onchain import confirm, fund, output, staked, to_settle, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"
 CONSUMER_RESULTS = RESULTS.with_name("consumer.json")
@@ -94,12 +91,6 @@ async def cost(devnet: DevnetProcess, tx: Transaction) -> dict[str, Any]:
             f"{r['validator']['purpose']}#{r['validator']['index']}": r["budget"] for r in runs
         },
     }
-
-
-def staked(key: PaymentSigningKey) -> Wallet:
-    """The wallet of `key` at a full address: its payment key and a stake key of its own."""
-    stake = StakeSigningKey.generate().to_verification_key().hash()
-    return Wallet(key, Address(key.to_verification_key().hash(), stake, Network.TESTNET))
 
 
 async def wallet(devnet: DevnetProcess, lovelace: int = 10_000 * ADA) -> Wallet:

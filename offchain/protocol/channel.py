@@ -80,6 +80,9 @@ OPEN = -1  # closing_at of a channel no close has started
 # The largest integer a datum field holds (9 bytes of CBOR): a channel output's minimum UTxO
 # is taken with claimed and closing_at this long, so no later datum needs more.
 LARGEST_FIELD = 2**63 - 1
+# A start-close's validity: the close period runs from its upper bound, so a short one starts
+# it sooner (the renter has this long to sign and submit it).
+CLOSE_TTL_MS = 2 * 60 * 1000
 
 
 class ChannelRefused(Refused):
@@ -318,8 +321,8 @@ def start_close(
     renter: Address,
 ) -> Transaction:
     """Start the close period: the provider has until it ends to claim, then the renter
-    drains the rest. It runs from the transaction's validity upper bound (at most TTL_MS
-    from now: a lower bound could be backdated). The renter's key signs; `renter` pays."""
+    drains the rest. It runs from the transaction's validity upper bound (CLOSE_TTL_MS from
+    now: a lower bound could be backdated). The renter's key signs; `renter` pays."""
     _check_terms(channel, terms)
     if channel.closing:
         raise BuildError(
@@ -332,7 +335,7 @@ def start_close(
     fee = fee_inputs(context, renter)
     own = ledger_inputs([channel.utxo], fee).index(channel.utxo.input)
     builder = new_builder(context)
-    builder.ttl = clock.ttl_until(clock.tip_ms + TTL_MS)
+    builder.ttl = clock.ttl_until(clock.tip_ms + CLOSE_TTL_MS)
     closing_at = clock.time.slot_to_posix_ms(builder.ttl) + terms.close_period_ms
     datum = dataclasses.replace(channel.datum, closing_at=closing_at)
     output = TransactionOutput(

@@ -49,15 +49,15 @@ def left(deployment: Deployment, tx: Transaction, index: int = channels.CHANNEL_
 
 
 def iou(
-    deployment: Deployment, renter: Wallet, channel: Channel, amount: int, **signed: object
+    deployment: Deployment, renter: Wallet, on: Channel, lovelace: int, **signed: object
 ) -> SignedIou:
-    """The renter's IOU for `amount` in all on `channel`; `signed` overrides what the signature
-    covers (iou_payload's argument names), the IOU still naming `channel` and `amount`."""
+    """The renter's IOU for `lovelace` in all on channel `on`; `signed` overrides what the
+    signature covers (iou_payload's argument names), the IOU still naming `on` and `lovelace`."""
     fields: dict = dict(
         network_id=deployment.network_id, channel_hash=deployment.channel_hash,
-        channel=channel.id, amount=amount,
+        channel=on.id, amount=lovelace,
     )  # fmt: skip
-    return SignedIou(channel.id, amount, sign(renter.key, iou_payload(**{**fields, **signed})))
+    return SignedIou(on.id, lovelace, sign(renter.key, iou_payload(**{**fields, **signed})))
 
 
 def upper_bound(devnet: DevnetProcess, channels_in: Sequence[Channel]) -> int:

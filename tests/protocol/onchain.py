@@ -24,6 +24,7 @@ from pycardano import (
     Redeemer,
     ScriptHash,
     ScriptPubkey,
+    StakeSigningKey,
     Transaction,
     TransactionBuilder,
     TransactionInput,
@@ -97,11 +98,19 @@ async def confirm(devnet: DevnetProcess, tx: Transaction) -> Transaction:
     return tx
 
 
-async def wallet(devnet: DevnetProcess, lovelace: int = 1_000 * ADA) -> Wallet:
-    """A fresh key holding `lovelace` from the faucet (fresh, so balances are exact)."""
-    made = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
+async def wallet(devnet: DevnetProcess, lovelace: int = 1_000 * ADA, stake: bool = False) -> Wallet:
+    """A fresh key holding `lovelace` from the faucet (fresh, so balances are exact); with
+    `stake`, at a full address (a stake key of its own), as real wallets have."""
+    key = PaymentSigningKey.generate()
+    made = staked(key) if stake else Wallet.of(key, Network.TESTNET)
     await fund(devnet, made.address, lovelace)
     return made
+
+
+def staked(key: PaymentSigningKey) -> Wallet:
+    """The wallet of `key` at a full address: its payment key and a stake key of its own."""
+    stake = StakeSigningKey.generate().to_verification_key().hash()
+    return Wallet(key, Address(key.to_verification_key().hash(), stake, Network.TESTNET))
 
 
 async def fund(devnet: DevnetProcess, address: Address, lovelace: int) -> None:
