@@ -193,9 +193,10 @@ def bond_script(
     return apply_parameters("bond", network_id, escrow_hash, notice_ms, slash_share_bps)
 
 
-def claim_script(network_id: int) -> PlutusV3Script:
-    """The batch channel claim script for a network (0 testnets, 1 mainnet)."""
-    return apply_parameters("claim", network_id)
+def claim_script(network_id: int, reference: bool = False) -> PlutusV3Script:
+    """The batch channel claim script for a network (0 testnets, 1 mainnet): the
+    hand-written one, or with `reference` its OpShin reference (tests run both)."""
+    return apply_parameters("claim_reference" if reference else "claim", network_id)
 
 
 def channel_script(claim_hash: bytes) -> PlutusV3Script:

@@ -97,6 +97,15 @@ CONTRACTS = {
         parameters=(("network_id", int),),
         datum=None,
         redeemers=(("withdraw", onchain.BatchClaim),),
+        module="channel_claim_uplc",
+        compiler="pluthon",
+    ),
+    "claim_reference": Contract(
+        name="claim_reference",
+        description="The batch channel claim's readable reference (OpShin); tests run both",
+        parameters=(("network_id", int),),
+        datum=None,
+        redeemers=(("withdraw", onchain.BatchClaim),),
         module="channel_claim",
     ),
     "bond": Contract(

@@ -286,7 +286,7 @@ def check_payouts() -> AST:
             NullList(V("accs")),
             Unit(),
             check(
-                _holds(
+                holds(
                     fields(HeadList(V("outs"))), UnIData(nth(UnListData(HeadList(V("accs"))), 1))
                 ),
                 "provider payout",
@@ -296,7 +296,7 @@ def check_payouts() -> AST:
     )
 
 
-def _holds(out: AST, total: AST) -> AST:
+def holds(out: AST, total: AST) -> AST:
     """A provider output (its address checked escrow by escrow) holds the sum, no datum."""
     return eager_and(
         LessThanEqualsInteger(total, lovelace(nth(out, 1))),
@@ -560,7 +560,7 @@ def _finish() -> AST:
                     Ite(
                         LessThanInteger(Integer(0), V("first_refund")),
                         check(
-                            _holds(fields(HeadList(V("outputs"))), V("sum0")),
+                            holds(fields(HeadList(V("outputs"))), V("sum0")),
                             "provider payout",
                             call(V("check_payouts"), TailList(V("outputs")), V("paccs")),
                         ),
@@ -688,11 +688,17 @@ def build() -> U.Program:
     """The program, compiled with pluthon's -O3, traces kept (contracts.simplify is for
     OpShin's calling convention, which this program does not have), its forced builtins
     hoisted."""
+    return compile_term(program())
+
+
+def compile_term(term: AST) -> U.Program:
+    """A hand-written program compiled as the deployed scripts are: pluthon's -O3, traces
+    kept, forced builtins hoisted."""
     from pluthon import Program, compile
     from pluthon.compiler_config import OPT_O3_CONFIG
 
     config = OPT_O3_CONFIG.update(remove_trace=False, constant_folding_keep_traces=True)
-    compiled = compile(Program((1, 1, 0), program()), config)
+    compiled = compile(Program((1, 1, 0), term), config)
     return U.Program(compiled.version, hoist_forced_builtins(compiled.term))
 
 

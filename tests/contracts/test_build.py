@@ -1,6 +1,6 @@
-"""The committed artifacts (escrow, bond and the settle reference from OpShin, the deployed
-settle from pluthon) are what the pinned compilers make, and contracts.artifacts applies
-parameters to them (without a compiler) exactly as opshin does."""
+"""The committed artifacts (escrow, bond, channel and the settle and claim references from
+OpShin, the deployed settle and claim from pluthon) are what the pinned compilers make, and
+contracts.artifacts applies parameters to them (without a compiler) exactly as opshin does."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from contracts.artifacts import (
     HASH_FILE,
     SCRIPT_FILE,
     bond_script,
+    channel_script,
+    claim_script,
     escrow_script,
     settle_script,
 )
@@ -65,7 +67,7 @@ def test_the_blueprint_has_datum_redeemer_and_parameter_schemas(name):
         ]
         redeemer = validator["redeemer"]["schema"]
         assert "anyOf" in redeemer or redeemer["dataType"] == "constructor"
-    if contract.datum is None:  # the settle scripts withdraw: no datum
+    if contract.datum is None:  # the settle and claim scripts withdraw: no datum
         assert "datum" not in blueprint["validators"][0]
         return
     datum = blueprint["validators"][0]["datum"]["schema"]
@@ -101,6 +103,9 @@ def test_parameters_are_applied_as_opshin_applies_them():
     )
     assert settle_script(0) == apply_parameters("settle", 0)
     assert settle_script(0, reference=True) == apply_parameters("settle_reference", 0)
+    assert claim_script(0) == apply_parameters("claim", 0)
+    assert claim_script(1, reference=True) == apply_parameters("claim_reference", 1)
+    assert channel_script(settle_hash) == apply_parameters("channel", settle_hash)
     escrow_hash = bytes(range(28))
     assert bond_script(0, escrow_hash, 60_000, 2_500) == apply_parameters(
         "bond", 0, escrow_hash, 60_000, 2_500
@@ -147,6 +152,12 @@ def test_each_parameter_changes_the_hash():
         ]
     }
     assert len(bonds) == 5
+    claims = {
+        plutus_script_hash(claim_script(*args)) for args in [(0,), (1,), (0, True), (1, True)]
+    }
+    assert len(claims) == 4
+    channels = {plutus_script_hash(channel_script(h.payload)) for h in claims}
+    assert len(channels) == 4
 
 
 def test_escrow_parameters_are_checked():
@@ -154,6 +165,11 @@ def test_escrow_parameters_are_checked():
         escrow_script(bytes(28), -1)
     with pytest.raises(ValueError, match="28-byte"):
         escrow_script(bytes(27), 0)
+
+
+def test_channel_parameters_are_checked():
+    with pytest.raises(ValueError, match="28-byte"):
+        channel_script(bytes(29))
 
 
 def test_bond_parameters_are_checked():
