@@ -55,6 +55,12 @@ ENDS: dict[type[PlutusData], tuple[ChannelMove, ChannelState]] = {
     ProviderEnd: (ChannelMove.END, ChannelState.ENDED),
     MutualClose: (ChannelMove.MUTUAL_CLOSE, ChannelState.CLOSED),
 }
+# The moves a channel goes on from, by the redeemer that spends it.
+CONTINUES: dict[type[PlutusData], ChannelMove] = {
+    ChannelClaim: ChannelMove.CLAIM,
+    ChannelTopUp: ChannelMove.TOP_UP,
+    StartClose: ChannelMove.START_CLOSE,
+}
 NOW = tuple(ChannelNow.model_fields)  # the state columns a channel and its events share
 
 
@@ -96,6 +102,7 @@ def _spent(
     channel: Channel,
     channels: Tracked,
 ) -> None:
+    """Tracked `channel`, at `ref`, spent by this transaction: ended, or gone on."""
     redeemer = read.spend(ref, Script.CHANNEL)
     outputs = read.tx.transaction_body.outputs
     if type(redeemer) in ENDS:
@@ -104,13 +111,11 @@ def _spent(
         channel.ref, channel.state, channel.lovelace = None, state, 0
         _record(session, at, tx_id, channel, move, back)
         return
+    move = CONTINUES.get(type(redeemer))
     if isinstance(redeemer, ChannelClaim):
-        index, move = read.continuing.get(ref), ChannelMove.CLAIM
-    elif isinstance(redeemer, ChannelTopUp | StartClose):
-        index = redeemer.output
-        move = ChannelMove.TOP_UP if isinstance(redeemer, ChannelTopUp) else ChannelMove.START_CLOSE
-    else:
-        index, move = None, None
+        index = read.continuing.get(ref)
+    else:  # a top-up and a start of close name their output
+        index = redeemer.output if isinstance(redeemer, ChannelTopUp | StartClose) else None
     datum = _continuing(outputs, index, channel)
     if datum is None or move is None or index is None:
         log.warning("channel %s spent by %s with no channel move the index reads", channel.id,
