@@ -1,8 +1,8 @@
-"""The follower's channel index over blocks made here from real transactions: a channel opened,
-claimed and topped up within one block is followed from output to output; a rollback to the
-block before forgets it. Outputs at the channel script that open nothing are left out: no
-terms in the metadata, terms of another id, another payee, a nonce the transaction does not
-spend, a second open of an id already indexed."""
+"""The follower's channel index over blocks made here from real transactions, on each
+database: a channel opened, claimed and topped up within one block is followed from output to
+output; a rollback to the block before forgets it. Outputs at the channel script that open
+nothing are left out: no terms in the metadata, terms of another id, another payee, a nonce the
+transaction does not spend, a second open of an id already indexed."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def one_block(slot: int, *txs: Transaction) -> dict:
 
 
 @pytest.fixture
-def follower(tmp_path, market_deployment):
-    engine = engine_at_head(MarketSettings(data_dir=tmp_path))
+def follower(tmp_path, market_deployment, database_url):
+    engine = engine_at_head(MarketSettings(data_dir=tmp_path, database_url=database_url))
     yield ChainFollower(engine, market_deployment, confirmations=1, keep_blocks=100)
     engine.dispose()
 
