@@ -45,6 +45,9 @@ async def test_a_channels_life_through_the_explorer(
                 "renter_vkey": renter.vkey.hex(), "provider_vkey": provider.wallet.vkey.hex(),
             }  # fmt: skip
 
+            home = (await http.get("/api/explorer")).json()
+            assert home["channels"] == {"count": 1, "lovelace": deposit}  # this market's only
+
             claimed, channel = await claim(
                 devnet, deployment, renter, provider.wallet, channel, 3 * ADA
             )
@@ -100,6 +103,9 @@ async def test_a_channels_life_through_the_explorer(
             assert f"{channel_id[:10]}" in await view.text("[data-testid=tx-channels]")
             await view.shoot("channel-claim")
 
+            await view.visit("/explorer")
+            assert await view.text("[data-testid=channels]") == ada(0)  # drained: none left
+            await view.shoot("home-channels")
             await view.visit("/explorer/channels")
             assert channel_id[:10] in await view.text("[data-testid=channels]")
             await view.shoot("channels")

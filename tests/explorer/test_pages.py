@@ -168,6 +168,7 @@ def test_the_job_page_shows_what_the_market_recorded(client):
     assert home["gpus"] == [{"model": PLANTED, "offered": 2, "busy": 0, "free": 2,
                              "price_per_unit": 1_500_000}]  # fmt: skip
     assert home["tip"]["height"] == 5 and home["tip"]["time_ms"] == START_MS + 5000
+    assert home["channels"] == {"count": CHANNELS, "lovelace": CHANNELS * 7_000_000}
 
 
 def test_unknown_ids_are_404_pages_and_search_finds_each_kind(client):

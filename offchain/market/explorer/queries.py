@@ -26,6 +26,7 @@ from offchain.market.models import (
     CancelState,
     Cause,
     Channel,
+    ChannelState,
     Job,
     JobEvent,
     JobState,
@@ -246,6 +247,16 @@ def _jobs_by_state(session: Session) -> dict[str, tuple[int, int]]:
     return {str(state): (n, _joined(high, low)) for state, n, high, low in rows}
 
 
+def _channels_now(session: Session) -> dict[str, int]:
+    """Channels not gone (open or closing): how many, and the lovelace they hold (exact)."""
+    live = (ChannelState.OPEN, ChannelState.CLOSING)
+    count, high, low = session.exec(
+        select(func.count(), *_exact_sum(col(Channel.lovelace)))
+        .where(col(Channel.state).in_(live))
+    ).one()  # fmt: skip
+    return {"count": count, "lovelace": _joined(high, low)}
+
+
 def _settled_24h(session: Session, ctx: Context) -> int | None:
     day_ago = _day_ago(ctx, _tip(session))
     return _settled_since(session, day_ago) if day_ago is not None else None
@@ -278,6 +289,7 @@ def home(session: Session, ctx: Context) -> dict[str, Any]:
         "gpus": lambda: _gpus(session, since),
         "settled_24h_lovelace": lambda: _settled_24h(session, ctx),
         "median_settle_ms": lambda: _median_settle_ms(session),
+        "channels": lambda: _channels_now(session),
         "blocks": lambda: [
             _block(b, ctx) for b in session.exec(
                 select(ChainBlock).order_by(col(ChainBlock.slot).desc()).limit(RECENT)
