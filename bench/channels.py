@@ -38,6 +38,7 @@ from bench.contracts import (
     MAX_CPU,
     MAX_MEMORY,
     cost,
+    cost_rows,
     deployed,
     fit_memory,
     largest_batch,
@@ -304,13 +305,9 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = [f"{'action':<20}{'memory':>12}{'cpu':>16}{'fee (lovelace)':>16}{'bytes':>8}"]
-    rows = {**results["actions"], f"claim x{results['channels_per_claim_tx']}": results["batch"]}
-    for name, row in rows.items():
-        lines.append(
-            f"{name:<20}{row['memory']:>12,}{row['cpu']:>16,}{row['fee_lovelace']:>16,}"
-            f"{row['tx_bytes']:>8,}"
-        )
+    lines = cost_rows(
+        {**results["actions"], f"claim x{results['channels_per_claim_tx']}": results["batch"]}
+    )
     session = results["session"]
     channel, by_escrows = session["channel"], session["escrows"]
     sizes = ", ".join(f"{k} {v:,} B" for k, v in results["script_bytes"].items())

@@ -343,14 +343,21 @@ async def measure(batch_limit: int) -> dict[str, Any]:
     }
 
 
-def table(results: dict[str, Any]) -> str:
+def cost_rows(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """Each measured transaction (`cost`'s) as a line of a table, under its header."""
     lines = [f"{'action':<20}{'memory':>12}{'cpu':>16}{'fee (lovelace)':>16}{'bytes':>8}"]
-    rows = {**results["actions"], f"settle x{results['max_batch_settle']}": results["batch"]}
     for name, row in rows.items():
         lines.append(
             f"{name:<20}{row['memory']:>12,}{row['cpu']:>16,}{row['fee_lovelace']:>16,}"
             f"{row['tx_bytes']:>8,}"
         )
+    return lines
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = cost_rows(
+        {**results["actions"], f"settle x{results['max_batch_settle']}": results["batch"]}
+    )
     sizes = ", ".join(f"{k} {v:,} B" for k, v in results["script_bytes"].items())
     lines += [
         f"scripts: {sizes}",

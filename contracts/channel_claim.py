@@ -21,18 +21,6 @@ from opshin.std.builtins import *
 from contracts.onchain import *
 
 
-def add_take(accs: Anything, p: int, payee: Anything, take: int) -> Anything:
-    """The provider outputs' accumulators ([B payee hash, I sum] each, list Data) with the
-    channel's take added to output p's, whose address must hash to the channel's payee."""
-    if p > 0:
-        return mk_cons(head_list(accs), add_take(tail_list(accs), p - 1, payee, take))
-    acc = un_list_data(head_list(accs))
-    assert equals_data(head_list(acc), payee), "one provider per payout"
-    total = un_i_data(head_list(tail_list(acc))) + take
-    updated = mk_cons(head_list(acc), mk_cons(i_data(total), tail_list(tail_list(acc))))
-    return mk_cons(list_data(updated), tail_list(accs))
-
-
 def payees(outputs: Anything, n: int, nothing: Anything) -> Anything:
     """[B payee hash, I 0] (list Data) for each of the first n outputs, the provider outputs."""
     if n == 0:
@@ -40,15 +28,6 @@ def payees(outputs: Anything, n: int, nothing: Anything) -> Anything:
     payee = b_data(blake2b_224(serialise_data(head_list(fields(head_list(outputs))))))
     acc = list_data(mk_cons(payee, mk_cons(i_data(0), nothing)))
     return mk_cons(acc, payees(tail_list(outputs), n - 1, nothing))
-
-
-def check_payouts(outputs: Anything, accs: Anything) -> None:
-    """Each provider output holds its sum, with no datum (its address was checked channel by
-    channel)."""
-    if not null_list(accs):
-        total = un_i_data(head_list(tail_list(un_list_data(head_list(accs)))))
-        assert holds(head_list(outputs), total), "provider payout"
-        check_payouts(tail_list(outputs), tail_list(accs))
 
 
 def claim_channels(
@@ -94,7 +73,7 @@ def claim_channels(
     assert verify_ed25519_signature(
         datum.renter_vkey, serialise_data(iou), un_b_data(head_list(signatures))
     ), "iou signature"
-    paid = add_take(paid, un_i_data(head_list(payee_list)), b_data(datum.payee), take)
+    paid = add_payout(paid, un_i_data(head_list(payee_list)), b_data(datum.payee), take)
     return claim_channels(
         tail_list(inputs), tail_list(continuing), tail_list(payee_list), tail_list(signatures),
         tail_list(redeemers), paid, script, latest, network_id,
@@ -105,10 +84,7 @@ def validator(network_id: int, context: BatchContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, RewardingScript), "purpose"
     tx = context.transaction
-    upper = tx.validity_range.upper_bound.limit
-    assert null_list(tail_list(un_map_data(tx.withdrawals))) and isinstance(
-        upper, FinitePOSIXTime
-    ), "one withdrawal, and an upper bound"
+    latest = batch_upper_bound(tx)
     batch: BatchClaim = context.redeemer
     parts = fields(context.redeemer)
     payee_list = un_list_data(head_list(parts))
@@ -125,7 +101,7 @@ def validator(network_id: int, context: BatchContext) -> None:
         un_map_data(tx.redeemers),
         payees(outputs, batch.first_continuing, nothing),
         script,
-        upper.time,
+        latest,
         network_id,
     )
     assert (

@@ -43,7 +43,6 @@ from pluthon import (
     UPLCConstant,
     VerifyEd25519Signature,
 )
-from pluthon import PLambda as Lambda
 from pluthon.pluthon_ast import AST
 from uplc import ast as U
 
@@ -68,6 +67,7 @@ from contracts.settle_uplc import (
     tag,
     tail,
     tail_n,
+    withdrawal,
 )
 
 IOU_DOMAIN = b"UNCHAINED/iou/v1"
@@ -273,29 +273,7 @@ def _finish() -> AST:
 
 def program() -> AST:
     """The claim script's term, before its network_id parameter is applied."""
-    tx = fields(HeadList(V("ctx_f")))
-    upper = HeadList(fields(nth(fields(nth(V("tx"), 7)), 1)))  # Interval's upper: Extended
-    return Lambda(
-        ["network_d", "ctx"],
-        let(
-            [("ctx_f", fields(V("ctx"))), ("purpose", nth(V("ctx_f"), 2))],
-            check(
-                EqualsInteger(tag(V("purpose")), Integer(2)),
-                "purpose",
-                let(
-                    [("tx", tx), ("upper", upper)],
-                    check(
-                        eager_and(
-                            NullList(TailList(UnMapData(nth(V("tx"), 6)))),
-                            EqualsInteger(tag(V("upper")), Integer(1)),
-                        ),
-                        "one withdrawal, and an upper bound",
-                        _body(),
-                    ),
-                ),
-            ),
-        ),
-    )
+    return withdrawal([], [], _body())
 
 
 def _body() -> AST:

@@ -556,3 +556,35 @@ def first_script(inputs: Anything) -> Anything:
     if isinstance(credential, ScriptCredential):
         return credential
     return first_script(tail_list(inputs))
+
+
+def add_payout(accs: Anything, p: int, provider: Anything, due: int) -> Anything:
+    """A batch's provider outputs' accumulators ([payee, I sum] each, list Data) with `due`
+    added to output p's, whose payee must be `provider` (a settle's: the output's address, the
+    escrow's provider; a claim's: the hash of the address, the channel's payee)."""
+    if p > 0:
+        return mk_cons(head_list(accs), add_payout(tail_list(accs), p - 1, provider, due))
+    acc = un_list_data(head_list(accs))
+    assert equals_data(head_list(acc), provider), "one provider per payout"
+    total = un_i_data(head_list(tail_list(acc))) + due
+    updated = mk_cons(head_list(acc), mk_cons(i_data(total), tail_list(tail_list(acc))))
+    return mk_cons(list_data(updated), tail_list(accs))
+
+
+def check_payouts(outputs: Anything, accs: Anything) -> None:
+    """Each provider output holds its sum, with no datum (its address was checked escrow by
+    escrow, or channel by channel)."""
+    if not null_list(accs):
+        total = un_i_data(head_list(tail_list(un_list_data(head_list(accs)))))
+        assert holds(head_list(outputs), total), "provider payout"
+        check_payouts(tail_list(outputs), tail_list(accs))
+
+
+def batch_upper_bound(tx: BatchTxInfo) -> int:
+    """The validity upper bound of a batch (settle or claim), whose withdrawal must be the
+    transaction's only one."""
+    upper = tx.validity_range.upper_bound.limit
+    assert null_list(tail_list(un_map_data(tx.withdrawals))) and isinstance(
+        upper, FinitePOSIXTime
+    ), "one withdrawal, and an upper bound"
+    return upper.time

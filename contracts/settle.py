@@ -54,18 +54,6 @@ def add_claim(
     return mk_cons(list_data(claims), tail_list(accs))
 
 
-def add_payout(accs: Anything, p: int, provider: Anything, due: int) -> Anything:
-    """The provider outputs' accumulators ([address, I sum] each, list Data) with the escrow's
-    due added to output p's, which must be paid to the escrow's provider address."""
-    if p > 0:
-        return mk_cons(head_list(accs), add_payout(tail_list(accs), p - 1, provider, due))
-    acc = un_list_data(head_list(accs))
-    assert equals_data(head_list(acc), provider), "one provider per payout"
-    total = un_i_data(head_list(tail_list(acc))) + due
-    updated = mk_cons(head_list(acc), mk_cons(i_data(total), tail_list(tail_list(acc))))
-    return mk_cons(list_data(updated), tail_list(accs))
-
-
 def payouts(outputs: Anything, n: int, nothing: Anything) -> Anything:
     """[address, I 0] (list Data) for each of the first n outputs, the provider outputs."""
     if n == 0:
@@ -91,15 +79,6 @@ def check_claims(specs: Anything, accs: Anything, network_id: int, settle_hash: 
             spec.vkey, message(network_id, settle_hash, spec.note, claims), spec.signature
         ), "claim signature"
         check_claims(tail_list(specs), tail_list(accs), network_id, settle_hash)
-
-
-def check_payouts(outputs: Anything, accs: Anything) -> None:
-    """Each provider output holds its sum, with no datum (its address was checked escrow by
-    escrow)."""
-    if not null_list(accs):
-        total = un_i_data(head_list(tail_list(un_list_data(head_list(accs)))))
-        assert holds(head_list(outputs), total), "provider payout"
-        check_payouts(tail_list(outputs), tail_list(accs))
 
 
 def settle_escrows(
@@ -181,10 +160,7 @@ def validator(network_id: int, context: BatchContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, RewardingScript), "purpose"
     tx = context.transaction
-    upper = tx.validity_range.upper_bound.limit
-    assert null_list(tail_list(un_map_data(tx.withdrawals))) and isinstance(
-        upper, FinitePOSIXTime
-    ), "one withdrawal, and an upper bound"
+    latest = batch_upper_bound(tx)
     batch: BatchSettle = context.redeemer
     parts = fields(context.redeemer)
     items = un_list_data(head_list(parts))
@@ -207,7 +183,7 @@ def validator(network_id: int, context: BatchContext) -> None:
         drop_list(outputs, batch.first_refund),
         specs,
         first_script(inputs),
-        upper.time,
+        latest,
         network_id,
         settle_hash,
     )

@@ -574,32 +574,36 @@ def _finish() -> AST:
 
 def program() -> AST:
     """The settle script's term, before its network_id parameter is applied."""
+    return withdrawal(
+        [("network", UnIData(V("network_d")))],
+        [("settle_hash", UnBData(HeadList(fields(HeadList(fields(V("purpose")))))))],
+        _body(),
+    )
+
+
+def withdrawal(before: list[tuple[str, AST]], beside: list[tuple[str, AST]], body: AST) -> AST:
+    r"""\network_d ctx -> `body`, once the script runs as a withdrawal, the transaction's only
+    one, with a finite validity upper bound: a batch's opening. `body` sees ctx_f, purpose, tx
+    and upper (its Extended bound), and the bindings `before` and `beside` (made before the
+    purpose is read, and beside tx)."""
     tx = fields(HeadList(V("ctx_f")))
     upper = HeadList(fields(nth(fields(nth(V("tx"), 7)), 1)))  # Interval's upper: Extended
     return PLambda(
         ["network_d", "ctx"],
         let(
-            [
-                ("network", UnIData(V("network_d"))),
-                ("ctx_f", fields(V("ctx"))),
-                ("purpose", nth(V("ctx_f"), 2)),
-            ],
+            [*before, ("ctx_f", fields(V("ctx"))), ("purpose", nth(V("ctx_f"), 2))],
             check(
                 EqualsInteger(tag(V("purpose")), Integer(2)),
                 "purpose",
                 let(
-                    [
-                        ("settle_hash", UnBData(HeadList(fields(HeadList(fields(V("purpose"))))))),
-                        ("tx", tx),
-                        ("upper", upper),
-                    ],
+                    [*beside, ("tx", tx), ("upper", upper)],
                     check(
                         eager_and(
                             NullList(TailList(UnMapData(nth(V("tx"), 6)))),
                             EqualsInteger(tag(V("upper")), Integer(1)),
                         ),
                         "one withdrawal, and an upper bound",
-                        _body(),
+                        body,
                     ),
                 ),
             ),

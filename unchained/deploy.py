@@ -98,4 +98,6 @@ def deploy_command(
     typer.echo(f"escrow script {made.escrow_hash.payload.hex()}")
     typer.echo(f"settle script {made.settle_hash.payload.hex()}")
     typer.echo(f"bond script   {made.bond_hash.payload.hex()}")
+    typer.echo(f"channel script {made.channel_hash.payload.hex()}")
+    typer.echo(f"claim script   {made.claim_hash.payload.hex()}")
     typer.echo(f"wrote {deployment}")

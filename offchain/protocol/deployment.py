@@ -127,12 +127,12 @@ def validators(
 ) -> tuple[PlutusV3Script, PlutusV3Script, PlutusV3Script, PlutusV3Script, PlutusV3Script]:
     """The settle, escrow, bond, claim and channel scripts of a deployment with these
     parameters (each script names the one before it by hash, the channel its claim script);
-    `reference`: the settle script's OpShin reference instead of the hand-written one (tests
-    run both)."""
+    `reference`: the settle and claim scripts' OpShin references instead of the hand-written
+    ones (tests run both)."""
     settle = settle_script(network_id, reference)
     escrow = escrow_script(plutus_script_hash(settle).payload, refund_window_ms)
     bond = bond_script(network_id, plutus_script_hash(escrow).payload, notice_ms, slash_share_bps)
-    claim = claim_script(network_id)
+    claim = claim_script(network_id, reference)
     channel = channel_script(plutus_script_hash(claim).payload)
     return settle, escrow, bond, claim, channel
 

@@ -23,6 +23,7 @@ from pycardano import (
     TransactionInput,
 )
 
+from offchain.devnet.script_context import Constr, encode_data
 from offchain.protocol.tx_reader import ledger_order
 from offchain.protocol.types import Acceptance, Claim, Iou, TxOutRef
 
@@ -92,8 +93,12 @@ def acceptance_payload(
 
 def iou_payload(network_id: int, channel_hash: ScriptHash, channel: bytes, amount: int) -> bytes:
     """What a renter signs to let channel `channel` (its terms hash) of the channel script
-    `channel_hash` pay its provider `amount` lovelace in all."""
-    return Iou(IOU_DOMAIN, network_id, channel_hash.payload, channel, amount).to_cbor()
+    `channel_hash` pay its provider `amount` lovelace in all: the `Iou`'s serialise_data,
+    written by the ledger's own Data encoder, as pycardano's `Iou(...).to_cbor()` writes the
+    same bytes 40 times slower (a provider checks an IOU per request: it was 8 times the
+    ed25519 check itself)."""
+    fields = (IOU_DOMAIN, network_id, channel_hash.payload, channel, amount)
+    return encode_data(Constr(Iou.CONSTR_ID, fields))
 
 
 def sign(key: SigningKey | ExtendedSigningKey, payload: bytes) -> bytes:

@@ -7,12 +7,22 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from pycardano import Address, AuxiliaryData, Network, PaymentSigningKey
+from pycardano import (
+    Address,
+    AuxiliaryData,
+    MultiAsset,
+    Network,
+    PaymentSigningKey,
+    TransactionOutput,
+    UTxO,
+    Value,
+)
 
 from offchain.chain.time import iso
 from offchain.protocol import channel as channels
 from offchain.protocol.addresses import to_plutus
 from offchain.protocol.channel import (
+    Channel,
     ChannelRefused,
     channel_id,
     check_channel,
@@ -27,7 +37,7 @@ from offchain.protocol.refusal import Refusal
 from offchain.protocol.txbuild import BuildError, Clock, sign_tx
 from offchain.protocol.types import ChannelTerms, PayoutKind, TxOutRef
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, left, open_on
-from tests.protocol.onchain import ADA, balance, confirm, output, travel_to, wallet
+from tests.protocol.onchain import ADA, balance, confirm, output, staked, travel_to, wallet
 
 KEY = PaymentSigningKey.generate().to_verification_key()
 TERMS = ChannelTerms(
@@ -35,6 +45,17 @@ TERMS = ChannelTerms(
     to_plutus(Address(KEY.hash(), network=Network.TESTNET)),
     KEY.payload, 3_600_000, TxOutRef(b"\x07" * 32, 3),
 )  # fmt: skip
+
+
+TOKENS = MultiAsset.from_primitive({bytes(28): {b"dust": 1}})
+
+
+def moved(channel: Channel, address: Address | None = None, value: Value | None = None) -> Channel:
+    """`channel` as if its UTxO sat at `address` or held `value` (nothing checks that off
+    chain but the provider's check)."""
+    made = channel.utxo.output
+    out = TransactionOutput(address or made.address, value or made.amount, datum=made.datum)
+    return dataclasses.replace(channel, utxo=UTxO(channel.utxo.input, out))
 
 
 def fee(tx) -> int:
@@ -82,12 +103,16 @@ async def test_a_provider_serves_only_a_channel_that_pays_it_enough_for_long_eno
 ):
     renter, provider, other = [await wallet(devnet) for _ in range(3)]
     channel, terms, _ = await open_on(devnet, deployment, renter, provider)
+    staker = staked(PaymentSigningKey.generate()).address
     checks = {
         Refusal.OTHER_ADDRESS: dict(own_address=other.address),
         Refusal.OTHER_KEY: dict(own_vkey=other.vkey),
         Refusal.DEPOSIT: dict(min_deposit=channel.lovelace + 1),
         Refusal.CLOSE_PERIOD: dict(min_close_period_ms=CLOSE_MS + 1),
         Refusal.OTHER_TERMS: dict(terms=dataclasses.replace(terms, close_period_ms=10**9)),
+        # anyone can lock anything at the script: another stake part, tokens beside the deposit
+        Refusal.NOT_AT_SCRIPT: dict(channel=moved(channel, deployment.channel_address(staker))),
+        Refusal.TOKENS: dict(channel=moved(channel, value=Value(channel.lovelace, TOKENS))),
     }
     honest = dict(
         deployment=deployment, channel=channel, terms=terms, own_vkey=provider.vkey,

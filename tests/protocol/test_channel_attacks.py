@@ -9,7 +9,10 @@ stands between a channel and whoever submits a transaction spending it: the IOUs
 datum field by field, value and tokens), the provider payouts (one per provider, each
 counted once), the renter's payouts (tagged with the channel and the action) and the
 validity bounds (a recorded time is the upper bound; a drain's lower bound is after the
-close)."""
+close).
+
+The claim attacks run against both claim scripts: the deployed hand-written one and its
+OpShin reference (the reference deployment's, `either_settle`)."""
 
 from __future__ import annotations
 
@@ -93,7 +96,8 @@ def elsewhere(address: Address, stake: Wallet) -> Address:
     return Address(address.payment_part, stake.key_hash, network=Network.TESTNET)
 
 
-async def test_a_replayed_or_old_iou_takes_nothing(devnet, deployment):
+async def test_a_replayed_or_old_iou_takes_nothing(devnet, either_settle):
+    deployment = either_settle
     renter, provider, market = [await wallet(devnet) for _ in range(3)]
     channel, _, _ = await open_on(devnet, deployment, renter, provider)
     old = iou(deployment, renter, channel, TAKE - ADA)
@@ -114,7 +118,8 @@ async def test_a_replayed_or_old_iou_takes_nothing(devnet, deployment):
     )
 
 
-async def test_an_iou_signs_its_channel_network_and_channel_script(devnet, deployment):
+async def test_an_iou_signs_its_channel_network_and_channel_script(devnet, either_settle):
+    deployment = either_settle
     renter, provider, market = [await wallet(devnet) for _ in range(3)]
     channel, _, _ = await open_on(devnet, deployment, renter, provider)
     other, _, _ = await open_on(devnet, deployment, renter, provider)
@@ -139,7 +144,8 @@ async def test_an_iou_signs_its_channel_network_and_channel_script(devnet, deplo
     await confirm_gains(devnet, honest.claim(devnet, deployment, market), honest.gains)
 
 
-async def test_a_claim_takes_no_more_than_the_channel_holds(devnet, deployment):
+async def test_a_claim_takes_no_more_than_the_channel_holds(devnet, either_settle):
+    deployment = either_settle
     renter, provider, market = [await wallet(devnet) for _ in range(3)]
     channel, _, _ = await open_on(devnet, deployment, renter, provider)
     honest = claim_plan([(channel, provider, iou(deployment, renter, channel, TAKE))])
@@ -161,8 +167,9 @@ async def test_a_claim_takes_no_more_than_the_channel_holds(devnet, deployment):
 
 
 async def test_the_continuing_output_keeps_the_channels_address_datum_and_tokens(
-    devnet, deployment
+    devnet, either_settle
 ):
+    deployment = either_settle
     renter, provider, market = [await wallet(devnet) for _ in range(3)]
     channel, _, _ = await open_on(devnet, deployment, renter, provider)
     honest = claim_plan([(channel, provider, iou(deployment, renter, channel, TAKE))])
@@ -188,10 +195,11 @@ async def test_the_continuing_output_keeps_the_channels_address_datum_and_tokens
 
 
 async def test_claims_pay_each_channels_own_provider_and_each_payout_counts_once(
-    devnet, deployment
+    devnet, either_settle
 ):
     """Two channels of provider p, one of q: p's payout must hold both its takes, and no
     channel's take may be paid at another provider's (or anyone else's) address."""
+    deployment = either_settle
     renters = [await wallet(devnet) for _ in range(3)]
     p, q, market = [await wallet(devnet) for _ in range(3)]
     a, b, c = [
@@ -234,7 +242,8 @@ async def closing(devnet, deployment, renter, provider) -> tuple[Channel, Channe
     return left(deployment, await confirm(devnet, renter.sign(start))), terms
 
 
-async def test_no_claim_after_the_close_period(devnet, deployment):
+async def test_no_claim_after_the_close_period(devnet, either_settle):
+    deployment = either_settle
     renter, provider, market = [await wallet(devnet) for _ in range(3)]
     channel, _ = await closing(devnet, deployment, renter, provider)
     clock = Clock.now(devnet.context())

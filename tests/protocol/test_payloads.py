@@ -21,13 +21,16 @@ from uplc.ast import BuiltInFun, BuiltInFunEvalMap, data_from_cbor
 import offchain.devnet.phase2  # noqa: F401  (it puts the ledger's serialiseData in uplc's builtins)
 from offchain.protocol.addresses import from_plutus, to_plutus
 from offchain.protocol.payloads import (
+    IOU_DOMAIN,
     acceptance_payload,
     claim_payload,
+    iou_payload,
     receipt_note,
     receipt_payload,
     sign,
     verify,
 )
+from offchain.protocol.types import Iou
 
 SETTLE_HASH = ScriptHash(bytes(range(200, 228)))
 ESCROW_HASH = ScriptHash(bytes(range(28)))
@@ -131,3 +134,16 @@ stakes = st.one_of(
 def test_addresses_convert_both_ways_without_losing_the_stake_part(payment, stake, network):
     address = Address(payment, stake, network=network)
     assert from_plutus(to_plutus(address), network) == address
+
+
+@given(
+    st.integers(min_value=0, max_value=2**70),
+    st.binary(min_size=0, max_size=80),
+    st.integers(min_value=0, max_value=2**20),
+)
+def test_an_iou_payload_is_its_ious_serialise_data(amount, channel, network_id):
+    """iou_payload writes the bytes itself (fast): the same as pycardano's encoding of the
+    Iou and the ledger's serialiseData of it, for any amount, channel id and network."""
+    payload = iou_payload(network_id, SETTLE_HASH, channel, amount)
+    iou = Iou(IOU_DOMAIN, network_id, SETTLE_HASH.payload, channel, amount)
+    assert payload == iou.to_cbor() == SERIALISE_DATA(data_from_cbor(payload)).value
