@@ -184,8 +184,8 @@ def _opened(
         return
     channel = Channel(
         id=datum.terms.hex(), renter=renter, renter_vkey=datum.renter_vkey.hex(),
-        provider=provider,
-        provider_vkey=terms.provider_vkey.hex(), provider_id=key_hash(terms.provider_vkey),
+        provider=provider, provider_vkey=terms.provider_vkey.hex(),
+        provider_id=key_hash(terms.provider_vkey),
         close_period_ms=terms.close_period_ms, nonce=format_out_ref(terms.nonce.to_input()),
         open_tx=tx.id.payload.hex(), opened_slot=at.slot, funded=output.lovelace, claimed=0,
         lovelace=0, state=ChannelState.OPEN,
