@@ -584,7 +584,7 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
     if tx is None:
         raise NotFound(
             f"transaction {tx_id} is not in the index: it holds the transactions that touch "
-            "the escrow and bond scripts, from when the market began following the chain",
+            "the escrow, bond and channel scripts, from when the market began following the chain",
             "tx_id",
         )
     view = json.loads(tx.view)
