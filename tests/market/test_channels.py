@@ -76,15 +76,15 @@ async def test_rollbacks_take_a_claim_then_the_open_back_and_both_come_back(
     page = await indexed(http, channel, 1)
     assert (page["channel"]["claimed"], page["channel"]["remaining"]) == (0, channel.lovelace)
     assert page["channel"]["ref"] == format_out_ref(channel.utxo.input)
-    await submit_and_wait(own_devnet.url, claimed, timeout_s=30)  # lands again
+    await submit_and_wait(own_devnet.url, claimed)  # lands again
     page = await indexed(http, channel, 2)
     assert moves(page)[-1] == ("claim", 2 * ADA, claimed.id.payload.hex())
 
     await rollback_past(own_devnet, opened_at)
     await forgotten(http, channel)
     assert stored(settings, ChannelEvent) == []
-    await submit_and_wait(own_devnet.url, renter.sign(opened), timeout_s=30)
-    await submit_and_wait(own_devnet.url, claimed, timeout_s=30)
+    await submit_and_wait(own_devnet.url, renter.sign(opened))
+    await submit_and_wait(own_devnet.url, claimed)
     page = await indexed(http, channel, 2)
     assert [m[0] for m in moves(page)] == ["open", "claim"]
     assert page["channel"]["claimed"] == 2 * ADA
