@@ -73,7 +73,9 @@ def claim_channels(
     assert verify_ed25519_signature(
         datum.renter_vkey, serialise_data(iou), un_b_data(head_list(signatures))
     ), "iou signature"
-    paid = add_payout(paid, un_i_data(head_list(payee_list)), b_data(datum.payee), take)
+    payee = un_i_data(head_list(payee_list))
+    assert payee >= 0, "one provider per payout"  # add_payout reads any p <= 0 as 0
+    paid = add_payout(paid, payee, b_data(datum.payee), take)
     return claim_channels(
         tail_list(inputs), tail_list(continuing), tail_list(payee_list), tail_list(signatures),
         tail_list(redeemers), paid, script, latest, network_id,

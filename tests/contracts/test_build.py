@@ -40,7 +40,8 @@ def apply_parameters(name: str, *parameters: int | bytes) -> PlutusV3Script:
     return builder._build(uplc.ast.Program(program.version, term))
 
 
-@pytest.mark.slow  # the OpShin compiler, three validators, and pluthon's: tens of seconds
+@pytest.mark.slow  # the OpShin compiler, five validators, and pluthon's two: minutes
+@pytest.mark.timeout(900)  # about four on a loaded machine, past the suite's 300 s default
 def test_a_rebuild_equals_the_committed_artifacts():
     assert build_artifacts(check=True) == []
 

@@ -10,6 +10,8 @@ import hashlib
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pycardano import ScriptHash, plutus_script_hash
 
 from contracts.artifacts import channel_script, claim_script
@@ -107,7 +109,7 @@ class Channel:
 
     def continuing(self, **changes: Data) -> Constr:
         """Its continuing output in an honest claim of `amount`."""
-        datum = self.datum(claimed=self.amount, **changes)
+        datum = self.datum(**{"claimed": self.amount, **changes})
         held = value(self.lovelace - (self.amount - self.claimed), self.tokens)
         return Constr(0, (self.address, held, Constr(2, (datum,)), NOTHING))
 
@@ -394,6 +396,21 @@ CLAIM_ATTACKS = {  # an honest batch broken one way, and the check that refuses 
     "a payout counted for two channels": (double_counted, "provider payout"),
     "a payout a lovelace short": (payout(1, more=-1), "provider payout"),
     "a payout with a datum": (payout(0, datum=Constr(2, (b"tag",))), "provider payout"),
+    "a continuing datum claiming more than the lovelace taken": (
+        tampered(0, claimed=5_000_001),
+        "continuing value",
+    ),
+}
+
+UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing in one at least)
+    "a payee past the provider outputs": lambda b: setattr(b, "payees", [0, 0, 2, 0]),
+    "a negative payee": lambda b: setattr(b, "payees", [0, 0, -1, 0]),
+    "a missing signature": lambda b: b.signatures.pop(),
+    "a missing continuing output": lambda b: b.continuing.pop(),
+    "first_continuing past the outputs": lambda b: setattr(b, "first_continuing", 99),
+    "a continuing output without a datum": continuing(
+        0, lambda c: Constr(0, (c.address, value(c.lovelace - c.amount), NO_DATUM, NOTHING))
+    ),
 }
 
 
@@ -409,6 +426,61 @@ def test_both_claim_scripts_refuse_a_broken_batch_with_the_same_trace(name):
     deployed, readable = claim(False, attack), claim(True, attack)
     assert deployed.error is not None and trace in " ".join(deployed.traces), deployed
     assert readable.error is not None and readable.traces == deployed.traces, readable
+
+
+@pytest.mark.parametrize("name", UNTRACED)
+def test_both_claim_scripts_refuse_an_index_out_of_range(name):
+    deployed, readable = claim(False, UNTRACED[name]), claim(True, UNTRACED[name])
+    assert deployed.error is not None, deployed
+    assert readable.error is not None, readable
+    assert not (deployed.traces and readable.traces) or deployed.traces == readable.traces
+
+
+def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
+    """The honest batch with numbers moved: (what, which, by) of a payee, first_continuing,
+    a provider output's lovelace, a continuing output's lovelace or claimed, or the upper
+    bound."""
+
+    def nudge(batch: Batch) -> None:
+        batch.payees = batch.payees or [c.payee for c in batch.ledger()]
+        for what, which, by in changes:
+            n = which % len(batch.channels)
+            if what == "payee":
+                batch.payees[n] += by
+            elif what == "first_continuing":
+                batch.first_continuing = len(batch.payouts) + by
+            elif what == "payout":
+                payout(which % len(batch.payouts), more=by)(batch)
+            elif what == "lovelace":
+                valued(n, by, batch.ledger()[n].tokens)(batch)
+            elif what == "claimed":
+                tampered(n, claimed=batch.ledger()[n].amount + by)(batch)
+            else:
+                batch.upper = NOW + by
+
+    return nudge
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["payee", "first_continuing", "payout", "lovelace", "claimed", "upper"]
+            ),
+            st.integers(0, 9),
+            st.integers(-2, 2),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_both_claim_scripts_agree_on_any_nudge_of_the_honest_batch(changes):
+    """Same outcome; the same trace where both trace."""
+    deployed, readable = claim(False, nudged(changes)), claim(True, nudged(changes))
+    assert (deployed.error is None) == (readable.error is None), (deployed, readable)
+    if deployed.traces and readable.traces:
+        assert deployed.traces == readable.traces
 
 
 def memory_per_channel(reference: bool, sizes: range) -> tuple[float, float]:
@@ -608,6 +680,16 @@ SPEND_ATTACKS = {  # (the honest spend, how it is broken, the trace that refuses
     "a close changing claimed": (
         "start close",
         output(lambda c: kept(c, claimed=c.claimed + 1, closing_at=CLOSING)),
+        "continuing datum",
+    ),
+    "a close changing the renter key": (
+        "start close",
+        output(lambda c: kept(c, renter_vkey=vkey("mallory"), closing_at=CLOSING)),
+        "continuing datum",
+    ),
+    "a close changing the terms": (
+        "start close",
+        output(lambda c: kept(c, terms=b"\x01" * 28, closing_at=CLOSING)),
         "continuing datum",
     ),
     "a close changing the payee": (
