@@ -246,6 +246,87 @@ class Bond(SQLModel, table=True):
     spent_as: str | None = Field(default=None, max_length=16, description="the bond redeemer")
 
 
+class ChannelState(StrEnum):
+    """Where a payment channel stands: open, closing (the renter started its close period),
+    or gone: drained by its renter after the close period, ended by its provider, or closed by
+    both."""
+
+    OPEN = "open"
+    CLOSING = "closing"
+    DRAINED = "drained"
+    ENDED = "ended"
+    CLOSED = "closed"
+
+
+class ChannelMove(StrEnum):
+    """What one transaction did to a channel, by its redeemer (a claim: the claim script's)."""
+
+    OPEN = "open"
+    CLAIM = "claim"
+    TOP_UP = "top-up"
+    START_CLOSE = "start-close"
+    DRAIN = "drain"
+    END = "end"
+    MUTUAL_CLOSE = "mutual-close"
+
+
+class ChannelNow(SQLModel):
+    """A channel's state after a move: its UTxO (none once it is gone), all the lovelace put
+    in (`funded`: the open's lock and every top-up), what its provider claimed so far, what
+    the UTxO still holds, and from when its renter may drain it (None while open)."""
+
+    ref: str | None = Field(default=None, max_length=80, description="TXID#IX")
+    state: ChannelState = _name()
+    funded: int = _big()
+    claimed: int = _big()
+    lovelace: int = _big()
+    closing_at_ms: int | None = _big(nullable=True)
+
+
+class Channel(ChannelNow, table=True):
+    """A payment channel of the deployment's channel script, by its id (blake2b-224 of its
+    terms), with its terms as its open transaction's metadata carries them and its state as of
+    its newest ChannelEvent: the chain follower writes both in one database transaction, and
+    a rollback restores the row from the events it leaves (`channel_index`)."""
+
+    __table_args__ = (
+        Index("ix_channel_ref", "ref"),
+        Index("ix_channel_opened", "opened_slot", "id"),
+        Index("ix_channel_state", "state", "opened_slot", "id"),
+        Index("ix_channel_provider", "provider_id", "opened_slot", "id"),
+        Index("ix_channel_renter", "renter", "opened_slot", "id"),
+        Index("ix_channel_payee", "provider", "opened_slot", "id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=56)
+    renter: str = Field(max_length=128, description="bech32, as the terms name it")
+    renter_vkey: str = Field(max_length=64, description="signs the IOUs")
+    provider: str = Field(max_length=128, description="bech32: where claims pay")
+    provider_vkey: str = Field(max_length=64)
+    provider_id: str = Field(max_length=56, description="blake2b-224 of provider_vkey")
+    close_period_ms: int = _big()
+    nonce: str = Field(max_length=80, description="the input its open spent: TXID#IX")
+    open_tx: str = Field(max_length=64)
+    opened_slot: int = _big()
+
+
+class ChannelEvent(ChannelNow, table=True):
+    """One transaction's move of one channel, in the block that holds it, with the channel as
+    it left it. `amount` is the lovelace the move put in (open, top-up), paid the provider
+    (claim) or gave back to the renter (drain, end); 0 for a start of close or a mutual
+    close, whose outputs the transaction page shows."""
+
+    __table_args__ = (Index("ix_channelevent_channel_slot", "channel_id", "slot", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel_id: str = Field(foreign_key="channel.id", max_length=56)
+    move: ChannelMove = _name()
+    amount: int = _big()
+    tx_id: str = Field(max_length=64, index=True)
+    slot: int = _big(index=True)
+    height: int = _big()
+
+
 class SettlementState(StrEnum):
     BUILT = "built"  # recorded before its first submission: it may or may not be in a mempool
     SUBMITTED = "submitted"

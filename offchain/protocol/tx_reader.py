@@ -30,16 +30,24 @@ from pycardano import (
 from pycardano.serialization import RawCBOR
 
 from offchain.protocol.types import (
+    BatchClaim,
     BatchSettle,
     BeginUnbond,
     BondDatum,
     Cancel,
+    ChannelClaim,
+    ChannelDatum,
+    ChannelTopUp,
+    Drain,
     EscrowDatum,
+    MutualClose,
     Payout,
+    ProviderEnd,
     Refund,
     Settle,
     Slash,
     SlashPayout,
+    StartClose,
     TopUp,
     Withdraw,
 )
@@ -57,6 +65,8 @@ class Script(StrEnum):
     ESCROW = "escrow"
     BOND = "bond"
     SETTLE = "settle"
+    CHANNEL = "channel"
+    CLAIM = "claim"  # the channels' batch claim (withdraw-zero)
 
 
 # Each script's redeemers by purpose; data under any other purpose is none of ours.
@@ -64,12 +74,17 @@ REDEEMERS: dict[tuple[RedeemerTag, Script], tuple[type[PlutusData], ...]] = {
     (RedeemerTag.SPEND, Script.ESCROW): (Settle, Refund, Cancel),
     (RedeemerTag.SPEND, Script.BOND): (TopUp, BeginUnbond, Withdraw, Slash),
     (RedeemerTag.WITHDRAWAL, Script.SETTLE): (BatchSettle,),
-}
+    (RedeemerTag.SPEND, Script.CHANNEL): (
+        ChannelClaim, ChannelTopUp, StartClose, Drain, ProviderEnd, MutualClose,
+    ),
+    (RedeemerTag.WITHDRAWAL, Script.CLAIM): (BatchClaim,),
+}  # fmt: skip
 TAGS: tuple[type[Tag], ...] = (Payout, SlashPayout)
 # An inline datum by the script its output sits at; anywhere else it may be a payout tag.
 DATUMS: dict[Script | None, tuple[type[PlutusData], ...]] = {
     Script.ESCROW: (EscrowDatum,),
     Script.BOND: (BondDatum,),
+    Script.CHANNEL: (ChannelDatum,),
     None: TAGS,
 }
 
@@ -123,6 +138,8 @@ class ScriptHashes:
     escrow: bytes
     bond: bytes
     settle: bytes
+    channel: bytes
+    claim: bytes
 
     @classmethod
     def of(cls, deployment: Deployment) -> ScriptHashes:
@@ -130,6 +147,8 @@ class ScriptHashes:
             deployment.escrow_hash.payload,
             deployment.bond_hash.payload,
             deployment.settle_hash.payload,
+            deployment.channel_hash.payload,
+            deployment.claim_hash.payload,
         )
 
     def at(self, address: Address) -> Script | None:
@@ -143,7 +162,10 @@ class ScriptHashes:
         return self._named(staking.payload) if staking is not None else None
 
     def _named(self, credential: bytes) -> Script | None:
-        named = {self.escrow: Script.ESCROW, self.bond: Script.BOND, self.settle: Script.SETTLE}
+        named = {
+            self.escrow: Script.ESCROW, self.bond: Script.BOND, self.settle: Script.SETTLE,
+            self.channel: Script.CHANNEL, self.claim: Script.CLAIM,
+        }  # fmt: skip
         return named.get(credential)
 
 
@@ -209,24 +231,34 @@ class TxReader:
                 found[index] = tag
         return found
 
+    def _withdrawal(self, kind: type[D]) -> D | None:
+        """The first withdraw redeemer that reads as `kind` (a batch's), if any."""
+        found = (
+            decode(r.cbor, (kind,)) for r in self.redeemers if r.purpose == RedeemerTag.WITHDRAWAL
+        )
+        return next((batch for batch in found if batch is not None), None)
+
     @functools.cached_property
     def settled(self) -> dict[TransactionInput, int]:
         """The units a batch settle claimed for each escrow it settles (the inputs spent by
         Settle, in ledger order, pair with its items): the settle script paid each provider
         price x units of each. Empty for any other transaction."""
-        batch = next(
-            (
-                found
-                for r in self.redeemers
-                if r.purpose == RedeemerTag.WITHDRAWAL
-                and isinstance(found := decode(r.cbor, (BatchSettle,)), BatchSettle)
-            ),
-            None,
-        )
+        batch = self._withdrawal(BatchSettle)
         if batch is None:
             return {}
         spent = [ref for ref in self.inputs if self._is_settle(ref)]
         return dict(zip(spent, batch.items[::3], strict=False))
+
+    @functools.cached_property
+    def continuing(self) -> dict[TransactionInput, int]:
+        """The output that continues each channel a batch claim spends: the claim script pairs
+        script input i (ledger order; key inputs skipped) with output first_continuing + i.
+        Empty for any other transaction."""
+        batch = self._withdrawal(BatchClaim)
+        if batch is None:
+            return {}
+        spent = [self.inputs[index] for index in sorted(self._spends) if index < len(self.inputs)]
+        return {ref: batch.first_continuing + i for i, ref in enumerate(spent)}
 
     def _is_settle(self, ref: TransactionInput) -> bool:
         redeemer = self._spends.get(self._positions[ref])

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from offchain.market.explorer.queries import DAY_MS
-from offchain.market.models import Cause, Job, JobEvent, JobState, Provider
+from offchain.market.models import Cause, Channel, ChannelState, Job, JobEvent, JobState, Provider
 from offchain.market.schemas import MAX_PRICE_PER_UNIT
 from offchain.market.services.chain_index import ChainBlock
 from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE
@@ -39,7 +39,8 @@ def _job(i: int, state: JobState, **fields) -> Job:
 
 def seed(session: Session) -> None:
     """A provider online; EACH quoted and EACH funded jobs locking all ADA there is; EACH
-    settled jobs that paid the most a job can, in the block at the tip."""
+    settled jobs that paid the most a job can, in the block at the tip; EACH open channels
+    holding all ADA there is."""
     selftest = SelfTestSummary(passed=True, at_ms=FAR_MS, checks=[])
     session.add(Provider(id=PROVIDER, vkey="00" * 32, payout_address=ADDRESS,
                          last_heartbeat_ms=FAR_MS, offline_since_ms=FAR_MS,
@@ -57,6 +58,12 @@ def seed(session: Session) -> None:
         session.add(settled)
         session.add(JobEvent(job_id=settled.id, at_ms=START_MS + i, to_state=JobState.SETTLED,
                              cause=Cause.CHAIN, slot=5, block_height=5))  # fmt: skip
+        session.add(Channel(
+            id=f"{i:056x}", renter=ADDRESS, renter_vkey="01" * 32, provider=ADDRESS,
+            provider_vkey="00" * 32, provider_id=PROVIDER, close_period_ms=1, nonce=f"{i}#0",
+            open_tx="ab" * 32, opened_slot=5, ref=f"{i}#0", state=ChannelState.OPEN,
+            funded=MAX_SUPPLY_LOVELACE, claimed=0, lovelace=MAX_SUPPLY_LOVELACE,
+        ))  # fmt: skip
     session.commit()
 
 
@@ -72,6 +79,7 @@ def test_sums_of_the_largest_amounts_are_exact(client):
     assert home["jobs_running"] == 1 and home["gpus"][0]["busy"] == 2  # SQLite counted 0
     assert home["escrow_lovelace"] == EACH * MAX_SUPPLY_LOVELACE > 2**63
     assert home["settled_24h_lovelace"] == EACH * SETTLED_EACH > 2**63
+    assert home["channels"] == {"count": EACH, "lovelace": EACH * MAX_SUPPLY_LOVELACE}
     page = client.get("/explorer")
     assert page.status_code == 200
     assert f"{EACH * MAX_SUPPLY_LOVELACE // 1_000_000:,} ADA" in page.text
@@ -109,7 +117,9 @@ CURSORS = ["9" * 30 + ".ab", "9" * 5000 + ".ab", "²." + "ab", "1.ab\x00", "12",
 
 
 @pytest.mark.parametrize("cursor", CURSORS)
-@pytest.mark.parametrize("path", ["/explorer/jobs", f"/explorer/addresses/{ADDRESS}"])
+@pytest.mark.parametrize(
+    "path", ["/explorer/jobs", f"/explorer/addresses/{ADDRESS}", "/explorer/channels"]
+)
 def test_a_cursor_no_page_wrote_is_a_422_naming_it(client, path, cursor):
     answer = client.get("/api" + path, params={"after": cursor})
     assert answer.status_code == 422, answer.text

@@ -20,6 +20,10 @@ from offchain.market.explorer.queries import PAGE
 from offchain.market.models import (
     Bond,
     Cause,
+    Channel,
+    ChannelEvent,
+    ChannelMove,
+    ChannelState,
     Job,
     JobEvent,
     JobState,
@@ -38,6 +42,9 @@ PROVIDER = "ab" * 28
 ADDRESS = "addr_test1vz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3jcu5d8"
 TX = "cd" * 32
 JOBS = PAGE + 10
+CHANNELS = PAGE + 3
+CHANNEL = f"{CHANNELS - 1:056x}"  # the newest, moved by TX: opened, claimed, closing
+CLOSING_AT = START_MS + 7_200_000
 SPEC = {"image": "python:3.11", "command": ["echo", PLANTED], "env": {"NOTE": PLANTED},
         "resources": {"gpus": 1, "cpu_cores": 1, "memory_mib": 512, "disk_mib": 1},
         "max_duration_s": 60, "max_price_lovelace": 1, "network": False}  # fmt: skip
@@ -61,6 +68,7 @@ def seed(session: Session) -> None:
                              cause=Cause.CHAIN, detail=PLANTED, slot=5, block_height=5,
                              tx_id=TX))  # fmt: skip
     session.add(LogLine(job_id=f"{0:032x}", seq=0, at_ms=START_MS, text=PLANTED))
+    seed_channels(session)
     session.add(ChainBlock(slot=5, height=5, block_id="ef" * 32, tx_count=1, indexed_txs=1))
     view = {
         "inputs": [],
@@ -87,6 +95,32 @@ def seed(session: Session) -> None:
     session.commit()
 
 
+def seed_channels(session: Session) -> None:
+    """CHANNELS channels paying PROVIDER at ADDRESS from a renter whose stored address is
+    planted text, two opened per slot; the newest opened with 10 ADA, then claimed 3 ADA and
+    closing, each move by TX."""
+    for i in range(CHANNELS):
+        session.add(Channel(
+            id=f"{i:056x}", renter=PLANTED, renter_vkey="01" * 32, provider=ADDRESS,
+            provider_vkey="00" * 32, provider_id=PROVIDER, close_period_ms=3_600_000,
+            nonce=f"{TX}#{i + 10}", open_tx=TX, opened_slot=5 + i // 2, ref=f"{TX}#4",
+            state=ChannelState.CLOSING, funded=10_000_000, claimed=3_000_000,
+            lovelace=7_000_000, closing_at_ms=CLOSING_AT,
+        ))  # fmt: skip
+    session.flush()
+    moves = [
+        (ChannelMove.OPEN, 10_000_000, ChannelState.OPEN, 0, None),
+        (ChannelMove.CLAIM, 3_000_000, ChannelState.OPEN, 3_000_000, None),
+        (ChannelMove.START_CLOSE, 0, ChannelState.CLOSING, 3_000_000, CLOSING_AT),
+    ]
+    for move, amount, state, claimed, closing_at in moves:
+        session.add(ChannelEvent(
+            channel_id=CHANNEL, move=move, amount=amount, tx_id=TX, slot=5, height=5,
+            ref=f"{TX}#4", state=state, funded=10_000_000, claimed=claimed,
+            lovelace=10_000_000 - claimed, closing_at_ms=closing_at,
+        ))  # fmt: skip
+
+
 @pytest.fixture
 def client(tmp_path, database_url) -> Iterator[TestClient]:
     with explorer_over(tmp_path, database_url, seed) as client:
@@ -96,7 +130,8 @@ def client(tmp_path, database_url) -> Iterator[TestClient]:
 PAGES = [
     "/explorer", "/explorer/jobs", f"/explorer/jobs?provider={PROVIDER}&state=failed",
     f"/explorer/jobs/{0:032x}", "/explorer/providers", f"/explorer/providers/{PROVIDER}",
-    f"/explorer/txs/{TX}", f"/explorer/addresses/{ADDRESS}",
+    f"/explorer/txs/{TX}", f"/explorer/addresses/{ADDRESS}", "/explorer/channels",
+    f"/explorer/channels?provider={PROVIDER}&state=closing", f"/explorer/channels/{CHANNEL}",
 ]  # fmt: skip
 
 
@@ -133,15 +168,19 @@ def test_the_job_page_shows_what_the_market_recorded(client):
     assert home["gpus"] == [{"model": PLANTED, "offered": 2, "busy": 0, "free": 2,
                              "price_per_unit": 1_500_000}]  # fmt: skip
     assert home["tip"]["height"] == 5 and home["tip"]["time_ms"] == START_MS + 5000
+    assert home["channels"] == {"count": CHANNELS, "lovelace": CHANNELS * 7_000_000}
 
 
 def test_unknown_ids_are_404_pages_and_search_finds_each_kind(client):
     missing = client.get("/explorer/jobs/" + "ff" * 16)
     assert missing.status_code == 404 and "no job" in missing.text
     assert client.get("/api/explorer/txs/" + "00" * 32).status_code == 404
+    missing = client.get("/explorer/channels/" + "ff" * 28)
+    assert missing.status_code == 404 and "no channel" in missing.text
     for q, path in [(f"{1:032x}", f"/explorer/jobs/{1:032x}"), (TX, f"/explorer/txs/{TX}"),
                     (PROVIDER, f"/explorer/providers/{PROVIDER}"), ("5", "/explorer/blocks/5"),
-                    (ADDRESS, f"/explorer/addresses/{ADDRESS}")]:  # fmt: skip
+                    (ADDRESS, f"/explorer/addresses/{ADDRESS}"),
+                    (CHANNEL.upper(), f"/explorer/channels/{CHANNEL}")]:  # fmt: skip
         found = client.get("/explorer/search", params={"q": q}, follow_redirects=False)
         assert (found.status_code, found.headers.get("location")) == (303, path), q
     nothing = client.get("/explorer/search", params={"q": PLANTED})
@@ -277,3 +316,40 @@ def test_an_unbonding_bond_says_until_when_it_covers_jobs_as_a_date_with_the_tim
     text = seen(client.get(f"/explorer/providers/{PROVIDER}").text)
     assert f"before {when(bond['covers_before_ms'])} (in " in text
     assert "Amount (ADA)" in text and str(bond["covers_before_ms"]) not in text
+
+
+# --- issue 22: payment channels -----------------------------------------------------------------
+
+
+def test_channels_page_by_keyset_newest_first_without_overlap(client):
+    first = client.get("/api/explorer/channels").json()
+    assert len(first["channels"]) == PAGE and first["next"]
+    second = client.get("/api/explorer/channels", params={"after": first["next"]}).json()
+    assert second["next"] is None
+    ids = [c["id"] for c in first["channels"] + second["channels"]]
+    assert ids == sorted((f"{i:056x}" for i in range(CHANNELS)), reverse=True)
+    assert f"after={first['next']}" in client.get("/explorer/channels").text
+    assert client.get("/api/explorer/channels", params={"state": "open"}).json()["channels"] == []
+    by_payee = client.get("/api/explorer/channels", params={"payee": ADDRESS}).json()
+    assert len(by_payee["channels"]) == PAGE
+
+
+def test_the_channel_page_shows_its_terms_amounts_close_and_every_transaction(client):
+    data = client.get(f"/api/explorer/channels/{CHANNEL.upper()}").json()
+    assert data["channel"]["id"] == CHANNEL
+    assert [(e["move"], e["amount"], e["tx_id"]) for e in data["events"]] == [
+        ("open", 10_000_000, TX),
+        ("claim", 3_000_000, TX),
+        ("start-close", 0, TX),
+    ]
+    text = seen(client.get(f"/explorer/channels/{CHANNEL}").text)
+    assert "Deposit 10 ADA" in text and "Claimed 3 ADA" in text and "Remaining 7 ADA" in text
+    assert f"Closing at {when(CLOSING_AT)} (passed " in text and str(CLOSING_AT) not in text
+    assert "Close period 1 h 00 m 00 s" in text
+    tx = client.get(f"/explorer/txs/{TX}").text  # one line per move (a seed's three)
+    assert tx.count(f'href="/explorer/channels/{CHANNEL}"') == 3
+    assert [CHANNEL, "open"] in client.get(f"/api/explorer/txs/{TX}").json()["channels"]
+    provider = client.get(f"/api/explorer/providers/{PROVIDER}").json()["channels"]
+    assert provider[0]["id"] == CHANNEL and len(provider) == 16
+    address = client.get(f"/api/explorer/addresses/{ADDRESS}").json()["channels"]
+    assert address["renter"] == [] and address["payee"][0]["id"] == CHANNEL

@@ -96,7 +96,7 @@ def _bodies(provider: Party, consumer: Party) -> dict[str, dict[str, Any]]:
 
 
 # Each route that reads path or query values: its method, its path with `{id}` (a job, provider,
-# tx or address id) and `{value}` (the drawn value of the named parameter).
+# tx, address or channel id) and `{value}` (the drawn value of the named parameter).
 PARAM_ROUTES = [
     ("GET", "/jobs/{id}/logs?after={value}"), ("GET", "/jobs?limit={value}"),
     ("GET", "/jobs/{id}"), ("GET", "/jobs/{id}/escrow"), ("GET", "/jobs/{id}/signatures"),
@@ -108,7 +108,9 @@ PARAM_ROUTES = [
     ("GET", "/explorer/blocks/{value}"), ("GET", "/api/explorer/blocks/{value}"),
     ("GET", "/api/explorer/providers?after={value}"), ("GET", "/explorer/providers/{id}"),
     ("GET", "/api/explorer/txs/{id}"), ("GET", "/api/explorer/addresses/{id}?after={value}"),
-    ("GET", "/explorer/search?q={value}"),
+    ("GET", "/explorer/search?q={value}"), ("GET", "/api/explorer/channels?after={value}"),
+    ("GET", "/explorer/channels?state={value}"), ("GET", "/api/explorer/channels?renter={value}"),
+    ("GET", "/api/explorer/channels/{id}"), ("GET", "/explorer/channels/{id}"),
 ]  # fmt: skip
 
 

@@ -25,6 +25,8 @@ from offchain.market.models import (
     Bond,
     CancelState,
     Cause,
+    Channel,
+    ChannelState,
     Job,
     JobEvent,
     JobState,
@@ -47,7 +49,6 @@ MEDIAN_OF = 200  # settlements the home page's median is taken over
 DAY_MS = 86_400_000
 BUSY = (S.ACCEPTED, S.RUNNING)
 DONE = (S.COMPLETED, S.SETTLING, S.SETTLED)
-JOB_FILTERS = ("state", "provider", "consumer", "gpu")
 HEIGHT_DIGITS = 12  # a longer number is a hash that happens to have no letters
 MAX_INT64 = (1 << 63) - 1
 # A keyset cursor as a page's `next` writes it: a number (ms or slot) and the row's key (a job
@@ -246,6 +247,16 @@ def _jobs_by_state(session: Session) -> dict[str, tuple[int, int]]:
     return {str(state): (n, _joined(high, low)) for state, n, high, low in rows}
 
 
+def _channels_now(session: Session) -> dict[str, int]:
+    """Channels not gone (open or closing): how many, and the lovelace they hold (exact)."""
+    live = (ChannelState.OPEN, ChannelState.CLOSING)
+    count, high, low = session.exec(
+        select(func.count(), *_exact_sum(col(Channel.lovelace)))
+        .where(col(Channel.state).in_(live))
+    ).one()  # fmt: skip
+    return {"count": count, "lovelace": _joined(high, low)}
+
+
 def _settled_24h(session: Session, ctx: Context) -> int | None:
     day_ago = _day_ago(ctx, _tip(session))
     return _settled_since(session, day_ago) if day_ago is not None else None
@@ -278,6 +289,7 @@ def home(session: Session, ctx: Context) -> dict[str, Any]:
         "gpus": lambda: _gpus(session, since),
         "settled_24h_lovelace": lambda: _settled_24h(session, ctx),
         "median_settle_ms": lambda: _median_settle_ms(session),
+        "channels": lambda: _channels_now(session),
         "blocks": lambda: [
             _block(b, ctx) for b in session.exec(
                 select(ChainBlock).order_by(col(ChainBlock.slot).desc()).limit(RECENT)
@@ -318,27 +330,45 @@ def _cursor(text: str | None) -> tuple[int, str] | None:
     return int(found[1]), found[2]
 
 
+def keyset(
+    session: Session, query: Any, number: Any, key: Any, after: str | None, size: int = PAGE
+) -> tuple[list[Any], str | None]:
+    """One page of `query`'s rows, newest first by (`number`, `key`) after the cursor `after`,
+    and the cursor of the page after it (None on the last page)."""
+    cursor = _cursor(after)
+    if cursor is not None:
+        at, last = cursor
+        query = query.where(or_(col(number) < at, and_(col(number) == at, col(key) < last)))
+    order = (col(number).desc(), col(key).desc())
+    rows = session.exec(query.order_by(*order).limit(size + 1)).all()
+    page = rows[:size]
+    if len(rows) <= size:
+        return page, None
+    return page, f"{getattr(page[-1], number.key)}.{getattr(page[-1], key.key)}"
+
+
+def filtered(
+    query: Any, columns: dict[str, Any], filters: dict[str, str]
+) -> tuple[Any, dict[str, str]]:
+    """`query` narrowed to the rows whose column equals each filter given (by name in
+    `columns`), and every filter as the page's form shows it back."""
+    for name, column in columns.items():
+        if filters.get(name):
+            query = query.where(col(column) == filters[name])
+    return query, {name: filters.get(name, "") for name in columns}
+
+
+JOB_COLUMNS = {"state": Job.state, "provider": Job.provider_id, "consumer": Job.consumer_id,
+               "gpu": Job.gpu_model}  # fmt: skip
+
+
 def job_list(session: Session, filters: dict[str, str]) -> dict[str, Any]:
     """Jobs newest first under the filters (state, provider id, consumer id, GPU model), one
     page after the `after` cursor."""
-    query = select(Job)
-    column = {"state": Job.state, "provider": Job.provider_id, "consumer": Job.consumer_id,
-              "gpu": Job.gpu_model}  # fmt: skip
-    for name in JOB_FILTERS:
-        if filters.get(name):
-            query = query.where(col(column[name]) == filters[name])
-    after = _cursor(filters.get("after"))
-    if after is not None:
-        at, key = after
-        query = query.where(
-            or_(col(Job.created_at_ms) < at, and_(col(Job.created_at_ms) == at, col(Job.id) < key))
-        )
-    order = (col(Job.created_at_ms).desc(), col(Job.id).desc())
-    rows = session.exec(query.order_by(*order).limit(PAGE + 1)).all()
-    page = rows[:PAGE]
-    more = f"{page[-1].created_at_ms}.{page[-1].id}" if len(rows) > PAGE else None
+    query, shown = filtered(select(Job), JOB_COLUMNS, filters)
+    page, more = keyset(session, query, Job.created_at_ms, Job.id, filters.get("after"))
     return {
-        "filters": {name: filters.get(name, "") for name in JOB_FILTERS},
+        "filters": shown,
         "states": [state.value for state in JobState],
         "jobs": [_job_row(job) for job in page],
         "next": more,
@@ -554,7 +584,7 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
     if tx is None:
         raise NotFound(
             f"transaction {tx_id} is not in the index: it holds the transactions that touch "
-            "the escrow and bond scripts, from when the market began following the chain",
+            "the escrow, bond and channel scripts, from when the market began following the chain",
             "tx_id",
         )
     view = json.loads(tx.view)
@@ -596,18 +626,7 @@ def tx_page(session: Session, ctx: Context, tx_id: str) -> dict[str, Any]:
 def address_page(session: Session, address: str, after: str | None) -> dict[str, Any]:
     """Outputs the index saw at `address`, newest first (cursor `slot.ref`)."""
     query = select(ChainTxOut).where(ChainTxOut.address == address)
-    cursor = _cursor(after)
-    if cursor is not None:
-        slot, ref = cursor
-        query = query.where(
-            or_(
-                col(ChainTxOut.slot) < slot,
-                and_(col(ChainTxOut.slot) == slot, col(ChainTxOut.ref) < ref),
-            )
-        )
-    order = (col(ChainTxOut.slot).desc(), col(ChainTxOut.ref).desc())
-    rows = session.exec(query.order_by(*order).limit(PAGE + 1)).all()
-    page = rows[:PAGE]
+    page, more = keyset(session, query, ChainTxOut.slot, ChainTxOut.ref, after)
     providers = session.exec(select(Provider.id).where(Provider.payout_address == address)).all()
     return {
         "address": address,
@@ -617,7 +636,7 @@ def address_page(session: Session, address: str, after: str | None) -> dict[str,
             for o in page
         ],
         "providers": list(providers),
-        "next": f"{page[-1].slot}.{page[-1].ref}" if len(rows) > PAGE else None,
+        "next": more,
     }  # fmt: skip
 
 
@@ -636,7 +655,8 @@ def block_page(session: Session, ctx: Context, height: int) -> dict[str, Any]:
 
 def search(session: Session, text: str) -> str | None:
     """The path of what `text` names (a job as `job_ids.resolve` finds it, tx hash, block id
-    or height, address, provider id), or None; a prefix several jobs share is a Conflict."""
+    or height, address, provider id, channel id), or None; a prefix several jobs share is a
+    Conflict."""
     q = text.strip()
     if q.isascii() and q.isdigit() and len(q) <= HEIGHT_DIGITS:
         found = session.exec(select(ChainBlock.height).where(ChainBlock.height == int(q))).first()
@@ -645,7 +665,8 @@ def search(session: Session, text: str) -> str | None:
     if q.startswith(("addr", "stake")):
         return f"/explorer/addresses/{q}"
     key = q.lower()
-    hits = ((ChainTx.tx_id, "txs"), (Provider.id, "providers"))  # by their keys: first
+    # by their keys, first (a provider id and a channel id are both 56 hex digits)
+    hits = ((ChainTx.tx_id, "txs"), (Provider.id, "providers"), (Channel.id, "channels"))
     for column, page in hits:
         if session.exec(select(column).where(column == key)).first() is not None:
             return f"/explorer/{page}/{key}"

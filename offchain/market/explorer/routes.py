@@ -31,8 +31,9 @@ from offchain.chain.time import ChainTime
 from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
 from offchain.market.errors import Conflict, Invalid, MarketError, NotFound
-from offchain.market.explorer import queries
+from offchain.market.explorer import channels, queries
 from offchain.market.explorer.format import FILTERS, GLOBALS
+from offchain.market.models import Channel
 from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
 from offchain.market.settings import MarketSettings
@@ -175,21 +176,52 @@ def provider_list(
 def provider_page(
     request: Request, provider_id: str, session: SessionDep, ctx: ContextDep
 ) -> Response:
-    return render(
-        request, "provider.html", lambda: queries.provider_page(session, ctx, provider_id)
-    )
+    return render(request, "provider.html", lambda: {
+        **queries.provider_page(session, ctx, provider_id),
+        "channels": channels.recent(session, Channel.provider_id, provider_id),
+    })  # fmt: skip
+
+
+@router.get("/explorer/channels", response_class=HTMLResponse)
+@router.get("/api/explorer/channels")
+def channel_list(
+    request: Request,
+    session: SessionDep,
+    state: str = "",
+    provider: str = "",
+    renter: str = "",
+    payee: str = "",
+    after: str = "",
+) -> Response:
+    filters = {"state": state, "provider": provider, "renter": renter, "payee": payee,
+               "after": after}  # fmt: skip
+    return render(request, "channels.html", lambda: channels.channel_list(session, filters))
+
+
+@router.get("/explorer/channels/{channel_id}", response_class=HTMLResponse)
+@router.get("/api/explorer/channels/{channel_id}")
+def channel_page(
+    request: Request, channel_id: str, session: SessionDep, ctx: ContextDep
+) -> Response:
+    return render(request, "channel.html", lambda: channels.channel_page(session, ctx, channel_id))
 
 
 @router.get("/explorer/txs/{tx_id}", response_class=HTMLResponse)
 @router.get("/api/explorer/txs/{tx_id}")
 def tx_page(request: Request, tx_id: str, session: SessionDep, ctx: ContextDep) -> Response:
-    return render(request, "tx.html", lambda: queries.tx_page(session, ctx, tx_id.lower()))
+    tx_id = tx_id.lower()
+    return render(request, "tx.html", lambda: {
+        **queries.tx_page(session, ctx, tx_id), "channels": channels.moved_by(session, tx_id),
+    })  # fmt: skip
 
 
 @router.get("/explorer/addresses/{address}", response_class=HTMLResponse)
 @router.get("/api/explorer/addresses/{address}")
 def address_page(request: Request, address: str, session: SessionDep, after: str = "") -> Response:
-    return render(request, "address.html", lambda: queries.address_page(session, address, after))
+    return render(request, "address.html", lambda: {
+        **queries.address_page(session, address, after),
+        "channels": channels.at_address(session, address),
+    })  # fmt: skip
 
 
 @router.get("/explorer/blocks/{height}", response_class=HTMLResponse)

@@ -1,7 +1,7 @@
 """The chain index the explorer reads: every block's header, and the transactions that touch
-the market's scripts (an output at the escrow or bond script, or a spend of one) with all their
-inputs, outputs, datums and redeemers decoded once, when the block arrives (by the protocol's
-`tx_reader`), and stored as the JSON every page reads back.
+the market's scripts (an output at the escrow, bond or channel script, or a spend of one) with
+all their inputs, outputs, datums and redeemers decoded once, when the block arrives (by the
+protocol's `tx_reader`), and stored as the JSON every page reads back.
 
 A batch settle's payouts carry no tag and are merged (one output per claim, one per run of a
 consumer's escrows), so what it gave each party of each escrow is read from the units its
@@ -78,7 +78,9 @@ class ChainTxOut(SQLModel, table=True):
     slot: int = Field(sa_type=BigInteger)
     address: str = Field(max_length=128)
     lovelace: int = Field(sa_type=BigInteger)
-    script: str | None = Field(default=None, max_length=8, description="escrow, bond or none")
+    script: str | None = Field(
+        default=None, max_length=8, description="escrow, bond, channel or none"
+    )
     datum: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     spent_by: str | None = Field(default=None, max_length=64)
     spent_slot: int | None = Field(default=None, sa_type=BigInteger)

@@ -1,5 +1,5 @@
-"""The chain follower: one chain-sync client that turns blocks into job, bond and settlement
-state, and rollbacks into exactly the reverse.
+"""The chain follower: one chain-sync client that turns blocks into job, bond, settlement and
+payment channel state, and rollbacks into exactly the reverse.
 
 - An output at the escrow script whose datum is a quoted job's (job id, then every term,
   value and script through `escrow_problems`) becomes that job's escrow; the job is funded
@@ -15,6 +15,7 @@ state, and rollbacks into exactly the reverse.
   a bond: anyone can lock anything at the bond script, and a bond created with
   `unbonding_since = Just 0` or with tokens must not count. Any other is logged with the
   check's reason; a provider whose bond moves into one is left with a "refused" bond.
+- Payment channels are indexed, opened to gone, by `channel_index`.
 
 Transactions are read from their CBOR (redeemers and inline datums), so a real Ogmios must run
 with `--include-cbor`; the devnet always includes it.
@@ -41,7 +42,7 @@ from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, parse_out_ref, tx_id_of
 from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
-from offchain.market.services import chain_index, jobs, offers, undo
+from offchain.market.services import chain_index, channel_index, jobs, offers, undo
 from offchain.market.services.chain import escrow_problems
 from offchain.market.services.undo import BlockAt
 from offchain.protocol.addresses import from_plutus
@@ -132,15 +133,21 @@ class ChainFollower:
                     select(Provider).where(col(Provider.bond_ref).in_(spent))
                 )
             }  # fmt: skip
+            channels = channel_index.tracked(session, spent)
             for tx in block["transactions"]:
                 inputs = [ogmios_out_ref(i) for i in tx["inputs"]]
-                watched = [r for r in inputs if r in escrows or r in bonds or r in holders]
+                watched = [
+                    r for r in inputs if r in escrows or r in bonds or r in holders or r in channels
+                ]
                 if watched or self._script_outputs(tx):
                     decoded = Transaction.from_cbor(bytes.fromhex(tx["cbor"]))
                     if decoded.valid is False:  # phase 2 failed: only collateral was taken
                         continue
                     self._spends(session, at, decoded, inputs, escrows, bonds, holders)
                     self._outputs(session, at, decoded, holders)
+                    channel_index.apply(
+                        session, self.deployment, self.scripts, at, decoded, channels
+                    )
             self._fund_confirmed(session, at)
             chain_index.index_block(session, self.deployment, block)  # the explorer's chain index
             session.add(ChainPoint(slot=at.slot, block_id=at.id, height=at.height))
@@ -388,6 +395,7 @@ class ChainFollower:
                     session.add(ChainPoint(slot=at.slot, block_id=at.id, height=height))
             undone = undo.undo_after(session, at)
             chain_index.roll_back(session, at.slot)
+            channel_index.roll_back(session, at.slot)
             session.execute(delete(ChainPoint).where(col(ChainPoint.slot) > at.slot))
             session.commit()
         if undone:
