@@ -54,19 +54,18 @@ def admit(
     """Serve the channel at TXID#IX: checked on chain (this deployment, this provider's key
     and address, open, enough deposit, a close period long enough), then in the book."""
     from offchain.chain.utxo import parse_out_ref
-    from offchain.protocol.txbuild import Wallet
     from offchain.protocol.types import ChannelTerms
     from provider.daemon import channel_claims
-    from provider.keys import load_key
+    from provider.daemon.chain import Chain
 
     try:
         ref, read = parse_out_ref(channel), ChannelTerms.from_cbor(bytes.fromhex(terms))
     except Exception as exc:  # pycardano raises several kinds for CBOR of another shape
         raise fail(f"{channel} {terms[:16]}...: not TXID#IX and ChannelTerms CBOR hex") from exc
     context, deployment, settings, book = open_book(flags)
-    own = Wallet.of(load_key(settings.runner.state_dir), deployment.network)
+    chain = Chain.of(flags.ogmios_url, context, deployment, settings)
     try:
-        view = channel_claims.admit(context, deployment, book, ref, read, own, settings.daemon)
+        view = channel_claims.admit(chain, book, ref, read, settings.daemon)
     except LookupError as exc:
         raise fail(str(exc), code=1) from exc
     typer.echo(f"serving channel {view.id.hex()} at {view.utxo}: IOUs up to "

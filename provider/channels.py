@@ -14,6 +14,7 @@ daemon in other processes share one book.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 from pycardano import ScriptHash
 
+from offchain.chain.follower import Point
 from offchain.errors import UnchainedError
 from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import SignedIou
@@ -41,6 +43,13 @@ CREATE TABLE IF NOT EXISTS channel (
     iou_signature BLOB              -- its signature; NULL while there is none
 )
 """
+# Each schema change after the first table, in order; PRAGMA user_version counts those applied,
+# so a book made by an older daemon is brought up to date when opened.
+MIGRATIONS = (
+    # a chain point ({slot, id} as JSON) at which `utxo` was unspent: where the search for the
+    # transaction that spent it starts. NULL: unknown (the search starts at the chain's origin)
+    "ALTER TABLE channel ADD COLUMN unspent_at TEXT",
+)
 
 
 class IouRefused(UnchainedError, ValueError):
@@ -78,11 +87,13 @@ class ChannelView:
 
 @dataclasses.dataclass(frozen=True)
 class BookEntry:
-    """A channel in the book: the chain's last view and the latest IOU acknowledged."""
+    """A channel in the book: the chain's last view, the latest IOU acknowledged, and a chain
+    point at which the view's output was unspent (None: unknown)."""
 
     view: ChannelView
     ended: bool
     iou: SignedIou | None
+    unspent_at: Point | None
 
     @property
     def unclaimed(self) -> int:
@@ -104,8 +115,13 @@ class ChannelBook:
         self._db.execute("PRAGMA busy_timeout=10000")  # another process's commit in progress
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
-        self._db.execute(SCHEMA)
         self._lock = threading.Lock()  # one connection, used by one thread at a time
+        with self._write() as db:  # one process migrates; another waits, then finds it done
+            db.execute(SCHEMA)
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for step in MIGRATIONS[version:]:
+                db.execute(step)
+            db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
 
     @classmethod
     def in_state_dir(
@@ -129,25 +145,30 @@ class ChannelBook:
                 raise
             self._db.execute("COMMIT")
 
-    def open(self, view: ChannelView) -> None:
-        """Register a channel the provider agreed to serve (after `check_channel` passed).
-        Opening one already in the book only refreshes what the chain shows of it."""
+    def open(self, view: ChannelView, unspent_at: Point) -> None:
+        """Register a channel the provider agreed to serve (after `check_channel` passed),
+        its output unspent at chain point `unspent_at`. Opening one already in the book only
+        refreshes what the chain shows of it."""
         with self._write() as db:
             db.execute("INSERT INTO channel (id, utxo, address, renter_vkey, claimed, capacity, "
-                       "closing_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                       "utxo = excluded.utxo, claimed = excluded.claimed, "
-                       "capacity = excluded.capacity, closing_at = excluded.closing_at",
-                       dataclasses.astuple(view))  # fmt: skip
+                       "closing_at, unspent_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT (id) DO UPDATE SET utxo = excluded.utxo, "
+                       "claimed = excluded.claimed, capacity = excluded.capacity, "
+                       "closing_at = excluded.closing_at, unspent_at = excluded.unspent_at",
+                       (*dataclasses.astuple(view), json.dumps(unspent_at)))  # fmt: skip
 
-    def seen(self, view: ChannelView) -> None:
+    def seen(self, view: ChannelView, unspent_at: Point | None = None) -> None:
         """What the chain shows of a channel now: its output, claimed amount (a claim seen on
-        chain), capacity (a top-up) and close."""
+        chain), capacity (a top-up) and close; `unspent_at`, a chain point at which that
+        output was unspent. None keeps the last point: one from before the output was made
+        still starts a search for its spend rightly (as for a claim the daemon submitted)."""
         with self._write() as db:
             db.execute(
-                "UPDATE channel SET utxo = ?, claimed = ?, capacity = ?, closing_at = ? "
-                "WHERE id = ?",
-                (view.utxo, view.claimed, view.capacity, view.closing_at, view.id),
-            )
+                "UPDATE channel SET utxo = ?, claimed = ?, capacity = ?, closing_at = ?, "
+                "unspent_at = COALESCE(?, unspent_at) WHERE id = ?",
+                (view.utxo, view.claimed, view.capacity, view.closing_at,
+                 None if unspent_at is None else json.dumps(unspent_at), view.id),
+            )  # fmt: skip
 
     def ended(self, channel_id: bytes) -> None:
         """The chain holds the channel no more (drained, ended or closed by both)."""
@@ -207,8 +228,7 @@ class ChannelBook:
 
 
 def _entry(row: Any) -> BookEntry:
-    *chain, ended, amount, signature = row
+    *chain, ended, amount, signature, unspent_at = row
     view = ChannelView(*chain)
-    return BookEntry(
-        view, bool(ended), None if signature is None else SignedIou(view.id, amount, signature)
-    )
+    iou = None if signature is None else SignedIou(view.id, amount, signature)
+    return BookEntry(view, bool(ended), iou, None if unspent_at is None else json.loads(unspent_at))

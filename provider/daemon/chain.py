@@ -21,7 +21,7 @@ from offchain.chain.ogmios import request_sync
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Clock, Wallet
-from provider.config import ProviderConfig
+from provider.config import ProviderSettings
 from provider.keys import load_key
 
 T = TypeVar("T")
@@ -48,7 +48,11 @@ class Chain:
 
     @classmethod
     def of(
-        cls, url: str, context: OgmiosV6ChainContext, deployment: Deployment, config: ProviderConfig
+        cls,
+        url: str,
+        context: OgmiosV6ChainContext,
+        deployment: Deployment,
+        config: ProviderSettings,
     ) -> Chain:
         """The provider's chain: its key's wallet on the deployment's network."""
         key = load_key(config.runner.state_dir)

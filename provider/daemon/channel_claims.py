@@ -3,14 +3,15 @@ the chain, `check_channel`ed) and the claim schedule, which the daemon runs ever
 `payout_every_ms`.
 
 Each round reads every live channel of the book from the chain (a claim, a top-up or a close
-is seen there, whoever made it) and claims, in batches of `channel_claim_batch_max` channels
-per transaction signed by the provider's key: every channel whose latest IOU exceeds what is
-claimed on chain, once `channel_claim_interval_s` has passed since the last round that
-claimed them all (so an IOU after a quiet spell is claimed at the next round); and at once
-any such channel whose renter started a close (its IOUs are worthless from `closing_at`:
-`channel_min_close_period_ms`, checked on admission, leaves the rounds time for it). A batch
-that cannot be claimed is tried channel by channel. Nothing is kept in memory that a restart
-would need: the book is the state.
+is seen there, whoever made it: a channel whose output was spent is followed by the spending
+transaction's redeemers, never by what sits at its address) and claims, in batches of
+`channel_claim_batch_max` channels per transaction signed by the provider's key: every channel
+whose latest IOU exceeds what is claimed on chain, once `channel_claim_interval_s` has passed
+since the last round that claimed them all (so an IOU after a quiet spell is claimed at the
+next round); and at once any such channel whose renter started a close (its IOUs are
+worthless from `closing_at`: `channel_min_close_period_ms`, checked on admission, leaves the
+rounds time for it). A batch that cannot be claimed is tried channel by channel. Nothing is
+kept in memory that a restart would need: the book is the state.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Sequence
 
 from ogmios.errors import ResponseError
 from pycardano import (
-    Address,
     ChainContext,
     Transaction,
     TransactionInput,
@@ -29,7 +29,7 @@ from pycardano import (
 )
 
 from offchain.chain.submit import ChainError, submit_confirmed
-from offchain.chain.utxo import format_out_ref, utxo_at
+from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
 from offchain.protocol.channel import (
     OPEN,
     Channel,
@@ -39,15 +39,15 @@ from offchain.protocol.channel import (
     read_channel,
     return_deposit,
 )
-from offchain.protocol.deployment import Deployment
 from offchain.protocol.iou import SignedIou
 from offchain.protocol.refusal import script_datum
-from offchain.protocol.txbuild import BuildError, Wallet, out_ref
+from offchain.protocol.txbuild import BuildError, out_ref
 from offchain.protocol.types import ChannelDatum, ChannelTerms
 from provider.channels import BookEntry, ChannelBook, ChannelView
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
 from provider.daemon.chain import Chain
+from provider.daemon.spends import channel_moved, spending_transaction
 
 log = logging.getLogger("unchained.provider")
 CLAIM_FAILED = (BuildError, ChainError, ResponseError)  # a script's no (evaluation) included
@@ -67,28 +67,30 @@ def view_of(context: ChainContext, channel: Channel) -> ChannelView:
 
 
 def admit(
-    context: ChainContext,
-    deployment: Deployment,
+    chain: Chain,
     book: ChannelBook,
     ref: TransactionInput,
     terms: ChannelTerms,
-    own: Wallet,
     settings: DaemonSettings,
 ) -> ChannelView:
     """Serve the channel at `ref` with these terms: read from the chain and checked (this
     deployment, this provider's key and address, open, deposit and close period at least the
-    settings'), then in the book. ChannelRefused says why not; LookupError: no output there."""
-    utxo = utxo_at(context, ref)
+    settings'), then in the book. ChannelRefused says why not; LookupError: no output there.
+    The tip is read first: an output unspent after it was unspent there, so the search for
+    the transaction that spends it may start there."""
+    at = chain.tip_point()
+    utxo = utxo_at(chain.context, ref)
     if utxo is None:
         raise LookupError(f"no unspent output {format_out_ref(ref)} on chain")
-    datum = script_datum(utxo, ChannelDatum, deployment.channel_hash, ChannelRefused)
+    datum = script_datum(utxo, ChannelDatum, chain.deployment.channel_hash, ChannelRefused)
     channel = Channel(utxo, datum)
+    own = chain.wallet
     check_channel(
-        deployment, channel, terms, own.vkey, own.address,
+        chain.deployment, channel, terms, own.vkey, own.address,
         settings.channel_min_deposit_lovelace, settings.channel_min_close_period_ms,
     )  # fmt: skip
-    view = view_of(context, channel)
-    book.open(view)
+    view = view_of(chain.context, channel)
+    book.open(view, at)
     return view
 
 
@@ -105,7 +107,7 @@ class ChannelClaimer:
             return
         chain = self.chain
         now = await chain.call(chain.now_ms)
-        channels = await chain.call(self.refresh, self.book.live())
+        channels = await self.refresh(self.book.live())
         interval_ms = self.settings.channel_claim_interval_s * 1000
         every = self.last_round_ms is None or now - self.last_round_ms >= interval_ms
         due: list[tuple[Channel, SignedIou]] = []
@@ -124,41 +126,41 @@ class ChannelClaimer:
         for start in range(0, len(due), most):
             await apart(due[start : start + most], self._claim, _failed, CLAIM_FAILED)
 
-    def refresh(self, entries: Sequence[BookEntry]) -> dict[bytes, Channel]:
-        """Each channel of `entries` as the chain holds it now, recorded in the book (call
-        through `Chain.call`); one the chain holds no more has ended."""
+    async def refresh(self, entries: Sequence[BookEntry]) -> dict[bytes, Channel]:
+        """Each channel of `entries` as the chain holds it now, recorded in the book with the
+        tip read before (each output read after it was unspent there); one whose spend cannot
+        be read yet is left for the next round."""
+        chain = self.chain
+        at = await chain.call(chain.tip_point)
         found: dict[bytes, Channel] = {}
         for entry in entries:
-            channel = self._now(entry.view)
+            try:
+                channel = await self._follow(entry)
+            except (LookupError, ValueError, OSError, TimeoutError) as exc:
+                log.warning("channel %s: its output %s was spent, where it went is not known "
+                            "yet: %s", entry.view.id.hex(), entry.view.utxo, exc)  # fmt: skip
+                continue
             if channel is None:
-                log.info("channel %s is no longer on chain", entry.view.id.hex())
+                log.info("channel %s has ended on chain", entry.view.id.hex())
                 self.book.ended(entry.view.id)
                 continue
-            self.book.seen(view_of(self.chain.context, channel))
+            self.book.seen(view_of(chain.context, channel), at)
             found[channel.id] = channel
         return found
 
-    def _now(self, view: ChannelView) -> Channel | None:
-        """The channel's output now: the one the book had while it is unspent; else, since
-        each claim, top-up or close moves it, the output at its address carrying its id
-        (where several do, the least claimed: the one an IOU takes most from)."""
-        deployment = self.chain.deployment
-        known = self.chain.utxo(view.utxo)
-        if known is not None:
-            return read_channel(deployment, known)
-        candidates = []
-        for utxo in self.chain.context.utxos(Address.from_primitive(view.address)):
-            try:
-                channel = read_channel(deployment, utxo)
-            except ValueError:  # not a channel of this deployment: anyone may pay there
-                continue
-            if channel.id == view.id and out_ref(utxo) != view.utxo:
-                candidates.append(channel)
-        if len(candidates) > 1:  # a copy of its datum: anyone may pay to a script address
-            log.warning("channel %s: %d outputs at %s carry its id: %s; following the least "
-                        "claimed", view.id.hex(), len(candidates), view.address,
-                        ", ".join(out_ref(c.utxo) for c in candidates))  # fmt: skip
-        return min(candidates, key=lambda c: c.datum.claimed, default=None)
+    async def _follow(self, entry: BookEntry) -> Channel | None:
+        """The channel's output now: the one the book had while it is unspent; else where the
+        transaction that spent it sent it, by the redeemer its script checked (a copy of its
+        datum, which anyone may pay to its address, is never followed), and so on; None once
+        a spend ended it."""
+        chain = self.chain
+        ref: TransactionInput | None = parse_out_ref(entry.view.utxo)
+        while ref is not None:
+            utxo = await chain.call(utxo_at, chain.context, ref)
+            if utxo is not None:
+                return read_channel(chain.deployment, utxo)
+            ref = channel_moved(await spending_transaction(chain.url, ref, entry.unspent_at), ref)
+        return None
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:
         """Claim `claims` in one transaction from the provider's wallet, then record it."""

@@ -1,21 +1,36 @@
-"""How an escrow the daemon signed a receipt for was spent. An escrow gone from the chain may
-have been settled, or refunded (or cancelled) to its consumer: only the spending transaction
-tells. It is found by following the chain from the point where the daemon last saw the escrow
-unspent, and it counts as earnings only if it spends the escrow with Settle for units: a
-settle's payouts are merged and untagged, so what was earned is price x the units its batch
-claimed for this escrow (the settle script checked the provider's output holds them)."""
+"""How an output the daemon watches was spent: only the spending transaction tells, and only
+its redeemers, which the scripts checked, can be trusted (anyone can pay a script address an
+output that looks like another). It is found by following the chain from a point where the
+daemon last saw the output unspent.
+
+An escrow the daemon signed a receipt for may have been settled, or refunded (or cancelled)
+to its consumer: it counts as earnings only if it was spent with Settle for units. A settle's
+payouts are merged and untagged, so what was earned is price x the units its batch claimed
+for this escrow (the settle script checked the provider's output holds them).
+
+A channel the provider serves goes on at the output its spend names: only that one is the
+channel (a copy of its datum paid to its address by anyone is not), or it has ended."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 from pycardano import Transaction, TransactionInput
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref
 from offchain.protocol.tx_reader import Script, TxReader
-from offchain.protocol.types import Settle
+from offchain.protocol.types import (
+    ChannelClaim,
+    ChannelTopUp,
+    Drain,
+    MutualClose,
+    ProviderEnd,
+    Settle,
+    StartClose,
+)
 
 FIND_TIMEOUT_S = 120.0
 
@@ -27,25 +42,38 @@ class Spend:
     settled: bool
 
 
-async def find_spend(
-    url: str, escrow: TransactionInput, since: Point | None, price_per_unit: int
-) -> Spend:
-    """The transaction that spent `escrow` after `since`, read as a settle or not."""
-    points = [since, "origin"] if since else ["origin"]
+async def spending_transaction(url: str, ref: TransactionInput, since: Point | None) -> Transaction:
+    """The transaction that spent `ref` after `since` (None: from the chain's start), up to
+    the tip; LookupError when none did."""
+    points: list[Point] = [since, "origin"] if since else ["origin"]
 
-    async def search() -> Spend:
+    async def search() -> Transaction:
         tip = await tip_point(url)
         async for event in follow(url, points):
             if not isinstance(event, RollForward):
                 continue
             for tx in event.block.get("transactions", []):
-                if any(ogmios_out_ref(spent) == escrow for spent in tx.get("inputs", [])):
-                    return read_spend(Transaction.from_cbor(tx["cbor"]), escrow, price_per_unit)
+                if ref in _spent(tx):
+                    return Transaction.from_cbor(tx["cbor"])
             if event.block["slot"] >= tip["slot"]:
                 break
-        raise LookupError(f"no transaction spending {format_out_ref(escrow)} found after {since}")
+        raise LookupError(f"no transaction spending {format_out_ref(ref)} found after {since}")
 
     return await asyncio.wait_for(search(), FIND_TIMEOUT_S)
+
+
+def _spent(tx: dict[str, Any]) -> list[TransactionInput]:
+    """What an Ogmios transaction spent: its inputs, or only its collateral when its scripts
+    failed (its inputs are then untouched; `spends` says which)."""
+    return [ogmios_out_ref(spent) for spent in tx.get(tx.get("spends", "inputs"), [])]
+
+
+async def find_spend(
+    url: str, escrow: TransactionInput, since: Point | None, price_per_unit: int
+) -> Spend:
+    """The transaction that spent `escrow` after `since`, read as a settle or not."""
+    tx = await spending_transaction(url, escrow, since)
+    return read_spend(tx, escrow, price_per_unit)
 
 
 def read_spend(tx: Transaction, escrow: TransactionInput, price_per_unit: int) -> Spend:
@@ -55,3 +83,22 @@ def read_spend(tx: Transaction, escrow: TransactionInput, price_per_unit: int) -
     settled = isinstance(read.spend(escrow, Script.ESCROW), Settle)
     paid = price_per_unit * read.settled.get(escrow, 0) if settled else 0
     return Spend(str(tx.id), paid, settled and paid > 0)
+
+
+def channel_moved(tx: Transaction, channel: TransactionInput) -> TransactionInput | None:
+    """Where the channel at `channel` went in `tx`, which spent it, as the redeemer its script
+    checked says: the continuing output of a batch claim (the claim script pairs it), a top-up
+    or a start of close; None when `tx` ended it (drained, ended by its provider, or closed by
+    both). ValueError when `tx` spent it by no channel redeemer."""
+    read = TxReader(tx)
+    match read.spend(channel, Script.CHANNEL):
+        case ChannelClaim():
+            index = read.continuing[channel]
+        case ChannelTopUp(output=index) | StartClose(output=index):
+            pass
+        case Drain() | ProviderEnd() | MutualClose():
+            return None
+        case _:
+            raise ValueError(f"{tx.id} spent channel {format_out_ref(channel)} by no channel "
+                             "redeemer")  # fmt: skip
+    return TransactionInput(tx.id, index)

@@ -1,13 +1,16 @@
 """The provider's channel book without a chain: which IOUs it takes (its renter's signature for
 this network and channel script, never below the last one, never above what the channel can
 pay), the credit rule that stops serving a channel whose IOUs lag, and an acknowledged IOU that
-survives the process being killed right after `accept` returned."""
+survives the process being killed right after `accept` returned; a book made before the book
+kept a chain point is brought up to date."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from pycardano import PaymentSigningKey, ScriptHash
 from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import SignedIou
 from provider.channels import (
+    SCHEMA,
     BadIouSignature,
     ChannelBook,
     ChannelView,
@@ -33,6 +37,7 @@ CHANNEL, OTHER_CHANNEL = b"\x01" * 28, b"\x02" * 28
 CAPACITY = 5_000_000  # lovelace the channel can pay in all
 CREDIT = 100_000
 RENTER = PaymentSigningKey.generate()
+POINT = {"slot": 100, "id": "cd" * 32}  # where the chain showed the channel's output unspent
 
 
 def view(channel: bytes = CHANNEL, **changes: object) -> ChannelView:
@@ -55,7 +60,7 @@ def iou(amount: int, channel: bytes = CHANNEL, **signing: object) -> SignedIou:
 @pytest.fixture
 def book(tmp_path: Path) -> ChannelBook:
     made = ChannelBook(tmp_path / "channels.sqlite", NETWORK, SCRIPT, CREDIT)
-    made.open(view())
+    made.open(view(), POINT)
     return made
 
 
@@ -91,7 +96,7 @@ def test_an_iou_not_signed_by_the_renter_for_this_deployment_is_refused(
 def test_an_iou_of_another_channel_counts_for_that_channel_only(book: ChannelBook) -> None:
     with pytest.raises(UnknownChannel, match="is not served here"):
         book.accept(iou(1_000, OTHER_CHANNEL))  # a channel this provider never opened
-    book.open(view(OTHER_CHANNEL))
+    book.open(view(OTHER_CHANNEL), POINT)
     # signed for the other channel, handed in as this one's: the signature does not hold
     moved = iou(1_000, OTHER_CHANNEL)
     with pytest.raises(BadIouSignature):
@@ -132,6 +137,38 @@ def test_service_stops_past_what_the_channel_can_pay_or_once_it_closes(book: Cha
     assert not book.may_serve(CHANNEL, CAPACITY + 1)  # no IOU could cover it
     book.seen(view(closing_at=1_700_000_000_000))  # the renter started a close
     assert not book.may_serve(CHANNEL, 0)
+
+
+def test_the_point_of_the_last_unspent_output_is_kept_and_a_claim_keeps_it(
+    book: ChannelBook,
+) -> None:
+    assert book.get(CHANNEL).unspent_at == POINT
+    later = {"slot": 200, "id": "ef" * 32}
+    book.seen(view(claimed=1_000), later)
+    book.seen(view(utxo="12" * 32 + "#1", claimed=2_000))  # the daemon's own claim
+    entry = book.get(CHANNEL)
+    assert entry.unspent_at == later and entry.view.claimed == 2_000
+
+
+def test_a_book_of_the_first_schema_is_migrated(tmp_path: Path) -> None:
+    """A book an older daemon made (no chain point, no schema version) opens with its
+    channels and IOUs; their point is unknown until the chain shows them again."""
+    path = tmp_path / "channels.sqlite"
+    with sqlite3.connect(path) as old:
+        old.execute(SCHEMA)
+        old.execute(
+            "INSERT INTO channel (id, utxo, address, renter_vkey, claimed, capacity, closing_at, "
+            "iou_amount, iou_signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*dataclasses.astuple(view()), 1_000, iou(1_000).signature),
+        )
+    old.close()
+    book = ChannelBook(path, NETWORK, SCRIPT, CREDIT)
+    entry = book.get(CHANNEL)
+    assert entry.view == view() and entry.iou == iou(1_000) and entry.unspent_at is None
+    book.seen(view(), POINT)
+    book.close()
+    reopened = ChannelBook(path, NETWORK, SCRIPT, CREDIT)  # migrated once, opened again
+    assert reopened.get(CHANNEL).unspent_at == POINT
 
 
 CHILD = """

@@ -39,6 +39,10 @@ async def deployment(devnet, tmp_path_factory) -> Deployment:
     return await deployed(devnet, tmp_path_factory.mktemp("deployment") / "deployment.json")
 
 
+def chain_of(devnet, deployment: Deployment, provider: Wallet) -> Chain:
+    return Chain(devnet.url, devnet.context(), deployment, provider)
+
+
 def book_at(path: Path, deployment: Deployment) -> ChannelBook:
     return ChannelBook(path, deployment.network_id, deployment.channel_hash, credit=0)
 
@@ -47,7 +51,8 @@ async def opened(devnet, deployment: Deployment, provider: Wallet, book: Channel
     """A new renter's channel to `provider`, admitted to `book`."""
     renter = await wallet(devnet)
     channel, terms, _ = await open_on(devnet, deployment, renter, provider)
-    admit(devnet.context(), deployment, book, channel.utxo.input, terms, provider, SETTINGS)
+    chain = chain_of(devnet, deployment, provider)
+    admit(chain, book, channel.utxo.input, terms, SETTINGS)
     return renter, channel, terms
 
 
@@ -61,7 +66,7 @@ async def test_the_schedule_claims_every_latest_iou_in_one_transaction(
         for amount in (1_000_000, 2_500_000):
             book.accept(iou(deployment, renter, channel, amount))
     book.accept(iou(deployment, second[0], second[1], 4_000_000))  # the second's latest
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    chain = chain_of(devnet, deployment, provider)
     claimer = ChannelClaimer(chain, book, SETTINGS)
     before = balance(devnet, provider.address)
     since = await tip_point(devnet.url)
@@ -92,7 +97,7 @@ async def test_a_closing_channel_is_claimed_at_once_and_a_drained_one_leaves_the
     path = tmp_path / "channels.sqlite"
     book = book_at(path, deployment)
     renter, channel, terms = await opened(devnet, deployment, provider, book)
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    chain = chain_of(devnet, deployment, provider)
     await ChannelClaimer(chain, book, SETTINGS).tick()  # nothing owed yet: nothing claimed
     book.accept(iou(deployment, renter, channel, 1_500_000))
     book.close()
@@ -128,7 +133,7 @@ async def test_a_channel_for_another_provider_is_not_admitted(
     channel, terms, _ = await open_on(devnet, deployment, renter, other)
     book = book_at(tmp_path / "channels.sqlite", deployment)
     with pytest.raises(ChannelRefused, match="another payout address"):
-        admit(devnet.context(), deployment, book, channel.utxo.input, terms, provider, SETTINGS)
+        admit(chain_of(devnet, deployment, provider), book, channel.utxo.input, terms, SETTINGS)
     assert book.get(channel.id) is None
 
 
@@ -147,7 +152,7 @@ async def test_a_channel_that_cannot_be_claimed_does_not_hold_up_the_one_beside_
     book.seen(dataclasses.replace(believed, capacity=believed.capacity + 10 * ADA))
     book.accept(iou(deployment, renter, short, believed.capacity + ADA))  # more than it holds
     book.accept(iou(deployment, other, good, 2_000_000))
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    chain = chain_of(devnet, deployment, provider)
 
     await ChannelClaimer(chain, book, SETTINGS).tick()
 
@@ -168,7 +173,7 @@ async def test_a_top_up_is_seen_and_raises_what_an_iou_may_be(
         book.accept(iou(deployment, renter, channel, DEPOSIT + ADA))
     tx = channels.top_up(devnet.context(), deployment, channel, 5 * ADA, renter.address)
     await confirm(devnet, renter.sign(tx))
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    chain = chain_of(devnet, deployment, provider)
 
     await ChannelClaimer(chain, book, SETTINGS).tick()  # nothing owed: it only reads the chain
 

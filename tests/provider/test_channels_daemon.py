@@ -16,6 +16,7 @@ from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol import channel as channels
 from provider.channels import ChannelBook
 from provider.config import DaemonSettings
+from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import admit
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, open_on
 from tests.protocol.onchain import balance, confirm, wallet
@@ -51,7 +52,8 @@ async def test_the_daemon_claims_the_latest_iou_and_a_closing_channel_at_once(de
         channel, terms, _ = await open_on(devnet, deployment, renter, provider)
         before = balance(devnet, provider.address)
         rules = DaemonSettings(**CHANNEL_SETTINGS)
-        admit(devnet.context(), deployment, book, channel.utxo.input, terms, provider, rules)
+        chain = Chain(devnet.url, devnet.context(), deployment, provider)
+        admit(chain, book, channel.utxo.input, terms, rules)
         book.accept(iou(deployment, renter, channel, 1_000_000))
         await claimed(book, channel.id, 1_000_000)
 
