@@ -144,7 +144,7 @@ class ChannelClaimer:
                 log.info("channel %s has ended on chain", entry.view.id.hex())
                 self.book.ended(entry.view.id)
                 continue
-            self.book.seen(view_of(chain.context, channel), at)
+            self.book.seen(await chain.call(view_of, chain.context, channel), at)
             found[channel.id] = channel
         return found
 
@@ -159,6 +159,7 @@ class ChannelClaimer:
             utxo = await chain.call(utxo_at, chain.context, ref)
             if utxo is not None:
                 return read_channel(chain.deployment, utxo)
+            # each output it went to was made after the point: the same search start holds
             ref = channel_moved(await spending_transaction(chain.url, ref, entry.unspent_at), ref)
         return None
 

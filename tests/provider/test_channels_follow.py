@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from pycardano import TransactionInput, TransactionOutput, UTxO
+from pycardano import TransactionInput, TransactionOutput
 
 from offchain.chain.submit import tip_point
 from offchain.chain.utxo import parse_out_ref, utxo_at
@@ -21,7 +21,7 @@ from offchain.protocol.channel import Channel, read_channel
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.txbuild import Wallet, add_output, build, new_builder
 from provider.daemon.channel_claims import ChannelClaimer
-from tests.protocol.channels import iou
+from tests.protocol.channels import iou, left
 from tests.protocol.onchain import balance, confirm, travel_to, wallet
 from tests.provider.chain import deployed
 from tests.provider.test_channels_claims import SETTINGS, book_at, chain_of, opened
@@ -67,11 +67,11 @@ async def test_a_topped_up_and_closing_channel_is_followed_past_a_copy_and_claim
     book.accept(iou(deployment, renter, channel, 1_700_000))
     top_up = channels.top_up(devnet.context(), deployment, real, 5 * ADA, renter.address)
     await confirm(devnet, renter.sign(top_up))
-    topped = read_channel(deployment, UTxO(TransactionInput(top_up.id, 0),
-                                           top_up.transaction_body.outputs[0]))  # fmt: skip
-    close = channels.start_close(devnet.context(), deployment, topped, terms, renter.address)
+    close = channels.start_close(
+        devnet.context(), deployment, left(deployment, top_up), terms, renter.address
+    )
     await confirm(devnet, renter.sign(close))
-    closing_at = close.transaction_body.outputs[channels.CHANNEL_OUTPUT].datum.closing_at
+    closing_at = left(deployment, close).datum.closing_at
     claimer.last_round_ms = chain.now_ms()  # a round just claimed all: only a close is due
     before = balance(devnet, provider.address)
     since = await tip_point(devnet.url)
@@ -98,8 +98,7 @@ async def test_a_drained_channel_ends_while_a_copy_sits_at_its_address(
     copy = await forged(devnet, renter, channel, claimed=0)
     close = channels.start_close(devnet.context(), deployment, channel, terms, renter.address)
     await confirm(devnet, renter.sign(close))
-    closed = read_channel(deployment, UTxO(TransactionInput(close.id, 0),
-                                           close.transaction_body.outputs[0]))  # fmt: skip
+    closed = left(deployment, close)
     await travel_to(devnet, closed.datum.closing_at + 1)
     drain = channels.drain(devnet.context(), deployment, closed, terms, renter.address)
     await confirm(devnet, renter.sign(drain))
