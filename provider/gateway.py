@@ -144,13 +144,18 @@ class Gateway:
         except ValueError as error:
             await _payment_required(send, endpoint, str(error), due)
             return
-        self._in_flight[name] = self._in_flight.get(name, 0) + price  # until charged or failed
-        charged = False
+        held = _Held(self._in_flight, self.endpoints, name, price)
+
+        async def settled_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                held.release()  # no-op once charged: an answer of the gateway's own
+            await send(message)
+
         try:
             try:
                 await self.store.store(iou, due)
             except IouRefused as refusal:
-                await _payment_required(send, endpoint, str(refusal), due)
+                await _payment_required(settled_send, endpoint, str(refusal), due)
                 return
             has_body = declared != 0 and (declared is not None or _chunked(headers))
             body = _bounded(receive, self.max_request_bytes) if has_body else None
@@ -158,17 +163,9 @@ class Gateway:
             if scope["query_string"]:
                 upstream += "?" + scope["query_string"].decode("latin-1")
             forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
-
-            def charge() -> None:
-                nonlocal charged
-                charged = True
-                self._in_flight[name] -= price
-                self.endpoints.charge(name, price)
-
-            await self._proxy(scope["method"], upstream, forwarded, body, send, charge)
+            await self._proxy(scope["method"], upstream, forwarded, body, settled_send, held)
         finally:
-            if not charged:
-                self._in_flight[name] -= price
+            held.release()
 
     async def _proxy(
         self,
@@ -177,9 +174,9 @@ class Gateway:
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterator[bytes] | None,
         send: Send,
-        charge: Callable[[], None],
+        held: _Held,
     ) -> None:
-        """Stream the request to `url` and its answer back; `charge` once the answer starts."""
+        """Stream the request to `url` and its answer back, charged as the answer starts."""
         if self._client is None:
             self._client = httpx.AsyncClient(limits=self._limits, timeout=self._timeout)
         request = self._client.build_request(method, url, headers=headers, content=body)
@@ -202,7 +199,7 @@ class Gateway:
                 await _json(send, 502, {"error": f"upstream answer of {declared} bytes is above "
                                         f"the gateway's {self.max_response_bytes}"})  # fmt: skip
                 return
-            charge()
+            held.charge()
             kept = [(k, v) for k, v in response.headers.raw if k.lower() not in NOT_FORWARDED]
             await send({"type": "http.response.start", "status": response.status_code,
                         "headers": kept})  # fmt: skip
@@ -216,6 +213,31 @@ class Gateway:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+class _Held:
+    """A request's price held on its endpoint from its IOU's check until it is charged (its
+    upstream's answer starts) or let go (anything else): the next IOU must cover it meanwhile.
+    Settled before the request's answer starts, so the renter's next request sees the served
+    total this one leaves."""
+
+    def __init__(
+        self, in_flight: dict[str, int], endpoints: EndpointBook, name: str, price: int
+    ) -> None:
+        self._in_flight, self._endpoints = in_flight, endpoints
+        self._name, self._price = name, price
+        in_flight[name] = in_flight.get(name, 0) + price
+        self._settled = False
+
+    def charge(self) -> None:
+        if not self._settled:
+            self.release()
+            self._endpoints.charge(self._name, self._price)
+
+    def release(self) -> None:
+        if not self._settled:
+            self._settled = True
+            self._in_flight[self._name] -= self._price
 
 
 def gateway_app(

@@ -161,7 +161,7 @@ def test_oversized_answers_are_not_passed_on(gateway: httpx.Client) -> None:
     response = gateway.get(f"/endpoints/echo/big?n={MAX_BODY + 1}", headers=paid(PRICE))
     assert response.status_code == 502 and "above the gateway's" in response.json()["error"]
     fits = gateway.get(f"/endpoints/echo/big?n={MAX_BODY}", headers=paid(PRICE))
-    assert fits.status_code == 200 and len(fits.content) == MAX_BODY
+    assert fits.status_code == 200 and len(fits.content) == MAX_BODY, fits.text
 
 
 def test_answers_are_streamed(gateway: httpx.Client) -> None:
