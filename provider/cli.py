@@ -314,3 +314,34 @@ def status(
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
         now = provider_status(Journal(state), slots, chain.now_ms(), bond, book)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))
+
+
+@app.command()
+@chain_command
+def gateway(
+    flags: ChainFlags,
+    listen: Annotated[
+        str, typer.Option(help="HOST:PORT to serve renters on (all interfaces: 0.0.0.0:PORT).")
+    ] = "127.0.0.1:8480",
+) -> None:
+    """Serve this provider's endpoints at /endpoints/<name>/<path>, each request paid by the
+    IOU in its Unchained-Iou header (402 says what is due), stored in the channel book before
+    the request goes on to the endpoint's service."""
+    import uvicorn
+
+    from provider.channels import ChannelBook
+    from provider.endpoints import EndpointBook
+    from provider.gateway import gateway_app
+
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise fail(f"--listen {listen}: not HOST:PORT")
+    settings = settings_of(flags.config, given(flags.state_dir))
+    _, made = open_deployment(flags.ogmios_url, flags.deployment)
+    state = settings.runner.state_dir
+    book = ChannelBook.in_state_dir(
+        state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace
+    )
+    app = gateway_app(book, EndpointBook.in_state_dir(state))
+    typer.echo(f"gateway on http://{listen}/endpoints", err=True)
+    uvicorn.run(app, host=host.strip("[]"), port=int(port), log_level="warning")
