@@ -24,6 +24,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import resource
 import socket
 import statistics
 import tempfile
@@ -67,14 +68,15 @@ def serve(app: Any, sock: socket.socket, stop: EventType) -> None:
 
 
 def serve_gateway(
-    sock: socket.socket, stop: EventType, scratch: Path, commits: Queue[int]
+    sock: socket.socket, stop: EventType, scratch: Path, report: Queue[tuple[int, float]]
 ) -> None:
-    """The gateway over the books in `scratch`, opened in this (forked) process; its number of
-    IOU commits is put on `commits` once it stops."""
+    """The gateway over the books in `scratch`, opened in this (forked) process; once it stops,
+    its number of IOU commits and the CPU seconds it used (all its threads) go on `report`."""
     book = ChannelBook(scratch / "channels.sqlite", NETWORK, SCRIPT, credit=0)
     app = gateway_app(book, EndpointBook(scratch / "endpoints.sqlite"))
     serve(app, sock, stop)
-    commits.put(app.store.commits)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    report.put((app.store.commits, usage.ru_utime + usage.ru_stime))
 
 
 def listening() -> tuple[socket.socket, int]:
@@ -157,11 +159,11 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
                                    0, started_ms=0))  # fmt: skip
         book.close()
         endpoints.close()
-        commits: Queue[int] = fork.Queue()
+        report: Queue[tuple[int, float]] = fork.Queue()
         stop = fork.Event()
         servers = [
             fork.Process(target=serve, args=(upstream, up_sock, stop)),
-            fork.Process(target=serve_gateway, args=(gw_sock, stop, scratch, commits)),
+            fork.Process(target=serve_gateway, args=(gw_sock, stop, scratch, report)),
         ]
         for server in servers:
             server.start()
@@ -181,12 +183,12 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
             wall = asyncio.run(all_renters())
         finally:
             stop.set()
-        stored = commits.get()
+        stored, cpu_s = report.get()
         for server in servers:
             server.join()
     served = requests + per_renter * concurrency
     return {
-        "machine": {"cpus": os.cpu_count()},
+        "machine": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
         "requests": requests,
         "concurrency": concurrency,
         "direct_ms": {"p50": percentile(direct, 50), "p99": percentile(direct, 99)},
@@ -196,6 +198,7 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
             "p99": percentile(through, 99) - percentile(direct, 99),
         },
         "throughput_rps": per_renter * concurrency / wall,
+        "gateway_cpu_ms_per_request": cpu_s * 1000 / served,
         "iou_commits": stored,
         "ious_per_commit": served / stored,
     }
@@ -215,6 +218,8 @@ def main() -> None:
         ("overhead p50 / p99 (ms)", f"{result['overhead_ms']['p50']:.3f} / "
                                     f"{result['overhead_ms']['p99']:.3f}"),
         (f"paid requests/s ({args.concurrency} renters)", f"{result['throughput_rps']:,.0f}"),
+        ("gateway CPU per request (ms, all threads)",
+         f"{result['gateway_cpu_ms_per_request']:.3f}"),
         ("IOUs per fsync'd commit", f"{result['ious_per_commit']:.2f}"),
     ]  # fmt: skip
     width = max(len(name) for name, _ in rows)
