@@ -49,7 +49,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            self._answer(411, {"error": "Content-Length is required"})
+            self._answer(411, {"error": "Content-Length is required"}, close=True)
             return
         if not 0 <= length <= MAX_BODY:
             self._answer(413, {"error": f"body over {MAX_BODY} bytes"}, close=True)
@@ -60,6 +60,7 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(400, {"error": str(exc)})
 
     def _answer(self, status: int, body: dict[str, Any], close: bool = False) -> None:
+        """`close` when the request's body was not read: what is left of it is no request."""
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
