@@ -91,21 +91,20 @@ class Services:
             raise ServiceStartError(f"{name!r} is not an endpoint name (letters, digits, . _ -)")
         if self.endpoints.get(name) is not None:
             raise ServiceStartError(f"an endpoint named {name} exists already")
-        started_ms = time.time_ns() // 1_000_000
         self._create_network(name)  # first: a second start of `name` stops here
         try:
             upstream = self._run(name, spec, gpus)
             endpoint = Endpoint(
                 name=name, channel=channel, upstream=upstream,
-                price_per_request=spec.price_per_request,
-                price_per_second=spec.price_per_second, started_ms=started_ms,
+                price_per_request=spec.price_per_request, price_per_second=spec.price_per_second,
+                started_ms=time.time_ns() // 1_000_000,  # billed per second from its first answer
             )  # fmt: skip
             self.endpoints.add(endpoint)
-        except (ServiceStartError, JobStartError, DockerException, ValueError) as exc:
+        except BaseException as exc:  # whatever stopped it (Ctrl-C too): nothing of it stays
             self._remove(name)
-            if isinstance(exc, ServiceStartError):
-                raise
-            raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
+            if isinstance(exc, JobStartError | DockerException | ValueError):
+                raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
+            raise
         return endpoint
 
     def stop(self, name: str) -> None:
