@@ -52,7 +52,7 @@ def one_run(services: Services, spec: ServiceSpec, name: str) -> dict[str, float
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return {"min": min(values), "median": round(statistics.median(values), 1), "max": max(values)}
 
 
 def main() -> None:
