@@ -4,7 +4,9 @@ each is built once per machine.
 
 - busybox: FROM scratch with the static busybox and its applet links (milliseconds to build);
 - python: a debootstrap (minbase) root filesystem with python3 and NumPy (about a minute);
-- workloads: the python image plus `provider/workloads/` at /opt/unchained/workloads.
+- workloads: the python image plus `provider/workloads/` at /opt/unchained/workloads;
+- sample-service: the python image running `provider/sample_service.py` (an HTTP server with
+  /health and /predict on port 8000), the service the tests, benchmark and demo start.
 
 The python image is also tagged `PYTHON_EXAMPLE` (a name that does not change with its recipe),
 the image the spec `unchained job init` writes runs in. `local_images` is what an offer lists.
@@ -35,6 +37,9 @@ PYTHON_EXAMPLE = f"{PYTHON_REPOSITORY}:latest"
 WORKLOADS_REPOSITORY = "unchained/workloads"
 WORKLOADS_DIR = Path(__file__).parent / "workloads"
 WORKLOADS_IN_IMAGE = "/opt/unchained/workloads"
+SAMPLE_SERVICE_REPOSITORY = "unchained/sample-service"
+SAMPLE_SERVICE_SCRIPT = Path(__file__).parent / "sample_service.py"
+SAMPLE_SERVICE_PORT = 8000
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3-minimal", "python3-numpy")
 TRIMMED = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
@@ -139,25 +144,44 @@ def python_image(client: docker.DockerClient) -> str:
 
 def workloads_image(client: docker.DockerClient) -> str:
     """The python image with this package's workload scripts added on top."""
-    base = python_image(client)
     scripts = sorted(WORKLOADS_DIR.glob("*.py"))
-    parts = [base.encode()] + [p.name.encode() + b"\0" + p.read_bytes() for p in scripts]
-    repository, tag = WORKLOADS_REPOSITORY, content_tag(*parts)
+    return _python_with(client, WORKLOADS_REPOSITORY, WORKLOADS_IN_IMAGE, scripts, PYTHON_CHANGES)
+
+
+def sample_service_image(client: docker.DockerClient) -> str:
+    """The python image serving `provider/sample_service.py` on SAMPLE_SERVICE_PORT."""
+    script = f"/opt/unchained/{SAMPLE_SERVICE_SCRIPT.name}"
+    changes = [*PYTHON_CHANGES[:-1], f"EXPOSE {SAMPLE_SERVICE_PORT}",
+               f'CMD ["python3", "{script}", "{SAMPLE_SERVICE_PORT}"]']  # fmt: skip
+    return _python_with(
+        client, SAMPLE_SERVICE_REPOSITORY, "/opt/unchained", [SAMPLE_SERVICE_SCRIPT], changes
+    )
+
+
+def _python_with(
+    client: docker.DockerClient, repository: str, folder: str, files: list[Path], changes: list[str]
+) -> str:
+    """The python image with `files` added in `folder` and `changes` (ENV, CMD...) applied,
+    tagged by all of them: rebuilt only when one changes."""
+    base = python_image(client)
+    parts = [base.encode(), *(c.encode() for c in changes if c not in PYTHON_CHANGES)]
+    parts += [p.name.encode() + b"\0" + p.read_bytes() for p in files]
+    tag = content_tag(*parts)
 
     def build() -> None:
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            folders = Path(WORKLOADS_IN_IMAGE.strip("/")).parts
+            folders = Path(folder.strip("/")).parts
             for depth in range(1, len(folders) + 1):
                 info = tarfile.TarInfo("/".join(folders[:depth]))
                 info.type, info.mode = tarfile.DIRTYPE, 0o755
                 tar.addfile(info)
-            for script in scripts:
-                tar.add(str(script), arcname=f"{WORKLOADS_IN_IMAGE.strip('/')}/{script.name}")
+            for file in files:
+                tar.add(str(file), arcname=f"{folder.strip('/')}/{file.name}")
         holder = client.containers.create(base, ["true"])  # never started: a filesystem to fill
         try:
             holder.put_archive("/", archive.getvalue())
-            holder.commit(repository=repository, tag=tag, changes=PYTHON_CHANGES)
+            holder.commit(repository=repository, tag=tag, changes=changes)
         finally:
             holder.remove(force=True)
 

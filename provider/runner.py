@@ -121,8 +121,10 @@ class Runner:
             try:
                 container = self._start(job_id, spec, gpus, cgroup, workspace)
             except (JobStartError, DockerException) as exc:
-                failed = RunResult(job_id=job_id, status="error", error=_reason(exc), escrow=escrow)
-                return self._save(failed)
+                reason = engine_reason(exc)
+                return self._save(
+                    RunResult(job_id=job_id, status="error", error=reason, escrow=escrow)
+                )
             if job_id in self.stopped:  # stopped while its container was being made
                 _kill(container)
             deadline = time.monotonic() + spec.max_duration_s
@@ -166,26 +168,10 @@ class Runner:
             making_volume = pool.submit(
                 volume.create, spec.resources.disk_mib, self.settings.uid, self.settings.gid
             )
-            container = self._create(options)
+            container = create_container(self.client, options, self.settings.pull_images)
             making_volume.result()
         container.start()
         return container
-
-    def _create(self, options: dict) -> Container:
-        """Create the container; a missing image is pulled when allowed and a registry answers."""
-        try:
-            return self.client.containers.create(**options)
-        except ImageNotFound as exc:
-            if not self.settings.pull_images:
-                raise JobStartError(f"image {options['image']} is not on this machine") from exc
-            try:
-                self.client.images.pull(options["image"])
-            except DockerException as pull_error:
-                raise JobStartError(
-                    f"image {options['image']} is not on this machine and could not be pulled: "
-                    f"{_reason(pull_error)}"
-                ) from pull_error
-            return self.client.containers.create(**options)
 
     def _supervise(
         self,
@@ -341,6 +327,24 @@ class Runner:
         return self._supervise(job_id, job, container, cgroup, deadline, on_log, gap=True)
 
 
+def create_container(client: docker.DockerClient, options: dict, pull: bool) -> Container:
+    """Create a container (a job's or a service's); a missing image is pulled when `pull`
+    allows it and a registry answers, else JobStartError says why not."""
+    try:
+        return client.containers.create(**options)
+    except ImageNotFound as exc:
+        if not pull:
+            raise JobStartError(f"image {options['image']} is not on this machine") from exc
+        try:
+            client.images.pull(options["image"])
+        except DockerException as pull_error:
+            raise JobStartError(
+                f"image {options['image']} is not on this machine and could not be pulled: "
+                f"{engine_reason(pull_error)}"
+            ) from pull_error
+        return client.containers.create(**options)
+
+
 def _job_of(container: Container) -> str:
     return container.attrs["Labels"][LABEL_JOB]  # sparse listings carry labels here
 
@@ -390,7 +394,7 @@ def _remove_cgroup(cgroup: JobCgroup) -> None:
             time.sleep(0.02)
 
 
-def _reason(error: Exception) -> str:
+def engine_reason(error: Exception) -> str:
     """The engine's own words where there are some (APIError carries them in `explanation`)."""
     explanation = getattr(error, "explanation", None)
     return str(explanation or error)

@@ -1,5 +1,6 @@
 """The hardened docker options for one job: everything the runner asks the engine for, in one
-pure function, so what a job gets can be read (and tested) without starting anything.
+pure function, so what a job gets can be read (and tested) without starting anything. The
+hardening itself (`hardened_options`) is shared with services (`services.py`).
 
 Defaults deny: no network unless the spec asks (then a bridge of its own that reaches only the
 Internet: `egress.py`), read-only root, no capabilities, no privilege gain, a non-root user,
@@ -15,7 +16,7 @@ from typing import Any
 
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
-from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.jobspec import Bundle, JobSpec
 from provider.config import MIB, RunnerSettings
 from provider.egress import network_name
 
@@ -53,6 +54,44 @@ def thread_environment(cores: int) -> dict[str, str]:
     return {name: str(cores) for name in THREAD_VARIABLES}
 
 
+def hardened_options(
+    image: str, bundle: Bundle, env: dict[str, str], gpu_uuids: list[str], settings: RunnerSettings
+) -> dict[str, Any]:
+    """The hardening every container the provider starts gets, a job's or a service's (its
+    caller adds what differs: command, name, labels, network, mounts): one place, so the two
+    cannot drift apart."""
+    memory = bundle.memory_mib * MIB
+    options: dict[str, Any] = {
+        "image": image,
+        "environment": {
+            "HOME": "/tmp",
+            **thread_environment(bundle.cpu_cores),
+            **env,
+            **gpu_environment(gpu_uuids),
+        },
+        "user": f"{settings.uid}:{settings.gid}",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "init": True,  # a real PID 1 reaps zombies and passes signals on
+        "pids_limit": settings.pids_limit,
+        "mem_limit": memory,
+        "memswap_limit": memory,  # no swap: memory is what was reserved
+        "nano_cpus": bundle.cpu_cores * 1_000_000_000,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={settings.tmp_mib}m,mode=1777"},
+        "ulimits": [
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=4096, hard=4096),
+        ],
+        "log_config": LogConfig(type=LogConfig.types.JSON, config=LOG_MAX),
+    }
+    if gpu_uuids:
+        options["device_requests"] = [
+            DeviceRequest(device_ids=list(gpu_uuids), capabilities=GPU_CAPABILITIES)
+        ]
+    return options
+
+
 def container_options(
     runner_id: str,
     job_id: str,
@@ -64,44 +103,17 @@ def container_options(
     settings: RunnerSettings,
 ) -> dict[str, Any]:
     """Keyword arguments for `client.containers.create` that run `spec` as job `job_id`."""
-    memory = spec.resources.memory_mib * MIB
     volumes = [Mount("/out", str(mounts.out), type="bind")]
     if mounts.inputs is not None:
         volumes.append(Mount("/in", str(mounts.inputs), type="bind", read_only=True))
-    options: dict[str, Any] = {
-        "image": image,
+    return {
+        **hardened_options(image, spec.resources, spec.env, gpu_uuids, settings),
         "command": list(spec.command),
         "name": container_name(runner_id, job_id),
         "labels": {LABEL_RUNNER: runner_id, LABEL_JOB: job_id},
-        "environment": {
-            "HOME": "/tmp",
-            **thread_environment(spec.resources.cpu_cores),
-            **spec.env,
-            **gpu_environment(gpu_uuids),
-        },
-        "user": f"{settings.uid}:{settings.gid}",
         "working_dir": "/out",
         # a networked job has its own bridge, fenced off from the host and its LAN (egress.py)
         "network_mode": network_name(runner_id, job_id) if spec.network else "none",
-        "read_only": True,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
-        "init": True,  # a real PID 1 reaps zombies and passes signals on
-        "pids_limit": settings.pids_limit,
-        "mem_limit": memory,
-        "memswap_limit": memory,  # no swap: memory is what was reserved
-        "nano_cpus": spec.resources.cpu_cores * 1_000_000_000,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={settings.tmp_mib}m,mode=1777"},
         "mounts": volumes,
-        "ulimits": [
-            Ulimit(name="core", soft=0, hard=0),
-            Ulimit(name="nofile", soft=4096, hard=4096),
-        ],
         "cgroup_parent": cgroup_parent,
-        "log_config": LogConfig(type=LogConfig.types.JSON, config=LOG_MAX),
     }
-    if gpu_uuids:
-        options["device_requests"] = [
-            DeviceRequest(device_ids=list(gpu_uuids), capabilities=GPU_CAPABILITIES)
-        ]
-    return options

@@ -1,19 +1,24 @@
 """The job spec: what a consumer asks a provider to run, one validated model for every party.
 
 The consumer writes it (YAML), the market matches it against offers, the provider runs exactly
-it. Money is integer lovelace and time integer seconds; sizes are integer MiB. Unknown fields
-are refused so a typo (`gpu: 1`) never silently becomes "no GPU".
+it. A spec is a batch job unless it says `kind: service`: a long-running server the provider
+keeps up behind its gateway, paid per request and/or per second (`ServiceSpec`). Money is
+integer lovelace and time integer seconds; sizes are integer MiB. Unknown fields are refused so
+a typo (`gpu: 1`) never silently becomes "no GPU".
 
 The escrow's `job_id` is `JobSpec.job_id()`: sha256 of the spec's canonical JSON, so the
-consumer, the market and the provider agree on one job without trusting each other's bytes.
+consumer, the market and the provider agree on one job without trusting each other's bytes. A
+service is named the same way (`ServiceSpec.service_id()`); its `kind` is in the digested
+bytes, a job's (absent or `job`) is not, so every job id stays what it was.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -32,6 +37,10 @@ IMAGE_REFERENCE = re.compile(
 )
 INPUT_SCHEMES = ("https", "http", "data")
 PROVIDER_ENV_PREFIX = "NVIDIA_"  # the provider pins GPUs itself; a job may not widen that
+HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
+MAX_REPLICAS = 64
+KINDS = ("job", "service")
+T = TypeVar("T")
 
 
 class JobSpecError(UnchainedError, ValueError):
@@ -111,23 +120,55 @@ class InputFile(_Strict):
         return digest
 
 
-class Resources(_Strict):
-    """The reserved bundle: what the job may use and what it pays for, second by second."""
+class Bundle(_Strict):
+    """GPUs, cores and memory: what a container may use. A service's whole bundle; a job's
+    adds the size of its /out (`Resources`)."""
 
     gpus: int = Field(0, ge=0, le=64)
     min_vram_mib: int = Field(0, ge=0, le=1 << 24, description="Per GPU.")
     cpu_cores: int = Field(1, ge=1, le=1024)
     memory_mib: int = Field(512, ge=16, le=1 << 24)
-    disk_mib: int = Field(256, ge=1, le=1 << 26, description="Size of /out.")
 
     @model_validator(mode="after")
-    def _vram_needs_gpu(self) -> Resources:
+    def _vram_needs_gpu(self) -> Self:
         if self.min_vram_mib and not self.gpus:
             raise ValueError("min_vram_mib is set but gpus is 0: ask for at least one GPU")
         return self
 
 
-class JobSpec(_Strict):
+class Resources(Bundle):
+    """The reserved bundle: what the job may use and what it pays for, second by second."""
+
+    disk_mib: int = Field(256, ge=1, le=1 << 26, description="Size of /out.")
+
+
+def _image_reference(cls: type, image: str) -> str:
+    if not IMAGE_REFERENCE.fullmatch(image):
+        raise ValueError("not a docker image reference (e.g. python:3.11 or ghcr.io/o/n:t)")
+    return image
+
+
+def _env_names(cls: type, env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a variable name")
+        if name.startswith(PROVIDER_ENV_PREFIX):
+            raise ValueError(f"{name!r}: {PROVIDER_ENV_PREFIX}* variables are set by the provider")
+    return env
+
+
+class _Spec(_Strict):
+    """A job's or a service's spec: one digest rule for both."""
+
+    def canonical_json(self) -> bytes:
+        """Every field, defaults included, as canonical JSON: the bytes the id digests."""
+        return canonical_json(self.model_dump(mode="json"))
+
+    def digest(self) -> bytes:
+        return hashlib.sha256(self.canonical_json()).digest()
+
+
+class JobSpec(_Spec):
     """One job: the image and command to run, its inputs, its bundle and what it may cost."""
 
     image: str
@@ -141,24 +182,8 @@ class JobSpec(_Strict):
     )
     network: bool = Field(False, description="Whether the job may reach the network.")
 
-    @field_validator("image")
-    @classmethod
-    def _image_reference(cls, image: str) -> str:
-        if not IMAGE_REFERENCE.fullmatch(image):
-            raise ValueError("not a docker image reference (e.g. python:3.11 or ghcr.io/o/n:t)")
-        return image
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for name in env:
-            if not ENV_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not a variable name")
-            if name.startswith(PROVIDER_ENV_PREFIX):
-                raise ValueError(
-                    f"{name!r}: {PROVIDER_ENV_PREFIX}* variables are set by the provider"
-                )
-        return env
+    _image = field_validator("image")(_image_reference)
+    _env = field_validator("env")(_env_names)
 
     @model_validator(mode="after")
     def _unique_inputs(self) -> JobSpec:
@@ -167,13 +192,49 @@ class JobSpec(_Strict):
             raise ValueError("two inputs have the same path")
         return self
 
-    def canonical_json(self) -> bytes:
-        """Every field, defaults included, as canonical JSON: the bytes the job id digests."""
-        return canonical_json(self.model_dump(mode="json"))
-
     def job_id(self) -> bytes:
         """The escrow's `job_id` for this spec: sha256 of its canonical JSON."""
-        return hashlib.sha256(self.canonical_json()).digest()
+        return self.digest()
+
+
+class ServiceSpec(_Spec):
+    """One service: a server in `image` answering HTTP on `port`, healthy when `health_path`
+    answers 2xx, sold per request and/or per second through the provider's gateway. It has
+    no /out (its writable space is /tmp, counted in its memory) and never reaches the
+    network: it is only reached, through its one port."""
+
+    kind: Literal["service"]
+    image: str = Field(description="By tag or by digest (name@sha256:...).")
+    command: list[str] | None = Field(None, min_length=1, description="argv; the image's own "
+                                      "command when left out.")  # fmt: skip
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int = Field(ge=1, le=65535, description="The one port the server listens on.")
+    health_path: str = Field("/health", description="Answers 2xx once the server is ready.")
+    resources: Bundle = Field(default_factory=Bundle)
+    price_per_request: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
+    price_per_second: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+
+    _image = field_validator("image")(_image_reference)
+    _env = field_validator("env")(_env_names)
+
+    @field_validator("health_path")
+    @classmethod
+    def _path(cls, path: str) -> str:
+        if not HEALTH_PATH.fullmatch(path):
+            raise ValueError("must be an absolute URL path such as /health (no spaces, at most "
+                             "256 characters)")  # fmt: skip
+        return path
+
+    @model_validator(mode="after")
+    def _priced(self) -> ServiceSpec:
+        if not (self.price_per_request or self.price_per_second):
+            raise ValueError("a service names price_per_request and/or price_per_second")
+        return self
+
+    def service_id(self) -> bytes:
+        """sha256 of the spec's canonical JSON, as a job's id is (`kind` keeps the two apart)."""
+        return self.digest()
 
 
 def describe(error: ValidationError) -> str:
@@ -190,25 +251,55 @@ def describe(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_jobspec(data: Any) -> JobSpec:
-    """A JobSpec from already-parsed data, or JobSpecError saying what is wrong."""
+def parse_spec(data: Any) -> JobSpec | ServiceSpec:
+    """A JobSpec, or a ServiceSpec for `kind: service`, from already-parsed data; JobSpecError
+    saying what is wrong. A job's `kind: job` may be written or not: it is not part of the job
+    (its id is the same either way)."""
     if not isinstance(data, dict):
         raise JobSpecError("a job spec is a mapping of fields (image, command, ...)")
+    kind = data.get("kind", "job")
+    if kind not in KINDS:
+        raise JobSpecError(f"kind: must be one of {', '.join(KINDS)}, not {kind!r}")
     try:
-        return JobSpec.model_validate(data)
+        if kind == "service":
+            return ServiceSpec.model_validate(data)
+        return JobSpec.model_validate({k: v for k, v in data.items() if k != "kind"})
     except ValidationError as exc:
         raise JobSpecError(describe(exc)) from exc
 
 
-def jobspec_from_yaml(text: str) -> JobSpec:
+def parse_jobspec(data: Any) -> JobSpec:
+    """A JobSpec from already-parsed data, or JobSpecError saying what is wrong."""
+    spec = parse_spec(data)
+    if not isinstance(spec, JobSpec):
+        raise JobSpecError("kind: service: this is a service spec, not a job")
+    return spec
+
+
+def parse_servicespec(data: Any) -> ServiceSpec:
+    """A ServiceSpec from already-parsed data, or JobSpecError saying what is wrong."""
+    spec = parse_spec(data)
+    if not isinstance(spec, ServiceSpec):
+        raise JobSpecError("kind: a service spec says kind: service")
+    return spec
+
+
+def _yaml(text: str) -> Any:
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise JobSpecError(f"not valid YAML: {exc}") from exc
-    return parse_jobspec(data)
 
 
-def load_jobspec(path: Path) -> JobSpec:
+def jobspec_from_yaml(text: str) -> JobSpec:
+    return parse_jobspec(_yaml(text))
+
+
+def servicespec_from_yaml(text: str) -> ServiceSpec:
+    return parse_servicespec(_yaml(text))
+
+
+def _load(path: Path, parse: Callable[[str], T]) -> T:
     try:
         text = path.read_text()
     except OSError as exc:
@@ -216,6 +307,14 @@ def load_jobspec(path: Path) -> JobSpec:
     except UnicodeDecodeError as exc:
         raise JobSpecError(f"{path} is not text (byte {exc.start}: {exc.reason})") from exc
     try:
-        return jobspec_from_yaml(text)
+        return parse(text)
     except JobSpecError as exc:
         raise JobSpecError(f"{path}:\n{exc}") from exc
+
+
+def load_jobspec(path: Path) -> JobSpec:
+    return _load(path, jobspec_from_yaml)
+
+
+def load_servicespec(path: Path) -> ServiceSpec:
+    return _load(path, servicespec_from_yaml)

@@ -1,0 +1,205 @@
+"""Services: a `kind: service` spec as a running container behind the provider's gateway.
+
+A service's container gets the hardening a job's does (`sandbox.hardened_options`: read-only
+root, no capabilities, no privilege gain, a non-root user, bounded pids, memory, CPU and logs,
+GPUs pinned by UUID). Unlike a job it must be reached, so it sits on a bridge of its own (no
+other container on it, no masquerading: it cannot reach the Internet) and its one port is
+published on the host's 127.0.0.1 only, at a port the kernel picks: only the gateway, on this
+machine, reaches it. It is registered in the endpoint book (`EndpointBook.add`) once its
+health path answers 2xx; a start that fails or times out removes everything it made, and
+stopping removes the endpoint first (no new request is routed to it), then the container and
+its bridge.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import suppress
+
+import docker
+import httpx
+from docker.errors import APIError, DockerException, NotFound
+from docker.models.containers import Container
+
+from offchain.errors import UnchainedError
+from offchain.protocol.jobspec import ServiceSpec
+from provider.config import RunnerSettings
+from provider.endpoints import NAME, Endpoint, EndpointBook
+from provider.runner import JobStartError, create_container, engine_reason, runner_id
+from provider.sandbox import LABEL_RUNNER, hardened_options
+
+LABEL_SERVICE = "unchained.service"
+LOOPBACK = "127.0.0.1"
+HEALTH_TIMEOUT_S = 120.0  # a model server may load weights before it answers
+HEALTH_POLL_S = 0.05
+HEALTH_REQUEST_S = 2.0
+LOG_TAIL = 20  # lines of the container's output quoted in a failed start's error
+
+
+class ServiceStartError(UnchainedError, RuntimeError):
+    """The service could not start or never became healthy; nothing of it is left."""
+
+
+def service_resource_name(runner: str, name: str) -> str:
+    """The container's and its bridge's name."""
+    return f"unchained-svc-{runner}-{name}"
+
+
+def service_options(
+    runner: str, name: str, spec: ServiceSpec, gpu_uuids: list[str], settings: RunnerSettings
+) -> dict:
+    """Keyword arguments for `client.containers.create` that run `spec` as service `name`."""
+    options = {
+        **hardened_options(spec.image, spec.resources, spec.env, gpu_uuids, settings),
+        "name": service_resource_name(runner, name),
+        "labels": {LABEL_RUNNER: runner, LABEL_SERVICE: name},
+        "working_dir": "/tmp",  # its only writable place: a service has no /out
+        "network": service_resource_name(runner, name),
+        "ports": {f"{spec.port}/tcp": (LOOPBACK,)},  # the host port: picked by the kernel
+    }
+    if spec.command is not None:
+        options["command"] = list(spec.command)
+    return options
+
+
+class Services:
+    """The services this provider (its state directory) runs, and their endpoints."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        settings: RunnerSettings,
+        endpoints: EndpointBook,
+        health_timeout_s: float = HEALTH_TIMEOUT_S,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.endpoints = endpoints
+        self.health_timeout_s = health_timeout_s
+        self.runner_id = runner_id(settings.state_dir)
+
+    def start(
+        self, name: str, spec: ServiceSpec, channel: bytes, gpu_uuids: list[str] | None = None
+    ) -> Endpoint:
+        """Start `spec` as endpoint `name`, paid on `channel`; its Endpoint once it is healthy."""
+        gpus = list(gpu_uuids or [])
+        if len(gpus) != spec.resources.gpus:
+            raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
+        if spec.replicas != 1:
+            raise ServiceStartError(f"replicas: {spec.replicas} asked, this provider runs one")
+        if not NAME.fullmatch(name):
+            raise ServiceStartError(f"{name!r} is not an endpoint name (letters, digits, . _ -)")
+        if self.endpoints.get(name) is not None:
+            raise ServiceStartError(f"an endpoint named {name} exists already")
+        self._create_network(name)  # first: a second start of `name` stops here
+        try:
+            upstream = self._run(name, spec, gpus)
+            endpoint = Endpoint(
+                name=name, channel=channel, upstream=upstream,
+                price_per_request=spec.price_per_request, price_per_second=spec.price_per_second,
+                started_ms=time.time_ns() // 1_000_000,  # billed per second from its first answer
+            )  # fmt: skip
+            self.endpoints.add(endpoint)
+        except BaseException as exc:  # whatever stopped it (Ctrl-C too): nothing of it stays
+            self._remove(name)
+            if isinstance(exc, JobStartError | DockerException | ValueError):
+                raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
+            raise
+        return endpoint
+
+    def stop(self, name: str) -> None:
+        """Serve `name` no more and remove its container and bridge; a repeated stop is a no-op."""
+        self.endpoints.remove(name)
+        self._remove(name)
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """What this provider's services have in the engine: containers and bridges, by name."""
+        labels = [f"{LABEL_RUNNER}={self.runner_id}", LABEL_SERVICE]
+        containers = self.client.containers.list(all=True, filters={"label": labels})
+        networks = self.client.networks.list(filters={"label": labels})
+        return {
+            "containers": sorted(c.labels[LABEL_SERVICE] for c in containers),
+            "networks": sorted(n.attrs["Labels"][LABEL_SERVICE] for n in networks),
+        }
+
+    def _create_network(self, name: str) -> None:
+        """The service's own bridge: nothing else on it, no way out through the host's NAT."""
+        try:
+            self.client.networks.create(
+                service_resource_name(self.runner_id, name), driver="bridge",
+                check_duplicate=True,
+                labels={LABEL_RUNNER: self.runner_id, LABEL_SERVICE: name},
+                options={
+                    "com.docker.network.bridge.enable_icc": "false",
+                    "com.docker.network.bridge.enable_ip_masquerade": "false",
+                    "com.docker.network.bridge.host_binding_ipv4": LOOPBACK,
+                },
+            )  # fmt: skip
+        except APIError as exc:
+            if exc.status_code == 409:
+                raise ServiceStartError(f"a service named {name} is running here") from exc
+            raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
+
+    def _run(self, name: str, spec: ServiceSpec, gpus: list[str]) -> str:
+        """Its container, started; the upstream URL once its health path answers."""
+        options = service_options(self.runner_id, name, spec, gpus, self.settings)
+        container = create_container(self.client, options, self.settings.pull_images)
+        container.start()
+        upstream = f"http://{LOOPBACK}:{_host_port(container, spec.port)}"
+        _wait_healthy(container, upstream + spec.health_path, self.health_timeout_s)
+        return upstream
+
+    def _remove(self, name: str) -> None:
+        """Remove the service's container and bridge, whichever exist."""
+        resource = service_resource_name(self.runner_id, name)
+        with suppress(NotFound):
+            self.client.containers.get(resource).remove(force=True, v=True)
+        with suppress(NotFound):
+            self.client.networks.get(resource).remove()
+
+
+def _host_port(container: Container, port: int) -> int:
+    """The host port the engine published `port` on, at 127.0.0.1."""
+    container.reload()
+    bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{port}/tcp") or []
+    for binding in bindings:
+        if binding["HostIp"] == LOOPBACK:
+            return int(binding["HostPort"])
+    raise ServiceStartError(f"port {port} was not published on {LOOPBACK}: {bindings}")
+
+
+def _wait_healthy(container: Container, url: str, timeout_s: float) -> None:
+    """Until `url` answers 2xx; ServiceStartError (with the container's last output) when the
+    container exits or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    problem = "no answer yet"
+    with httpx.Client(timeout=HEALTH_REQUEST_S) as client:
+        while True:
+            try:
+                answer = client.get(url)
+                if answer.is_success:
+                    return
+                problem = f"it answered {answer.status_code}"
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            container.reload()
+            state = container.attrs["State"]
+            if state["Status"] != "running":
+                raise ServiceStartError(
+                    f"the service exited (code {state['ExitCode']}) before {url} answered"
+                    f"{_log_tail(container)}"
+                )
+            if time.monotonic() >= deadline:
+                raise ServiceStartError(
+                    f"{url} did not answer 2xx within {timeout_s:g} s ({problem})"
+                    f"{_log_tail(container)}"
+                )
+            time.sleep(HEALTH_POLL_S)
+
+
+def _log_tail(container: Container) -> str:
+    try:
+        text = container.logs(tail=LOG_TAIL).decode(errors="replace").strip()
+    except APIError:
+        return ""
+    return f"; its last output:\n{text}" if text else "; it wrote nothing"
