@@ -12,6 +12,10 @@ from pycardano import ExtendedSigningKey, ScriptHash, SigningKey
 from offchain.protocol.payloads import iou_payload, sign, verify
 
 CHANNEL_ID_BYTES = 28  # blake2b_224 of the channel's terms
+IOU_HEADER = "Unchained-Iou"  # a request's IOU: `channel hex:amount:signature hex`
+# The longest header value `from_header` reads: 56 + 128 hex characters, two colons and an
+# amount of at most 20 digits (a 64-bit lovelace count). Longer text is refused unread.
+MAX_HEADER_CHARS = 2 * CHANNEL_ID_BYTES + 2 * 64 + 2 + 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,3 +70,20 @@ class SignedIou:
         if len(signature_bytes) != 64:
             raise ValueError("signature must be 64 bytes of hex")
         return cls(channel_bytes, amount, signature_bytes)
+
+    def to_header(self) -> str:
+        """The IOU as a request carries it in its `Unchained-Iou` header."""
+        return f"{self.channel.hex()}:{self.amount}:{self.signature.hex()}"
+
+    @classmethod
+    def from_header(cls, text: str) -> SignedIou:
+        """Read `to_header`'s form back; raises ValueError naming what is wrong."""
+        if len(text) > MAX_HEADER_CHARS:
+            raise ValueError(f"an {IOU_HEADER} header is at most {MAX_HEADER_CHARS} characters")
+        parts = text.strip().split(":")
+        if len(parts) != 3:
+            raise ValueError(f"an {IOU_HEADER} header is CHANNEL_HEX:AMOUNT:SIGNATURE_HEX")
+        channel, amount, signature = parts
+        if not (amount.isascii() and amount.isdigit()):
+            raise ValueError("amount must be a non-negative decimal integer (lovelace)")
+        return cls.from_wire({"channel": channel, "amount": int(amount), "signature": signature})
