@@ -37,7 +37,7 @@ def listed(gateway: str) -> list[dict[str, Any]]:
     if response.status_code != 200:
         raise ConsumerError(f"{url} answered {response.status_code}: {response.text[:200]}",
                             gateway=gateway, status=response.status_code)  # fmt: skip
-    endpoints: list[dict[str, Any]] = response.json()["endpoints"]
+    endpoints: list[dict[str, Any]] = response.json()
     return endpoints
 
 

@@ -28,9 +28,8 @@ import httpx
 from consumer.errors import ConsumerError
 from consumer.iou_signer import IouSigner
 from offchain.protocol.amounts import ada
-from offchain.protocol.iou import SignedIou
+from offchain.protocol.iou import IOU_HEADER, SignedIou
 
-IOU_HEADER = "Unchained-Iou"
 PAYMENT_REQUIRED = 402
 DEFAULT_TIMEOUT_S = 60.0  # an inference may take a while; httpx's 5 s default is short
 
@@ -38,11 +37,6 @@ DEFAULT_TIMEOUT_S = 60.0  # an inference may take a while; httpx's 5 s default i
 class EndpointRefused(ConsumerError):
     """The gateway asked for more than the renter received plus one request, or refused the
     IOU itself (another channel's, not signed by the channel's key): nothing more is signed."""
-
-
-def _header(iou: SignedIou) -> str:
-    """The IOU as the `Unchained-Iou` header carries it: `<channel hex>:<amount>:<sig hex>`."""
-    return f"{iou.channel.hex()}:{iou.amount}:{iou.signature.hex()}"
 
 
 class EndpointClient:
@@ -123,7 +117,7 @@ class EndpointClient:
             self.in_flight += 1
         answered = False
         try:
-            headers = {**(kwargs.get("headers") or {}), IOU_HEADER: _header(iou)}
+            headers = {**(kwargs.get("headers") or {}), IOU_HEADER: iou.to_header()}
             url = f"{self.base}/{path.lstrip('/')}"
             response = self.client.request(method, url, **{**kwargs, "headers": headers})
             answered = response.status_code != PAYMENT_REQUIRED and response.status_code < 500

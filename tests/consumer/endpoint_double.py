@@ -24,13 +24,6 @@ from offchain.protocol.iou import SignedIou
 Scope = dict[str, Any]
 
 
-def parse_header(text: str) -> SignedIou:
-    """The design's `Unchained-Iou` form, `<channel hex>:<amount>:<signature hex>`, read back
-    independently of the client's formatter."""
-    channel, amount, signature = text.split(":")
-    return SignedIou.from_wire({"channel": channel, "amount": int(amount), "signature": signature})
-
-
 class GatewayDouble:
     """One endpoint `name` at `price` lovelace a request on `channel`, whose IOUs `vkey` signs.
     `served` is what it counts as served (a test may raise it to play a greedy gateway)."""
@@ -55,7 +48,7 @@ class GatewayDouble:
         path, prefix = scope["path"], f"/endpoints/{self.name}/"
         if path == "/endpoints" and scope["method"] == "GET":
             listed = {"name": self.name, "price_per_request": self.price, "price_per_second": 0}
-            return await answer(send, 200, {"endpoints": [listed]})
+            return await answer(send, 200, [listed])
         if not path.startswith(prefix):
             return await answer(send, 404, {"error": f"no endpoint at {path}"})
         refusal = self.check(dict(scope["headers"]).get(b"unchained-iou", b"").decode())
@@ -78,7 +71,7 @@ class GatewayDouble:
         due = self.served + self.price
         error = None
         try:
-            iou = parse_header(header)
+            iou = SignedIou.from_header(header)
         except ValueError as exc:
             error = f"no valid IOU ({exc})"
         else:

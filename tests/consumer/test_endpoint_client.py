@@ -14,10 +14,11 @@ import pytest
 from pycardano import PaymentSigningKey
 
 from consumer.channel_store import ChannelStore
-from consumer.endpoint_client import EndpointClient, EndpointRefused, _header
+from consumer.endpoint_client import EndpointClient, EndpointRefused
 from consumer.iou_signer import IouSigner
 from consumer.keys import ConsumerKey
-from tests.consumer.endpoint_double import GatewayDouble, parse_header, serving
+from offchain.protocol.iou import SignedIou
+from tests.consumer.endpoint_double import GatewayDouble, serving
 from tests.consumer.test_channels import CHANNEL_HASH, NETWORK_ID, record
 
 PRICE = 2_000
@@ -123,7 +124,6 @@ def test_a_restart_continues_from_the_persisted_total(key, store, double, gatewa
 
 def test_the_header_is_the_designs_and_reads_back(key, store):
     iou = new_signer(key, store).pay(12_345, 12_345)
-    text = _header(iou)
-    channel, amount, signature = text.split(":")
-    assert (channel, amount, signature) == (CHANNEL, "12345", iou.signature.hex())
-    assert parse_header(text) == iou
+    text = iou.to_header()
+    assert text == f"{CHANNEL}:12345:{iou.signature.hex()}"
+    assert SignedIou.from_header(text) == iou
