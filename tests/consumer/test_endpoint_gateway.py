@@ -1,0 +1,86 @@
+"""The renter's endpoint client against the provider's real gateway (provider/gateway.py under
+uvicorn, its channel book and endpoint book on disk, a real uvicorn upstream; no chain: the
+channel is opened in the book directly, as tests/provider/test_gateway.py does): each request
+paid one price more and each IOU stored by the provider, a restart going on from the renter's
+persisted IOU, and a gateway counting more than the renter received refused unsigned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from consumer.channel_store import ChannelStore
+from consumer.endpoint_client import EndpointClient, EndpointRefused
+from consumer.iou_signer import IouSigner
+from consumer.keys import ConsumerKey
+from provider.channels import ChannelBook
+from provider.endpoints import Endpoint, EndpointBook
+from provider.gateway import gateway_app
+from tests.consumer.test_channels import record
+from tests.provider.test_gateway_support import (
+    CHANNEL,
+    NETWORK,
+    RENTER,
+    SCRIPT,
+    book_with_channels,
+    serving,
+    upstream,
+)
+
+PRICE = 1_500
+
+
+@pytest.fixture
+def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
+    with serving(upstream) as upstream_url:
+        book = book_with_channels(tmp_path / "channels.sqlite")
+        endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+        endpoints.add(Endpoint("echo", CHANNEL, upstream_url, PRICE, 0, started_ms=0))
+        yield book, endpoints
+        book.close()
+        endpoints.close()
+
+
+@pytest.fixture
+def gateway(books: tuple[ChannelBook, EndpointBook]) -> Iterator[str]:
+    with serving(gateway_app(*books)) as url:
+        yield url
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ChannelStore:
+    made = ChannelStore(tmp_path / "renter")
+    made.save(record(ConsumerKey(RENTER), CHANNEL.hex()))
+    return made
+
+
+def new_signer(store: ChannelStore) -> IouSigner:
+    return IouSigner(ConsumerKey(RENTER), NETWORK, SCRIPT, store.get(CHANNEL.hex()), store)
+
+
+def test_requests_through_the_real_gateway(books, gateway, store):
+    book, endpoints = books
+    with EndpointClient(gateway, "echo", new_signer(store), PRICE) as client:
+        for n in range(1, 4):
+            answer = client.post("/predict", json={"n": n})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["path"] == "/predict"
+            entry = book.get(CHANNEL)
+            assert entry is not None and entry.iou is not None
+            assert entry.iou.amount == n * PRICE == client.paid  # stored by the provider
+    served = endpoints.get("echo")
+    assert served is not None and (served.requests, served.served) == (3, 3 * PRICE)
+
+    with EndpointClient(gateway, "echo", new_signer(store), PRICE) as again:  # a restart
+        assert again.get("/predict").status_code == 200
+        assert again.paid == 4 * PRICE
+
+    endpoints.charge("echo", 2 * PRICE)  # a provider counting a request never answered
+    with (
+        EndpointClient(gateway, "echo", new_signer(store), PRICE) as greedy,
+        pytest.raises(EndpointRefused, match=r"asks for 0\.010500 ADA in all") as refused,
+    ):
+        greedy.get("/predict")
+    assert refused.value.details["due"] == 7 * PRICE and store.signed(CHANNEL.hex()) == 5 * PRICE
