@@ -10,8 +10,11 @@ The gateway answers a request whose IOU does not cover what it served plus this 
 402 and the `due` amount (design: "402 rule"). The client pays a due only up to what it received
 plus this request's price (the one increment a renter risks), and only once per request; a due
 above that is refused without signing (`EndpointRefused` names the amounts). Received counts
-only requests the service answered (any status but a 402 or a 5xx): a lost or failed answer is
-not paid for twice.
+the requests the service answered (any status below 500 but a 402); a request with no answer is
+not paid for twice. A 5xx answer may be the service's (the gateway charges it: its upstream
+answered) or the gateway's own (502: no upstream answer; not charged), which the client cannot
+tell apart: it is counted as `unsure`, not paid ahead, and paid only when a later 402 asks for
+it, so the renter pays for a failed request at most what the gateway counted.
 
 Thread-safe. Concurrent requests on one channel each pay received + price when they are sent,
 so the gateway, which counts every request it served, answers all but the first with a 402; such
@@ -31,6 +34,7 @@ from offchain.protocol.amounts import ada
 from offchain.protocol.iou import IOU_HEADER, SignedIou
 
 PAYMENT_REQUIRED = 402
+SERVER_ERROR = 500
 DEFAULT_TIMEOUT_S = 60.0  # an inference may take a while; httpx's 5 s default is short
 
 
@@ -62,8 +66,9 @@ class EndpointClient:
         self.owned = client is None
         self.client = httpx.Client(timeout=DEFAULT_TIMEOUT_S) if client is None else client
         self.received = signer.signed
+        self.unsure = 0  # lovelace of 5xx answers: paid only if a 402 asks for them
         self.in_flight = 0  # requests sent and not answered yet
-        self.changed = threading.Condition()  # received or in_flight changed
+        self.changed = threading.Condition()  # received, unsure or in_flight changed
 
     def __enter__(self) -> EndpointClient:
         return self
@@ -112,20 +117,24 @@ class EndpointClient:
     def sent(
         self, method: str, path: str, iou: SignedIou, kwargs: dict[str, Any]
     ) -> httpx.Response:
-        """The request sent with `iou`; an answer the service gave counts as received."""
+        """The request sent with `iou`; an answer the service gave counts as received, a 5xx
+        as unsure."""
         with self.changed:
             self.in_flight += 1
-        answered = False
+        status = PAYMENT_REQUIRED  # no answer: nothing received
         try:
             headers = {**(kwargs.get("headers") or {}), IOU_HEADER: iou.to_header()}
             url = f"{self.base}/{path.lstrip('/')}"
             response = self.client.request(method, url, **{**kwargs, "headers": headers})
-            answered = response.status_code != PAYMENT_REQUIRED and response.status_code < 500
+            status = response.status_code
             return response
         finally:
             with self.changed:
                 self.in_flight -= 1
-                self.received += self.price if answered else 0
+                if status >= SERVER_ERROR:
+                    self.unsure += self.price
+                elif status != PAYMENT_REQUIRED:
+                    self.received += self.price
                 self.changed.notify_all()
 
     def due_of(self, response: httpx.Response) -> tuple[int, str]:
@@ -145,23 +154,31 @@ class EndpointClient:
 
     def agreed(self, due: int, sent: int, reason: str) -> SignedIou:
         """The IOU for `due`, once the requests in flight are answered if their answers could
-        make it acceptable: at most received + price. EndpointRefused, unsigned, otherwise."""
+        make it acceptable: at most received + unsure + price, the unsure part it takes then
+        counted as received. EndpointRefused, unsigned, otherwise."""
         with self.changed:
             self.changed.wait_for(lambda: self.in_flight == 0 or not (
-                self.received + self.price < due <= self.received + self.price * (
-                    self.in_flight + 1)))  # fmt: skip
-            ceiling = self.received + self.price
-        facts = {"endpoint": self.endpoint, "due": due, "sent": sent, "received": ceiling -
-                 self.price, "price": self.price, "reason": reason}  # fmt: skip
-        if due > ceiling:
-            raise EndpointRefused(
-                f"{self.endpoint}: the gateway asks for {ada(due)} in all ({reason}), more than "
-                f"the {ada(ceiling - self.price)} received plus this request's "
-                f"{ada(self.price)}: not signed", **facts,
-            )  # fmt: skip
-        if due <= sent:
-            raise EndpointRefused(
-                f"{self.endpoint}: the gateway refused the IOU for {ada(sent)}: {reason}",
-                **facts,
-            )  # fmt: skip
+                self.ceiling < due <= self.ceiling + self.price * self.in_flight))  # fmt: skip
+            received, unsure, ceiling = self.received, self.unsure, self.ceiling
+            facts = {"endpoint": self.endpoint, "due": due, "sent": sent, "received": received,
+                     "unsure": unsure, "price": self.price, "reason": reason}  # fmt: skip
+            if due > ceiling:
+                failed = f" and {ada(unsure)} of 5xx answers" if unsure else ""
+                raise EndpointRefused(
+                    f"{self.endpoint}: the gateway asks for {ada(due)} in all ({reason}), more "
+                    f"than the {ada(received)} received{failed} plus this request's "
+                    f"{ada(self.price)}: not signed", **facts,
+                )  # fmt: skip
+            if due <= sent:
+                raise EndpointRefused(
+                    f"{self.endpoint}: the gateway refused the IOU for {ada(sent)}: {reason}",
+                    **facts,
+                )  # fmt: skip
+            taken = max(due - self.price - received, 0)  # 5xx answers the gateway charged
+            self.received, self.unsure = received + taken, unsure - taken
         return self.signer.pay(max(due, self.signer.signed), ceiling)
+
+    @property
+    def ceiling(self) -> int:
+        """The most an IOU may name now: received, the 5xx answers and one request."""
+        return self.received + self.unsure + self.price

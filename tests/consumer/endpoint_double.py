@@ -2,8 +2,9 @@
 app served by a real uvicorn on a free port, implementing only what the renter's SDK relies on
 (the design's 402 rule, GET /endpoints) for one endpoint on one channel, so the client's
 payment logic is tested over real HTTP without the provider's channel book. Its "service"
-echoes the request as JSON; `/missing` is the service's own 404 (answered, so paid) and
-`/hold` keeps its answer until the double has sent a 402 (two requests in flight, in order)."""
+echoes the request as JSON; `/missing` is its 404 and `/fail` its 500 (answered: charged),
+`/down` the gateway's own 502 for an upstream that did not answer (not charged), and `/hold`
+keeps its answer until the double has sent a 402 (two requests in flight, in order)."""
 
 from __future__ import annotations
 
@@ -56,10 +57,13 @@ class GatewayDouble:
             self.refusals.append(refusal)
             self.refused.set()
             return await answer(send, 402, refusal, ((b"unchained-due", b"%d" % refusal["due"]),))
-        self.served += self.price
         what = path.removeprefix(prefix)
-        if what == "missing":
-            return await answer(send, 404, {"error": "the service has no such thing"})
+        if what == "down":
+            return await answer(send, 502, {"error": "upstream did not answer"})
+        self.served += self.price
+        if what in ("missing", "fail"):
+            status = 404 if what == "missing" else 500
+            return await answer(send, status, {"error": f"the service answered {status}"})
         if what == "hold":
             self.holding.set()
             await asyncio.wait_for(self.refused.wait(), timeout=60)

@@ -96,11 +96,29 @@ def test_a_402_asking_too_much_is_refused_unsigned(key, store, double, gateway):
         client.post("/predict")
     assert refused.value.details | {"reason": ""} == {
         "endpoint": "echo", "due": 7 * PRICE, "sent": 2 * PRICE, "received": PRICE,
-        "price": PRICE, "reason": "",
+        "unsure": 0, "price": PRICE, "reason": "",
     }  # fmt: skip
     assert "0.002000 ADA received plus this request's 0.002000 ADA" in str(refused.value)
     assert client.received == PRICE and client.paid == 2 * PRICE  # the one increment at risk
     assert iou_lines(store) == 2  # nothing signed for the due
+
+
+def test_a_5xx_is_paid_only_when_the_gateway_charged_it(key, store, double, gateway):
+    """A 500 of the service is charged by the gateway: the next request's 402 asks for it and
+    is paid. A 502 of the gateway's own (no upstream answer) is not: the next request pays
+    nothing for it (the same IOU goes again)."""
+    client = EndpointClient(gateway, "echo", new_signer(key, store), PRICE)
+    assert client.post("/fail").status_code == 500
+    assert (client.received, client.unsure, client.paid) == (0, PRICE, PRICE)
+    assert client.post("/predict").status_code == 200  # 402 for 2 prices, paid, retried
+    assert [r["due"] for r in double.refusals] == [2 * PRICE]
+    assert (client.received, client.unsure, client.paid) == (2 * PRICE, 0, 2 * PRICE)
+
+    assert client.post("/down").status_code == 502
+    assert client.post("/predict").status_code == 200
+    assert [iou.amount for iou in double.ious] == [PRICE, 2 * PRICE, 3 * PRICE, 3 * PRICE]
+    assert (client.received, client.unsure, client.paid) == (3 * PRICE, PRICE, 3 * PRICE)
+    assert len(double.refusals) == 1 and double.served == 3 * PRICE
 
 
 def test_another_channels_key_is_refused_with_the_gateways_reason(store, double, gateway):

@@ -2,12 +2,14 @@
 uvicorn, its channel book and endpoint book on disk, a real uvicorn upstream; no chain: the
 channel is opened in the book directly, as tests/provider/test_gateway.py does): each request
 paid one price more and each IOU stored by the provider, a restart going on from the renter's
-persisted IOU, and a gateway counting more than the renter received refused unsigned."""
+persisted IOU, a gateway counting more than the renter received refused unsigned, and a 5xx
+paid only when the gateway charged it (the upstream's 500 yes, the gateway's own 502 no)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ from tests.consumer.test_channels import record
 from tests.provider.test_gateway_support import (
     CHANNEL,
     NETWORK,
+    OTHER_CHANNEL,
     RENTER,
     SCRIPT,
     book_with_channels,
@@ -30,14 +33,25 @@ from tests.provider.test_gateway_support import (
 )
 
 PRICE = 1_500
+NOWHERE = "http://127.0.0.1:9"  # no upstream listens there: the gateway answers 502 itself
+
+
+async def failing(scope: Any, receive: Any, send: Any) -> None:
+    """The gateway tests' upstream, whose `/fail` answers 500 (a service failing)."""
+    if scope["type"] == "http" and scope["path"] == "/fail":
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b"the model crashed"})
+        return
+    await upstream(scope, receive, send)
 
 
 @pytest.fixture
 def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
-    with serving(upstream) as upstream_url:
+    with serving(failing) as upstream_url:
         book = book_with_channels(tmp_path / "channels.sqlite")
         endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
         endpoints.add(Endpoint("echo", CHANNEL, upstream_url, PRICE, 0, started_ms=0))
+        endpoints.add(Endpoint("down", OTHER_CHANNEL, NOWHERE, PRICE, 0, started_ms=0))
         yield book, endpoints
         book.close()
         endpoints.close()
@@ -52,12 +66,13 @@ def gateway(books: tuple[ChannelBook, EndpointBook]) -> Iterator[str]:
 @pytest.fixture
 def store(tmp_path: Path) -> ChannelStore:
     made = ChannelStore(tmp_path / "renter")
-    made.save(record(ConsumerKey(RENTER), CHANNEL.hex()))
+    for channel in (CHANNEL, OTHER_CHANNEL):
+        made.save(record(ConsumerKey(RENTER), channel.hex()))
     return made
 
 
-def new_signer(store: ChannelStore) -> IouSigner:
-    return IouSigner(ConsumerKey(RENTER), NETWORK, SCRIPT, store.get(CHANNEL.hex()), store)
+def new_signer(store: ChannelStore, channel: bytes = CHANNEL) -> IouSigner:
+    return IouSigner(ConsumerKey(RENTER), NETWORK, SCRIPT, store.get(channel.hex()), store)
 
 
 def test_requests_through_the_real_gateway(books, gateway, store):
@@ -84,3 +99,17 @@ def test_requests_through_the_real_gateway(books, gateway, store):
     ):
         greedy.get("/predict")
     assert refused.value.details["due"] == 7 * PRICE and store.signed(CHANNEL.hex()) == 5 * PRICE
+
+
+def test_a_5xx_is_paid_only_if_the_real_gateway_charged_it(books, gateway, store):
+    _, endpoints = books
+    with EndpointClient(gateway, "echo", new_signer(store), PRICE) as client:
+        assert client.post("/fail").status_code == 500  # the upstream answered: charged
+        assert client.post("/predict").status_code == 200  # its 402 asks for it: paid
+        assert (client.received, client.unsure, client.paid) == (2 * PRICE, 0, 2 * PRICE)
+    with EndpointClient(gateway, "down", new_signer(store, OTHER_CHANNEL), PRICE) as client:
+        for _ in range(3):  # the gateway's own 502, never charged: the same IOU each time
+            assert client.post("/predict").status_code == 502
+        assert (client.received, client.unsure, client.paid) == (0, 3 * PRICE, PRICE)
+    down = endpoints.get("down")
+    assert down is not None and (down.requests, down.served) == (0, 0)
