@@ -10,11 +10,12 @@ The gateway answers a request whose IOU does not cover what it served plus this 
 402 and the `due` amount (design: "402 rule"). The client pays a due only up to what it received
 plus this request's price (the one increment a renter risks), and only once per request; a due
 above that is refused without signing (`EndpointRefused` names the amounts). Received counts
-the requests the service answered (any status below 500 but a 402); a request with no answer is
-not paid for twice. A 5xx answer may be the service's (the gateway charges it: its upstream
-answered) or the gateway's own (502: no upstream answer; not charged), which the client cannot
-tell apart: it is counted as `unsure`, not paid ahead, and paid only when a later 402 asks for
-it, so the renter pays for a failed request at most what the gateway counted.
+the requests answered with success (below 400); a request with no answer is not paid for twice.
+An error answer may be the service's (the gateway charges it: its upstream answered) or the
+gateway's own (404 unknown endpoint, 413, 502 no upstream answer: not charged), which the
+client cannot tell apart: it is counted as `unsure`, not paid ahead, and paid only when a later
+402 asks for it, so the renter pays for a failed request at most what the gateway counted (an
+SDK pointed at a misspelt endpoint signs one price, not one per attempt).
 
 Thread-safe. Concurrent requests on one channel each pay received + price when they are sent,
 so the gateway, which counts every request it served, answers all but the first with a 402; such
@@ -34,7 +35,7 @@ from offchain.protocol.amounts import ada
 from offchain.protocol.iou import IOU_HEADER, SignedIou
 
 PAYMENT_REQUIRED = 402
-SERVER_ERROR = 500
+ERROR = 400  # a status from here on may be the gateway's own, uncharged
 DEFAULT_TIMEOUT_S = 60.0  # an inference may take a while; httpx's 5 s default is short
 
 
@@ -66,7 +67,7 @@ class EndpointClient:
         self.owned = client is None
         self.client = httpx.Client(timeout=DEFAULT_TIMEOUT_S) if client is None else client
         self.received = signer.signed
-        self.unsure = 0  # lovelace of 5xx answers: paid only if a 402 asks for them
+        self.unsure = 0  # lovelace of error answers: paid only if a 402 asks for them
         self.in_flight = 0  # requests sent and not answered yet
         self.changed = threading.Condition()  # received, unsure or in_flight changed
 
@@ -117,8 +118,7 @@ class EndpointClient:
     def sent(
         self, method: str, path: str, iou: SignedIou, kwargs: dict[str, Any]
     ) -> httpx.Response:
-        """The request sent with `iou`; an answer the service gave counts as received, a 5xx
-        as unsure."""
+        """The request sent with `iou`; a success counts as received, an error as unsure."""
         with self.changed:
             self.in_flight += 1
         status = PAYMENT_REQUIRED  # no answer: nothing received
@@ -131,10 +131,10 @@ class EndpointClient:
         finally:
             with self.changed:
                 self.in_flight -= 1
-                if status >= SERVER_ERROR:
-                    self.unsure += self.price
-                elif status != PAYMENT_REQUIRED:
+                if status < ERROR:
                     self.received += self.price
+                elif status != PAYMENT_REQUIRED:
+                    self.unsure += self.price
                 self.changed.notify_all()
 
     def due_of(self, response: httpx.Response) -> tuple[int, str]:
@@ -163,7 +163,7 @@ class EndpointClient:
             facts = {"endpoint": self.endpoint, "due": due, "sent": sent, "received": received,
                      "unsure": unsure, "price": self.price, "reason": reason}  # fmt: skip
             if due > ceiling:
-                failed = f" and {ada(unsure)} of 5xx answers" if unsure else ""
+                failed = f" and {ada(unsure)} of error answers" if unsure else ""
                 raise EndpointRefused(
                     f"{self.endpoint}: the gateway asks for {ada(due)} in all ({reason}), more "
                     f"than the {ada(received)} received{failed} plus this request's "
@@ -174,11 +174,11 @@ class EndpointClient:
                     f"{self.endpoint}: the gateway refused the IOU for {ada(sent)}: {reason}",
                     **facts,
                 )  # fmt: skip
-            taken = max(due - self.price - received, 0)  # 5xx answers the gateway charged
+            taken = max(due - self.price - received, 0)  # error answers the gateway charged
             self.received, self.unsure = received + taken, unsure - taken
         return self.signer.pay(max(due, self.signer.signed), ceiling)
 
     @property
     def ceiling(self) -> int:
-        """The most an IOU may name now: received, the 5xx answers and one request."""
+        """The most an IOU may name now: received, the error answers and one request."""
         return self.received + self.unsure + self.price

@@ -3,7 +3,8 @@ uvicorn, its channel book and endpoint book on disk, a real uvicorn upstream; no
 channel is opened in the book directly, as tests/provider/test_gateway.py does): each request
 paid one price more and each IOU stored by the provider, a restart going on from the renter's
 persisted IOU, a gateway counting more than the renter received refused unsigned, and a 5xx
-paid only when the gateway charged it (the upstream's 500 yes, the gateway's own 502 no)."""
+paid only when the gateway charged it (the upstream's 500 yes, the gateway's own 502 and 404
+no)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,13 @@ def test_a_5xx_is_paid_only_if_the_real_gateway_charged_it(books, gateway, store
         assert (client.received, client.unsure, client.paid) == (0, 3 * PRICE, PRICE)
     down = endpoints.get("down")
     assert down is not None and (down.requests, down.served) == (0, 0)
+
+
+def test_a_misspelt_endpoint_costs_one_price_at_most(gateway, store):
+    """The gateway's 404 for an endpoint it does not have charges nothing; the client signs the
+    same IOU for each attempt, so the next client on the channel (which starts from the last
+    IOU) is one price ahead, not one per attempt."""
+    with EndpointClient(gateway, "ehco", new_signer(store), PRICE) as client:
+        for _ in range(3):
+            assert client.post("/predict").status_code == 404
+        assert (client.received, client.unsure, client.paid) == (0, 3 * PRICE, PRICE)
