@@ -50,7 +50,8 @@ class EndpointClient:
     `received` is what the renter received so far in lovelace: it starts at the signer's last
     IOU (a restart continues from the persisted total: every IOU paid for an answer, bar
     perhaps the last one, lost on the way, the one increment at risk) and grows by the price
-    with each answered request."""
+    with each successful answer; `unsure` holds the error answers' prices until a 402 asks
+    for them."""
 
     def __init__(
         self,
