@@ -37,7 +37,16 @@ def listed(gateway: str) -> list[dict[str, Any]]:
     if response.status_code != 200:
         raise ConsumerError(f"{url} answered {response.status_code}: {response.text[:200]}",
                             gateway=gateway, status=response.status_code)  # fmt: skip
-    endpoints: list[dict[str, Any]] = response.json()
+    try:
+        endpoints: list[dict[str, Any]] = response.json()
+        for endpoint in endpoints:
+            if not (
+                isinstance(endpoint["name"], str) and isinstance(endpoint["price_per_request"], int)
+            ):
+                raise TypeError(endpoint)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConsumerError(f"{url} is not a gateway's listing of endpoints: "
+                            f"{response.text[:200]!r}", gateway=gateway) from exc  # fmt: skip
     return endpoints
 
 
