@@ -42,6 +42,8 @@ COMPONENTS = {
     "offers": Component("consumer.cli", "offers_app", "Offers on the market."),
     "channel": Component("consumer.channel_cli", "app", "Pay-as-you-go payment channels to a "
                          "provider: open, top up, close."),
+    "endpoint": Component("consumer.endpoint_cli", "app", "Inference endpoints on a provider's "
+                          "gateway, paid per request from a payment channel."),
     "wallet": Component("consumer.cli", "wallet_app", "The consumer's key and funds."),
 }  # fmt: skip
 
