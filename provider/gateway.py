@@ -20,10 +20,8 @@ next one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -35,12 +33,6 @@ from provider.endpoints import Endpoint, EndpointBook
 from provider.gateway_commit import IouStore
 
 log = logging.getLogger(__name__)
-
-# httpcore imports sniffio on every request; where it is not installed (anyio 4 needs it no
-# more) each is a failed import, a search of sys.path: about a third of the gateway's time per
-# request. None in sys.modules makes that import fail at once, as it would anyway.
-if importlib.util.find_spec("sniffio") is None:
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
