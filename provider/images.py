@@ -9,11 +9,14 @@ each is built once per machine.
   /health and /predict on port 8000), the service the tests, benchmark and demo start.
 
 The python image is also tagged `PYTHON_EXAMPLE` (a name that does not change with its recipe),
-the image the spec `unchained job init` writes runs in. `local_images` is what an offer lists.
+the image the spec `unchained job init` writes runs in. `local_images` is what an offer lists:
+tags and the digests of images pulled from (or pushed to) a registry. `pull` fetches a missing
+image, and one named by digest only if the engine then holds exactly that digest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import io
@@ -26,10 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import docker
-from docker.errors import ImageNotFound
+from docker.errors import DockerException, ImageNotFound
 from pydantic import ValidationError
 
-from offchain.protocol.offer import MAX_IMAGES, OfferedImage
+from offchain.protocol.offer import MAX_IMAGES, OfferedImage, normal_image
 
 BUSYBOX_REPOSITORY = "unchained/busybox"
 PYTHON_REPOSITORY = "unchained/python-numpy"
@@ -189,16 +192,46 @@ def _python_with(
 
 
 def local_images(client: docker.DockerClient) -> list[OfferedImage]:
-    """The engine's tagged images as an offer lists them (reference and image id), sorted; a
-    tag an offer cannot carry (not a reference the job spec accepts) is left out."""
+    """The engine's tagged images and their registry digests (`host/repo@sha256:...`: a spec
+    naming one runs without a pull) as an offer lists them, with the image id, sorted; a
+    reference an offer cannot carry (not one the job spec accepts) is left out."""
     found = []
     for image in client.images.list():
-        for tag in image.tags:
+        for reference in (*image.tags, *image.attrs.get("RepoDigests", ())):
             try:
-                found.append(OfferedImage(reference=tag, digest=image.id))
+                found.append(OfferedImage(reference=reference, digest=image.id))
             except ValidationError:
                 continue
     return sorted(found, key=lambda image: image.reference)[:MAX_IMAGES]
+
+
+class PullError(Exception):
+    """What the registry served is not the image named."""
+
+
+def pull(client: docker.DockerClient, reference: str) -> str:
+    """Pull `reference` into the engine; its image id. One named by digest must come back with
+    that digest among the image's RepoDigests (docker checks the manifest against the digest
+    as it pulls; this checks that the engine filed it under that digest): otherwise the pulled
+    reference is dropped and PullError says so. The engine's refusals are DockerException."""
+    image = client.images.pull(reference)
+    if by_digest(reference) and not has_digest(image.attrs, reference):
+        with contextlib.suppress(DockerException):
+            client.images.remove(reference)
+        raise PullError(
+            f"the registry served an image whose digests are {image.attrs.get('RepoDigests')}, "
+            f"not {reference}"
+        )
+    return str(image.id)
+
+
+def by_digest(reference: str) -> bool:
+    return "@sha256:" in reference
+
+
+def has_digest(attrs: dict, reference: str) -> bool:
+    """Whether an image's inspect `attrs` list `reference` (`repo@sha256:...`) as a digest."""
+    return normal_image(reference) in {normal_image(d) for d in attrs.get("RepoDigests") or ()}
 
 
 def _unmount_below(root: Path) -> None:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
-from provider import cgroups, egress
+from provider import cgroups, egress, images
 from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
@@ -223,6 +223,7 @@ class Runner:
             samples=sampler.samples,
             gpu_samples=sampler.gpu_samples,
             gap=gap,
+            image_digest=spec.image if images.by_digest(spec.image) else None,
         )
         results = self.results_dir / job_id
         results.mkdir(exist_ok=True)
@@ -336,8 +337,8 @@ def create_container(client: docker.DockerClient, options: dict, pull: bool) -> 
         if not pull:
             raise JobStartError(f"image {options['image']} is not on this machine") from exc
         try:
-            client.images.pull(options["image"])
-        except DockerException as pull_error:
+            images.pull(client, options["image"])
+        except (DockerException, images.PullError) as pull_error:
             raise JobStartError(
                 f"image {options['image']} is not on this machine and could not be pulled: "
                 f"{engine_reason(pull_error)}"

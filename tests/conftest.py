@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import pytest
 
 from offchain.devnet.process import DevnetProcess
+from tests.registry import LocalRegistry, local_registry
 
 # marker: the fixtures that start it (a fixture used through another counts)
 NEEDS = {
     "devnet": {"devnet", "own_devnet", "slow_devnet"},
-    "docker": {"busybox", "python", "runner"},
+    "docker": {"busybox", "python", "runner", "registry"},
     "postgres": {"postgresql_cluster", "postgresql_url"},
     "browser": {"browser"},
 }
@@ -51,3 +52,11 @@ def own_devnet(tmp_path) -> Iterator[DevnetProcess]:
     process = DevnetProcess(tmp_path / "data").start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """A real registry (Debian's docker-registry) on a free local port, empty; stopped at the
+    end. `LocalRegistry.push` puts a locally built image in it."""
+    with local_registry(tmp_path_factory.mktemp("registry")) as running:
+        yield running

@@ -50,7 +50,7 @@ class MeteringRecord(BaseModel):
 
     version: int = 1
     job_id: str
-    image_id: str
+    image_id: str  # the engine's id of the image that ran (its config's digest)
     gpu_uuids: list[str]
     cpu_cores: int
     memory_mib: int
@@ -71,6 +71,9 @@ class MeteringRecord(BaseModel):
     samples: list[Sample]
     gpu_samples: list[GpuSample]
     gap: bool  # the runner was down for part of the job: samples are missing, totals are not
+    # the registry's digest of the image that ran (`host/repo@sha256:...`) when the spec named
+    # the image by digest: pulled and checked against it; None for a provider's local image
+    image_digest: str | None = None
 
     @property
     def pids_limit_reached(self) -> bool:

@@ -12,9 +12,11 @@ import pytest
 
 from offchain.protocol.deployment import Deployment
 from provider import images
+from provider.images import BUSYBOX_REPOSITORY
 from provider.config import RunnerSettings
 from provider.runner import Runner
 from tests.provider.chain import deployed
+from tests.registry import LocalRegistry
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +38,13 @@ def busybox(client: docker.DockerClient) -> str:
 def python(client: docker.DockerClient) -> str:
     """Python 3 + NumPy with provider/workloads at /opt/unchained/workloads."""
     return images.workloads_image(client)
+
+
+@pytest.fixture(scope="session")
+def registry_busybox(client: docker.DockerClient, busybox: str, registry: LocalRegistry) -> str:
+    """The busybox image pushed to the session's registry, by digest: `host/repo@sha256:...`
+    (the engine keeps no reference to it under that name: a run pulls it)."""
+    return registry.push(client, busybox, BUSYBOX_REPOSITORY)
 
 
 @pytest.fixture(scope="module")
