@@ -262,7 +262,7 @@ def quote_summary(quote: "CheckedQuote") -> dict[str, Any]:
         "worst_case_lovelace": quote.worst_case, "deadline_ms": datum.deadline,
         "settle_window_ms": datum.settle_window, "quote_expires_ms": quote.quote_expires_ms,
         "bond": quote.terms.get("bond"), "bond_lovelace": quote.bond_lovelace,
-        "fee_allowance_note": quote.allowance_note,
+        "fee_allowance_note": quote.allowance_note, "image": quote.image,
     }  # fmt: skip
 
 
@@ -277,6 +277,7 @@ def quote_text(quote: "CheckedQuote") -> str:
     return "\n".join([
         f"quote for job {quote.job_id} (offer signed by its provider: checked)",
         f"  provider    {quote.provider_id}",
+        f"  image       {quote.image}",
         f"  GPU         {gpus} ({terms['vram_mib']} MiB each), {terms['cpu_cores']} cores, "
         f"{terms['memory_mib']} MiB memory",
         f"  price       {per_hour(datum.price_per_unit)} ({datum.price_per_unit:,} lovelace per "

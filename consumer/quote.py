@@ -17,6 +17,7 @@ from consumer.errors import QuoteRejected
 from offchain.protocol.amounts import ADA
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.registry import RegistryError, names_registry, resolve
 from offchain.protocol.signed_request import RequestFields, SignedRequestError, open_signed
 from offchain.protocol.split import lock_amount
 from offchain.protocol.types import EscrowDatum
@@ -42,6 +43,7 @@ class CheckedQuote:
     refund_deposit: int  # of `lovelace`, always refunded: at least the refund's minimum UTxO
     bond_lovelace: int = 0  # the bond the offer names, checked on chain (0: none named)
     allowance_note: str = ""  # the market's words for what the fee allowance covers
+    image: str = ""  # the image locked: the spec's, or its registry tag pinned to a digest
 
     @property
     def max_cost(self) -> int:
@@ -160,5 +162,28 @@ def check_quote(
         job_id=quote.job_id, provider_id=offer.provider_id, gpu_model=terms["gpu_model"],
         terms=terms, datum=params.to_datum(), lovelace=params.lovelace,
         quote_expires_ms=quote.quote_expires_ms, refund_deposit=deposit,
-        allowance_note=quote.fee_allowance_note,
+        allowance_note=quote.fee_allowance_note, image=spec.image,
     )  # fmt: skip
+
+
+def locked_spec(spec: JobSpec, quoted_image: str | None) -> JobSpec:
+    """The spec the quote's escrow digests: `spec`, or with its registry tag pinned to the
+    digest the market quoted, once the registry (asked from here: the market's word is not
+    taken) names that same digest. QuoteRejected otherwise: nothing is locked."""
+    if quoted_image is None or quoted_image == spec.image:
+        return spec
+    asked = spec.image
+    if not names_registry(asked) or "@" in asked:
+        raise QuoteRejected(f"the market quoted image {quoted_image}, not the {asked} asked: "
+                            "refusing the quote, nothing locked")  # fmt: skip
+    try:
+        digest = resolve(asked)
+    except RegistryError as exc:
+        raise QuoteRejected(f"cannot check the market's pin of {asked} to {quoted_image}: "
+                            f"{exc}; refusing the quote, nothing locked") from exc  # fmt: skip
+    if digest != quoted_image:
+        raise QuoteRejected(
+            f"the market pinned {asked} to {quoted_image} but the registry names {digest}: "
+            "refusing the quote, nothing locked"
+        )
+    return spec.model_copy(update={"image": digest})

@@ -36,7 +36,7 @@ from consumer.errors import (
 from consumer.external import signed_lock
 from consumer.job_record import JobRecord
 from consumer.keys import ConsumerKey
-from consumer.quote import CheckedQuote, check_quote
+from consumer.quote import CheckedQuote, check_quote, locked_spec
 from consumer.store import JobStore, local_time
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
@@ -84,14 +84,16 @@ class Consumer:
     # --- quote and lock ---------------------------------------------------------------
 
     async def quote(self, spec: JobSpec, gpu_model: str | None = None) -> CheckedQuote:
-        """Request the job and check the quote (the provider's signed offer, the escrow terms);
-        the checked quote is recorded locally before anything is locked."""
+        """Request the job and check the quote (the provider's signed offer, the escrow terms,
+        the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
+        as locked, before anything is locked."""
         request: dict[str, Any] = {
             "spec": spec.model_dump(mode="json"), "consumer_address": str(self.key.address),
         }  # fmt: skip
         if gpu_model:
             request["gpu_model"] = gpu_model
         quote = await self.market.request_job(request)
+        spec = await asyncio.to_thread(locked_spec, spec, quote.image)
         params = await self.market.escrow_parameters(quote.job_id)
         clock = await asyncio.to_thread(Clock.now, self.context)
         lock = await asyncio.to_thread(

@@ -102,6 +102,14 @@ class MarketSettings(LayeredSettings):
     leader_poll_ms: int = Field(
         1000, ge=50, description="How often a process tries to become (and checks it is) leader."
     )
+    registry_timeout_ms: int = Field(
+        10_000, ge=100, description="How long a quote waits for a registry to pin an image's tag."
+    )
+    local_registries: bool = Field(
+        False, description="Read registries on this machine (localhost, 127.0.0.0/8) to pin "
+        "an image: for a market beside its registry (tests, a demo); off, a renter cannot make "
+        "the market probe its own machine's ports.",
+    )  # fmt: skip
     crash_at: CRASH_POINTS = Field("", description="Tests only: SIGKILL this process there.")
 
     @property

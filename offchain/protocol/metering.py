@@ -80,10 +80,14 @@ class MeteringRecord(BaseModel):
         return self.pids_peak >= self.pids_limit
 
     def canonical_json(self) -> bytes:
-        """Sorted keys, no spaces, ASCII: the same bytes for the same record, anywhere."""
+        """Sorted keys, no spaces, ASCII: the same bytes for the same record, anywhere. A
+        record without an image digest leaves the key out: its bytes (and the evidence hash a
+        receipt signed) are what they were before records could name one."""
+        exclude = {"image_digest"} if self.image_digest is None else None
         return json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        ).encode()
+            self.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":"),
+            ensure_ascii=True,
+        ).encode()  # fmt: skip
 
     def digest(self) -> str:
         """Hex sha256 of the canonical JSON: the receipt's evidence hash."""

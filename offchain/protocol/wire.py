@@ -108,6 +108,11 @@ class Quote(BaseModel):
         "cost of a settle alone, measured, with a margin)."
     )
     fee_allowance_note: str = Field(description="What the allowance covers, in words.")
+    image: str | None = Field(
+        None, description="The image the job runs: the spec's, or its registry tag pinned to "
+        "the digest the registry named at quote time (what the job id digests and the renter "
+        "checks); None from a market that pins none.",
+    )  # fmt: skip
 
 
 class LockTransaction(BaseModel):

@@ -12,8 +12,8 @@ import pytest
 
 from offchain.protocol.deployment import Deployment
 from provider import images
-from provider.images import BUSYBOX_REPOSITORY
 from provider.config import RunnerSettings
+from provider.images import BUSYBOX_REPOSITORY
 from provider.runner import Runner
 from tests.provider.chain import deployed
 from tests.registry import LocalRegistry

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from consumer.errors import QuoteRejected
+from consumer.quote import locked_spec
 from offchain.devnet.process import free_port
 from offchain.protocol.offer import ImageSupply
 from offchain.protocol.registry import ImageName, RegistryError, is_loopback, pinned, resolve
@@ -72,10 +74,16 @@ def test_a_job_named_by_digest_is_pulled_run_and_listed(client, tmp_path, regist
 
 
 def test_a_registry_serving_other_bytes_than_the_digest_is_refused_before_running(
-    client, tmp_path, registry, registry_busybox, python
+    client, tmp_path, registry, registry_busybox, busybox
 ):
     """A registry that answers digest A with image B's manifest: the pull fails, nothing runs."""
-    other = registry.push(client, python, "unchained/workloads")
+    holder = client.containers.create(busybox, ["true"])
+    try:
+        holder.commit(repository="unchained/other", tag="t", changes=['CMD ["true"]'])
+    finally:
+        holder.remove()
+    other = registry.push(client, "unchained/other:t", "unchained/other")
+    forget(client, "unchained/other:t")
     named, served = registry_busybox.split("@")[1], other.split("@")[1]
     runner = Runner(client, RunnerSettings(state_dir=tmp_path / "state", pull_images=True))
     with swapping_proxy(registry.host, {named: served}) as host:
@@ -111,3 +119,19 @@ def plain_web_server() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_renter_checks_the_market_s_pin_with_the_registry(registry, registry_busybox, busybox):
+    """The renter's SDK takes a pinned image only when the registry, asked by the renter,
+    names the same digest: a market pinning another image gets nothing locked."""
+    tag = f"{registry.host}/{BUSYBOX_REPOSITORY}:{busybox.rsplit(':', 1)[1]}"
+    asked = job(tag, ["true"])
+    locked = locked_spec(asked, registry_busybox)
+    assert locked.image == registry_busybox and locked.job_id() != asked.job_id()
+    assert locked_spec(asked, None) is asked  # a market that pins nothing
+    other = registry_busybox[:-8] + "00000000"
+    with pytest.raises(QuoteRejected, match="but the registry names"):
+        locked_spec(asked, other)
+    local = job("unchained/busybox:latest", ["true"])
+    with pytest.raises(QuoteRejected, match="not the unchained/busybox:latest asked"):
+        locked_spec(local, registry_busybox)

@@ -20,7 +20,7 @@ from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import Blob, Cause, Job, JobState, Offer
-from offchain.market.services import acceptance, jobs, offers, quote_terms
+from offchain.market.services import acceptance, image_pins, jobs, offers, quote_terms
 from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
@@ -44,13 +44,15 @@ def request_job(
     nonce: PendingNonce,
     request: schemas.JobRequest,
 ) -> wire.Quote:
-    """Match a verified request to the cheapest online offer and quote it: the nonce, the job
+    """Match a verified request to the cheapest online offer and quote it (its image pinned to
+    a digest when it names a registry's tag: `image_pins`): the nonce, the job
     and its events are one write transaction (a replay changes nothing: ReplayedRequest),
     its escrow terms no other job's and its fee allowance what settling it may cost
     (`quote_terms`). When no offer can take the job, or its provider would refuse it once
     locked (`acceptance`: the check its daemon runs), only the nonce is spent and Conflict
     says why."""
     try:
+        request = image_pins.pinned(settings, request)
         now = chain.now_ms(TIP_AGE_S)
         with Session(engine) as session:
             job, offer = match(session, settings, chain.deployment, now, signed, request)
@@ -135,6 +137,7 @@ def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
         refund_deposit=deposit, lock_lovelace=job.lock_lovelace,
         quote_expires_ms=job.quote_expires_ms, settle_fee_share=settle_fee_share,
         fee_allowance_note=allowance_note(job.fee_allowance, deposit),
+        image=spec_of(job)["image"],
     )  # fmt: skip
 
 
