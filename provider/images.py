@@ -16,7 +16,6 @@ image, and one named by digest only if the engine then holds exactly that digest
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import io
@@ -25,7 +24,7 @@ import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import docker
@@ -216,7 +215,7 @@ def pull(client: docker.DockerClient, reference: str) -> str:
     reference is dropped and PullError says so. The engine's refusals are DockerException."""
     image = client.images.pull(reference)
     if by_digest(reference) and not has_digest(image.attrs, reference):
-        with contextlib.suppress(DockerException):
+        with suppress(DockerException):
             client.images.remove(reference)
         raise PullError(
             f"the registry served an image whose digests are {image.attrs.get('RepoDigests')}, "

@@ -47,6 +47,12 @@ class LocalRegistry:
         return pinned
 
     def stop(self) -> None:
+        """Stop the registry and drop every reference the engine keeps to it (its port is
+        not reused: stale names would pile up in the offers of later runs)."""
+        client = docker.from_env()
+        for image in client.images.list():
+            names = (*image.tags, *(image.attrs.get("RepoDigests") or ()))
+            forget(client, *(name for name in names if name.startswith(f"{self.host}/")))
         self.process.terminate()
         try:
             self.process.wait(timeout=10)
