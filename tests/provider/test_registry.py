@@ -15,6 +15,10 @@ import pytest
 from consumer.errors import QuoteRejected
 from consumer.quote import locked_spec
 from offchain.devnet.process import free_port
+from offchain.market.errors import Conflict
+from offchain.market.schemas import JobRequest
+from offchain.market.services import image_pins
+from offchain.market.settings import MarketSettings
 from offchain.protocol.offer import ImageSupply
 from offchain.protocol.registry import ImageName, RegistryError, is_loopback, pinned, resolve
 from provider.config import RunnerSettings
@@ -135,3 +139,16 @@ def test_the_renter_checks_the_market_s_pin_with_the_registry(registry, registry
     local = job("unchained/busybox:latest", ["true"])
     with pytest.raises(QuoteRejected, match="not the unchained/busybox:latest asked"):
         locked_spec(local, registry_busybox)
+
+
+def test_a_market_reads_no_registry_on_its_own_machine_unless_told(registry, registry_busybox):
+    """A renter could otherwise make the market probe its own ports; a bare local tag is
+    quoted as written."""
+    asked = job(f"{registry.host}/{BUSYBOX_REPOSITORY}:nope", ["true"])
+    request = JobRequest.model_construct(spec=asked)  # only its spec is read
+    with pytest.raises(Conflict, match="reads no registry on its own machine"):
+        image_pins.pinned(MarketSettings(), request)
+    with pytest.raises(Conflict, match=r"cannot be pinned to a digest: .*has no tag nope"):
+        image_pins.pinned(MarketSettings(local_registries=True), request)
+    local = JobRequest.model_construct(spec=job("unchained/busybox:latest", ["true"]))
+    assert image_pins.pinned(MarketSettings(), local) is local
