@@ -35,12 +35,10 @@ import httpx
 from offchain.protocol.jobspec import ServiceSpec
 from provider import images
 from provider.config import RunnerSettings
-from provider.endpoints import EndpointBook
 from provider.services import Services
 from tests.registry import LocalRegistry, forget, local_registry
 
 RESULTS = Path(__file__).parent / "results" / "services_cold_start.json"
-CHANNEL = bytes(28)
 UNCACHED_REPOSITORY = "unchained/bench-uncached"
 
 
@@ -50,10 +48,10 @@ def ms_since(start_ns: int) -> float:
 
 def one_run(services: Services, spec: ServiceSpec, name: str) -> dict[str, float]:
     start = time.perf_counter_ns()
-    endpoint = services.start(name, spec, CHANNEL)
+    started = services.start(name, spec)
     cold_start_ms = ms_since(start)
     start = time.perf_counter_ns()
-    answer = httpx.post(f"{endpoint.upstream}/predict", json={"values": [1, 2, 3]})
+    answer = httpx.post(f"{started.upstream}/predict", json={"values": [1, 2, 3]})
     answer.raise_for_status()
     first_predict_ms = ms_since(start)
     start = time.perf_counter_ns()
@@ -71,14 +69,12 @@ def runs_of(
 ) -> list[dict[str, float]]:
     """`runs` cold starts of `spec`; `uncached`: its image removed from the engine first."""
     settings = RunnerSettings(state_dir=scratch / "state", pull_images=uncached)
-    book = EndpointBook.in_state_dir(settings.state_dir)
-    services = Services(client, settings, book)
+    services = Services(client, settings)
     samples = []
     for i in range(runs):
         if uncached:
             forget(client, spec.image)
         samples.append(one_run(services, spec, f"bench-{i}"))
-    book.close()
     return samples
 
 
