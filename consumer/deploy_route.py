@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from consumer.channels import Channels
     from consumer.market_read import MarketReader
 
+
 class _Imaged(Protocol):
     image: str
 
