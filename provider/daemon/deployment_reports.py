@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import ValidationError
 
@@ -23,6 +23,9 @@ from offchain.protocol.deployment_report import (
 )  # fmt: skip
 from offchain.protocol.market_errors import MarketError
 from offchain.protocol.market_link import Body, MarketLink
+
+if TYPE_CHECKING:
+    from provider.daemon.main import Daemon
 
 log = logging.getLogger("unchained.provider")
 
@@ -112,3 +115,9 @@ class DeploymentReporter:
                 log.warning("deployments not reported, again at the next heartbeat: %s", exc)
                 return
             self.taken.update((row.key, row) for row in chunk)
+
+
+def reports(daemon: Daemon) -> DeploymentReporter:
+    """The daemon's reporter: its book's rows, sent on its market link (`Daemon.run` ticks it
+    each heartbeat)."""
+    return DeploymentReporter(daemon.link, daemon.endpoints.list)
