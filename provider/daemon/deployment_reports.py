@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -20,9 +20,10 @@ from offchain.protocol.deployment_report import (
     MAX_REASON,
     REPORT_PATH,
     DeploymentRow,
-)  # fmt: skip
+)
 from offchain.protocol.market_errors import MarketError
 from offchain.protocol.market_link import Body, MarketLink
+from provider.endpoints import Endpoint
 
 if TYPE_CHECKING:
     from provider.daemon.main import Daemon
@@ -30,38 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("unchained.provider")
 
 
-class Deployed(Protocol):
-    """What a report reads of a book's row (`provider.endpoints.Endpoint`)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def channel(self) -> bytes: ...
-    @property
-    def image_digest(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def price_per_request(self) -> int: ...
-    @property
-    def price_per_second(self) -> int: ...
-    @property
-    def created_ms(self) -> int: ...
-    @property
-    def started_ms(self) -> int: ...
-    @property
-    def stopped_ms(self) -> int: ...
-    @property
-    def requests(self) -> int: ...
-    @property
-    def served(self) -> int: ...
-
-
-def seconds_run(deployed: Deployed, now_ms: int) -> int:
+def seconds_run(deployed: Endpoint, now_ms: int) -> int:
     """Whole seconds from its start to its stop (or `now_ms`); 0 before it runs."""
     if not deployed.started_ms:
         return 0
@@ -69,7 +39,7 @@ def seconds_run(deployed: Deployed, now_ms: int) -> int:
     return max(0, until - deployed.started_ms) // 1000
 
 
-def report_row(deployed: Deployed, now_ms: int) -> DeploymentRow:
+def report_row(deployed: Endpoint, now_ms: int) -> DeploymentRow:
     """The row the market reads (ValidationError for one it would refuse)."""
     return DeploymentRow(
         name=deployed.name, kind=deployed.kind, channel=deployed.channel.hex(),  # type: ignore[arg-type]
@@ -86,7 +56,7 @@ class DeploymentReporter:
     """Sends the book's rows that changed since the market last took them."""
 
     def __init__(
-        self, link: MarketLink, book: Callable[[], Sequence[Deployed]],
+        self, link: MarketLink, book: Callable[[], Sequence[Endpoint]],
         clock: Callable[[], float] = time.time,
     ) -> None:  # fmt: skip
         self.link = link

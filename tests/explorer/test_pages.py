@@ -171,15 +171,20 @@ def test_each_page_is_html_and_the_same_json(client, path):
     assert by_path.json() == by_accept.json()
 
 
-def test_jobs_page_by_keyset_newest_first_without_overlap(client):
-    first = client.get("/api/explorer/jobs").json()
-    assert len(first["jobs"]) == PAGE and first["next"]
-    second = client.get("/api/explorer/jobs", params={"after": first["next"]}).json()
+def two_pages(client: TestClient, name: str) -> list:
+    """The ids of the list `name` (jobs, channels, ...) read by its cursor: a full page, then
+    the rest with no cursor after it; the HTML page links the second."""
+    first = client.get(f"/api/explorer/{name}").json()
+    assert len(first[name]) == PAGE and first["next"]
+    second = client.get(f"/api/explorer/{name}", params={"after": first["next"]}).json()
     assert second["next"] is None
-    ids = [j["id"] for j in first["jobs"] + second["jobs"]]
+    assert f"after={first['next']}" in client.get(f"/explorer/{name}").text
+    return [row["id"] for row in first[name] + second[name]]
+
+
+def test_jobs_page_by_keyset_newest_first_without_overlap(client):
+    ids = two_pages(client, "jobs")
     assert ids == sorted((f"{i:032x}" for i in range(JOBS)), reverse=True)
-    html = client.get("/explorer/jobs")
-    assert f"after={first['next']}" in html.text
 
 
 def test_the_job_page_shows_what_the_market_recorded(client):
@@ -345,13 +350,8 @@ def test_an_unbonding_bond_says_until_when_it_covers_jobs_as_a_date_with_the_tim
 
 
 def test_channels_page_by_keyset_newest_first_without_overlap(client):
-    first = client.get("/api/explorer/channels").json()
-    assert len(first["channels"]) == PAGE and first["next"]
-    second = client.get("/api/explorer/channels", params={"after": first["next"]}).json()
-    assert second["next"] is None
-    ids = [c["id"] for c in first["channels"] + second["channels"]]
+    ids = two_pages(client, "channels")
     assert ids == sorted((f"{i:056x}" for i in range(CHANNELS)), reverse=True)
-    assert f"after={first['next']}" in client.get("/explorer/channels").text
     assert client.get("/api/explorer/channels", params={"state": "open"}).json()["channels"] == []
     by_payee = client.get("/api/explorer/channels", params={"payee": ADDRESS}).json()
     assert len(by_payee["channels"]) == PAGE
@@ -382,13 +382,7 @@ def test_the_channel_page_shows_its_terms_amounts_close_and_every_transaction(cl
 
 
 def test_deployments_page_by_keyset_newest_first_without_overlap(client):
-    first = client.get("/api/explorer/deployments").json()
-    assert len(first["deployments"]) == PAGE and first["next"]
-    second = client.get("/api/explorer/deployments", params={"after": first["next"]}).json()
-    assert second["next"] is None
-    ids = [d["id"] for d in first["deployments"] + second["deployments"]]
-    assert ids == list(range(DEPLOYMENTS, 0, -1))
-    assert f"after={first['next']}" in client.get("/explorer/deployments").text
+    assert two_pages(client, "deployments") == list(range(DEPLOYMENTS, 0, -1))
     pods = client.get("/api/explorer/deployments", params={"kind": "pod"}).json()["deployments"]
     assert [(d["name"], d["channel_claimed"]) for d in pods] == [(f"svc-{DEPLOYMENTS - 1}", None)]
     for cursor in ("5.x", f"5.{10**20}"):  # a cursor of another list, a key past a row number
