@@ -125,6 +125,8 @@ async def test_a_channels_life_through_the_explorer(
             assert channel_id[:10] in await view.text("[data-testid=renter-channels-h]")
             await view.shoot("address-channels")
             await view.visit("/explorer/deployments")
+            assert "notebook" in await view.text("[data-testid=deployments]")
+            await view.shoot("deployments")
             await browser_page.get_by_role("link", name="notebook").first.click()
             await browser_page.wait_for_url("**/explorer/deployments/*")
             assert await view.text("#deployment-name") == "notebook"
