@@ -405,6 +405,15 @@ def test_the_deployment_page_shows_its_channel_claimed_and_what_it_served(client
         assert link in page
     newest = seen(client.get(f"/explorer/deployments/{DEPLOYMENTS}").text)
     assert "Claimed on it not indexed" in newest and "Pod svc-" in newest
+    assert "pays another provider" not in page
+    with Session(client.app.state.engine) as session:  # a channel indexed after the report
+        session.add(Provider(id="cd" * 28, vkey="00" * 32, payout_address=ADDRESS,
+                             last_heartbeat_ms=START_MS))  # fmt: skip
+        session.flush()
+        session.get(ServiceDeployment, 1).provider_id = "cd" * 28
+        session.commit()
+    assert client.get("/api/explorer/deployments/1").json()["deployment"]["channel_payee_differs"]
+    assert "this channel pays another provider" in client.get("/explorer/deployments/1").text
     missing = client.get("/explorer/deployments/999")
     assert missing.status_code == 404 and "no deployment 999" in missing.text
     # the provider's, the channel's and the home page link them

@@ -34,6 +34,9 @@ def _row(d: ServiceDeployment, channel: Channel | None) -> dict[str, Any]:
         "reported_ms": d.reported_ms,
         "channel_state": None if channel is None else str(channel.state),
         "channel_claimed": None if channel is None else channel.claimed,
+        # the market refuses a report naming another provider's channel once it is indexed;
+        # one indexed after the report is flagged here instead
+        "channel_payee_differs": channel is not None and channel.provider_id != d.provider_id,
     }  # fmt: skip
 
 
