@@ -28,7 +28,7 @@ from docker.models.containers import Container
 from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpecError, ServiceSpec, parse_servicespec
 from provider.config import RunnerSettings
-from provider.egress import SERVICE_BRIDGE_PREFIX, install_rules
+from provider.egress import SERVICE_BRIDGE_PREFIX, EgressUnavailable, install_rules
 from provider.endpoints import NAME, Endpoint, Started
 from provider.runner import JobStartError, create_container, engine_reason, runner_id
 from provider.sandbox import LABEL_RUNNER, hardened_options
@@ -158,7 +158,10 @@ class Services:
     def _create_network(self, name: str) -> None:
         """The service's own bridge: nothing else on it, no way out through the host's NAT,
         behind the egress fence (it may answer, never open a connection)."""
-        install_rules()
+        try:
+            install_rules()
+        except EgressUnavailable as exc:  # never run a service unfenced
+            raise ServiceStartError(f"service {name} not started, no egress fence: {exc}") from exc
         try:
             self.client.networks.create(
                 service_resource_name(self.runner_id, name), driver="bridge",
