@@ -52,6 +52,7 @@ ONNXRUNTIME_REPOSITORY = "unchained/onnxruntime"
 ONNXRUNTIME = "onnxruntime==1.32.0"  # its wheels need no other package to serve a model
 ONNXRUNTIME_WHEEL = ("--only-binary=:all:", "--no-deps", "--python-version", "3.11",
                      "--platform", f"manylinux_2_28_{platform.machine()}")  # fmt: skip
+ONNXRUNTIME_ENV = "ENV ORT_DISABLE_TELEMETRY=1"  # no device id written, nothing uploaded
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"  # bookworm's python3 looks here
 ONNX_SERVICE_SCRIPT = Path(__file__).parent / "onnx_service.py"
 ONNX_IN_IMAGE = "/opt/unchained"  # PYTHONPATH: the scripts are provider.* there, as here
@@ -195,7 +196,9 @@ def _onnxruntime_image(client: docker.DockerClient) -> str:
     """The python image with ONNXRUNTIME's wheel (for the image's Python, fetched here by pip)
     unpacked into its site-packages; tagged by the pinned release, whose files never change."""
     base = python_image(client)
-    tag = content_tag(base.encode(), " ".join((ONNXRUNTIME, *ONNXRUNTIME_WHEEL)).encode())
+    changes = [*PYTHON_CHANGES, ONNXRUNTIME_ENV]
+    recipe = " ".join((ONNXRUNTIME, *ONNXRUNTIME_WHEEL, *changes))
+    tag = content_tag(base.encode(), recipe.encode())
 
     def build() -> None:
         with tempfile.TemporaryDirectory(prefix="unchained-wheel-") as scratch:
@@ -215,7 +218,7 @@ def _onnxruntime_image(client: docker.DockerClient) -> str:
                 _add_folders(tar, SITE_PACKAGES)
                 for entry in sorted(site.iterdir()):
                     tar.add(str(entry), arcname=f"{SITE_PACKAGES}/{entry.name}")
-            _commit(client, base, archive.getvalue(), ONNXRUNTIME_REPOSITORY, tag, PYTHON_CHANGES)
+            _commit(client, base, archive.getvalue(), ONNXRUNTIME_REPOSITORY, tag, changes)
 
     return _cached(client, f"{ONNXRUNTIME_REPOSITORY}:{tag}", build)
 

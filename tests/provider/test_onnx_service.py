@@ -1,8 +1,9 @@
 """The ONNX sample: the network `onnx` builds here (deterministic, checked), served by
 onnxruntime in the image built locally (the wheel unpacked into it, nothing fetched inside),
 started as a hardened service and called through the gateway, each request paid by an IOU:
-its outputs are NumPy's forward pass of the same weights, and the gateway charged each
-request its price, to the lovelace.
+its outputs are NumPy's forward pass of the same weights, the gateway charged each request
+its price, to the lovelace, and the service logged only the requests (the runtime's telemetry
+is off in the image: no device id written, nothing sent).
 
 The image is built once per machine (about 5 s over the python image when pip has the wheel
 at hand); then the service starts in about a second."""
@@ -21,7 +22,7 @@ from offchain.protocol.iou import IOU_HEADER
 from provider import images, onnx_model
 from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
-from provider.services import Services
+from provider.services import Services, service_resource_name
 from tests.provider import test_services
 from tests.provider.test_gateway_support import CHANNEL, book_with_channels, iou, serving
 from tests.provider.test_services import spec_of
@@ -91,3 +92,10 @@ def test_the_onnx_service_answers_numpys_forward_pass_through_the_gateway(
     )
     served = book.get("mlp")
     assert served is not None and (served.requests, served.served) == (5, 5 * PRICE)
+    container = client.containers.get(service_resource_name(services.runner_id, "mlp"))
+    logged = container.logs().decode().splitlines()
+    assert "GET /health 200" in logged  # Services' health wait
+    requests = [line for line in logged if line != "GET /health 200"]
+    assert requests == ["POST /predict 200"] * 2 + ["POST /predict 400"] * 3
+    # the runtime's telemetry is off: no device id or event cache in its only writable place
+    assert container.exec_run(["find", "/tmp", "-mindepth", "1"]).output == b""
