@@ -13,7 +13,7 @@ onnxruntime, which its image has and the provider's own environment need not.
 
 from __future__ import annotations
 
-import math
+import os
 import sys
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -24,12 +24,27 @@ import onnxruntime as ort
 from provider.sample_service import DEFAULT_PORT, Handler
 
 MAX_ROWS = 1024  # a request's batch: bounded, so one request cannot hold the CPU for long
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def session_of(model: str) -> ort.InferenceSession:
-    """A CPU session over `model`, logging errors only (not the runtime's start-up notes)."""
+    """A CPU session over `model`, logging errors only (not the runtime's start-up notes), with
+    as many threads as the provider's CPU quota (OMP_NUM_THREADS, which onnxruntime itself
+    does not read: it would start one a visible CPU)."""
     ort.set_default_logger_severity(3)
-    return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "0"))  # 0: its own
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def _float32(value: Any) -> bool:
+    """A JSON number float32 holds without overflowing (no bool, NaN or infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return abs(float(value)) <= FLOAT32_MAX  # False for NaN
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def rows_of(payload: Any, width: int) -> np.ndarray:
@@ -42,9 +57,8 @@ def rows_of(payload: Any, width: int) -> np.ndarray:
     for row in rows:
         if not isinstance(row, list) or len(row) != width:
             raise ValueError(f"each row must be a list of {width} numbers")
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                   for v in row):  # fmt: skip
-            raise ValueError("inputs must all be finite numbers")
+        if not all(_float32(v) for v in row):
+            raise ValueError("inputs must all be numbers within float32's range")
     return np.asarray(rows, dtype=np.float32)
 
 
@@ -57,6 +71,8 @@ class OnnxHandler(Handler):
         (model_input,) = self.session.get_inputs()
         rows = rows_of(payload, int(model_input.shape[1]))
         (outputs,) = self.session.run(None, {model_input.name: rows})
+        if not np.isfinite(outputs).all():  # JSON has no infinity: say so rather than send one
+            raise ValueError("the model's outputs overflow float32 for these inputs")
         return {"outputs": outputs.tolist()}
 
 

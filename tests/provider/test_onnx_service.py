@@ -87,15 +87,17 @@ def test_the_onnx_service_answers_numpys_forward_pass_through_the_gateway(
     assert bad.status_code == 400
     assert bad.json() == {"error": f"each row must be a list of {onnx_model.INPUTS} numbers"}
     assert paid(4, {"values": [1]}).json()["error"].startswith('send {"inputs"')
-    assert paid(5, {"inputs": [[1, 2, 3, True]]}).json()["error"] == (
-        "inputs must all be finite numbers"
-    )
+    for n, row in enumerate(([1, 2, 3, True], [10**400, 0, 0, 0], [1, 2, 3, 4e38]), start=5):
+        refused = paid(n, {"inputs": [row]})
+        assert refused.json() == {"error": "inputs must all be numbers within float32's range"}
+    overflow = paid(8, {"inputs": [[3e38] * onnx_model.INPUTS]})
+    assert overflow.json() == {"error": "the model's outputs overflow float32 for these inputs"}
     served = book.get("mlp")
-    assert served is not None and (served.requests, served.served) == (5, 5 * PRICE)
+    assert served is not None and (served.requests, served.served) == (8, 8 * PRICE)
     container = client.containers.get(service_resource_name(services.runner_id, "mlp"))
     logged = container.logs().decode().splitlines()
     assert "GET /health 200" in logged  # Services' health wait
     requests = [line for line in logged if line != "GET /health 200"]
-    assert requests == ["POST /predict 200"] * 2 + ["POST /predict 400"] * 3
+    assert requests == ["POST /predict 200"] * 2 + ["POST /predict 400"] * 6
     # the runtime's telemetry is off: no device id or event cache in its only writable place
     assert container.exec_run(["find", "/tmp", "-mindepth", "1"]).output == b""
