@@ -59,10 +59,18 @@ from provider.channels import ChannelBook, ChannelView
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import ChannelClaimer, admit
-from provider.endpoints import Endpoint, EndpointBook
+from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
 from tests.protocol.onchain import confirm, output
-from tests.provider.test_gateway_support import NETWORK, POINT, RENTER, SCRIPT, serving, upstream
+from tests.provider.test_gateway_support import (
+    NETWORK,
+    POINT,
+    RENTER,
+    SCRIPT,
+    running,
+    serving,
+    upstream,
+)
 from tests.provider.test_payout_watcher import settled_fee
 
 RESULTS = Path(__file__).parent / "results" / "services.json"
@@ -176,8 +184,8 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
             view = ChannelView(channel_id(index), "ab" * 32 + "#0", "addr_test1bench", vkey, 0,
                                CAPACITY, OPEN)  # fmt: skip
             book.open(view, POINT)
-            endpoints.add(Endpoint(f"e{index}", view.id, f"http://127.0.0.1:{up_port}", PRICE,
-                                   0, started_ms=0))  # fmt: skip
+            endpoints.add(running(f"e{index}", f"http://127.0.0.1:{up_port}", PRICE,
+                                  channel=view.id))  # fmt: skip
         book.close()
         endpoints.close()
         report: Queue[tuple[int, float]] = fork.Queue()
@@ -252,9 +260,7 @@ async def fee_cost(requests: int) -> dict[str, Any]:
             headers = [{IOU_HEADER: renter_iou(deployment, renter, channel, n * PRICE_PER_REQUEST)
                         .to_header()} for n in range(1, requests + 1)]  # fmt: skip
             with serving(upstream) as upstream_url:
-                endpoints.add(Endpoint(name="fees", channel=channel.id, upstream=upstream_url,
-                                       price_per_request=PRICE_PER_REQUEST, price_per_second=0,
-                                       started_ms=0))  # fmt: skip
+                endpoints.add(running("fees", upstream_url, PRICE_PER_REQUEST, channel=channel.id))
                 with serving(gateway_app(book, endpoints)) as url, httpx.Client() as client:
                     start = time.perf_counter()
                     for header in headers:

@@ -60,6 +60,10 @@ class Offer(_Section):
         1, ge=1, description="without GPUs: jobs at once, each a share of the cores"
     )
     prices: Prices = Field(default_factory=Prices)
+    request_price: int | None = Field(
+        None, ge=0, description="lovelace per request of an endpoint at least (unset: no "
+        "per-request endpoints; per-second ones pay the bundle's price)",
+    )  # fmt: skip
 
     def price_per_unit(self, spec: JobSpec) -> int:
         """Lovelace per billed second of the spec's bundle."""
@@ -176,6 +180,11 @@ class DaemonSettings(_Section):
         3600_000, ge=0, description="a channel is served only if its renter's close leaves "
         "the provider at least this long to make its last claim",
     )  # fmt: skip
+    gateway_url: str | None = Field(
+        None, pattern=r"^https?://[^/?#\s]+$", max_length=255, description="where renters "
+        "reach this provider's gateway (`unchained provider gateway`), shown in its offer: "
+        "http(s)://HOST:PORT; unset: it takes no deployments",
+    )  # fmt: skip
 
 
 class ProviderSettings(LayeredSettings):
@@ -261,7 +270,9 @@ def to_toml(config: ProviderConfig) -> str:
     def table(name: str, values: dict[str, Any]) -> None:
         lines.append(f"[{name}]")
         nested = {k: v for k, v in values.items() if isinstance(v, dict)}
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items() if k not in nested)
+        unset = {k for k, v in values.items() if v is None}  # TOML has no null: left out
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items()
+                     if k not in nested and k not in unset)  # fmt: skip
         lines.append("")
         for key, value in nested.items():
             table(f"{name}.{key}", value)

@@ -22,12 +22,12 @@ from offchain.protocol.iou import IOU_HEADER
 from provider import images, onnx_model
 from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
-from provider.services import Services, service_resource_name
+from provider.services import Services, service_container_name
 from tests.provider import test_services
-from tests.provider.test_gateway_support import CHANNEL, book_with_channels, iou, serving
+from tests.provider.test_gateway_support import book_with_channels, iou, running, serving
 from tests.provider.test_services import spec_of
 
-book, services = test_services.book, test_services.services  # its fixtures, used here too
+services = test_services.services  # its fixture, used here too
 
 PRICE = 2_500  # lovelace a request
 BATCH = [[0.5, -1.0, 2.0, 0.25], [0.0, 0.0, 0.0, 0.0], [-3.0, 1.5, 0.75, 4.0]]
@@ -56,6 +56,13 @@ def onnx_image(client: docker.DockerClient) -> str:
 
 
 @pytest.fixture
+def book(tmp_path) -> Iterator[EndpointBook]:
+    made = EndpointBook(tmp_path / "endpoints.sqlite")
+    yield made
+    made.close()
+
+
+@pytest.fixture
 def gateway(tmp_path, book: EndpointBook) -> Iterator[httpx.Client]:
     channels = book_with_channels(tmp_path / "channels.sqlite")
     with serving(gateway_app(channels, book)) as url, httpx.Client(base_url=url) as client:
@@ -68,7 +75,9 @@ def test_the_onnx_service_answers_numpys_forward_pass_through_the_gateway(
 ) -> None:
     image = client.images.get(onnx_image)
     assert image.attrs["Config"]["Cmd"][:3] == ["python3", "-m", "provider.onnx_service"]
-    services.start("mlp", spec_of(onnx_image, price_per_request=PRICE), CHANNEL)
+    started = services.start("mlp", spec_of(onnx_image, price_per_request=PRICE))
+    assert started.image_digest == image.id
+    book.add(running("mlp", started.upstream, PRICE))  # as the daemon records it, started
     assert gateway.get("/endpoints/mlp/health").status_code == 402  # nothing is free
 
     def paid(n: int, body: object) -> httpx.Response:
@@ -94,8 +103,8 @@ def test_the_onnx_service_answers_numpys_forward_pass_through_the_gateway(
     assert overflow.json() == {"error": "the model's outputs overflow float32 for these inputs"}
     served = book.get("mlp")
     assert served is not None and (served.requests, served.served) == (8, 8 * PRICE)
-    container = client.containers.get(service_resource_name(services.runner_id, "mlp"))
-    logged = container.logs().decode().splitlines()
+    container = client.containers.get(service_container_name(services.runner_id, "mlp", 0))
+    logged = services.logs("mlp", 100).splitlines()
     assert "GET /health 200" in logged  # Services' health wait
     requests = [line for line in logged if line != "GET /health 200"]
     assert requests == ["POST /predict 200"] * 2 + ["POST /predict 400"] * 6
