@@ -100,7 +100,9 @@ class Endpoint:
             raise ValueError(f"a channel id is {CHANNEL_BYTES} bytes, a renter key {VKEY_BYTES}")
         if not UPSTREAM.fullmatch(self.upstream):
             raise ValueError(f"upstream {self.upstream!r} is not http(s)://HOST[:PORT][,...]")
-        numbers = dataclasses.astuple(self)[9:]  # public_port onwards: every number
+        numbers = (self.public_port, self.price_per_request, self.price_per_second,
+                   self.created_ms, self.started_ms, self.stopped_ms, self.requests,
+                   self.served)  # fmt: skip
         if min(numbers) < 0:
             raise ValueError("ports, prices, times, requests and served lovelace are never "
                              "negative")  # fmt: skip

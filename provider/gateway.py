@@ -9,13 +9,13 @@ plus this request's price gets 402 with `{"error", "due", "channel", "price"}` a
 (`ChannelBook.accept`, through `IouStore`'s group commit) before the request goes upstream, so
 before the answer's first byte; the channel must still be one `may_serve` allows.
 
-The request is then streamed to the endpoint's upstream and the answer streamed back (httpx,
-a bounded pool of upstream connections); the request body is bounded whatever its framing (a
-declared Content-Length above the bound is refused before the IOU is looked at, a chunked one
-is cut at the bound: 413), the answer's body too (502 if declared above it, else the
-connection is cut). A request is charged (`EndpointBook.charge`) when the upstream's answer
-starts: one the upstream never answers is not charged, and the renter's IOU for it pays the
-next one.
+The request is then streamed to the endpoint's upstream and the answer streamed back
+(`provider.gateway_upstream`: a bounded pool of keep-alive upstream connections); the request
+body is bounded whatever its framing (a declared Content-Length above the bound is refused
+before the IOU is looked at, a chunked one is cut at the bound: 413), the answer's body too
+(502 if declared above it, else the connection is cut). A request is charged
+(`EndpointBook.charge`) when the upstream's answer starts: one the upstream never answers is
+not charged, and the renter's IOU for it pays the next one.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
-
-import httpx
 
 from offchain.protocol.iou import IOU_HEADER
 from provider.channels import ChannelBook, IouRefused
@@ -46,6 +44,7 @@ from provider.gateway_control import (
     payment_required,
     reply,
 )
+from provider.gateway_upstream import PoolTimeout, UpstreamError, UpstreamPool
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +54,7 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_UPSTREAM_CONNECTIONS = 64
 UPSTREAM_TIMEOUT_S = 300.0  # an inference may take minutes; a silent upstream no longer
+CONNECT_TIMEOUT_S = 10.0
 # Hop-by-hop headers (RFC 9110 7.6.1) and what the gateway itself sets or keeps to itself.
 NOT_FORWARDED = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
@@ -83,12 +83,8 @@ class Gateway:
         self.store = IouStore(book)
         self.max_request_bytes = max_request_bytes
         self.max_response_bytes = max_response_bytes
-        self._limits = httpx.Limits(
-            max_connections=max_upstream_connections,
-            max_keepalive_connections=max_upstream_connections,
-        )
-        self._timeout = httpx.Timeout(upstream_timeout_s, connect=10.0)
-        self._client: httpx.AsyncClient | None = None
+        self._pool_terms = (max_upstream_connections, upstream_timeout_s, CONNECT_TIMEOUT_S)
+        self._pool: UpstreamPool | None = None  # made in the event loop that serves
         # lovelace of requests taken but not charged yet (their upstream has not answered),
         # by channel: the next IOU on it must cover them too
         self._in_flight: dict[bytes, int] = {}
@@ -103,8 +99,8 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Close the upstream connections and the IOU store's thread."""
-        if self._client is not None:
-            await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
         self.store.close()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -203,34 +199,36 @@ class Gateway:
         held: _Held,
     ) -> None:
         """Stream the request to `url` and its answer back, charged as the answer starts."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(limits=self._limits, timeout=self._timeout)
-        request = self._client.build_request(method, url, headers=headers, content=body)
+        if self._pool is None:
+            self._pool = UpstreamPool(*self._pool_terms)
         try:
-            response = await self._client.send(request, stream=True)
+            answer = await self._pool.send(method, url, headers, body)
         except BodyTooLarge:
             await _too_large(send, None, self.max_request_bytes)
             return
         except ClientGone:
             return
-        except httpx.PoolTimeout:
+        except PoolTimeout:
             await reply(send, 503, {"error": "the gateway's upstream connections are all busy"})
             return
-        except httpx.HTTPError as error:
-            await reply(send, 502, {"error": f"upstream did not answer: {error!r}"})
+        except UpstreamError as error:
+            await reply(send, 502, {"error": f"upstream did not answer: {error}"})
             return
         try:
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > self.max_response_bytes:
-                await reply(send, 502, {"error": f"upstream answer of {declared} bytes is above "
-                                        f"the gateway's {self.max_response_bytes}"})  # fmt: skip
-                return
+            kept = []
+            for name, value in answer.headers:
+                too_long = value.isdigit() and int(value) > self.max_response_bytes
+                if name == b"content-length" and too_long:
+                    await reply(send, 502, {"error": f"upstream answer of {value.decode()} "
+                                            f"bytes is above the gateway's "
+                                            f"{self.max_response_bytes}"})  # fmt: skip
+                    return
+                if name not in NOT_FORWARDED:
+                    kept.append((name, value))
             held.charge()
-            kept = [(k, v) for k, v in response.headers.raw if k.lower() not in NOT_FORWARDED]
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": kept})  # fmt: skip
+            await send({"type": "http.response.start", "status": answer.status, "headers": kept})
             sent = 0
-            async for chunk in response.aiter_raw():
+            async for chunk in answer.chunks():
                 sent += len(chunk)
                 if sent > self.max_response_bytes:  # the status is sent: cut the connection
                     raise RuntimeError(f"upstream {url} answered more than "
@@ -238,7 +236,7 @@ class Gateway:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await response.aclose()
+            answer.aclose()
 
 
 class _Held:
