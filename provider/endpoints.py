@@ -10,7 +10,10 @@ SQLite in WAL mode beside the channel book (`<state_dir>/daemon/endpoints.sqlite
 daemon starting containers and the gateway serving them share it across processes. Its commits
 are `synchronous=NORMAL` (no fsync each): the money is the channel book's acknowledged IOU,
 stored with `synchronous=FULL`, and every next IOU must reach it whatever `served` says, so a
-`served` total that lags after a machine crash costs the provider nothing.
+`served` total that lags after a machine crash costs the provider nothing. A handle keeps the
+rows it read (`get`, `due_on`: the gateway's lookups at each request) until another connection
+commits (`PRAGMA data_version` moves), its own writes applied to them: what it reads is always
+what is on disk.
 """
 
 from __future__ import annotations
@@ -168,6 +171,12 @@ class EndpointBook:
         self._db.execute(ADMISSION)
         self._db.execute("CREATE INDEX IF NOT EXISTS deployment_channel ON deployment (channel)")
         self._lock = threading.Lock()  # one connection, used by one thread at a time
+        # Rows read, kept while no other connection commits (PRAGMA data_version unchanged)
+        # and updated by this one's own writes: the gateway reads a deployment and its
+        # channel's due at each request, for which a query each is most of its cost.
+        self._version = -1
+        self._by_name: dict[str, Endpoint | None] = {}
+        self._by_channel: dict[bytes, builtins.list[Endpoint]] = {}
 
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> EndpointBook:
@@ -184,12 +193,17 @@ class EndpointBook:
             with self._lock:
                 self._db.execute(f"INSERT INTO deployment VALUES ({', '.join('?' * len(columns))})",
                                  columns)  # fmt: skip
+                self._forget()
         except sqlite3.IntegrityError as error:
             raise ValueError(f"a deployment named {endpoint.name} exists already") from error
 
     def get(self, name: str) -> Endpoint | None:
-        rows = self._select("WHERE name = ?", (name,))
-        return rows[0] if rows else None
+        with self._lock:
+            self._fresh()
+            if name not in self._by_name:
+                rows = self._db.execute("SELECT * FROM deployment WHERE name = ?", (name,))
+                self._by_name[name] = next((Endpoint(*row) for row in rows), None)
+            return self._by_name[name]
 
     def list(self) -> list[Endpoint]:
         """Every deployment, by name."""
@@ -200,15 +214,14 @@ class EndpointBook:
         return self._select("WHERE channel = ? ORDER BY name", (channel,))
 
     def due_on(self, channel: bytes, now_ms: int) -> int:
-        """`channel_due`: `due_of` of each deployment on `channel`, summed by SQLite."""
+        """`channel_due`: `due_of` of each deployment on `channel`, summed."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT COALESCE(SUM(served + CASE WHEN started_ms = 0 THEN 0 ELSE "
-                "price_per_second * (MAX(0, (CASE WHEN stopped_ms = 0 THEN ? ELSE stopped_ms "
-                "END) - started_ms) / 1000) END), 0) FROM deployment WHERE channel = ?",
-                (now_ms, channel),
-            ).fetchone()
-        return int(row[0])
+            self._fresh()
+            on_channel = self._by_channel.get(channel)
+            if on_channel is None:
+                rows = self._db.execute("SELECT * FROM deployment WHERE channel = ?", (channel,))
+                on_channel = self._by_channel[channel] = [Endpoint(*row) for row in rows]
+            return sum(due_of(endpoint, now_ms) for endpoint in on_channel)
 
     def set_running(self, name: str, upstream: str, image_digest: str, started_ms: int) -> None:
         """A pending deployment answers now at `upstream`: billed per second from `started_ms`.
@@ -243,18 +256,20 @@ class EndpointBook:
         with self._lock:
             row = self._db.execute(
                 "UPDATE deployment SET requests = requests + 1, served = served + ? "
-                "WHERE name = ? RETURNING served",
+                "WHERE name = ? RETURNING channel, requests, served",
                 (lovelace, name),
             ).fetchone()
-        if row is None:
-            raise KeyError(f"no deployment named {name}")
-        return int(row[0])
+            if row is None:
+                raise KeyError(f"no deployment named {name}")
+            self._charged(name, *row)
+        return int(row[2])
 
     def remove(self, name: str) -> None:
         """Forget `name` (a stopped pod's workspace gone, or the operator's choice); nothing
         happens if it is not here (a removal may be retried)."""
         with self._lock:
             self._db.execute("DELETE FROM deployment WHERE name = ?", (name,))
+            self._forget()
 
     def note_admission(self, channel: bytes, utxo: str, terms_cbor_hex: str) -> None:
         """Where `channel` is and its terms, for the daemon's admission (the latest kept)."""
@@ -279,7 +294,28 @@ class EndpointBook:
                 f"UPDATE deployment SET {assignments} WHERE name = ? AND {guard} RETURNING name",
                 (*values, name),
             ).fetchone()
+            self._forget()
         return row is not None
+
+    def _fresh(self) -> None:
+        """Forget the rows read if another connection committed since (under the lock)."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version:
+            self._version = version
+            self._forget()
+
+    def _forget(self) -> None:
+        self._by_name.clear()
+        self._by_channel.clear()
+
+    def _charged(self, name: str, channel: bytes, requests: int, served: int) -> None:
+        """The rows kept of `name` count this connection's charge (under the lock)."""
+        if (kept := self._by_name.get(name)) is not None:
+            self._by_name[name] = dataclasses.replace(kept, requests=requests, served=served)
+        on_channel = self._by_channel.get(channel, [])
+        for index, endpoint in enumerate(on_channel):
+            if endpoint.name == name:
+                on_channel[index] = dataclasses.replace(endpoint, requests=requests, served=served)
 
     def _select(self, where: str, values: tuple[object, ...] = ()) -> builtins.list[Endpoint]:
         with self._lock:

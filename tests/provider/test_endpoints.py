@@ -85,9 +85,42 @@ def test_what_a_deployment_and_its_channel_owe(tmp_path: Path) -> None:
     assert channel_due(book, OTHER, T0 + 2_999) == 0
     book.finish("echo", "stopped", "", T0 + 4_000)  # its seconds end, its money stays owed
     assert channel_due(book, CHANNEL, T0 + 60_000) == 1_000 + 4 * 50 + 59 * 7
-    for now in (T0 - 5_000, T0, T0 + 999, T0 + 1_000, T0 + 123_456):  # SQL sums as due_of does
+    for now in (T0 - 5_000, T0, T0 + 999, T0 + 1_000, T0 + 123_456):  # each row's due_of
         owed = sum(due_of(d, now) for d in book.on_channel(CHANNEL))
         assert channel_due(book, CHANNEL, now) == owed
+
+
+def test_rows_kept_between_reads_follow_every_handles_writes(tmp_path: Path) -> None:
+    """The rows a handle keeps between reads (the gateway's per-request lookups) are those on
+    disk after any write, its own or another handle's (the daemon's, another gateway's)."""
+    gateway, daemon = (EndpointBook(tmp_path / "endpoints.sqlite") for _ in range(2))
+    assert gateway.get("echo") is None and gateway.due_on(CHANNEL, T0) == 0
+    daemon.add(ECHO)
+    assert gateway.get("echo") == ECHO and gateway.due_on(CHANNEL, T0) == 0
+    daemon.set_running("echo", "http://127.0.0.1:1", "sha256:a", T0)
+    running = gateway.get("echo")
+    assert running is not None and running.state == "running"
+    assert gateway.due_on(CHANNEL, T0 + 2_000) == 100
+    gateway.charge("echo", 1_000)  # its own write
+    assert gateway.due_on(CHANNEL, T0 + 2_000) == 1_100 == daemon.due_on(CHANNEL, T0 + 2_000)
+    daemon.charge("echo", 1_000)  # another's, then its own again
+    gateway.charge("echo", 1_000)
+    for book in (gateway, daemon):
+        charged = book.get("echo")
+        assert charged is not None and (charged.requests, charged.served) == (3, 3_000)
+        assert book.due_on(CHANNEL, T0 + 2_000) == 3_100
+    daemon.add(dataclasses.replace(ECHO, name="pod", kind="pod", price_per_request=0))
+    daemon.charge("pod", 5)
+    assert gateway.due_on(CHANNEL, T0 + 2_000) == 3_105
+    daemon.finish("echo", "stopped", "", T0 + 1_000)
+    gateway.finish("echo", "failed", "", T0)  # the first finish stands
+    stopped = gateway.get("echo")
+    assert stopped is not None and (stopped.state, stopped.stopped_ms) == ("stopped", T0 + 1_000)
+    assert gateway.due_on(CHANNEL, T0 + 9_000) == 3_000 + 50 + 5
+    gateway.remove("pod")
+    daemon.remove("echo")
+    assert gateway.get("echo") is None and daemon.get("pod") is None
+    assert gateway.due_on(CHANNEL, T0) == daemon.due_on(CHANNEL, T0) == 0
 
 
 def test_a_name_is_taken_once(tmp_path: Path) -> None:
