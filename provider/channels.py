@@ -17,7 +17,7 @@ import dataclasses
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -177,26 +177,48 @@ class ChannelBook:
 
     def accept(self, iou: SignedIou) -> None:
         """Take `iou` and store it durably before returning; IouRefused says why not."""
+        (refusal,) = self.accept_many([iou])
+        if refusal is not None:
+            raise refusal
+
+    def accept_many(self, ious: Sequence[SignedIou]) -> list[IouRefused | None]:
+        """`accept` each of `ious` in turn, all stored in one transaction (one flush to disk,
+        the group commit's): each one's refusal, None where it was taken."""
+        refusals: list[IouRefused | None] = [self._refusal(iou) for iou in ious]
+        if all(refusal is not None for refusal in refusals):
+            return refusals
+        with self._write() as db:
+            for index, iou in enumerate(ious):
+                if refusals[index] is not None:
+                    continue
+                latest, capacity = db.execute(
+                    "SELECT iou_amount, capacity FROM channel WHERE id = ?", (iou.channel,)
+                ).fetchone()
+                if iou.amount < latest:
+                    refusals[index] = StaleIou(f"IOU of {iou.amount} lovelace is below the "
+                                               f"{latest} already acknowledged on channel "
+                                               f"{iou.channel.hex()}")  # fmt: skip
+                elif iou.amount > capacity:
+                    refusals[index] = IouAboveChannel(f"IOU of {iou.amount} lovelace is above "
+                                                      f"the {capacity} channel "
+                                                      f"{iou.channel.hex()} can pay")  # fmt: skip
+                else:
+                    db.execute("UPDATE channel SET iou_amount = ?, iou_signature = ? WHERE id = ?",
+                               (iou.amount, iou.signature, iou.channel))  # fmt: skip
+        return refusals
+
+    def _refusal(self, iou: SignedIou) -> IouRefused | None:
+        """Why `iou` is refused before the book's latest IOU and capacity are looked at: an
+        unknown or ended channel, a bad signature (None: neither)."""
         entry = self.get(iou.channel)
         if entry is None or entry.ended:
-            raise UnknownChannel(f"channel {iou.channel.hex()} is not served here")
+            return UnknownChannel(f"channel {iou.channel.hex()} is not served here")
         if not iou.signed_by(entry.view.renter_vkey, self.network_id, self.channel_hash):
-            raise BadIouSignature(
+            return BadIouSignature(
                 f"IOU on channel {iou.channel.hex()} not signed by its renter for network "
                 f"{self.network_id} and channel script {self.channel_hash.payload.hex()}"
             )
-        with self._write() as db:
-            latest, capacity = db.execute(
-                "SELECT iou_amount, capacity FROM channel WHERE id = ?", (iou.channel,)
-            ).fetchone()
-            if iou.amount < latest:
-                raise StaleIou(f"IOU of {iou.amount} lovelace is below the {latest} already "
-                               f"acknowledged on channel {iou.channel.hex()}")  # fmt: skip
-            if iou.amount > capacity:
-                raise IouAboveChannel(f"IOU of {iou.amount} lovelace is above the {capacity} "
-                                      f"channel {iou.channel.hex()} can pay")  # fmt: skip
-            db.execute("UPDATE channel SET iou_amount = ?, iou_signature = ? WHERE id = ?",
-                       (iou.amount, iou.signature, iou.channel))  # fmt: skip
+        return None
 
     def may_serve(self, channel_id: bytes, served: int) -> bool:
         """Whether the provider may go on serving `channel_id` having served `served` lovelace

@@ -3,12 +3,13 @@
 never waits on a disk flush or on the book's lock.
 
 Group commit: the IOUs that arrive while a flush is under way are taken together. IOUs are
-cumulative, so on each channel the largest of a group stands for all of them: one `accept`
-(one fsync) covers the group, and each request is released only once an IOU at least its own
-is on disk. Each IOU of the group is still checked as `accept` would check it alone (the
-renter's signature, not below the latest acknowledged before the group); if the largest is
-refused (above what the channel can pay), the others are accepted one by one, smallest first,
-exactly as if they had come in that order.
+cumulative, so on each channel the largest of a group stands for all of them, and the largest
+of every channel in the group are stored in one transaction (`ChannelBook.accept_many`, one
+fsync); each request is released only once an IOU at least its own is on disk. Each IOU of
+the group is still checked as `accept` would check it alone (the renter's signature, not below
+the latest acknowledged before the group); if a channel's largest is refused (above what the
+channel can pay), its others are accepted one by one, smallest first, exactly as if they had
+come in that order.
 """
 
 from __future__ import annotations
@@ -94,40 +95,61 @@ class IouStore:
             by_channel: dict[bytes, list[_Pending]] = defaultdict(list)
             for pending in group:
                 by_channel[pending.iou.channel].append(pending)
-            for channel, pendings in by_channel.items():
-                self._commit(channel, pendings)
+            self._commit(by_channel)
 
-    def _commit(self, channel: bytes, group: list[_Pending]) -> None:
+    def _commit(self, by_channel: dict[bytes, list[_Pending]]) -> None:
         try:
-            taken = self._accept(channel, group)
+            taken = self._accept(by_channel)
         except Exception as error:  # the database failed: no request of the group is served
             failed = IouRefused(f"the provider could not store the IOU: {error}")
-            for pending in group:
-                pending.settle(failed)
+            for pendings in by_channel.values():
+                for pending in pendings:
+                    pending.settle(failed)
             return
-        for pending in group:
-            refusal: IouRefused | None = taken.get(id(pending))
-            if refusal is None and not self.book.may_serve(channel, pending.served):
-                refusal = NotServed(f"channel {channel.hex()} may not be served "
-                                    f"{pending.served} lovelace: closing, or beyond what it "
-                                    "can pay or the provider's credit")  # fmt: skip
-            pending.settle(refusal)
+        for channel, pendings in by_channel.items():
+            for pending in pendings:
+                refusal: IouRefused | None = taken.get(id(pending))
+                if refusal is None and not self.book.may_serve(channel, pending.served):
+                    refusal = NotServed(f"channel {channel.hex()} may not be served "
+                                        f"{pending.served} lovelace: closing, or beyond what "
+                                        "it can pay or the provider's credit")  # fmt: skip
+                pending.settle(refusal)
 
-    def _accept(self, channel: bytes, group: list[_Pending]) -> dict[int, IouRefused | None]:
-        """Each pending's refusal (None: acknowledged), by its id()."""
-        if len(group) == 1:  # alone: `accept` makes every check itself
-            try:
-                self._take(group[0].iou)
-                return {id(group[0]): None}
-            except IouRefused as refusal:
-                return {id(group[0]): refusal}
+    def _accept(self, by_channel: dict[bytes, list[_Pending]]) -> dict[int, IouRefused | None]:
+        """Each pending's refusal (None: acknowledged), by its id(): the largest IOU of each
+        channel taken together (one transaction), then, on a channel whose largest was
+        refused, the others one by one."""
+        verdict: dict[int, IouRefused | None] = {}
+        candidates = {channel: self._candidates(channel, group, verdict)
+                      for channel, group in by_channel.items()}  # fmt: skip
+        candidates = {channel: pendings for channel, pendings in candidates.items() if pendings}
+        largest = self._take_all([pendings[-1].iou for pendings in candidates.values()])
+        for pendings, refusal in zip(candidates.values(), largest, strict=True):
+            if refusal is None:
+                verdict.update((id(p), None) for p in pendings)
+                continue
+            for pending in pendings:  # as if they had come one by one, smallest first
+                try:
+                    self._take(pending.iou)
+                    verdict[id(pending)] = None
+                except IouRefused as refused:
+                    verdict[id(pending)] = refused
+        return verdict
+
+    def _candidates(
+        self, channel: bytes, group: list[_Pending], verdict: dict[int, IouRefused | None]
+    ) -> list[_Pending]:
+        """The IOUs of `group` (all on `channel`) that may be taken, smallest first; the others'
+        refusals go in `verdict`. Alone, an IOU is for `accept` to check whole."""
+        if len(group) == 1:
+            return group
         book = self.book
         entry = book.get(channel)
         if entry is None or entry.ended:
             gone = UnknownChannel(f"channel {channel.hex()} is not served here")
-            return {id(p): gone for p in group}
+            verdict.update((id(p), gone) for p in group)
+            return []
         latest = entry.iou.amount if entry.iou else 0
-        verdict: dict[int, IouRefused | None] = {}
         candidates = []
         for pending in group:
             iou = pending.iou
@@ -143,20 +165,21 @@ class IouStore:
                 )
             else:
                 candidates.append(pending)
-        if not candidates:
-            return verdict
         candidates.sort(key=lambda p: p.iou.amount)
-        try:
-            self._take(candidates[-1].iou)
-            verdict.update((id(p), None) for p in candidates)
-        except IouRefused:
-            for pending in candidates:  # as if they had come one by one, smallest first
-                try:
-                    self._take(pending.iou)
-                    verdict[id(pending)] = None
-                except IouRefused as refusal:
-                    verdict[id(pending)] = refusal
-        return verdict
+        return candidates
+
+    def _take_all(self, ious: list[SignedIou]) -> list[IouRefused | None]:
+        """Each of `ious` accepted (one commit), its refusal or None."""
+        if not ious:
+            return []
+        if len(ious) == 1:  # alone: `_take`
+            try:
+                self._take(ious[0])
+                return [None]
+            except IouRefused as refusal:
+                return [refusal]
+        self.commits += 1
+        return self.book.accept_many(ious)
 
     def _take(self, iou: SignedIou) -> None:
         self.book.accept(iou)

@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 
 from offchain.protocol.iou import SignedIou
-from provider.channels import BadIouSignature, IouAboveChannel, StaleIou
+from provider.channels import BadIouSignature, IouAboveChannel, StaleIou, UnknownChannel
 from provider.gateway_commit import IouStore, NotServed
-from tests.provider.test_gateway_support import CAPACITY, CHANNEL, book_with_channels, iou
+from tests.provider.test_gateway_support import (
+    CAPACITY,
+    CHANNEL,
+    OTHER_CHANNEL,
+    book_with_channels,
+    iou,
+)
+
+UNKNOWN = b"\x09" * 28  # a channel the book does not hold
 
 
 async def stored_together(store: IouStore, first: SignedIou, rest: list[SignedIou]) -> list:
@@ -60,6 +68,23 @@ async def test_when_the_largest_is_refused_the_others_are_taken_one_by_one(
     assert outcomes[0] is None and outcomes[2] is None and outcomes[3] is None
     assert isinstance(outcomes[1], IouAboveChannel)
     assert book.get(CHANNEL).iou.amount == 4_000  # type: ignore[union-attr]
+    store.close()
+
+
+async def test_the_channels_of_a_group_are_stored_in_one_commit(tmp_path: Path) -> None:
+    book = book_with_channels(tmp_path / "channels.sqlite")
+    store = IouStore(book)
+    outcomes = await stored_together(store, iou(1_000), [
+        iou(3_000), iou(2_000, OTHER_CHANNEL), iou(CAPACITY + 1, OTHER_CHANNEL),
+        iou(5_000, OTHER_CHANNEL), SignedIou(UNKNOWN, 1, iou(1).signature),
+    ])  # fmt: skip
+    assert outcomes[:3] == [None, None, None] and outcomes[4] is None
+    assert isinstance(outcomes[3], IouAboveChannel) and isinstance(outcomes[5], UnknownChannel)
+    # the first alone; then 3,000 on CHANNEL with CAPACITY + 1 on OTHER_CHANNEL (refused:
+    # 2,000 and 5,000 one by one after) and the unknown channel's in one transaction
+    assert store.commits == 4
+    assert book.get(CHANNEL).iou.amount == 3_000  # type: ignore[union-attr]
+    assert book.get(OTHER_CHANNEL).iou.amount == 5_000  # type: ignore[union-attr]
     store.close()
 
 
