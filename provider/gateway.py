@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
+from urllib.parse import quote
 
 from offchain.protocol.iou import IOU_HEADER
 from provider.channels import ChannelBook, IouRefused
@@ -55,6 +56,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_UPSTREAM_CONNECTIONS = 64
 UPSTREAM_TIMEOUT_S = 300.0  # an inference may take minutes; a silent upstream no longer
 CONNECT_TIMEOUT_S = 10.0
+PATH_SAFE = "/:@!$&'()*+,;=~"  # kept as they are in a path: the rest percent-encoded again
 # Hop-by-hop headers (RFC 9110 7.6.1) and what the gateway itself sets or keeps to itself.
 NOT_FORWARDED = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
@@ -169,11 +171,12 @@ class Gateway:
                 return
             has_body = declared != 0 and (declared is not None or _chunked(headers))
             body = bounded(receive, self.max_request_bytes) if has_body else None
-            upstream = f"{self._next_upstream(endpoint)}/{rest}"
+            target = "/" + quote(rest, safe=PATH_SAFE)  # the path as sent, however encoded
             if scope["query_string"]:
-                upstream += "?" + scope["query_string"].decode("latin-1")
+                target += "?" + scope["query_string"].decode("latin-1")
             forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
-            await self._proxy(scope["method"], upstream, forwarded, body, settled_send, held)
+            await self._proxy(scope["method"], self._next_upstream(endpoint), target, forwarded,
+                              body, settled_send, held)  # fmt: skip
         finally:
             held.release()
 
@@ -192,17 +195,19 @@ class Gateway:
     async def _proxy(
         self,
         method: str,
-        url: str,
+        upstream: str,
+        target: str,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterator[bytes] | None,
         send: Send,
         held: _Held,
     ) -> None:
-        """Stream the request to `url` and its answer back, charged as the answer starts."""
+        """Stream the request to `target` on `upstream` and its answer back, charged as the
+        answer starts."""
         if self._pool is None:
             self._pool = UpstreamPool(*self._pool_terms)
         try:
-            answer = await self._pool.send(method, url, headers, body)
+            answer = await self._pool.send(method, upstream, target, headers, body)
         except BodyTooLarge:
             await _too_large(send, None, self.max_request_bytes)
             return
@@ -231,7 +236,7 @@ class Gateway:
             async for chunk in answer.chunks():
                 sent += len(chunk)
                 if sent > self.max_response_bytes:  # the status is sent: cut the connection
-                    raise RuntimeError(f"upstream {url} answered more than "
+                    raise RuntimeError(f"upstream {upstream}{target} answered more than "
                                        f"{self.max_response_bytes} bytes: cut")  # fmt: skip
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -255,14 +255,18 @@ class UpstreamPool:
         self._ssl: ssl.SSLContext | None = None
 
     async def send(
-        self, method: str, url: str, headers: Headers, body: AsyncIterator[bytes] | None
-    ) -> Answer:
-        """Send the request, answer its status and headers (the body to be read from it)."""
-        parts = urlsplit(url)
+        self, method: str, upstream: str, target: str, headers: Headers,
+        body: AsyncIterator[bytes] | None,
+    ) -> Answer:  # fmt: skip
+        """Send the request for `target` (its path and query, percent-encoded: no space or
+        control character) to `upstream` (scheme://host[:port]); answer its status and headers
+        (the body to be read from it)."""
+        parts = urlsplit(upstream)
         scheme = parts.scheme
         host = parts.hostname or ""
         port = parts.port or (443 if scheme == "https" else 80)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if not target.isprintable() or " " in target:
+            raise UpstreamError(f"{target!r} is not a request target")
         head, chunked = _request_head(method, target, parts.netloc, headers, body is not None)
         if self._slots.locked():  # wait_for costs a task: only when a wait is likely
             try:

@@ -86,6 +86,12 @@ def test_requests_paid_by_iou_are_proxied_charged_and_their_ious_stored(
     assert endpoint is not None and (endpoint.requests, endpoint.served) == (3, 3 * PRICE)
 
 
+def test_a_path_reaches_the_upstream_as_the_renter_encoded_it(gateway: httpx.Client) -> None:
+    response = gateway.get("/endpoints/echo/a%20b%3Fc%25d/%C3%A9?q=%20x", headers=paid(PRICE))
+    assert response.status_code == 200, response.text
+    assert (response.json()["path"], response.json()["query"]) == ("/a b?c%d/\u00e9", "q=%20x")
+
+
 def test_402_without_an_iou_and_with_a_malformed_one(gateway: httpx.Client) -> None:
     assert_402(gateway.get("/endpoints/echo/"), PRICE, f"no {IOU_HEADER} header")
     for bad, why in ((f"{CHANNEL.hex()}:12", "CHANNEL_HEX:AMOUNT:SIGNATURE_HEX"),

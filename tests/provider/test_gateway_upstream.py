@@ -73,7 +73,8 @@ async def fetch(
     pool: UpstreamPool, url: str, method: str = "GET", body: AsyncIterator[bytes] | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
-    got = await pool.send(method, url, headers or [], body)
+    base, _, path = url.removeprefix("http://").partition("/")
+    got = await pool.send(method, f"http://{base}", f"/{path}", headers or [], body)
     try:
         return got.status, got.headers, b"".join([chunk async for chunk in got.chunks()])
     finally:
@@ -160,10 +161,12 @@ def test_upstream_errors_and_a_full_pool() -> None:
         with pytest.raises(UpstreamError, match="could not connect"):
             await fetch(pool, "http://127.0.0.1:9")
         held = await pool.send("GET", await Raw(answer(b"ok", b"Content-Length: 2")).start(),
-                               [], None)  # fmt: skip
+                               "/", [], None)  # fmt: skip
         with pytest.raises(PoolTimeout):  # its one connection is taken
             await fetch(pool, url)
         held.aclose()
+        with pytest.raises(UpstreamError, match="not a request target"):
+            await fetch(pool, url + "/a b\r\nx: y")
         with pytest.raises(UpstreamError, match="malformed"):
             await fetch(pool, await Raw(answer(b"", b"Bad Header Line")).start())
         await pool.aclose()
