@@ -13,8 +13,17 @@ HTTP/1.1 with keep-alive over raw sockets (a light client, so the gateway is wha
   request at a time: paid requests a second, and the IOU commits that took (group commit:
   IOUs queued during a flush are stored together, one per channel).
 
-Prints a table and writes bench/results/services.json.
-Run: .venv/bin/python -m bench.services [--requests N] [--concurrency C]
+- `fee_cost`: on a devnet, what 1,000 paid requests cost in transaction fees: a renter opens a
+  channel (deposit: the requests' price), the provider admits it (checked on chain, as its
+  daemon does), 1,000 requests at bench/channels.py's price go through the gateway to a plain
+  upstream, each paid by a fresh IOU, the daemon's claim schedule claims them in one
+  transaction, and the provider ends the channel (the rest goes back to the renter); the fees
+  of the three transactions, and per request, beside 1,000 one-request escrowed jobs' fees
+  (bench/channels.py's `escrow_session`: a lock each and a share of a batch settle).
+
+Prints a table and writes bench/results/services.json (a part run alone keeps the other's
+numbers there).
+Run: .venv/bin/python -m bench.services [--part gateway|fees] [--requests N] [--concurrency C]
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import multiprocessing
 import os
 import resource
@@ -35,14 +45,33 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 
+from bench.channels import CLOSE_MS, PRICE_PER_REQUEST, REQUESTS, escrow_session, renter_iou
+from bench.contracts import deployed, wallet
+from offchain.chain.submit import tip_point
+from offchain.devnet.process import DevnetProcess
+from offchain.protocol import channel as channels
 from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import IOU_HEADER, SignedIou
 from provider.channels import ChannelBook, ChannelView
+from provider.config import DaemonSettings
+from provider.daemon.chain import Chain
+from provider.daemon.channel_claims import ChannelClaimer, admit
 from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
-from tests.provider.test_gateway_support import NETWORK, POINT, RENTER, SCRIPT, running, upstream
+from tests.protocol.onchain import confirm, output
+from tests.provider.test_gateway_support import (
+    NETWORK,
+    POINT,
+    RENTER,
+    SCRIPT,
+    running,
+    serving,
+    upstream,
+)
+from tests.provider.test_payout_watcher import settled_fee
 
 RESULTS = Path(__file__).parent / "results" / "services.json"
 PRICE = 1_000
@@ -204,24 +233,129 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=5_000)
-    parser.add_argument("--concurrency", type=int, default=32)
-    args = parser.parse_args()
-    result = run(args.requests, args.concurrency)
-    rows = [
+async def fee_cost(requests: int) -> dict[str, Any]:
+    """`requests` requests at PRICE_PER_REQUEST, paid by IOUs through the gateway on one
+    channel: open (the renter's fee), one claim by the daemon's schedule and the provider's
+    end (the provider's fees); and 1,000 escrowed one-request jobs' fees, scaled to `requests`."""
+    deposit = requests * PRICE_PER_REQUEST
+    settings = DaemonSettings(channel_min_deposit_lovelace=deposit,
+                              channel_min_close_period_ms=CLOSE_MS)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="services-fees-") as directory:
+        scratch = Path(directory)
+        devnet = DevnetProcess(scratch / "devnet").start()
+        try:
+            deployment = await deployed(devnet)
+            renter, provider = [await wallet(devnet) for _ in range(2)]
+            chain = Chain(devnet.url, devnet.context(), deployment, provider)
+            opening, terms = channels.open_channel(
+                devnet.context(), deployment, renter.address, renter.vkey, provider.address,
+                provider.vkey, deposit, CLOSE_MS,
+            )  # fmt: skip
+            await confirm(devnet, renter.sign(opening))
+            channel = channels.read_channel(deployment, output(opening, channels.CHANNEL_OUTPUT))
+            book = ChannelBook(scratch / "channels.sqlite", deployment.network_id,
+                               deployment.channel_hash, credit=0)  # fmt: skip
+            admit(chain, book, channel.utxo.input, terms, settings)
+            endpoints = EndpointBook(scratch / "endpoints.sqlite")
+            headers = [{IOU_HEADER: renter_iou(deployment, renter, channel, n * PRICE_PER_REQUEST)
+                        .to_header()} for n in range(1, requests + 1)]  # fmt: skip
+            with serving(upstream) as upstream_url:
+                endpoints.add(running("fees", upstream_url, PRICE_PER_REQUEST, channel=channel.id))
+                with serving(gateway_app(book, endpoints)) as url, httpx.Client() as client:
+                    start = time.perf_counter()
+                    for header in headers:
+                        answer = client.get(f"{url}/endpoints/fees{ANSWER.decode()}",
+                                            headers=header)  # fmt: skip
+                        assert answer.status_code == 200, answer.text
+                    wall = time.perf_counter() - start
+            since = await tip_point(devnet.url)
+            await ChannelClaimer(chain, book, settings).tick()
+            entry = book.get(channel.id)
+            assert entry is not None and entry.view.claimed == deposit, entry
+            claim_fee = await settled_fee(devnet, entry.view.utxo.split("#")[0], since)
+            utxo = chain.utxo(entry.view.utxo)
+            assert utxo is not None
+            claimed = channels.read_channel(deployment, utxo)
+            ended = channels.provider_end(
+                devnet.context(), deployment, claimed, terms, provider.address
+            )
+            await confirm(devnet, provider.sign(ended))
+            escrowed = await escrow_session(devnet, deployment)
+        finally:
+            devnet.stop()
+    fees = {"open": opening.transaction_body.fee, "claim": claim_fee,
+            "provider_end": ended.transaction_body.fee}  # fmt: skip
+    total = sum(fees.values())
+    escrow_per_request = escrowed["fee_per_request_lovelace"]
+    return {
+        "requests": requests,
+        "price_per_request_lovelace": PRICE_PER_REQUEST,
+        "paid_lovelace": deposit,
+        "requests_per_s": requests / wall,  # one at a time, an fsync'd IOU each
+        "load_average_1m": os.getloadavg()[0],  # this machine is shared: the rate varies
+        "fees_lovelace": total,
+        "fee_per_request_lovelace": -(-total // requests),  # rounded up, as bench/channels.py
+        "fees_by_transaction_lovelace": fees,
+        "renter_fees_lovelace": fees["open"],
+        "provider_fees_lovelace": fees["claim"] + fees["provider_end"],
+        "escrows": {
+            "fees_lovelace": escrow_per_request * requests,
+            "fee_per_request_lovelace": escrow_per_request,
+            "how": f"{escrowed['transactions']} (bench/channels.py escrow_session, for "
+            f"{REQUESTS:,} requests)",
+        },
+        "escrow_fees_over_channel_fees": escrow_per_request * requests / total,
+    }
+
+
+def gateway_rows(result: dict[str, Any], concurrency: int) -> list[tuple[str, str]]:
+    return [
         ("direct p50 / p99 (ms)", f"{result['direct_ms']['p50']:.3f} / "
                                   f"{result['direct_ms']['p99']:.3f}"),
         ("through the gateway p50 / p99 (ms)", f"{result['gateway_ms']['p50']:.3f} / "
                                                f"{result['gateway_ms']['p99']:.3f}"),
         ("overhead p50 / p99 (ms)", f"{result['overhead_ms']['p50']:.3f} / "
                                     f"{result['overhead_ms']['p99']:.3f}"),
-        (f"paid requests/s ({args.concurrency} renters)", f"{result['throughput_rps']:,.0f}"),
+        (f"paid requests/s ({concurrency} renters)", f"{result['throughput_rps']:,.0f}"),
         ("gateway CPU per request (ms, all threads)",
          f"{result['gateway_cpu_ms_per_request']:.3f}"),
         ("IOUs per fsync'd commit", f"{result['ious_per_commit']:.2f}"),
     ]  # fmt: skip
+
+
+def fee_rows(fees: dict[str, Any]) -> list[tuple[str, str]]:
+    by_tx = fees["fees_by_transaction_lovelace"]
+    escrows = fees["escrows"]
+    n = f"{fees['requests']:,}"
+    return [
+        (f"{n} requests at {fees['price_per_request_lovelace']:,} lovelace, fees",
+         f"{fees['fees_lovelace']:,} lovelace ({fees['fee_per_request_lovelace']:,} a "
+         "request)"),
+        ("  open / claim / provider end", f"{by_tx['open']:,} / {by_tx['claim']:,} / "
+                                          f"{by_tx['provider_end']:,}"),
+        (f"  as {n} escrowed jobs", f"{escrows['fees_lovelace']:,} lovelace "
+                                     f"({escrows['fee_per_request_lovelace']:,} a request, "
+                                     f"{fees['escrow_fees_over_channel_fees']:,.0f}x)"),
+        ("  paid requests/s (one renter, on chain channel)", f"{fees['requests_per_s']:,.0f}"),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("all", "gateway", "fees"), default="all")
+    parser.add_argument("--requests", type=int, default=5_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--fee-requests", type=int, default=REQUESTS)
+    args = parser.parse_args()
+    result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    rows = []
+    if args.part in ("all", "gateway"):
+        result.update(run(args.requests, args.concurrency))
+        rows += gateway_rows(result, args.concurrency)
+    if args.part in ("all", "fees"):
+        logging.getLogger("PyCardano").setLevel(logging.CRITICAL)
+        result["fee_cost"] = asyncio.run(fee_cost(args.fee_requests))
+        rows += fee_rows(result["fee_cost"])
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

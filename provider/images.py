@@ -6,7 +6,11 @@ each is built once per machine.
 - python: a debootstrap (minbase) root filesystem with python3 and NumPy (about a minute);
 - workloads: the python image plus `provider/workloads/` at /opt/unchained/workloads;
 - sample-service: the python image running `provider/sample_service.py` (an HTTP server with
-  /health and /predict on port 8000), the service the tests, benchmark and demo start.
+  /health and /predict on port 8000), the service the tests, benchmark and demo start;
+- onnx-service: the python image plus onnxruntime (its wheel unpacked into site-packages, no
+  network inside the build), `provider/onnx_model.py`'s network and `provider/onnx_service.py`
+  serving it on the same port (built once per machine: seconds over the python image, once
+  pip has fetched the 28 MB wheel).
 
 The python image is also tagged `PYTHON_EXAMPLE` (a name that does not change with its recipe),
 the image the spec `unchained job init` writes runs in. `local_images` is what an offer lists:
@@ -19,10 +23,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import io
+import platform
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -42,6 +49,15 @@ WORKLOADS_IN_IMAGE = "/opt/unchained/workloads"
 SAMPLE_SERVICE_REPOSITORY = "unchained/sample-service"
 SAMPLE_SERVICE_SCRIPT = Path(__file__).parent / "sample_service.py"
 SAMPLE_SERVICE_PORT = 8000
+ONNX_SERVICE_REPOSITORY = "unchained/onnx-service"
+ONNXRUNTIME_REPOSITORY = "unchained/onnxruntime"
+ONNXRUNTIME = "onnxruntime==1.32.0"  # its wheels need no other package to serve a model
+ONNXRUNTIME_WHEEL = ("--only-binary=:all:", "--no-deps", "--python-version", "3.11",
+                     "--platform", f"manylinux_2_28_{platform.machine()}")  # fmt: skip
+ONNXRUNTIME_ENV = "ENV ORT_DISABLE_TELEMETRY=1"  # no device id written, nothing uploaded
+SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"  # bookworm's python3 looks here
+ONNX_SERVICE_SCRIPT = Path(__file__).parent / "onnx_service.py"
+ONNX_IN_IMAGE = "/opt/unchained"  # PYTHONPATH: the scripts are provider.* there, as here
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3-minimal", "python3-numpy")
 TRIMMED = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
@@ -160,12 +176,66 @@ def sample_service_image(client: docker.DockerClient) -> str:
     )
 
 
-def _python_with(
-    client: docker.DockerClient, repository: str, folder: str, files: list[Path], changes: list[str]
-) -> str:
-    """The python image with `files` added in `folder` and `changes` (ENV, CMD...) applied,
-    tagged by all of them: rebuilt only when one changes."""
+def onnx_service_image(client: docker.DockerClient) -> str:
+    """The onnxruntime image serving `onnx_model.mlp()` with `provider/onnx_service.py` on
+    SAMPLE_SERVICE_PORT."""
+    from provider.onnx_model import model_bytes  # onnx: imported only by who builds this
+
+    folder = f"{ONNX_IN_IMAGE}/provider"
+    changes = [*PYTHON_CHANGES[:-1], f"ENV PYTHONPATH={ONNX_IN_IMAGE}",
+               f"EXPOSE {SAMPLE_SERVICE_PORT}",
+               f'CMD ["python3", "-m", "provider.onnx_service", "{folder}/model.onnx", '
+               f'"{SAMPLE_SERVICE_PORT}"]']  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="unchained-onnx-") as scratch:
+        model = Path(scratch) / "model.onnx"
+        model.write_bytes(model_bytes())
+        files = [SAMPLE_SERVICE_SCRIPT, ONNX_SERVICE_SCRIPT, model]
+        return _python_with(client, ONNX_SERVICE_REPOSITORY, folder, files, changes,
+                            base=_onnxruntime_image(client))  # fmt: skip
+
+
+def _onnxruntime_image(client: docker.DockerClient) -> str:
+    """The python image with ONNXRUNTIME's wheel (for the image's Python, fetched here by pip)
+    unpacked into its site-packages; tagged by the pinned release, whose files never change."""
     base = python_image(client)
+    changes = [*PYTHON_CHANGES, ONNXRUNTIME_ENV]
+    recipe = " ".join((ONNXRUNTIME, *ONNXRUNTIME_WHEEL, *changes))
+    tag = content_tag(base.encode(), recipe.encode())
+
+    def build() -> None:
+        with tempfile.TemporaryDirectory(prefix="unchained-wheel-") as scratch:
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "-d", scratch,
+                 *ONNXRUNTIME_WHEEL, ONNXRUNTIME],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if done.returncode:
+                raise RuntimeError(f"pip download failed:\n{(done.stdout + done.stderr)[-2000:]}")
+            (wheel,) = Path(scratch).glob("*.whl")
+            site = Path(scratch) / "site"
+            with zipfile.ZipFile(wheel) as unpacked:
+                unpacked.extractall(site)
+            archive = io.BytesIO()
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                _add_folders(tar, SITE_PACKAGES)
+                for entry in sorted(site.iterdir()):
+                    tar.add(str(entry), arcname=f"{SITE_PACKAGES}/{entry.name}")
+            _commit(client, base, archive.getvalue(), ONNXRUNTIME_REPOSITORY, tag, changes)
+
+    return _cached(client, f"{ONNXRUNTIME_REPOSITORY}:{tag}", build)
+
+
+def _python_with(
+    client: docker.DockerClient,
+    repository: str,
+    folder: str,
+    files: list[Path],
+    changes: list[str],
+    base: str | None = None,
+) -> str:
+    """The python image (or `base`, built on it) with `files` added in `folder` and `changes`
+    (ENV, CMD...) applied, tagged by all of them: rebuilt only when one changes."""
+    base = base or python_image(client)
     parts = [base.encode(), *(c.encode() for c in changes if c not in PYTHON_CHANGES)]
     parts += [p.name.encode() + b"\0" + p.read_bytes() for p in files]
     tag = content_tag(*parts)
@@ -173,21 +243,38 @@ def _python_with(
     def build() -> None:
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            folders = Path(folder.strip("/")).parts
-            for depth in range(1, len(folders) + 1):
-                info = tarfile.TarInfo("/".join(folders[:depth]))
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
+            _add_folders(tar, folder)
             for file in files:
                 tar.add(str(file), arcname=f"{folder.strip('/')}/{file.name}")
-        holder = client.containers.create(base, ["true"])  # never started: a filesystem to fill
-        try:
-            holder.put_archive("/", archive.getvalue())
-            holder.commit(repository=repository, tag=tag, changes=changes)
-        finally:
-            holder.remove(force=True)
+        _commit(client, base, archive.getvalue(), repository, tag, changes)
 
     return _cached(client, f"{repository}:{tag}", build)
+
+
+def _add_folders(tar: tarfile.TarFile, folder: str) -> None:
+    """`folder` and each folder above it, as directory entries (0755)."""
+    folders = Path(folder.strip("/")).parts
+    for depth in range(1, len(folders) + 1):
+        info = tarfile.TarInfo("/".join(folders[:depth]))
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+
+
+def _commit(
+    client: docker.DockerClient,
+    base: str,
+    archive: bytes,
+    repository: str,
+    tag: str,
+    changes: list[str],
+) -> None:
+    """`base` with the tar `archive` unpacked at / and `changes` applied, as repository:tag."""
+    holder = client.containers.create(base, ["true"])  # never started: a filesystem to fill
+    try:
+        holder.put_archive("/", archive)
+        holder.commit(repository=repository, tag=tag, changes=changes)
+    finally:
+        holder.remove(force=True)
 
 
 def local_images(client: docker.DockerClient) -> list[OfferedImage]:

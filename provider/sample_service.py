@@ -34,7 +34,14 @@ def predict(payload: Any) -> dict[str, float | int]:
 
 
 class Handler(BaseHTTPRequestHandler):
+    """/health and /predict; a subclass serves another model by giving its own `predict`
+    (provider/onnx_service.py)."""
+
     protocol_version = "HTTP/1.1"  # keep-alive: the gateway reuses its connections
+
+    def predict(self, payload: Any) -> dict[str, Any]:
+        """The model's answer to `payload`; ValueError naming what is wrong with it."""
+        return predict(payload)
 
     def do_GET(self) -> None:
         if self.path == "/health":
@@ -55,7 +62,7 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(413, {"error": f"body over {MAX_BODY} bytes"}, close=True)
             return
         try:
-            self._answer(200, predict(json.loads(self.rfile.read(length))))
+            self._answer(200, self.predict(json.loads(self.rfile.read(length))))
         except ValueError as exc:  # json.JSONDecodeError is one
             self._answer(400, {"error": str(exc)})
 
