@@ -6,6 +6,10 @@ before its own forwarding rules), and anything addressed to the host itself is r
 INPUT. The one hole is DNS (port 53) to the host's own resolvers: docker's embedded resolver
 forwards a job's lookups to them from the job's network namespace.
 
+A service's bridge (interfaces `unchs*`, `provider.services`) is fenced harder: only replies
+to connections made to it pass (conntrack ESTABLISHED/RELATED), in DOCKER-USER and in INPUT,
+so a service answers the gateway and opens no connection to the host, its LAN or the world.
+
 The rules are installed idempotently (one atomic `iptables-restore --noflush` of our chains,
 then the jumps added only where missing) before each networked job starts. Where they cannot
 be installed (no iptables, no DOCKER-USER chain because docker runs with `iptables=false`),
@@ -27,8 +31,12 @@ from offchain.errors import UnchainedError
 
 IPTABLES = "iptables"
 BRIDGE_PREFIX = "unchj"  # + 10 hex digits: 15 characters, the kernel's limit for a name
+SERVICE_BRIDGE_PREFIX = "unchs"  # a service's bridge (provider.services), as long
 FORWARD_CHAIN = "UNCHAINED-EGRESS"
 INPUT_CHAIN = "UNCHAINED-EGRESS-IN"
+SERVICE_FORWARD_CHAIN = "UNCHAINED-SERVICES"
+SERVICE_INPUT_CHAIN = "UNCHAINED-SERVICES-IN"
+REPLIES = ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"]
 BLOCKED = (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
     "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
@@ -68,9 +76,13 @@ def resolvers(resolv_conf: Path = RESOLV_CONF) -> list[str]:
 
 
 def ruleset(nameservers: list[str]) -> str:
-    """Our two chains, replaced whole by `iptables-restore --noflush`."""
+    """Our chains, replaced whole by `iptables-restore --noflush`: a networked job's (the
+    public Internet only) and a service's (replies to connections made to it, nothing else)."""
     reject = " ".join(REJECT)
-    lines = ["*filter", f":{FORWARD_CHAIN} - [0:0]", f":{INPUT_CHAIN} - [0:0]"]
+    chains = (FORWARD_CHAIN, INPUT_CHAIN, SERVICE_FORWARD_CHAIN, SERVICE_INPUT_CHAIN)
+    lines = ["*filter", *(f":{chain} - [0:0]" for chain in chains)]
+    for chain in (SERVICE_FORWARD_CHAIN, SERVICE_INPUT_CHAIN):
+        lines += [f"-A {chain} {' '.join(REPLIES)}", f"-A {chain} {reject}"]
     for server in nameservers:
         for protocol in ("udp", "tcp"):
             lines.append(f"-A {FORWARD_CHAIN} -d {server}/32 -p {protocol} --dport 53 -j RETURN")
@@ -101,9 +113,13 @@ def install_rules() -> None:
             "networked jobs are refused: no DOCKER-USER chain (is docker running with iptables?)"
         )
     _iptables("--noflush", stdin=ruleset(resolvers()), tool=IPTABLES + "-restore")
-    bridges = f"{BRIDGE_PREFIX}+"
-    for parent, chain in (("DOCKER-USER", FORWARD_CHAIN), ("INPUT", INPUT_CHAIN)):
-        jump = ["-i", bridges, "-j", chain]
+    jumps = (
+        ("DOCKER-USER", BRIDGE_PREFIX, FORWARD_CHAIN), ("INPUT", BRIDGE_PREFIX, INPUT_CHAIN),
+        ("DOCKER-USER", SERVICE_BRIDGE_PREFIX, SERVICE_FORWARD_CHAIN),
+        ("INPUT", SERVICE_BRIDGE_PREFIX, SERVICE_INPUT_CHAIN),
+    )  # fmt: skip
+    for parent, prefix, chain in jumps:
+        jump = ["-i", f"{prefix}+", "-j", chain]
         if _iptables("-C", parent, *jump) != 0:
             _iptables("-I", parent, "1", *jump)
             if _iptables("-C", parent, *jump) != 0:

@@ -1,8 +1,13 @@
-"""The provider's book of inference endpoints: each a service it runs for one renter, reached
-through its gateway at `/endpoints/<name>/...`, paid by IOUs on that renter's channel.
+"""The provider's book of deployments: each a container it runs for one renter, paid by IOUs
+on one of that renter's channels, reached only through its gateway. Two kinds: an `endpoint`
+(a `kind: service` spec, HTTP at `/endpoints/<name>/...`, per request and/or per second) and a
+`pod` (a `kind: pod` spec, SSH through the gateway's TCP forwarder, per second).
+
+One channel may pay for several deployments and its IOUs are cumulative, so what a channel
+owes is summed over every deployment on it (`channel_due`): each due check is channel-wide.
 
 SQLite in WAL mode beside the channel book (`<state_dir>/daemon/endpoints.sqlite`), so the
-daemon starting services and the gateway serving them share it across processes. Its commits
+daemon starting containers and the gateway serving them share it across processes. Its commits
 are `synchronous=NORMAL` (no fsync each): the money is the channel book's acknowledged IOU,
 stored with `synchronous=FULL`, and every next IOU must reach it whatever `served` says, so a
 `served` total that lags after a machine crash costs the provider nothing.
@@ -10,48 +15,133 @@ stored with `synchronous=FULL`, and every next IOU must reach it whatever `serve
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import re
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Protocol
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS endpoint (
-    name TEXT PRIMARY KEY,          -- the path segment after /endpoints/
+CREATE TABLE IF NOT EXISTS deployment (
+    name TEXT PRIMARY KEY,          -- unique: the path segment after /endpoints/
+    kind TEXT NOT NULL,             -- endpoint | pod
     channel BLOB NOT NULL,          -- the renter's channel that pays for it
-    upstream TEXT NOT NULL,         -- where the gateway sends its requests: http://HOST:PORT
+    renter_vkey BLOB NOT NULL,      -- the channel's renter key: signs its control requests
+    spec_json TEXT NOT NULL,        -- the spec's canonical JSON, as the renter signed it
+    state TEXT NOT NULL,            -- pending | running | stopped | failed
+    reason TEXT NOT NULL,           -- why it failed or stopped ("" otherwise)
+    image_digest TEXT NOT NULL,     -- the image that runs (sha256:...), once running
+    upstream TEXT NOT NULL,         -- http://127.0.0.1:PORT[,http://...] once running
+    public_port INTEGER NOT NULL,   -- a pod's port on the gateway's host (0 otherwise)
     price_per_request INTEGER NOT NULL,  -- lovelace
     price_per_second INTEGER NOT NULL,   -- lovelace
-    started_ms INTEGER NOT NULL,    -- POSIX ms
+    created_ms INTEGER NOT NULL,    -- POSIX ms
+    started_ms INTEGER NOT NULL,    -- POSIX ms; 0 until running
+    stopped_ms INTEGER NOT NULL,    -- POSIX ms; 0 while not stopped
     requests INTEGER NOT NULL,      -- requests served so far
-    served INTEGER NOT NULL         -- lovelace of service charged so far
+    served INTEGER NOT NULL         -- lovelace of requests charged so far
 )
 """
 # A name is one URL path segment, readable in logs: no slash, no percent-encoding needed.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-UPSTREAM = re.compile(r"https?://[^/?#\s]+")
+ONE_UPSTREAM = r"https?://[^/?#\s,]+"
+# "" until running; a replicated endpoint lists one upstream per replica, comma-separated
+UPSTREAM = re.compile(rf"(?:{ONE_UPSTREAM}(?:,{ONE_UPSTREAM})*)?")
+KINDS = ("endpoint", "pod")
+PENDING, RUNNING, STOPPED, FAILED = "pending", "running", "stopped", "failed"
+STATES = (PENDING, RUNNING, STOPPED, FAILED)
+ENDED = (STOPPED, FAILED)
+CHANNEL_BYTES = 28
+VKEY_BYTES = 32
 
 
 @dataclasses.dataclass(frozen=True)
 class Endpoint:
+    """One deployment (an endpoint or a pod): the book's row, field for column."""
+
     name: str
+    kind: str  # "endpoint" | "pod"
     channel: bytes  # the renter's channel id: blake2b_224 of its terms
-    upstream: str  # e.g. "http://127.0.0.1:PORT": the service, never reached from outside
+    renter_vkey: bytes  # 32 bytes: signs the control requests for it
+    spec_json: str  # the ServiceSpec/PodSpec canonical JSON the renter signed
+    state: str  # pending -> running -> stopped | failed
+    reason: str  # why it failed or stopped ("" otherwise)
+    image_digest: str  # "sha256:..." (the docker image id) once running
+    upstream: str  # "http://127.0.0.1:PORT"[, one per replica]: "" until running
+    public_port: int  # pods: the gateway's TCP port forwarding to its sshd (0 otherwise)
     price_per_request: int  # lovelace
     price_per_second: int  # lovelace
-    started_ms: int  # POSIX ms
+    created_ms: int  # POSIX ms
+    started_ms: int = 0  # 0 until running; per-second billing counts from here
+    stopped_ms: int = 0  # 0 while not stopped
     requests: int = 0
-    served: int = 0  # lovelace charged so far
+    served: int = 0  # lovelace charged for requests (the per-second part is `due_of`'s)
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name):
-            raise ValueError(f"endpoint name {self.name!r}: letters, digits, '.', '_', '-' "
+            raise ValueError(f"deployment name {self.name!r}: letters, digits, '.', '_', '-' "
                              "(a letter or digit first), at most 64")  # fmt: skip
+        if self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r}: one of {', '.join(KINDS)}")
+        if self.state not in STATES:
+            raise ValueError(f"state {self.state!r}: one of {', '.join(STATES)}")
+        if len(self.channel) != CHANNEL_BYTES or len(self.renter_vkey) != VKEY_BYTES:
+            raise ValueError(f"a channel id is {CHANNEL_BYTES} bytes, a renter key {VKEY_BYTES}")
         if not UPSTREAM.fullmatch(self.upstream):
-            raise ValueError(f"upstream {self.upstream!r} is not http(s)://HOST[:PORT]")
-        if min(self.price_per_request, self.price_per_second, self.requests, self.served) < 0:
-            raise ValueError("prices, requests and served lovelace are never negative")
+            raise ValueError(f"upstream {self.upstream!r} is not http(s)://HOST[:PORT][,...]")
+        numbers = dataclasses.astuple(self)[9:]  # public_port onwards: every number
+        if min(numbers) < 0:
+            raise ValueError("ports, prices, times, requests and served lovelace are never "
+                             "negative")  # fmt: skip
+
+    @property
+    def upstreams(self) -> list[str]:
+        """One upstream URL per replica (none until running)."""
+        return self.upstream.split(",") if self.upstream else []
+
+
+def due_of(endpoint: Endpoint, now_ms: int) -> int:
+    """Lovelace `endpoint` has earned by `now_ms`: its requests charged plus its price per
+    second for each whole second it ran (from started_ms to stopped_ms, or to now)."""
+    if not endpoint.started_ms:
+        return endpoint.served
+    until = endpoint.stopped_ms or now_ms
+    seconds = max(0, until - endpoint.started_ms) // 1000
+    return endpoint.served + endpoint.price_per_second * seconds
+
+
+def channel_due(book: EndpointBook, channel: bytes, now_ms: int) -> int:
+    """Lovelace owed on `channel` by `now_ms`: summed over every deployment it pays for."""
+    return sum(due_of(endpoint, now_ms) for endpoint in book.on_channel(channel))
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """A deployment's containers answer: where (`upstream`, as the book stores it) and which
+    image runs ("sha256:..." image id)."""
+
+    upstream: str
+    image_digest: str
+
+
+class Starter(Protocol):
+    """What runs one kind of deployment (`provider.starters.STARTERS` maps a kind to its
+    factory): the daemon starts and stops through it, the gateway reads logs through it."""
+
+    def start_deployment(self, deployment: Endpoint, gpu_uuids: list[str]) -> Started:
+        """Run `deployment` (its spec_json), answering once healthy; an UnchainedError saying
+        why not, nothing of it left."""
+        ...
+
+    def stop(self, name: str) -> None:
+        """Remove what runs `name` (a pod keeps its workspace); a repeated stop does nothing."""
+        ...
+
+    def logs(self, name: str, lines: int) -> str:
+        """The last `lines` lines of `name`'s output ("" when nothing runs under that name)."""
+        ...
 
 
 class EndpointBook:
@@ -63,6 +153,7 @@ class EndpointBook:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # see the module's docstring
         self._db.execute(SCHEMA)
+        self._db.execute("CREATE INDEX IF NOT EXISTS deployment_channel ON deployment (channel)")
         self._lock = threading.Lock()  # one connection, used by one thread at a time
 
     @classmethod
@@ -74,41 +165,85 @@ class EndpointBook:
         self._db.close()
 
     def add(self, endpoint: Endpoint) -> None:
-        """Serve `endpoint`; ValueError if its name is taken."""
+        """Record `endpoint`; ValueError if its name is taken (by a deployment in any state)."""
+        columns = dataclasses.astuple(endpoint)
         try:
             with self._lock:
-                self._db.execute("INSERT INTO endpoint VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                 dataclasses.astuple(endpoint))  # fmt: skip
+                self._db.execute(f"INSERT INTO deployment VALUES ({', '.join('?' * len(columns))})",
+                                 columns)  # fmt: skip
         except sqlite3.IntegrityError as error:
-            raise ValueError(f"an endpoint named {endpoint.name} exists already") from error
+            raise ValueError(f"a deployment named {endpoint.name} exists already") from error
 
     def get(self, name: str) -> Endpoint | None:
-        with self._lock:
-            row = self._db.execute("SELECT * FROM endpoint WHERE name = ?", (name,)).fetchone()
-        return None if row is None else Endpoint(*row)
+        rows = self._select("WHERE name = ?", (name,))
+        return rows[0] if rows else None
 
     def list(self) -> list[Endpoint]:
-        """Every endpoint, by name."""
-        with self._lock:
-            rows = self._db.execute("SELECT * FROM endpoint ORDER BY name").fetchall()
-        return [Endpoint(*row) for row in rows]
+        """Every deployment, by name."""
+        return self._select("ORDER BY name")
 
-    def remove(self, name: str) -> None:
-        """Serve `name` no more; nothing happens if it is not here (a stop may be retried)."""
-        with self._lock:
-            self._db.execute("DELETE FROM endpoint WHERE name = ?", (name,))
+    def on_channel(self, channel: bytes) -> builtins.list[Endpoint]:
+        """The deployments `channel` pays for (every state: the stopped ones' money counts)."""
+        return self._select("WHERE channel = ? ORDER BY name", (channel,))
+
+    def set_running(self, name: str, upstream: str, image_digest: str, started_ms: int) -> None:
+        """A pending deployment answers now at `upstream`: billed per second from `started_ms`.
+        KeyError if no pending deployment is named so (stopped while it started)."""
+        if not UPSTREAM.fullmatch(upstream):
+            raise ValueError(f"upstream {upstream!r} is not http(s)://HOST[:PORT][,...]")
+        updated = self._update(name, "state = ?, upstream = ?, image_digest = ?, started_ms = ?",
+                               (RUNNING, upstream, image_digest, started_ms),
+                               f"state = '{PENDING}'")  # fmt: skip
+        if not updated:
+            raise KeyError(f"no pending deployment named {name}")
+
+    def set_public_port(self, name: str, port: int) -> None:
+        """The gateway's TCP port that forwards to the pod `name` (0: none any more)."""
+        if not self._update(name, "public_port = ?", (port,)):
+            raise KeyError(f"no deployment named {name}")
+
+    def finish(self, name: str, state: str, reason: str, stopped_ms: int) -> None:
+        """`name` is stopped or failed, for `reason`; its per-second billing ends at
+        `stopped_ms`. A second finish keeps the first's state, reason and time; finishing a
+        deployment no longer in the book does nothing (a stop may be retried)."""
+        if state not in ENDED:
+            raise ValueError(f"a deployment finishes {' or '.join(ENDED)}, not {state}")
+        self._update(name, "state = ?, reason = ?, stopped_ms = ?", (state, reason, stopped_ms),
+                     f"state NOT IN ('{STOPPED}', '{FAILED}')")  # fmt: skip
 
     def charge(self, name: str, lovelace: int) -> int:
         """Count one request served on `name` at `lovelace`; the lovelace served in all since.
-        KeyError if there is no such endpoint (removed while the request was served)."""
+        KeyError if there is no such deployment (removed while the request was served)."""
         if lovelace < 0:
             raise ValueError("a charge is never negative")
         with self._lock:
             row = self._db.execute(
-                "UPDATE endpoint SET requests = requests + 1, served = served + ? "
+                "UPDATE deployment SET requests = requests + 1, served = served + ? "
                 "WHERE name = ? RETURNING served",
                 (lovelace, name),
             ).fetchone()
         if row is None:
-            raise KeyError(f"no endpoint named {name}")
+            raise KeyError(f"no deployment named {name}")
         return int(row[0])
+
+    def remove(self, name: str) -> None:
+        """Forget `name` (a stopped pod's workspace gone, or the operator's choice); nothing
+        happens if it is not here (a removal may be retried)."""
+        with self._lock:
+            self._db.execute("DELETE FROM deployment WHERE name = ?", (name,))
+
+    def _update(
+        self, name: str, assignments: str, values: tuple[object, ...], guard: str = "1"
+    ) -> bool:
+        """Whether a row named `name` that meets `guard` was updated."""
+        with self._lock:
+            row = self._db.execute(
+                f"UPDATE deployment SET {assignments} WHERE name = ? AND {guard} RETURNING name",
+                (*values, name),
+            ).fetchone()
+        return row is not None
+
+    def _select(self, where: str, values: tuple[object, ...] = ()) -> builtins.list[Endpoint]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT * FROM deployment {where}", values).fetchall()
+        return [Endpoint(*row) for row in rows]

@@ -5,14 +5,18 @@ root, no capabilities, no privilege gain, a non-root user, bounded pids, memory,
 GPUs pinned by UUID). Unlike a job it must be reached, so it sits on a bridge of its own (no
 other container on it, no masquerading: it cannot reach the Internet) and its one port is
 published on the host's 127.0.0.1 only, at a port the kernel picks: only the gateway, on this
-machine, reaches it. It is registered in the endpoint book (`EndpointBook.add`) once its
-health path answers 2xx; a start that fails or times out removes everything it made, and
-stopping removes the endpoint first (no new request is routed to it), then the container and
-its bridge.
+machine, reaches it. Its bridge sits behind the egress fence (`egress.py`): the service
+answers connections, it never opens one (not to the host, not to the LAN). `replicas: N` runs
+N containers on that bridge, the gateway round-robins over them. A start answers (`Started`)
+once every replica's health path answers 2xx; a start that fails or times out removes
+everything it made; stopping removes the containers and the bridge. The daemon records the
+deployment in the book (`provider.daemon.deployments`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from contextlib import suppress
 
@@ -22,9 +26,10 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 
 from offchain.errors import UnchainedError
-from offchain.protocol.jobspec import ServiceSpec
+from offchain.protocol.jobspec import JobSpecError, ServiceSpec, parse_servicespec
 from provider.config import RunnerSettings
-from provider.endpoints import NAME, Endpoint, EndpointBook
+from provider.egress import SERVICE_BRIDGE_PREFIX, install_rules
+from provider.endpoints import NAME, Endpoint, Started
 from provider.runner import JobStartError, create_container, engine_reason, runner_id
 from provider.sandbox import LABEL_RUNNER, hardened_options
 
@@ -45,6 +50,17 @@ def service_resource_name(runner: str, name: str) -> str:
     return f"unchained-svc-{runner}-{name}"
 
 
+def service_container_name(runner: str, name: str, replica: int) -> str:
+    """Replica `replica`'s container (the index last: no two services' names collide)."""
+    return f"{service_resource_name(runner, name)}-{replica}"
+
+
+def service_bridge_name(runner: str, name: str) -> str:
+    """The bridge's interface: the egress fence's service prefix, 15 characters in all."""
+    digest = hashlib.sha256(f"{runner}/{name}".encode()).hexdigest()
+    return SERVICE_BRIDGE_PREFIX + digest[:10]
+
+
 def service_options(
     runner: str, name: str, spec: ServiceSpec, gpu_uuids: list[str], settings: RunnerSettings
 ) -> dict:
@@ -63,54 +79,65 @@ def service_options(
 
 
 class Services:
-    """The services this provider (its state directory) runs, and their endpoints."""
+    """The services this provider (its state directory) runs: the `endpoint` kind's Starter."""
 
     def __init__(
         self,
         client: docker.DockerClient,
         settings: RunnerSettings,
-        endpoints: EndpointBook,
         health_timeout_s: float = HEALTH_TIMEOUT_S,
     ) -> None:
         self.client = client
         self.settings = settings
-        self.endpoints = endpoints
         self.health_timeout_s = health_timeout_s
         self.runner_id = runner_id(settings.state_dir)
 
-    def start(
-        self, name: str, spec: ServiceSpec, channel: bytes, gpu_uuids: list[str] | None = None
-    ) -> Endpoint:
-        """Start `spec` as endpoint `name`, paid on `channel`; its Endpoint once it is healthy."""
+    def start_deployment(self, deployment: Endpoint, gpu_uuids: list[str]) -> Started:
+        """Start the endpoint `deployment` (its spec_json: a service spec)."""
+        try:
+            spec = parse_servicespec(json.loads(deployment.spec_json))
+        except (ValueError, JobSpecError) as exc:
+            raise ServiceStartError(f"service {deployment.name}: its spec: {exc}") from exc
+        return self.start(deployment.name, spec, gpu_uuids)
+
+    def start(self, name: str, spec: ServiceSpec, gpu_uuids: list[str] | None = None) -> Started:
+        """Start `spec` as service `name`: its replicas, each with `spec.resources.gpus` of
+        `gpu_uuids`; where they answer once every one is healthy."""
         gpus = list(gpu_uuids or [])
-        if len(gpus) != spec.resources.gpus:
-            raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
-        if spec.replicas != 1:
-            raise ServiceStartError(f"replicas: {spec.replicas} asked, this provider runs one")
+        if len(gpus) != spec.resources.gpus * spec.replicas:
+            raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs times "
+                             f"{spec.replicas} replicas, {len(gpus)} given")  # fmt: skip
         if not NAME.fullmatch(name):
             raise ServiceStartError(f"{name!r} is not an endpoint name (letters, digits, . _ -)")
-        if self.endpoints.get(name) is not None:
-            raise ServiceStartError(f"an endpoint named {name} exists already")
         self._create_network(name)  # first: a second start of `name` stops here
         try:
-            upstream = self._run(name, spec, gpus)
-            endpoint = Endpoint(
-                name=name, channel=channel, upstream=upstream,
-                price_per_request=spec.price_per_request, price_per_second=spec.price_per_second,
-                started_ms=time.time_ns() // 1_000_000,  # billed per second from its first answer
-            )  # fmt: skip
-            self.endpoints.add(endpoint)
+            per = spec.resources.gpus
+            containers = [
+                self._create(name, replica, spec, gpus[replica * per : (replica + 1) * per])
+                for replica in range(spec.replicas)
+            ]
+            upstreams = []
+            for container in containers:
+                upstream = f"http://{LOOPBACK}:{_host_port(container, spec.port)}"
+                _wait_healthy(container, upstream + spec.health_path, self.health_timeout_s)
+                upstreams.append(upstream)
+            image = str(containers[0].attrs["Image"])
         except BaseException as exc:  # whatever stopped it (Ctrl-C too): nothing of it stays
             self._remove(name)
             if isinstance(exc, JobStartError | DockerException | ValueError):
                 raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
             raise
-        return endpoint
+        return Started(",".join(upstreams), image)
 
     def stop(self, name: str) -> None:
-        """Serve `name` no more and remove its container and bridge; a repeated stop is a no-op."""
-        self.endpoints.remove(name)
+        """Remove the service's containers and bridge; a repeated stop is a no-op."""
         self._remove(name)
+
+    def logs(self, name: str, lines: int) -> str:
+        """The last `lines` lines each replica of `name` wrote ("" if none runs)."""
+        return "".join(
+            container.logs(tail=lines).decode(errors="replace") for container in self._of(name)
+        )
 
     def leftovers(self) -> dict[str, list[str]]:
         """What this provider's services have in the engine: containers and bridges, by name."""
@@ -122,14 +149,23 @@ class Services:
             "networks": sorted(n.attrs["Labels"][LABEL_SERVICE] for n in networks),
         }
 
+    def _of(self, name: str) -> list[Container]:
+        """The containers of service `name`, by replica."""
+        labels = [f"{LABEL_RUNNER}={self.runner_id}", f"{LABEL_SERVICE}={name}"]
+        found = self.client.containers.list(all=True, filters={"label": labels})
+        return sorted(found, key=lambda container: container.name)
+
     def _create_network(self, name: str) -> None:
-        """The service's own bridge: nothing else on it, no way out through the host's NAT."""
+        """The service's own bridge: nothing else on it, no way out through the host's NAT,
+        behind the egress fence (it may answer, never open a connection)."""
+        install_rules()
         try:
             self.client.networks.create(
                 service_resource_name(self.runner_id, name), driver="bridge",
                 check_duplicate=True,
                 labels={LABEL_RUNNER: self.runner_id, LABEL_SERVICE: name},
                 options={
+                    "com.docker.network.bridge.name": service_bridge_name(self.runner_id, name),
                     "com.docker.network.bridge.enable_icc": "false",
                     "com.docker.network.bridge.enable_ip_masquerade": "false",
                     "com.docker.network.bridge.host_binding_ipv4": LOOPBACK,
@@ -140,22 +176,21 @@ class Services:
                 raise ServiceStartError(f"a service named {name} is running here") from exc
             raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
 
-    def _run(self, name: str, spec: ServiceSpec, gpus: list[str]) -> str:
-        """Its container, started; the upstream URL once its health path answers."""
+    def _create(self, name: str, replica: int, spec: ServiceSpec, gpus: list[str]) -> Container:
+        """Replica `replica`'s container, started."""
         options = service_options(self.runner_id, name, spec, gpus, self.settings)
+        options["name"] = service_container_name(self.runner_id, name, replica)
         container = create_container(self.client, options, self.settings.pull_images)
         container.start()
-        upstream = f"http://{LOOPBACK}:{_host_port(container, spec.port)}"
-        _wait_healthy(container, upstream + spec.health_path, self.health_timeout_s)
-        return upstream
+        return container
 
     def _remove(self, name: str) -> None:
-        """Remove the service's container and bridge, whichever exist."""
-        resource = service_resource_name(self.runner_id, name)
+        """Remove the service's containers and bridge, whichever exist."""
+        for container in self._of(name):
+            with suppress(NotFound):
+                container.remove(force=True, v=True)
         with suppress(NotFound):
-            self.client.containers.get(resource).remove(force=True, v=True)
-        with suppress(NotFound):
-            self.client.networks.get(resource).remove()
+            self.client.networks.get(service_resource_name(self.runner_id, name)).remove()
 
 
 def _host_port(container: Container, port: int) -> int:

@@ -1,0 +1,30 @@
+"""Which code runs each kind of deployment: `kind -> factory(client, settings) -> Starter`.
+
+The daemon starts and stops deployments through it and the gateway reads their logs through
+it, so a new kind is one module with a `Starter` (`provider.endpoints.Starter`) and one line
+here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import docker
+
+from provider.config import RunnerSettings
+from provider.endpoints import Starter
+from provider.services import Services
+
+StarterFactory = Callable[[docker.DockerClient, RunnerSettings], Starter]
+
+STARTERS: dict[str, StarterFactory] = {
+    "endpoint": Services,
+}
+
+
+def starter_of(kind: str, client: docker.DockerClient, settings: RunnerSettings) -> Starter:
+    """The Starter for `kind`; KeyError naming the kinds this provider runs."""
+    try:
+        factory = STARTERS[kind]
+    except KeyError:
+        raise KeyError(f"this provider runs no {kind!r} deployments") from None
+    return factory(client, settings)
