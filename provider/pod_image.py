@@ -115,8 +115,8 @@ def pod_image(client: docker.DockerClient, uid: int = 65534, gid: int = 65534) -
                 output = holder.logs().decode(errors="replace")[-2000:]
                 raise PodImageError(f"installing {', '.join(POD_PACKAGES)} failed:\n{output}")
             repository, tag = reference.split(":")
-            holder.commit(repository=repository, tag=tag, changes=[
-                f"EXPOSE {POD_SSH_PORT}", f'CMD ["{START_PATH}"]', f"WORKDIR {POD_HOME}"])  # fmt: skip
+            changes = [f"EXPOSE {POD_SSH_PORT}", f'CMD ["{START_PATH}"]', f"WORKDIR {POD_HOME}"]
+            holder.commit(repository=repository, tag=tag, changes=changes)
         finally:
             holder.remove(force=True)
 
