@@ -23,6 +23,7 @@ from contextlib import suppress
 
 import docker
 from docker.errors import DockerException, NotFound
+from docker.models.containers import Container
 from docker.types import Mount
 
 from offchain.protocol.jobspec import DEFAULT_POD_IMAGE, JobSpecError, PodSpec, parse_podspec
@@ -31,7 +32,14 @@ from provider.endpoints import NAME, Endpoint, Started
 from provider.pod_image import POD_HOME, POD_RUN_DIR, POD_SSH_PORT, SSH_KEY_VARIABLE, pod_image
 from provider.runner import JobStartError, create_container, engine_reason, runner_id
 from provider.sandbox import LABEL_RUNNER, hardened_options
-from provider.services import LOOPBACK, ServiceStartError, create_bridge, host_port, wait_ready
+from provider.services import (
+    LOG_TAIL,
+    LOOPBACK,
+    ServiceStartError,
+    create_bridge,
+    host_port,
+    wait_ready,
+)
 
 LABEL_POD = "unchained.pod"
 SSH_READY_TIMEOUT_S = 30.0  # sshd answers in well under a second; a loaded machine, slower
@@ -116,7 +124,10 @@ class Pods:
             raise PodStartError(f"pod {name}: the pod image: {engine_reason(exc)}") from exc
         resource = pod_resource_name(self.runner_id, name)
         labels = {LABEL_RUNNER: self.runner_id, LABEL_POD: name}
-        create_bridge(self.client, "pod", name, resource, labels)  # a second start stops here
+        try:
+            create_bridge(self.client, "pod", name, resource, labels)  # a second start stops here
+        except ServiceStartError as exc:
+            raise PodStartError(str(exc)) from exc
         fresh = not self._has_workspace(name)
         try:
             options = pod_options(self.runner_id, name, spec, image, gpus, self.settings)
@@ -124,6 +135,7 @@ class Pods:
                 self.client.volumes.create(workspace_volume(self.runner_id, name), labels=labels)
             container = create_container(self.client, options, self.settings.pull_images)
             container.start()
+            _running(container, spec.image)
             address = (LOOPBACK, host_port(container, POD_SSH_PORT))
             wait_ready(container, f"sshd at {address[0]}:{address[1]}", "send its banner",
                        lambda: _ssh_banner(address), self.ready_timeout_s, "pod")  # fmt: skip
@@ -132,7 +144,7 @@ class Pods:
             self.stop(name)
             if fresh:
                 self.remove_workspace(name)
-            if isinstance(exc, JobStartError | DockerException | ValueError):
+            if isinstance(exc, ServiceStartError | JobStartError | DockerException | ValueError):
                 raise PodStartError(f"pod {name}: {engine_reason(exc)}") from exc
             raise
         return started
@@ -183,6 +195,16 @@ class Pods:
         except NotFound:
             return False
         return True
+
+
+def _running(container: Container, image: str) -> None:
+    """PodStartError when the container is not running (its image has no pod sshd, likely)."""
+    container.reload()
+    state = container.attrs["State"]
+    if state["Status"] != "running":
+        output = container.logs(tail=LOG_TAIL).decode(errors="replace").strip() or "none"
+        raise PodStartError(f"the pod exited at once (code {state['ExitCode']}): is {image} "
+                            f"built from {DEFAULT_POD_IMAGE}? Its output: {output}")  # fmt: skip
 
 
 def _ssh_banner(address: tuple[str, int]) -> str | None:
