@@ -40,9 +40,9 @@ import uvicorn
 from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import IOU_HEADER, SignedIou
 from provider.channels import ChannelBook, ChannelView
-from provider.endpoints import Endpoint, EndpointBook
+from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
-from tests.provider.test_gateway_support import NETWORK, POINT, RENTER, SCRIPT, upstream
+from tests.provider.test_gateway_support import NETWORK, POINT, RENTER, SCRIPT, running, upstream
 
 RESULTS = Path(__file__).parent / "results" / "services.json"
 PRICE = 1_000
@@ -155,8 +155,8 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
             view = ChannelView(channel_id(index), "ab" * 32 + "#0", "addr_test1bench", vkey, 0,
                                CAPACITY, OPEN)  # fmt: skip
             book.open(view, POINT)
-            endpoints.add(Endpoint(f"e{index}", view.id, f"http://127.0.0.1:{up_port}", PRICE,
-                                   0, started_ms=0))  # fmt: skip
+            endpoints.add(running(f"e{index}", f"http://127.0.0.1:{up_port}", PRICE,
+                                  channel=view.id))  # fmt: skip
         book.close()
         endpoints.close()
         report: Queue[tuple[int, float]] = fork.Queue()

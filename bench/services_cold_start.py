@@ -26,11 +26,9 @@ import httpx
 from offchain.protocol.jobspec import ServiceSpec
 from provider import images
 from provider.config import RunnerSettings
-from provider.endpoints import EndpointBook
 from provider.services import Services
 
 RESULTS = Path(__file__).parent / "results" / "services_cold_start.json"
-CHANNEL = bytes(28)
 
 
 def ms_since(start_ns: int) -> float:
@@ -39,10 +37,10 @@ def ms_since(start_ns: int) -> float:
 
 def one_run(services: Services, spec: ServiceSpec, name: str) -> dict[str, float]:
     start = time.perf_counter_ns()
-    endpoint = services.start(name, spec, CHANNEL)
+    started = services.start(name, spec)
     cold_start_ms = ms_since(start)
     start = time.perf_counter_ns()
-    answer = httpx.post(f"{endpoint.upstream}/predict", json={"values": [1, 2, 3]})
+    answer = httpx.post(f"{started.upstream}/predict", json={"values": [1, 2, 3]})
     answer.raise_for_status()
     first_predict_ms = ms_since(start)
     start = time.perf_counter_ns()
@@ -65,10 +63,8 @@ def main() -> None:
                        price_per_request=1_000)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="unchained-bench-services-") as scratch:
         settings = RunnerSettings(state_dir=Path(scratch) / "state")
-        book = EndpointBook.in_state_dir(settings.state_dir)
-        services = Services(client, settings, book)
+        services = Services(client, settings)
         samples = [one_run(services, spec, f"bench-{i}") for i in range(runs)]
-        book.close()
     print(f"{'run':>4} {'cold start ms':>14} {'first /predict ms':>18} {'stop ms':>9}")
     for i, sample in enumerate(samples):
         print(f"{i:>4} {sample['cold_start_ms']:>14} {sample['first_predict_ms']:>18} "

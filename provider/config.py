@@ -60,6 +60,10 @@ class Offer(_Section):
         1, ge=1, description="without GPUs: jobs at once, each a share of the cores"
     )
     prices: Prices = Field(default_factory=Prices)
+    request_price: int | None = Field(
+        None, ge=0, description="lovelace per request of an endpoint at least (unset: no "
+        "per-request endpoints; per-second ones pay the bundle's price)",
+    )  # fmt: skip
 
     def price_per_unit(self, spec: JobSpec) -> int:
         """Lovelace per billed second of the spec's bundle."""
@@ -175,6 +179,11 @@ class DaemonSettings(_Section):
     channel_min_close_period_ms: int = Field(
         3600_000, ge=0, description="a channel is served only if its renter's close leaves "
         "the provider at least this long to make its last claim",
+    )  # fmt: skip
+    gateway_url: str | None = Field(
+        None, pattern=r"^https?://[^/?#\s]+$", max_length=255, description="where renters "
+        "reach this provider's gateway (`unchained provider gateway`), shown in its offer: "
+        "http(s)://HOST:PORT; unset: it takes no deployments",
     )  # fmt: skip
 
 

@@ -44,6 +44,15 @@ CREATE TABLE IF NOT EXISTS deployment (
     served INTEGER NOT NULL         -- lovelace of requests charged so far
 )
 """
+# How to admit a channel the channel book does not serve yet (the renter's first deploy on it
+# names them): the daemon reads its output on chain and checks it as `channel admit` does.
+ADMISSION = """
+CREATE TABLE IF NOT EXISTS admission (
+    channel BLOB PRIMARY KEY,
+    utxo TEXT NOT NULL,             -- TXID#IX
+    terms TEXT NOT NULL             -- its ChannelTerms, CBOR hex
+)
+"""
 # A name is one URL path segment, readable in logs: no slash, no percent-encoding needed.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ONE_UPSTREAM = r"https?://[^/?#\s,]+"
@@ -153,6 +162,7 @@ class EndpointBook:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # see the module's docstring
         self._db.execute(SCHEMA)
+        self._db.execute(ADMISSION)
         self._db.execute("CREATE INDEX IF NOT EXISTS deployment_channel ON deployment (channel)")
         self._lock = threading.Lock()  # one connection, used by one thread at a time
 
@@ -231,6 +241,20 @@ class EndpointBook:
         happens if it is not here (a removal may be retried)."""
         with self._lock:
             self._db.execute("DELETE FROM deployment WHERE name = ?", (name,))
+
+    def note_admission(self, channel: bytes, utxo: str, terms_cbor_hex: str) -> None:
+        """Where `channel` is and its terms, for the daemon's admission (the latest kept)."""
+        with self._lock:
+            self._db.execute("INSERT INTO admission VALUES (?, ?, ?) ON CONFLICT (channel) "
+                             "DO UPDATE SET utxo = excluded.utxo, terms = excluded.terms",
+                             (channel, utxo, terms_cbor_hex))  # fmt: skip
+
+    def admission(self, channel: bytes) -> tuple[str, str] | None:
+        """`note_admission`'s TXID#IX and terms CBOR hex for `channel`, if any."""
+        with self._lock:
+            row = self._db.execute("SELECT utxo, terms FROM admission WHERE channel = ?",
+                                   (channel,)).fetchone()  # fmt: skip
+        return None if row is None else (row[0], row[1])
 
     def _update(
         self, name: str, assignments: str, values: tuple[object, ...], guard: str = "1"

@@ -20,27 +20,37 @@ next one.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Iterable
 
 import httpx
 
-from offchain.protocol.iou import IOU_HEADER, SignedIou
+from offchain.protocol.iou import IOU_HEADER
 from provider.channels import ChannelBook, IouRefused
-from provider.endpoints import Endpoint, EndpointBook
+from provider.endpoints import RUNNING, Endpoint, EndpointBook, channel_due
 from provider.gateway_commit import IouStore
+from provider.gateway_control import (
+    CONTROL_PREFIX,
+    BodyTooLarge,
+    ClientGone,
+    ControlRoutes,
+    DeployTerms,
+    LogReader,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    bounded,
+    iou_of,
+    payment_required,
+    reply,
+)
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 PREFIX = "/endpoints"
-DUE_HEADER = b"unchained-due"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 MAX_UPSTREAM_CONNECTIONS = 64
@@ -51,14 +61,6 @@ NOT_FORWARDED = frozenset({
     b"upgrade", b"proxy-authorization", b"proxy-authenticate", b"host",
     IOU_HEADER.lower().encode(),
 })  # fmt: skip
-
-
-class BodyTooLarge(Exception):
-    """The request's body passed the gateway's bound while it was streamed."""
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request's body was read."""
 
 
 class Gateway:
@@ -73,8 +75,11 @@ class Gateway:
         max_response_bytes: int,
         max_upstream_connections: int,
         upstream_timeout_s: float,
+        terms: DeployTerms | None,
+        logs: LogReader | None,
     ) -> None:
         self.endpoints = endpoints
+        self.book = book
         self.store = IouStore(book)
         self.max_request_bytes = max_request_bytes
         self.max_response_bytes = max_response_bytes
@@ -85,8 +90,10 @@ class Gateway:
         self._timeout = httpx.Timeout(upstream_timeout_s, connect=10.0)
         self._client: httpx.AsyncClient | None = None
         # lovelace of requests taken but not charged yet (their upstream has not answered),
-        # by endpoint: the next IOU must cover them too
-        self._in_flight: dict[str, int] = {}
+        # by channel: the next IOU on it must cover them too
+        self._in_flight: dict[bytes, int] = {}
+        self._turns: dict[str, int] = {}  # requests routed, by endpoint: picks its replica
+        self.control = ControlRoutes(self, terms, logs)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -116,35 +123,42 @@ class Gateway:
             listed = [
                 {"name": e.name, "price_per_request": e.price_per_request,
                  "price_per_second": e.price_per_second}
-                for e in self.endpoints.list()
+                for e in self.endpoints.list() if e.kind == "endpoint" and e.state == RUNNING
             ]  # fmt: skip
-            await _json(send, 200, listed)
+            await reply(send, 200, listed)
+            return
+        if path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/"):
+            await self.control.handle(scope, receive, send)
             return
         if not path.startswith(PREFIX + "/"):
-            await _json(send, 404, {"error": f"no route {path}: try {PREFIX}/<name>/<path>"})
+            await reply(send, 404, {"error": f"no route {path}: try {PREFIX}/<name>/<path>"})
             return
         name, _, rest = path[len(PREFIX) + 1 :].partition("/")
         endpoint = self.endpoints.get(name)
-        if endpoint is None:
-            await _json(send, 404, {"error": f"no endpoint named {name!r}"})
+        if endpoint is None or endpoint.kind != "endpoint":
+            await reply(send, 404, {"error": f"no endpoint named {name!r}"})
+            return
+        if endpoint.state != RUNNING:
+            why = f": {endpoint.reason}" if endpoint.reason else ""
+            await reply(send, 409, {"error": f"endpoint {name} is {endpoint.state}{why}"})
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
             declared = _content_length(headers)
         except ValueError as error:
-            await _json(send, 400, {"error": str(error)})
+            await reply(send, 400, {"error": str(error)})
             return
         if declared is not None and declared > self.max_request_bytes:
             await _too_large(send, declared, self.max_request_bytes)
             return
         price = endpoint.price_per_request
-        due = endpoint.served + self._in_flight.get(name, 0) + price
+        due = self.due(endpoint.channel) + price
         try:
-            iou = _iou_of(headers, endpoint, due)
+            iou = iou_of(headers, endpoint.channel, due, f"endpoint {name}", price)
         except ValueError as error:
-            await _payment_required(send, endpoint, str(error), due)
+            await payment_required(send, endpoint.channel, str(error), due, price)
             return
-        held = _Held(self._in_flight, self.endpoints, name, price)
+        held = _Held(self._in_flight, self.endpoints, endpoint, price)
 
         async def settled_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -155,17 +169,29 @@ class Gateway:
             try:
                 await self.store.store(iou, due)
             except IouRefused as refusal:
-                await _payment_required(settled_send, endpoint, str(refusal), due)
+                await payment_required(settled_send, endpoint.channel, str(refusal), due, price)
                 return
             has_body = declared != 0 and (declared is not None or _chunked(headers))
-            body = _bounded(receive, self.max_request_bytes) if has_body else None
-            upstream = f"{endpoint.upstream}/{rest}"
+            body = bounded(receive, self.max_request_bytes) if has_body else None
+            upstream = f"{self._next_upstream(endpoint)}/{rest}"
             if scope["query_string"]:
                 upstream += "?" + scope["query_string"].decode("latin-1")
             forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
             await self._proxy(scope["method"], upstream, forwarded, body, settled_send, held)
         finally:
             held.release()
+
+    def due(self, channel: bytes) -> int:
+        """What `channel` owes now, requests in flight included: every deployment on it."""
+        now = time.time_ns() // 1_000_000
+        return channel_due(self.endpoints, channel, now) + self._in_flight.get(channel, 0)
+
+    def _next_upstream(self, endpoint: Endpoint) -> str:
+        """Its replicas in turn (round-robin, counted per endpoint)."""
+        upstreams = endpoint.upstreams
+        turn = self._turns.get(endpoint.name, 0)
+        self._turns[endpoint.name] = turn + 1
+        return upstreams[turn % len(upstreams)]
 
     async def _proxy(
         self,
@@ -188,15 +214,15 @@ class Gateway:
         except ClientGone:
             return
         except httpx.PoolTimeout:
-            await _json(send, 503, {"error": "the gateway's upstream connections are all busy"})
+            await reply(send, 503, {"error": "the gateway's upstream connections are all busy"})
             return
         except httpx.HTTPError as error:
-            await _json(send, 502, {"error": f"upstream did not answer: {error!r}"})
+            await reply(send, 502, {"error": f"upstream did not answer: {error!r}"})
             return
         try:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self.max_response_bytes:
-                await _json(send, 502, {"error": f"upstream answer of {declared} bytes is above "
+                await reply(send, 502, {"error": f"upstream answer of {declared} bytes is above "
                                         f"the gateway's {self.max_response_bytes}"})  # fmt: skip
                 return
             held.charge()
@@ -216,17 +242,17 @@ class Gateway:
 
 
 class _Held:
-    """A request's price held on its endpoint from its IOU's check until it is charged (its
-    upstream's answer starts) or let go (anything else): the next IOU must cover it meanwhile.
-    Settled before the request's answer starts, so the renter's next request sees the served
-    total this one leaves."""
+    """A request's price held on its channel from its IOU's check until it is charged on its
+    endpoint (its upstream's answer starts) or let go (anything else): the next IOU on that
+    channel must cover it meanwhile. Settled before the request's answer starts, so the
+    renter's next request sees the due this one leaves."""
 
     def __init__(
-        self, in_flight: dict[str, int], endpoints: EndpointBook, name: str, price: int
+        self, in_flight: dict[bytes, int], endpoints: EndpointBook, endpoint: Endpoint, price: int
     ) -> None:
         self._in_flight, self._endpoints = in_flight, endpoints
-        self._name, self._price = name, price
-        in_flight[name] = in_flight.get(name, 0) + price
+        self._name, self._channel, self._price = endpoint.name, endpoint.channel, price
+        in_flight[self._channel] = in_flight.get(self._channel, 0) + price
         self._settled = False
 
     def charge(self) -> None:
@@ -237,7 +263,7 @@ class _Held:
     def release(self) -> None:
         if not self._settled:
             self._settled = True
-            self._in_flight[self._name] -= self._price
+            self._in_flight[self._channel] -= self._price
 
 
 def gateway_app(
@@ -248,35 +274,18 @@ def gateway_app(
     max_response_bytes: int = MAX_RESPONSE_BYTES,
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS,
     upstream_timeout_s: float = UPSTREAM_TIMEOUT_S,
+    terms: DeployTerms | None = None,
+    logs: LogReader | None = None,
 ) -> Gateway:
-    """The gateway over `book` (IOUs) and `endpoints` (where and at what price), for uvicorn."""
+    """The gateway over `book` (IOUs) and `endpoints` (where and at what price), for uvicorn;
+    `terms`: what this provider deploys and at what prices (None: it takes no deploy),
+    `logs`: how it reads a deployment's output (None: it shows none)."""
     return Gateway(
         book, endpoints, max_request_bytes=max_request_bytes,
         max_response_bytes=max_response_bytes,
         max_upstream_connections=max_upstream_connections, upstream_timeout_s=upstream_timeout_s,
+        terms=terms, logs=logs,
     )  # fmt: skip
-
-
-def _iou_of(headers: Iterable[tuple[bytes, bytes]], endpoint: Endpoint, due: int) -> SignedIou:
-    """The request's IOU if it may pay `due` on `endpoint`; ValueError saying why not."""
-    wanted = IOU_HEADER.lower().encode()
-    found = [v for k, v in headers if k == wanted]
-    if not found:
-        raise ValueError(f"no {IOU_HEADER} header: this endpoint is paid by IOU")
-    if len(found) > 1:
-        raise ValueError(f"more than one {IOU_HEADER} header")
-    try:
-        iou = SignedIou.from_header(found[0].decode("ascii"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"malformed {IOU_HEADER} header: {error}") from error
-    if iou.channel != endpoint.channel:
-        raise ValueError(f"IOU on channel {iou.channel.hex()}: endpoint {endpoint.name} is "
-                         f"paid on channel {endpoint.channel.hex()}")  # fmt: skip
-    if iou.amount < due:
-        raise ValueError(f"IOU of {iou.amount} lovelace does not cover the {due} due: "
-                         f"{due - endpoint.price_per_request} served so far plus this "
-                         f"request's {endpoint.price_per_request}")  # fmt: skip
-    return iou
 
 
 def _content_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
@@ -292,39 +301,6 @@ def _chunked(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     return any(k == b"transfer-encoding" for k, _ in headers)
 
 
-async def _bounded(receive: Receive, limit: int) -> AsyncIterator[bytes]:
-    """The request's body as it arrives; BodyTooLarge once it passes `limit` bytes."""
-    total = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk: bytes = message.get("body", b"")
-        total += len(chunk)
-        if total > limit:
-            raise BodyTooLarge
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
-
-
-async def _json(
-    send: Send, status: int, body: object, headers: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
-    data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-        *headers]})  # fmt: skip
-    await send({"type": "http.response.body", "body": data})
-
-
-async def _payment_required(send: Send, endpoint: Endpoint, reason: str, due: int) -> None:
-    body = {"error": reason, "due": due, "channel": endpoint.channel.hex(),
-            "price": endpoint.price_per_request}  # fmt: skip
-    await _json(send, 402, body, [(DUE_HEADER, str(due).encode())])
-
-
 async def _too_large(send: Send, declared: int | None, limit: int) -> None:
     size = "a body" if declared is None else f"a body of {declared} bytes"
-    await _json(send, 413, {"error": f"{size} is above the gateway's {limit} bytes"})
+    await reply(send, 413, {"error": f"{size} is above the gateway's {limit} bytes"})

@@ -94,6 +94,14 @@ class OfferTerms(_Body):
         "is matched only to an offer that has its image (or pulls). Absent: none.",
     )  # fmt: skip
     pulls_images: bool = Field(False, description="Whether it pulls an image it does not have.")
+    gateway_url: str | None = Field(
+        None, pattern=r"^https?://[^/?#\s]+$", max_length=255, description="Where renters "
+        "deploy endpoints and pods on it (its gateway), http(s)://HOST:PORT. Absent: none.",
+    )  # fmt: skip
+    request_price: int | None = Field(
+        None, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace per request its endpoints "
+        "charge at least. Absent: no per-request endpoints.",
+    )  # fmt: skip
 
     _address = field_validator("payout_address")(bech32_address)
 

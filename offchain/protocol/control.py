@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pycardano import ExtendedSigningKey, SigningKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from offchain.chain.utxo import OUT_REF_PATTERN
 from offchain.protocol.jobspec import canonical_json, describe
 from offchain.protocol.payloads import SIGNATURE_BYTES, VKEY_BYTES, sign, verify
 
@@ -54,6 +55,13 @@ class ControlRequest(BaseModel):
     channel: str = Field(description="The channel's id, 56 lower-case hex digits.")
     spec: dict[str, Any] | None = Field(None, description="deploy only: a service or pod spec.")
     issued_ms: int = Field(ge=0, le=MAX_TIMESTAMP_MS, description="POSIX ms it was made.")
+    channel_utxo: str | None = Field(
+        None,
+        pattern=OUT_REF_PATTERN,
+        description="deploy on a channel the provider does not serve yet: its TXID#IX",
+    )
+    channel_terms: str | None = Field(None, pattern=r"^(?:[0-9a-f]{2}){1,1024}$",
+                                      description="... and its ChannelTerms, CBOR hex")  # fmt: skip
 
     @field_validator("name")
     @classmethod
@@ -78,21 +86,28 @@ class ControlRequest(BaseModel):
 
     @classmethod
     def of(
-        cls, action: Action, name: str, channel: bytes, spec: dict[str, Any] | None = None
-    ) -> ControlRequest:
-        """A request made now."""
+        cls, action: Action, name: str, channel: bytes, spec: dict[str, Any] | None = None,
+        admission: tuple[str, str] | None = None,
+    ) -> ControlRequest:  # fmt: skip
+        """A request made now; `admission`: the channel's TXID#IX and terms (CBOR hex), for a
+        deploy on a channel the provider may not serve yet."""
+        utxo, terms = admission or (None, None)
         return cls(action=action, name=name, channel=channel.hex(), spec=spec,
-                   issued_ms=time.time_ns() // 1_000_000)  # fmt: skip
+                   issued_ms=time.time_ns() // 1_000_000, channel_utxo=utxo,
+                   channel_terms=terms)  # fmt: skip
 
     @property
     def channel_id(self) -> bytes:
         return bytes.fromhex(self.channel)
 
     def payload(self, network_id: int) -> bytes:
-        """The bytes the renter signs."""
+        """The bytes the renter signs (fields left out are not in them)."""
         if not 0 <= network_id < 256:
             raise ValueError("a network id is one byte")
-        return CONTROL_DOMAIN + bytes([network_id]) + canonical_json(self.model_dump())
+        return CONTROL_DOMAIN + bytes([network_id]) + canonical_json(self.to_wire())
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +128,7 @@ class SignedControl:
         return verify(self.key, self.request.payload(network_id), self.signature)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"request": self.request.model_dump(), "key": self.key.hex(),
+        return {"request": self.request.to_wire(), "key": self.key.hex(),
                 "signature": self.signature.hex()}  # fmt: skip
 
     @classmethod

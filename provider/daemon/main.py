@@ -1,6 +1,6 @@
-"""The daemon: recovery first, then four loops on one event loop (heartbeat + bond check,
-assignments, payouts, channel claims) until SIGTERM or SIGINT. Then it takes no more work and
-stops heartbeating (the market lets the offer go offline and matches it no job), gives running jobs
+"""The daemon: recovery first, then five loops on one event loop (heartbeat + bond check,
+assignments, payouts, channel claims, deployments) until SIGTERM or SIGINT. Then it takes no
+more work and stops heartbeating (the market lets the offer go offline and matches it no job), gives running jobs
 `grace_ms` to finish and be delivered, and stops; a job still running after that keeps its
 container and is recovered by the next start. A lost market or chain connection is logged and
 retried: it never stops a running job."""
@@ -27,11 +27,14 @@ from provider.daemon.cancels import answer_cancel
 from provider.daemon.capacity import Capacity, slots_of
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.channel_claims import ChannelClaimer
+from provider.daemon.deployments import TICK_MS as DEPLOYMENTS_TICK_MS
+from provider.daemon.deployments import Deployments
 from provider.daemon.jobs import Worker
 from provider.daemon.journal import Journal
-from provider.daemon.offers import OfferKeeper
+from provider.daemon.offers import GatewayTerms, OfferKeeper
 from provider.daemon.payouts import PayoutWatcher
 from provider.daemon.recovery import recover
+from provider.endpoints import EndpointBook
 from provider.images import local_images
 from provider.inventory import HostInventory
 from provider.runner import Runner
@@ -59,9 +62,11 @@ class Daemon:
             self.chain, self.link, self.journal, runner, self.bonds, Capacity(slots), bundle, key,
             self.settings,
         )  # fmt: skip
+        gateway = self.settings.gateway_url
         self.offer = OfferKeeper(
             self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
+            GatewayTerms(gateway, config.offer.request_price) if gateway else None,
         )  # fmt: skip
         self.payouts = PayoutWatcher(self.chain, self.journal, runner.results_dir, self.settings)
         self.channels = ChannelBook.in_state_dir(
@@ -69,6 +74,11 @@ class Daemon:
             self.settings.channel_credit_lovelace,
         )  # fmt: skip
         self.claims = ChannelClaimer(self.chain, self.channels, self.settings)
+        self.endpoints = EndpointBook.in_state_dir(config.runner.state_dir)
+        self.deployments = Deployments(
+            self.chain, self.channels, self.endpoints, runner.client, config.runner,
+            self.settings, self.worker.capacity,
+        )  # fmt: skip
         self.stopping = asyncio.Event()
 
     async def run(self) -> None:
@@ -81,6 +91,7 @@ class Daemon:
             heartbeat,
             asyncio.create_task(self._every(self.settings.payout_every_ms, self.payouts.tick)),
             asyncio.create_task(self._every(self.settings.payout_every_ms, self.claims.tick)),
+            asyncio.create_task(self._every(DEPLOYMENTS_TICK_MS, self.deployments.tick)),
         ]
         log.info("provider daemon running: %d slot(s), %s lovelace/s per job",
                  len(self.worker.capacity.slots), self.worker.bundle.price_per_unit)  # fmt: skip
@@ -92,8 +103,10 @@ class Daemon:
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await self.deployments.aclose()
             await self.link.aclose()
             self.channels.close()
+            self.endpoints.close()
         log.info("provider daemon stopped")
 
     def stop(self) -> None:

@@ -7,6 +7,7 @@ directory, if any."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +28,11 @@ NOT_FOUND = 404
 def offer_terms(
     bundle: Bundle, payout_address: str, bond: BondView, selftest: SelfTestSummary | None = None,
     images: list[OfferedImage] | None = None, pulls: bool = False,
+    gateway: GatewayTerms | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The offer's terms as the market's POST /offers reads them: `images` on this machine
-    (None: the offer says nothing of images) and whether it `pulls` others."""
+    (None: the offer says nothing of images), whether it `pulls` others, and where its
+    gateway takes deployments (None: it takes none)."""
     resources = bundle.resources
     terms: dict[str, Any] = {
         "payout_address": payout_address,
@@ -45,6 +48,10 @@ def offer_terms(
     if images is not None:
         terms["images"] = [image.model_dump() for image in images]
         terms["pulls_images"] = pulls
+    if gateway is not None:
+        terms["gateway_url"] = gateway.url
+        if gateway.request_price is not None:
+            terms["request_price"] = gateway.request_price
     if bond.ref is not None:
         terms["bond"] = bond.ref
     if selftest is not None:
@@ -64,9 +71,20 @@ def describe_offer(terms: dict[str, Any]) -> str:
         f"bond {terms['bond']}" if "bond" in terms else "no bond",
         f"payout to {terms['payout_address']}",
     ]
+    if "gateway_url" in terms:
+        parts.append(f"deployments at {terms['gateway_url']}")
     if "selftest" in terms:
         parts.append("self-test " + ("passed" if terms["selftest"]["passed"] else "FAILED"))
     return "; ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayTerms:
+    """Where the provider's gateway is and its least price per request (None: no
+    per-request endpoints)."""
+
+    url: str
+    request_price: int | None
 
 
 class OfferKeeper:
@@ -75,6 +93,7 @@ class OfferKeeper:
     def __init__(
         self, link: MarketLink, bundle: Bundle, payout_address: str, state_dir: Path | None = None,
         images: Callable[[], list[OfferedImage]] = list, pulls: bool = False,
+        gateway: GatewayTerms | None = None,
     ) -> None:  # fmt: skip
         self.link = link
         self.bundle = bundle
@@ -82,6 +101,7 @@ class OfferKeeper:
         self.state_dir = state_dir  # where the self-test summary is saved
         self.images = images  # what is on the machine now (read at each publication)
         self.pulls = pulls
+        self.gateway = gateway
         self.published = False
 
     async def beat(self, bond: BondView, retry_for_s: float) -> None:
@@ -96,7 +116,13 @@ class OfferKeeper:
             selftest = load_summary(self.state_dir) if self.state_dir else None
             images = await asyncio.to_thread(self.images)
             terms = offer_terms(
-                self.bundle, self.payout_address, bond, selftest, images, self.pulls
+                self.bundle,
+                self.payout_address,
+                bond,
+                selftest,
+                images,
+                self.pulls,
+                self.gateway,
             )
             await self.link.send("POST", "/offers", Body.of_json(terms), retry_for_s=retry_for_s)
             if not self.published:

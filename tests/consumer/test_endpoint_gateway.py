@@ -19,7 +19,7 @@ from consumer.endpoint_client import EndpointClient, EndpointRefused
 from consumer.iou_signer import IouSigner
 from consumer.keys import ConsumerKey
 from provider.channels import ChannelBook
-from provider.endpoints import Endpoint, EndpointBook
+from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
 from tests.consumer.test_channels import record
 from tests.provider.test_gateway_support import (
@@ -29,6 +29,7 @@ from tests.provider.test_gateway_support import (
     RENTER,
     SCRIPT,
     book_with_channels,
+    running,
     serving,
     upstream,
 )
@@ -51,8 +52,8 @@ def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
     with serving(failing) as upstream_url:
         book = book_with_channels(tmp_path / "channels.sqlite")
         endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
-        endpoints.add(Endpoint("echo", CHANNEL, upstream_url, PRICE, 0, started_ms=0))
-        endpoints.add(Endpoint("down", OTHER_CHANNEL, NOWHERE, PRICE, 0, started_ms=0))
+        endpoints.add(running("echo", upstream_url, PRICE))
+        endpoints.add(running("down", NOWHERE, PRICE, channel=OTHER_CHANNEL))
         yield book, endpoints
         book.close()
         endpoints.close()

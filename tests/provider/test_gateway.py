@@ -15,13 +15,14 @@ import pytest
 
 from offchain.protocol.iou import IOU_HEADER
 from provider.channels import ChannelBook
-from provider.endpoints import Endpoint, EndpointBook
+from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
 from tests.provider.test_gateway_support import (
     CHANNEL,
     OTHER_CHANNEL,
     book_with_channels,
     iou,
+    running,
     serving,
     upstream,
 )
@@ -40,7 +41,7 @@ def upstream_url() -> Iterator[str]:
 def books(tmp_path: Path, upstream_url: str) -> Iterator[tuple[ChannelBook, EndpointBook]]:
     book = book_with_channels(tmp_path / "channels.sqlite")
     endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
-    endpoints.add(Endpoint("echo", CHANNEL, upstream_url, PRICE, 0, started_ms=0))
+    endpoints.add(running("echo", upstream_url, PRICE))
     yield book, endpoints
     book.close()
     endpoints.close()
@@ -177,7 +178,7 @@ def test_an_upstream_that_does_not_answer_is_not_charged(
     tmp_path: Path, books: tuple[ChannelBook, EndpointBook]
 ) -> None:
     book, endpoints = books
-    endpoints.add(Endpoint("gone", CHANNEL, "http://127.0.0.1:9", PRICE, 0, started_ms=0))
+    endpoints.add(running("gone", "http://127.0.0.1:9", PRICE))
     with serving(gateway_app(book, endpoints)) as url:
         response = httpx.get(f"{url}/endpoints/gone/", headers=paid(PRICE))
         assert response.status_code == 502 and "upstream did not answer" in response.text

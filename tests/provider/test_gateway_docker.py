@@ -19,12 +19,12 @@ from offchain.protocol.deployment import Deployment
 from offchain.protocol.iou import IOU_HEADER
 from provider.channels import ChannelBook
 from provider.daemon.channel_claims import ChannelClaimer
-from provider.endpoints import Endpoint, EndpointBook
+from provider.endpoints import EndpointBook
 from provider.gateway import gateway_app
 from tests.protocol.channels import iou
 from tests.protocol.onchain import balance, wallet
 from tests.provider.test_channels_claims import SETTINGS, chain_of, opened
-from tests.provider.test_gateway_support import serving
+from tests.provider.test_gateway_support import running, serving
 from tests.provider.test_payout_watcher import settled_fee
 
 PRICE = 250_000  # lovelace a request
@@ -62,7 +62,7 @@ async def test_requests_paid_by_ious_through_the_gateway_are_claimed_to_the_love
                        deployment.channel_hash, credit=0)  # fmt: skip
     renter, channel, _ = await opened(devnet, deployment, provider, book)
     endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
-    endpoints.add(Endpoint("web", channel.id, service, PRICE, 0, started_ms=0))
+    endpoints.add(running("web", service, PRICE, channel=channel.id))
 
     with serving(gateway_app(book, endpoints)) as url, httpx.Client(base_url=url) as gateway:
         unpaid = gateway.get("/endpoints/web/index.html")

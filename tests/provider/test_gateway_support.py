@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from pycardano import PaymentSigningKey, ScriptHash
 from offchain.protocol.channel import OPEN
 from offchain.protocol.iou import SignedIou
 from provider.channels import ChannelBook, ChannelView
+from provider.endpoints import RUNNING, Endpoint
 
 NETWORK = 0
 SCRIPT = ScriptHash(b"\x0c" * 28)
@@ -106,3 +108,16 @@ async def upstream(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-length", str(len(data)).encode())]})  # fmt: skip
     await send({"type": "http.response.body", "body": data})
+
+
+def running(
+    name: str, upstream: str, price_per_request: int, price_per_second: int = 0,
+    channel: bytes = CHANNEL, started_ms: int | None = None,
+) -> Endpoint:  # fmt: skip
+    """An endpoint running at `upstream`, paid on `channel` by RENTER, as the daemon leaves
+    one it started (billed per second from `started_ms`, now if not given)."""
+    return Endpoint(
+        name, "endpoint", channel, RENTER.to_verification_key().payload, "{}", RUNNING, "",
+        "sha256:" + "0" * 64, upstream, 0, price_per_request, price_per_second,
+        created_ms=0, started_ms=time.time_ns() // 1_000_000 if started_ms is None else started_ms,
+    )  # fmt: skip

@@ -1,7 +1,8 @@
 """Services on the real engine: the sample service (built here, no registry) starts hardened as
-a job is, answers /health and /predict on a port published on 127.0.0.1 only, is registered
-as an endpoint; a service that never gets healthy, or exits, is removed with an error that
-says why; stopping removes the container, its bridge and the endpoint."""
+a job is, answers /health and /predict on a port published on 127.0.0.1 only, names the image
+that runs; replicas each answer; behind the egress fence it cannot open a connection to the
+host; a service that never gets healthy, or exits, is removed with an error that says why;
+stopping removes its containers and its bridge; its logs are read."""
 
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ import pytest
 from offchain.protocol.jobspec import JobSpec, ServiceSpec
 from provider import images
 from provider.config import RunnerSettings
-from provider.endpoints import EndpointBook
 from provider.sandbox import JobMounts, container_options, hardened_options
-from provider.services import Services, ServiceStartError, service_options, service_resource_name
+from provider.services import (
+    Services,
+    ServiceStartError,
+    service_container_name,
+    service_options,
+    service_resource_name,
+)
 
-CHANNEL = bytes(range(28))
 HARDENED_HOST = (
     "ReadonlyRootfs", "CapDrop", "SecurityOpt", "Init", "PidsLimit", "Memory", "MemorySwap",
     "NanoCpus", "Tmpfs", "Ulimits", "LogConfig", "DeviceRequests",
@@ -41,27 +46,19 @@ def spec_of(image: str, **changes: object) -> ServiceSpec:
 
 
 @pytest.fixture
-def book(settings: RunnerSettings) -> Iterator[EndpointBook]:
-    made = EndpointBook.in_state_dir(settings.state_dir)
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def services(client, settings: RunnerSettings, book: EndpointBook) -> Iterator[Services]:
+def services(client, settings: RunnerSettings) -> Iterator[Services]:
     """Services of the test's own; afterwards none of their containers or bridges may remain."""
-    made = Services(client, settings, book, health_timeout_s=30)
+    made = Services(client, settings, health_timeout_s=30)
     yield made
-    for endpoint in book.list():
-        made.stop(endpoint.name)
+    for name in set(made.leftovers()["networks"]):
+        made.stop(name)
     assert made.leftovers() == {"containers": [], "networks": []}
 
 
-def test_the_sample_service_answers_health_and_predict_on_loopback(services, book, sample):
-    endpoint = services.start("sample", spec_of(sample), CHANNEL)
+def test_the_sample_service_answers_health_and_predict_on_loopback(client, services, sample):
+    endpoint = services.start("sample", spec_of(sample))
     assert endpoint.upstream.startswith("http://127.0.0.1:")
-    assert book.get("sample") == endpoint
-    assert (endpoint.channel, endpoint.price_per_request, endpoint.requests) == (CHANNEL, 1_000, 0)
+    assert endpoint.image_digest == client.images.get(sample).id  # the image that runs
     assert httpx.get(f"{endpoint.upstream}/health").json() == {"status": "ok"}
     answer = httpx.post(f"{endpoint.upstream}/predict", json={"values": [1, 2, 3]})
     assert answer.json() == {"n": 3, "sum": 6, "mean": 2.0, "score": 13}
@@ -70,9 +67,9 @@ def test_the_sample_service_answers_health_and_predict_on_loopback(services, boo
 
 
 def test_its_port_is_published_on_127_0_0_1_only(client, services, sample):
-    endpoint = services.start("loopback", spec_of(sample), CHANNEL)
+    endpoint = services.start("loopback", spec_of(sample))
     name = service_resource_name(services.runner_id, "loopback")
-    container = client.containers.get(name)
+    container = client.containers.get(service_container_name(services.runner_id, "loopback", 0))
     assert container.attrs["HostConfig"]["PortBindings"] == {
         "8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]  # "": an ephemeral port
     }
@@ -90,8 +87,8 @@ def test_its_port_is_published_on_127_0_0_1_only(client, services, sample):
 
 
 def test_it_runs_with_the_hardening_of_a_job(client, services, sample, tmp_path: Path):
-    services.start("hardened", spec_of(sample), CHANNEL)
-    service = client.containers.get(service_resource_name(services.runner_id, "hardened"))
+    services.start("hardened", spec_of(sample))
+    service = client.containers.get(service_container_name(services.runner_id, "hardened", 0))
     job = JobSpec(image=sample, command=["true"], max_duration_s=1, max_price_lovelace=0,
                   resources={"cpu_cores": 1, "memory_mib": 256})  # fmt: skip
     options = container_options("r1", "twin", job, sample, JobMounts(tmp_path, None), [],
@@ -117,44 +114,70 @@ def test_service_options_add_to_the_shared_hardening_and_change_none_of_it(setti
     assert options["ports"] == {"8000/tcp": ("127.0.0.1",)}
 
 
-def test_a_health_path_that_never_answers_2xx_removes_the_container(client, settings, book, sample):
-    services = Services(client, settings, book, health_timeout_s=1)
+def test_a_health_path_that_never_answers_2xx_removes_the_container(client, settings, sample):
+    services = Services(client, settings, health_timeout_s=1)
     with pytest.raises(ServiceStartError, match=r"/missing did not answer 2xx within 1 s "
                        r"\(it answered 404\)"):  # fmt: skip
-        services.start("unhealthy", spec_of(sample, health_path="/missing"), CHANNEL)
+        services.start("unhealthy", spec_of(sample, health_path="/missing"))
     assert services.leftovers() == {"containers": [], "networks": []}
-    assert book.get("unhealthy") is None
 
 
-def test_a_service_that_exits_is_removed_with_its_last_output(services, book, sample):
+def test_a_service_that_exits_is_removed_with_its_last_output(services, sample):
     command = ["python3", "-c", "import sys; print('no model here', flush=True); sys.exit(3)"]
     with pytest.raises(ServiceStartError, match=r"exited \(code 3\)(.|\n)*no model here"):
-        services.start("exits", spec_of(sample, command=command), CHANNEL)
+        services.start("exits", spec_of(sample, command=command))
     assert services.leftovers() == {"containers": [], "networks": []}
-    assert book.get("exits") is None
 
 
-def test_stop_removes_the_container_its_bridge_and_the_endpoint(services, book, sample):
-    endpoint = services.start("stopped", spec_of(sample), CHANNEL)
+def test_stop_removes_the_container_and_its_bridge(services, sample):
+    endpoint = services.start("stopped", spec_of(sample))
     assert services.leftovers() == {"containers": ["stopped"], "networks": ["stopped"]}
     services.stop("stopped")
     assert services.leftovers() == {"containers": [], "networks": []}
-    assert book.get("stopped") is None
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{endpoint.upstream}/health")
     services.stop("stopped")  # again: nothing to do
 
 
 def test_a_name_is_served_once_and_what_cannot_start_is_refused(services, sample):
-    services.start("once", spec_of(sample), CHANNEL)
-    with pytest.raises(ServiceStartError, match="an endpoint named once exists already"):
-        services.start("once", spec_of(sample), CHANNEL)
+    services.start("once", spec_of(sample))
+    with pytest.raises(ServiceStartError, match="a service named once is running here"):
+        services.start("once", spec_of(sample))
     assert services.leftovers()["containers"] == ["once"]  # the first is untouched
-    with pytest.raises(ServiceStartError, match="replicas: 2 asked, this provider runs one"):
-        services.start("two", spec_of(sample, replicas=2), CHANNEL)
     with pytest.raises(ServiceStartError, match="is not an endpoint name"):
-        services.start("a/b", spec_of(sample), CHANNEL)
+        services.start("a/b", spec_of(sample))
     with pytest.raises(ServiceStartError, match="unchained/absent:1 is not on this machine"):
-        services.start("absent", spec_of("unchained/absent:1"), CHANNEL)
-    with pytest.raises(ValueError, match="asks for 0 GPUs, 1 given"):
-        services.start("gpu", spec_of(sample), CHANNEL, gpu_uuids=["GPU-x"])
+        services.start("absent", spec_of("unchained/absent:1"))
+    with pytest.raises(ValueError, match="asks for 0 GPUs times 1 replicas, 1 given"):
+        services.start("gpu", spec_of(sample), gpu_uuids=["GPU-x"])
+
+
+def test_replicas_each_answer_and_their_logs_are_read(services, sample):
+    started = services.start("two", spec_of(sample, replicas=2))
+    upstreams = started.upstream.split(",")
+    assert len(set(upstreams)) == 2
+    for upstream in upstreams:
+        assert httpx.get(f"{upstream}/health").json() == {"status": "ok"}
+    assert services.leftovers()["containers"] == ["two", "two"]
+    assert services.logs("two", 5).count("GET /health") >= 2  # each replica's own
+    assert services.logs("nothing", 5) == ""
+
+
+def test_a_service_cannot_open_a_connection_to_the_host(client, services, sample):
+    """The egress fence: a listener on every host address, reached from the service's own
+    bridge, is rejected by the fence (EHOSTUNREACH: icmp-admin-prohibited), not merely
+    unanswered; the service still answers the gateway (replies pass)."""
+    listener = socket.create_server(("0.0.0.0", 0))
+    port = listener.getsockname()[1]
+    try:
+        started = services.start("fenced", spec_of(sample))
+        name = service_resource_name(services.runner_id, "fenced")
+        host = client.networks.get(name).attrs["IPAM"]["Config"][0]["Gateway"]
+        container = client.containers.get(service_container_name(services.runner_id, "fenced", 0))
+        probe = ("import socket\ntry:\n socket.create_connection(('%s', %d), timeout=5)\n"
+                 " print('connected')\nexcept OSError as e:\n print('errno', e.errno)")  # fmt: skip
+        _, output = container.exec_run(["python3", "-c", probe % (host, port)])
+        assert output.decode().strip() == "errno 113", output  # EHOSTUNREACH: rejected
+        assert httpx.get(f"{started.upstream}/health").json() == {"status": "ok"}
+    finally:
+        listener.close()
