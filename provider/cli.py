@@ -344,4 +344,7 @@ def gateway(
     )
     app = gateway_app(book, EndpointBook.in_state_dir(state))
     typer.echo(f"gateway on http://{listen}/endpoints", err=True)
-    uvicorn.run(app, host=host.strip("[]"), port=int(port), log_level="warning")
+    from provider.gateway_tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
+
+    forwarding = with_tcp_forwarder(app, host.strip("[]"))
+    uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning")

@@ -9,8 +9,9 @@ ciphertext. The book is read every `poll_s`: a pod that is no longer running (st
 lagging, its channel closing: the daemon decides) loses its listener and every connection
 through it at the next read, and its public port is set back to 0.
 
-Pods are paid per second whether connections are open or not (the pod agent's IOUs, at the
-gateway's pay route), so the forwarder itself checks no IOU.
+`with_tcp_forwarder(gateway, host)` runs it for as long as the gateway's ASGI app runs (its
+lifespan). Pods are paid per second whether connections are open or not (the pod agent's
+IOUs, at the gateway's pay route), so the forwarder itself checks no IOU.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from provider.endpoints import RUNNING, EndpointBook
+
+if TYPE_CHECKING:
+    from provider.gateway import Gateway, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +164,32 @@ async def _copy(
     except OSError:
         writer.transport.abort()
         other.transport.abort()
+
+
+class WithTcpForwarder:
+    """An ASGI app (the gateway) whose lifespan also runs a TcpForwarder over its book: the
+    forwarder starts with the app and closes with it; every other message passes through."""
+
+    def __init__(self, app: Any, endpoints: EndpointBook, host: str) -> None:
+        self.app = app
+        self.forwarder = TcpForwarder(endpoints, host)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def lifespan_message() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.forwarder.start()
+            elif message["type"] == "lifespan.shutdown":
+                await self.forwarder.aclose()
+            return message
+
+        await self.app(scope, lifespan_message, send)
+
+
+def with_tcp_forwarder(app: Gateway, host: str) -> WithTcpForwarder:
+    """The gateway `app` forwarding TCP to its running pods, listening on `host` (its own)."""
+    return WithTcpForwarder(app, app.endpoints, host)

@@ -12,7 +12,8 @@ at a port the kernel picks: only the gateway, on this machine, reaches it.
 
 /workspace is a named docker volume (`workspace_volume`): stopping the pod removes its
 container and bridge and keeps the volume, so the renter can come back to it; the daemon
-removes it (`remove_workspace`) once the spec's `workspace_keep_s` has passed.
+removes it (`forget`, a Starter's hook for what outlives a stop) once the spec's
+`workspace_keep_s` has passed.
 """
 
 from __future__ import annotations
@@ -162,6 +163,19 @@ class Pods:
         """Remove the pod's /workspace volume (after stop); nothing happens if it is gone."""
         with suppress(NotFound):
             self.client.volumes.get(workspace_volume(self.runner_id, name)).remove(force=True)
+
+    def forget(self, deployment: Endpoint, now_ms: int) -> bool:
+        """For the daemon, each round, once the pod ended: True when nothing of it is left,
+        its /workspace removed once `workspace_keep_s` has passed since it stopped (at once
+        for a spec that cannot be read: nothing could have been kept for it)."""
+        try:
+            keep_s = parse_podspec(json.loads(deployment.spec_json)).workspace_keep_s
+        except (ValueError, JobSpecError):
+            keep_s = 0
+        if now_ms < deployment.stopped_ms + keep_s * 1000:
+            return False
+        self.remove_workspace(deployment.name)
+        return True
 
     def logs(self, name: str, lines: int) -> str:
         """The last `lines` lines of the pod's sshd log ("" when it does not run)."""
