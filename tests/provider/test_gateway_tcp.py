@@ -8,13 +8,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from provider.endpoints import Endpoint, EndpointBook
-from provider.gateway_tcp import TcpForwarder
+from provider.gateway import gateway_app
+from provider.gateway_tcp import TcpForwarder, with_tcp_forwarder
+from tests.provider.test_gateway_support import book_with_channels, serving
 
 CHANNEL = b"\x01" * 28
 RENTER = b"\x03" * 32
@@ -41,6 +48,21 @@ async def upstream() -> AsyncIterator[str]:
     server = await asyncio.start_server(echo, "127.0.0.1", 0)
     yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     server.close()
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while chunk := self.request.recv(65536):
+            self.request.sendall(chunk)
+
+
+@pytest.fixture
+def upstream_thread() -> Iterator[str]:
+    """An echo server in a thread of its own (the gateway runs in another's event loop)."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+        server.shutdown()
 
 
 @pytest.fixture
@@ -153,3 +175,28 @@ async def test_started_it_follows_the_book_and_aclose_closes_everything(book, up
     assert book.get("lab").public_port == 0
     with pytest.raises(ConnectionRefusedError):
         await connect(port)
+
+
+def test_the_real_gateway_under_uvicorn_forwards_while_it_runs(tmp_path, upstream_thread):
+    """The gateway's lifespan starts and ends the forwarder (`with_tcp_forwarder`); its HTTP
+    routes answer as before."""
+    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    channels = book_with_channels(tmp_path / "channels.sqlite")
+    app = with_tcp_forwarder(gateway_app(channels, endpoints), "127.0.0.1")
+    with serving(app) as url:
+        running(endpoints, upstream_thread)
+        port = 0
+        for _ in range(200):
+            port = endpoints.get("lab").public_port
+            if port:
+                break
+            time.sleep(0.02)
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as connection:
+            connection.sendall(b"through the gateway")
+            assert connection.recv(64) == b"through the gateway"
+        assert httpx.get(f"{url}/deployments/lab").json()["public_port"] == port
+    assert endpoints.get("lab").public_port == 0  # the gateway stopped: so did the forwarder
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
+    channels.close()
+    endpoints.close()
