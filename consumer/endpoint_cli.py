@@ -1,12 +1,18 @@
-"""`unchained endpoint ...`: call an inference endpoint on a provider's gateway, each request paid
-from a payment channel by a cumulative IOU (`consumer.endpoint_client` is the SDK), and list a
-gateway's endpoints. The channel is one `unchained channel open` recorded in the state
-directory; the IOUs are signed for the deployment file's network and channel script, read from
-the file alone (no chain: a call needs only the gateway). The options and `--json` are the job
-commands' (`consumer.cli`). (No `from __future__ import annotations`: typer reads these
-annotations through `consumer.cli.command`'s signature.)"""
+"""`unchained endpoint ...`: deploy a service spec on a provider (`deploy`: the offer chosen
+and the channel opened or reused client side, `consumer.deploy_route`; the deploy signed to the
+provider's gateway directly), call an inference endpoint on a provider's gateway, each request
+paid from a payment channel by a cumulative IOU (`consumer.endpoint_client` is the SDK), list
+your deployments or a gateway's endpoints, read their logs and stop them. The channel is one
+recorded in the state directory; the IOUs are signed for the deployment file's network and
+channel script, read from the file alone (no chain: a call needs only the gateway). The options
+and `--json` are the job commands' (`consumer.cli`). (No `from __future__ import annotations`:
+typer reads these annotations through `consumer.cli.command`'s signature.)"""
 
 import json
+import re
+import secrets
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,12 +22,19 @@ from consumer.errors import ConsumerError
 from offchain.protocol.amounts import ada
 
 if TYPE_CHECKING:
+    from consumer.deployment_store import DeploymentRecord
+    from consumer.endpoint_client import GatewayControl
     from consumer.iou_signer import IouSigner
 
 app = typer.Typer(help="Inference endpoints on a provider's gateway, paid per request from a "
                   "payment channel.", no_args_is_help=True)  # fmt: skip
 
 Gateway = Annotated[str, typer.Option(help="The provider's gateway, e.g. http://host:8700.")]
+MaybeGateway = Annotated[str | None, typer.Option(
+    help="The provider's gateway, e.g. http://host:8700 (default: the one NAME was deployed "
+    "on).")]  # fmt: skip
+Name = Annotated[str, typer.Argument(help="The deployment's name, as `endpoint list` shows it.")]
+AHEAD_S = 2  # per-second endpoints: seconds paid ahead before a call
 
 
 def listed(gateway: str) -> list[dict[str, Any]]:
@@ -76,10 +89,11 @@ def signer_of(env: Env, channel: str) -> "IouSigner":
 def call(
     env: Env,
     name: Annotated[str, typer.Argument(help="The endpoint's name, as `endpoint list` shows it.")],
-    gateway: Gateway,
-    channel: Annotated[str, typer.Option(help="The channel that pays (its id or a unique prefix, "
-                                         "as `channel list` shows it).")],
     data: Annotated[str, typer.Option(help="The request's body: JSON.")],
+    gateway: MaybeGateway = None,
+    channel: Annotated[str | None, typer.Option(help="The channel that pays (its id or a unique "
+                                                "prefix, as `channel list` shows it; default: "
+                                                "the one NAME was deployed with).")] = None,
     path: Annotated[str, typer.Option(help="The path on the endpoint.")] = "/predict",
     method: Annotated[str, typer.Option(help="The HTTP method.")] = "POST",
     as_json: Json = False,
@@ -94,12 +108,19 @@ def call(
         body = json.loads(data)
     except ValueError as exc:
         raise ConsumerError(f"--data is not JSON: {exc}", field="--data") from exc
+    record = None
+    if gateway is None or channel is None:
+        record = local_record(env, name)
+        gateway, channel = gateway or record.gateway_url, channel or record.channel_id
     prices = {e["name"]: e["price_per_request"] for e in listed(gateway)}
     if name not in prices:
         raise ConsumerError(f"the gateway at {gateway} has no endpoint {name!r}: it has "
                             f"{', '.join(sorted(prices)) or 'none'}", endpoint=name)  # fmt: skip
     signer = signer_of(env, channel)
     before = signer.signed
+    if record is not None and record.price_per_second:  # seconds run: paid first, a little ahead
+        with control_of(env, record) as control:
+            pay_channel(env, control, signer, AHEAD_S)
     with EndpointClient(gateway, name, signer, prices[name]) as client:
         try:
             response = client.request(method.upper(), path, json=body)
@@ -123,11 +144,144 @@ def call(
 
 
 @command(app, "list")
-def list_endpoints(env: Env, gateway: Gateway, as_json: Json = False) -> None:
-    """The endpoints a gateway serves, with their prices."""
+def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False) -> None:
+    """Your deployments here, each as its gateway shows it now; with --gateway, the endpoints
+    that gateway serves, with their prices."""
     from consumer.table import render
 
-    endpoints = listed(gateway)
-    rows = [[e["name"], ada(e["price_per_request"]), ada(e.get("price_per_second", 0))]
-            for e in endpoints]  # fmt: skip
-    emit(as_json, endpoints, render(("endpoint", "per request", "per second"), rows))
+    if gateway is not None:
+        endpoints = listed(gateway)
+        rows = [[e["name"], ada(e["price_per_request"]), ada(e.get("price_per_second", 0))]
+                for e in endpoints]  # fmt: skip
+        emit(as_json, endpoints, render(("endpoint", "per request", "per second"), rows))
+        return
+    from consumer.deployment_store import DeploymentStore
+
+    shown = []
+    for record in DeploymentStore(env.state_dir).all():
+        try:
+            with control_of(env, record, signing=False) as control:
+                status = control.status(record.name)
+        except ConsumerError as exc:
+            status = {"state": "unknown", "reason": str(exc)}
+        shown.append({**status, "name": record.name, "kind": record.kind,
+                      "gateway_url": record.gateway_url, "channel": record.channel_id})  # fmt: skip
+    rows = [[d["name"], d["kind"], d["state"], str(d.get("requests", "")),
+             ada(d["due"]) if "due" in d else "", d["gateway_url"]] for d in shown]  # fmt: skip
+    emit(as_json, shown, render(("name", "kind", "state", "requests", "channel due", "gateway"),
+                                rows))  # fmt: skip
+
+
+@command(app, "deploy")
+def deploy(
+    env: Env,
+    spec_path: Annotated[Path, typer.Argument(help="The service spec (YAML, kind: service).")],
+    deposit: Annotated[str, typer.Option(help="ADA to lock in a new channel if no open one to "
+                                         "the chosen provider has that much left.")] = "10",
+    name: Annotated[str | None, typer.Option(help="Its name (default: the image's and a random "
+                                             "suffix).")] = None,
+    wait: Annotated[int, typer.Option(help="Seconds to wait for it to run (0: do not).")] = 120,
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Deploy a service: the best online offer with a gateway that takes the spec (its image
+    cached there first, then the cheapest), paid from an open channel to that provider or a
+    new one of --deposit; the deploy is signed to its gateway, which runs it."""
+    from consumer.channel_cli import channel_sdk, lovelace_of
+    from consumer.cli import market_reader, run_sync
+    from consumer.deploy_route import channel_for, choose_offer
+    from consumer.deployment_store import DeploymentRecord, DeploymentStore
+    from consumer.endpoint_client import GatewayControl
+    from offchain.protocol.jobspec import load_servicespec
+
+    spec = load_servicespec(spec_path)
+    lovelace = lovelace_of("--deposit", deposit)
+    sdk = channel_sdk(env)
+    market = market_reader(env)
+    offer = choose_offer(market, spec, env.market_identity)
+    channel = run_sync(channel_for(sdk, offer, lovelace, market, env.market_identity))
+    utxo = sdk.status(channel.channel_id).utxo
+    name = name or default_name(spec.image)
+    record = DeploymentRecord(
+        name=name, kind="endpoint", gateway_url=offer.gateway_url,
+        provider_id=offer.provider_id, channel_id=channel.channel_id,
+        spec=spec.model_dump(mode="json"), price_per_request=spec.price_per_request,
+        price_per_second=spec.price_per_second, created_ms=time.time_ns() // 1_000_000,
+    )  # fmt: skip
+    with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
+        admission = (utxo, channel.terms_cbor) if utxo else None
+        control.deploy(name, bytes.fromhex(channel.channel_id), record.spec, admission)
+        DeploymentStore(env.state_dir).save(record)
+        status = until_settled(control, name, wait)
+    emit(as_json, {**status, "gateway_url": offer.gateway_url, "provider_id": offer.provider_id},
+         f"{name}: {status['state']}{': ' + status['reason'] if status['reason'] else ''} on "
+         f"{offer.gateway_url} (provider {offer.provider_id[:16]}), paid on channel "
+         f"{channel.channel_id[:16]}: `unchained endpoint call {name} --data ...`")  # fmt: skip
+    if status["state"] == "failed":
+        raise typer.Exit(1)
+
+
+@command(app, "logs")
+def logs(env: Env, name: Name, as_json: Json = False) -> None:
+    """The last lines your deployment's containers wrote, as its gateway reads them."""
+    record = local_record(env, name)
+    with control_of(env, record) as control:
+        text = control.logs(name, bytes.fromhex(record.channel_id))
+    emit(as_json, {"name": name, "logs": text}, text.rstrip("\n"))
+
+
+@command(app, "stop")
+def stop(env: Env, name: Name, as_json: Json = False) -> None:
+    """Stop your deployment (its per-second billing ends now) and pay what its channel owes
+    for it: the last IOU."""
+    record = local_record(env, name)
+    with control_of(env, record) as control:
+        status = control.stop(name, bytes.fromhex(record.channel_id))
+        signer = signer_of(env, record.channel_id)
+        pay_channel(env, control, signer, 0)
+    emit(as_json, {**status, "paid": signer.signed},
+         f"{name}: {status['state']}; {ada(signer.signed)} signed in all on channel "
+         f"{record.channel_id[:16]}")  # fmt: skip
+
+
+def default_name(image: str) -> str:
+    """The image's last path part, its tag or digest left out, and 6 random hex digits."""
+    base = re.sub(r"[^A-Za-z0-9._-]", "-", image.split("@")[0].rsplit("/", 1)[-1].split(":")[0])
+    return f"{base.strip('-._')[:50] or 'svc'}-{secrets.token_hex(3)}"
+
+
+def local_record(env: Env, name: str) -> "DeploymentRecord":
+    from consumer.deployment_store import DeploymentStore
+
+    return DeploymentStore(env.state_dir).get(name)
+
+
+def control_of(env: Env, record: "DeploymentRecord", signing: bool = True) -> "GatewayControl":
+    """The gateway's control client for `record`, signing with this renter's key."""
+    from consumer.endpoint_client import GatewayControl
+    from consumer.keys import load_key
+    from offchain.protocol.deployment_file import DeploymentFile
+
+    key = load_key(env.key, env.pycardano_network)
+    network_id = env.network_id
+    if signing and env.deployment.exists():
+        network_id = DeploymentFile.model_validate_json(env.deployment.read_text()).network_id
+    return GatewayControl(record.gateway_url, key, network_id)
+
+
+def pay_channel(env: Env, control: "GatewayControl", signer: "IouSigner", ahead_s: int) -> None:
+    """Pay what the channel owes for every deployment of yours on it (`pay_due`)."""
+    from consumer.deployment_store import DeploymentStore
+    from consumer.endpoint_client import pay_due
+
+    records = DeploymentStore(env.state_dir).on_channel(signer.channel.hex())
+    pay_due(control, signer, [(r.name, r.created_ms) for r in records], ahead_s)
+
+
+def until_settled(control: "GatewayControl", name: str, wait_s: int) -> dict[str, Any]:
+    """The deployment's status once it runs, failed or stopped, or after `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        status = control.status(name)
+        if status["state"] != "pending" or time.monotonic() >= deadline:
+            return status
+        time.sleep(0.25)

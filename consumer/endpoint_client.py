@@ -25,13 +25,16 @@ then pays or refuses. For parallel throughput, open one channel per stream of re
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import httpx
 
 from consumer.errors import ConsumerError
 from consumer.iou_signer import IouSigner
+from consumer.keys import ConsumerKey
 from offchain.protocol.amounts import ada
+from offchain.protocol.control import ControlRequest, SignedControl
 from offchain.protocol.iou import IOU_HEADER, SignedIou
 
 PAYMENT_REQUIRED = 402
@@ -183,3 +186,117 @@ class EndpointClient:
     def ceiling(self) -> int:
         """The most an IOU may name now: received, the error answers and one request."""
         return self.received + self.unsure + self.price
+
+
+class GatewayControl:
+    """A renter's control requests to a provider's gateway (`offchain.protocol.control`):
+    deploy, status, stop, logs and pay, each but status and pay signed with the renter key
+    `key` for `network_id`. ConsumerError carries the gateway's refusal."""
+
+    def __init__(
+        self, gateway_url: str, key: ConsumerKey, network_id: int,
+        client: httpx.Client | None = None,
+    ) -> None:  # fmt: skip
+        self.base = f"{gateway_url.rstrip('/')}/deployments"
+        self.key, self.network_id = key, network_id
+        self.owned = client is None
+        self.client = httpx.Client(timeout=DEFAULT_TIMEOUT_S) if client is None else client
+
+    def __enter__(self) -> GatewayControl:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.owned:
+            self.client.close()
+
+    def deploy(
+        self, name: str, channel: bytes, spec: dict[str, Any],
+        admission: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Ask for `spec` as deployment `name`, paid on `channel` (`admission`: its TXID#IX
+        and terms CBOR hex, for a channel the provider may not serve yet)."""
+        request = ControlRequest.of("deploy", name, channel, spec, admission)
+        return self.sent("POST", self.base, self.signed(request), {201})
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.sent("GET", f"{self.base}/{name}", None, {200})
+
+    def stop(self, name: str, channel: bytes) -> dict[str, Any]:
+        request = ControlRequest.of("stop", name, channel)
+        return self.sent("POST", f"{self.base}/{name}/stop", self.signed(request), {200})
+
+    def logs(self, name: str, channel: bytes) -> str:
+        request = ControlRequest.of("logs", name, channel)
+        return str(
+            self.sent("POST", f"{self.base}/{name}/logs", self.signed(request), {200})["logs"]
+        )
+
+    def pay(self, name: str, iou: SignedIou) -> dict[str, Any]:
+        """Hand the gateway `iou` for what the deployment's channel owes (a 402 is an error)."""
+        url = f"{self.base}/{name}/pay"
+        return self.sent("POST", url, None, {200}, {IOU_HEADER: iou.to_header()})
+
+    def signed(self, request: ControlRequest) -> dict[str, Any]:
+        return SignedControl.sign(self.key.key, self.network_id, request).to_wire()
+
+    def sent(
+        self, method: str, url: str, body: dict[str, Any] | None, ok: set[int],
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        try:
+            response = self.client.request(method, url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise ConsumerError(f"cannot reach the gateway at {url} ({exc or type(exc).__name__})",
+                                gateway=url) from exc  # fmt: skip
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {"error": response.text[:200]}
+        if response.status_code not in ok:
+            error = answer.get("error") if isinstance(answer, dict) else answer
+            raise ConsumerError(f"{method} {url}: {response.status_code}: {error}",
+                                status=response.status_code, answer=answer)  # fmt: skip
+        if not isinstance(answer, dict):
+            raise ConsumerError(f"{method} {url} answered {answer!r}, not a JSON object")
+        return answer
+
+
+def seconds_run(status: dict[str, Any], created_ms: int, now_ms: int) -> int:
+    """Whole seconds a deployment ran by the renter's count: from when it started, never
+    before the renter deployed it, to when it stopped or now."""
+    if not status.get("started_ms"):
+        return 0
+    start = max(int(status["started_ms"]), created_ms)
+    end = int(status.get("stopped_ms") or 0) or now_ms
+    return max(0, min(end, now_ms) - start) // 1000
+
+
+def pay_due(
+    control: GatewayControl, signer: IouSigner, deployments: list[tuple[str, int]],
+    ahead_s: int = 0,
+) -> SignedIou | None:  # fmt: skip
+    """Pay what the channel `signer` signs for owes its provider now, plus `ahead_s` seconds
+    of every deployment's per-second price (so a request a moment later is covered).
+    `deployments`: the name and local creation ms of each deployment on that channel. The due
+    the gateway names is paid only up to the renter's own count: the requests served (the
+    gateway's `served`, each paid by an IOU already) plus each deployment's price per second
+    for the seconds it ran by the renter's clock, one second of slack each. None: nothing
+    owed beyond the last IOU."""
+    now = time.time_ns() // 1_000_000
+    statuses = [(control.status(name), created) for name, created in deployments]
+    if not statuses:
+        return None
+    due = int(statuses[0][0]["due"])
+    per_second = sum(int(s["price_per_second"]) for s, _ in statuses if not s.get("stopped_ms"))
+    ceiling = sum(int(s["served"]) + int(s["price_per_second"]) * (seconds_run(s, created, now) + 1)
+                  for s, created in statuses) + per_second * ahead_s  # fmt: skip
+    amount = min(due + per_second * ahead_s, ceiling)
+    if amount < due:
+        raise EndpointRefused(f"the gateway asks for {ada(due)} on channel "
+                              f"{signer.channel.hex()[:16]}, more than the {ada(ceiling)} "
+                              "counted here: not signed", due=due, ceiling=ceiling)  # fmt: skip
+    if amount <= signer.signed:
+        return None
+    iou = signer.pay(amount, amount)
+    control.pay(statuses[0][0]["name"], iou)
+    return iou

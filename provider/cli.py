@@ -326,24 +326,32 @@ def gateway(
 ) -> None:
     """Serve this provider's endpoints at /endpoints/<name>/<path>, each request paid by the
     IOU in its Unchained-Iou header (402 says what is due), stored in the channel book before
-    the request goes on to the endpoint's service."""
+    the request goes on to the endpoint's service; and renters' signed deployments at
+    /deployments (deploy, status, stop, logs, pay), which the daemon starts."""
+    import docker
     import uvicorn
 
     from provider.channels import ChannelBook
+    from provider.daemon.capacity import slots_of
     from provider.endpoints import EndpointBook
     from provider.gateway import gateway_app
+    from provider.gateway_control import DeployTerms
+    from provider.starters import engine_logs
 
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise fail(f"--listen {listen}: not HOST:PORT")
-    settings = settings_of(flags.config, given(flags.state_dir))
+    settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, made = open_deployment(flags.ogmios_url, flags.deployment)
     state = settings.runner.state_dir
     book = ChannelBook.in_state_dir(
         state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace
     )
-    app = gateway_app(book, EndpointBook.in_state_dir(state))
-    typer.echo(f"gateway on http://{listen}/endpoints", err=True)
+    bundle, _ = slots_of(settings.offer, inventory)
+    terms = DeployTerms.of(bundle, settings.offer.request_price)
+    logs = engine_logs(docker.from_env(), settings.runner)
+    app = gateway_app(book, EndpointBook.in_state_dir(state), terms=terms, logs=logs)
+    typer.echo(f"gateway on http://{listen}/endpoints and /deployments", err=True)
     from provider.gateway_tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
 
     forwarding = with_tcp_forwarder(app, host.strip("[]"))

@@ -38,6 +38,7 @@ from provider.channels import IouRefused
 from provider.endpoints import ENDED, PENDING, STOPPED, Endpoint
 
 if TYPE_CHECKING:
+    from provider.daemon.capacity import Bundle as OfferBundle
     from provider.gateway import Gateway
 
 Scope = MutableMapping[str, Any]
@@ -62,6 +63,14 @@ class DeployTerms:
     bundle: Bundle
     price_per_unit: int
     request_price: int | None
+
+    @classmethod
+    def of(cls, offer: OfferBundle, request_price: int | None) -> DeployTerms:
+        """The terms of the daemon's offer (one slot's bundle at its price)."""
+        resources = offer.resources
+        bundle = Bundle(gpus=resources.gpus, min_vram_mib=resources.min_vram_mib,
+                        cpu_cores=resources.cpu_cores, memory_mib=resources.memory_mib)  # fmt: skip
+        return cls(bundle, offer.price_per_unit, request_price)
 
     def check(self, spec: BaseModel) -> None:
         """ControlRefused (403) if `spec` asks more than the bundle or pays less."""

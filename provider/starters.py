@@ -11,7 +11,7 @@ from collections.abc import Callable
 import docker
 
 from provider.config import RunnerSettings
-from provider.endpoints import Starter
+from provider.endpoints import Endpoint, Starter
 from provider.pods import Pods
 from provider.services import Services
 
@@ -30,3 +30,14 @@ def starter_of(kind: str, client: docker.DockerClient, settings: RunnerSettings)
     except KeyError:
         raise KeyError(f"this provider runs no {kind!r} deployments") from None
     return factory(client, settings)
+
+
+def engine_logs(
+    client: docker.DockerClient, settings: RunnerSettings
+) -> Callable[[Endpoint, int], str]:
+    """How the gateway reads a deployment's last lines of output: through its kind's Starter."""
+
+    def logs(deployment: Endpoint, lines: int) -> str:
+        return starter_of(deployment.kind, client, settings).logs(deployment.name, lines)
+
+    return logs

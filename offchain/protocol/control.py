@@ -120,7 +120,7 @@ class SignedControl:
     def sign(
         cls, key: SigningKey | ExtendedSigningKey, network_id: int, request: ControlRequest
     ) -> SignedControl:
-        vkey = key.to_verification_key().payload
+        vkey = key.to_verification_key().payload[:VKEY_BYTES]  # an extended key: its first half
         return cls(request, vkey, sign(key, request.payload(network_id)))
 
     def signed(self, network_id: int) -> bool:

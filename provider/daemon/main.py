@@ -1,9 +1,10 @@
 """The daemon: recovery first, then five loops on one event loop (heartbeat + bond check,
 assignments, payouts, channel claims, deployments) until SIGTERM or SIGINT. Then it takes no
-more work and stops heartbeating (the market lets the offer go offline and matches it no job), gives running jobs
-`grace_ms` to finish and be delivered, and stops; a job still running after that keeps its
-container and is recovered by the next start. A lost market or chain connection is logged and
-retried: it never stops a running job."""
+more work and stops heartbeating (the market lets the offer go offline and matches it no job),
+gives running jobs `grace_ms` to finish and be delivered, and stops; a job still running after
+that keeps its container and is recovered by the next start. Deployments outlive the daemon
+(the gateway serves them meanwhile): the next start finds them in their book. A lost market or
+chain connection is logged and retried: it never stops a running job."""
 
 from __future__ import annotations
 
