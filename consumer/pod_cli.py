@@ -215,23 +215,12 @@ def stop(env: Env, name: Name, as_json: Json = False) -> None:
 @command(app, "list")
 def list_pods(env: Env, as_json: Json = False) -> None:
     """Your pods here, each as its gateway shows it now."""
-    from consumer.deployment_store import DeploymentStore
-    from consumer.endpoint_cli import control_of
+    from consumer.endpoint_cli import deployment_statuses
     from consumer.table import render
 
-    shown = []
-    for record in DeploymentStore(env.state_dir).all():
-        if record.kind != "pod":
-            continue
-        try:
-            with control_of(env, record, signing=False) as control:
-                status = control.status(record.name)
-        except ConsumerError as exc:
-            status = {"state": "unknown", "reason": str(exc)}
-        shown.append({**status, "name": record.name, "gateway_url": record.gateway_url,
-                      "channel": record.channel_id,
-                      "price_per_second": record.price_per_second})  # fmt: skip
-    rows = [[p["name"], p["state"], str(p.get("public_port") or ""), ada(p["price_per_second"]),
+    shown = [status for status in deployment_statuses(env) if status["kind"] == "pod"]
+    rows = [[p["name"], p["state"], str(p.get("public_port") or ""),
+             ada(p["price_per_second"]) if "price_per_second" in p else "",
              ada(p["due"]) if "due" in p else "", p["gateway_url"]] for p in shown]  # fmt: skip
     emit(as_json, shown, render(("pod", "state", "port", "per second", "channel due",
                                  "gateway"), rows))  # fmt: skip
