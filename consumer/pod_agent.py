@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from consumer.deployment_store import DeploymentRecord, DeploymentStore
 from consumer.endpoint_client import EndpointRefused, GatewayControl, pay_due
@@ -102,28 +103,30 @@ def lock_path(state_dir: Path, channel_id: str) -> Path:
     return agent_dir(state_dir) / f"{channel_id}.lock"
 
 
+def pid_path(state_dir: Path, channel_id: str) -> Path:
+    """The process id of the agent that holds the channel's lock (written once it holds it)."""
+    return agent_dir(state_dir) / f"{channel_id}.pid"
+
+
 @contextmanager
-def holding(state_dir: Path, channel_id: str) -> Iterator[IO[str] | None]:
-    """The channel's agent lock, held for the block (None: another process holds it)."""
+def holding(state_dir: Path, channel_id: str, wait: bool = False) -> Iterator[bool]:
+    """Whether this process holds the channel's agent lock for the block: False if another
+    does (with `wait`, it waits for it instead)."""
     path = lock_path(state_dir, channel_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as lock:
+    with open(path, "a") as lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            yield None
+            yield False
             return
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
-        yield lock
+        yield True
 
 
 def running(state_dir: Path, channel_id: str) -> bool:
     """Whether an agent pays for the channel now (it holds the lock)."""
-    with holding(state_dir, channel_id) as lock:
-        return lock is None
+    with holding(state_dir, channel_id) as held:
+        return not held
 
 
 def wait_done(state_dir: Path, channel_id: str, timeout_s: float) -> bool:
@@ -138,23 +141,23 @@ def wait_done(state_dir: Path, channel_id: str, timeout_s: float) -> bool:
 
 def run(
     control: GatewayControl,
-    signer: IouSigner,
+    channel_id: str,
+    new_signer: Callable[[], IouSigner],
     store: DeploymentStore,
     state_dir: Path,
     interval_s: float = INTERVAL_S,
 ) -> int:
-    """The agent's life for the signer's channel: rounds until no pod on it is live (after
-    paying its final due), or SIGTERM (one last round first). 0 when done, 1 when it stopped
-    paying (a due above the renter's count, or MAX_FAILURES rounds failed in a row), 2 if
-    another agent holds the channel."""
-    channel_id = signer.channel.hex()
+    """The agent's life for the signer's channel, once it holds the channel's lock (an agent
+    started while another runs waits for it: that one may be paying its last round): rounds
+    until no pod on it is live (after paying its final due), or SIGTERM (one last round
+    first). 0 when done, 1 when it stopped paying (a due above the renter's count, or
+    MAX_FAILURES rounds failed in a row). The signer is made once the lock is held: it starts
+    from the channel's last IOU, whoever signed it."""
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    with holding(state_dir, channel_id) as lock:
-        if lock is None:
-            log.warning("another agent pays for channel %s", channel_id)
-            return 2
-        agent = PodAgent(control, signer, lambda: store.on_channel(channel_id))
+    with holding(state_dir, channel_id, wait=True):  # after an agent that is about to exit
+        pid_path(state_dir, channel_id).write_text(str(os.getpid()))
+        agent = PodAgent(control, new_signer(), lambda: store.on_channel(channel_id))
         failures = 0
         while True:
             try:
@@ -209,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("no pod recorded on channel %s in %s", flags.channel, flags.state_dir)
         return 1
     with control_of(env, pods[0], signing=False) as control:
-        signer = signer_of(env, flags.channel)
-        return run(control, signer, store, flags.state_dir, flags.interval)
+        new_signer = functools.partial(signer_of, env, flags.channel)
+        return run(control, flags.channel, new_signer, store, flags.state_dir, flags.interval)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import docker
 import pytest
 
 from consumer.channel_store import ChannelStore
-from consumer.pod_agent import lock_path
+from consumer.pod_agent import pid_path, running
 from offchain.devnet.process import free_port
 from provider.channels import ChannelBook
 from provider.config import RunnerSettings
@@ -151,28 +151,25 @@ async def run_the_story(env, state: Path, book: EndpointBook, daemon, deployment
     channels = ChannelBook.in_state_dir(daemon.state_dir, deployment.network_id,
                                         deployment.channel_hash, CREDIT)  # fmt: skip
     await claimed(channels, bytes.fromhex(channel), owed)  # on chain, to the lovelace
-    assert not Path(lock_path(state, channel)).exists() or not agent_alive(state, channel)
+    assert not running(state, channel)  # the agent paid the last IOU and exited
 
     # a second pod on the same channel, whose agent dies: the provider stops it
+    first_agent = pid_path(state, channel).read_text()
     again = await asyncio.to_thread(
         renter_cli, env, "pod", "start", "--ssh-key", f"{ssh_key}.pub", "--name", "lag",
         "--cpu-cores", "1", "--memory-mib", "256", "--json",
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["channel"] == channel  # reused: it has enough left
-    await until(lambda: agent_alive(state, channel), what="no agent for the second pod")
-    os.kill(int(lock_path(state, channel).read_text()), signal.SIGKILL)
+
+    def second_agent() -> bool:
+        return running(state, channel) and pid_path(state, channel).read_text() != first_agent
+
+    await until(second_agent, what="no agent for the second pod")
+    os.kill(int(pid_path(state, channel).read_text()), signal.SIGKILL)
     await until(lambda: book.get("lag").state == "stopped", timeout_s=30,
                 what="the provider did not stop the unpaid pod")  # fmt: skip
     assert book.get("lag").reason.startswith("IOUs lag: "), book.get("lag")
     await until(lambda: book.get("lag").public_port == 0, timeout_s=5, what="its port stays")
     refused = await asyncio.to_thread(renter_cli, env, *ssh[:2], "lag", *ssh[3:], "true")
     assert refused.returncode == 1 and "pod lag is stopped: IOUs lag" in refused.stderr
-
-
-def agent_alive(state: Path, channel: str) -> bool:
-    try:
-        os.kill(int(lock_path(state, channel).read_text()), 0)
-    except (OSError, ValueError):
-        return False
-    return True
