@@ -26,6 +26,7 @@ import docker
 
 from offchain.protocol.jobspec import DEFAULT_POD_IMAGE
 from provider import images
+from provider.sandbox import THREAD_VARIABLES
 
 POD_REPOSITORY = DEFAULT_POD_IMAGE.split(":")[0]
 POD_PACKAGES = ("openssh-server",)
@@ -44,6 +45,7 @@ Port {POD_SSH_PORT}
 HostKey {POD_RUN_DIR}/ssh_host_ed25519_key
 AuthorizedKeysFile {POD_RUN_DIR}/authorized_keys
 PidFile {POD_RUN_DIR}/sshd.pid
+Include {POD_RUN_DIR}/session.conf
 AllowUsers {POD_USER}
 PubkeyAuthentication yes
 PasswordAuthentication no
@@ -64,6 +66,9 @@ GatewayPorts no
 PermitListen none
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
+# what a job's processes get from the provider, a pod's sessions get too (sshd starts each
+# session with an environment of its own)
+SESSION_ENV = " ".join(f"{name}=${name}" for name in THREAD_VARIABLES)
 START_SCRIPT = f"""\
 #!/bin/sh
 # A pod's sshd (provider/pod_image.py): a host key of its own, the renter's key, key only.
@@ -71,6 +76,7 @@ set -e
 umask 077
 ssh-keygen -q -t ed25519 -N '' -C pod -f {POD_RUN_DIR}/ssh_host_ed25519_key
 printf '%s\\n' "${SSH_KEY_VARIABLE}" > {POD_RUN_DIR}/authorized_keys
+echo "SetEnv {SESSION_ENV}" > {POD_RUN_DIR}/session.conf
 umask 022
 exec /usr/sbin/sshd -D -e -f {SSHD_CONFIG_PATH}
 """

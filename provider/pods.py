@@ -136,8 +136,11 @@ class Pods:
                 self.client.volumes.create(workspace_volume(self.runner_id, name), labels=labels)
             container = create_container(self.client, options, self.settings.pull_images)
             container.start()
-            _running(container, spec.image)
-            address = (LOOPBACK, host_port(container, POD_SSH_PORT))
+            try:
+                address = (LOOPBACK, host_port(container, POD_SSH_PORT))
+            except ServiceStartError:
+                _running(container, spec.image)  # it exited at once: say so, not "no port"
+                raise
             wait_ready(container, f"sshd at {address[0]}:{address[1]}", "send its banner",
                        lambda: _ssh_banner(address), self.ready_timeout_s, "pod")  # fmt: skip
             started = Started(f"http://{address[0]}:{address[1]}", str(container.attrs["Image"]))

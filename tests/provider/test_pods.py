@@ -76,10 +76,12 @@ def pods(client, settings: RunnerSettings, pod_base) -> Iterator[Pods]:
 def test_the_renter_logs_in_with_its_key_only_as_the_provider_uid(pods, ssh_keys):
     started = pods.start("lab", pod_spec(ssh_keys["renter"]))
     assert started.upstream.startswith("http://127.0.0.1:") and started.image_digest
-    done = ssh(ssh_keys["renter"], started.upstream, "id -u; id -un; pwd; echo $HOME; "
-               "python3 -c 'import numpy; print(numpy.arange(4).sum())'")  # fmt: skip
+    numpy = "python3 -c 'import numpy; print(numpy.arange(4).sum())'"
+    script = f"id -u; id -un; pwd; echo $HOME; {numpy}"
+    done = ssh(ssh_keys["renter"], started.upstream, f"{script}; echo $OMP_NUM_THREADS")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["65534", "pod", "/workspace", "/workspace", "6"]
+    # the provider's thread variables reach a session as they reach a job (the bundle's cores)
+    assert done.stdout.split() == ["65534", "pod", "/workspace", "/workspace", "6", "1"]
     stranger = ssh(ssh_keys["stranger"], started.upstream, "true")
     assert stranger.returncode == 255 and "Permission denied (publickey)" in stranger.stderr
     password = ssh(ssh_keys["renter"], started.upstream, "true", options=(
@@ -159,11 +161,8 @@ def test_pod_options_add_to_the_shared_hardening(settings, ssh_keys):
 
 
 def test_what_cannot_start_is_removed_with_the_reason(pods, ssh_keys, busybox):
-    with pytest.raises(
-        PodStartError,
-        match=r"pod nosshd: the pod exited at once \(code \d+\): is "
-        r"unchained/busybox:\w+ built from unchained/pod:latest\?",
-    ):
+    # exited before its port was published (then the message names the pod image) or after
+    with pytest.raises(PodStartError, match=r"pod nosshd: the pod exited (at once )?\(code \d+"):
         pods.start("nosshd", pod_spec(ssh_keys["renter"], image=busybox))
     assert pods.leftovers() == NOTHING
     pods.start("twice", pod_spec(ssh_keys["renter"]))
