@@ -279,17 +279,24 @@ def pay_due(
     of every deployment's per-second price (so a request a moment later is covered).
     `deployments`: the name and local creation ms of each deployment on that channel. The due
     the gateway names is paid only up to the renter's own count: the requests served (the
-    gateway's `served`, each paid by an IOU already) plus each deployment's price per second
-    for the seconds it ran by the renter's clock, one second of slack each. None: nothing
-    owed beyond the last IOU."""
+    gateway's `served`, never more than the IOUs signed so far: each request was paid by one)
+    plus each deployment's price per second for the seconds it ran by the renter's clock, one
+    second of slack each. None: nothing owed beyond the last IOU."""
     now = time.time_ns() // 1_000_000
     statuses = [(control.status(name), created) for name, created in deployments]
     if not statuses:
         return None
     due = int(statuses[0][0]["due"])
     per_second = sum(int(s["price_per_second"]) for s, _ in statuses if not s.get("stopped_ms"))
-    ceiling = sum(int(s["served"]) + int(s["price_per_second"]) * (seconds_run(s, created, now) + 1)
-                  for s, created in statuses) + per_second * ahead_s  # fmt: skip
+    served = min(sum(int(s["served"]) for s, _ in statuses), signer.signed)
+    ceiling = (
+        served
+        + per_second * ahead_s
+        + sum(
+            int(s["price_per_second"]) * (seconds_run(s, created, now) + 1)
+            for s, created in statuses
+        )
+    )
     amount = min(due + per_second * ahead_s, ceiling)
     if amount < due:
         raise EndpointRefused(f"the gateway asks for {ada(due)} on channel "

@@ -270,7 +270,9 @@ def to_toml(config: ProviderConfig) -> str:
     def table(name: str, values: dict[str, Any]) -> None:
         lines.append(f"[{name}]")
         nested = {k: v for k, v in values.items() if isinstance(v, dict)}
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items() if k not in nested)
+        unset = {k for k, v in values.items() if v is None}  # TOML has no null: left out
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items()
+                     if k not in nested and k not in unset)  # fmt: skip
         lines.append("")
         for key, value in nested.items():
             table(f"{name}.{key}", value)

@@ -29,7 +29,7 @@ from docker.models.containers import Container
 from offchain.errors import UnchainedError
 from offchain.protocol.jobspec import JobSpecError, ServiceSpec, parse_servicespec
 from provider.config import RunnerSettings
-from provider.egress import SERVICE_BRIDGE_PREFIX, install_rules
+from provider.egress import SERVICE_BRIDGE_PREFIX, EgressUnavailable, install_rules
 from provider.endpoints import NAME, Endpoint, Started
 from provider.runner import JobStartError, create_container, engine_reason, runner_id
 from provider.sandbox import LABEL_RUNNER, hardened_options
@@ -180,8 +180,12 @@ def create_bridge(
 ) -> None:
     """Deployment `name`'s own bridge (`resource`; a service's or a pod's): nothing else on it,
     no way out through the host's NAT, behind the egress fence (it may answer, never open a
-    connection). ServiceStartError if it has one already."""
-    install_rules()
+    connection). ServiceStartError if it has one already, or if the fence cannot be set up
+    (never run one unfenced)."""
+    try:
+        install_rules()
+    except EgressUnavailable as exc:
+        raise ServiceStartError(f"{kind} {name} not started, no egress fence: {exc}") from exc
     try:
         client.networks.create(
             resource, driver="bridge", check_duplicate=True, labels=labels,

@@ -49,7 +49,7 @@ from provider.endpoints import (
     Starter,
     channel_due,
 )
-from provider.starters import starter_of
+from provider.starters import STARTERS, starter_of
 
 log = logging.getLogger("unchained.provider")
 TICK_MS = 500
@@ -145,6 +145,8 @@ class Deployments:
         """After a restart: what runs holds its slots again; what ended, or was starting
         when the last daemon stopped, leaves nothing behind."""
         for deployment in deployments:
+            if deployment.kind not in STARTERS:
+                continue
             if deployment.state == RUNNING:
                 for _ in range(_replicas(deployment)):
                     self.capacity.take(holder(deployment.name))
@@ -226,6 +228,8 @@ class Deployments:
     async def _clear(self, deployment: Endpoint) -> None:
         """An ended deployment: its containers and slots go; a Starter that keeps more (a
         pod's workspace) says when the row may go too."""
+        if deployment.kind not in STARTERS:  # it never ran here: nothing to clear
+            return
         if deployment.name in self._live:
             await self._remove(deployment.name, deployment.kind)
         forget = getattr(self.starter(deployment.kind), "forget", None)

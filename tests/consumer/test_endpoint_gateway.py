@@ -8,6 +8,7 @@ no)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from consumer.channel_store import ChannelStore
-from consumer.endpoint_client import EndpointClient, EndpointRefused
+from consumer.endpoint_client import EndpointClient, EndpointRefused, GatewayControl, pay_due
+from consumer.errors import ConsumerError
 from consumer.iou_signer import IouSigner
 from consumer.keys import ConsumerKey
 from provider.channels import ChannelBook
@@ -35,6 +37,7 @@ from tests.provider.test_gateway_support import (
 )
 
 PRICE = 1_500
+PER_SECOND = 1_000
 NOWHERE = "http://127.0.0.1:9"  # no upstream listens there: the gateway answers 502 itself
 
 
@@ -125,3 +128,34 @@ def test_a_misspelt_endpoint_costs_one_price_at_most(gateway, store):
         for _ in range(3):
             assert client.post("/predict").status_code == 404
         assert (client.received, client.unsure, client.paid) == (0, 3 * PRICE, PRICE)
+
+
+def test_per_second_dues_are_paid_up_to_the_renters_own_count(books, gateway, store):
+    """`pay_due` through the real gateway's control routes: a per-second endpoint's seconds
+    paid (and a little ahead, so the next request is covered), a greedy due refused unsigned,
+    a stop ending the seconds; a deploy's refusal carried as the gateway's words."""
+    book, endpoints = books
+    started = time.time_ns() // 1_000_000 - 3_500  # ran 3.5 s: 3 whole seconds
+    with serving(upstream) as upstream_url:
+        endpoints.add(running("timed", upstream_url, PRICE, PER_SECOND, started_ms=started))
+    signer = new_signer(store)
+    deployed = [("timed", started)]
+    with GatewayControl(gateway, ConsumerKey(RENTER), NETWORK) as control:
+        iou = pay_due(control, signer, deployed, ahead_s=2)
+        assert iou is not None and iou.amount in {PER_SECOND * s for s in (5, 6)}  # 3 or 4 run
+        assert book.get(CHANNEL).iou.amount == iou.amount  # type: ignore[union-attr]
+        assert pay_due(control, signer, deployed) is None  # paid ahead: nothing owed yet
+        endpoints.charge("timed", 100 * PER_SECOND)  # a provider counting what it never served
+        with pytest.raises(EndpointRefused, match="more than the"):  # served <= signed
+            pay_due(control, signer, deployed)
+        with pytest.raises(EndpointRefused, match="more than the"):  # seconds by its clock
+            now = time.time_ns() // 1_000_000  # deployed now, "started" 100 s ago
+            with serving(upstream) as upstream_url:
+                endpoints.add(running("young", upstream_url, PRICE, PER_SECOND,
+                                      channel=OTHER_CHANNEL, started_ms=now - 100_000))  # fmt: skip
+            pay_due(control, new_signer(store, OTHER_CHANNEL), [("young", now)])
+        with pytest.raises(ConsumerError, match="403: this gateway takes no deployments"):
+            control.deploy("x", CHANNEL, {"kind": "service"})
+        stopped = control.stop("timed", CHANNEL)
+        assert stopped["state"] == "stopped"
+        assert control.status("timed")["due"] == stopped["due"]  # its seconds ended

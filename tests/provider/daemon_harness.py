@@ -118,12 +118,14 @@ async def settling_market(
 
 
 def provider_toml(
-    state_dir: Path, market_url: str, bundles: int, disk_mib: int = 32, **daemon: int
-) -> str:
-    """`bundles` CPU bundles of one core, 512 MiB and `disk_mib` each."""
+    state_dir: Path, market_url: str, bundles: int, disk_mib: int = 32, offer_lines: str = "",
+    **daemon: int | str,
+) -> str:  # fmt: skip
+    """`bundles` CPU bundles of one core, 512 MiB and `disk_mib` each; `offer_lines` more of
+    the offer (TOML); a `daemon` setting's text is quoted."""
     settings = {"heartbeat_ms": 1000, "poll_s": 1, "payout_every_ms": 500, "grace_ms": 60_000,
                 **daemon}  # fmt: skip
-    lines = "\n".join(f"{name} = {value}" for name, value in settings.items())
+    lines = "\n".join(f"{name} = {json.dumps(value)}" for name, value in settings.items())
     return f"""
 [offer]
 gpus = []
@@ -131,6 +133,7 @@ cpu_cores = {bundles}
 memory_mib = {512 * bundles}
 disk_mib = {disk_mib * bundles}
 cpu_bundles = {bundles}
+{offer_lines}
 
 [offer.prices]
 gpu = 0
@@ -212,7 +215,7 @@ class ProviderProcess:
 
 async def new_provider(
     devnet: DevnetProcess, tmp_path: Path, deployment_file: Path, market_url: str,
-    bundles: int = 2, disk_mib: int = 32, **daemon: int,
+    bundles: int = 2, disk_mib: int = 32, offer_lines: str = "", **daemon: int | str,
 ) -> tuple[ProviderProcess, Wallet]:  # fmt: skip
     """A funded provider key in a fresh state directory and its daemon (not started)."""
     provider = await wallet(devnet)
@@ -220,7 +223,8 @@ async def new_provider(
     state_dir.mkdir()
     provider.key.save(str(state_dir / "provider.skey"))
     config = tmp_path / "provider.toml"
-    config.write_text(provider_toml(state_dir, market_url, bundles, disk_mib, **daemon))
+    config.write_text(provider_toml(state_dir, market_url, bundles, disk_mib, offer_lines,
+                                    **daemon))  # fmt: skip
     log = tmp_path / "daemon.log"
     return ProviderProcess(config, state_dir, devnet.url, deployment_file, log), provider
 

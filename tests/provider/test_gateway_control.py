@@ -1,0 +1,214 @@
+"""The gateway's control routes and its channel-wide due, under uvicorn over real books on disk
+(the channels opened in the book directly, no chain): a signed deploy is stored pending; the
+refusals (bad signature, another key, a stale or future issued_ms, a replay finding its name
+taken, an invalid spec with the CLI's own message, prices below the offer's, a bundle above
+it, an unknown channel without its admission, the wrong action); status, stop, logs and pay;
+and what a channel owes summed over every deployment on it, per request and per second."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pycardano import PaymentSigningKey
+from pydantic import ValidationError
+
+from offchain.protocol.control import ControlRequest, SignedControl
+from offchain.protocol.iou import IOU_HEADER
+from offchain.protocol.jobspec import Bundle, ServiceSpec, describe
+from provider.channels import ChannelBook
+from provider.endpoints import EndpointBook
+from provider.gateway import gateway_app
+from provider.gateway_control import DeployTerms
+from tests.provider.test_gateway_support import (
+    CHANNEL,
+    NETWORK,
+    OTHER_CHANNEL,
+    RENTER,
+    book_with_channels,
+    iou,
+    running,
+    serving,
+    upstream,
+)
+
+PRICE = 1_000
+PER_SECOND = 7
+UNIT = 50  # the offer's lovelace per second of its bundle
+TERMS = DeployTerms(Bundle(cpu_cores=2, memory_mib=1024), UNIT, PRICE)
+SPEC: dict[str, Any] = {
+    "kind": "service", "image": "unchained/sample-service:1", "port": 8000,
+    "price_per_request": PRICE, "resources": {"cpu_cores": 1, "memory_mib": 256},
+}  # fmt: skip
+UNKNOWN_CHANNEL = b"\x0a" * 28
+
+
+@pytest.fixture(scope="module")
+def upstream_url() -> Iterator[str]:
+    with serving(upstream) as url:
+        yield url
+
+
+@pytest.fixture
+def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
+    book = book_with_channels(tmp_path / "channels.sqlite")
+    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    yield book, endpoints
+    book.close()
+    endpoints.close()
+
+
+@pytest.fixture
+def gateway(books: tuple[ChannelBook, EndpointBook]) -> Iterator[httpx.Client]:
+    app = gateway_app(*books, terms=TERMS, logs=lambda d, n: f"{d.name}: {n} lines\n")
+    with serving(app) as url, httpx.Client(base_url=url) as client:
+        yield client
+
+
+def signed(
+    action: str = "deploy", name: str = "svc", spec: dict[str, Any] | None = None,
+    channel: bytes = CHANNEL, key: PaymentSigningKey = RENTER, **changes: Any,
+) -> dict[str, Any]:  # fmt: skip
+    spec = (SPEC if action == "deploy" else None) if spec is None else spec
+    request = ControlRequest.of(action, name, channel, spec)  # type: ignore[arg-type]
+    request = request.model_copy(update=changes)
+    return SignedControl.sign(key, NETWORK, request).to_wire()
+
+
+def refused(response: httpx.Response, status: int, error: str) -> None:
+    assert response.status_code == status, response.text
+    assert error in response.json()["error"], response.json()
+
+
+def test_a_signed_deploy_is_stored_pending_and_shown(
+    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+) -> None:
+    answer = gateway.post("/deployments", json=signed())
+    assert answer.status_code == 201, answer.text
+    shown = answer.json()
+    assert (shown["name"], shown["kind"], shown["state"], shown["channel"]) == (
+        "svc", "endpoint", "pending", CHANNEL.hex())  # fmt: skip
+    assert "spec_json" not in shown and "renter_vkey" not in shown and shown["due"] == 0
+    stored = books[1].get("svc")
+    assert stored is not None and stored.renter_vkey == RENTER.to_verification_key().payload
+    assert stored.spec_json == ServiceSpec.model_validate(SPEC).canonical_json().decode()
+    assert gateway.get("/deployments/svc").json() == shown
+    refused(gateway.get("/deployments/nope"), 404, "no deployment named 'nope'")
+    refused(gateway.get("/endpoints/svc/predict"), 409, "endpoint svc is pending")
+
+
+def test_control_requests_that_are_refused(gateway: httpx.Client) -> None:
+    forged = signed()
+    forged["signature"] = signed(name="other")["signature"]
+    refused(gateway.post("/deployments", json=forged), 401, "does not verify")
+    other_key = PaymentSigningKey.generate()
+    refused(gateway.post("/deployments", json=signed(key=other_key)), 403,
+            f"is not the renter key of channel {CHANNEL.hex()}")  # fmt: skip
+    now = time.time_ns() // 1_000_000
+    for issued in (now - 121_000, now + 121_000):
+        refused(gateway.post("/deployments", json=signed(issued_ms=issued)), 403,
+                "more than 120 s from the gateway's clock")  # fmt: skip
+    bad_spec = {**SPEC, "port": 0, "gpu": 1}
+    with pytest.raises(ValidationError) as error:
+        ServiceSpec.model_validate(bad_spec)
+    refused(gateway.post("/deployments", json=signed(spec=bad_spec)), 400, describe(error.value))
+    refused(gateway.post("/deployments", json=signed(spec={**SPEC, "kind": "job"})), 400,
+            "spec: kind must be one of service, pod")  # fmt: skip
+    cheap = {**SPEC, "price_per_request": PRICE - 1}
+    refused(gateway.post("/deployments", json=signed(spec=cheap)), 403,
+            f"price_per_request: {PRICE - 1} lovelace is below this provider's")  # fmt: skip
+    slow = {**SPEC, "price_per_second": 2 * UNIT - 1, "replicas": 2}
+    refused(gateway.post("/deployments", json=signed(spec=slow)), 403,
+            f"price_per_second: {2 * UNIT - 1} lovelace is below this provider's "
+            f"{2 * UNIT} (2 x {UNIT})")  # fmt: skip
+    big = {**SPEC, "resources": {"cpu_cores": 4, "memory_mib": 256}}
+    refused(gateway.post("/deployments", json=signed(spec=big)), 403,
+            "resources.cpu_cores: 4 is above this provider's 2")  # fmt: skip
+    refused(gateway.post("/deployments", json=signed(channel=UNKNOWN_CHANNEL)), 403,
+            "is not served here: a first deploy on it names its channel_utxo")  # fmt: skip
+    refused(gateway.post("/deployments", json=signed("stop")), 400, "takes a deploy, not a stop")
+    refused(gateway.post("/deployments", content=b"{"), 400, "not JSON")
+    refused(gateway.post("/deployments", json={"request": {}}), 400, '{"request", "key"')
+    first = signed()
+    assert gateway.post("/deployments", json=first).status_code == 201
+    refused(gateway.post("/deployments", json=first), 409, "name svc is taken")  # a replay
+
+
+def test_a_first_deploy_on_an_unknown_channel_notes_its_admission(
+    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+) -> None:
+    utxo, terms = "ab" * 32 + "#1", "d87980"
+    answer = gateway.post("/deployments", json=signed(channel=UNKNOWN_CHANNEL,
+                          channel_utxo=utxo, channel_terms=terms))  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    assert books[1].admission(UNKNOWN_CHANNEL) == (utxo, terms)  # the daemon admits it
+
+
+def test_stop_logs_and_pay(
+    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook], upstream_url: str
+) -> None:
+    book, endpoints = books
+    started = time.time_ns() // 1_000_000 - 5_500
+    endpoints.add(running("web", upstream_url, PRICE, PER_SECOND, started_ms=started))
+    stranger = signed("stop", "web", key=PaymentSigningKey.generate())
+    refused(gateway.post("/deployments/web/stop", json=stranger), 403, "not the renter key")
+    refused(gateway.post("/deployments/web/stop", json=signed("stop", "other")), 400,
+            "takes a stop of web, not a stop of other")  # fmt: skip
+    elsewhere = signed("stop", "web", channel=OTHER_CHANNEL)
+    refused(gateway.post("/deployments/web/stop", json=elsewhere), 403,
+            f"web is paid on channel {CHANNEL.hex()}")  # fmt: skip
+    logs = gateway.post("/deployments/web/logs", json=signed("logs", "web"))
+    assert logs.json() == {"name": "web", "logs": "web: 200 lines\n"}
+    stopped = gateway.post("/deployments/web/stop", json=signed("stop", "web")).json()
+    assert (stopped["state"], stopped["reason"]) == ("stopped", "stopped by its renter")
+    due = stopped["due"]  # its seconds end at the stop: the due stands still
+    assert due == PER_SECOND * ((stopped["stopped_ms"] - started) // 1000) >= 5 * PER_SECOND
+    assert gateway.get("/deployments/web").json()["due"] == due
+    refused(gateway.get("/endpoints/web/"), 409, "endpoint web is stopped: stopped by its renter")
+    short = gateway.post("/deployments/web/pay", headers={IOU_HEADER: iou(due - 1).to_header()})
+    assert short.status_code == 402 and short.json()["due"] == due
+    paid = gateway.post("/deployments/web/pay", headers={IOU_HEADER: iou(due).to_header()})
+    assert paid.json() == {"name": "web", "due": due, "acknowledged": due}
+    assert book.get(CHANNEL).iou.amount == due  # type: ignore[union-attr]
+
+
+def test_the_due_is_channel_wide_across_two_deployments(
+    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook], upstream_url: str
+) -> None:
+    """Two endpoints on one channel: an IOU that covers one's requests but not the other's is
+    refused (the bug of a per-endpoint due: IOUs are cumulative per channel)."""
+    _, endpoints = books
+    endpoints.add(running("a", upstream_url, PRICE))
+    endpoints.add(running("b", upstream_url, 3 * PRICE))
+    endpoints.add(running("elsewhere", upstream_url, PRICE, channel=OTHER_CHANNEL))
+    paid = {IOU_HEADER: iou(PRICE).to_header()}
+    assert gateway.get("/endpoints/a/", headers=paid).status_code == 200
+    stale = gateway.get("/endpoints/b/", headers={IOU_HEADER: iou(3 * PRICE).to_header()})
+    assert stale.status_code == 402 and stale.json()["due"] == 4 * PRICE  # a's 1,000 + b's 3,000
+    assert gateway.get("/endpoints/b/", headers={IOU_HEADER: iou(4 * PRICE).to_header()}).is_success
+    again = gateway.get("/endpoints/a/", headers={IOU_HEADER: iou(2 * PRICE).to_header()})
+    assert again.status_code == 402 and again.json()["due"] == 5 * PRICE
+    other = {IOU_HEADER: iou(PRICE, OTHER_CHANNEL).to_header()}
+    assert gateway.get("/endpoints/elsewhere/", headers=other).is_success  # its own channel
+    assert gateway.get("/deployments/a").json()["due"] == 4 * PRICE
+
+
+def test_the_due_counts_each_second_run(
+    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook], upstream_url: str
+) -> None:
+    _, endpoints = books
+    started = time.time_ns() // 1_000_000 - 10_500  # ran 10.5 s: 10 whole seconds
+    endpoints.add(running("timed", upstream_url, PRICE, PER_SECOND, started_ms=started))
+    short = gateway.get("/endpoints/timed/", headers={IOU_HEADER: iou(PRICE).to_header()})
+    assert short.status_code == 402
+    due = short.json()["due"]
+    elapsed = (time.time_ns() // 1_000_000 - started) // 1000
+    assert due in {PRICE + PER_SECOND * s for s in (10, elapsed)}  # the second may turn
+    ahead = {IOU_HEADER: iou(due + PER_SECOND).to_header()}  # a second ahead: the clock turns
+    assert gateway.get("/endpoints/timed/", headers=ahead).is_success
+    assert dataclasses.asdict(endpoints.get("timed"))["served"] == PRICE  # type: ignore[arg-type]
