@@ -11,13 +11,11 @@ and its port closed."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
+import types
 from pathlib import Path
 
 import docker
@@ -26,12 +24,14 @@ import pytest
 from consumer.channel_store import ChannelStore
 from consumer.pod_agent import pid_path, running
 from offchain.devnet.process import free_port
+from offchain.protocol.amounts import ADA
 from provider.channels import ChannelBook
 from provider.config import RunnerSettings
 from provider.endpoints import EndpointBook
 from provider.pod_image import pod_image
 from provider.pods import Pods
-from tests.protocol.onchain import wallet
+from tests.consumer.cli import cli_env, funded_key, run
+from tests.consumer.test_endpoint_deploy import gateway_process
 from tests.provider.daemon_harness import CORE_PRICE, IDENTITY, daemon_on_market, quiet_market
 from tests.provider.test_channels_daemon import claimed
 
@@ -52,30 +52,6 @@ def ssh_key(tmp_path: Path) -> Path:
     return key
 
 
-@contextlib.contextmanager
-def gateway_process(daemon, port: int, devnet_url: str) -> Iterator[None]:
-    """`unchained provider gateway` for the daemon's state, on 127.0.0.1:`port`."""
-    log = open(daemon.state_dir.parent / "gateway.log", "ab")  # noqa: SIM115 - the child holds it
-    process = subprocess.Popen(
-        [sys.executable, "-m", "unchained.cli", "provider", "gateway", "--config",
-         str(daemon.config), "--ogmios-url", devnet_url, "--deployment",
-         str(daemon.deployment_file), "--listen", f"127.0.0.1:{port}"],
-        stdout=log, stderr=log,
-    )  # fmt: skip
-    log.close()
-    try:
-        yield
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def renter_cli(env: dict[str, str], *args: str, timeout: float = 120):
-    """`unchained ARGS` as the renter runs it."""
-    return subprocess.run([sys.executable, "-m", "unchained.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
-
-
 async def until(condition, timeout_s: float = 60, what: str = "") -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -87,24 +63,22 @@ async def until(condition, timeout_s: float = 60, what: str = "") -> None:
 async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, pod_base, ssh_key):
     deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
     port = free_port()
-    gateway_url = f"http://127.0.0.1:{port}"
     async with daemon_on_market(
-        devnet, tmp_path, deployment_file, settings, gateway_url=f'"{gateway_url}"', **PROVIDER
-    ) as (daemon, _, market_url):
-        renter = await wallet(devnet)
-        renter.key.save(str(tmp_path / "renter.skey"))
+        devnet, tmp_path, deployment_file, settings, gateway_url=f"http://127.0.0.1:{port}",
+        **PROVIDER,
+    ) as (daemon, _, market_url):  # fmt: skip
+        _, key = await funded_key(devnet, tmp_path, 200 * ADA)
+        market = types.SimpleNamespace(url=market_url, deployment_path=deployment_file)
         state = tmp_path / "renter"
-        env = {**os.environ, "UNCHAINED_CONSUMER_KEY": str(tmp_path / "renter.skey"),
-               "UNCHAINED_CONSUMER_MARKET_URL": market_url,
-               "UNCHAINED_CONSUMER_MARKET_IDENTITY": IDENTITY, "UNCHAINED_OGMIOS_URL": devnet.url,
-               "UNCHAINED_DEPLOYMENT": str(deployment_file),
-               "UNCHAINED_CONSUMER_STATE_DIR": str(state)}  # fmt: skip
+        env = cli_env(market, devnet, key, state, identity=IDENTITY)
         book = EndpointBook.in_state_dir(daemon.state_dir)
         pods = Pods(docker.from_env(), RunnerSettings(state_dir=daemon.state_dir))
+        gateway = gateway_process(daemon, deployment_file, devnet.url, port, tmp_path / "gw.log")
         try:
-            with gateway_process(daemon, port, devnet.url):
-                await run_the_story(env, state, book, daemon, deployment, ssh_key)
+            await run_the_story(env, state, book, daemon, deployment, ssh_key, tmp_path)
         finally:
+            gateway.terminate()
+            gateway.wait(timeout=30)
             for name in pods.leftovers()["networks"] + pods.leftovers()["containers"]:
                 pods.stop(name)
             for name in pods.leftovers()["workspaces"]:
@@ -112,7 +86,10 @@ async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, 
             assert pods.leftovers() == {"containers": [], "networks": [], "workspaces": []}
 
 
-async def run_the_story(env, state: Path, book: EndpointBook, daemon, deployment, ssh_key):
+async def run_the_story(env, state: Path, book: EndpointBook, daemon, deployment, ssh_key, cwd):
+    def renter_cli(env: dict[str, str], *args: str):
+        return run(env, *args, cwd=cwd)
+
     started = await asyncio.to_thread(
         renter_cli, env, "pod", "start", "--ssh-key", f"{ssh_key}.pub", "--name", "lab",
         "--cpu-cores", "1", "--memory-mib", "256", "--deposit", "50", "--json",
