@@ -349,3 +349,39 @@ class Settlement(SQLModel, table=True):
     submitted_at_ms: int | None = _big(nullable=True)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
+
+
+class ServiceDeployment(SQLModel, table=True):
+    """An endpoint or pod a provider runs for a renter, paid on one of the renter's channels,
+    as the provider last reported it (`offchain.protocol.deployment_report`: its word, signed;
+    only its channel's provider is checked, against the channel index). Rows only move
+    forward; a name reused later is another row (another `created_ms`)."""
+
+    __tablename__ = "deployment"
+    __table_args__ = (
+        UniqueConstraint("provider_id", "name", "created_ms"),
+        Index("ix_deployment_created", "created_ms", "id"),
+        Index("ix_deployment_state", "state", "created_ms", "id"),
+        Index("ix_deployment_kind", "kind", "created_ms", "id"),
+        Index("ix_deployment_provider", "provider_id", "created_ms", "id"),
+        Index("ix_deployment_channel", "channel", "created_ms", "id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider_id: str = Field(foreign_key="provider.id", max_length=56)
+    name: str = Field(max_length=64)
+    kind: str = Field(max_length=16, description="endpoint | pod")
+    channel: str = Field(max_length=56, description="the channel id that pays for it, hex")
+    image_digest: str = Field(max_length=255)
+    state: str = Field(max_length=16, description="pending -> running -> stopped | failed")
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    price_per_request: int = _big()
+    price_per_second: int = _big()
+    created_ms: int = _big()
+    started_ms: int = _big()
+    stopped_ms: int = _big()
+    requests: int = _big()
+    served: int = _big()
+    seconds_run: int = _big()
+    first_reported_ms: int = _big()
+    reported_ms: int = _big()

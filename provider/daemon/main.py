@@ -28,6 +28,7 @@ from provider.daemon.cancels import answer_cancel
 from provider.daemon.capacity import Capacity, slots_of
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.channel_claims import ChannelClaimer
+from provider.daemon.deployment_reports import reports
 from provider.daemon.deployments import TICK_MS as DEPLOYMENTS_TICK_MS
 from provider.daemon.deployments import Deployments
 from provider.daemon.jobs import Worker
@@ -93,6 +94,7 @@ class Daemon:
             asyncio.create_task(self._every(self.settings.payout_every_ms, self.payouts.tick)),
             asyncio.create_task(self._every(self.settings.payout_every_ms, self.claims.tick)),
             asyncio.create_task(self._every(DEPLOYMENTS_TICK_MS, self.deployments.tick)),
+            asyncio.create_task(self._every(self.settings.heartbeat_ms, reports(self).tick)),
         ]
         log.info("provider daemon running: %d slot(s), %s lovelace/s per job",
                  len(self.worker.capacity.slots), self.worker.bundle.price_per_unit)  # fmt: skip

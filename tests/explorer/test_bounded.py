@@ -118,8 +118,9 @@ CURSORS = ["9" * 30 + ".ab", "9" * 5000 + ".ab", "²." + "ab", "1.ab\x00", "12",
 
 @pytest.mark.parametrize("cursor", CURSORS)
 @pytest.mark.parametrize(
-    "path", ["/explorer/jobs", f"/explorer/addresses/{ADDRESS}", "/explorer/channels"]
-)
+    "path", ["/explorer/jobs", f"/explorer/addresses/{ADDRESS}", "/explorer/channels",
+             "/explorer/deployments"],
+)  # fmt: skip
 def test_a_cursor_no_page_wrote_is_a_422_naming_it(client, path, cursor):
     answer = client.get("/api" + path, params={"after": cursor})
     assert answer.status_code == 422, answer.text
@@ -131,6 +132,9 @@ def test_heights_filters_and_searches_past_every_bound_are_4xx(client):
     for path, params, field in [
         (f"/api/explorer/blocks/{10**30}", {}, "height"),
         ("/api/explorer/blocks/-1", {}, "height"),
+        (f"/api/explorer/deployments/{10**30}", {}, "deployment_id"),
+        ("/api/explorer/deployments/1.5", {}, "deployment_id"),
+        ("/api/explorer/deployments", {"after": "1." + "9" * 30}, "after"),
         ("/api/explorer/jobs", {"state": "failed\x00"}, "state"),
         ("/api/explorer/providers", {"after": "\x00"}, "after"),
         ("/api/explorer/search", {"q": "ab\x00"}, "q"),

@@ -5,7 +5,9 @@ indexes each move from the chain alone (the terms from the open's metadata), and
 page shows its terms, deposit, claimed and remaining amounts, its close and every transaction,
 each link opening the transaction with its channel datum and redeemer decoded. The channels
 list, the provider's page and the renter's address page list it; every page is photographed
-at phone and desktop sizes with no console error."""
+at phone and desktop sizes with no console error. The provider reports a pod the channel pays
+for: the deployments list, its page (with the channel's claimed amount) and the channel's page
+show it."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from offchain.chain.utxo import format_out_ref
 from offchain.market.explorer.format import ada, when
 from offchain.market.services.offers import key_hash
 from offchain.protocol import channel as channels
+from offchain.protocol.deployment_report import REPORT_PATH
 from tests.explorer.viewer import Viewer
 from tests.market.channel_flow import claim, indexed, moves, top_up
 from tests.market.client import serve
 from tests.market.database import served_at_head
 from tests.market.flow import provider_with_offer
+from tests.market.test_deployment_reports import row
 from tests.protocol.channels import CLOSE_MS, left, open_on
 from tests.protocol.onchain import ADA, confirm, travel_to, wallet
 
@@ -51,6 +55,11 @@ async def test_a_channels_life_through_the_explorer(
             claimed, channel = await claim(
                 devnet, deployment, renter, provider.wallet, channel, 3 * ADA
             )
+            pod = row("notebook", kind="pod", channel=channel_id, state="running",
+                      price_per_request=0, price_per_second=40, started_ms=1,
+                      seconds_run=25)  # fmt: skip
+            reported = await provider.send("POST", REPORT_PATH, {"deployments": [pod]})
+            assert reported.status_code == 200, reported.text
             topped, channel = await top_up(devnet, deployment, renter, channel, 7 * ADA)
             closing = channels.start_close(
                 devnet.context(), deployment, channel, terms, renter.address
@@ -115,6 +124,20 @@ async def test_a_channels_life_through_the_explorer(
             await view.visit(f"/explorer/addresses/{renter.address}")
             assert channel_id[:10] in await view.text("[data-testid=renter-channels-h]")
             await view.shoot("address-channels")
+            await view.visit("/explorer/deployments")
+            assert "notebook" in await view.text("[data-testid=deployments]")
+            await view.shoot("deployments")
+            await browser_page.get_by_role("link", name="notebook").first.click()
+            await browser_page.wait_for_url("**/explorer/deployments/*")
+            assert await view.text("#deployment-name") == "notebook"
+            assert await view.text("#deployment-state") == "running"
+            assert await view.text("[data-testid=seconds]") == "25"
+            assert ada(3 * ADA) in await view.text("[data-testid=claimed]")
+            assert ada(40 * 25) in await view.text("[data-testid=served]")
+            await view.shoot("deployment")
+            await browser_page.locator("[data-testid=channel] a").click()
+            await browser_page.wait_for_url(f"**/explorer/channels/{channel_id}")
+            assert "notebook" in await view.text("[data-testid=cdeployments-h]")
             await browser_page.fill("#q", channel_id)
             await browser_page.press("#q", "Enter")
             await browser_page.wait_for_url(f"**/explorer/channels/{channel_id}")

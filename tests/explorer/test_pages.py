@@ -30,6 +30,7 @@ from offchain.market.models import (
     LogLine,
     Offer,
     Provider,
+    ServiceDeployment,
 )
 from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
@@ -69,6 +70,7 @@ def seed(session: Session) -> None:
                              tx_id=TX))  # fmt: skip
     session.add(LogLine(job_id=f"{0:032x}", seq=0, at_ms=START_MS, text=PLANTED))
     seed_channels(session)
+    seed_deployments(session)
     session.add(ChainBlock(slot=5, height=5, block_id="ef" * 32, tx_count=1, indexed_txs=1))
     view = {
         "inputs": [],
@@ -121,6 +123,25 @@ def seed_channels(session: Session) -> None:
         ))  # fmt: skip
 
 
+DEPLOYMENTS = PAGE + 2  # on CHANNEL, but the newest: on a channel the index does not hold
+UNINDEXED = "9f" * 28
+
+
+def seed_deployments(session: Session) -> None:
+    """DEPLOYMENTS of PROVIDER, two created per ms, ids 1 on, oldest first; every one failed
+    for a planted reason with a planted image; the newest a pod on a channel not indexed."""
+    for i in range(DEPLOYMENTS):
+        newest = i == DEPLOYMENTS - 1
+        session.add(ServiceDeployment(
+            provider_id=PROVIDER, name=f"svc-{i}", kind="pod" if newest else "endpoint",
+            channel=UNINDEXED if newest else CHANNEL, image_digest=PLANTED, state="failed",
+            reason=PLANTED, price_per_request=1_000, price_per_second=100,
+            created_ms=START_MS + i // 2, started_ms=START_MS, stopped_ms=START_MS + 2_000,
+            requests=3, served=3_000, seconds_run=2, first_reported_ms=START_MS,
+            reported_ms=START_MS + 3_000,
+        ))  # fmt: skip
+
+
 @pytest.fixture
 def client(tmp_path, database_url) -> Iterator[TestClient]:
     with explorer_over(tmp_path, database_url, seed) as client:
@@ -132,6 +153,8 @@ PAGES = [
     f"/explorer/jobs/{0:032x}", "/explorer/providers", f"/explorer/providers/{PROVIDER}",
     f"/explorer/txs/{TX}", f"/explorer/addresses/{ADDRESS}", "/explorer/channels",
     f"/explorer/channels?provider={PROVIDER}&state=closing", f"/explorer/channels/{CHANNEL}",
+    "/explorer/deployments", f"/explorer/deployments?provider={PROVIDER}&state=failed&kind=pod",
+    f"/explorer/deployments?channel={CHANNEL}", "/explorer/deployments/1",
 ]  # fmt: skip
 
 
@@ -148,15 +171,20 @@ def test_each_page_is_html_and_the_same_json(client, path):
     assert by_path.json() == by_accept.json()
 
 
-def test_jobs_page_by_keyset_newest_first_without_overlap(client):
-    first = client.get("/api/explorer/jobs").json()
-    assert len(first["jobs"]) == PAGE and first["next"]
-    second = client.get("/api/explorer/jobs", params={"after": first["next"]}).json()
+def two_pages(client: TestClient, name: str) -> list:
+    """The ids of the list `name` (jobs, channels, ...) read by its cursor: a full page, then
+    the rest with no cursor after it; the HTML page links the second."""
+    first = client.get(f"/api/explorer/{name}").json()
+    assert len(first[name]) == PAGE and first["next"]
+    second = client.get(f"/api/explorer/{name}", params={"after": first["next"]}).json()
     assert second["next"] is None
-    ids = [j["id"] for j in first["jobs"] + second["jobs"]]
+    assert f"after={first['next']}" in client.get(f"/explorer/{name}").text
+    return [row["id"] for row in first[name] + second[name]]
+
+
+def test_jobs_page_by_keyset_newest_first_without_overlap(client):
+    ids = two_pages(client, "jobs")
     assert ids == sorted((f"{i:032x}" for i in range(JOBS)), reverse=True)
-    html = client.get("/explorer/jobs")
-    assert f"after={first['next']}" in html.text
 
 
 def test_the_job_page_shows_what_the_market_recorded(client):
@@ -322,13 +350,8 @@ def test_an_unbonding_bond_says_until_when_it_covers_jobs_as_a_date_with_the_tim
 
 
 def test_channels_page_by_keyset_newest_first_without_overlap(client):
-    first = client.get("/api/explorer/channels").json()
-    assert len(first["channels"]) == PAGE and first["next"]
-    second = client.get("/api/explorer/channels", params={"after": first["next"]}).json()
-    assert second["next"] is None
-    ids = [c["id"] for c in first["channels"] + second["channels"]]
+    ids = two_pages(client, "channels")
     assert ids == sorted((f"{i:056x}" for i in range(CHANNELS)), reverse=True)
-    assert f"after={first['next']}" in client.get("/explorer/channels").text
     assert client.get("/api/explorer/channels", params={"state": "open"}).json()["channels"] == []
     by_payee = client.get("/api/explorer/channels", params={"payee": ADDRESS}).json()
     assert len(by_payee["channels"]) == PAGE
@@ -353,3 +376,58 @@ def test_the_channel_page_shows_its_terms_amounts_close_and_every_transaction(cl
     assert provider[0]["id"] == CHANNEL and len(provider) == 16
     address = client.get(f"/api/explorer/addresses/{ADDRESS}").json()["channels"]
     assert address["renter"] == [] and address["payee"][0]["id"] == CHANNEL
+
+
+# --- issue 23: endpoints and pods -----------------------------------------------------------------
+
+
+def test_deployments_page_by_keyset_newest_first_without_overlap(client):
+    assert two_pages(client, "deployments") == list(range(DEPLOYMENTS, 0, -1))
+    pods = client.get("/api/explorer/deployments", params={"kind": "pod"}).json()["deployments"]
+    assert [(d["name"], d["channel_claimed"]) for d in pods] == [(f"svc-{DEPLOYMENTS - 1}", None)]
+    for cursor in ("5.x", f"5.{10**20}"):  # a cursor of another list, a key past a row number
+        answer = client.get("/api/explorer/deployments", params={"after": cursor})
+        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["after"]
+
+
+def test_the_deployment_page_shows_its_channel_claimed_and_what_it_served(client):
+    data = client.get("/api/explorer/deployments/1").json()
+    shown = data["deployment"]
+    assert (shown["name"], shown["provider_id"], shown["channel"]) == ("svc-0", PROVIDER, CHANNEL)
+    assert (shown["channel_claimed"], shown["channel_state"]) == (3_000_000, "closing")
+    assert shown["lovelace"] == 3_000 + 100 * 2  # per request and per second
+    assert len(data["on_channel"]) == 16 and data["channel_lovelace"] == 16 * 3_200
+    page = client.get("/explorer/deployments/1").text
+    text = seen(page)
+    assert "Channel claimed" in text and "Claimed on it 3 ADA, for every deployment" in text
+    assert "Requests 3" in text and "Seconds run 2" in text and "Served 0.0032 ADA" in text
+    for link in (f'href="/explorer/channels/{CHANNEL}"', f'href="/explorer/providers/{PROVIDER}"'):
+        assert link in page
+    newest = seen(client.get(f"/explorer/deployments/{DEPLOYMENTS}").text)
+    assert "Claimed on it not indexed" in newest and "Pod svc-" in newest
+    assert "pays another provider" not in page
+    with Session(client.app.state.engine) as session:  # a channel indexed after the report
+        session.add(Provider(id="cd" * 28, vkey="00" * 32, payout_address=ADDRESS,
+                             last_heartbeat_ms=START_MS))  # fmt: skip
+        session.flush()
+        session.get(ServiceDeployment, 1).provider_id = "cd" * 28
+        session.commit()
+    assert client.get("/api/explorer/deployments/1").json()["deployment"]["channel_payee_differs"]
+    assert "this channel pays another provider" in client.get("/explorer/deployments/1").text
+    missing = client.get("/explorer/deployments/999")
+    assert missing.status_code == 404 and "no deployment 999" in missing.text
+    # the provider's, the channel's and the home page link them
+    for path, newest, more in [
+        (f"/explorer/providers/{PROVIDER}", DEPLOYMENTS, f"provider={PROVIDER}"),
+        (f"/explorer/channels/{CHANNEL}", DEPLOYMENTS - 1, f"channel={CHANNEL}"),
+    ]:  # fmt: skip
+        page = client.get(path).text
+        assert f'href="/explorer/deployments/{newest}"' in page, path
+        assert f'href="/explorer/deployments?{more}"' in page, path
+    provider = client.get(f"/api/explorer/providers/{PROVIDER}").json()["deployments"]
+    assert [d["id"] for d in provider] == list(range(DEPLOYMENTS, DEPLOYMENTS - 16, -1))
+    channel = client.get(f"/api/explorer/channels/{CHANNEL}").json()["deployments"]
+    assert channel[0]["id"] == DEPLOYMENTS - 1
+    home = client.get("/explorer")
+    assert 'href="/explorer/deployments"' in home.text
+    assert client.get("/api/explorer").json()["deployments"] == {"failed": DEPLOYMENTS}

@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
+from offchain.protocol.deployment_report import REPORT_PATH
 from offchain.protocol.signed_request import BadPayload
 from tests.market.client import Party
 from tests.market.conftest import IDENTITY
+from tests.market.test_deployment_reports import row
 from tests.market.test_lifecycle import job_request, offer_terms
 
 EXAMPLES = 500
@@ -92,6 +94,7 @@ def _bodies(provider: Party, consumer: Party) -> dict[str, dict[str, Any]]:
         "logs": {"lines": ["a line"]},
         "receipt": receipt,
         "failure": {"exit_code": 1, "reason": "out of memory"},
+        REPORT_PATH: {"deployments": [row("svc")]},
     }
 
 
@@ -111,6 +114,8 @@ PARAM_ROUTES = [
     ("GET", "/explorer/search?q={value}"), ("GET", "/api/explorer/channels?after={value}"),
     ("GET", "/explorer/channels?state={value}"), ("GET", "/api/explorer/channels?renter={value}"),
     ("GET", "/api/explorer/channels/{id}"), ("GET", "/explorer/channels/{id}"),
+    ("GET", "/api/explorer/deployments?after={value}"), ("GET", "/explorer/deployments/{value}"),
+    ("GET", "/explorer/deployments?kind={value}"), ("GET", "/api/explorer/deployments/{id}"),
 ]  # fmt: skip
 
 
@@ -139,6 +144,10 @@ def body_requests(draw: st.DrawFn, job: str, provider: Party, consumer: Party) -
         spec = dict(body["spec"])
         spec[draw(st.sampled_from(sorted(spec)))] = draw(JSON_VALUE)
         body["spec"] = spec
+    elif name == REPORT_PATH and draw(st.booleans()):
+        deployed = dict(body["deployments"][0])
+        deployed[draw(st.sampled_from([*sorted(deployed), "extra"]))] = draw(JSON_VALUE)
+        body["deployments"] = [deployed]
     else:
         body[draw(st.sampled_from([*body, "extra"]))] = draw(JSON_VALUE)
     return "POST", path, body, signer

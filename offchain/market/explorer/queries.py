@@ -32,6 +32,7 @@ from offchain.market.models import (
     JobState,
     Offer,
     Provider,
+    ServiceDeployment,
 )
 from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
@@ -257,6 +258,14 @@ def _channels_now(session: Session) -> dict[str, int]:
     return {"count": count, "lovelace": _joined(high, low)}
 
 
+def _deployments_now(session: Session) -> dict[str, int]:
+    """Deployments by state, as their providers last reported them."""
+    rows = session.exec(
+        select(ServiceDeployment.state, func.count()).group_by(col(ServiceDeployment.state))
+    ).all()  # fmt: skip
+    return {str(state): n for state, n in rows}
+
+
 def _settled_24h(session: Session, ctx: Context) -> int | None:
     day_ago = _day_ago(ctx, _tip(session))
     return _settled_since(session, day_ago) if day_ago is not None else None
@@ -290,6 +299,7 @@ def home(session: Session, ctx: Context) -> dict[str, Any]:
         "settled_24h_lovelace": lambda: _settled_24h(session, ctx),
         "median_settle_ms": lambda: _median_settle_ms(session),
         "channels": lambda: _channels_now(session),
+        "deployments": lambda: _deployments_now(session),
         "blocks": lambda: [
             _block(b, ctx) for b in session.exec(
                 select(ChainBlock).order_by(col(ChainBlock.slot).desc()).limit(RECENT)
@@ -330,14 +340,27 @@ def _cursor(text: str | None) -> tuple[int, str] | None:
     return int(found[1]), found[2]
 
 
+def row_id(text: str) -> int:
+    """A cursor's key that is a row's number (`keyset`'s `key_type`): ValueError if not one."""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_INT64:
+        raise ValueError(f"not a row number: {text!r}")
+    return int(text)
+
+
 def keyset(
-    session: Session, query: Any, number: Any, key: Any, after: str | None, size: int = PAGE
-) -> tuple[list[Any], str | None]:
+    session: Session, query: Any, number: Any, key: Any, after: str | None, size: int = PAGE,
+    key_type: Callable[[str], Any] = str,
+) -> tuple[list[Any], str | None]:  # fmt: skip
     """One page of `query`'s rows, newest first by (`number`, `key`) after the cursor `after`,
-    and the cursor of the page after it (None on the last page)."""
+    and the cursor of the page after it (None on the last page). `key_type`: the key as its
+    column compares it (`int` for a row number: a cursor with another key is Invalid)."""
     cursor = _cursor(after)
     if cursor is not None:
         at, last = cursor
+        try:
+            last = key_type(last)
+        except ValueError:
+            raise Invalid(f"not a page cursor of this list: {after!r}", "after") from None
         query = query.where(or_(col(number) < at, and_(col(number) == at, col(key) < last)))
     order = (col(number).desc(), col(key).desc())
     rows = session.exec(query.order_by(*order).limit(size + 1)).all()

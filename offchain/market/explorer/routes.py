@@ -31,9 +31,9 @@ from offchain.chain.time import ChainTime
 from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
 from offchain.market.errors import Conflict, Invalid, MarketError, NotFound
-from offchain.market.explorer import channels, queries
+from offchain.market.explorer import channels, deployments, queries
 from offchain.market.explorer.format import FILTERS, GLOBALS
-from offchain.market.models import Channel
+from offchain.market.models import Channel, ServiceDeployment
 from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
 from offchain.market.settings import MarketSettings
@@ -179,6 +179,7 @@ def provider_page(
     return render(request, "provider.html", lambda: {
         **queries.provider_page(session, ctx, provider_id),
         "channels": channels.recent(session, Channel.provider_id, provider_id),
+        "deployments": deployments.recent(session, ServiceDeployment.provider_id, provider_id),
     })  # fmt: skip
 
 
@@ -203,7 +204,38 @@ def channel_list(
 def channel_page(
     request: Request, channel_id: str, session: SessionDep, ctx: ContextDep
 ) -> Response:
-    return render(request, "channel.html", lambda: channels.channel_page(session, ctx, channel_id))
+    return render(request, "channel.html", lambda: {
+        **channels.channel_page(session, ctx, channel_id),
+        "deployments": deployments.recent(session, ServiceDeployment.channel, channel_id.lower()),
+    })  # fmt: skip
+
+
+@router.get("/explorer/deployments", response_class=HTMLResponse)
+@router.get("/api/explorer/deployments")
+def deployment_list(
+    request: Request,
+    session: SessionDep,
+    state: str = "",
+    kind: str = "",
+    provider: str = "",
+    channel: str = "",
+    after: str = "",
+) -> Response:
+    """The endpoints and pods providers report, newest first."""
+    filters = {"state": state, "kind": kind, "provider": provider, "channel": channel,
+               "after": after}  # fmt: skip
+    return render(request, "deployments.html",
+                  lambda: deployments.deployment_list(session, filters))  # fmt: skip
+
+
+@router.get("/explorer/deployments/{deployment_id}", response_class=HTMLResponse)
+@router.get("/api/explorer/deployments/{deployment_id}")
+def deployment_page(
+    request: Request, deployment_id: Annotated[int, Path(ge=0, le=queries.MAX_INT64)],
+    session: SessionDep,
+) -> Response:  # fmt: skip
+    return render(request, "deployment.html",
+                  lambda: deployments.deployment_page(session, deployment_id))  # fmt: skip
 
 
 @router.get("/explorer/txs/{tx_id}", response_class=HTMLResponse)

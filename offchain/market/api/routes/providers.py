@@ -24,8 +24,18 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job, Offer
-from offchain.market.services import cancels, delivery, health, jobs, offers, quotes, storage
+from offchain.market.services import (
+    cancels,
+    delivery,
+    deployments,
+    health,
+    jobs,
+    offers,
+    quotes,
+    storage,
+)
 from offchain.protocol import wire
+from offchain.protocol.deployment_report import REPORT_PATH, DeploymentReport
 from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER, SignedRequest
 
 router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
@@ -71,6 +81,16 @@ def heartbeat(party: PartyDep, session: SessionDep, settings: SettingsDep) -> No
     at_ms = jobs.now_ms()
     offers.heartbeat(session, party, at_ms)
     health.heartbeat(session, party, at_ms, settings.online_ms)
+
+
+@router.post(REPORT_PATH)
+def report_deployments(
+    report: DeploymentReport, party: PartyDep, session: SessionDep
+) -> dict[str, int]:
+    """The provider's endpoints and pods as its book holds them (the explorer shows them):
+    each row stored or moved forward, or the whole report refused (403: a channel that pays
+    another provider; 409: a row that steps back)."""
+    return {"deployments": deployments.record(session, party, report, jobs.now_ms())}
 
 
 @router.get("/providers/assignments")
