@@ -142,8 +142,18 @@ def provider(data_dir: Path, state_dir: Path, ogmios_url: str, deployment: Path,
 def gateway(data_dir: Path, ogmios_url: str, deployment: Path, port: int) -> Child:
     """`unchained provider gateway` on 127.0.0.1:`port`, with the provider daemon's config
     (written by `provider` first): its channel book, its deployments, its terms."""
-    args = ["provider", "gateway", "--config", str(data_dir / "provider.toml"), "--ogmios-url",
-            ogmios_url, "--deployment", str(deployment), "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+    args = [
+        "provider",
+        "gateway",
+        "--config",
+        str(data_dir / "provider.toml"),
+        "--ogmios-url",
+        ogmios_url,
+        "--deployment",
+        str(deployment),
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
     return Child("provider gateway", args, data_dir / "gateway.log")
 
 

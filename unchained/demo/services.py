@@ -1,0 +1,440 @@
+"""`unchained demo --services`: inference endpoints and a pod paid over payment channels, step
+by step on a fresh devnet. Three renters each open a channel to the provider and deploy the
+sample ONNX model with `unchained endpoint deploy`; they call it a few hundred times through the
+SDK (`consumer.endpoint_client`), each request paid by a cumulative IOU; one renter also starts
+a pod, runs a command in it over SSH and stops it. The provider's daemon claims the IOUs on its
+claim schedule: every channel in one transaction. The renters stop their endpoints and close
+their channels; every amount is checked to the lovelace against the chain."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import numpy as np
+import yaml
+from pycardano import Address, ScriptHash
+
+from consumer.channel_store import ChannelStore
+from consumer.deployment_store import DeploymentStore
+from consumer.endpoint_client import EndpointClient
+from consumer.iou_signer import IouSigner
+from consumer.keys import ConsumerKey
+from offchain.chain.context import chain_context
+from offchain.chain.ogmios import request
+from offchain.devnet.process import DevnetProcess, free_port
+from offchain.protocol.amounts import ada
+from offchain.protocol.deployment_file import DeploymentFile
+from offchain.protocol.txbuild import Clock
+from provider import images
+from provider.config import RunnerSettings
+from provider.onnx_model import INPUTS, weights
+from provider.pod_image import pod_image
+from provider.pods import Pods
+from unchained.demo import children
+from unchained.demo.children import Child, DemoFailed
+from unchained.demo.consumers import FUNDS, explorer, fund, party, run_cli
+from unchained.demo.stage import (
+    Stage,
+    balance,
+    fresh,
+    guarded,
+    say,
+    show_balances,
+    staged,
+    stay_up,
+    step,
+    took,
+)
+
+RENTERS = 3
+CALLS = 100  # each renter's requests: a few hundred in all
+REQUEST_PRICE = 10_000  # lovelace a request (the provider's least): 300 pay its claims' fees
+DEPOSIT_ADA = 10  # each renter's channel
+POD_DEPOSIT_ADA = 5  # `pod start` reuses the channel: it has that much left
+CLAIM_INTERVAL_S = 30  # the provider claims every channel's latest IOU this often
+CLOSE_PERIOD_S = 30  # after a renter starts a close, the provider has this long to claim
+POD_SECONDS = 1  # the pod runs a paid second more after the command
+SLOTS = RENTERS + 1  # the endpoints and the pod run at once, a bundle each
+SERVICES_TIMEOUT_S = 400
+
+
+@dataclasses.dataclass
+class Renter:
+    """One renter: its key, its CLI's settings, its channel and its endpoint, as its CLI
+    reported them."""
+
+    name: str
+    key: ConsumerKey
+    env: dict[str, str]
+    state_dir: Path
+    channel: str = ""
+    locked: int = 0
+    fees: dict[str, int] = dataclasses.field(default_factory=dict)  # tx fees it paid, by step
+    returned: int = 0  # what the drain gave back
+    endpoint: str = ""
+    served: int = 0  # lovelace its deployments charged, as the gateway counted them
+    signed: int = 0  # its channel's last IOU
+
+    async def cli(self, *args: str, as_json: bool = True) -> Any:
+        return await run_cli(self.name, self.env, *args, as_json=as_json)
+
+
+def run(data_dir: Path, port: int | None, stay: bool) -> None:
+    """The whole services demo: its devnet, market, provider daemon and gateway stop when it
+    returns or fails."""
+    started = time.monotonic()
+    provider_state = data_dir / "provider"
+    fresh(data_dir, provider_state)
+    say(
+        f"Unchained demo --services: {RENTERS} renters deploy the sample ONNX model, call it "
+        f"{RENTERS * CALLS} times and run a pod, all paid by IOUs over payment channels"
+    )
+
+    step("1. The images: the sample ONNX model served by onnxruntime, and the pod image "
+         "(Debian's sshd); built once, then cached")  # fmt: skip
+    client = docker.from_env()
+    model = images.onnx_service_image(client)
+    pod = pod_image(client)
+    say(f"   model image {model}")
+    say(f"   pod image   {pod}")
+
+    gateway_port = free_port()
+    gateway_url = f"http://127.0.0.1:{gateway_port}"
+
+    def provider(ogmios_url: str, deployment: Path, market_url: str) -> Child:
+        return children.provider(
+            data_dir, provider_state, ogmios_url, deployment, market_url, SLOTS,
+            request_price=REQUEST_PRICE, gateway_url=gateway_url,
+            channel_claim_interval_s=CLAIM_INTERVAL_S,
+            channel_min_close_period_ms=CLOSE_PERIOD_S * 1000,
+        )  # fmt: skip
+
+    offered = (f"{SLOTS} bundle(s) of 1 core, 512 MiB; endpoints at {ada(REQUEST_PRICE)} a "
+               f"request, its gateway {gateway_url}")  # fmt: skip
+    with staged(data_dir, port, provider_state, 1, provider, offered) as stage:
+        gateway = children.gateway(data_dir, stage.devnet.url, stage.deployment, gateway_port)
+        gateway.start()
+        try:
+            gateway.wait_for(lambda: children.gateway_up(gateway_url), "answer")
+            say(f"   provider gateway {gateway_url} (log {gateway.log}): renters reach its "
+                "endpoints and pods there, each request paid by an IOU")  # fmt: skip
+            renters = [renter(data_dir, n, stage) for n in range(1, RENTERS + 1)]
+            alive = [stage.market, stage.provider, gateway]
+            story = services(stage, renters, data_dir, model)
+            asyncio.run(guarded(story, alive, data_dir, SERVICES_TIMEOUT_S))
+            took(started, stay)
+            if stay:
+                first = renters[0]
+                stay_up(stage.market_url, first.name, first.env, ".venv/bin/unchained channel "
+                        "list; .venv/bin/unchained endpoint list", alive)  # fmt: skip
+        finally:
+            gateway.stop()
+            forget_workspaces(provider_state)
+
+
+def forget_workspaces(provider_state: Path) -> None:
+    """Remove the /workspace volumes of the demo's pods (a provider keeps one a while after its
+    pod stops, for the renter to come back to; the demo's chain, and renter, are gone)."""
+    pods = Pods(docker.from_env(), RunnerSettings(state_dir=provider_state))
+    for name in pods.leftovers()["workspaces"]:
+        pods.remove_workspace(name)
+
+
+def renter(data_dir: Path, n: int, stage: Stage) -> Renter:
+    name = f"renter-{n}"
+    state_dir = data_dir / "consumers" / name
+    key, env = party(data_dir, name, state_dir, stage.devnet.url, stage.deployment,
+                     stage.market_url)  # fmt: skip
+    return Renter(name, key, env, state_dir)
+
+
+async def services(stage: Stage, renters: list[Renter], data_dir: Path, model: str) -> None:
+    devnet, market_url = stage.devnet, stage.market_url
+    parties: dict[str, Address] = {"provider": stage.provider_address,
+                                   **{r.name: r.key.address for r in renters},
+                                   "market": devnet.address("market")}  # fmt: skip
+    step("5. The parties")
+    for name, address in parties.items():
+        say(f"   {name:<11}{address}")
+    funded = await asyncio.gather(*(fund(devnet.url, str(a)) for a in parties.values()
+                                    if a != parties["market"]))  # fmt: skip
+    for name, tx_id in zip(parties, funded, strict=False):
+        say(f"   {name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
+    before = {name: balance(devnet.url, address) for name, address in parties.items()}
+
+    async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
+        await open_channels(http, market_url, renters, str(stage.provider_address))
+        await deploy(renters, data_dir, model)
+        first_claim = await first_call(http, market_url, renters[0])
+        await sdk_calls(renters, stage.deployment)
+        await pod(renters[-1], data_dir)
+        await stop_endpoints(http, market_url, renters)
+        claims = await claimed(http, market_url, renters, first_claim)
+        await close(devnet, renters)
+
+    after = {name: balance(devnet.url, address) for name, address in parties.items()}
+    show_balances(before, after)
+    check_balances(before, after, renters, claims)
+
+
+async def open_channels(http: httpx.AsyncClient, market_url: str, renters: list[Renter],
+                        provider: str) -> None:  # fmt: skip
+    step(
+        f"6. Each renter opens a payment channel to the provider: {ada(DEPOSIT_ADA * 10**6)} "
+        "its IOUs may give it, and a close period the provider has for its last claim"
+    )
+    args = ["channel", "open", "--provider", provider, "--deposit", str(DEPOSIT_ADA),
+            "--close-period", f"{CLOSE_PERIOD_S}s", "--yes"]  # fmt: skip
+    say(f"   renter-N$ unchained {' '.join(args[:3])} PROVIDER {' '.join(args[4:])} --json")
+    opened = await asyncio.gather(*(r.cli(*args) for r in renters))
+    for r, done in zip(renters, opened, strict=True):
+        r.channel, r.locked, r.fees["open"] = done["channel_id"], done["locked"], done["fee"]
+        say(f"   {r.name}: channel {r.channel}: tx {done['tx_id']} (fee {ada(done['fee'])}) "
+            f"locks {ada(r.locked)}")  # fmt: skip
+        await explorer(http, f"channels/{r.channel}")
+        say(f"   explorer {market_url}/explorer/channels/{r.channel}")
+
+
+async def deploy(renters: list[Renter], data_dir: Path, model: str) -> None:
+    step("7. Each renter deploys the sample model with `unchained endpoint deploy`: the offer "
+         "with a gateway chosen, its open channel reused, the deploy signed to the gateway; the "
+         "provider's daemon admits the channel on chain and starts the container")  # fmt: skip
+    spec = {"kind": "service", "image": model, "port": images.SAMPLE_SERVICE_PORT,
+            "price_per_request": REQUEST_PRICE,
+            "resources": {"cpu_cores": 1, "memory_mib": 256}}  # fmt: skip
+    path = data_dir / "consumers" / "model.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    for r in renters:
+        r.endpoint = f"model-{r.name.rsplit('-', 1)[1]}"
+    say(f"   renter-N$ unchained endpoint deploy {path} --deposit {DEPOSIT_ADA} --name model-N "
+        "--json")  # fmt: skip
+    deployed = await asyncio.gather(*(
+        r.cli("endpoint", "deploy", str(path), "--deposit", str(DEPOSIT_ADA), "--name",
+              r.endpoint) for r in renters))  # fmt: skip
+    for r, status in zip(renters, deployed, strict=True):
+        if status["state"] != "running" or status["channel"] != r.channel:
+            raise DemoFailed(f"{r.name}: {r.endpoint} is {status}")
+        say(f"   {r.name}: {r.endpoint} {status['state']} on {status['gateway_url']}, image "
+            f"{status['image_digest'][:19]}..., paid on channel {r.channel[:16]}")  # fmt: skip
+
+
+def forward(rows: np.ndarray) -> np.ndarray:
+    """The sample model's forward pass in NumPy, from the same seeded weights."""
+    w = weights()
+    hidden = np.maximum(rows @ w["W1"] + w["b1"], 0)
+    return np.asarray(hidden @ w["W2"] + w["b2"])
+
+
+async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) -> str:
+    """renter-1's first request with the CLI; the claim round it starts: its tx id."""
+    step("8. The first request, with the CLI, and the provider's first claim")
+    data = json.dumps({"inputs": [[0.5, -1.0, 2.0, 0.25]]})
+    say(f"   {first.name}$ unchained endpoint call {first.endpoint} --data '{data}' --json")
+    called = await first.cli("endpoint", "call", first.endpoint, "--data", data)
+    expected = forward(np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32))
+    if not np.allclose(called["answer"]["outputs"], expected, rtol=1e-5, atol=1e-5):
+        raise DemoFailed(f"the model answered {called['answer']}, NumPy says {expected}")
+    say(
+        f"   {first.name}: outputs {called['answer']['outputs'][0]} (NumPy's forward pass of "
+        f"the same weights), paid {ada(called['paid'])} by an IOU for {ada(called['total'])}"
+    )
+    say("   the provider's daemon claims the first IOU after a quiet spell at its next round "
+        f"(every {CLAIM_INTERVAL_S} s from then on, all channels at once):")  # fmt: skip
+    page = await until_claimed(http, first.channel, called["total"])
+    (tx_id,) = {e["tx_id"] for e in page["events"] if e["move"] == "claim"}
+    tx = await explorer(http, f"txs/{tx_id}")
+    say(f"   claim: tx {tx_id} (block {tx['tx']['height']}, fee {ada(tx['tx']['fee'])}) "
+        f"claims {len(tx['channels'])} channel(s)")  # fmt: skip
+    say(f"   explorer {market_url}/explorer/txs/{tx_id}")
+    return tx_id
+
+
+async def until_claimed(http: httpx.AsyncClient, channel: str, lovelace: int) -> dict[str, Any]:
+    """The channel's explorer page once the index shows `lovelace` claimed on it."""
+    while True:
+        page = await explorer(http, f"channels/{channel}")
+        if page["channel"]["claimed"] >= lovelace:
+            return page
+        await asyncio.sleep(0.5)
+
+
+def calls(r: Renter, deployment: Path, count: int) -> int:
+    """`count` requests to `r`'s endpoint through the SDK, each paid by an IOU, each answer
+    checked against NumPy; what they paid."""
+    made = DeploymentFile.model_validate_json(deployment.read_text())
+    store = ChannelStore(r.state_dir)
+    signer = IouSigner(r.key, made.network_id, ScriptHash(bytes.fromhex(made.channel_hash)),
+                       store.get(r.channel), store)  # fmt: skip
+    rows = np.random.default_rng(int(r.name.rsplit("-", 1)[1])).normal(size=(count, INPUTS))
+    rows = rows.astype(np.float32)
+    before = signer.signed
+    gateway_url = DeploymentStore(r.state_dir).get(r.endpoint).gateway_url
+    with EndpointClient(gateway_url, r.endpoint, signer, REQUEST_PRICE) as client:
+        for row, expected in zip(rows, forward(rows), strict=True):
+            answer = client.post("/predict", json={"inputs": [row.tolist()]})
+            if answer.status_code != httpx.codes.OK:
+                raise DemoFailed(f"{r.name}: {answer.status_code} {answer.text[:200]}")
+            if not np.allclose(answer.json()["outputs"][0], expected, rtol=1e-5, atol=1e-5):
+                raise DemoFailed(f"{r.name}: {answer.json()} is not NumPy's {expected}")
+    return signer.signed - before
+
+
+async def sdk_calls(renters: list[Renter], deployment: Path) -> None:
+    step(f"9. The renters call their endpoints {RENTERS * CALLS - 1} more times at once through "
+         "the SDK (consumer/endpoint_client.py), each request with a cumulative IOU in its "
+         "Unchained-Iou header, checked by the gateway before the model sees it")  # fmt: skip
+    started = time.monotonic()
+    counts = [CALLS - (1 if n == 0 else 0) for n in range(len(renters))]
+    paid = await asyncio.gather(*(
+        asyncio.to_thread(calls, r, deployment, count)
+        for r, count in zip(renters, counts, strict=True)))  # fmt: skip
+    took_s = time.monotonic() - started
+    for r, count, lovelace in zip(renters, counts, paid, strict=True):
+        say(f"   {r.name}: {count} requests to {r.endpoint}, every answer NumPy's forward pass; "
+            f"paid {ada(lovelace)} ({count} x {REQUEST_PRICE:,} lovelace)")  # fmt: skip
+        if lovelace != count * REQUEST_PRICE:
+            raise DemoFailed(f"{r.name} paid {lovelace} for {count} requests")
+    say(f"   {sum(counts)} requests in {took_s:.1f} s")
+
+
+async def pod(r: Renter, data_dir: Path) -> None:
+    step(f"10. {r.name} starts a pod (sshd, its key only) on the same channel, runs a command "
+         "in it over SSH through the provider's gateway and stops it: paid per second by the "
+         "IOUs its pod agent signs every few seconds")  # fmt: skip
+    key = data_dir / "keys" / f"{r.name}_ed25519"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True)  # fmt: skip
+    start = ["pod", "start", "--ssh-key", f"{key}.pub", "--name", "lab", "--cpu-cores", "1",
+             "--memory-mib", "256", "--deposit", str(POD_DEPOSIT_ADA)]  # fmt: skip
+    say(f"   {r.name}$ unchained {' '.join(start)} --json")
+    started = await r.cli(*start)
+    if started["state"] != "running" or started["channel"] != r.channel:
+        raise DemoFailed(f"{r.name}: the pod is {started}")
+    say(f"   lab: running at {ada(started['price_per_second'])} a second, sshd behind the "
+        f"gateway's port {started.get('public_port') or '(opening)'}")  # fmt: skip
+    command = "echo hello from $(hostname) as $(id -un); nproc; python3 --version"
+    ssh = ["pod", "ssh", "lab", "-i", str(key), "-o", "BatchMode=yes", "--", command]
+    say(f"   {r.name}$ unchained pod ssh lab -i {key} -o BatchMode=yes -- '{command}'")
+    output = await ssh_when_open(r, ssh)
+    for line in output.strip().splitlines():
+        say(f"      {line}")
+    await asyncio.sleep(POD_SECONDS)
+    say(f"   {r.name}$ unchained pod stop lab --json")
+    stopped = await r.cli("pod", "stop", "lab")
+    r.served += stopped["seconds"] * stopped["price_per_second"]
+    say(f"   lab: {stopped['state']} after {stopped['seconds']} s x "
+        f"{stopped['price_per_second']:,} lovelace = "
+        f"{ada(stopped['seconds'] * stopped['price_per_second'])}; {ada(stopped['signed'])} "
+        f"signed in all on channel {r.channel[:16]}")  # fmt: skip
+
+
+async def ssh_when_open(r: Renter, ssh: list[str]) -> str:
+    """`pod ssh ...`'s output, once the gateway's port for the pod is open (a few tries)."""
+    for _ in range(20):
+        try:
+            return str(await r.cli(*ssh, as_json=False))
+        except DemoFailed as exc:
+            if "no port yet" not in str(exc):
+                raise
+        await asyncio.sleep(0.5)
+    return str(await r.cli(*ssh, as_json=False))
+
+
+async def stop_endpoints(http: httpx.AsyncClient, market_url: str, renters: list[Renter]) -> None:
+    step("11. The renters stop their endpoints (`unchained endpoint stop`): the gateway's count "
+         "of each one's requests, and its channel's last IOU")  # fmt: skip
+    say("   renter-N$ unchained endpoint stop model-N --json")
+    stopped = await asyncio.gather(*(r.cli("endpoint", "stop", r.endpoint) for r in renters))
+    for r, status in zip(renters, stopped, strict=True):
+        r.served += status["served"]
+        r.signed = status["paid"]
+        say(f"   {r.name}: {r.endpoint} {status['state']}, {status['requests']} requests x "
+            f"{REQUEST_PRICE:,} lovelace = {ada(status['served'])}; channel {r.channel[:16]} "
+            f"signed {ada(r.signed)} in all")  # fmt: skip
+        if r.signed != r.served:
+            raise DemoFailed(f"{r.name} signed {r.signed}, its deployments charged {r.served}")
+    listed = await explorer(http, "deployments")
+    for row in sorted(listed["deployments"], key=lambda row: row["id"]):
+        say(f"   explorer {market_url}/explorer/deployments/{row['id']} ({row['kind']} "
+            f"{row['name']})")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    tx_id: str
+    fee: int
+    channels: int
+
+
+async def claimed(http: httpx.AsyncClient, market_url: str, renters: list[Renter],
+                  first: str) -> list[Claim]:  # fmt: skip
+    step(f"12. The provider's claim schedule: {CLAIM_INTERVAL_S} s after its first claim, one "
+         "transaction claims every channel's latest IOU")  # fmt: skip
+    pages = await asyncio.gather(*(until_claimed(http, r.channel, r.signed) for r in renters))
+    ids = sorted({e["tx_id"] for p in pages for e in p["events"] if e["move"] == "claim"})
+    claims = []
+    for tx_id in ids:
+        tx = await explorer(http, f"txs/{tx_id}")
+        claims.append(Claim(tx_id, tx["tx"]["fee"], len(tx["channels"])))
+        if tx_id == first:
+            continue
+        say(f"   claim: tx {tx_id} (block {tx['tx']['height']}, fee {ada(tx['tx']['fee'])}) "
+            f"settles {len(tx['channels'])} channel(s) in one transaction")  # fmt: skip
+        say(f"   explorer {market_url}/explorer/txs/{tx_id}")
+    for r, page in zip(renters, pages, strict=True):
+        takes = [e["amount"] for e in page["events"] if e["move"] == "claim"]
+        if page["channel"]["claimed"] != r.signed:
+            raise DemoFailed(f"{r.name}'s channel claimed {page['channel']['claimed']}, "
+                             f"its IOUs {r.signed}")  # fmt: skip
+        say(f"   {r.name}'s channel: claimed {ada(r.signed)} (its last IOU) in "
+            f"{len(takes)} claim(s): {' + '.join(ada(t) for t in takes)}")  # fmt: skip
+    return claims
+
+
+async def close(devnet: DevnetProcess, renters: list[Renter]) -> None:
+    step("13. The renters close their channels: `unchained channel close` starts the close "
+         "(the provider may claim until its period ends), then takes the rest back")  # fmt: skip
+    say("   renter-N$ unchained channel close CHANNEL --json")
+    closing = await asyncio.gather(*(r.cli("channel", "close", r.channel) for r in renters))
+    for r, done in zip(renters, closing, strict=True):
+        r.fees["close"] = done["fee"]
+        say(f"   {r.name}: closing: tx {done['tx_id']} (fee {ada(done['fee'])})")
+    last = max(done["closing_at"] for done in closing)
+    clock = Clock.now(chain_context(devnet.url))
+    slots = clock.time.posix_ms_to_slot(last) + 1 - clock.tip_slot
+    if slots > 0:
+        await request(devnet.url, "devnet/advanceTime", {"slots": slots})
+    say(f"   the devnet's clock moves {slots * 100 // 1000} s ahead, past the close periods (a "
+        "real chain waits them out; the transaction's validity window adds 2 minutes)")  # fmt: skip
+    drained = await asyncio.gather(*(r.cli("channel", "close", r.channel) for r in renters))
+    for r, done in zip(renters, drained, strict=True):
+        r.fees["drain"], r.returned = done["fee"], done["returned"]
+        say(f"   {r.name}: drained: tx {done['tx_id']} (fee {ada(done['fee'])}) returns "
+            f"{ada(r.returned)} = {ada(r.locked)} locked - {ada(r.signed)} claimed")  # fmt: skip
+        if r.returned != r.locked - r.signed:
+            raise DemoFailed(f"{r.name} got {r.returned} back of {r.locked}, {r.signed} claimed")
+
+
+def check_balances(before: dict[str, int], after: dict[str, int], renters: list[Renter],
+                   claims: list[Claim]) -> None:  # fmt: skip
+    """The changes are exactly the IOUs claimed, the claims' fees and each renter's fees: else
+    fail."""
+    expected = {"provider": sum(r.signed for r in renters) - sum(c.fee for c in claims),
+                "market": 0}  # fmt: skip
+    for r in renters:
+        expected[r.name] = -r.signed - sum(r.fees.values())
+    changes = {name: after[name] - before[name] for name in before}
+    if changes != expected:
+        raise DemoFailed(f"the balances do not add up: changed {changes}, expected {expected}")
+    say("\nChecked: the provider earned exactly the renters' last IOUs less its claims' fees; "
+        "each renter paid its requests and pod seconds and its open, close and drain fees, "
+        "and got the rest of its deposit back.")  # fmt: skip
