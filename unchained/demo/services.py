@@ -30,7 +30,7 @@ from consumer.keys import ConsumerKey
 from offchain.chain.context import chain_context
 from offchain.chain.ogmios import request
 from offchain.devnet.process import DevnetProcess, free_port
-from offchain.protocol.amounts import ada
+from offchain.protocol.amounts import ADA, ada
 from offchain.protocol.deployment_file import DeploymentFile
 from offchain.protocol.txbuild import Clock
 from provider import images
@@ -42,6 +42,7 @@ from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import FUNDS, explorer, fund, party, run_cli
 from unchained.demo.stage import (
+    SLOT_LENGTH_MS,
     Stage,
     balance,
     fresh,
@@ -59,8 +60,7 @@ CALLS = 100  # each renter's requests: a few hundred in all
 REQUEST_PRICE = 10_000  # lovelace a request (the provider's least): 300 pay its claims' fees
 DEPOSIT_ADA = 10  # each renter's channel
 POD_DEPOSIT_ADA = 5  # `pod start` reuses the channel: it has that much left
-CLAIM_INTERVAL_S = 30  # the provider claims every channel's latest IOU this often
-CLOSE_PERIOD_S = 30  # after a renter starts a close, the provider has this long to claim
+CLAIM_INTERVAL_S = 15  # the provider claims every channel's latest IOU this often
 POD_SECONDS = 1  # the pod runs a paid second more after the command
 SLOTS = RENTERS + 1  # the endpoints and the pod run at once, a bundle each
 SERVICES_TIMEOUT_S = 400
@@ -108,21 +108,23 @@ def run(data_dir: Path, port: int | None, stay: bool) -> None:
 
     gateway_port = free_port()
     gateway_url = f"http://127.0.0.1:{gateway_port}"
+    gateways: list[Child] = []
 
     def provider(ogmios_url: str, deployment: Path, market_url: str) -> Child:
-        return children.provider(
+        """The daemon, and its gateway started at once (it reads the daemon's config)."""
+        daemon = children.provider(
             data_dir, provider_state, ogmios_url, deployment, market_url, SLOTS,
             request_price=REQUEST_PRICE, gateway_url=gateway_url,
             channel_claim_interval_s=CLAIM_INTERVAL_S,
-            channel_min_close_period_ms=CLOSE_PERIOD_S * 1000,
         )  # fmt: skip
+        gateways.append(children.gateway(data_dir, ogmios_url, deployment, gateway_port).start())
+        return daemon
 
     offered = (f"{SLOTS} bundle(s) of 1 core, 512 MiB; endpoints at {ada(REQUEST_PRICE)} a "
                f"request, its gateway {gateway_url}")  # fmt: skip
-    with staged(data_dir, port, provider_state, 1, provider, offered) as stage:
-        gateway = children.gateway(data_dir, stage.devnet.url, stage.deployment, gateway_port)
-        gateway.start()
-        try:
+    try:
+        with staged(data_dir, port, provider_state, 1, provider, offered) as stage:
+            (gateway,) = gateways
             gateway.wait_for(lambda: children.gateway_up(gateway_url), "answer")
             say(f"   provider gateway {gateway_url} (log {gateway.log}): renters reach its "
                 "endpoints and pods there, each request paid by an IOU")  # fmt: skip
@@ -135,9 +137,10 @@ def run(data_dir: Path, port: int | None, stay: bool) -> None:
                 first = renters[0]
                 stay_up(stage.market_url, first.name, first.env, ".venv/bin/unchained channel "
                         "list; .venv/bin/unchained endpoint list", alive)  # fmt: skip
-        finally:
+    finally:
+        for gateway in gateways:
             gateway.stop()
-            forget_workspaces(provider_state)
+        forget_workspaces(provider_state)
 
 
 def forget_workspaces(provider_state: Path) -> None:
@@ -171,42 +174,24 @@ async def services(stage: Stage, renters: list[Renter], data_dir: Path, model: s
     before = {name: balance(devnet.url, address) for name, address in parties.items()}
 
     async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
-        await open_channels(http, market_url, renters, str(stage.provider_address))
-        await deploy(renters, data_dir, model)
-        first_claim = await first_call(http, market_url, renters[0])
-        await sdk_calls(renters, stage.deployment)
-        await pod(renters[-1], data_dir)
-        await stop_endpoints(http, market_url, renters)
-        claims = await claimed(http, market_url, renters, first_claim)
-        await close(devnet, renters)
+        await deploy(http, market_url, renters, data_dir, model)
+        await first_call(http, market_url, renters[0])
+        await sessions(http, market_url, renters, stage.deployment, data_dir)
+        await batch_claim(http, market_url, renters)
+        claims = await close(http, devnet, renters)
 
     after = {name: balance(devnet.url, address) for name, address in parties.items()}
     show_balances(before, after)
     check_balances(before, after, renters, claims)
 
 
-async def open_channels(http: httpx.AsyncClient, market_url: str, renters: list[Renter],
-                        provider: str) -> None:  # fmt: skip
-    step(
-        f"6. Each renter opens a payment channel to the provider: {ada(DEPOSIT_ADA * 10**6)} "
-        "its IOUs may give it, and a close period the provider has for its last claim"
-    )
-    args = ["channel", "open", "--provider", provider, "--deposit", str(DEPOSIT_ADA),
-            "--close-period", f"{CLOSE_PERIOD_S}s", "--yes"]  # fmt: skip
-    say(f"   renter-N$ unchained {' '.join(args[:3])} PROVIDER {' '.join(args[4:])} --json")
-    opened = await asyncio.gather(*(r.cli(*args) for r in renters))
-    for r, done in zip(renters, opened, strict=True):
-        r.channel, r.locked, r.fees["open"] = done["channel_id"], done["locked"], done["fee"]
-        say(f"   {r.name}: channel {r.channel}: tx {done['tx_id']} (fee {ada(done['fee'])}) "
-            f"locks {ada(r.locked)}")  # fmt: skip
-        await explorer(http, f"channels/{r.channel}")
-        say(f"   explorer {market_url}/explorer/channels/{r.channel}")
-
-
-async def deploy(renters: list[Renter], data_dir: Path, model: str) -> None:
-    step("7. Each renter deploys the sample model with `unchained endpoint deploy`: the offer "
-         "with a gateway chosen, its open channel reused, the deploy signed to the gateway; the "
-         "provider's daemon admits the channel on chain and starts the container")  # fmt: skip
+async def deploy(http: httpx.AsyncClient, market_url: str, renters: list[Renter],
+                 data_dir: Path, model: str) -> None:  # fmt: skip
+    step("6. Each renter deploys the sample model with `unchained endpoint deploy`: the CLI "
+         "chooses the offer with a gateway, opens a payment channel of "
+         f"{ada(DEPOSIT_ADA * ADA)} to its provider (what its IOUs may give it) and signs the "
+         "deploy to the gateway; the provider's daemon admits the channel on chain and starts "
+         "the container")  # fmt: skip
     spec = {"kind": "service", "image": model, "port": images.SAMPLE_SERVICE_PORT,
             "price_per_request": REQUEST_PRICE,
             "resources": {"cpu_cores": 1, "memory_mib": 256}}  # fmt: skip
@@ -220,10 +205,18 @@ async def deploy(renters: list[Renter], data_dir: Path, model: str) -> None:
         r.cli("endpoint", "deploy", str(path), "--deposit", str(DEPOSIT_ADA), "--name",
               r.endpoint) for r in renters))  # fmt: skip
     for r, status in zip(renters, deployed, strict=True):
-        if status["state"] != "running" or status["channel"] != r.channel:
+        if status["state"] != "running":
             raise DemoFailed(f"{r.name}: {r.endpoint} is {status}")
+        r.channel = status["channel"]
+        opened = ChannelStore(r.state_dir).get(r.channel).open_tx_id
+        tx = await explorer(http, f"txs/{opened}")
+        page = await explorer(http, f"channels/{r.channel}")
+        r.fees["open"], r.locked = tx["tx"]["fee"], page["events"][0]["remaining"]
         say(f"   {r.name}: {r.endpoint} {status['state']} on {status['gateway_url']}, image "
-            f"{status['image_digest'][:19]}..., paid on channel {r.channel[:16]}")  # fmt: skip
+            f"{status['image_digest'][:19]}...")  # fmt: skip
+        say(f"   {r.name}: channel {r.channel}: open tx {opened} (fee {ada(r.fees['open'])}) "
+            f"locks {ada(r.locked)}")  # fmt: skip
+        say(f"   explorer {market_url}/explorer/channels/{r.channel}")
 
 
 def forward(rows: np.ndarray) -> np.ndarray:
@@ -233,9 +226,9 @@ def forward(rows: np.ndarray) -> np.ndarray:
     return np.asarray(hidden @ w["W2"] + w["b2"])
 
 
-async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) -> str:
-    """renter-1's first request with the CLI; the claim round it starts: its tx id."""
-    step("8. The first request, with the CLI, and the provider's first claim")
+async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) -> None:
+    """renter-1's first request with the CLI, and the claim round it starts."""
+    step("7. The first request, with the CLI, and the provider's first claim")
     data = json.dumps({"inputs": [[0.5, -1.0, 2.0, 0.25]]})
     say(f"   {first.name}$ unchained endpoint call {first.endpoint} --data '{data}' --json")
     called = await first.cli("endpoint", "call", first.endpoint, "--data", data)
@@ -254,7 +247,6 @@ async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) ->
     say(f"   claim: tx {tx_id} (block {tx['tx']['height']}, fee {ada(tx['tx']['fee'])}) "
         f"claims {len(tx['channels'])} channel(s)")  # fmt: skip
     say(f"   explorer {market_url}/explorer/txs/{tx_id}")
-    return tx_id
 
 
 async def until_claimed(http: httpx.AsyncClient, channel: str, lovelace: int) -> dict[str, Any]:
@@ -287,54 +279,79 @@ def calls(r: Renter, deployment: Path, count: int) -> int:
     return signer.signed - before
 
 
-async def sdk_calls(renters: list[Renter], deployment: Path) -> None:
-    step(f"9. The renters call their endpoints {RENTERS * CALLS - 1} more times at once through "
-         "the SDK (consumer/endpoint_client.py), each request with a cumulative IOU in its "
-         "Unchained-Iou header, checked by the gateway before the model sees it")  # fmt: skip
-    started = time.monotonic()
+async def sessions(http: httpx.AsyncClient, market_url: str, renters: list[Renter],
+                   deployment: Path, data_dir: Path) -> None:  # fmt: skip
+    """The renters at once: each calls its endpoint through the SDK, the last one also runs a
+    pod; then each stops its endpoint. Told step by step once all are done."""
     counts = [CALLS - (1 if n == 0 else 0) for n in range(len(renters))]
-    paid = await asyncio.gather(*(
-        asyncio.to_thread(calls, r, deployment, count)
-        for r, count in zip(renters, counts, strict=True)))  # fmt: skip
-    took_s = time.monotonic() - started
-    for r, count, lovelace in zip(renters, counts, paid, strict=True):
+    started = time.monotonic()
+
+    async def session(r: Renter, count: int) -> tuple[int, float, list[str], dict[str, Any]]:
+        paid = await asyncio.to_thread(calls, r, deployment, count)
+        took_s = time.monotonic() - started
+        told = await pod(r, data_dir) if r is renters[-1] else []
+        return paid, took_s, told, await r.cli("endpoint", "stop", r.endpoint)
+
+    done = await asyncio.gather(*(session(r, n) for r, n in zip(renters, counts, strict=True)))
+    step(f"8. The renters call their endpoints {sum(counts)} more times at once through the "
+         "SDK (consumer/endpoint_client.py), each request with a cumulative IOU in its "
+         "Unchained-Iou header, checked by the gateway before the model sees it")  # fmt: skip
+    for r, count, (paid, _, _, _) in zip(renters, counts, done, strict=True):
         say(f"   {r.name}: {count} requests to {r.endpoint}, every answer NumPy's forward pass; "
-            f"paid {ada(lovelace)} ({count} x {REQUEST_PRICE:,} lovelace)")  # fmt: skip
-        if lovelace != count * REQUEST_PRICE:
-            raise DemoFailed(f"{r.name} paid {lovelace} for {count} requests")
-    say(f"   {sum(counts)} requests in {took_s:.1f} s")
+            f"paid {ada(paid)} ({count} x {REQUEST_PRICE:,} lovelace)")  # fmt: skip
+        if paid != count * REQUEST_PRICE:
+            raise DemoFailed(f"{r.name} paid {paid} for {count} requests")
+    say(f"   {sum(counts)} requests in {max(d[1] for d in done):.1f} s")
+    for line in done[-1][2]:
+        say(line)
+    step("10. The renters stop their endpoints (`unchained endpoint stop`): the gateway's count "
+         "of each one's requests, and its channel's last IOU")  # fmt: skip
+    say("   renter-N$ unchained endpoint stop model-N --json")
+    for r, (_, _, _, status) in zip(renters, done, strict=True):
+        r.served += status["served"]
+        r.signed = status["paid"]
+        say(f"   {r.name}: {r.endpoint} {status['state']}, {status['requests']} requests x "
+            f"{REQUEST_PRICE:,} lovelace = {ada(status['served'])}; channel {r.channel[:16]} "
+            f"signed {ada(r.signed)} in all")  # fmt: skip
+        if r.signed != r.served:
+            raise DemoFailed(f"{r.name} signed {r.signed}, its deployments charged {r.served}")
+    listed = await explorer(http, "deployments")
+    for row in sorted(listed["deployments"], key=lambda row: row["id"]):
+        say(f"   explorer {market_url}/explorer/deployments/{row['id']} ({row['kind']} "
+            f"{row['name']})")  # fmt: skip
 
 
-async def pod(r: Renter, data_dir: Path) -> None:
-    step(f"10. {r.name} starts a pod (sshd, its key only) on the same channel, runs a command "
-         "in it over SSH through the provider's gateway and stops it: paid per second by the "
-         "IOUs its pod agent signs every few seconds")  # fmt: skip
+async def pod(r: Renter, data_dir: Path) -> list[str]:
+    """`r` starts a pod, runs a command in it over SSH, stops it: what to tell."""
+    told = [f"\n9. {r.name} starts a pod (sshd, its key only) on the same channel, runs a "
+            "command in it over SSH through the provider's gateway and stops it: paid per "
+            "second by the IOUs its pod agent signs every few seconds"]  # fmt: skip
     key = data_dir / "keys" / f"{r.name}_ed25519"
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
                        check=True)  # fmt: skip
     start = ["pod", "start", "--ssh-key", f"{key}.pub", "--name", "lab", "--cpu-cores", "1",
              "--memory-mib", "256", "--deposit", str(POD_DEPOSIT_ADA)]  # fmt: skip
-    say(f"   {r.name}$ unchained {' '.join(start)} --json")
+    told.append(f"   {r.name}$ unchained {' '.join(start)} --json")
     started = await r.cli(*start)
     if started["state"] != "running" or started["channel"] != r.channel:
         raise DemoFailed(f"{r.name}: the pod is {started}")
-    say(f"   lab: running at {ada(started['price_per_second'])} a second, sshd behind the "
-        f"gateway's port {started.get('public_port') or '(opening)'}")  # fmt: skip
+    told.append(f"   lab: running at {ada(started['price_per_second'])} a second, sshd behind "
+                f"the gateway's port {started.get('public_port') or '(opening)'}")  # fmt: skip
     command = "echo hello from $(hostname) as $(id -un); nproc; python3 --version"
     ssh = ["pod", "ssh", "lab", "-i", str(key), "-o", "BatchMode=yes", "--", command]
-    say(f"   {r.name}$ unchained pod ssh lab -i {key} -o BatchMode=yes -- '{command}'")
+    told.append(f"   {r.name}$ unchained pod ssh lab -i {key} -o BatchMode=yes -- '{command}'")
     output = await ssh_when_open(r, ssh)
-    for line in output.strip().splitlines():
-        say(f"      {line}")
+    told += [f"      {line}" for line in output.strip().splitlines()]
     await asyncio.sleep(POD_SECONDS)
-    say(f"   {r.name}$ unchained pod stop lab --json")
+    told.append(f"   {r.name}$ unchained pod stop lab --json")
     stopped = await r.cli("pod", "stop", "lab")
     r.served += stopped["seconds"] * stopped["price_per_second"]
-    say(f"   lab: {stopped['state']} after {stopped['seconds']} s x "
-        f"{stopped['price_per_second']:,} lovelace = "
-        f"{ada(stopped['seconds'] * stopped['price_per_second'])}; {ada(stopped['signed'])} "
-        f"signed in all on channel {r.channel[:16]}")  # fmt: skip
+    told.append(f"   lab: {stopped['state']} after {stopped['seconds']} s x "
+                f"{stopped['price_per_second']:,} lovelace = "
+                f"{ada(stopped['seconds'] * stopped['price_per_second'])}; "
+                f"{ada(stopped['signed'])} signed in all on channel {r.channel[:16]}")  # fmt: skip
+    return told
 
 
 async def ssh_when_open(r: Renter, ssh: list[str]) -> str:
@@ -349,47 +366,62 @@ async def ssh_when_open(r: Renter, ssh: list[str]) -> str:
     return str(await r.cli(*ssh, as_json=False))
 
 
-async def stop_endpoints(http: httpx.AsyncClient, market_url: str, renters: list[Renter]) -> None:
-    step("11. The renters stop their endpoints (`unchained endpoint stop`): the gateway's count "
-         "of each one's requests, and its channel's last IOU")  # fmt: skip
-    say("   renter-N$ unchained endpoint stop model-N --json")
-    stopped = await asyncio.gather(*(r.cli("endpoint", "stop", r.endpoint) for r in renters))
-    for r, status in zip(renters, stopped, strict=True):
-        r.served += status["served"]
-        r.signed = status["paid"]
-        say(f"   {r.name}: {r.endpoint} {status['state']}, {status['requests']} requests x "
-            f"{REQUEST_PRICE:,} lovelace = {ada(status['served'])}; channel {r.channel[:16]} "
-            f"signed {ada(r.signed)} in all")  # fmt: skip
-        if r.signed != r.served:
-            raise DemoFailed(f"{r.name} signed {r.signed}, its deployments charged {r.served}")
-    listed = await explorer(http, "deployments")
-    for row in sorted(listed["deployments"], key=lambda row: row["id"]):
-        say(f"   explorer {market_url}/explorer/deployments/{row['id']} ({row['kind']} "
-            f"{row['name']})")  # fmt: skip
-
-
 @dataclasses.dataclass(frozen=True)
 class Claim:
+    """A claim transaction as the explorer indexed it: how many channels it moved."""
+
     tx_id: str
+    height: int
     fee: int
     channels: int
 
 
-async def claimed(http: httpx.AsyncClient, market_url: str, renters: list[Renter],
-                  first: str) -> list[Claim]:  # fmt: skip
-    step(f"12. The provider's claim schedule: {CLAIM_INTERVAL_S} s after its first claim, one "
+async def claims_of(http: httpx.AsyncClient, renters: list[Renter]) -> list[Claim]:
+    """Every claim of the renters' channels the explorer has indexed, oldest first."""
+    pages = await asyncio.gather(*(explorer(http, f"channels/{r.channel}") for r in renters))
+    ids = {e["tx_id"] for page in pages for e in page["events"] if e["move"] == "claim"}
+    txs = await asyncio.gather(*(explorer(http, f"txs/{tx_id}") for tx_id in ids))
+    claims = [Claim(tx["tx"]["id"], tx["tx"]["height"], tx["tx"]["fee"], len(tx["channels"]))
+              for tx in txs]  # fmt: skip
+    return sorted(claims, key=lambda claim: claim.height)
+
+
+async def batch_claim(http: httpx.AsyncClient, market_url: str, renters: list[Renter]) -> None:
+    step(f"11. The provider's claim schedule: {CLAIM_INTERVAL_S} s after its first claim, one "
          "transaction claims every channel's latest IOU")  # fmt: skip
+    deadline = time.monotonic() + 2 * CLAIM_INTERVAL_S + 30
+    while not (batch := [c for c in await claims_of(http, renters)
+                         if c.channels == len(renters)]):  # fmt: skip
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"no claim took all {len(renters)} channels: "
+                             f"{await claims_of(http, renters)}")  # fmt: skip
+        await asyncio.sleep(0.5)
+    claim = batch[0]
+    say(f"   claim: tx {claim.tx_id} (block {claim.height}, fee {ada(claim.fee)}) settles "
+        f"{claim.channels} channel(s) in one transaction")  # fmt: skip
+    say(f"   explorer {market_url}/explorer/txs/{claim.tx_id}")
+
+
+async def close(
+    http: httpx.AsyncClient, devnet: DevnetProcess, renters: list[Renter]
+) -> list[Claim]:
+    """The closes, the claims they call for, the drains; every claim of the channels."""
+    step("12. The renters close their channels: `unchained channel close` starts the close; "
+         "the provider's daemon claims at once any IOU its schedule has not claimed yet; once "
+         "the close period is over, `channel close` again takes the rest back")  # fmt: skip
+    before = {claim.tx_id for claim in await claims_of(http, renters)}
+    say("   renter-N$ unchained channel close CHANNEL --json")
+    closing = await asyncio.gather(*(r.cli("channel", "close", r.channel) for r in renters))
+    for r, done in zip(renters, closing, strict=True):
+        r.fees["close"] = done["fee"]
+        say(f"   {r.name}: closing: tx {done['tx_id']} (fee {ada(done['fee'])})")
     pages = await asyncio.gather(*(until_claimed(http, r.channel, r.signed) for r in renters))
-    ids = sorted({e["tx_id"] for p in pages for e in p["events"] if e["move"] == "claim"})
-    claims = []
-    for tx_id in ids:
-        tx = await explorer(http, f"txs/{tx_id}")
-        claims.append(Claim(tx_id, tx["tx"]["fee"], len(tx["channels"])))
-        if tx_id == first:
-            continue
-        say(f"   claim: tx {tx_id} (block {tx['tx']['height']}, fee {ada(tx['tx']['fee'])}) "
-            f"settles {len(tx['channels'])} channel(s) in one transaction")  # fmt: skip
-        say(f"   explorer {market_url}/explorer/txs/{tx_id}")
+    claims = await claims_of(http, renters)
+    for claim in claims:
+        if claim.tx_id not in before:
+            say(f"   close claim: tx {claim.tx_id} (block {claim.height}, fee {ada(claim.fee)}) "
+                f"claims {claim.channels} channel(s): IOUs signed after the schedule's "
+                "round")  # fmt: skip
     for r, page in zip(renters, pages, strict=True):
         takes = [e["amount"] for e in page["events"] if e["move"] == "claim"]
         if page["channel"]["claimed"] != r.signed:
@@ -397,24 +429,15 @@ async def claimed(http: httpx.AsyncClient, market_url: str, renters: list[Renter
                              f"its IOUs {r.signed}")  # fmt: skip
         say(f"   {r.name}'s channel: claimed {ada(r.signed)} (its last IOU) in "
             f"{len(takes)} claim(s): {' + '.join(ada(t) for t in takes)}")  # fmt: skip
-    return claims
-
-
-async def close(devnet: DevnetProcess, renters: list[Renter]) -> None:
-    step("13. The renters close their channels: `unchained channel close` starts the close "
-         "(the provider may claim until its period ends), then takes the rest back")  # fmt: skip
-    say("   renter-N$ unchained channel close CHANNEL --json")
-    closing = await asyncio.gather(*(r.cli("channel", "close", r.channel) for r in renters))
-    for r, done in zip(renters, closing, strict=True):
-        r.fees["close"] = done["fee"]
-        say(f"   {r.name}: closing: tx {done['tx_id']} (fee {ada(done['fee'])})")
     last = max(done["closing_at"] for done in closing)
     clock = Clock.now(chain_context(devnet.url))
     slots = clock.time.posix_ms_to_slot(last) + 1 - clock.tip_slot
     if slots > 0:
         await request(devnet.url, "devnet/advanceTime", {"slots": slots})
-    say(f"   the devnet's clock moves {slots * 100 // 1000} s ahead, past the close periods (a "
-        "real chain waits them out; the transaction's validity window adds 2 minutes)")  # fmt: skip
+    say(f"   the devnet's clock moves {slots * SLOT_LENGTH_MS // 1000} s ahead, past the close "
+        "periods (`endpoint deploy` opened each channel with the providers' default hour; a "
+        "real chain waits it out, and 2 minutes more: the close transaction's validity "
+        "window)")  # fmt: skip
     drained = await asyncio.gather(*(r.cli("channel", "close", r.channel) for r in renters))
     for r, done in zip(renters, drained, strict=True):
         r.fees["drain"], r.returned = done["fee"], done["returned"]
@@ -422,6 +445,7 @@ async def close(devnet: DevnetProcess, renters: list[Renter]) -> None:
             f"{ada(r.returned)} = {ada(r.locked)} locked - {ada(r.signed)} claimed")  # fmt: skip
         if r.returned != r.locked - r.signed:
             raise DemoFailed(f"{r.name} got {r.returned} back of {r.locked}, {r.signed} claimed")
+    return claims
 
 
 def check_balances(before: dict[str, int], after: dict[str, int], renters: list[Renter],
