@@ -40,13 +40,14 @@ from provider.pod_image import pod_image
 from provider.pods import Pods
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
-from unchained.demo.consumers import FUNDS, explorer, fund, party, run_cli
+from unchained.demo.consumers import explorer, party, run_cli
 from unchained.demo.stage import (
     SLOT_LENGTH_MS,
     Stage,
     balance,
     fresh,
     guarded,
+    introduced,
     say,
     show_balances,
     staged,
@@ -164,14 +165,7 @@ async def services(stage: Stage, renters: list[Renter], data_dir: Path, model: s
     parties: dict[str, Address] = {"provider": stage.provider_address,
                                    **{r.name: r.key.address for r in renters},
                                    "market": devnet.address("market")}  # fmt: skip
-    step("5. The parties")
-    for name, address in parties.items():
-        say(f"   {name:<11}{address}")
-    funded = await asyncio.gather(*(fund(devnet.url, str(a)) for a in parties.values()
-                                    if a != parties["market"]))  # fmt: skip
-    for name, tx_id in zip(parties, funded, strict=False):
-        say(f"   {name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
-    before = {name: balance(devnet.url, address) for name, address in parties.items()}
+    before = await introduced(devnet.url, parties, "(it pays the fees of its claims)")
 
     async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
         await deploy(http, market_url, renters, data_dir, model)

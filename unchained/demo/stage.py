@@ -28,6 +28,7 @@ from offchain.protocol.txbuild import Wallet
 from provider.keys import ensure_key
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
+from unchained.demo.consumers import FUNDS, fund
 from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
 
 SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
@@ -182,3 +183,19 @@ async def guarded(work: Awaitable[T], alive: list[Child], data_dir: Path, timeou
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task  # a consumer CLI still running is killed before the children stop
+
+
+async def introduced(
+    ogmios_url: str, parties: dict[str, Address], provider_note: str
+) -> dict[str, int]:
+    """Step 5: each party's address, every one but the market funded by the devnet's faucet;
+    their balances then."""
+    step("5. The parties")
+    for name, address in parties.items():
+        say(f"   {name:<11}{address}")
+    funded = [name for name in parties if name != "market"]
+    tx_ids = await asyncio.gather(*(fund(ogmios_url, str(parties[name])) for name in funded))
+    for name, tx_id in zip(funded, tx_ids, strict=True):
+        note = f" {provider_note}" if name == "provider" else ""
+        say(f"   {name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}{note}")
+    return {name: balance(ogmios_url, address) for name, address in parties.items()}

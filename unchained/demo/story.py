@@ -23,12 +23,10 @@ from provider.images import workloads_image
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import (
-    FUNDS,
     DemoConsumer,
     Paid,
     explorer,
     follow,
-    fund,
     open_consumers,
 )
 from unchained.demo.join import join_lines
@@ -36,6 +34,7 @@ from unchained.demo.stage import (
     balance,
     fresh,
     guarded,
+    introduced,
     say,
     show_balances,
     staged,
@@ -89,18 +88,8 @@ async def trade(
     devnet: DevnetProcess, market_url: str, consumers: list[DemoConsumer],
     parties: dict[str, Address], data_dir: Path, terminal: bool,
 ) -> None:  # fmt: skip
-    step("5. The parties")
-    for name, address in parties.items():
-        say(f"   {name:<11}{address}")
-    *funded, provider_funded = await asyncio.gather(
-        *(fund(devnet.url, str(c.key.address)) for c in consumers),
-        fund(devnet.url, str(parties["provider"])),
-    )
-    for consumer, tx_id in zip(consumers, funded, strict=True):
-        say(f"   {consumer.name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
-    say(f"   provider funded with {ada(FUNDS)} by the devnet's faucet: tx {provider_funded} "
-        "(it pays the fee of a settle it submits itself)")  # fmt: skip
-    before = {name: balance(devnet.url, address) for name, address in parties.items()}
+    before = await introduced(devnet.url, parties, "(it pays the fee of a settle it submits "
+                              "itself)")  # fmt: skip
 
     step("6. Each consumer submits the sample job with the consumer CLI (its key, market and "
          "job store in UNCHAINED_CONSUMER_* variables): a quote checked against the provider's "
