@@ -20,7 +20,7 @@ from provider import images
 from provider.config import RunnerSettings
 from provider.pod_image import pod_image
 from provider.pods import Pods
-from provider.services import LABEL_SERVICE
+from provider.services import Services
 from tests.demo_check import HEX64, LOVELACE, balances, chain_balances, leftovers, lovelace
 from unchained.demo.services import CALLS, REQUEST_PRICE
 
@@ -53,12 +53,10 @@ def test_the_services_demo_claims_every_channel_in_one_transaction(built, tmp_pa
     assert done.returncode == 0, out + done.stderr
     print(f"unchained demo --services --exit took {took_s:.0f} s")
     assert leftovers(str(data_dir)) == []  # devnet, market, daemon and gateway all stopped
-    client = docker.from_env()
-    runner = Pods(client, RunnerSettings(state_dir=data_dir / "provider"))
-    assert runner.leftovers() == {"containers": [], "networks": [], "workspaces": []}
-    services = client.containers.list(all=True, filters={"label": LABEL_SERVICE})
-    assert not [c for c in services if c.labels[LABEL_SERVICE] in ("model-1", "model-2",
-                                                                    "model-3")]  # fmt: skip
+    settings = RunnerSettings(state_dir=data_dir / "provider")
+    assert Services(docker.from_env(), settings).leftovers() == {"containers": [], "networks": []}
+    pods = Pods(docker.from_env(), settings)
+    assert pods.leftovers() == {"containers": [], "networks": [], "workspaces": []}
 
     # the first IOU claimed alone, then every channel in one transaction, then (at the closes)
     # any IOU signed after that round

@@ -38,6 +38,7 @@ from provider.config import RunnerSettings
 from provider.onnx_model import INPUTS, weights
 from provider.pod_image import pod_image
 from provider.pods import Pods
+from provider.services import Services
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import explorer, party, run_cli
@@ -141,13 +142,21 @@ def run(data_dir: Path, port: int | None, stay: bool) -> None:
     finally:
         for gateway in gateways:
             gateway.stop()
-        forget_workspaces(provider_state)
+        cleared(provider_state)
 
 
-def forget_workspaces(provider_state: Path) -> None:
-    """Remove the /workspace volumes of the demo's pods (a provider keeps one a while after its
-    pod stops, for the renter to come back to; the demo's chain, and renter, are gone)."""
-    pods = Pods(docker.from_env(), RunnerSettings(state_dir=provider_state))
+def cleared(provider_state: Path) -> None:
+    """Remove what the demo's provider left in the docker engine: a daemon leaves its
+    deployments running when it stops (the next one carries on with them) and a stopped pod's
+    /workspace volume for a while (its renter may come back); the demo's chain and renters
+    are gone, so are they."""
+    settings = RunnerSettings(state_dir=provider_state)
+    client = docker.from_env()
+    pods = Pods(client, settings)
+    for runner in (Services(client, settings), pods):
+        left = runner.leftovers()
+        for name in {*left["containers"], *left["networks"]}:
+            runner.stop(name)
     for name in pods.leftovers()["workspaces"]:
         pods.remove_workspace(name)
 
@@ -330,8 +339,8 @@ async def pod(r: Renter, data_dir: Path) -> list[str]:
     started = await r.cli(*start)
     if started["state"] != "running" or started["channel"] != r.channel:
         raise DemoFailed(f"{r.name}: the pod is {started}")
-    told.append(f"   lab: running at {ada(started['price_per_second'])} a second, sshd behind "
-                f"the gateway's port {started.get('public_port') or '(opening)'}")  # fmt: skip
+    told.append(f"   lab: {started['state']} at {ada(started['price_per_second'])} a second, "
+                "its sshd reached through a TCP port of the gateway")  # fmt: skip
     command = "echo hello from $(hostname) as $(id -un); nproc; python3 --version"
     ssh = ["pod", "ssh", "lab", "-i", str(key), "-o", "BatchMode=yes", "--", command]
     told.append(f"   {r.name}$ unchained pod ssh lab -i {key} -o BatchMode=yes -- '{command}'")
