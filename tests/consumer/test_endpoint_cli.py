@@ -125,7 +125,8 @@ def test_list_shows_the_endpoints_and_prices(setup):
     assert "echo" in table and "0.002000 ADA" in table, table
 
 
-@pytest.mark.parametrize("args", [("endpoint", "--help"), ("endpoint", "call", "--help")])
+@pytest.mark.parametrize("args", [("endpoint", "--help"), ("endpoint", "call", "--help"),
+                                  ("endpoint", "deploy", "--help")])  # fmt: skip
 def test_the_help_imports_nothing_heavy(args, tmp_path: Path):
     done, modules = imported(*args, cwd=tmp_path)
     assert done.returncode == 0 and "Usage" in done.stdout, done.stderr[-2000:]

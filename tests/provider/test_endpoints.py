@@ -85,6 +85,9 @@ def test_what_a_deployment_and_its_channel_owe(tmp_path: Path) -> None:
     assert channel_due(book, OTHER, T0 + 2_999) == 0
     book.finish("echo", "stopped", "", T0 + 4_000)  # its seconds end, its money stays owed
     assert channel_due(book, CHANNEL, T0 + 60_000) == 1_000 + 4 * 50 + 59 * 7
+    for now in (T0 - 5_000, T0, T0 + 999, T0 + 1_000, T0 + 123_456):  # SQL sums as due_of does
+        owed = sum(due_of(d, now) for d in book.on_channel(CHANNEL))
+        assert channel_due(book, CHANNEL, now) == owed
 
 
 def test_a_name_is_taken_once(tmp_path: Path) -> None:
