@@ -115,14 +115,13 @@ async def run_the_story(env, state: Path, book: EndpointBook, daemon, deployment
     )  # fmt: skip
     assert password.returncode == 255 and "Permission denied (publickey)" in password.stderr
 
-    await asyncio.sleep(3)  # a few paid seconds
     listed = await asyncio.to_thread(renter_cli, env, "pod", "list", "--json")
     assert [(p["name"], p["state"]) for p in json.loads(listed.stdout)] == [("lab", "running")]
     stopped = await asyncio.to_thread(renter_cli, env, "pod", "stop", "lab", "--json")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     row = book.get("lab")
     seconds = (row.stopped_ms - row.started_ms) // 1000
-    assert row.state == "stopped" and seconds >= 3
+    assert row.state == "stopped" and seconds >= 2  # the logins took seconds, each paid
     owed = PRICE * seconds
     assert json.loads(stopped.stdout)["signed"] == owed == ChannelStore(state).signed(channel)
     channels = ChannelBook.in_state_dir(daemon.state_dir, deployment.network_id,
