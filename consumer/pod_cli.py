@@ -101,10 +101,11 @@ def start(
     from consumer.endpoint_cli import until_settled
     from consumer.endpoint_client import GatewayControl
     from consumer.pod_agent import spawn
+    from offchain.protocol.jobspec import MAX_SUPPLY_LOVELACE
 
     key_path = ssh_key or default_ssh_key()
     bundle = {"cpu_cores": cpu_cores, "memory_mib": memory_mib}
-    most = max_price_per_second or 45_000_000_000_000_000  # any: the offer's price is paid
+    most = max_price_per_second or MAX_SUPPLY_LOVELACE  # any: the offer's own price is paid
     asked = pod_spec(key_path, gpus, image, most, **bundle)
     lovelace = lovelace_of("--deposit", deposit)
     sdk = channel_sdk(env)
