@@ -149,3 +149,7 @@ async def run_the_story(env, state: Path, book: EndpointBook, daemon, deployment
     await until(lambda: book.get("lag").public_port == 0, timeout_s=5, what="its port stays")
     refused = await asyncio.to_thread(renter_cli, env, *ssh[:2], "lag", *ssh[3:], "true")
     assert refused.returncode == 1 and "pod lag is stopped: IOUs lag" in refused.stderr
+    pods = Pods(docker.from_env(), RunnerSettings(state_dir=daemon.state_dir))
+    await until(lambda: pods.leftovers()["containers"] == [], timeout_s=10,
+                what="the daemon left a stopped pod's container")  # fmt: skip
+    assert pods.leftovers()["workspaces"] == ["lab", "lag"]  # kept: workspace_keep_s is an hour
