@@ -101,10 +101,11 @@ def start(
     from consumer.endpoint_cli import until_settled
     from consumer.endpoint_client import GatewayControl
     from consumer.pod_agent import spawn
+    from offchain.protocol.jobspec import MAX_SUPPLY_LOVELACE
 
     key_path = ssh_key or default_ssh_key()
     bundle = {"cpu_cores": cpu_cores, "memory_mib": memory_mib}
-    most = max_price_per_second or 45_000_000_000_000_000  # any: the offer's price is paid
+    most = max_price_per_second or MAX_SUPPLY_LOVELACE  # any: the offer's own price is paid
     asked = pod_spec(key_path, gpus, image, most, **bundle)
     lovelace = lovelace_of("--deposit", deposit)
     sdk = channel_sdk(env)
@@ -155,6 +156,23 @@ def ssh_command(
     return [*argv, f"pod@{host}", *command_line]
 
 
+def public_status(record: "DeploymentRecord") -> dict[str, Any]:
+    """The deployment's status at its gateway, read without the renter's key (nothing is
+    signed: `pod ssh` does not wait seconds for the key's libraries to load)."""
+    import httpx
+
+    url = f"{record.gateway_url.rstrip('/')}/deployments/{record.name}"
+    try:
+        answer = httpx.get(url, timeout=30)
+        status: dict[str, Any] = answer.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ConsumerError(f"{url}: no status ({exc or type(exc).__name__})", gateway=url) from exc
+    if answer.status_code != 200:
+        raise ConsumerError(f"{url}: {answer.status_code}: {status.get('error')}",
+                            status=answer.status_code)  # fmt: skip
+    return status
+
+
 @command(app, "ssh")
 def ssh(
     env: Env,
@@ -168,12 +186,11 @@ def ssh(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Log in to your pod with ssh (through its provider's gateway), or run a command in it."""
-    from consumer.endpoint_cli import control_of, local_record
+    from consumer.endpoint_cli import local_record
 
     del as_json  # ssh's own output is the output
     record = local_record(env, name)
-    with control_of(env, record, signing=False) as control:
-        status = control.status(name)
+    status = public_status(record)
     if status["state"] != "running" or not status.get("public_port"):
         raise ConsumerError(f"pod {name} is {status['state']}"
                             f"{': ' + status['reason'] if status.get('reason') else ''}"

@@ -191,11 +191,12 @@ class Pods:
     def leftovers(self) -> dict[str, list[str]]:
         """What this provider's pods have in the engine: containers, bridges and workspaces."""
         labels = [f"{LABEL_RUNNER}={self.runner_id}", LABEL_POD]
-        containers = self.client.containers.list(all=True, filters={"label": labels})
+        # sparse: no inspect of each (one the daemon removes meanwhile would be NotFound)
+        containers = self.client.containers.list(all=True, sparse=True, filters={"label": labels})
         networks = self.client.networks.list(filters={"label": labels})
         volumes = self.client.volumes.list(filters={"label": labels})
         return {
-            "containers": sorted(c.labels[LABEL_POD] for c in containers),
+            "containers": sorted(c.attrs["Labels"][LABEL_POD] for c in containers),
             "networks": sorted(n.attrs["Labels"][LABEL_POD] for n in networks),
             "workspaces": sorted(v.attrs["Labels"][LABEL_POD] for v in volumes),
         }

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from consumer.cli import Env
 from consumer.deployment_store import DeploymentRecord
 from consumer.pod_cli import ssh_command
+from tests.test_cli_imports import heavy, imported
 from unchained.cli import app
 
 NOWHERE = ["--market-url", "http://127.0.0.1:9", "--ogmios-url", "ws://127.0.0.1:9"]
@@ -35,9 +36,10 @@ def test_a_missing_or_malformed_key_is_named_before_any_network(tmp_path: Path):
         too_big.output)  # fmt: skip
 
 
-def test_ssh_of_a_pod_not_recorded_here_says_so(tmp_path: Path):
-    done = CliRunner().invoke(app, ["pod", "ssh", "nope", "--state-dir", str(tmp_path)])
-    assert done.exit_code == 1 and "no deployment named nope" in done.output
+def test_ssh_of_a_pod_not_recorded_here_says_so_without_loading_the_key_libraries(tmp_path):
+    done, modules = imported("pod", "ssh", "nope", "--state-dir", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 1 and "no deployment named nope" in done.stdout + done.stderr
+    assert heavy(modules) == []  # its imports load no pycardano (its status read is unsigned)
 
 
 def test_each_pod_host_key_is_trusted_under_its_own_name(tmp_path: Path):
