@@ -7,13 +7,15 @@ spec (a gateway, the bundle, prices not below the provider's), ordered: offers w
 first, then those that have the spec's image already (no pull: a faster cold start), then the
 price per second. Each offer's signature is checked and its terms read from the signed body,
 so the market cannot swap a gateway's address. `channel_for` reuses an open channel of this
-renter to that provider with enough left, or opens one."""
+renter to that provider with enough left, or opens one. `pinned_spec` pins an image named by a
+registry tag to the digest the registry serves now, so what is signed, deployed and paid for is
+that exact image (a provider pulls by digest and checks it)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from consumer.errors import ConsumerError
 from offchain.protocol.amounts import ada
@@ -25,8 +27,25 @@ if TYPE_CHECKING:
     from consumer.channels import Channels
     from consumer.market_read import MarketReader
 
+
+class _Imaged(Protocol):
+    image: str
+
+    def model_copy(self: SpecT, *, update: dict[str, Any]) -> SpecT: ...
+
+
+SpecT = TypeVar("SpecT", bound=_Imaged)
 OFFERS_SEARCHED = 200
 CLOSE_PERIOD_MS = 3_600_000  # the providers' default least close period
+
+
+def pinned_spec(spec: SpecT) -> SpecT:
+    """`spec` with its image pinned to its registry's digest (RegistryError if the registry
+    cannot say); an image without a registry host (a provider's local one) as it is."""
+    from offchain.protocol.registry import pinned
+
+    image = pinned(spec.image)
+    return spec if image == spec.image else spec.model_copy(update={"image": image})
 
 
 @dataclasses.dataclass(frozen=True)

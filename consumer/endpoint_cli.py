@@ -178,12 +178,12 @@ def deploy(
     new one of --deposit; the deploy is signed to its gateway, which runs it."""
     from consumer.channel_cli import channel_sdk, lovelace_of
     from consumer.cli import market_reader, run_sync
-    from consumer.deploy_route import channel_for, choose_offer
+    from consumer.deploy_route import channel_for, choose_offer, pinned_spec
     from consumer.deployment_store import DeploymentRecord, DeploymentStore
     from consumer.endpoint_client import GatewayControl
     from offchain.protocol.jobspec import load_servicespec
 
-    spec = load_servicespec(spec_path)
+    spec = pinned_spec(load_servicespec(spec_path))
     lovelace = lovelace_of("--deposit", deposit)
     sdk = channel_sdk(env)
     market = market_reader(env)
