@@ -218,7 +218,8 @@ async def deploy(http: httpx.AsyncClient, market_url: str, renters: list[Renter]
         say(f"   {r.name}: {r.endpoint} {status['state']} on {status['gateway_url']}, image "
             f"{status['image_digest'][:19]}...")  # fmt: skip
         say(f"   {r.name}: channel {r.channel}: open tx {opened} (fee {ada(r.fees['open'])}) "
-            f"locks {ada(r.locked)}")  # fmt: skip
+            f"locks {ada(r.locked)} ({ada(r.locked - DEPOSIT_ADA * ADA)} of it the output's "
+            "minimum, back at the close)")  # fmt: skip
         say(f"   explorer {market_url}/explorer/channels/{r.channel}")
 
 
@@ -298,7 +299,8 @@ async def sessions(http: httpx.AsyncClient, market_url: str, renters: list[Rente
     done = await asyncio.gather(*(session(r, n) for r, n in zip(renters, counts, strict=True)))
     step(f"8. The renters call their endpoints {sum(counts)} more times at once through the "
          "SDK (consumer/endpoint_client.py), each request with a cumulative IOU in its "
-         "Unchained-Iou header, checked by the gateway before the model sees it")  # fmt: skip
+         "Unchained-Iou header, checked by the gateway before the model sees it (steps 8 to 10 "
+         "run at once, told once all are done)")  # fmt: skip
     for r, count, (paid, _, _, _) in zip(renters, counts, done, strict=True):
         say(f"   {r.name}: {count} requests to {r.endpoint}, every answer NumPy's forward pass; "
             f"paid {ada(paid)} ({count} x {REQUEST_PRICE:,} lovelace)")  # fmt: skip
