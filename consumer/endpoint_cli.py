@@ -155,17 +155,7 @@ def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False
                 for e in endpoints]  # fmt: skip
         emit(as_json, endpoints, render(("endpoint", "per request", "per second"), rows))
         return
-    from consumer.deployment_store import DeploymentStore
-
-    shown = []
-    for record in DeploymentStore(env.state_dir).all():
-        try:
-            with control_of(env, record, signing=False) as control:
-                status = control.status(record.name)
-        except ConsumerError as exc:
-            status = {"state": "unknown", "reason": str(exc)}
-        shown.append({**status, "name": record.name, "kind": record.kind,
-                      "gateway_url": record.gateway_url, "channel": record.channel_id})  # fmt: skip
+    shown = deployment_statuses(env)
     rows = [[d["name"], d["kind"], d["state"], str(d.get("requests", "")),
              ada(d["due"]) if "due" in d else "", d["gateway_url"]] for d in shown]  # fmt: skip
     emit(as_json, shown, render(("name", "kind", "state", "requests", "channel due", "gateway"),
@@ -241,6 +231,23 @@ def stop(env: Env, name: Name, as_json: Json = False) -> None:
     emit(as_json, {**status, "paid": signer.signed},
          f"{name}: {status['state']}; {ada(signer.signed)} signed in all on channel "
          f"{record.channel_id[:16]}")  # fmt: skip
+
+
+def deployment_statuses(env: Env) -> list[dict[str, Any]]:
+    """Each deployment recorded here as its gateway shows it now (state "unknown" and the
+    reason when the gateway does not answer), with its kind, gateway and channel."""
+    from consumer.deployment_store import DeploymentStore
+
+    shown = []
+    for record in DeploymentStore(env.state_dir).all():
+        try:
+            with control_of(env, record, signing=False) as control:
+                status = control.status(record.name)
+        except ConsumerError as exc:
+            status = {"state": "unknown", "reason": str(exc)}
+        shown.append({**status, "name": record.name, "kind": record.kind,
+                      "gateway_url": record.gateway_url, "channel": record.channel_id})  # fmt: skip
+    return shown
 
 
 def default_name(image: str) -> str:

@@ -352,5 +352,8 @@ def gateway(
     logs = engine_logs(docker.from_env(), settings.runner)
     app = gateway_app(book, EndpointBook.in_state_dir(state), terms=terms, logs=logs)
     typer.echo(f"gateway on http://{listen}/endpoints and /deployments", err=True)
-    uvicorn.run(app, host=host.strip("[]"), port=int(port), log_level="warning",
+    from provider.gateway_tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
+
+    forwarding = with_tcp_forwarder(app, host.strip("[]"))
+    uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning",
                 http="httptools", loop="uvloop", access_log=False)  # fmt: skip

@@ -61,7 +61,8 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ONE_UPSTREAM = r"https?://[^/?#\s,]+"
 # "" until running; a replicated endpoint lists one upstream per replica, comma-separated
 UPSTREAM = re.compile(rf"(?:{ONE_UPSTREAM}(?:,{ONE_UPSTREAM})*)?")
-KINDS = ("endpoint", "pod")
+ENDPOINT, POD = "endpoint", "pod"
+KINDS = (ENDPOINT, POD)
 PENDING, RUNNING, STOPPED, FAILED = "pending", "running", "stopped", "failed"
 STATES = (PENDING, RUNNING, STOPPED, FAILED)
 ENDED = (STOPPED, FAILED)
@@ -196,6 +197,17 @@ class EndpointBook:
                 self._forget()
         except sqlite3.IntegrityError as error:
             raise ValueError(f"a deployment named {endpoint.name} exists already") from error
+
+    def revive(self, endpoint: Endpoint, ended: Endpoint) -> bool:
+        """Put `endpoint` in the place of `ended`, a pod that stopped and kept its workspace,
+        with what `ended` earned carried in its `served` (so its channel's due never drops);
+        whether it was done (False: the row changed since `ended` was read, e.g. forgotten)."""
+        carried = dataclasses.replace(endpoint, served=due_of(ended, ended.stopped_ms))
+        names = [field.name for field in dataclasses.fields(Endpoint)]
+        return self._update(
+            ended.name, ", ".join(f"{name} = ?" for name in names), dataclasses.astuple(carried),
+            f"state IN ('{STOPPED}', '{FAILED}') AND stopped_ms = {int(ended.stopped_ms)}",
+        )  # fmt: skip
 
     def get(self, name: str) -> Endpoint | None:
         with self._lock:

@@ -35,7 +35,7 @@ from offchain.protocol.control import ControlRefused, ControlRequest, SignedCont
 from offchain.protocol.iou import IOU_HEADER, SignedIou
 from offchain.protocol.jobspec import Bundle, JobSpecError, parse_spec
 from provider.channels import IouRefused
-from provider.endpoints import ENDED, PENDING, STOPPED, Endpoint
+from provider.endpoints import ENDED, ENDPOINT, PENDING, POD, STOPPED, Endpoint
 
 if TYPE_CHECKING:
     from provider.daemon.capacity import Bundle as OfferBundle
@@ -51,7 +51,7 @@ CONTROL_PREFIX = "/deployments"
 DUE_HEADER = b"unchained-due"
 MAX_CONTROL_BYTES = 64 * 1024  # a signed request with its spec
 LOG_LINES = 200
-KIND_OF_SPEC = {"service": "endpoint", "pod": "pod"}  # a spec's `kind` -> the deployment's
+KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD}  # a spec's `kind` -> the deployment's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,11 +172,27 @@ class ControlRoutes:
         try:
             book.add(endpoint)
         except ValueError as error:
-            raise ControlRefused(409, f"name {request.name} is taken: {error}") from error
+            if not self._came_back(endpoint):
+                raise ControlRefused(409, f"name {request.name} is taken: {error}") from error
         if entry is None or entry.ended:
             book.note_admission(request.channel_id, request.channel_utxo or "",
                                 request.channel_terms or "")  # fmt: skip
         await reply(send, 201, public(endpoint, self.gateway.due(endpoint.channel)))
+
+    def _came_back(self, pod: Endpoint) -> bool:
+        """Whether `pod` took the place of its renter's stopped pod of that name on the same
+        channel, whose workspace is kept: the renter comes back to it (what the old one earned
+        stays due on the channel). 409 naming the channel when only the channel differs."""
+        old = self.gateway.endpoints.get(pod.name)
+        if old is None or (old.kind, pod.kind) != (POD, POD) or old.state not in ENDED:
+            return False
+        if old.renter_vkey != pod.renter_vkey:
+            return False
+        if old.channel != pod.channel:
+            where = old.channel.hex()
+            raise ControlRefused(409, f"{pod.name} is your stopped pod on channel {where}: "
+                                 "come back to it on that channel")  # fmt: skip
+        return self.gateway.endpoints.revive(pod, old)
 
     async def _status(self, name: str, send: Send) -> None:
         endpoint = self._deployment(name)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
 import docker
@@ -109,7 +110,9 @@ class Services:
                              f"{spec.replicas} replicas, {len(gpus)} given")  # fmt: skip
         if not NAME.fullmatch(name):
             raise ServiceStartError(f"{name!r} is not an endpoint name (letters, digits, . _ -)")
-        self._create_network(name)  # first: a second start of `name` stops here
+        resource = service_resource_name(self.runner_id, name)
+        labels = {LABEL_RUNNER: self.runner_id, LABEL_SERVICE: name}
+        create_bridge(self.client, "service", name, resource, labels)  # a second start stops here
         try:
             per = spec.resources.gpus
             containers = [
@@ -118,7 +121,7 @@ class Services:
             ]
             upstreams = []
             for container in containers:
-                upstream = f"http://{LOOPBACK}:{_host_port(container, spec.port)}"
+                upstream = f"http://{LOOPBACK}:{host_port(container, spec.port)}"
                 _wait_healthy(container, upstream + spec.health_path, self.health_timeout_s)
                 upstreams.append(upstream)
             image = str(containers[0].attrs["Image"])
@@ -155,30 +158,6 @@ class Services:
         found = self.client.containers.list(all=True, filters={"label": labels})
         return sorted(found, key=lambda container: container.name)
 
-    def _create_network(self, name: str) -> None:
-        """The service's own bridge: nothing else on it, no way out through the host's NAT,
-        behind the egress fence (it may answer, never open a connection)."""
-        try:
-            install_rules()
-        except EgressUnavailable as exc:  # never run a service unfenced
-            raise ServiceStartError(f"service {name} not started, no egress fence: {exc}") from exc
-        try:
-            self.client.networks.create(
-                service_resource_name(self.runner_id, name), driver="bridge",
-                check_duplicate=True,
-                labels={LABEL_RUNNER: self.runner_id, LABEL_SERVICE: name},
-                options={
-                    "com.docker.network.bridge.name": service_bridge_name(self.runner_id, name),
-                    "com.docker.network.bridge.enable_icc": "false",
-                    "com.docker.network.bridge.enable_ip_masquerade": "false",
-                    "com.docker.network.bridge.host_binding_ipv4": LOOPBACK,
-                },
-            )  # fmt: skip
-        except APIError as exc:
-            if exc.status_code == 409:
-                raise ServiceStartError(f"a service named {name} is running here") from exc
-            raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
-
     def _create(self, name: str, replica: int, spec: ServiceSpec, gpus: list[str]) -> Container:
         """Replica `replica`'s container, started."""
         options = service_options(self.runner_id, name, spec, gpus, self.settings)
@@ -196,7 +175,34 @@ class Services:
             self.client.networks.get(service_resource_name(self.runner_id, name)).remove()
 
 
-def _host_port(container: Container, port: int) -> int:
+def create_bridge(
+    client: docker.DockerClient, kind: str, name: str, resource: str, labels: dict[str, str]
+) -> None:
+    """Deployment `name`'s own bridge (`resource`; a service's or a pod's): nothing else on it,
+    no way out through the host's NAT, behind the egress fence (it may answer, never open a
+    connection). ServiceStartError if it has one already, or if the fence cannot be set up
+    (never run one unfenced)."""
+    try:
+        install_rules()
+    except EgressUnavailable as exc:
+        raise ServiceStartError(f"{kind} {name} not started, no egress fence: {exc}") from exc
+    try:
+        client.networks.create(
+            resource, driver="bridge", check_duplicate=True, labels=labels,
+            options={
+                "com.docker.network.bridge.name": service_bridge_name(labels[LABEL_RUNNER], name),
+                "com.docker.network.bridge.enable_icc": "false",
+                "com.docker.network.bridge.enable_ip_masquerade": "false",
+                "com.docker.network.bridge.host_binding_ipv4": LOOPBACK,
+            },
+        )  # fmt: skip
+    except APIError as exc:
+        if exc.status_code == 409:
+            raise ServiceStartError(f"a {kind} named {name} is running here") from exc
+        raise ServiceStartError(f"{kind} {name}: {engine_reason(exc)}") from exc
+
+
+def host_port(container: Container, port: int) -> int:
     """The host port the engine published `port` on, at 127.0.0.1."""
     container.reload()
     bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{port}/tcp") or []
@@ -207,32 +213,47 @@ def _host_port(container: Container, port: int) -> int:
 
 
 def _wait_healthy(container: Container, url: str, timeout_s: float) -> None:
-    """Until `url` answers 2xx; ServiceStartError (with the container's last output) when the
-    container exits or `timeout_s` passes first."""
-    deadline = time.monotonic() + timeout_s
-    problem = "no answer yet"
+    """Until `url` answers 2xx (`wait_ready`)."""
     with httpx.Client(timeout=HEALTH_REQUEST_S) as client:
-        while True:
+
+        def probe() -> str | None:
             try:
                 answer = client.get(url)
-                if answer.is_success:
-                    return
-                problem = f"it answered {answer.status_code}"
             except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            container.reload()
-            state = container.attrs["State"]
-            if state["Status"] != "running":
-                raise ServiceStartError(
-                    f"the service exited (code {state['ExitCode']}) before {url} answered"
-                    f"{_log_tail(container)}"
-                )
-            if time.monotonic() >= deadline:
-                raise ServiceStartError(
-                    f"{url} did not answer 2xx within {timeout_s:g} s ({problem})"
-                    f"{_log_tail(container)}"
-                )
-            time.sleep(HEALTH_POLL_S)
+                return f"{type(exc).__name__}: {exc}"
+            return None if answer.is_success else f"it answered {answer.status_code}"
+
+        wait_ready(container, url, "answer 2xx", probe, timeout_s, "service")
+
+
+def wait_ready(
+    container: Container,
+    what: str,
+    wanted: str,
+    probe: Callable[[], str | None],
+    timeout_s: float,
+    kind: str,
+) -> None:
+    """Until `probe` says the container's server is ready (None; else what it saw instead);
+    ServiceStartError (with the container's last output) when the container exits or
+    `timeout_s` passes first. `what` did not `wanted`: the error's words."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problem = probe()
+        if problem is None:
+            return
+        container.reload()
+        state = container.attrs["State"]
+        if state["Status"] != "running":
+            raise ServiceStartError(
+                f"the {kind} exited (code {state['ExitCode']}) before {what} answered"
+                f"{_log_tail(container)}"
+            )
+        if time.monotonic() >= deadline:
+            raise ServiceStartError(
+                f"{what} did not {wanted} within {timeout_s:g} s ({problem}){_log_tail(container)}"
+            )
+        time.sleep(HEALTH_POLL_S)
 
 
 def _log_tail(container: Container) -> str:

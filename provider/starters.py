@@ -12,12 +12,14 @@ import docker
 
 from provider.config import RunnerSettings
 from provider.endpoints import Endpoint, Starter
+from provider.pods import Pods
 from provider.services import Services
 
 StarterFactory = Callable[[docker.DockerClient, RunnerSettings], Starter]
 
 STARTERS: dict[str, StarterFactory] = {
     "endpoint": Services,
+    "pod": Pods,
 }
 
 

@@ -13,6 +13,7 @@ command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v ssh >/dev/null || missing+=(openssh-client)  # the pod tests log in with it
 if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null

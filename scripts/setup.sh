@@ -24,6 +24,10 @@ fi
 if ! command -v tmux >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux
 fi
+# Debian's OpenSSH client: `unchained pod ssh` runs it, the pod tests log in with it.
+if ! command -v ssh >/dev/null 2>&1 || ! command -v ssh-keygen >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then

@@ -44,6 +44,8 @@ COMPONENTS = {
                          "provider: open, top up, close."),
     "endpoint": Component("consumer.endpoint_cli", "app", "Inference endpoints on a provider's "
                           "gateway, paid per request from a payment channel."),
+    "pod": Component("consumer.pod_cli", "app", "Interactive GPU pods over SSH, paid per second "
+                     "from a payment channel."),
     "wallet": Component("consumer.cli", "wallet_app", "The consumer's key and funds."),
 }  # fmt: skip
 

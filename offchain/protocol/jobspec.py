@@ -9,11 +9,15 @@ a typo (`gpu: 1`) never silently becomes "no GPU".
 The escrow's `job_id` is `JobSpec.job_id()`: sha256 of the spec's canonical JSON, so the
 consumer, the market and the provider agree on one job without trusting each other's bytes. A
 service is named the same way (`ServiceSpec.service_id()`); its `kind` is in the digested
-bytes, a job's (absent or `job`) is not, so every job id stays what it was.
+bytes, a job's (absent or `job`) is not, so every job id stays what it was. A `kind: pod`
+spec (`PodSpec`) is a machine a researcher logs in to over SSH (with the one public key it
+names), paid per second while it runs, its /workspace kept a stated time after it stops.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 from collections.abc import Callable
@@ -39,7 +43,12 @@ INPUT_SCHEMES = ("https", "http", "data")
 PROVIDER_ENV_PREFIX = "NVIDIA_"  # the provider pins GPUs itself; a job may not widen that
 HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
 MAX_REPLICAS = 64
-KINDS = ("job", "service")
+KINDS = ("job", "service", "pod")
+DEFAULT_POD_IMAGE = "unchained/pod:latest"  # Debian, python3 and sshd: provider/pod_image.py
+MAX_WORKSPACE_KEEP_S = 30 * 24 * 3600
+SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                 "ecdsa-sha2-nistp521")  # fmt: skip
+MAX_SSH_KEY_CHARS = 8192  # a 16384-bit RSA key is about 2,800
 T = TypeVar("T")
 
 
@@ -237,6 +246,55 @@ class ServiceSpec(_Spec):
         return self.digest()
 
 
+class PodSpec(_Spec):
+    """One pod: a container running sshd that only `ssh_key` logs in to (as user `pod`, home
+    /workspace), sold per second through the provider's gateway. Its /workspace outlives it by
+    `workspace_keep_s`, so the renter can come back to it; its image must be the pod image or
+    one built from it (the provider's sshd setup lives there)."""
+
+    kind: Literal["pod"]
+    image: str = Field(DEFAULT_POD_IMAGE, description="By tag or by digest (name@sha256:...).")
+    resources: Bundle = Field(default_factory=Bundle)
+    ssh_key: str = Field(description="One OpenSSH public key line (ed25519, rsa or ecdsa).")
+    price_per_second: int = Field(ge=1, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
+    workspace_keep_s: int = Field(3600, ge=0, le=MAX_WORKSPACE_KEEP_S, description="How long "
+                                  "/workspace is kept after the pod stops.")  # fmt: skip
+
+    _image = field_validator("image")(_image_reference)
+
+    @field_validator("ssh_key")
+    @classmethod
+    def _ssh_key(cls, line: str) -> str:
+        return ssh_public_key(line)
+
+    def pod_id(self) -> bytes:
+        """sha256 of the spec's canonical JSON (`kind` keeps it apart from jobs and services)."""
+        return self.digest()
+
+
+def ssh_public_key(line: str) -> str:
+    """`line` if it is one OpenSSH public key (`TYPE BASE64 [COMMENT]`, no options, a type of
+    SSH_KEY_TYPES, the base64 blob naming the same type); ValueError saying what is wrong. It
+    becomes the pod's authorized_keys: nothing but the key may get in there."""
+    line = line.strip()
+    if not line or len(line) > MAX_SSH_KEY_CHARS or not line.isprintable() or not line.isascii():
+        raise ValueError(f"must be one line of printable ASCII, at most {MAX_SSH_KEY_CHARS} "
+                         "characters (the .pub file's content)")  # fmt: skip
+    kind, _, rest = line.partition(" ")
+    if kind not in SSH_KEY_TYPES:
+        raise ValueError(f"must start with the key's type, one of {', '.join(SSH_KEY_TYPES)} "
+                         "(no options): the content of a .pub file")  # fmt: skip
+    blob_text = rest.split(" ", 1)[0]
+    try:
+        blob = base64.b64decode(blob_text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("the key is not valid base64") from exc
+    named = int.from_bytes(blob[:4], "big")
+    if len(blob) < 4 + named + 4 or blob[4 : 4 + named] != kind.encode():
+        raise ValueError(f"the key's data is not a {kind} key")
+    return line
+
+
 def describe(error: ValidationError) -> str:
     """One line per problem, naming the field as the YAML spells it."""
     lines = []
@@ -251,10 +309,10 @@ def describe(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_spec(data: Any) -> JobSpec | ServiceSpec:
-    """A JobSpec, or a ServiceSpec for `kind: service`, from already-parsed data; JobSpecError
-    saying what is wrong. A job's `kind: job` may be written or not: it is not part of the job
-    (its id is the same either way)."""
+def parse_spec(data: Any) -> JobSpec | ServiceSpec | PodSpec:
+    """A JobSpec, a ServiceSpec for `kind: service`, a PodSpec for `kind: pod`, from
+    already-parsed data; JobSpecError saying what is wrong. A job's `kind: job` may be written
+    or not: it is not part of the job (its id is the same either way)."""
     if not isinstance(data, dict):
         raise JobSpecError("a job spec is a mapping of fields (image, command, ...)")
     kind = data.get("kind", "job")
@@ -263,6 +321,8 @@ def parse_spec(data: Any) -> JobSpec | ServiceSpec:
     try:
         if kind == "service":
             return ServiceSpec.model_validate(data)
+        if kind == "pod":
+            return PodSpec.model_validate(data)
         return JobSpec.model_validate({k: v for k, v in data.items() if k != "kind"})
     except ValidationError as exc:
         raise JobSpecError(describe(exc)) from exc
@@ -272,7 +332,7 @@ def parse_jobspec(data: Any) -> JobSpec:
     """A JobSpec from already-parsed data, or JobSpecError saying what is wrong."""
     spec = parse_spec(data)
     if not isinstance(spec, JobSpec):
-        raise JobSpecError("kind: service: this is a service spec, not a job")
+        raise JobSpecError(f"kind: {spec.kind}: this is a {spec.kind} spec, not a job")
     return spec
 
 
@@ -281,6 +341,14 @@ def parse_servicespec(data: Any) -> ServiceSpec:
     spec = parse_spec(data)
     if not isinstance(spec, ServiceSpec):
         raise JobSpecError("kind: a service spec says kind: service")
+    return spec
+
+
+def parse_podspec(data: Any) -> PodSpec:
+    """A PodSpec from already-parsed data, or JobSpecError saying what is wrong."""
+    spec = parse_spec(data)
+    if not isinstance(spec, PodSpec):
+        raise JobSpecError("kind: a pod spec says kind: pod")
     return spec
 
 

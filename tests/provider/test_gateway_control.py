@@ -212,3 +212,44 @@ def test_the_due_counts_each_second_run(
     ahead = {IOU_HEADER: iou(due + PER_SECOND).to_header()}  # a second ahead: the clock turns
     assert gateway.get("/endpoints/timed/", headers=ahead).is_success
     assert dataclasses.asdict(endpoints.get("timed"))["served"] == PRICE  # type: ignore[arg-type]
+
+
+POD_SPEC: dict[str, Any] = {
+    "kind": "pod", "price_per_second": PER_SECOND + UNIT,
+    "ssh_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBt9dZ9l5J6GZkU3Y7kY0mN9B1p4rJ0G2m7c8a9b0c1d",
+    "resources": {"cpu_cores": 1, "memory_mib": 256},
+}  # fmt: skip
+
+
+def test_a_renter_comes_back_to_its_stopped_pod_and_owes_what_it_ran(
+    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+) -> None:
+    """A stopped pod keeps its workspace: its renter deploys the name again on the same
+    channel and gets it back, pending, with the 12 s it ran still due on the channel; on
+    another channel, or by another renter, the name stays taken; an endpoint's never comes
+    back."""
+    _, endpoints = books
+    assert gateway.post("/deployments", json=signed(name="lab", spec=POD_SPEC)).status_code == 201
+    now = time.time_ns() // 1_000_000
+    endpoints.set_running("lab", "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 12_000)
+    endpoints.finish("lab", "stopped", "stopped by its renter", now)
+    owed = (PER_SECOND + UNIT) * 12
+    assert gateway.get("/deployments/lab").json()["due"] == owed
+
+    elsewhere = signed(name="lab", spec=POD_SPEC, channel=OTHER_CHANNEL)
+    refused(gateway.post("/deployments", json=elsewhere), 409,
+            "come back to it on that channel")  # fmt: skip
+    request = ControlRequest.of("deploy", "lab", CHANNEL, POD_SPEC)
+    stranger = SignedControl.sign(PaymentSigningKey.generate(), NETWORK, request)
+    assert gateway.post("/deployments", json=stranger.to_wire()).status_code in (401, 403)
+
+    back = gateway.post("/deployments", json=signed(name="lab", spec=POD_SPEC))
+    assert back.status_code == 201, back.text
+    assert (back.json()["state"], back.json()["due"]) == ("pending", owed)
+    revived = endpoints.get("lab")
+    assert revived is not None and (revived.started_ms, revived.stopped_ms) == (0, 0)
+    assert revived.served == owed  # carried: the channel's due never drops
+
+    assert gateway.post("/deployments", json=signed(name="svc")).status_code == 201
+    endpoints.finish("svc", "stopped", "stopped by its renter", now)
+    refused(gateway.post("/deployments", json=signed(name="svc")), 409, "name svc is taken")

@@ -39,6 +39,15 @@ def demo(
             help="Jobs from as many consumers at once, settled in one batch.",
         ),
     ] = 1,
+    services: Annotated[
+        bool,
+        typer.Option(
+            "--services",
+            help="Inference endpoints and a pod paid over payment channels instead of jobs: "
+            "the sample ONNX model deployed and called a few hundred times, a pod started and "
+            "stopped, every channel claimed in one transaction.",
+        ),
+    ] = False,
     exit_: Annotated[
         bool,
         typer.Option("--exit", help="Stop once settled [default when not in a terminal]."),
@@ -46,6 +55,7 @@ def demo(
 ) -> None:
     """Run the whole market locally: devnet, market + explorer, provider, consumers."""
     from offchain.chain.context import quiet_chain_clients
+    from unchained.demo import services as services_demo
     from unchained.demo.children import DemoFailed
     from unchained.demo.story import run
 
@@ -55,7 +65,10 @@ def demo(
     stay = not exit_ and sys.stdin.isatty() and sys.stdout.isatty()
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
-        run(data_dir, port, jobs, stay)
+        if services:
+            services_demo.run(data_dir, port, stay)
+        else:
+            run(data_dir, port, jobs, stay)
     except (DemoFailed, UnchainedError) as exc:
         typer.echo(f"\nthe demo failed: {exc}", err=True)
         raise typer.Exit(1) from exc

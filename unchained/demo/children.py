@@ -118,15 +118,18 @@ def market_up(url: str) -> bool:
 
 
 def provider(data_dir: Path, state_dir: Path, ogmios_url: str, deployment: Path,
-             market_url: str, slots: int) -> Child:  # fmt: skip
+             market_url: str, slots: int, request_price: int | None = None,
+             **daemon_settings: Any) -> Child:  # fmt: skip
     """`unchained provider run` offering `slots` CPU bundles of SLOT each, settling its small
-    payouts itself as soon as all `slots` jobs' receipts are in (at once for one)."""
+    payouts itself as soon as all `slots` jobs' receipts are in (at once for one); endpoints
+    at `request_price` a request and the `daemon_settings` (a gateway, its channels' rules)."""
     offer = Offer(gpus=[], **{name: size * slots for name, size in SLOT.items()},
-                  cpu_bundles=slots, prices=PRICES)  # fmt: skip
-    daemon = DaemonSettings(
-        market_url=market_url, market_identity=IDENTITY, settle_batch_max=slots,
-        small_payout_wait_ms=BATCH_WAIT_MS if slots > 1 else 0, **DAEMON_TIMING,
-    )  # fmt: skip
+                  cpu_bundles=slots, prices=PRICES, request_price=request_price)  # fmt: skip
+    daemon = DaemonSettings.model_validate({
+        "market_url": market_url, "market_identity": IDENTITY, "settle_batch_max": slots,
+        "small_payout_wait_ms": BATCH_WAIT_MS if slots > 1 else 0, **DAEMON_TIMING,
+        **daemon_settings,
+    })  # fmt: skip
     config = data_dir / "provider.toml"
     config.write_text(to_toml(ProviderConfig(
         offer=offer, daemon=daemon, runner=RunnerSettings(state_dir=state_dir)
@@ -134,3 +137,28 @@ def provider(data_dir: Path, state_dir: Path, ogmios_url: str, deployment: Path,
     args = ["provider", "run", "--config", str(config), "--ogmios-url", ogmios_url,
             "--deployment", str(deployment)]  # fmt: skip
     return Child("provider daemon", args, data_dir / "provider.log")
+
+
+def gateway(data_dir: Path, ogmios_url: str, deployment: Path, port: int) -> Child:
+    """`unchained provider gateway` on 127.0.0.1:`port`, with the provider daemon's config
+    (written by `provider` first): its channel book, its deployments, its terms."""
+    args = [
+        "provider",
+        "gateway",
+        "--config",
+        str(data_dir / "provider.toml"),
+        "--ogmios-url",
+        ogmios_url,
+        "--deployment",
+        str(deployment),
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
+    return Child("provider gateway", args, data_dir / "gateway.log")
+
+
+def gateway_up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/endpoints", timeout=2).status_code == httpx.codes.OK
+    except httpx.HTTPError:
+        return False

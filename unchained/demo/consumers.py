@@ -77,24 +77,8 @@ class DemoConsumer:
         return self.record.job_id
 
     async def cli(self, *args: str, terminal: bool = False) -> Any:
-        """`unchained ARGS...` as this consumer: its output in the terminal (`terminal`), or
-        its --json document, parsed. DemoFailed if it fails; killed if the demo gives up."""
-        piped = None if terminal else subprocess.PIPE
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "unchained.cli", *args, *([] if terminal else ["--json"]),
-            env={**os.environ, **self.env}, stdin=subprocess.DEVNULL, stdout=piped, stderr=piped,
-        )  # fmt: skip
-        try:
-            out, err = await process.communicate()
-        except BaseException:
-            process.kill()
-            await process.wait()
-            raise
-        if process.returncode:
-            said = (out or b"").decode() + (err or b"").decode()
-            raise DemoFailed(f"{self.name}: `unchained {' '.join(args)}` failed "
-                             f"({process.returncode}): {said.strip()[-2000:]}")  # fmt: skip
-        return None if terminal else json.loads(out)
+        """`unchained ARGS...` as this consumer (`run_cli`), its --json document parsed."""
+        return await run_cli(self.name, self.env, *args, terminal=terminal)
 
     async def submit(self, terminal: bool) -> None:
         """`unchained job submit SPEC --yes`; the record it made in the (fresh) job store."""
@@ -108,20 +92,54 @@ class DemoConsumer:
         return verified
 
 
+async def run_cli(who: str, env: dict[str, str], *args: str, terminal: bool = False,
+                  as_json: bool = True) -> Any:  # fmt: skip
+    """`unchained ARGS...` with `env`'s settings: its output in the terminal (`terminal`), its
+    --json document parsed (`as_json`), or its output. DemoFailed if it fails; killed if the
+    demo gives up."""
+    piped = None if terminal else subprocess.PIPE
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "unchained.cli", *args,
+        *(["--json"] if as_json and not terminal else []), env={**os.environ, **env},
+        stdin=subprocess.DEVNULL, stdout=piped, stderr=piped,
+    )  # fmt: skip
+    try:
+        out, err = await process.communicate()
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    if process.returncode:
+        said = (out or b"").decode() + (err or b"").decode()
+        raise DemoFailed(f"{who}: `unchained {' '.join(args)}` failed "
+                         f"({process.returncode}): {said.strip()[-2000:]}")  # fmt: skip
+    if terminal:
+        return None
+    return json.loads(out) if as_json else out.decode()
+
+
+def party(data_dir: Path, name: str, state_dir: Path, ogmios_url: str, deployment: Path,
+          market_url: str) -> tuple[ConsumerKey, dict[str, str]]:  # fmt: skip
+    """A consumer's key (made on the first run: the chain is new each run, the key is not) and
+    the UNCHAINED_* settings of its CLI, its state in `state_dir` (made)."""
+    key_file = data_dir / "keys" / f"{name}.skey"
+    key = load_key(key_file) if key_file.exists() else new_wallet(key_file, mnemonic=False)
+    env = {"UNCHAINED_CONSUMER_KEY": str(key_file), "UNCHAINED_CONSUMER_MARKET_URL": market_url,
+           "UNCHAINED_OGMIOS_URL": ogmios_url, "UNCHAINED_DEPLOYMENT": str(deployment),
+           "UNCHAINED_CONSUMER_STATE_DIR": str(state_dir)}  # fmt: skip
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return key, env
+
+
 def open_consumers(data_dir: Path, count: int, image: str, ogmios_url: str, deployment: Path,
                    market_url: str) -> list[DemoConsumer]:  # fmt: skip
-    """`count` consumers, each with its key (made on the first run: the chain is new each run,
-    the key is not), its job store and its spec file."""
+    """`count` consumers, each with its key, its job store and its spec file."""
     consumers = []
     for n in range(1, count + 1):
-        key_file = data_dir / "keys" / f"consumer-{n}.skey"
         state_dir = data_dir / "consumers" / str(n)
-        key = load_key(key_file) if key_file.exists() else new_wallet(key_file, mnemonic=False)
-        env = {"UNCHAINED_CONSUMER_KEY": str(key_file), "UNCHAINED_CONSUMER_MARKET_URL": market_url,
-               "UNCHAINED_OGMIOS_URL": ogmios_url, "UNCHAINED_DEPLOYMENT": str(deployment),
-               "UNCHAINED_CONSUMER_STATE_DIR": str(state_dir)}  # fmt: skip
+        key, env = party(data_dir, f"consumer-{n}", state_dir, ogmios_url, deployment,
+                         market_url)  # fmt: skip
         epochs = EPOCHS + 10 * (n - 1)
-        state_dir.mkdir(parents=True, exist_ok=True)
         spec = state_dir / "job.yaml"
         spec.write_text(yaml.safe_dump(sample_job(image, epochs).model_dump(mode="json"),
                                        sort_keys=False))  # fmt: skip

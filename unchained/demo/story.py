@@ -4,78 +4,46 @@ service or a real container on this machine; each step is narrated with its tran
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import shutil
 import sys
 import time
-from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 import httpx
-import typer
-from pycardano import Address, Network, Transaction
+from pycardano import Address
 
 from offchain.chain.context import chain_context
-from offchain.chain.submit import submit_confirmed
-from offchain.devnet.process import DevnetProcess, free_port
-from offchain.protocol import deployment_file
+from offchain.devnet.process import DevnetProcess
 from offchain.protocol.amounts import ada, per_hour
 from offchain.protocol.batch import payout_minimum
-from offchain.protocol.deployment import deploy
 from offchain.protocol.split import SettleSplit
-from offchain.protocol.txbuild import Wallet
 from provider.images import workloads_image
-from provider.keys import ensure_key
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import (
-    FUNDS,
     DemoConsumer,
     Paid,
     explorer,
     follow,
-    fund,
     open_consumers,
 )
 from unchained.demo.join import join_lines
-from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
+from unchained.demo.stage import (
+    balance,
+    fresh,
+    guarded,
+    introduced,
+    say,
+    show_balances,
+    staged,
+    stay_up,
+    step,
+    took,
+)
 
-SLOT_LENGTH_MS = 100  # an empty block every 2 s: confirmations come quickly
 TRADE_TIMEOUT_S = 600  # the job's 120 s at most, its settlement, and a loaded machine
-T = TypeVar("T")
-
-
-def say(text: str = "") -> None:
-    typer.echo(text)
-
-
-def step(text: str) -> None:
-    say(f"\n{text}")
-
-
-@contextlib.contextmanager
-def stopped_at_exit(*started: Child | DevnetProcess) -> Iterator[None]:
-    """Stop the children, last started first, whatever happens (no process outlives the demo)."""
-    try:
-        yield
-    finally:
-        for child in reversed(started):
-            child.stop()
-
-
-def fresh(data_dir: Path, provider_state: Path) -> None:
-    """Forget the last run's market, consumer records and provider jobs (their chain is
-    replaced by a fresh one); keys, the image and the virtualenv stay."""
-    for old in (data_dir / "market", data_dir / "consumers", data_dir / "results"):
-        shutil.rmtree(old, ignore_errors=True)
-    for old in provider_state.glob("*"):
-        if old.is_dir():
-            shutil.rmtree(old)
-        elif old.name != "provider.skey":
-            old.unlink()
 
 
 def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
@@ -92,79 +60,36 @@ def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
     image = workloads_image(docker.from_env())
     say(f"   image {image}")
 
-    step("2. A fresh local Cardano chain (devnet)")
-    devnet = DevnetProcess(data_dir / "devnet", slot_length_ms=SLOT_LENGTH_MS, port=port)
-    with stopped_at_exit(devnet.start(reset=True)):
-        say(f"   {devnet.url}, its chain in {devnet.data_dir} (log devnet.log there)")
-        deployment = deployed(devnet, data_dir / "deployment.json")
-        market_port = free_port()
-        market_url = f"http://127.0.0.1:{market_port}"
-        market_key = devnet.data_dir / "wallets" / "market.skey"
-        market = children.market(
-            data_dir, devnet.url, deployment, market_key, market_port, jobs
-        ).start()
-        provider = children.provider(
-            data_dir, provider_state, devnet.url, deployment, market_url, jobs
-        )
-        with stopped_at_exit(market, provider):
-            provider_key, _ = ensure_key(provider_state)  # what `unchained provider init` makes
-            provider.start()
-            step("4. The market with its explorer, and a provider daemon")
-            market.wait_for(lambda: children.market_up(market_url), "start")
-            say(f"   market   {market_url} (log {market.log})")
-            say(f"   explorer {market_url}/explorer")
-            provider.wait_for(lambda: provider.logged("offer published"), "publish its offer")
-            say(f"   provider daemon: offer published, {jobs} slot(s) of 1 core, 512 MiB, "
-                f"64 MiB disk (log {provider.log})")  # fmt: skip
-            consumers = open_consumers(data_dir, jobs, image, devnet.url, deployment, market_url)
-            parties = {"provider": Wallet.of(provider_key, Network.TESTNET).address,
-                       **{c.name: c.key.address for c in consumers},
-                       "market": devnet.address("market")}  # fmt: skip
-            asyncio.run(guarded(trade(devnet, market_url, consumers, parties, data_dir, terminal),
-                                [market, provider], data_dir))  # fmt: skip
-            step("\n".join(join_lines(market_url, devnet.url, deployment, data_dir)))
-            if not stay:
-                say("   (this run stops now: `unchained demo` in a terminal stays up for them)")
-            say(f"\ndemo took {time.monotonic() - started:.0f} s")
-            if stay:
-                stay_up(market_url, consumers[0], [market, provider])
+    offered = f"{jobs} slot(s) of 1 core, 512 MiB, 64 MiB disk"
 
+    def provider(ogmios_url: str, deployment: Path, market_url: str) -> Child:
+        return children.provider(data_dir, provider_state, ogmios_url, deployment, market_url,
+                                 jobs)  # fmt: skip
 
-def deployed(devnet: DevnetProcess, path: Path) -> Path:
-    step("3. The market deploys the validators")
-    market = Wallet.of(devnet.key("market"), Network.TESTNET)
-    tx, deployment = deploy(chain_context(devnet.url), market.address, 0, NOTICE_MS,
-                            SLASH_SHARE_BPS, REFUND_WINDOW_MS)  # fmt: skip
-    confirm(devnet.url, market.sign(tx), "deploy")
-    deployment_file.save(deployment, path)
-    say(f"   escrow script {deployment.escrow_hash.payload.hex()}")
-    say(f"   settle script {deployment.settle_hash.payload.hex()}")
-    say(f"   bond script   {deployment.bond_hash.payload.hex()}")
-    say(f"   deployment file {path}")
-    return path
-
-
-def confirm(url: str, tx: Transaction, what: str) -> None:
-    height = asyncio.run(submit_confirmed(url, tx))
-    say(f"   {what}: tx {tx.id} (block {height}, fee {ada(tx.transaction_body.fee)})")
+    with staged(data_dir, port, provider_state, jobs, provider, offered) as stage:
+        consumers = open_consumers(data_dir, jobs, image, stage.devnet.url, stage.deployment,
+                                   stage.market_url)  # fmt: skip
+        parties = {"provider": stage.provider_address,
+                   **{c.name: c.key.address for c in consumers},
+                   "market": stage.devnet.address("market")}  # fmt: skip
+        alive = [stage.market, stage.provider]
+        asyncio.run(guarded(trade(stage.devnet, stage.market_url, consumers, parties, data_dir,
+                                  terminal), alive, data_dir, TRADE_TIMEOUT_S))  # fmt: skip
+        step("\n".join(join_lines(stage.market_url, stage.devnet.url, stage.deployment,
+                                  data_dir)))  # fmt: skip
+        took(started, stay)
+        if stay:
+            first = consumers[0]
+            stay_up(stage.market_url, first.name, first.env, ".venv/bin/unchained job list; "
+                    f".venv/bin/unchained job status {first.job_id}", alive)  # fmt: skip
 
 
 async def trade(
     devnet: DevnetProcess, market_url: str, consumers: list[DemoConsumer],
     parties: dict[str, Address], data_dir: Path, terminal: bool,
 ) -> None:  # fmt: skip
-    step("5. The parties")
-    for name, address in parties.items():
-        say(f"   {name:<11}{address}")
-    *funded, provider_funded = await asyncio.gather(
-        *(fund(devnet.url, str(c.key.address)) for c in consumers),
-        fund(devnet.url, str(parties["provider"])),
-    )
-    for consumer, tx_id in zip(consumers, funded, strict=True):
-        say(f"   {consumer.name} funded with {ada(FUNDS)} by the devnet's faucet: tx {tx_id}")
-    say(f"   provider funded with {ada(FUNDS)} by the devnet's faucet: tx {provider_funded} "
-        "(it pays the fee of a settle it submits itself)")  # fmt: skip
-    before = {name: balance(devnet.url, address) for name, address in parties.items()}
+    before = await introduced(devnet.url, parties, "(it pays the fee of a settle it submits "
+                              "itself)")  # fmt: skip
 
     step("6. Each consumer submits the sample job with the consumer CLI (its key, market and "
          "job store in UNCHAINED_CONSUMER_* variables): a quote checked against the provider's "
@@ -229,25 +154,6 @@ def accuracy(unpacked: str) -> str:
     return f", accuracy {json.loads(metrics.read_text())['accuracy']:.3f}"
 
 
-async def guarded(work: Awaitable[T], alive: list[Child], data_dir: Path) -> T:
-    """`work`'s result, unless a child exits or TRADE_TIMEOUT_S passes first (DemoFailed):
-    a demo never waits for a job nobody is running."""
-    task = asyncio.ensure_future(work)
-    deadline = time.monotonic() + TRADE_TIMEOUT_S
-    try:
-        while not task.done():
-            for child in alive:
-                child.check()
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"not settled in {TRADE_TIMEOUT_S} s: see the logs in {data_dir}")
-            await asyncio.wait([task], timeout=1)
-        return task.result()
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task  # a consumer CLI still running is killed before the children stop
-
-
 async def settlement(
     http: httpx.AsyncClient, market_url: str, ogmios_url: str, consumers: list[DemoConsumer],
     pages: dict[str, Any], parties: dict[str, Address],
@@ -293,19 +199,6 @@ async def settlement(
     return fees
 
 
-def balance(url: str, address: Address) -> int:
-    return sum(u.output.amount.coin for u in chain_context(url).utxos(address))
-
-
-def show_balances(before: dict[str, int], after: dict[str, int]) -> None:
-    step("Balances on the chain")
-    say(f"   {'':<11}{'before':>22}{'after':>22}{'change':>22}")
-    for name in before:
-        change = after[name] - before[name]
-        say(f"   {name:<11}{ada(before[name]):>22}{ada(after[name]):>22}"
-            f"{('+' if change > 0 else '') + ada(change):>22}")  # fmt: skip
-
-
 def check_balances(before: dict[str, int], after: dict[str, int],
                    consumers: list[DemoConsumer], settle_fees: dict[str, int]) -> None:  # fmt: skip
     """The changes are exactly the receipts, the lock fees, the allowances and the settle
@@ -325,16 +218,3 @@ def check_balances(before: dict[str, int], after: dict[str, int],
     say("\nChecked: the provider earned exactly its receipts; each consumer paid its job's units,")
     say("its lock fee and the fee allowance, and got its return deposit back; whoever settled")
     say("kept the allowances less the settle fee. Nobody topped up a payout.")
-
-
-def stay_up(market_url: str, first: DemoConsumer, alive: list[Child]) -> None:
-    """Keep the devnet, market and provider up for a person to look around, until Ctrl-C."""
-    step(f"The explorer stays up at {market_url}/explorer; Ctrl-C stops everything.")
-    say(f"Try the consumer CLI as {first.name}, in another terminal:")
-    say("   export " + " ".join(f"{name}={value}" for name, value in first.env.items()))
-    say(f"   .venv/bin/unchained job list; .venv/bin/unchained job status {first.job_id}")
-    sys.stdout.flush()
-    while True:
-        for child in alive:
-            child.check()
-        time.sleep(1)
