@@ -178,10 +178,10 @@ async def services(stage: Stage, renters: list[Renter], data_dir: Path, model: s
 
     async with httpx.AsyncClient(base_url=market_url, timeout=30) as http:
         await deploy(http, market_url, renters, data_dir, model)
-        await first_call(http, market_url, renters[0])
+        shown = {await first_call(http, market_url, renters[0])}
         await sessions(http, market_url, renters, stage.deployment, data_dir)
-        await batch_claim(http, market_url, renters)
-        claims = await close(http, devnet, renters)
+        shown.add(await batch_claim(http, market_url, renters))
+        claims = await close(http, devnet, renters, shown)
 
     after = {name: balance(devnet.url, address) for name, address in parties.items()}
     show_balances(before, after)
@@ -230,8 +230,8 @@ def forward(rows: np.ndarray) -> np.ndarray:
     return np.asarray(hidden @ w["W2"] + w["b2"])
 
 
-async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) -> None:
-    """renter-1's first request with the CLI, and the claim round it starts."""
+async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) -> str:
+    """renter-1's first request with the CLI, and the claim round it starts (its tx id)."""
     step("7. The first request, with the CLI, and the provider's first claim")
     data = json.dumps({"inputs": [[0.5, -1.0, 2.0, 0.25]]})
     say(f"   {first.name}$ unchained endpoint call {first.endpoint} --data '{data}' --json")
@@ -251,6 +251,7 @@ async def first_call(http: httpx.AsyncClient, market_url: str, first: Renter) ->
     say(f"   claim: tx {tx_id} (block {tx['tx']['height']}, fee {ada(tx['tx']['fee'])}) "
         f"claims {len(tx['channels'])} channel(s)")  # fmt: skip
     say(f"   explorer {market_url}/explorer/txs/{tx_id}")
+    return str(tx_id)
 
 
 async def until_claimed(http: httpx.AsyncClient, channel: str, lovelace: int) -> dict[str, Any]:
@@ -391,7 +392,7 @@ async def claims_of(http: httpx.AsyncClient, renters: list[Renter]) -> list[Clai
     return sorted(claims, key=lambda claim: claim.height)
 
 
-async def batch_claim(http: httpx.AsyncClient, market_url: str, renters: list[Renter]) -> None:
+async def batch_claim(http: httpx.AsyncClient, market_url: str, renters: list[Renter]) -> str:
     step(f"11. The provider's claim schedule: {CLAIM_INTERVAL_S} s after its first claim, one "
          "transaction claims every channel's latest IOU")  # fmt: skip
     deadline = time.monotonic() + 2 * CLAIM_INTERVAL_S + 30
@@ -405,28 +406,39 @@ async def batch_claim(http: httpx.AsyncClient, market_url: str, renters: list[Re
     say(f"   claim: tx {claim.tx_id} (block {claim.height}, fee {ada(claim.fee)}) settles "
         f"{claim.channels} channel(s) in one transaction")  # fmt: skip
     say(f"   explorer {market_url}/explorer/txs/{claim.tx_id}")
+    return claim.tx_id
+
+
+async def show_claims(http: httpx.AsyncClient, renters: list[Renter], shown: set[str],
+                      label: str, why: str) -> list[Claim]:  # fmt: skip
+    """Every claim of the channels; those not in `shown` printed (and added to it)."""
+    claims = await claims_of(http, renters)
+    for claim in claims:
+        if claim.tx_id not in shown:
+            shown.add(claim.tx_id)
+            say(f"   {label}: tx {claim.tx_id} (block {claim.height}, fee {ada(claim.fee)}) "
+                f"claims {claim.channels} channel(s): {why}")  # fmt: skip
+    return claims
 
 
 async def close(
-    http: httpx.AsyncClient, devnet: DevnetProcess, renters: list[Renter]
+    http: httpx.AsyncClient, devnet: DevnetProcess, renters: list[Renter], shown: set[str]
 ) -> list[Claim]:
-    """The closes, the claims they call for, the drains; every claim of the channels."""
+    """The closes, the claims they call for, the drains; every claim of the channels (those
+    not in `shown` printed as they are found)."""
     step("12. The renters close their channels: `unchained channel close` starts the close; "
          "the provider's daemon claims at once any IOU its schedule has not claimed yet; once "
          "the close period is over, `channel close` again takes the rest back")  # fmt: skip
-    before = {claim.tx_id for claim in await claims_of(http, renters)}
+    await show_claims(http, renters, shown, "round claim", "a later round of the schedule (IOUs "
+                      "signed after the batch's round, the pod's last seconds)")  # fmt: skip
     say("   renter-N$ unchained channel close CHANNEL --json")
     closing = await asyncio.gather(*(r.cli("channel", "close", r.channel) for r in renters))
     for r, done in zip(renters, closing, strict=True):
         r.fees["close"] = done["fee"]
         say(f"   {r.name}: closing: tx {done['tx_id']} (fee {ada(done['fee'])})")
     pages = await asyncio.gather(*(until_claimed(http, r.channel, r.signed) for r in renters))
-    claims = await claims_of(http, renters)
-    for claim in claims:
-        if claim.tx_id not in before:
-            say(f"   close claim: tx {claim.tx_id} (block {claim.height}, fee {ada(claim.fee)}) "
-                f"claims {claim.channels} channel(s): IOUs signed after the schedule's "
-                "round")  # fmt: skip
+    claims = await show_claims(http, renters, shown, "close claim", "IOUs signed after the "
+                               "schedule's round")  # fmt: skip
     for r, page in zip(renters, pages, strict=True):
         takes = [e["amount"] for e in page["events"] if e["move"] == "claim"]
         if page["channel"]["claimed"] != r.signed:
