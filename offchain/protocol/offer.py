@@ -79,13 +79,16 @@ class ImageSupply:
         """Why `image` does not run here, naming what does."""
         if self.references is None:
             return f"the offer lists no images, so it runs no {image}"
-        has = listed(self.references)
+        has = listed(self.references, near=image)
         return f"the provider has no image {image} and pulls none; it has: {has}"
 
 
-def listed(references: Iterable[str]) -> str:
-    """Image references for a message: sorted, at most a handful."""
-    shown = sorted(references)
+def listed(references: Iterable[str], near: str = "") -> str:
+    """Image references for a message: at most a handful, those whose name holds the wanted
+    image's (`near`: python for python:3.11-slim) first, then by name, so a provider's many
+    other images do not hide the one the renter may have meant."""
+    wanted = near.rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+    shown = sorted(references, key=lambda reference: (wanted not in reference, reference))
     more = f" and {len(shown) - 8} more" if len(shown) > 8 else ""
     return (", ".join(shown[:8]) or "none") + more
 

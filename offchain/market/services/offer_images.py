@@ -56,6 +56,6 @@ def first_running(
 def no_image(image: str, offered: set[str], count: int) -> Conflict:
     return Conflict(
         f"no offer can take the job: no provider has image {image}; images offered by the "
-        f"{count} online offers that meet the rest of the job: {listed(offered)}",
+        f"{count} online offers that meet the rest of the job: {listed(offered, near=image)}",
         "spec.image",
     )
