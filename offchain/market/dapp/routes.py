@@ -1,0 +1,60 @@
+"""The renter's pages: server-rendered shells at `/app/...` whose few ES modules (static/) talk
+to the wallet (CIP-30) and to the market's signed API; `/app/config.json` tells them the market
+they talk to (its identity, network and escrow script, from the deployment it quotes for).
+
+Nothing here is secret or signed: each action is signed by the wallet in the browser."""
+
+from __future__ import annotations
+
+from pathlib import Path as FilePath
+
+from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+HERE = FilePath(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(tags=["app"], include_in_schema=False)
+JOB_ID = r"^[0-9a-f]{1,64}$"
+PAGES = {
+    "/app": ("connect.html", "Connect a wallet"),
+    "/app/jobs/new": ("new_job.html", "Rent a GPU"),
+    "/app/jobs": ("jobs.html", "My jobs"),
+}
+
+
+def mount(app: FastAPI) -> None:
+    """Serve the renter's pages and their scripts from `app`."""
+    app.include_router(router)
+    app.mount("/app/static", StaticFiles(directory=HERE / "static"), name="app-static")
+
+
+def _page(request: Request, template: str, title: str, **data: str) -> Response:
+    return templates.TemplateResponse(request, template, {"title": title, **data})
+
+
+@router.get("/app/config.json")
+def config(request: Request) -> dict[str, int | str]:
+    """What the pages check against: the market's identity (signed into each request), its
+    network and the escrow and settle scripts of the deployment it quotes escrows for."""
+    deployment = request.app.state.chain.deployment
+    return {
+        "market": request.app.state.settings.identity,
+        "network_id": deployment.network_id,
+        "escrow_hash": deployment.escrow_hash.payload.hex(),
+        "escrow_address": str(deployment.escrow_address()),
+        "settle_hash": deployment.settle_hash.payload.hex(),
+    }
+
+
+@router.get("/app", response_class=HTMLResponse)
+@router.get("/app/jobs/new", response_class=HTMLResponse)
+@router.get("/app/jobs", response_class=HTMLResponse)
+def page(request: Request) -> Response:
+    return _page(request, *PAGES[request.url.path])
+
+
+@router.get("/app/jobs/{job_id}", response_class=HTMLResponse)
+def job(request: Request, job_id: str = Path(pattern=JOB_ID)) -> Response:
+    return _page(request, "job.html", "Job", job_id=job_id)
