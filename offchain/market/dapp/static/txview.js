@@ -55,12 +55,15 @@ export function ada(lovelace) {
 }
 
 // What differs from the quote: exactly one output to the escrow script (`escrowHash`) holding
-// `lovelace`, every other output to one of `own` (the wallet's address bytes, hex), no other
-// assets and nothing beyond a payment. An empty list: the transaction is what was quoted.
+// `lovelace` (none when `lovelace` is null: a cancel or refund pays only the wallet), every
+// other output to one of `own` (the wallet's address bytes, hex), no other assets and nothing
+// beyond a payment. An empty list: the transaction is what was quoted.
 export function compare(tx, { escrowHash, lovelace }, own) {
   const problems = tx.extras.map((name) => `it carries ${name}`);
   const escrow = tx.outputs.filter((o) => o.scriptHash === escrowHash);
-  if (escrow.length !== 1) {
+  if (lovelace === null) {
+    if (escrow.length) problems.push("it pays into an escrow");
+  } else if (escrow.length !== 1) {
     problems.push(`it pays the escrow ${escrow.length} times, not once`);
   } else if (escrow[0].lovelace !== BigInt(lovelace)) {
     problems.push(`the escrow gets ${ada(escrow[0].lovelace)}, the quote says ${ada(lovelace)}`);
