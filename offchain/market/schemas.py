@@ -149,11 +149,71 @@ class EscrowReport(_Body):
     escrow: str = Field(pattern=OUT_REF_PATTERN, description="The locked escrow, TXID#IX.")
 
 
+# A browser wallet's part of a request: a transaction is at most 16 KiB (the ledger's
+# maxTxSize), a witness set of a few keys far less, a UTxO with its tokens a few KiB.
+MAX_TX_HEX = 2 * 16_384
+MAX_WITNESS_SET_HEX = 2 * 4096
+MAX_UTXO_HEX = 2 * 8192
+MAX_WALLET_UTXOS = 64
+HEX = r"^[0-9a-fA-F]+$"
+
+
 class SignedLock(_Body):
     transaction: str = Field(
         pattern=r"^[0-9a-f]+$",
-        description="The lock transaction built by the market, signed (hex).",
+        description="The lock transaction built by the market, signed (hex); unsigned with "
+        "`witness_set`.",
     )
+    witness_set: str | None = Field(
+        None, pattern=HEX, max_length=MAX_WITNESS_SET_HEX,
+        description="A CIP-30 signTx(tx, true) answer: its key witnesses are added.",
+    )  # fmt: skip
+
+
+class WalletFunds(_Body):
+    """What a browser wallet pays with: its UTxOs as getUtxos() returns them and where
+    change goes as getChangeAddress() does."""
+
+    utxos: list[Annotated[str, Field(pattern=HEX, max_length=MAX_UTXO_HEX)]] = Field(
+        min_length=1, max_length=MAX_WALLET_UTXOS,
+        description="TransactionUnspentOutput CBOR hex each; each is checked on chain.",
+    )  # fmt: skip
+    change_address: str = Field(
+        min_length=1, max_length=256, pattern=r"^[0-9A-Za-z_]+$",
+        description="Address bytes hex (CIP-30) or bech32.",
+    )  # fmt: skip
+
+
+class WitnessedTransaction(_Body):
+    transaction: str = Field(
+        pattern=HEX, max_length=MAX_TX_HEX, description="The transaction as built, CBOR hex."
+    )
+    witness_set: str = Field(
+        pattern=HEX, max_length=MAX_WITNESS_SET_HEX, description="signTx(tx, true)'s answer."
+    )
+
+
+class RefundBuild(WalletFunds):
+    slash: bool = Field(False, description="Also slash the provider's bond (it accepted).")
+
+
+class ChannelOpen(_Body):
+    provider_id: str = Field(pattern=r"^[0-9a-f]{56}$")
+    deposit: int = Field(ge=1, le=MAX_SUPPLY_LOVELACE, description="Lovelace it may claim.")
+    close_period_ms: int = Field(ge=1, le=MAX_POSIX_MS)
+    renter_vkey: str | None = Field(
+        None, pattern=HEX32, description="The key that signs the IOUs; absent: the signer's."
+    )
+    funds: WalletFunds
+
+
+class ChannelTopUp(_Body):
+    lovelace: int = Field(ge=1, le=MAX_SUPPLY_LOVELACE)
+    funds: WalletFunds
+
+
+class SpecText(_Body):
+    text: str = Field(max_length=64 * 1024, description="The spec, YAML or JSON.")
 
 
 class AcceptanceBody(_Body):

@@ -7,11 +7,15 @@ Nothing here is secret or signed: each action is signed by the wallet in the bro
 from __future__ import annotations
 
 from pathlib import Path as FilePath
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Path, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+
+from offchain.market.api.deps import ChainDep, SettingsDep
+from offchain.market.services import wallet_txs
 
 HERE = FilePath(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -35,17 +39,11 @@ def _page(request: Request, template: str, title: str, **data: str) -> Response:
 
 
 @router.get("/app/config.json")
-def config(request: Request) -> dict[str, int | str]:
-    """What the pages check against: the market's identity (signed into each request), its
-    network and the escrow and settle scripts of the deployment it quotes escrows for."""
-    deployment = request.app.state.chain.deployment
-    return {
-        "market": request.app.state.settings.identity,
-        "network_id": deployment.network_id,
-        "escrow_hash": deployment.escrow_hash.payload.hex(),
-        "escrow_address": str(deployment.escrow_address()),
-        "settle_hash": deployment.settle_hash.payload.hex(),
-    }
+def config(settings: SettingsDep, chain: ChainDep) -> dict[str, Any]:
+    """What the pages check against (`/api/app/config`: the market's identity signed into each
+    request, its network and scripts) and the settle script a receipt's payload names."""
+    made = wallet_txs.config(settings, chain).model_dump()
+    return made | {"settle_hash": chain.deployment.settle_hash.payload.hex()}
 
 
 @router.get("/app", response_class=HTMLResponse)
