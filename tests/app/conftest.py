@@ -10,14 +10,12 @@ from typing import Any
 import pytest
 
 from offchain.market.dapp.routes import HERE
-from tests.explorer.conftest import (  # noqa: F401 - shared fixtures
-    artifacts,
-    browser,
+from tests.explorer.conftest import artifacts, browser, settings  # noqa: F401 - shared fixtures
+from tests.market.conftest import (  # noqa: F401
     database_url,
     market_deployment,
     postgresql_cluster,
     postgresql_url,
-    settings,
 )
 
 LIBS = "http://localhost:9"  # localhost: a secure context (SubtleCrypto)
@@ -37,11 +35,11 @@ async def _serve_static(route: Any) -> None:
 
 
 @pytest.fixture
-async def libs(browser) -> AsyncIterator[Any]:  # noqa: F811
+async def libs(browser: Any) -> AsyncIterator[Any]:  # noqa: F811
     """A blank page at LIBS that can `import()` the pages' modules; no console error allowed."""
     page = await browser.new_page()
     errors: list[str] = []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("console", lambda m: errors.extend([m.text] if m.type == "error" else []))
     page.on("pageerror", lambda e: errors.append(str(e)))
     await page.route(f"{LIBS}/**", _serve_static)
     await page.goto(f"{LIBS}/index.html")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pycardano import Transaction, TransactionWitnessSet, VerificationKeyWitness, Value
+from pycardano import Transaction, TransactionWitnessSet, Value, VerificationKeyWitness
 from pycardano.cip import cip8
 
 from offchain.chain.context import chain_context
@@ -49,34 +49,34 @@ class BrowserWallet:
         if self.refuse_enable:
             raise WalletRefusal(REFUSED)
 
-    def isEnabled(self) -> bool:  # noqa: N802 - CIP-30's names
+    def isEnabled(self) -> bool:
         return not self.refuse_enable
 
-    def getNetworkId(self) -> int:  # noqa: N802
+    def getNetworkId(self) -> int:
         return self.network_id
 
-    def _utxos(self) -> list:
+    def _utxos(self) -> list[Any]:
         return chain_context(self.ogmios_url).utxos(self.wallet.address)
 
-    def getUtxos(self) -> list[str]:  # noqa: N802
+    def getUtxos(self) -> list[str]:
         return [utxo.to_cbor_hex() for utxo in self._utxos()]
 
-    def getBalance(self) -> str:  # noqa: N802
+    def getBalance(self) -> str:
         return Value(sum(utxo.output.amount.coin for utxo in self._utxos())).to_cbor_hex()
 
-    def getUsedAddresses(self) -> list[str]:  # noqa: N802
+    def getUsedAddresses(self) -> list[str]:
         return [bytes(self.wallet.address).hex()]
 
-    def getUnusedAddresses(self) -> list[str]:  # noqa: N802
+    def getUnusedAddresses(self) -> list[str]:
         return []
 
-    def getChangeAddress(self) -> str:  # noqa: N802
+    def getChangeAddress(self) -> str:
         return bytes(self.wallet.address).hex()
 
-    def getRewardAddresses(self) -> list[str]:  # noqa: N802
+    def getRewardAddresses(self) -> list[str]:
         return []
 
-    def signTx(self, tx: str, partial: bool = False) -> str:  # noqa: N802
+    def signTx(self, tx: str, partial: bool = False) -> str:
         if self.decline:
             raise WalletRefusal(TX_DECLINED)
         body = Transaction.from_cbor(tx).transaction_body
@@ -85,7 +85,7 @@ class BrowserWallet:
         self.signed.append(tx)
         return TransactionWitnessSet(vkey_witnesses=[witness]).to_cbor_hex()
 
-    def signData(self, address: str, payload: str) -> dict[str, str]:  # noqa: N802
+    def signData(self, address: str, payload: str) -> dict[str, str]:
         if self.decline_data:
             raise WalletRefusal(DATA_DECLINED)
         assert address == bytes(self.wallet.address).hex(), "signs for its own address only"
