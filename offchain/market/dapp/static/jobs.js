@@ -14,8 +14,8 @@ async function refresh(consumerId) {
     const link = el("a", job.id.slice(0, 12), { href: `/app/jobs/${job.id}`, class: "hash" });
     const state = job.outcome && job.outcome !== "succeeded" ? `${job.state} (${job.outcome})` : job.state;
     row.append(el("td"), el("td", state, { class: "state" }),
-      el("td", job.price_per_unit === null ? "—" : perHour(job.price_per_unit)), el("td", when(job.updated_at_ms)));
-    row.firstChild.append(link);
+      el("td", job.price_per_unit === null ? "—" : perHour(job.price_per_unit)));
+    row.firstChild.append(link, el("span", when(job.updated_at_ms), { class: "when" }));
     return row;
   });
   document.getElementById("jobs").replaceChildren(...rows);

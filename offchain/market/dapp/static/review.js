@@ -10,10 +10,11 @@ export async function review(api, hex, expected) {
   const tx = view(hex);
   const config = await marketConfig();
   const rows = tx.outputs.map((o) => {
-    const what = o.scriptHash === config.escrow_hash ? "the job's escrow" : "to you";
-    const row = el("tr");
-    row.append(el("td", o.address, { class: "hash" }), el("td", ada(o.lovelace)),
-      el("td", `${what}${o.datum ? " (with datum)" : ""}${o.assets ? " + tokens" : ""}`));
+    const what = o.scriptHash === config.escrow_hash ? "to the job's escrow" : "to you";
+    const row = el("li");
+    row.append(el("strong", ada(o.lovelace)),
+      ` ${what}${o.datum ? " (with datum)" : ""}${o.assets ? " + tokens" : ""}`,
+      el("span", o.address, { class: "hash address" }));
     return row;
   });
   document.getElementById("outputs").replaceChildren(...rows);
