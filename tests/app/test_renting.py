@@ -201,6 +201,7 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     assert await differs.all_inner_texts() == [
         f"{ada(moved[0])} goes to {stranger}, not your wallet"
     ]
+    assert "to someone else" in await page.locator("#outputs li").nth(1).inner_text()
     assert await page.locator("#sign").is_hidden()
     await renter.said("Not signed")
     await renter.shoot("new-job-tampered")

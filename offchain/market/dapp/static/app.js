@@ -12,6 +12,7 @@ export function say(text, bad = false) {
   box.textContent = text;
   box.classList.toggle("bad", bad);
   box.hidden = !text;
+  if (text) box.scrollIntoView({ block: "nearest" });
 }
 
 export function el(tag, text, attrs = {}) {

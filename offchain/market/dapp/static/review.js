@@ -9,8 +9,11 @@ import { WalletError, marketConfig, plainly } from "./wallet.js";
 export async function review(api, hex, expected) {
   const tx = view(hex);
   const config = await marketConfig();
+  const own = [await api.getChangeAddress(), ...(await api.getUsedAddresses())];
+  const mine = new Set(own.map((a) => a.toLowerCase()));
   const rows = tx.outputs.map((o) => {
-    const what = o.scriptHash === config.escrow_hash ? "to the job's escrow" : "to you";
+    const what = o.scriptHash === config.escrow_hash ? "to the job's escrow"
+      : mine.has(o.addressHex) ? "to you" : "to someone else";
     const row = el("li");
     row.append(el("strong", ada(o.lovelace)),
       ` ${what}${o.datum ? " (with datum)" : ""}${o.assets ? " + tokens" : ""}`,
@@ -19,7 +22,6 @@ export async function review(api, hex, expected) {
   });
   document.getElementById("outputs").replaceChildren(...rows);
   document.getElementById("fee").textContent = ada(tx.fee);
-  const own = [await api.getChangeAddress(), ...(await api.getUsedAddresses())];
   const differs = compare(tx, { escrowHash: config.escrow_hash, lovelace: expected.lovelace }, own);
   list(document.getElementById("differs"), differs);
   document.getElementById("review").hidden = false;
