@@ -27,11 +27,9 @@ async function refresh() {
   document.getElementById("escrow").textContent = job.escrow_ref || "—";
   document.getElementById("result").textContent = job.result_sha256 || "—";
   document.getElementById("download").hidden = !(connected && receipt && job.result_sha256);
-  const closed = job.quote.deadline_ms && Date.now() > job.quote.deadline_ms + job.quote.settle_window_ms;
-  document.getElementById("cancel").hidden =
-    !connected || ![...UNLOCKED, ...LOCKED].includes(job.state) || closed;
-  document.getElementById("refund").hidden = !connected || !job.escrow_ref || !closed ||
-    ENDED.includes(job.state);
+  // the chain's clock decides when a refund may be built: the market says so if too early
+  document.getElementById("cancel").hidden = !connected || ![...UNLOCKED, ...LOCKED].includes(job.state);
+  document.getElementById("refund").hidden = !connected || !job.escrow_ref || ENDED.includes(job.state);
   if (job.cancel) document.getElementById("cancel-state").textContent = job.cancel.words;
 }
 
