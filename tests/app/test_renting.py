@@ -36,6 +36,7 @@ from tests.wallet.wallet import BrowserWallet
 
 pytestmark = pytest.mark.timeout(400)
 FUNDS = 500_000_000
+PLANTED = '<img src=x onerror="window.pwned=1">'
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +115,18 @@ async def test_rent_watch_and_verify(devnet, world, browser, busybox):
 
     # a pasted spec with no command: the CLI's own words, nothing signed
     job = spec(busybox, "echo started; sleep 2; echo 42 > /out/answer; echo done")
-    broken = yaml.safe_dump({k: v for k, v in job.items() if k != "command"})
+    planted = {k: v for k, v in job.items() if k != "command"} | {"env": {PLANTED: "x"}}
+    broken = yaml.safe_dump(planted)
     await renter.visit("/app/jobs/new")
     await page.click("#yaml-box summary")
     await page.fill("#yaml", broken)
     await page.click("#quote")
     await page.locator("#problems").wait_for()
     cli = (await http.post("/api/app/spec/check", json={"text": broken})).json()["messages"]
-    assert cli and any("command" in line for line in cli)
+    assert any("command: required field is missing" in line for line in cli)
     assert (await page.locator("#problems li").all_inner_texts()) == cli
+    assert any(PLANTED in line for line in cli)  # shown as text, never run
+    assert await page.evaluate("window.pwned") is None
     assert renter.wallet.signed == []
     await renter.shoot("new-job-refused")
 
