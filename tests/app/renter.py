@@ -1,5 +1,5 @@
-"""A renter in Chromium with the test wallet: the pages of a market opened by path, every
-console error kept, phone-width screenshots (390x844) that must not scroll sideways."""
+"""A renter in Chromium with the test wallet: the explorer's viewer (pages by path, every
+console error kept) at phone width (390x844), whose screenshots must not scroll sideways."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from tests.explorer.viewer import Viewer
 from tests.wallet.wallet import BrowserWallet
 
 PHONE = {"width": 390, "height": 844}
@@ -14,24 +15,29 @@ PHONE = {"width": 390, "height": 844}
 
 @dataclasses.dataclass
 class Renter:
-    page: Any  # playwright.async_api.Page
+    view: Viewer
     wallet: BrowserWallet
-    base: str
-    shots: Path
-    errors: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     async def open(cls, browser: Any, wallet: BrowserWallet, base: str, shots: Path) -> Renter:
-        page = await browser.new_page(viewport=PHONE)
-        renter = cls(page, wallet, base, shots)
-        page.on("console", lambda m: renter.errors.extend([m.text] if m.type == "error" else []))
-        page.on("pageerror", lambda e: renter.errors.append(str(e)))
-        await wallet.install(page)
-        return renter
+        view = await Viewer.open_in(browser, base, shots)
+        await view.page.set_viewport_size(PHONE)
+        await wallet.install(view.page)
+        return cls(view, wallet)
+
+    @property
+    def page(self) -> Any:  # playwright.async_api.Page
+        return self.view.page
+
+    @property
+    def errors(self) -> list[str]:
+        return self.view.errors
 
     async def visit(self, path: str) -> None:
-        answer = await self.page.goto(self.base + path)
-        assert answer is not None and answer.status == 200, path
+        await self.view.visit(path)
+
+    async def text(self, selector: str) -> str:
+        return await self.view.text(selector)
 
     async def connect(self) -> None:
         await self.visit("/app")
@@ -42,13 +48,18 @@ class Renter:
     async def shoot(self, name: str) -> Path:
         width = await self.page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], f"{name}: {width} px wide on a {PHONE['width']} px phone"
-        path = self.shots / f"{name}.png"
+        path = self.view.artifacts / f"{name}.png"
         await self.page.screenshot(path=path, full_page=True)
         return path
-
-    async def text(self, selector: str) -> str:
-        return await self.page.locator(selector).first.inner_text()
 
     async def said(self, words: str, timeout_ms: float = 60_000) -> None:
         """Wait until the page's message holds `words`."""
         await self.page.locator("#message", has_text=words).wait_for(timeout=timeout_ms)
+
+    async def sign_after_review(self, button: str, shot: str) -> None:
+        """`button` builds a transaction; once the page shows it and offers to sign, a
+        screenshot, then sign it."""
+        await self.page.click(button)
+        await self.page.locator("#sign").wait_for()
+        await self.shoot(shot)
+        await self.page.click("#sign")

@@ -53,7 +53,9 @@ async def world(devnet, tmp_path_factory, busybox) -> AsyncIterator[dict[str, An
         daemon, _ = await new_provider(devnet, tmp_path, deployment_file, url)
         try:
             await daemon.start().logged("offer published")
-            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            # no kept-alive connection: the server closes one idle past 5 s as it is reused
+            fresh = httpx.Limits(max_keepalive_connections=0)
+            async with httpx.AsyncClient(base_url=url, timeout=60, limits=fresh) as http:
                 yield {"url": url, "daemon": daemon, "http": http, "shots": tmp_path}
         finally:
             daemon.stop()
@@ -104,6 +106,14 @@ async def lock_fee(devnet, world, job_id: str, since) -> tuple[int, dict[str, An
     return await tx_fee(devnet, shown["job"]["escrow_ref"].split("#")[0], since), shown
 
 
+def settled_cost(shown: dict[str, Any]) -> int:
+    """What a settled job cost its renter out of its lock: all but what the split returned."""
+    quote = shown["job"]["quote"]
+    split = settle_split(quote["lock_lovelace"], quote["price_per_unit"], shown["receipt"]["units"],
+                         quote["max_units"], quote["fee_allowance"])  # fmt: skip
+    return quote["lock_lovelace"] - split.consumer
+
+
 async def test_rent_watch_and_verify(devnet, world, browser, busybox):
     renter = await renter_in(browser, devnet, world)
     page, http = renter.page, world["http"]
@@ -137,13 +147,10 @@ async def test_rent_watch_and_verify(devnet, world, browser, busybox):
     assert await renter.text("#max-cost") == ada(quote["price_per_unit"] * quote["max_units"])
     assert await renter.text("#allowance") == ada(quote["fee_allowance"])
     await renter.shoot("new-job-quote")
-    await page.click("#build")
-    await page.locator("#sign").wait_for()
+    await renter.sign_after_review("#build", "new-job-review")
     rows = await page.locator("#outputs li").all_inner_texts()
     assert "the job's escrow" in rows[0] and ada(quote["lock_lovelace"]) in rows[0]
     assert all("to you" in row for row in rows[1:])
-    await renter.shoot("new-job-review")
-    await page.click("#sign")
     await page.wait_for_url(f"**/app/jobs/{job_id}")
     assert len(renter.wallet.signed) == 1
 
@@ -163,10 +170,7 @@ async def test_rent_watch_and_verify(devnet, world, browser, busybox):
     assert "settled" in await row.inner_text()
     await renter.shoot("jobs")
 
-    units = shown["receipt"]["units"]
-    split = settle_split(quote["lock_lovelace"], quote["price_per_unit"], units,
-                         quote["max_units"], quote["fee_allowance"])  # fmt: skip
-    spent = fee + quote["lock_lovelace"] - split.consumer
+    spent = fee + settled_cost(shown)
     assert balance(devnet, renter.wallet.wallet.address) == start - spent
     assert renter.errors == []
     await page.close()
@@ -242,18 +246,12 @@ async def test_cancel_then_refund(devnet, world, browser, busybox):
     job_id = await locked(renter, world, spec(busybox, "echo started; sleep 50", seconds=60))
     await state(renter, "running")
     await page.locator("#cancel").wait_for()
-    await page.click("#cancel")
-    await page.locator("#sign").wait_for()
-    await renter.shoot("job-cancel-review")
-    await page.click("#sign")
+    await renter.sign_after_review("#cancel", "job-cancel-review")
     await renter.said("the provider stopped it")
     await state(renter, "settled")
     fee, shown = await lock_fee(devnet, world, job_id, since)
-    quote = shown["job"]["quote"]
-    split = settle_split(quote["lock_lovelace"], quote["price_per_unit"], shown["receipt"]["units"],
-                         quote["max_units"], quote["fee_allowance"])  # fmt: skip
     assert shown["job"]["outcome"] == "cancelled"
-    spent = fee + quote["lock_lovelace"] - split.consumer
+    spent = fee + settled_cost(shown)
     assert balance(devnet, renter.wallet.wallet.address) == start - spent
 
     # the daemon gone, a job locked on its still-listed offer: refunded after its close
@@ -266,10 +264,7 @@ async def test_cancel_then_refund(devnet, world, browser, busybox):
     await travel_past(devnet, quote["deadline_ms"] + quote["settle_window_ms"])
     await page.reload()
     await page.locator("#refund").wait_for()
-    await page.click("#refund")
-    await page.locator("#sign").wait_for()
-    await renter.shoot("job-refund-review")
-    await page.click("#sign")
+    await renter.sign_after_review("#refund", "job-refund-review")
     await renter.said("Refund submitted")
     await state(renter, "refunded")
     refund = [tx for tx in renter.wallet.signed if tx != renter.wallet.signed[0]][-1]

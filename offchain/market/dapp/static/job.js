@@ -43,7 +43,8 @@ async function propose(hex, then) {
 
 onClick(document.getElementById("sign"), async () => {
   await pending.then();
-  document.getElementById("sign").hidden = true;
+  document.getElementById("review").hidden = true; // signed and sent: what is left is the job
+  pending = null;
 });
 
 const WAIT_MS = 90_000;
