@@ -62,8 +62,8 @@ async def world(devnet, tmp_path_factory, busybox) -> AsyncIterator[dict[str, An
             daemon.reap()
 
 
-async def renter_in(browser, devnet, world, **knobs: Any) -> Renter:
-    funded = await wallet(devnet, FUNDS)
+async def renter_in(browser, devnet, world, funds: int = FUNDS, **knobs: Any) -> Renter:
+    funded = await wallet(devnet, funds)
     test_wallet = BrowserWallet(funded, devnet.url, **knobs)
     return await Renter.open(browser, test_wallet, world["url"], world["shots"])
 
@@ -184,6 +184,19 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await elsewhere.said("this market is on network id 0")
     await elsewhere.shoot("connect-wrong-network")
     await elsewhere.page.close()
+
+    # a wallet too poor for the lock: the market's reason, plainly
+    poor = await renter_in(browser, devnet, world, funds=20_000_000)
+    await poor.connect()
+    await quoted(poor, spec(busybox, "echo never"))
+    await poor.page.click("#build")
+    await poor.said("The market refused (409)")
+    assert poor.wallet.signed == [] and await poor.page.locator("#review").is_hidden()
+    await poor.shoot("new-job-too-poor")
+    assert poor.errors == [  # the browser logs the refused request itself; the page threw nothing
+        "Failed to load resource: the server responded with a status of 409 (Conflict)"
+    ]
+    await poor.page.close()
 
     renter = await renter_in(browser, devnet, world)
     page = renter.page
