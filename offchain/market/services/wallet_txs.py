@@ -24,6 +24,7 @@ from pycardano import (
     ProtocolParameters,
     ScriptHash,
     Transaction,
+    TransactionOutput,
     TransactionWitnessSet,
     UTxO,
     VerificationKeyHash,
@@ -48,6 +49,7 @@ from offchain.protocol import jobspec, wire
 from offchain.protocol.addresses import to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import verify
+from offchain.protocol.tx_reader import inline_datum
 from offchain.protocol.txbuild import BuildError, with_witnesses
 from offchain.protocol.types import ChannelTerms, TxOutRef
 
@@ -122,13 +124,20 @@ def _address(text: str, deployment: Deployment, field: str) -> Address:
 
 
 def _same_output(given: UTxO, found: UTxO) -> bool:
+    """Whether the wallet's copy of an output is the chain's: address, value, datum (its
+    CBOR: pycardano holds a decoded datum in several classes) and reference script."""
     mine, chain = given.output, found.output
+
+    def script(output: TransactionOutput) -> bytes | None:
+        held = output.script
+        return held if held is None or isinstance(held, bytes) else held.to_cbor()
+
     return (
         mine.address == chain.address
         and mine.amount == chain.amount
         and mine.datum_hash == chain.datum_hash
-        and mine.datum == chain.datum
-        and mine.script == chain.script
+        and inline_datum(mine) == inline_datum(chain)
+        and script(mine) == script(chain)
     )
 
 
@@ -342,10 +351,10 @@ def open_channel(
         body.deposit, body.close_period_ms,
     ))  # fmt: skip
     output = tx.transaction_body.outputs[channels.CHANNEL_OUTPUT]
+    channel = unsigned(tx, channel_id=channels.channel_id(terms).hex())
     return wire.WalletChannel(
-        **unsigned(tx).model_dump(), channel_id=channels.channel_id(terms).hex(),
-        terms_cbor=terms.to_cbor_hex(), channel_address=str(output.address),
-        lovelace=output.amount.coin,
+        **channel.model_dump(), terms_cbor=terms.to_cbor_hex(),
+        channel_address=str(output.address), lovelace=output.amount.coin,
     )  # fmt: skip
 
 
