@@ -150,11 +150,12 @@ class EscrowReport(_Body):
 
 
 # A browser wallet's part of a request: a transaction is at most 16 KiB (the ledger's
-# maxTxSize), a witness set of a few keys far less, a UTxO with its tokens a few KiB.
+# maxTxSize), a witness set of a few keys far less, a UTxO with its tokens a few KiB; as
+# many UTxOs as fit the market's default body limit (1 MiB) at the most.
 MAX_TX_HEX = 2 * 16_384
 MAX_WITNESS_SET_HEX = 2 * 4096
 MAX_UTXO_HEX = 2 * 8192
-MAX_WALLET_UTXOS = 64
+MAX_WALLET_UTXOS = 50
 HEX = r"^[0-9a-fA-F]+$"
 
 

@@ -24,17 +24,26 @@ from pycardano import (
 )
 
 from offchain.market.models import Job
+from offchain.market.schemas import MAX_WALLET_UTXOS
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from offchain.protocol.amounts import ADA
 from offchain.protocol.jobspec import JobSpecError, load_jobspec
+from offchain.protocol.split import slash_share
 from offchain.protocol.txbuild import Wallet
 from tests.market.client import Party, serve
 from tests.market.conftest import IDENTITY
 from tests.market.database import served_at_head
-from tests.market.flow import leader_settings, provider_with_offer, stored, wait_for
+from tests.market.flow import (
+    Locked,
+    accept,
+    leader_settings,
+    provider_with_offer,
+    stored,
+    wait_for,
+)
 from tests.market.test_lifecycle import SPEC
-from tests.protocol.onchain import fund, travel_to
+from tests.protocol.onchain import fund, post_bond, travel_to
 
 pytestmark = pytest.mark.devnet
 
@@ -242,7 +251,7 @@ async def test_utxos_spent_forged_or_foreign_are_refused_and_nothing_recorded(de
     refused(await wallet.send("POST", f"/jobs/{job3}/lock/build", funds), 409, "utxos.0",
             "not an unspent output on chain")  # fmt: skip
     assert stored(market.settings, Job, Job.id == job3)[0].lock_tx_id is None
-    too_many = {**funds, "utxos": funds["utxos"] * 65}
+    too_many = {**funds, "utxos": funds["utxos"] * (MAX_WALLET_UTXOS + 1)}
     assert (await wallet.send("POST", f"/jobs/{job3}/lock/build", too_many)).status_code == 422
 
 
@@ -269,12 +278,17 @@ async def test_cancel_through_the_market_to_the_lovelace(devnet, market):
     assert wallet.balance(devnet) == start - lock["fee"] - built["fee"]
 
 
-async def test_refund_and_a_channel_through_the_market_to_the_lovelace(
+async def test_refund_slash_and_a_channel_through_the_market_to_the_lovelace(
     devnet, market, market_deployment
 ):
-    wallet = await browser(devnet, market, 60 * ADA, 40 * ADA, 20 * ADA)
+    wallet = await browser(devnet, market, 60 * ADA, 60 * ADA, 30 * ADA)
     start = wallet.balance(devnet)
     job, lock = await locked(devnet, market, wallet)
+    # a second job its provider accepts (backed by its bond), then never delivers
+    slashed, slash_lock = await locked(devnet, market, wallet)
+    bond = await post_bond(devnet, market_deployment, market.provider.wallet)
+    lock_tx = Transaction.from_cbor(bytes.fromhex(slash_lock["transaction"]))
+    await accept(market.provider, market_deployment, Locked(slashed, wallet.party, lock_tx, {}))
     refused(await wallet.send("POST", f"/jobs/{job}/refund/build", wallet.funds(devnet)), 409,
             "utxos", "refundable at")  # fmt: skip
     # a channel from the same wallet, to the market's provider, opened and topped up
@@ -296,8 +310,8 @@ async def test_refund_and_a_channel_through_the_market_to_the_lovelace(
     await wallet.signed_submit("/api/app/channels/submit", closing)
     row = await indexed(market, channel, lambda row: row["state"] == "closing")
     # past the escrow's close and the channel's close period: refund and drain
-    datum_close = (await wallet.ok("GET", f"/jobs/{job}"))["deadline_ms"]
-    await travel_to(devnet, max(datum_close + market.settings.settle_window_ms,
+    deadline = (await wallet.ok("GET", f"/jobs/{slashed}"))["deadline_ms"]
+    await travel_to(devnet, max(deadline + market.settings.settle_window_ms,
                                 row["closing_at_ms"]) + 1)  # fmt: skip
     await asyncio.sleep(1.1)  # past pycardano's one-second cache of the tip
     refund = await wallet.ok("POST", f"/jobs/{job}/refund/build", wallet.funds(devnet))
@@ -306,13 +320,19 @@ async def test_refund_and_a_channel_through_the_market_to_the_lovelace(
             "witness_set", "not signed by your payment key")  # fmt: skip
     await wallet.signed_submit(f"/jobs/{job}/refund/submit", refund)
     await wait_for(wallet.party, job, "refunded")
+    slash_body = {**wallet.funds(devnet), "slash": True}
+    slash = await wallet.ok("POST", f"/jobs/{slashed}/refund/build", slash_body)
+    await wallet.signed_submit(f"/jobs/{slashed}/refund/submit", slash)
+    await wait_for(wallet.party, slashed, "slashed")
+    share = slash_share(bond.output.amount.coin, market_deployment.slash_share_bps)
     drain = await wallet.ok("POST", f"/api/app/channels/{channel}/close/build",
                             wallet.funds(devnet))  # fmt: skip
     assert drain["step"] == "drain"
     await wallet.signed_submit("/api/app/channels/submit", drain)
     await indexed(market, channel, lambda row: row["state"] == "drained")
     fees = lock["fee"] + refund["fee"] + opened["fee"] + topped["fee"] + closing["fee"]
-    assert wallet.balance(devnet) == start - fees - drain["fee"]
+    fees += slash_lock["fee"] + slash["fee"] + drain["fee"]
+    assert wallet.balance(devnet) == start - fees + share
 
 
 async def indexed(market: Market, channel: str, done) -> dict[str, Any]:
