@@ -18,13 +18,18 @@ from pycardano import (
     PaymentSigningKey,
     StakeSigningKey,
     Transaction,
+    TransactionBody,
+    TransactionId,
+    TransactionInput,
     TransactionWitnessSet,
     UTxO,
     VerificationKeyWitness,
 )
 
+from offchain.market.errors import Invalid
 from offchain.market.models import Job
 from offchain.market.schemas import MAX_WALLET_UTXOS
+from offchain.market.services import wallet_txs
 from offchain.market.settings import MarketSettings
 from offchain.protocol import deployment_file
 from offchain.protocol.amounts import ADA
@@ -344,3 +349,22 @@ async def indexed(market: Market, channel: str, done) -> dict[str, Any]:
             return answer.json()["channel"]
         await asyncio.sleep(0.1)
     raise AssertionError(f"channel {channel} never got there: {answer.text}")
+
+
+def test_a_witness_set_that_is_not_one_is_a_422_naming_it():
+    key = PaymentSigningKey.generate()
+    body = TransactionBody(inputs=[TransactionInput(TransactionId(bytes(32)), 0)], outputs=[],
+                           fee=170_000)  # fmt: skip
+    tx = Transaction(body, TransactionWitnessSet()).to_cbor_hex()
+    wallet = Browser.__new__(Browser)
+    wallet.key = key
+    assert wallet_txs.witnessed(tx, wallet.witness_set(tx)) != tx
+    for garbage, fragment in (("00", "not a witness set"), ("a0", "no key witness"),
+                              ("zz", "not a witness set"),
+                              (wallet.witness_set(quote_tx_hex({"transaction": tx})),
+                               "does not sign")):  # fmt: skip
+        with pytest.raises(Invalid, match=fragment) as refused_:
+            wallet_txs.witnessed(tx, garbage)
+        assert refused_.value.field == "witness_set"
+    with pytest.raises(Invalid, match="not a transaction"):
+        wallet_txs.witnessed("00", wallet.witness_set(tx))
