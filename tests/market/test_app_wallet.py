@@ -166,6 +166,7 @@ async def test_config_and_spec_check_as_the_cli_reads_a_spec(market, market_depl
     assert config["market"] == IDENTITY and config["network_id"] == 0
     assert config["escrow_hash"] == market_deployment.escrow_hash.payload.hex()
     assert config["escrow_address"] == str(market_deployment.escrow_address())
+    assert config["settle_hash"] == market_deployment.settle_hash.payload.hex()
     for text in ("image: x\ncommand: [1]\nmax_duration_s: -1\nwhat: 2\n", "image: [", "[]",
                  '{"image": "python:3.11", "command": ["true"], "max_duration_s": 0}'):  # fmt: skip
         (tmp_path / "spec.yaml").write_text(text)

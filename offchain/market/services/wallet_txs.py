@@ -451,6 +451,7 @@ def config(settings: MarketSettings, chain: Chain) -> wire.AppConfig:
         channel_hash=deployment.channel_hash.payload.hex(),
         channel_address=str(deployment.channel_address()),
         bond_hash=deployment.bond_hash.payload.hex(),
+        settle_hash=deployment.settle_hash.payload.hex(),
         refund_window_ms=deployment.refund_window_ms,
         max_utxos=schemas.MAX_WALLET_UTXOS,
     )  # fmt: skip
