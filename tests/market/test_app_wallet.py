@@ -180,6 +180,14 @@ async def test_config_and_spec_check_as_the_cli_reads_a_spec(market, market_depl
     assert good["spec_digest"] == load_jobspec_text(tmp_path, str(SPEC)).job_id().hex()
     too_long = await market.http.post("/api/app/spec/check", json={"text": "x" * 70_000})
     assert too_long.status_code == 422
+    # what POST /jobs would refuse of a spec the CLI reads is refused here too, no 500
+    nul = {"text": str(SPEC).replace("print('hello')", "\\u0000")}
+    checked = (await market.http.post("/api/app/spec/check", json=nul)).json()
+    assert checked["messages"] == ["a string holds NUL (\\u0000), which no process can be given"]
+    raw = b'{"text": "\\ud800: 1"}'  # a lone surrogate, as JSON can escape one
+    headers = {"content-type": "application/json"}
+    surrogate = await market.http.post("/api/app/spec/check", content=raw, headers=headers)
+    assert surrogate.status_code == 422
 
 
 def load_jobspec_text(tmp_path, text: str):

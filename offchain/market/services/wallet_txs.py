@@ -463,9 +463,11 @@ def check_spec(text: str) -> wire.SpecCheck:
     file's name), else the parsed spec and its digest."""
     try:
         spec = jobspec.spec_from_yaml(text)
-        canonical = spec.canonical_json()
-    except jobspec.JobSpecError as exc:
-        return wire.SpecCheck(ok=False, messages=str(exc).splitlines())
+        canonical = schemas.requestable(spec).canonical_json()
+    except (jobspec.JobSpecError, ValueError) as exc:  # the CLI's, or what POST /jobs refuses
+        # a lone surrogate a message echoes is escaped: UTF-8 cannot carry it
+        said = str(exc).encode("utf-8", "backslashreplace").decode()
+        return wire.SpecCheck(ok=False, messages=said.splitlines())
     return wire.SpecCheck(
         ok=True, messages=[], kind=getattr(spec, "kind", "job"),
         spec=json.loads(canonical), spec_digest=spec.digest().hex(),
