@@ -251,6 +251,12 @@ async def test_utxos_spent_forged_or_foreign_are_refused_and_nothing_recorded(de
         ([real.to_cbor_hex(), real.to_cbor_hex()], 422, "utxos.1", "named twice"),
         ([other.funds(devnet)["utxos"][0]], 422, "utxos.0", "not at an address of the key"),
         (["00ff"], 422, "utxos.0", "not a TransactionUnspentOutput"),
+        (
+            [UTxO(TransactionInput(real.input.transaction_id, 1 << 16), real.output).to_cbor_hex()],
+            422,
+            "utxos.0",
+            "not an output's",
+        ),
     ]
     job2 = (await wallet.quote())["job_id"]
     for utxos, status, field, fragment in cases:
@@ -266,6 +272,9 @@ async def test_utxos_spent_forged_or_foreign_are_refused_and_nothing_recorded(de
     refused(await wallet.send("POST", f"/jobs/{job3}/lock/build", funds), 409, "utxos.0",
             "not an unspent output on chain")  # fmt: skip
     assert stored(market.settings, Job, Job.id == job3)[0].lock_tx_id is None
+    # a lock is no channel transaction: the market submits only what its step built
+    refused(await wallet.send("POST", "/api/app/channels/submit", wallet.signed(built)), 422,
+            "transaction", "not a channel transaction")  # fmt: skip
     too_many = {**funds, "utxos": funds["utxos"] * (MAX_WALLET_UTXOS + 1)}
     assert (await wallet.send("POST", f"/jobs/{job3}/lock/build", too_many)).status_code == 422
 

@@ -54,6 +54,7 @@ from offchain.protocol.txbuild import BuildError, with_witnesses
 from offchain.protocol.types import ChannelTerms, TxOutRef
 
 T = TypeVar("T")
+MAX_OUTPUTS = 1 << 16  # the ledger's output index is 16 bits
 
 
 class WalletContext(ChainContext):
@@ -155,6 +156,8 @@ def checked_funds(chain: Chain, funds: schemas.WalletFunds, party: str) -> Walle
             given = UTxO.from_cbor(bytes.fromhex(text))
         except Exception as exc:  # pycardano raises several kinds for bytes of another shape
             raise Invalid(f"not a TransactionUnspentOutput (CBOR hex): {exc}", field) from exc
+        if not 0 <= given.input.index < MAX_OUTPUTS:
+            raise Invalid(f"output index {given.input.index} is not an output's", field)
         ref = format_out_ref(given.input)
         if any(utxo.input == given.input for utxo in checked):
             raise Invalid(f"{ref} is named twice", field)
@@ -419,23 +422,25 @@ def close(
 
 
 def submit_channel(
-    settings: MarketSettings, chain: Chain, party: str, body: schemas.WitnessedTransaction
-) -> wire.Submitted:
+    session: Session, settings: MarketSettings, chain: Chain, party: str,
+    body: schemas.WitnessedTransaction,
+) -> wire.Submitted:  # fmt: skip
     """A channel transaction of the wallet's (an open, top-up, close or drain): one that
-    pays to or spends from the deployment's channel script, signed by the requester."""
+    pays to the deployment's channel script or spends a channel of the market's index,
+    signed by the requester."""
     tx = cancels.transaction(body.transaction)
     script = chain.deployment.channel_hash
-    outputs = tx.transaction_body.outputs
-    touches = any(o.address.payment_part == script for o in outputs) or any(
-        (found := chain.utxo(ref)) is not None and found.output.address.payment_part == script
-        for ref in tx.transaction_body.inputs
+    spent = [format_out_ref(ref) for ref in tx.transaction_body.inputs]
+    touches = any(o.address.payment_part == script for o in tx.transaction_body.outputs) or (
+        session.exec(select(models.Channel).where(col(models.Channel.ref).in_(spent))).first()
+        is not None
     )
     if not touches:
-        raise Invalid("not a channel transaction: it neither pays to nor spends from the "
-                      "channel script", "transaction")  # fmt: skip
+        raise Invalid("not a channel transaction: it neither pays to the channel script nor "
+                      "spends a channel", "transaction")  # fmt: skip
     signed = witnessed(body.transaction, body.witness_set)
-    return wire.Submitted(tx_id=submit(settings, signed, party, "channel transaction"),
-                          escrow="")  # fmt: skip
+    tx_id = submit(settings, signed, party, "channel transaction")
+    return wire.Submitted(tx_id=tx_id, escrow="")
 
 
 # --- the page's reads ---------------------------------------------------------------------
