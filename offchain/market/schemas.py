@@ -5,7 +5,7 @@ parties parse too: those models are `offchain.protocol.wire`'s."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -54,6 +54,22 @@ def _texts(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _texts(item)
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def requestable(spec: S) -> S:
+    """The spec's digest is taken over its canonical JSON: one that has none (a lone
+    surrogate in a string) is refused here, naming the spec; so is a NUL, which no command
+    line, environment or path can carry (and PostgreSQL cannot read as JSON)."""
+    try:
+        spec.canonical_json()  # type: ignore[attr-defined]
+    except JobSpecError as exc:
+        raise ValueError(str(exc)) from exc
+    if any("\x00" in text for text in _texts(spec.model_dump(mode="json"))):
+        raise ValueError("a string holds NUL (\\u0000), which no process can be given")
+    return spec
 
 
 class _Body(BaseModel):
@@ -130,19 +146,7 @@ class JobRequest(_Body):
 
     _address = field_validator("consumer_address")(bech32_address)
 
-    @field_validator("spec")
-    @classmethod
-    def _canonical(cls, spec: JobSpec) -> JobSpec:
-        """The spec's digest is taken over its canonical JSON: one that has none (a lone
-        surrogate in a string) is refused here, naming the spec; so is a NUL, which no
-        command line, environment or path can carry (and PostgreSQL cannot read as JSON)."""
-        try:
-            spec.canonical_json()
-        except JobSpecError as exc:
-            raise ValueError(str(exc)) from exc
-        if any("\x00" in text for text in _texts(spec.model_dump(mode="json"))):
-            raise ValueError("a string holds NUL (\\u0000), which no process can be given")
-        return spec
+    _canonical = field_validator("spec")(requestable)
 
 
 class EscrowReport(_Body):
@@ -150,11 +154,12 @@ class EscrowReport(_Body):
 
 
 # A browser wallet's part of a request: a transaction is at most 16 KiB (the ledger's
-# maxTxSize), a witness set of a few keys far less, a UTxO with its tokens a few KiB.
+# maxTxSize), a witness set of a few keys far less, a UTxO with its tokens a few KiB; as
+# many UTxOs as fit the market's default body limit (1 MiB) at the most.
 MAX_TX_HEX = 2 * 16_384
 MAX_WITNESS_SET_HEX = 2 * 4096
 MAX_UTXO_HEX = 2 * 8192
-MAX_WALLET_UTXOS = 64
+MAX_WALLET_UTXOS = 50
 HEX = r"^[0-9a-fA-F]+$"
 
 
@@ -213,7 +218,7 @@ class ChannelTopUp(_Body):
 
 
 class SpecText(_Body):
-    text: str = Field(max_length=64 * 1024, description="The spec, YAML or JSON.")
+    text: Text = Field(max_length=64 * 1024, description="The spec, YAML or JSON.")
 
 
 class AcceptanceBody(_Body):

@@ -173,6 +173,7 @@ class AppConfig(BaseModel):
     channel_hash: str
     channel_address: str
     bond_hash: str
+    settle_hash: str = Field(description="Signed into every receipt (protocol/receipt.py).")
     refund_window_ms: int
     max_utxos: int = Field(description="The most wallet UTxOs a build takes.")
 

@@ -24,6 +24,7 @@ from pycardano import (
     ProtocolParameters,
     ScriptHash,
     Transaction,
+    TransactionOutput,
     TransactionWitnessSet,
     UTxO,
     VerificationKeyHash,
@@ -48,10 +49,12 @@ from offchain.protocol import jobspec, wire
 from offchain.protocol.addresses import to_plutus
 from offchain.protocol.deployment import Deployment
 from offchain.protocol.payloads import verify
+from offchain.protocol.tx_reader import inline_datum
 from offchain.protocol.txbuild import BuildError, with_witnesses
 from offchain.protocol.types import ChannelTerms, TxOutRef
 
 T = TypeVar("T")
+MAX_OUTPUTS = 1 << 16  # the ledger's output index is 16 bits
 
 
 class WalletContext(ChainContext):
@@ -122,13 +125,20 @@ def _address(text: str, deployment: Deployment, field: str) -> Address:
 
 
 def _same_output(given: UTxO, found: UTxO) -> bool:
+    """Whether the wallet's copy of an output is the chain's: address, value, datum (its
+    CBOR: pycardano holds a decoded datum in several classes) and reference script."""
     mine, chain = given.output, found.output
+
+    def script(output: TransactionOutput) -> bytes | None:
+        held = output.script
+        return held if held is None or isinstance(held, bytes) else held.to_cbor()
+
     return (
         mine.address == chain.address
         and mine.amount == chain.amount
         and mine.datum_hash == chain.datum_hash
-        and mine.datum == chain.datum
-        and mine.script == chain.script
+        and inline_datum(mine) == inline_datum(chain)
+        and script(mine) == script(chain)
     )
 
 
@@ -146,6 +156,8 @@ def checked_funds(chain: Chain, funds: schemas.WalletFunds, party: str) -> Walle
             given = UTxO.from_cbor(bytes.fromhex(text))
         except Exception as exc:  # pycardano raises several kinds for bytes of another shape
             raise Invalid(f"not a TransactionUnspentOutput (CBOR hex): {exc}", field) from exc
+        if not 0 <= given.input.index < MAX_OUTPUTS:
+            raise Invalid(f"output index {given.input.index} is not an output's", field)
         ref = format_out_ref(given.input)
         if any(utxo.input == given.input for utxo in checked):
             raise Invalid(f"{ref} is named twice", field)
@@ -342,10 +354,10 @@ def open_channel(
         body.deposit, body.close_period_ms,
     ))  # fmt: skip
     output = tx.transaction_body.outputs[channels.CHANNEL_OUTPUT]
+    channel = unsigned(tx, channel_id=channels.channel_id(terms).hex())
     return wire.WalletChannel(
-        **unsigned(tx).model_dump(), channel_id=channels.channel_id(terms).hex(),
-        terms_cbor=terms.to_cbor_hex(), channel_address=str(output.address),
-        lovelace=output.amount.coin,
+        **channel.model_dump(), terms_cbor=terms.to_cbor_hex(),
+        channel_address=str(output.address), lovelace=output.amount.coin,
     )  # fmt: skip
 
 
@@ -410,23 +422,25 @@ def close(
 
 
 def submit_channel(
-    settings: MarketSettings, chain: Chain, party: str, body: schemas.WitnessedTransaction
-) -> wire.Submitted:
+    session: Session, settings: MarketSettings, chain: Chain, party: str,
+    body: schemas.WitnessedTransaction,
+) -> wire.Submitted:  # fmt: skip
     """A channel transaction of the wallet's (an open, top-up, close or drain): one that
-    pays to or spends from the deployment's channel script, signed by the requester."""
+    pays to the deployment's channel script or spends a channel of the market's index,
+    signed by the requester."""
     tx = cancels.transaction(body.transaction)
     script = chain.deployment.channel_hash
-    outputs = tx.transaction_body.outputs
-    touches = any(o.address.payment_part == script for o in outputs) or any(
-        (found := chain.utxo(ref)) is not None and found.output.address.payment_part == script
-        for ref in tx.transaction_body.inputs
+    spent = [format_out_ref(ref) for ref in tx.transaction_body.inputs]
+    touches = any(o.address.payment_part == script for o in tx.transaction_body.outputs) or (
+        session.exec(select(models.Channel).where(col(models.Channel.ref).in_(spent))).first()
+        is not None
     )
     if not touches:
-        raise Invalid("not a channel transaction: it neither pays to nor spends from the "
-                      "channel script", "transaction")  # fmt: skip
+        raise Invalid("not a channel transaction: it neither pays to the channel script nor "
+                      "spends a channel", "transaction")  # fmt: skip
     signed = witnessed(body.transaction, body.witness_set)
-    return wire.Submitted(tx_id=submit(settings, signed, party, "channel transaction"),
-                          escrow="")  # fmt: skip
+    tx_id = submit(settings, signed, party, "channel transaction")
+    return wire.Submitted(tx_id=tx_id, escrow="")
 
 
 # --- the page's reads ---------------------------------------------------------------------
@@ -442,6 +456,7 @@ def config(settings: MarketSettings, chain: Chain) -> wire.AppConfig:
         channel_hash=deployment.channel_hash.payload.hex(),
         channel_address=str(deployment.channel_address()),
         bond_hash=deployment.bond_hash.payload.hex(),
+        settle_hash=deployment.settle_hash.payload.hex(),
         refund_window_ms=deployment.refund_window_ms,
         max_utxos=schemas.MAX_WALLET_UTXOS,
     )  # fmt: skip
@@ -453,9 +468,11 @@ def check_spec(text: str) -> wire.SpecCheck:
     file's name), else the parsed spec and its digest."""
     try:
         spec = jobspec.spec_from_yaml(text)
-        canonical = spec.canonical_json()
-    except jobspec.JobSpecError as exc:
-        return wire.SpecCheck(ok=False, messages=str(exc).splitlines())
+        canonical = schemas.requestable(spec).canonical_json()
+    except (jobspec.JobSpecError, ValueError) as exc:  # the CLI's, or what POST /jobs refuses
+        # a lone surrogate a message echoes is escaped: UTF-8 cannot carry it
+        said = str(exc).encode("utf-8", "backslashreplace").decode()
+        return wire.SpecCheck(ok=False, messages=said.splitlines())
     return wire.SpecCheck(
         ok=True, messages=[], kind=getattr(spec, "kind", "job"),
         spec=json.loads(canonical), spec_digest=spec.digest().hex(),

@@ -121,10 +121,11 @@ def build_close(
 
 @router.post("/channels/submit")
 def submit_channel(
-    body: schemas.WitnessedTransaction, party: PartyDep, settings: SettingsDep, chain: ChainDep
-) -> wire.Submitted:
+    body: schemas.WitnessedTransaction, party: PartyDep, session: SessionDep,
+    settings: SettingsDep, chain: ChainDep,
+) -> wire.Submitted:  # fmt: skip
     """A channel transaction built above, with the wallet's witness set: submitted."""
-    return wallet_txs.submit_channel(settings, chain, party, body)
+    return wallet_txs.submit_channel(session, settings, chain, party, body)
 
 
 def mount(app: FastAPI) -> None:
