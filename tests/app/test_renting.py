@@ -243,6 +243,12 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await state(renter, "expired", 10_000)
     await renter.shoot("job-dropped")
     assert renter.errors == []
+
+    # an id that is no job's: a page that says so, the id shown as text
+    answer = await page.goto(f"{world['url']}/app/jobs/{PLANTED}")
+    assert answer is not None and answer.status == 404
+    assert PLANTED in await renter.text("[data-testid=missing]")
+    assert await page.evaluate("window.pwned") is None
     await page.close()
 
 
