@@ -12,7 +12,7 @@ a locked job refunded after its close. Each page photographed at phone width."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import docker
@@ -25,6 +25,7 @@ from offchain.chain.follower import tip_point
 from offchain.market.explorer.format import ada
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
+from offchain.protocol.types import EscrowDatum
 from provider import images
 from tests.app.renter import Renter
 from tests.consumer.cli import tx_fee
@@ -176,6 +177,21 @@ async def test_rent_watch_and_verify(devnet, world, browser, busybox):
     await page.close()
 
 
+def tampering(change: Callable[[list[TransactionOutput]], None]) -> Callable[[Any], Any]:
+    """A route handler that passes the market's lock build on with its outputs changed by
+    `change` (the answer's own figures left as the market said them): a misbehaving market."""
+
+    async def handler(route: Any) -> None:
+        answer = await route.fetch()
+        built = await answer.json()
+        tx = Transaction.from_cbor(built["transaction"])
+        change(tx.transaction_body.outputs)
+        built["transaction"] = tx.to_cbor_hex()
+        await route.fulfill(response=answer, body=json.dumps(built))
+
+    return handler
+
+
 async def test_what_the_page_refuses(devnet, world, browser, busybox):
     # a wallet on mainnet is refused before anything is signed
     elsewhere = await renter_in(browser, devnet, world, network_id=1)
@@ -203,17 +219,12 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     stranger = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET).address
     moved: list[int] = []
 
-    async def tampered(route: Any) -> None:
-        answer = await route.fetch()
-        built = await answer.json()
-        tx = Transaction.from_cbor(built["transaction"])
-        change = tx.transaction_body.outputs[1]
-        tx.transaction_body.outputs[1] = TransactionOutput(stranger, change.amount)
+    def pay_a_stranger(outputs: list[TransactionOutput]) -> None:
+        change = outputs[1]
+        outputs[1] = TransactionOutput(stranger, change.amount)
         moved.append(change.amount.coin)
-        built["transaction"] = tx.to_cbor_hex()  # the market's own word on it unchanged
-        await route.fulfill(response=answer, body=json.dumps(built))
 
-    await page.route("**/lock/build", tampered)
+    await page.route("**/lock/build", tampering(pay_a_stranger))
     await page.click("#build")
     differs = page.locator("#differs li")
     await differs.first.wait_for()
@@ -224,6 +235,23 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     assert await page.locator("#sign").is_hidden()
     await renter.said("Not signed")
     await renter.shoot("new-job-tampered")
+    await page.unroute("**/lock/build")
+
+    # the escrow's lovelace as quoted, but its datum dearer than the quote
+    def dearer(outputs: list[TransactionOutput]) -> None:
+        escrow = outputs[0]
+        datum = EscrowDatum.from_cbor(escrow.datum.to_cbor())
+        datum.price_per_unit += 1
+        outputs[0] = TransactionOutput(escrow.address, escrow.amount, datum=datum)
+
+    await page.route("**/lock/build", tampering(dearer))
+    await page.click("#build")
+    price = (await job_of(world, job_id))["job"]["quote"]["price_per_unit"]
+    await page.locator("#differs li", has_text="price_per_unit").wait_for()
+    assert await differs.all_inner_texts() == [
+        f"the escrow's price_per_unit is {price + 1}, the quote says {price}"
+    ]
+    assert await page.locator("#sign").is_hidden() and renter.wallet.signed == []
     await page.unroute("**/lock/build")
 
     # the honest lock, declined in the wallet: said plainly, nothing submitted

@@ -5,7 +5,7 @@ import { compare, view } from "./txview.js";
 import { WalletError, marketConfig, plainly } from "./wallet.js";
 
 // Shows `hex` and returns what differs from `expected` ({lovelace}: the escrow's quoted
-// amount, null for none).
+// amount, null for none; `terms`: what its datum must hold).
 export async function review(api, hex, expected) {
   const tx = view(hex);
   const config = await marketConfig();
@@ -22,7 +22,7 @@ export async function review(api, hex, expected) {
   });
   document.getElementById("outputs").replaceChildren(...rows);
   document.getElementById("fee").textContent = ada(tx.fee);
-  const differs = compare(tx, { escrowHash: config.escrow_hash, lovelace: expected.lovelace }, own);
+  const differs = compare(tx, { escrowHash: config.escrow_hash, ...expected }, own);
   list(document.getElementById("differs"), differs);
   document.getElementById("review").hidden = false;
   if (differs.length) say("Not signed: this transaction is not what the market quoted.", true);
