@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE
+
 Isolation = Literal["mig", "mps"]
 ISOLATIONS: tuple[Isolation, ...] = ("mig", "mps")  # in order of preference
 MAX_SLICES_PER_GPU = 64  # MIG gives at most 7; MPS up to 48 clients per GPU (Volta+)
@@ -26,6 +28,7 @@ MAX_SLICE_OFFERS = 64  # entries in one offer's gpu_slices
 MAX_FAULT_NOTE = 300
 MAX_GPU_MODEL = 128
 MAX_MEMORY_MIB = 1 << 24  # as the job spec's bounds
+MAX_PRICE_PER_UNIT = MAX_SUPPLY_LOVELACE // MAX_DURATION_S  # as an offer's price_per_unit
 FAULT_NOTES: dict[Isolation, str] = {
     "mig": "MIG: this slice is a hardware GPU instance; its memory, SMs and faults are "
     "isolated from every other slice and from the operator's work.",
@@ -108,6 +111,14 @@ class SliceOffer(_Strict):
     def describe(self) -> str:
         return (f"{self.count} x {self.memory_mib} MiB / {self.sm_percent}% SMs of "
                 f"{self.gpu_model} ({self.isolation})")  # fmt: skip
+
+
+class SliceTerms(SliceOffer):
+    """An offer's `gpu_slices` entry as signed and published: the slice and the price per
+    second of a job's whole bundle on one such slice (the slice pro rata, its cores, memory
+    and disk), which the quote of a job asking a fraction states."""
+
+    price_per_unit: int = Field(ge=0, le=MAX_PRICE_PER_UNIT)
 
 
 def slice_price(gpu_price: int, sm_percent: int) -> int:
