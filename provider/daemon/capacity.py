@@ -110,7 +110,8 @@ def slots_of(
     offered = [(SliceOffer(gpu_model=model, memory_mib=memory, sm_percent=sm, count=n,
                            isolation=isolation, fault_note=FAULT_NOTES[isolation]), price)
                for (model, memory, sm, isolation, price), n in sorted(grouped.items())]  # fmt: skip
-    model = gpus[0].name if gpus else ""
+    # the offer's model: its whole GPUs', else its slices' (a job on a slice is counted there)
+    model = gpus[0].name if gpus else next((piece.gpu_model for piece in slices), "")
     bundle = Bundle(
         resources, model, offer.bundle_price(resources), count,
         tuple(entry for entry, _ in offered), tuple(price for _, price in offered), why,
