@@ -102,11 +102,11 @@ def slots_of(
                                                 "gpu_sm_percent": piece.sm_percent})  # fmt: skip
         cost = min(offer.bundle_price(fraction), MAX_PRICE_PER_UNIT)
         slots.append(Slot(len(slots), (), fraction, piece, cost))
-    entries = Counter((slot.gpu_slice, slot.price_per_unit) for slot in slots if slot.gpu_slice)
-    grouped: Counter[tuple[str, int, int, Isolation, int]] = Counter()
-    for (piece, price), n in entries.items():
-        assert piece is not None and price is not None
-        grouped[(piece.gpu_model, piece.memory_mib, piece.sm_percent, piece.isolation, price)] += n
+    grouped = Counter(  # equal slices are one entry of the offer, with their count
+        (slot.gpu_slice.gpu_model, slot.gpu_slice.memory_mib, slot.gpu_slice.sm_percent,
+         slot.gpu_slice.isolation, slot.price_per_unit or 0)
+        for slot in slots if slot.gpu_slice is not None
+    )  # fmt: skip
     offered = [(SliceOffer(gpu_model=model, memory_mib=memory, sm_percent=sm, count=n,
                            isolation=isolation, fault_note=FAULT_NOTES[isolation]), price)
                for (model, memory, sm, isolation, price), n in sorted(grouped.items())]  # fmt: skip
