@@ -12,7 +12,8 @@ BASE = "image: busybox\ncommand: [echo]\nmax_duration_s: 5\nmax_price_lovelace: 
 
 
 def test_a_fraction_reads_and_is_in_the_specs_bytes():
-    spec = jobspec_from_yaml(BASE + "resources: {gpus: 0, gpu_memory_mib: 4096, gpu_sm_percent: 25}")
+    fraction = "resources: {gpus: 0, gpu_memory_mib: 4096, gpu_sm_percent: 25}"
+    spec = jobspec_from_yaml(BASE + fraction)
     assert spec.resources.fraction == (4096, 25) and spec.resources.gpus == 0
     assert b'"gpu_memory_mib":4096,"gpu_sm_percent":25' in spec.canonical_json()
     assert JobSpec.model_validate_json(spec.model_dump_json()) == spec
