@@ -190,6 +190,7 @@ def test_gpu_slices_show_their_isolation_fault_note_and_self_test_escaped(client
     assert "3 \u00d7 2048 MiB / 25% SMs of <script>" in said and "MPS: <script>" in said
     assert "7400 GFLOP/s matmul, 2048 MiB allocated, past the limit refused" in said
     assert "Not shared: <script>" in said and PLANTED not in page.text
+    assert "3 \u00d7 25% / 2048 MiB slice (MPS)" in seen(client.get("/explorer/providers").text)
     shown = client.get(f"/api/explorer/providers/{PROVIDER}").json()["provider"]
     assert shown["gpu_slices"] == [SLICE] and shown["gpu_slices_note"] == PLANTED
 
