@@ -12,8 +12,6 @@ import shutil
 from collections import Counter
 from collections.abc import Callable
 
-from pydantic import ValidationError
-
 from offchain.protocol.gpu_slices import (
     FAULT_NOTES,
     MAX_PRICE_PER_UNIT,
@@ -21,8 +19,7 @@ from offchain.protocol.gpu_slices import (
     Isolation,
     SliceOffer,
 )
-from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.wire import Assignment
+from offchain.protocol.jobspec import Resources
 from provider.config import MIB, ConfigError, Offer, SharedGpu
 from provider.inventory import GpuInfo, HostInventory
 
@@ -149,14 +146,6 @@ def gpu_slices(
 
 
 WHOLE = Resources()  # what asks a whole slot (no fraction of a GPU)
-
-
-def asked(assignment: Assignment) -> Resources | None:
-    """The resources an assignment's spec asks (None: not a readable spec; refused later)."""
-    try:
-        return JobSpec.model_validate(assignment.spec).resources
-    except ValidationError:
-        return None
 
 
 class Capacity:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from offchain.protocol.acceptance import Offered, describe, refusals
 from offchain.protocol.escrow import acceptance_terms
 from offchain.protocol.escrow_check import check_terms
-from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import ImageSupply
@@ -32,7 +32,7 @@ from offchain.protocol.wire import Assignment, JobPublic
 from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
-from provider.daemon.capacity import Bundle, Capacity, Slot, asked
+from provider.daemon.capacity import Bundle, Capacity, Slot
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.journal import JobEntry, Journal
 from provider.images import local_images
@@ -425,3 +425,11 @@ class LogShipper:
             if self.closed:
                 return
             await asyncio.sleep(LOG_FLUSH_S)
+
+
+def asked(assignment: Assignment) -> Resources | None:
+    """The resources an assignment's spec asks (None: not a readable spec; refused later)."""
+    try:
+        return JobSpec.model_validate(assignment.spec).resources
+    except ValidationError:
+        return None
