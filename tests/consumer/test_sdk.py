@@ -153,6 +153,24 @@ async def test_a_quote_whose_offer_signature_does_not_match_is_refused(
     assert list(consumer.store.all()) == []
 
 
+async def test_a_fraction_is_locked_at_its_slices_signed_price(consumer, provider):
+    """A job asking a fraction of a GPU is quoted at the price of the cheapest slice of the
+    signed offer that holds it; the renter checks that price there, not the bundle's."""
+    piece = {
+        "gpu_model": GPU,
+        "memory_mib": 10240,
+        "sm_percent": 25,
+        "count": 2,
+        "isolation": "mps",
+        "fault_note": "MPS: faults shared",
+        "price_per_unit": 777,
+    }
+    await provider.offer(gpu_slices=[piece])
+    fraction = {**SPEC, "resources": {"gpu_memory_mib": 8192, "gpu_sm_percent": 25}}
+    checked = await consumer.quote(parse_jobspec(fraction))
+    assert checked.datum.price_per_unit == 777 and checked.terms["price_per_unit"] == PRICE
+
+
 async def test_refund_after_a_provider_never_starts(consumer, provider, devnet):
     start = balance(devnet, consumer.key.address)
     job_id, _, lock_fee = await funded_job(consumer, provider)

@@ -30,6 +30,7 @@ from offchain.protocol import wire
 from offchain.protocol.amounts import ada
 from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
 from offchain.protocol.txbuild import BuildError
@@ -92,6 +93,7 @@ def match(
     offer, provider = offers.best_offer(
         session, spec, request.gpu_model, offers.available_now(settings)
     )
+    _, price = offers.quoted_bundle(offer, spec.resources)  # a fraction: its slice's price
     at = jobs.now_ms()
     job = Job(
         id=jobs.new_job_id(), consumer_vkey=consumer_vkey.hex(), consumer_id=consumer_id,
@@ -99,8 +101,8 @@ def match(
         spec_digest=spec.job_id().hex(),
         max_price=spec.max_price_lovelace, provider_id=provider.id, offer_id=offer.id,
         provider_vkey=provider.vkey, provider_address=provider.payout_address,
-        gpu_model=offer.gpu_model, price_per_unit=offer.price_per_unit,
-        max_units=spec.max_duration_s, deadline_ms=expires + spec.max_duration_s * 1000,
+        gpu_model=offer.gpu_model, price_per_unit=price, max_units=spec.max_duration_s,
+        deadline_ms=expires + spec.max_duration_s * 1000,
         settle_window_ms=settings.settle_window_ms,
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
@@ -130,6 +132,7 @@ def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
     assert job.price_per_unit is not None and job.max_units is not None
     assert job.fee_allowance is not None
     deposit = quote_terms.refund_deposit(job)
+    spec = JobSpec.model_validate(spec_of(job))
     return wire.Quote(
         job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
         price_per_unit=job.price_per_unit, max_units=job.max_units,
@@ -138,7 +141,7 @@ def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
         refund_deposit=deposit, lock_lovelace=job.lock_lovelace,
         quote_expires_ms=job.quote_expires_ms, settle_fee_share=settle_fee_share,
         fee_allowance_note=allowance_note(job.fee_allowance, deposit),
-        image=spec_of(job)["image"],
+        image=spec_of(job)["image"], gpu_slice=offers.slice_for(offer.body, spec.resources),
     )  # fmt: skip
 
 
