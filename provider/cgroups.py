@@ -186,3 +186,10 @@ def job_ids(runner_id: str, systemd: bool = False, fs: CgroupFs | None = None) -
     prefix, suffix = (f"{BASE}-{runner_id}_", ".slice") if systemd else (f"{runner_id}_", "")
     names = [e.name for e in directory.iterdir() if e.name.startswith(prefix)]
     return sorted(name.removeprefix(prefix).removesuffix(suffix) for name in names)
+
+
+def in_any_job(pid: int, fs: CgroupFs | None = None) -> bool:
+    """Whether host process `pid` runs in some job's container (any runner's): a GPU process
+    that does not is the operator's own work."""
+    path = cgroup_of(pid, fs)
+    return path is not None and path.startswith((f"/{BASE}/", f"/{BASE}.slice/"))

@@ -32,6 +32,7 @@ from provider import cgroups, egress, images
 from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
+from provider.gpu_share import SliceGrant
 from provider.inputs import FetchPolicy, InputError, stage_inputs
 from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
 from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
@@ -54,6 +55,7 @@ class JobFile(BaseModel):
     spec: JobSpec
     gpu_uuids: list[str]
     escrow: str | None = None  # TXID#IX of the escrow that pays the job, for a recovered run
+    gpu_slice: SliceGrant | None = None  # the job's slice of a shared GPU
 
 
 class RunResult(BaseModel):
@@ -103,23 +105,27 @@ class Runner:
         gpu_uuids: list[str] | None = None,
         on_log: LogSink | None = None,
         escrow: str | None = None,
+        gpu_slice: SliceGrant | None = None,
     ) -> RunResult:
         """Run `spec` to the end (or its max duration) and return what happened; `escrow`
-        (TXID#IX) is kept with the job so that a run recovered after a crash can be paid."""
+        (TXID#IX) is kept with the job so that a run recovered after a crash can be paid.
+        `gpu_slice`: the job runs on that slice of a shared GPU (and on no whole GPU)."""
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
+        if gpu_slice is not None and gpus:
+            raise ValueError("a job runs on whole GPUs or on a slice, not both")
         # the cgroup's name checks the job id before anything is made in its name
         cgroup = JobCgroup(self.runner_id, job_id, self.systemd)
         workspace = self.jobs_dir / job_id
         if workspace.exists() or (self.results_dir / job_id).exists():
             raise ValueError(f"job {job_id} has already run here")
         workspace.mkdir()
-        job = JobFile(spec=spec, gpu_uuids=gpus, escrow=escrow)
+        job = JobFile(spec=spec, gpu_uuids=gpus, escrow=escrow, gpu_slice=gpu_slice)
         try:
             (workspace / "job.json").write_text(job.model_dump_json())
             try:
-                container = self._start(job_id, spec, gpus, cgroup, workspace)
+                container = self._start(job_id, job, cgroup, workspace)
             except (JobStartError, DockerException) as exc:
                 reason = engine_reason(exc)
                 return self._save(
@@ -141,10 +147,9 @@ class Runner:
         for container in self._containers(job_id):
             _kill(container)
 
-    def _start(
-        self, job_id: str, spec: JobSpec, gpus: list[str], cgroup: JobCgroup, workspace: Path
-    ) -> Container:
+    def _start(self, job_id: str, job: JobFile, cgroup: JobCgroup, workspace: Path) -> Container:
         """Inputs, /out and the container (made side by side), then start it."""
+        spec = job.spec
         inputs = None
         if spec.inputs:
             inputs = workspace / "in"
@@ -161,8 +166,8 @@ class Runner:
         volume = OutVolume(workspace)
         volume.mountpoint.mkdir()
         options = container_options(
-            self.runner_id, job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs), gpus,
-            cgroup.docker_parent, self.settings,
+            self.runner_id, job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs),
+            job.gpu_uuids, cgroup.docker_parent, self.settings, job.gpu_slice,
         )  # fmt: skip
         with ThreadPoolExecutor(1) as pool:
             making_volume = pool.submit(
@@ -184,15 +189,22 @@ class Runner:
         gap: bool = False,
     ) -> RunResult:
         """Meter the running container until it exits or its time is up, then take the results."""
-        spec, gpus = job.spec, job.gpu_uuids
+        spec, gpus, grant = job.spec, job.gpu_uuids, job.gpu_slice
+        metered = [grant.device] if grant is not None else gpus
         with ExitStack() as stack:
-            gpu = stack.enter_context(GpuMeter(gpus, cgroup.contains_pid)) if gpus else None
+            gpu = None
+            if metered:
+                meter = GpuMeter(metered, cgroup.contains_pid, shared=grant is not None)
+                gpu = stack.enter_context(meter)
             sampler = Sampler(cgroup, gpu).start()
             stack.callback(sampler.stop)
             logs = _follow_logs(container, on_log) if on_log else None
             timed_out = _wait(container, deadline - time.monotonic())
             sampler.stop()
             gpu_usage = gpu.usage() if gpu is not None else []  # while NVML is still open
+            share = None
+            if gpu is not None and grant is not None:
+                share = gpu.share(grant.isolation, grant.memory_mib, grant.sm_percent)
             if logs is not None:
                 logs.join(timeout=5)
         container.reload()
@@ -224,6 +236,7 @@ class Runner:
             gpu_samples=sampler.gpu_samples,
             gap=gap,
             image_digest=spec.image if images.by_digest(spec.image) else None,
+            gpu_share=share,
         )
         results = self.results_dir / job_id
         results.mkdir(exist_ok=True)

@@ -16,6 +16,7 @@ from provider.config import RunnerSettings
 from provider.images import BUSYBOX_REPOSITORY
 from provider.runner import Runner
 from tests.provider.chain import deployed
+from tests.provider.fake_nvml import fake_nvml  # noqa: F401  (a fixture of the provider's tests)
 from tests.registry import LocalRegistry
 
 
