@@ -1,0 +1,188 @@
+"""Sharing a GPU, against FAKES: a FAKE NVML (tests/provider/fake_nvml.py) and a FAKE
+`nvidia-cuda-mps-control` (tests/provider/fake_mps/) that records what it is told. The choice
+of isolation, the MPS daemon's commands, the docker options of a job on a slice, and metering
+by process (job vs operator) are checked here; the real paths are the `gpu`-marked tests in
+test_gpu_sharing.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from docker.models.containers import _create_container_args
+
+from offchain.protocol.metering import GpuSample, GpuUsage
+from provider import mps
+from provider.config import RunnerSettings
+from provider.gpu_meter import GpuMeter, GpuProcess, gpu_processes
+from provider.gpu_share import GpuIsolation, MigInstance, SliceGrant, choose, isolation_of
+from provider.inventory import GpuInfo, gpu_inventory
+from provider.sandbox import JobMounts, container_options
+from provider.selftest import job
+from tests.provider.fake_nvml import (
+    A100, H100, JOB_PID, MIG_1, MIG_2, OTHER_PID, accounting, process, utilization,
+)  # fmt: skip
+
+FAKE_MPS = Path(__file__).parent / "fake_mps"
+GPU = GpuInfo(0, H100, "NVIDIA H100 80GB HBM3", 80 << 30, "9.0", "disabled")
+
+
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch) -> Path:
+    """The fake control program first on PATH; its calls land in the returned log."""
+    log = tmp_path / "mps-calls.jsonl"
+    log.touch()
+    monkeypatch.setenv("PATH", f"{FAKE_MPS}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_MPS_LOG", str(log))
+    return log
+
+
+def calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_mig_is_chosen_where_enabled_with_instances_else_mps_else_none():
+    instances = [MigInstance(MIG_1, 20480)]
+    mig = choose(GpuInfo(1, A100, "A100", 40 << 30, "8.0", "enabled"), instances, "/bin/ctl")
+    assert (mig.kind, mig.instances, mig.index) == ("mig", (instances[0],), 1)
+    assert "hardware instance" in mig.fault_note and mig.offers_fractions
+    made_none = choose(GpuInfo(1, A100, "A100", 40 << 30, "8.0", "enabled"), [], "/bin/ctl")
+    assert made_none.kind == "none" and "no MIG instance" in made_none.reason
+    shared = choose(GPU, [], "/usr/bin/nvidia-cuda-mps-control")
+    assert (shared.kind, shared.fault_note) == ("mps", mps.FAULT_NOTE)
+    assert "MIG disabled" in shared.reason
+    alone = choose(GpuInfo(0, H100, "GTX 1080", 8 << 30, "6.1", "unsupported"), [], None)
+    assert alone == GpuIsolation(
+        H100, 0, "none",
+        "no MIG (unsupported) and no nvidia-cuda-mps-control on PATH: no fractions offered",
+    )  # fmt: skip
+    assert not alone.offers_fractions
+
+
+def test_fake_nvml_isolation_per_gpu_reads_mig_instances(fake_nvml, fake_mps):
+    gpus = list(gpu_inventory().gpus)
+    chosen = isolation_of(gpus)  # the fake control program is on PATH
+    assert chosen[H100].kind == "mps"
+    assert chosen[H100].reason.endswith(f"MPS ({FAKE_MPS / mps.CONTROL})")
+    assert chosen[A100].instances == (MigInstance(MIG_1, 20480), MigInstance(MIG_2, 10240))
+
+
+def test_without_the_mps_program_a_gpu_without_mig_offers_no_fractions(fake_nvml, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    chosen = isolation_of(list(gpu_inventory().gpus))
+    assert chosen[H100].kind == "none" and "no nvidia-cuda-mps-control" in chosen[H100].reason
+    assert chosen[A100].kind == "mig"
+
+
+def test_fake_mps_daemon_starts_under_the_state_dir_and_bounds_new_servers(tmp_path, fake_mps):
+    daemon = mps.MpsDaemon(tmp_path / "state")
+    assert not daemon.running()
+    daemon.start({0: 40960, 2: 20480}, 50)
+    daemon.start({0: 40960, 2: 20480}, 50)  # running: not started twice
+    assert daemon.pipe_dir == tmp_path / "state" / "mps" / "pipe" and daemon.log_dir.is_dir()
+    assert daemon.pipe_dir.stat().st_mode & 0o777 == 0o755
+    daemon.stop()
+    daemon.stop()  # stopped: nothing to say
+    seen = calls(fake_mps)
+    assert {c["pipe"] for c in seen} == {str(daemon.pipe_dir)}
+    assert {c["log_dir"] for c in seen} == {str(daemon.log_dir)}
+    said = [" ".join(c["argv"]) or c["lines"][0] for c in seen]
+    bound = ["set_default_device_pinned_mem_limit 0 40960M",
+             "set_default_device_pinned_mem_limit 2 20480M",
+             "set_default_active_thread_percentage 50"]  # fmt: skip
+    assert said == [
+        "get_server_list", "get_server_list", "-d", "get_server_list", *bound,
+        "get_server_list", *bound,
+        "get_server_list", "quit", "get_server_list",
+    ]  # fmt: skip
+
+
+def test_fake_mps_daemon_that_cannot_start_says_why(tmp_path, fake_mps, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_BROKEN", "1")
+    with pytest.raises(mps.MpsError, match="-d"):
+        mps.MpsDaemon(tmp_path).start({0: 1024}, 25)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert mps.control_binary() is None
+    with pytest.raises(mps.MpsError, match="No such file"):
+        mps.MpsDaemon(tmp_path).command("get_server_list")
+
+
+def slice_options(tmp_path: Path, grant: SliceGrant | None, env: dict[str, str]) -> dict:
+    """The create request (as docker-py encodes it) of a job on `grant`; the spec's env is set
+    past validation, which refuses CUDA_MPS_* and NVIDIA_* names, to show the provider's win."""
+    spec = job("unchained/busybox:any", ["true"]).model_copy(update={"env": env})
+    options = container_options(
+        "r1", "slice_job", spec, spec.image, JobMounts(tmp_path, None), [], "/unchained/r1_s",
+        RunnerSettings(state_dir=tmp_path), grant,
+    )  # fmt: skip
+    return _create_container_args({**options, "version": "1.41"})
+
+
+def test_a_job_on_an_mps_slice_gets_the_limits_after_its_own_env_and_the_pipe(tmp_path):
+    grant = SliceGrant("mps", H100, 10240, 25, str(tmp_path / "pipe"))
+    raise_ = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100", "NVIDIA_VISIBLE_DEVICES": "all",
+              "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=80000M", "MINE": "1"}  # fmt: skip
+    args = slice_options(tmp_path, grant, raise_)
+    env = args["environment"]
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == mps.PIPE_IN_CONTAINER
+    assert env["NVIDIA_VISIBLE_DEVICES"] == H100 and env["MINE"] == "1"
+    host = args["host_config"]
+    assert host["DeviceRequests"][0]["DeviceIDs"] == [H100]
+    assert host["IpcMode"] == "host"
+    pipe = [m for m in host["Mounts"] if m["Target"] == mps.PIPE_IN_CONTAINER]
+    assert [(m["Source"], m["Type"]) for m in pipe] == [(grant.pipe_dir, "bind")]
+    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]  # still hardened
+
+
+def test_a_job_on_a_mig_slice_gets_the_instance_and_nothing_of_mps(tmp_path):
+    args = slice_options(tmp_path, SliceGrant("mig", MIG_1, 20480, 43), {})
+    assert args["host_config"]["DeviceRequests"][0]["DeviceIDs"] == [MIG_1]
+    assert not any(item.startswith("CUDA_MPS") for item in args["environment"])
+    assert "IpcMode" not in args["host_config"]
+    whole = slice_options(tmp_path, None, {})
+    assert "IpcMode" not in whole["host_config"] and len(whole["host_config"]["Mounts"]) == 1
+
+
+def test_an_mps_grant_without_the_daemons_pipe_is_a_bug(tmp_path):
+    with pytest.raises(ValueError, match="pipe"):
+        slice_options(tmp_path, SliceGrant("mps", H100, 1024, 10), {})
+
+
+def test_fake_nvml_a_slice_is_metered_by_process_without_the_devices_energy(fake_nvml):
+    fake_nvml.samples[H100] = [
+        utilization(JOB_PID, 10**16, 21, memory_util=7),
+        utilization(OTHER_PID, 10**16 + 1, 70, memory_util=40),  # the operator's miner
+    ]
+    fake_nvml.accounting[H100] = {JOB_PID: accounting(19, 6, 3 << 30)}
+    with GpuMeter([H100], belongs=lambda pid: pid == JOB_PID, shared=True) as meter:
+        sample = meter.sample(100)
+        usage = meter.usage()
+        share = meter.share("mps", 10240, 25)
+    assert sample == [GpuSample(100, H100, 2 << 30, 21, None)]
+    assert usage == [GpuUsage(H100, None, 2 << 30, 21, 1)]
+    assert share.model_dump() == {
+        "uuid": H100, "isolation": "mps", "memory_mib": 10240, "sm_percent": 25,
+        "memory_util_peak": 7, "accounting_gpu_percent": 19,
+        "accounting_memory_peak_bytes": 3 << 30,
+    }  # fmt: skip
+
+
+def test_fake_nvml_without_accounting_the_share_says_none(fake_nvml):
+    fake_nvml.processes[A100] = [process(JOB_PID, 1 << 30)]
+    with GpuMeter([A100], belongs=lambda pid: pid == JOB_PID, shared=True) as meter:
+        meter.sample(0)  # MIG: no utilization samples at all
+        share = meter.share("mig", 20480, 43)
+    assert (share.memory_util_peak, share.accounting_gpu_percent) == (None, None)
+    assert share.accounting_memory_peak_bytes is None
+
+
+def test_fake_nvml_processes_outside_every_job_are_the_operators(fake_nvml):
+    fake_nvml.samples[H100] = [utilization(OTHER_PID, 2**62, 88)]
+    found = gpu_processes([H100, A100], is_job=lambda pid: pid == JOB_PID)
+    assert found == [
+        GpuProcess(H100, JOB_PID, 2 << 30, None, True),
+        GpuProcess(H100, OTHER_PID, 1 << 30, 88, False),
+    ]
