@@ -20,9 +20,8 @@ from provider.gpu_share import GpuIsolation, MigInstance, SliceGrant, choose, is
 from provider.inventory import GpuInfo, gpu_inventory
 from provider.sandbox import JobMounts, container_options
 from provider.selftest import job
-from tests.provider.fake_nvml import (
-    A100, H100, JOB_PID, MIG_1, MIG_2, OTHER_PID, accounting, process, utilization,
-)  # fmt: skip
+from tests.provider import fake_nvml as fake
+from tests.provider.fake_nvml import A100, H100, JOB_PID, MIG_1, MIG_2, OTHER_PID
 
 FAKE_MPS = Path(__file__).parent / "fake_mps"
 GPU = GpuInfo(0, H100, "NVIDIA H100 80GB HBM3", 80 << 30, "9.0", "disabled")
@@ -153,10 +152,10 @@ def test_an_mps_grant_without_the_daemons_pipe_is_a_bug(tmp_path):
 
 def test_fake_nvml_a_slice_is_metered_by_process_without_the_devices_energy(fake_nvml):
     fake_nvml.samples[H100] = [
-        utilization(JOB_PID, 10**16, 21, memory_util=7),
-        utilization(OTHER_PID, 10**16 + 1, 70, memory_util=40),  # the operator's miner
+        fake.utilization(JOB_PID, 10**16, 21, memory_util=7),
+        fake.utilization(OTHER_PID, 10**16 + 1, 70, memory_util=40),  # the operator's miner
     ]
-    fake_nvml.accounting[H100] = {JOB_PID: accounting(19, 6, 3 << 30)}
+    fake_nvml.accounting[H100] = {JOB_PID: fake.accounting(19, 6, 3 << 30)}
     with GpuMeter([H100], belongs=lambda pid: pid == JOB_PID, shared=True) as meter:
         sample = meter.sample(100)
         usage = meter.usage()
@@ -171,7 +170,7 @@ def test_fake_nvml_a_slice_is_metered_by_process_without_the_devices_energy(fake
 
 
 def test_fake_nvml_without_accounting_the_share_says_none(fake_nvml):
-    fake_nvml.processes[A100] = [process(JOB_PID, 1 << 30)]
+    fake_nvml.processes[A100] = [fake.process(JOB_PID, 1 << 30)]
     with GpuMeter([A100], belongs=lambda pid: pid == JOB_PID, shared=True) as meter:
         meter.sample(0)  # MIG: no utilization samples at all
         share = meter.share("mig", 20480, 43)
@@ -180,7 +179,7 @@ def test_fake_nvml_without_accounting_the_share_says_none(fake_nvml):
 
 
 def test_fake_nvml_processes_outside_every_job_are_the_operators(fake_nvml):
-    fake_nvml.samples[H100] = [utilization(OTHER_PID, 2**62, 88)]
+    fake_nvml.samples[H100] = [fake.utilization(OTHER_PID, 2**62, 88)]
     found = gpu_processes([H100, A100], is_job=lambda pid: pid == JOB_PID)
     assert found == [
         GpuProcess(H100, JOB_PID, 2 << 30, None, True),
