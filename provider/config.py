@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
 from offchain.errors import UnchainedError
+from offchain.protocol.gpu_slices import MAX_SLICES_PER_GPU, slice_price
 from offchain.protocol.jobspec import JobSpec, Resources, describe
 from offchain.settings_base import FileUse, LayeredSettings, SettingsFileError
 from provider.inventory import HostInventory
@@ -49,10 +50,55 @@ class Prices(_Section):
     disk_gib: int = Field(1, ge=0, description="per GiB of /out, rounded up")
 
 
+class SharedGpu(_Section):
+    """One GPU shared with the operator's own work (`[[offer.shared_gpus]]`): what the operator
+    keeps (memory and a share of the SMs, e.g. for a miner) and the equal slices rented beside
+    it. A slice's size is given or derived: what is not kept, divided by `slices` (rounded
+    down). The slices and what is kept must fit the GPU: its memory and 100% of its SMs."""
+
+    uuid: str = Field(min_length=1, description="the GPU's UUID (GPU-...)")
+    keep_memory_mib: int = Field(0, ge=0, description="device memory kept for the operator")
+    keep_sm_percent: int = Field(0, ge=0, le=99, description="share of the SMs kept")
+    slices: int = Field(ge=1, le=MAX_SLICES_PER_GPU, description="slices rented on this GPU")
+    slice_memory_mib: int | None = Field(None, ge=1, description="unset: derived")
+    slice_sm_percent: int | None = Field(None, ge=1, le=100, description="unset: derived")
+
+    @model_validator(mode="after")
+    def _sm_fits(self) -> SharedGpu:
+        sm = self.sm_percent()
+        if sm < 1:
+            free = 100 - self.keep_sm_percent
+            raise ValueError(f"{self.uuid}: {self.slices} slices of the {free}% of SMs not "
+                             "kept leave less than 1% each")  # fmt: skip
+        if self.slices * sm + self.keep_sm_percent > 100:
+            raise ValueError(f"{self.uuid}: {self.slices} slices x {sm}% SMs + "
+                             f"{self.keep_sm_percent}% kept is more than 100% of the GPU's "
+                             "SMs")  # fmt: skip
+        return self
+
+    def sm_percent(self) -> int:
+        """One slice's share of the SMs."""
+        return self.slice_sm_percent or (100 - self.keep_sm_percent) // self.slices
+
+    def memory_mib(self, total_mib: int) -> int:
+        """One slice's memory on a GPU of `total_mib`; ConfigError when the slices and what is
+        kept do not fit it."""
+        size = self.slice_memory_mib or (total_mib - self.keep_memory_mib) // self.slices
+        if size < 1 or self.slices * size + self.keep_memory_mib > total_mib:
+            raise ConfigError(
+                f"offer.shared_gpus {self.uuid}: {self.slices} slices x {max(size, 0)} MiB + "
+                f"{self.keep_memory_mib} MiB kept do not fit the GPU's {total_mib} MiB"
+            )
+        return size
+
+
 class Offer(_Section):
     """What the operator lends to jobs, and for how much."""
 
     gpus: list[str] = Field(default_factory=list, description="GPU UUIDs offered")
+    shared_gpus: list[SharedGpu] = Field(
+        default_factory=list, description="GPUs shared with the operator's work, in slices"
+    )
     cpu_cores: int = Field(ge=1)
     memory_mib: int = Field(ge=16)
     disk_mib: int = Field(ge=1)
@@ -65,14 +111,28 @@ class Offer(_Section):
         "per-request endpoints; per-second ones pay the bundle's price)",
     )  # fmt: skip
 
+    @model_validator(mode="after")
+    def _whole_or_shared(self) -> Offer:
+        shared = [gpu.uuid for gpu in self.shared_gpus]
+        twice = sorted({uuid for uuid in shared if shared.count(uuid) > 1})
+        if twice:
+            raise ValueError(f"shared_gpus names {', '.join(twice)} twice")
+        both = sorted(set(shared) & set(self.gpus))
+        if both:
+            raise ValueError(f"{', '.join(both)}: a GPU is offered whole (gpus) or shared "
+                             "(shared_gpus), not both")  # fmt: skip
+        return self
+
     def price_per_unit(self, spec: JobSpec) -> int:
         """Lovelace per billed second of the spec's bundle."""
         return self.bundle_price(spec.resources)
 
     def bundle_price(self, wanted: Resources) -> int:
-        """Lovelace per second of a bundle of `wanted` resources."""
+        """Lovelace per second of a bundle of `wanted` resources (a GPU slice: the GPU's price
+        pro rata by its share of the SMs, rounded up)."""
         return (
             wanted.gpus * self.prices.gpu
+            + slice_price(self.prices.gpu, wanted.gpu_sm_percent)
             + wanted.cpu_cores * self.prices.cpu_core
             + -(-wanted.memory_mib // 1024) * self.prices.memory_gib
             + -(-wanted.disk_mib // 1024) * self.prices.disk_gib

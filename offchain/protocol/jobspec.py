@@ -26,7 +26,16 @@ from typing import Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from offchain.errors import UnchainedError
 
@@ -40,7 +49,9 @@ IMAGE_REFERENCE = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
 )
 INPUT_SCHEMES = ("https", "http", "data")
-PROVIDER_ENV_PREFIX = "NVIDIA_"  # the provider pins GPUs itself; a job may not widen that
+# the provider pins GPUs (NVIDIA_*) and a GPU slice's MPS limits (CUDA_MPS_*) itself: a job may
+# not widen them
+PROVIDER_ENV_PREFIXES = ("NVIDIA_", "CUDA_MPS_")
 HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
 MAX_REPLICAS = 64
 KINDS = ("job", "service", "pod")
@@ -129,12 +140,22 @@ class InputFile(_Strict):
         return digest
 
 
+FRACTION_FIELDS = ("gpu_memory_mib", "gpu_sm_percent")
+
+
 class Bundle(_Strict):
     """GPUs, cores and memory: what a container may use. A service's whole bundle; a job's
-    adds the size of its /out (`Resources`)."""
+    adds the size of its /out (`Resources`).
+
+    `gpus` counts whole GPUs. A fraction of one GPU is asked with `gpus: 0` and both
+    `gpu_memory_mib` (the device memory it needs) and `gpu_sm_percent` (its share of the SMs,
+    1..100): it gets one slice of one GPU at least that large. Left at 0 (the default) they are
+    not part of the spec's bytes, so every whole-GPU or CPU spec keeps its id."""
 
     gpus: int = Field(0, ge=0, le=64)
     min_vram_mib: int = Field(0, ge=0, le=1 << 24, description="Per GPU.")
+    gpu_memory_mib: int = Field(0, ge=0, le=1 << 24, description="A fraction: its memory.")
+    gpu_sm_percent: int = Field(0, ge=0, le=100, description="A fraction: its share of SMs.")
     cpu_cores: int = Field(1, ge=1, le=1024)
     memory_mib: int = Field(512, ge=16, le=1 << 24)
 
@@ -142,7 +163,25 @@ class Bundle(_Strict):
     def _vram_needs_gpu(self) -> Self:
         if self.min_vram_mib and not self.gpus:
             raise ValueError("min_vram_mib is set but gpus is 0: ask for at least one GPU")
+        if bool(self.gpu_memory_mib) != bool(self.gpu_sm_percent):
+            raise ValueError("a fraction of a GPU names both gpu_memory_mib and gpu_sm_percent")
+        if self.gpu_sm_percent and self.gpus:
+            raise ValueError("gpu_memory_mib/gpu_sm_percent ask a fraction of one GPU: set gpus "
+                             "to 0 (or ask whole GPUs with gpus and no fraction)")  # fmt: skip
         return self
+
+    @property
+    def fraction(self) -> tuple[int, int] | None:
+        """(memory MiB, SM percent) of the one GPU slice asked, or None (whole GPUs or none)."""
+        return (self.gpu_memory_mib, self.gpu_sm_percent) if self.gpu_sm_percent else None
+
+    @model_serializer(mode="wrap")
+    def _whole_gpus_unchanged(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.gpu_sm_percent:
+            for name in FRACTION_FIELDS:
+                data.pop(name, None)
+        return data
 
 
 class Resources(Bundle):
@@ -161,8 +200,11 @@ def _env_names(cls: type, env: dict[str, str]) -> dict[str, str]:
     for name in env:
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a variable name")
-        if name.startswith(PROVIDER_ENV_PREFIX):
-            raise ValueError(f"{name!r}: {PROVIDER_ENV_PREFIX}* variables are set by the provider")
+        for prefix in PROVIDER_ENV_PREFIXES:
+            if name.startswith(prefix):
+                raise ValueError(f"{name!r}: {prefix}* variables are set by the provider (the "
+                                 "GPUs or GPU slice a job gets, and its limits); leave them "
+                                 "out")  # fmt: skip
     return env
 
 
