@@ -10,13 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from offchain.protocol.gpu_slices import FAULT_NOTES
+from offchain.protocol.gpu_slices import Isolation as Held
 from provider import mps, nvml
 from provider.inventory import GpuInfo
 
-MIG_FAULT_NOTE = (
-    "MIG: each slice is a hardware instance with its own memory, cache and SMs; a fault in one "
-    "does not reach the others."
-)
 Isolation = Literal["mig", "mps", "none"]
 
 
@@ -46,7 +44,7 @@ def choose(gpu: GpuInfo, instances: list[MigInstance], mps_control: str | None) 
         if instances:
             return GpuIsolation(
                 gpu.uuid, gpu.index, "mig", f"MIG enabled, {len(instances)} instance(s)",
-                MIG_FAULT_NOTE, tuple(instances),
+                FAULT_NOTES["mig"], tuple(instances),
             )  # fmt: skip
         return GpuIsolation(
             gpu.uuid, gpu.index, "none",
@@ -55,7 +53,7 @@ def choose(gpu: GpuInfo, instances: list[MigInstance], mps_control: str | None) 
     if mps_control is not None:
         why = "MIG unsupported" if gpu.mig_mode == "unsupported" else "MIG disabled"
         return GpuIsolation(
-            gpu.uuid, gpu.index, "mps", f"{why}; MPS ({mps_control})", mps.FAULT_NOTE
+            gpu.uuid, gpu.index, "mps", f"{why}; MPS ({mps_control})", FAULT_NOTES["mps"]
         )
     return GpuIsolation(
         gpu.uuid, gpu.index, "none",
@@ -78,13 +76,10 @@ def isolation_of(gpus: list[GpuInfo], mps_control: str | None = None) -> dict[st
     return chosen
 
 
-@dataclass(frozen=True)
-class SliceGrant:
-    """One job's slice of a shared GPU, as the runner applies it to the job's container."""
-
-    isolation: Literal["mig", "mps"]
-    device: str  # the container's one device, metered by process: the GPU's UUID (MPS) or
-    # the MIG instance's
-    memory_mib: int
-    sm_percent: int
-    pipe_dir: str | None = None  # MPS: the daemon's pipe directory on the host
+def isolator(gpu: GpuInfo) -> tuple[Held, tuple[str, ...]] | str:
+    """The isolation of one GPU as the daemon's capacity takes it (`capacity.Isolator`): MIG
+    with its instances' UUIDs, or MPS, or why the GPU offers no fractions."""
+    (chosen,) = isolation_of([gpu]).values()
+    if chosen.kind == "none":
+        return chosen.reason
+    return chosen.kind, tuple(instance.uuid for instance in chosen.instances)

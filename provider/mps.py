@@ -12,7 +12,7 @@ to the largest slice, so no client goes past that whatever its environment says.
 
 MPS's fault model: every client of one GPU shares one MPS server, so a fatal GPU fault in one
 client (an illegal address, say) ends every client on that GPU; memory is limited per client,
-not isolated. `FAULT_NOTE` says so in the offer.
+not isolated. The offer says so (`offchain.protocol.gpu_slices.FAULT_NOTES`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ from pathlib import Path
 
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_IN_CONTAINER = "/run/nvidia-mps"  # where a job container finds the pipe directory
-FAULT_NOTE = (
-    "MPS: the GPU's renters share one MPS server; a fatal GPU fault in any one of them ends "
-    "every renter's job on that GPU. Memory and SM share are limited per job, not isolated."
-)
 TIMEOUT_S = 10
 
 

@@ -26,15 +26,16 @@ from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict
 
 from offchain.errors import UnchainedError
+from offchain.protocol.gpu_slices import GpuSlice
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from provider import cgroups, egress, images
 from provider.cgroups import JobCgroup
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
-from provider.gpu_share import SliceGrant
 from provider.inputs import FetchPolicy, InputError, stage_inputs
 from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
+from provider.mps import MpsDaemon
 from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 
@@ -55,7 +56,7 @@ class JobFile(BaseModel):
     spec: JobSpec
     gpu_uuids: list[str]
     escrow: str | None = None  # TXID#IX of the escrow that pays the job, for a recovered run
-    gpu_slice: SliceGrant | None = None  # the job's slice of a shared GPU
+    gpu_slice: GpuSlice | None = None  # the job's slice of a shared GPU
 
 
 class RunResult(BaseModel):
@@ -95,6 +96,7 @@ class Runner:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.stopped: set[str] = set()  # jobs stopped at their renter's request
+        self.mps_pipe = MpsDaemon(settings.state_dir).pipe_dir  # for jobs on MPS slices
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -105,7 +107,7 @@ class Runner:
         gpu_uuids: list[str] | None = None,
         on_log: LogSink | None = None,
         escrow: str | None = None,
-        gpu_slice: SliceGrant | None = None,
+        gpu_slice: GpuSlice | None = None,
     ) -> RunResult:
         """Run `spec` to the end (or its max duration) and return what happened; `escrow`
         (TXID#IX) is kept with the job so that a run recovered after a crash can be paid.
@@ -167,7 +169,7 @@ class Runner:
         volume.mountpoint.mkdir()
         options = container_options(
             self.runner_id, job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs),
-            job.gpu_uuids, cgroup.docker_parent, self.settings, job.gpu_slice,
+            job.gpu_uuids, cgroup.docker_parent, self.settings, job.gpu_slice, self.mps_pipe,
         )  # fmt: skip
         with ThreadPoolExecutor(1) as pool:
             making_volume = pool.submit(
@@ -189,12 +191,12 @@ class Runner:
         gap: bool = False,
     ) -> RunResult:
         """Meter the running container until it exits or its time is up, then take the results."""
-        spec, gpus, grant = job.spec, job.gpu_uuids, job.gpu_slice
-        metered = [grant.device] if grant is not None else gpus
+        spec, gpus, piece = job.spec, job.gpu_uuids, job.gpu_slice
+        metered = [piece.device] if piece is not None else gpus
         with ExitStack() as stack:
             gpu = None
             if metered:
-                meter = GpuMeter(metered, cgroup.contains_pid, shared=grant is not None)
+                meter = GpuMeter(metered, cgroup.contains_pid, shared=piece is not None)
                 gpu = stack.enter_context(meter)
             sampler = Sampler(cgroup, gpu).start()
             stack.callback(sampler.stop)
@@ -203,8 +205,8 @@ class Runner:
             sampler.stop()
             gpu_usage = gpu.usage() if gpu is not None else []  # while NVML is still open
             share = None
-            if gpu is not None and grant is not None:
-                share = gpu.share(grant.isolation, grant.memory_mib, grant.sm_percent)
+            if gpu is not None and piece is not None:
+                share = gpu.share(piece.isolation, piece.memory_mib, piece.sm_percent)
             if logs is not None:
                 logs.join(timeout=5)
         container.reload()

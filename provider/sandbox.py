@@ -16,10 +16,10 @@ from typing import Any
 
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+from offchain.protocol.gpu_slices import GpuSlice
 from offchain.protocol.jobspec import Bundle, JobSpec
 from provider.config import MIB, RunnerSettings
 from provider.egress import network_name
-from provider.gpu_share import SliceGrant
 from provider.mps import PIPE_IN_CONTAINER, slice_environment
 
 LABEL_RUNNER = "unchained.runner"  # which runner (state directory) owns the container
@@ -94,19 +94,19 @@ def hardened_options(
     return options
 
 
-def slice_options(grant: SliceGrant | None) -> dict[str, Any]:
+def slice_options(gpu_slice: GpuSlice | None, mps_pipe: Path | None) -> dict[str, Any]:
     """What a job on a slice of a shared GPU gets beyond the hardening (the container's GPU is
-    `grant.device`): on MIG nothing (the instance is the device); on MPS the limits, set after
-    the spec's environment so they win, the daemon's pipe directory (root's, not writable by
-    the job's user) and the host's IPC namespace, where MPS clients meet the server's shared
-    memory."""
-    if grant is None or grant.isolation == "mig":
+    `gpu_slice.device`): on MIG nothing (the instance is the device); on MPS the limits, set
+    after the spec's environment so they win, the MPS daemon's pipe directory `mps_pipe`
+    (root's, not writable by the job's user) and the host's IPC namespace, where MPS clients
+    meet the server's shared memory."""
+    if gpu_slice is None or gpu_slice.isolation == "mig":
         return {"environment": {}, "mounts": []}
-    if grant.pipe_dir is None:
+    if mps_pipe is None:
         raise ValueError("an MPS slice needs the daemon's pipe directory")
     return {
-        "environment": slice_environment(grant.memory_mib, grant.sm_percent),
-        "mounts": [Mount(PIPE_IN_CONTAINER, grant.pipe_dir, type="bind")],
+        "environment": slice_environment(gpu_slice.memory_mib, gpu_slice.sm_percent),
+        "mounts": [Mount(PIPE_IN_CONTAINER, str(mps_pipe), type="bind")],
         "ipc_mode": "host",
     }
 
@@ -120,16 +120,17 @@ def container_options(
     gpu_uuids: list[str],
     cgroup_parent: str,
     settings: RunnerSettings,
-    grant: SliceGrant | None = None,
+    gpu_slice: GpuSlice | None = None,
+    mps_pipe: Path | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for `client.containers.create` that run `spec` as job `job_id` (on
-    whole GPUs `gpu_uuids`, or on the slice `grant`)."""
+    whole GPUs `gpu_uuids`, or on `gpu_slice`; under MPS, through the daemon's `mps_pipe`)."""
     volumes = [Mount("/out", str(mounts.out), type="bind")]
     if mounts.inputs is not None:
         volumes.append(Mount("/in", str(mounts.inputs), type="bind", read_only=True))
-    extra = slice_options(grant)
+    extra = slice_options(gpu_slice, mps_pipe)
     volumes.extend(extra.pop("mounts"))
-    devices = [grant.device] if grant is not None else gpu_uuids
+    devices = [gpu_slice.device] if gpu_slice is not None else gpu_uuids
     hardened = hardened_options(image, spec.resources, spec.env, devices, settings)
     hardened["environment"].update(extra.pop("environment"))
     return {

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from docker.models.containers import _create_container_args
 
+from offchain.protocol.gpu_slices import FAULT_NOTES, GpuSlice
 from offchain.protocol.metering import GpuSample, GpuUsage
 from provider import mps
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter, GpuProcess, gpu_processes
-from provider.gpu_share import GpuIsolation, MigInstance, SliceGrant, choose, isolation_of
+from provider.gpu_share import GpuIsolation, MigInstance, choose, isolation_of, isolator
 from provider.inventory import GpuInfo, gpu_inventory
 from provider.sandbox import JobMounts, container_options
 from provider.selftest import job
@@ -45,11 +46,11 @@ def test_mig_is_chosen_where_enabled_with_instances_else_mps_else_none():
     instances = [MigInstance(MIG_1, 20480)]
     mig = choose(GpuInfo(1, A100, "A100", 40 << 30, "8.0", "enabled"), instances, "/bin/ctl")
     assert (mig.kind, mig.instances, mig.index) == ("mig", (instances[0],), 1)
-    assert "hardware instance" in mig.fault_note and mig.offers_fractions
+    assert mig.fault_note == FAULT_NOTES["mig"] and mig.offers_fractions
     made_none = choose(GpuInfo(1, A100, "A100", 40 << 30, "8.0", "enabled"), [], "/bin/ctl")
     assert made_none.kind == "none" and "no MIG instance" in made_none.reason
     shared = choose(GPU, [], "/usr/bin/nvidia-cuda-mps-control")
-    assert (shared.kind, shared.fault_note) == ("mps", mps.FAULT_NOTE)
+    assert (shared.kind, shared.fault_note) == ("mps", FAULT_NOTES["mps"])
     assert "MIG disabled" in shared.reason
     alone = choose(GpuInfo(0, H100, "GTX 1080", 8 << 30, "6.1", "unsupported"), [], None)
     assert alone == GpuIsolation(
@@ -65,6 +66,7 @@ def test_fake_nvml_isolation_per_gpu_reads_mig_instances(fake_nvml, fake_mps):
     assert chosen[H100].kind == "mps"
     assert chosen[H100].reason.endswith(f"MPS ({FAKE_MPS / mps.CONTROL})")
     assert chosen[A100].instances == (MigInstance(MIG_1, 20480), MigInstance(MIG_2, 10240))
+    assert [isolator(gpu) for gpu in gpus] == [("mps", ()), ("mig", (MIG_1, MIG_2))]
 
 
 def test_without_the_mps_program_a_gpu_without_mig_offers_no_fractions(fake_nvml, monkeypatch):
@@ -72,6 +74,7 @@ def test_without_the_mps_program_a_gpu_without_mig_offers_no_fractions(fake_nvml
     chosen = isolation_of(list(gpu_inventory().gpus))
     assert chosen[H100].kind == "none" and "no nvidia-cuda-mps-control" in chosen[H100].reason
     assert chosen[A100].kind == "mig"
+    assert isolator(gpu_inventory().gpus[0]) == chosen[H100].reason
 
 
 def test_fake_mps_daemon_starts_under_the_state_dir_and_bounds_new_servers(tmp_path, fake_mps):
@@ -107,22 +110,28 @@ def test_fake_mps_daemon_that_cannot_start_says_why(tmp_path, fake_mps, monkeypa
         mps.MpsDaemon(tmp_path).command("get_server_list")
 
 
-def slice_options(tmp_path: Path, grant: SliceGrant | None, env: dict[str, str]) -> dict:
-    """The create request (as docker-py encodes it) of a job on `grant`; the spec's env is set
+MPS_SLICE = GpuSlice(H100, 0, "NVIDIA H100 80GB HBM3", 1, 10240, 25, "mps")
+MIG_SLICE = GpuSlice(A100, 1, "NVIDIA A100-SXM4-40GB", 0, 20480, 43, "mig", MIG_1)
+
+
+def slice_options(
+    tmp_path: Path, piece: GpuSlice | None, env: dict[str, str], pipe: Path | None = None
+) -> dict:
+    """The create request (as docker-py encodes it) of a job on `piece`; the spec's env is set
     past validation, which refuses CUDA_MPS_* and NVIDIA_* names, to show the provider's win."""
     spec = job("unchained/busybox:any", ["true"]).model_copy(update={"env": env})
     options = container_options(
         "r1", "slice_job", spec, spec.image, JobMounts(tmp_path, None), [], "/unchained/r1_s",
-        RunnerSettings(state_dir=tmp_path), grant,
+        RunnerSettings(state_dir=tmp_path), piece, pipe,
     )  # fmt: skip
     return _create_container_args({**options, "version": "1.41"})
 
 
 def test_a_job_on_an_mps_slice_gets_the_limits_after_its_own_env_and_the_pipe(tmp_path):
-    grant = SliceGrant("mps", H100, 10240, 25, str(tmp_path / "pipe"))
+    pipe = tmp_path / "pipe"
     raise_ = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100", "NVIDIA_VISIBLE_DEVICES": "all",
               "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=80000M", "MINE": "1"}  # fmt: skip
-    args = slice_options(tmp_path, grant, raise_)
+    args = slice_options(tmp_path, MPS_SLICE, raise_, pipe)
     env = args["environment"]
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
@@ -131,13 +140,13 @@ def test_a_job_on_an_mps_slice_gets_the_limits_after_its_own_env_and_the_pipe(tm
     host = args["host_config"]
     assert host["DeviceRequests"][0]["DeviceIDs"] == [H100]
     assert host["IpcMode"] == "host"
-    pipe = [m for m in host["Mounts"] if m["Target"] == mps.PIPE_IN_CONTAINER]
-    assert [(m["Source"], m["Type"]) for m in pipe] == [(grant.pipe_dir, "bind")]
+    mounted = [m for m in host["Mounts"] if m["Target"] == mps.PIPE_IN_CONTAINER]
+    assert [(m["Source"], m["Type"]) for m in mounted] == [(str(pipe), "bind")]
     assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]  # still hardened
 
 
 def test_a_job_on_a_mig_slice_gets_the_instance_and_nothing_of_mps(tmp_path):
-    args = slice_options(tmp_path, SliceGrant("mig", MIG_1, 20480, 43), {})
+    args = slice_options(tmp_path, MIG_SLICE, {}, tmp_path)
     assert args["host_config"]["DeviceRequests"][0]["DeviceIDs"] == [MIG_1]
     assert not any(item.startswith("CUDA_MPS") for item in args["environment"])
     assert "IpcMode" not in args["host_config"]
@@ -147,7 +156,7 @@ def test_a_job_on_a_mig_slice_gets_the_instance_and_nothing_of_mps(tmp_path):
 
 def test_an_mps_grant_without_the_daemons_pipe_is_a_bug(tmp_path):
     with pytest.raises(ValueError, match="pipe"):
-        slice_options(tmp_path, SliceGrant("mps", H100, 1024, 10), {})
+        slice_options(tmp_path, MPS_SLICE, {})
 
 
 def test_fake_nvml_a_slice_is_metered_by_process_without_the_devices_energy(fake_nvml):
