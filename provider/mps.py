@@ -23,6 +23,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from offchain.protocol.gpu_slices import GpuSlice
+
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_IN_CONTAINER = "/run/nvidia-mps"  # where a job container finds the pipe directory
 TIMEOUT_S = 10
@@ -112,3 +114,17 @@ class MpsDaemon:
         """Quit the daemon (its servers end once their clients have); not running is fine."""
         if self.running():
             self.command("quit")
+
+
+def start_for(state_dir: Path, slices: list[GpuSlice]) -> MpsDaemon | None:
+    """The daemon for the MPS slices among `slices`, started and bounded by the largest slice
+    of each GPU (None when there are none): an offer never names a slice it cannot enforce."""
+    served = [piece for piece in slices if piece.isolation == "mps"]
+    if not served:
+        return None
+    largest: dict[int, int] = {}
+    for piece in served:
+        largest[piece.gpu_index] = max(largest.get(piece.gpu_index, 0), piece.memory_mib)
+    daemon = MpsDaemon(state_dir)
+    daemon.start(largest, max(piece.sm_percent for piece in served))
+    return daemon

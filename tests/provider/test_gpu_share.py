@@ -194,3 +194,14 @@ def test_fake_nvml_processes_outside_every_job_are_the_operators(fake_nvml):
         GpuProcess(H100, JOB_PID, 2 << 30, None, True),
         GpuProcess(H100, OTHER_PID, 1 << 30, 88, False),
     ]
+
+
+def test_fake_mps_daemon_is_started_for_the_mps_slices_only(tmp_path, fake_mps):
+    assert mps.start_for(tmp_path, [MIG_SLICE]) is None and calls(fake_mps) == []
+    bigger = GpuSlice(H100, 0, "NVIDIA H100 80GB HBM3", 2, 20480, 40, "mps")
+    daemon = mps.start_for(tmp_path, [MPS_SLICE, bigger, MIG_SLICE])
+    assert daemon is not None and daemon.running()
+    said = [c["lines"][0] for c in calls(fake_mps) if c["lines"]]
+    assert said[-2:] == [
+        "set_default_device_pinned_mem_limit 0 20480M", "set_default_active_thread_percentage 40",
+    ]  # fmt: skip
