@@ -202,6 +202,6 @@ def test_fake_mps_daemon_is_started_for_the_mps_slices_only(tmp_path, fake_mps):
     daemon = mps.start_for(tmp_path, [MPS_SLICE, bigger, MIG_SLICE])
     assert daemon is not None and daemon.running()
     said = [c["lines"][0] for c in calls(fake_mps) if c["lines"]]
-    assert said[-2:] == [
+    assert said[-3:-1] == [
         "set_default_device_pinned_mem_limit 0 20480M", "set_default_active_thread_percentage 40",
     ]  # fmt: skip
