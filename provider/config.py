@@ -327,15 +327,20 @@ def to_toml(config: ProviderConfig) -> str:
     """The config as TOML, one table per section (nested models become sub-tables)."""
     lines: list[str] = []
 
-    def table(name: str, values: dict[str, Any]) -> None:
-        lines.append(f"[{name}]")
+    def table(name: str, values: dict[str, Any], header: str = "[{}]") -> None:
+        lines.append(header.format(name))
         nested = {k: v for k, v in values.items() if isinstance(v, dict)}
+        many = {k: v for k, v in values.items()  # a list of tables: [[name.key]] each
+                if isinstance(v, list) and v and all(isinstance(i, dict) for i in v)}  # fmt: skip
         unset = {k for k, v in values.items() if v is None}  # TOML has no null: left out
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items()
-                     if k not in nested and k not in unset)  # fmt: skip
+                     if k not in nested and k not in unset and k not in many)  # fmt: skip
         lines.append("")
         for key, value in nested.items():
             table(f"{name}.{key}", value)
+        for key, items in many.items():
+            for item in items:
+                table(f"{name}.{key}", item, "[[{}]]")
 
     sections = config.model_dump(mode="json")
     table("offer", sections.pop("offer"))  # first: it is what an operator reads and edits

@@ -17,6 +17,12 @@ A query is whitespace-separated terms `FIELD OP VALUE` (all must hold) and at mo
 | memory    | memory_mib       | a size                                                        |
 | disk      | disk_mib         | a size                                                        |
 | price     | price_per_unit   | lovelace or ADA per s, min or h: 2ADA/h, 500lovelace (per s)  |
+| gpu_memory| gpu_memory_mib   | a size: a GPU slice's memory (whole GPUs have none)           |
+| gpu_sm    | gpu_sm_percent   | a whole percent, 25 or 25%: a GPU slice's share of the SMs    |
+
+A query naming gpu_memory or gpu_sm searches the offers' GPU slices (`gpu_slices`: fractions
+of a GPU rented beside the operator's work), each a record of its own with its price, beside
+the whole bundles (which have no slice: 0); other queries search the whole bundles only.
 
 Operators: = != < <= > >=. Numbers are decimal (no exponent) and converted exactly with integer
 arithmetic: a size must come to whole MiB and an amount to whole lovelace. A price rate compares
@@ -57,7 +63,10 @@ SECONDS_PER = {"s": 1, "min": 60, "h": 3600}
 DEFAULT_SORT = ("price",)
 # a job's resources: (query field, spec field, the unit its query term is written in)
 JOB_RESOURCES = (("gpus", "gpus", ""), ("vram", "min_vram_mib", "MiB"), ("cpu", "cpu_cores", ""),
-                 ("memory", "memory_mib", "MiB"), ("disk", "disk_mib", "MiB"))  # fmt: skip
+                 ("memory", "memory_mib", "MiB"), ("disk", "disk_mib", "MiB"),
+                 ("gpu_memory", "gpu_memory_mib", "MiB"),
+                 ("gpu_sm", "gpu_sm_percent", "%"))  # fmt: skip
+SLICE_FIELDS = ("gpu_memory", "gpu_sm")  # a query naming one searches the offers' GPU slices
 MAX_WILDCARDS = 2
 
 
@@ -86,6 +95,11 @@ class OfferRecord:
     online: bool = True
     away: str = "offline"
     id: int | None = None
+    # a GPU slice of the offer (`gpu_slices`), searched as a record of its own: its memory,
+    # its share of the SMs and how it is held (0, 0, "" for the offer's whole bundle)
+    gpu_memory_mib: int = 0
+    gpu_sm_percent: int = 0
+    isolation: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +137,10 @@ def parse_count(value: str, term: str) -> tuple[int, Unit]:
     if not value.isascii() or not value.isdigit():
         raise QueryError(f"{term!r}: give a whole number, e.g. 2", term)
     return int(value), Unit()
+
+
+def parse_percent(value: str, term: str) -> tuple[int, Unit]:
+    return parse_count(value.removesuffix("%"), term)[0], Unit("%")
 
 
 def parse_size(value: str, term: str) -> tuple[int, Unit]:
@@ -167,6 +185,8 @@ FIELDS = {
         Field("memory", "memory_mib", parse_size),
         Field("disk", "disk_mib", parse_size),
         Field("price", "price_per_unit", parse_price),
+        Field("gpu_memory", "gpu_memory_mib", parse_size),
+        Field("gpu_sm", "gpu_sm_percent", parse_percent),
     )
 }
 
@@ -315,6 +335,11 @@ class OfferQuery:
 
     constraints: tuple[Constraint, ...] = ()
     sort: tuple[tuple[str, bool], ...] = tuple((name, False) for name in DEFAULT_SORT)
+
+    @property
+    def slices(self) -> bool:
+        """Whether it searches the offers' GPU slices (a term names one of SLICE_FIELDS)."""
+        return any(c.field.name in SLICE_FIELDS for c in self.constraints)
 
     @classmethod
     def for_job(cls, spec: JobSpec, gpu_model: str | None = None) -> OfferQuery:

@@ -11,6 +11,7 @@ from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offchain.chain.utxo import OUT_REF_PATTERN
+from offchain.protocol.gpu_slices import MAX_FAULT_NOTE, MAX_SLICE_OFFERS, SliceTerms
 from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
 from offchain.protocol.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
 from offchain.protocol.outcome import Outcome
@@ -101,6 +102,17 @@ class OfferTerms(_Body):
     request_price: int | None = Field(
         None, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace per request its endpoints "
         "charge at least. Absent: no per-request endpoints.",
+    )  # fmt: skip
+    gpu_slices: list[SliceTerms] = Field(
+        default_factory=list, max_length=MAX_SLICE_OFFERS, description="Fractions of GPUs "
+        "rented beside the operator's own work: slices of a model, each a memory size and a "
+        "share of the SMs, held by MIG or MPS (fault_note says what that means), at a price "
+        "per second of a job's bundle on one. A spec asking gpu_memory_mib + gpu_sm_percent "
+        "is matched to one.",
+    )  # fmt: skip
+    gpu_slices_note: Text | None = Field(
+        None, max_length=MAX_FAULT_NOTE, description="Why GPUs the provider would share are "
+        "not offered in slices (no MIG, no MPS).",
     )  # fmt: skip
 
     _address = field_validator("payout_address")(bech32_address)

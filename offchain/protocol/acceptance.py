@@ -27,6 +27,8 @@ RESOURCES = {
     "cpu_cores": ("CPU core(s)", ""),
     "memory_mib": ("memory", " MiB"),
     "disk_mib": ("disk for /out", " MiB"),
+    "gpu_memory_mib": ("GPU memory in a GPU slice", " MiB"),
+    "gpu_sm_percent": ("of a GPU's SMs in a GPU slice", "%"),
 }
 
 

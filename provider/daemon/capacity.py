@@ -12,6 +12,8 @@ import shutil
 from collections import Counter
 from collections.abc import Callable
 
+from pydantic import ValidationError
+
 from offchain.protocol.gpu_slices import (
     FAULT_NOTES,
     MAX_PRICE_PER_UNIT,
@@ -19,7 +21,8 @@ from offchain.protocol.gpu_slices import (
     Isolation,
     SliceOffer,
 )
-from offchain.protocol.jobspec import Resources
+from offchain.protocol.jobspec import JobSpec, Resources
+from offchain.protocol.wire import Assignment
 from provider.config import MIB, ConfigError, Offer, SharedGpu
 from provider.inventory import GpuInfo, HostInventory
 
@@ -144,6 +147,14 @@ def gpu_slices(
     return slices, "; ".join(why)
 
 
+def asked(assignment: Assignment) -> Resources | None:
+    """The resources an assignment's spec asks (None: not a readable spec; refused later)."""
+    try:
+        return JobSpec.model_validate(assignment.spec).resources
+    except ValidationError:
+        return None
+
+
 class Capacity:
     """Which slots are free and which job holds each busy one."""
 
@@ -167,6 +178,13 @@ class Capacity:
                 self.holders[slot.index] = job_id
                 return slot
         return None
+
+    def price_for(self, asks: Resources, whole: int) -> int:
+        """Lovelace per second of the slot a job asking `asks` would take: the smallest slice
+        a fraction fits (`whole`, the bundle's price, when none does or for a whole job)."""
+        fitting = sorted((slot for slot in self.slots if slot.fits(asks)), key=slot_size)
+        price = fitting[0].price_per_unit if fitting else None
+        return whole if price is None else price
 
     def free_for(self, asks: Resources) -> int:
         """Free slots a job asking `asks` could take."""

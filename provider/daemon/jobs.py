@@ -32,7 +32,7 @@ from offchain.protocol.wire import Assignment, JobPublic
 from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
-from provider.daemon.capacity import Bundle, Capacity, Slot
+from provider.daemon.capacity import Bundle, Capacity, Slot, asked
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.journal import JobEntry, Journal
 from provider.images import local_images
@@ -78,7 +78,7 @@ class Worker:
         job_id = assignment.job_id
         if job_id in self.seen:
             return True
-        slot = self.capacity.take(job_id)
+        slot = self.capacity.take(job_id, asks=asked(assignment))
         if slot is None:
             return False
         self.seen.add(job_id)
@@ -125,7 +125,7 @@ class Worker:
         escrow = self.chain.utxo(ref)
         if escrow is None:
             raise Refusal(f"no unspent escrow {ref} on chain")
-        job = self._escrow_job(escrow, spec)
+        job = self._escrow_job(escrow, spec, self.price_of(slot))
         datum = check_terms(job.context, job.deployment, escrow, spec, job.offer)
         now = self.chain.now_ms()
         self._check_acceptance(spec, escrow, datum, slot, now)
@@ -150,14 +150,20 @@ class Worker:
         terms = acceptance_terms(chain.context, chain.deployment, datum, locked, now, covers)
         runner = self.runner
         images = ImageSupply.of(local_images(runner.client), runner.settings.pull_images)
-        found = refusals(Offered(slot.bundle, self.bundle.price_per_unit, images), spec, terms)
+        found = refusals(Offered(slot.bundle, self.price_of(slot), images), spec, terms)
         if found:
             raise Refusal(describe(found))
 
-    def _escrow_job(self, escrow: Any, spec: JobSpec) -> EscrowJob:
+    def price_of(self, slot: Slot) -> int:
+        """Lovelace per second of a job on `slot`: a slice's own price, else the bundle's."""
+        return self.bundle.price_per_unit if slot.price_per_unit is None else slot.price_per_unit
+
+    def _escrow_job(self, escrow: Any, spec: JobSpec, price: int | None = None) -> EscrowJob:
+        """The job on `escrow` at `price` (None: what the slot it would take costs)."""
+        if price is None:
+            price = self.capacity.price_for(spec.resources, self.bundle.price_per_unit)
         return EscrowJob(
-            self.chain.context, self.chain.deployment, escrow, spec,
-            self.bundle.price_per_unit, self.key,
+            self.chain.context, self.chain.deployment, escrow, spec, price, self.key,
         )  # fmt: skip
 
     # -- running it ----------------------------------------------------------------------
@@ -209,7 +215,10 @@ class Worker:
             if escrow is None:
                 raise ReceiptError(f"escrow {entry.escrow} was spent before the receipt")
             receipt = await self.chain.call_until(
-                until, receipt_for, self._escrow_job(escrow, entry.spec), result
+                until,
+                receipt_for,
+                self._escrow_job(escrow, entry.spec, entry.price_per_unit),
+                result,
             )
         except (Refused, ReceiptError, ChainUnavailable) as exc:
             await self.fail(entry, f"no receipt can be signed: {exc}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from offchain.protocol.amounts import ada
+from offchain.protocol.gpu_slices import MAX_FAULT_NOTE
 from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import OfferedImage, SelfTestSummary
@@ -52,6 +53,13 @@ def offer_terms(
         terms["gateway_url"] = gateway.url
         if gateway.request_price is not None:
             terms["request_price"] = gateway.request_price
+    if bundle.gpu_slices:
+        terms["gpu_slices"] = [
+            entry.model_dump(mode="json") | {"price_per_unit": price}
+            for entry, price in zip(bundle.gpu_slices, bundle.slice_prices, strict=True)
+        ]
+    if bundle.no_slices:
+        terms["gpu_slices_note"] = bundle.no_slices[:MAX_FAULT_NOTE]
     if bond.ref is not None:
         terms["bond"] = bond.ref
     if selftest is not None:
@@ -71,6 +79,12 @@ def describe_offer(terms: dict[str, Any]) -> str:
         f"bond {terms['bond']}" if "bond" in terms else "no bond",
         f"payout to {terms['payout_address']}",
     ]
+    for entry in terms.get("gpu_slices", ()):
+        parts.append(f"{entry['count']} slice(s) of {entry['memory_mib']} MiB / "
+                     f"{entry['sm_percent']}% SMs of {entry['gpu_model']} ({entry['isolation']}) "
+                     f"at {entry['price_per_unit']} lovelace/s")  # fmt: skip
+    if "gpu_slices_note" in terms:
+        parts.append(f"GPUs not shared: {terms['gpu_slices_note']}")
     if "gateway_url" in terms:
         parts.append(f"deployments at {terms['gateway_url']}")
     if "selftest" in terms:

@@ -8,12 +8,12 @@ from offchain.market.errors import Conflict
 from offchain.market.models import Job, Offer, Provider
 from offchain.market.services.chain import Chain, quoted_escrow
 from offchain.market.services.offer_images import images_of
-from offchain.market.services.offers import ACTIVE_BOND
+from offchain.market.services.offers import ACTIVE_BOND, quoted_bundle
 from offchain.market.settings import MarketSettings
 from offchain.protocol import escrow as escrows
 from offchain.protocol.acceptance import Offered, describe, refusals
 from offchain.protocol.bond_check import covers_before
-from offchain.protocol.jobspec import JobSpec, Resources
+from offchain.protocol.jobspec import JobSpec
 
 
 def refuse(
@@ -32,10 +32,7 @@ def refuse(
     terms = escrows.acceptance_terms(
         chain.context, deployment, datum, locked, now_ms, covers, settings.settle_fee_share
     )
-    bundle = Resources.model_construct(
-        gpus=offer.gpu_count, min_vram_mib=offer.vram_mib, cpu_cores=offer.cpu_cores,
-        memory_mib=offer.memory_mib, disk_mib=offer.disk_mib,
-    )  # fmt: skip
-    found = refusals(Offered(bundle, offer.price_per_unit, images_of(offer.body)), spec, terms)
+    bundle, price = quoted_bundle(offer, spec.resources)
+    found = refusals(Offered(bundle, price, images_of(offer.body)), spec, terms)
     if found:
         raise Conflict(f"the provider would refuse this job: {describe(found)}", found[0].field)

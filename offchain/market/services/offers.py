@@ -6,18 +6,23 @@ the consumer can check that the price came from the provider, not from the marke
 An offer can take a job when its provider is online (a fresh heartbeat), its bond counts and
 is at or above the market's minimum (when the market asks for one), and one of its slots is
 free: a slot is taken by each of the provider's accepted or running jobs on that GPU model, so
-the market never promises what the provider offered twice. The search language
-(`offer_query`) decides which of those meet a job or a query, and says why when none does.
+the market never promises what the provider offered twice. An offer's GPU slices (`gpu_slices`,
+read from its signed body: no column holds them) are searched as records of their own when a
+job asks a fraction of a GPU or a query names one; a job asking a fraction (its spec names
+gpu_sm_percent) takes one of the offer's slices, any other job one of its whole slots. The
+search language (`offer_query`) decides which of those meet a job or a query, and says why
+when none does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pycardano import Address, PaymentVerificationKey
-from sqlalchemy import ColumnElement, and_, func
+from sqlalchemy import ColumnElement, and_, case, func, or_
 from sqlmodel import Session, col, select
 
 from offchain.market import db
@@ -29,7 +34,8 @@ from offchain.market.services import jobs, offer_images
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.settings import MarketSettings
 from offchain.protocol.bond_check import BondRefused, check_bond
-from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.gpu_slices import SliceTerms
+from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.types import Just
 
 BUSY = (JobState.ACCEPTED, JobState.RUNNING)  # the states that hold one of a provider's slots
@@ -125,7 +131,41 @@ def post_offer(
     return offer
 
 
-TERMS = tuple(f.name for f in dataclasses.fields(OfferRecord) if f.name not in ("online", "away"))
+SLICE_ATTRS = ("gpu_memory_mib", "gpu_sm_percent", "isolation")  # from the body, not columns
+TERMS = tuple(f.name for f in dataclasses.fields(OfferRecord)
+              if f.name not in ("online", "away", *SLICE_ATTRS))  # fmt: skip
+# a job asking a fraction: its canonical spec has "gpu_sm_percent":N (N from 1; a string
+# value, an env variable's, is quoted, so no other spec has this)
+SLICED = or_(*(col(Job.spec).contains(f'"gpu_sm_percent":{digit}') for digit in "123456789"))
+
+
+def slice_terms(body: str) -> list[SliceTerms]:
+    """The GPU slices a stored offer's body lists (checked when it was posted)."""
+    entries = json.loads(body).get("gpu_slices", [])
+    return [SliceTerms.model_validate(entry) for entry in entries]
+
+
+def slice_for(body: str, wanted: Resources) -> SliceTerms | None:
+    """The cheapest of the offer's slices that gives the fraction `wanted` asks (None: it
+    asks none, or no slice is that large)."""
+    fraction = wanted.fraction
+    fitting = [e for e in slice_terms(body) if fraction is not None and e.fits(*fraction)]
+    return min(fitting, key=lambda entry: entry.price_per_unit, default=None)
+
+
+def quoted_bundle(offer: Offer, wanted: Resources) -> tuple[Resources, int]:
+    """What a job asking `wanted` gets on `offer` and its price per second: the cheapest
+    slice that holds its fraction, else the offer's whole bundle."""
+    bundle = Resources.model_construct(
+        gpus=offer.gpu_count, min_vram_mib=offer.vram_mib, cpu_cores=offer.cpu_cores,
+        memory_mib=offer.memory_mib, disk_mib=offer.disk_mib, gpu_memory_mib=0, gpu_sm_percent=0,
+    )  # fmt: skip
+    piece = slice_for(offer.body, wanted)
+    if piece is None:
+        return bundle, offer.price_per_unit
+    update = {"gpus": 0, "min_vram_mib": 0, "gpu_memory_mib": piece.memory_mib,
+              "gpu_sm_percent": piece.sm_percent}  # fmt: skip
+    return bundle.model_copy(update=update), piece.price_per_unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,20 +198,25 @@ def records(
     availability: Availability,
     where: Sequence[ColumnElement[bool]] = (),
     limit: int | None = None,
+    slices: bool = False,
 ) -> list[OfferRecord]:
     """Active offers as the search sees them (the columns only: a quote may read every
     offer), freshest provider first; with `limit`, the cheapest `limit` of those meeting
-    `where`, in the order a job's search sorts them (price, then freshest)."""
+    `where`, in the order a job's search sorts them (price, then freshest). With `slices`,
+    each offer's GPU slices follow it as records of their own (its body is read then)."""
     busy = (
-        select(Job.provider_id, Job.gpu_model, func.count().label("jobs"))
+        select(Job.provider_id, Job.gpu_model, func.count().label("jobs"),
+               func.sum(case((SLICED, 1), else_=0)).label("sliced"))
         .where(col(Job.state).in_(BUSY))
         .group_by(col(Job.provider_id), col(Job.gpu_model))
         .subquery()
-    )
+    )  # fmt: skip
     same = and_(busy.c.provider_id == Offer.provider_id, busy.c.gpu_model == Offer.gpu_model)
+    sliced = func.coalesce(busy.c.sliced, 0)
     columns = [getattr(Offer, name) for name in TERMS] + [
         Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
-        func.coalesce(busy.c.jobs, 0).label("busy"),
+        (func.coalesce(busy.c.jobs, 0) - sliced).label("busy"), sliced.label("sliced"),
+        *([Offer.body] if slices else []),
     ]  # fmt: skip
     order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
     query = (
@@ -187,8 +232,29 @@ def records(
         offer = row._mapping
         away = availability.away(offer)
         terms = {name: offer[name] for name in TERMS}
-        found.append(OfferRecord(**terms, online=away is None, away=away or ""))
+        whole = OfferRecord(**terms, online=away is None, away=away or "")
+        found.append(whole)
+        if slices:
+            found += slice_records(whole, offer, availability)
     return found
+
+
+def slice_records(
+    whole: OfferRecord, offer: Mapping[str, Any], availability: Availability
+) -> list[OfferRecord]:
+    """The offer's GPU slices as records: each entry's slice and price, online while any of
+    its slices is free (the provider's jobs asking a fraction hold one each)."""
+    entries = slice_terms(offer["body"])
+    held = {**offer, "busy": offer["sliced"], "slots": sum(entry.count for entry in entries)}
+    away = availability.away(held)
+    return [
+        dataclasses.replace(
+            whole, gpu_count=0, vram_mib=0, price_per_unit=entry.price_per_unit,
+            gpu_memory_mib=entry.memory_mib, gpu_sm_percent=entry.sm_percent,
+            isolation=entry.isolation, online=away is None, away=away or "",
+        )
+        for entry in entries
+    ]  # fmt: skip
 
 
 def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[bool]]:
@@ -210,7 +276,7 @@ def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[
 def search(session: Session, query: OfferQuery, availability: Availability) -> Search:
     """The offers that meet `query` and can take a job now, in its order; with the counts
     that say why when none does."""
-    return query.search(records(session, availability))
+    return query.search(records(session, availability, slices=query.slices))
 
 
 def best_offer(
@@ -224,8 +290,10 @@ def best_offer(
     only when none of those can (busy, bond, image) or to count why nothing can. Of those
     that meet the query, the first whose offer has the job's image (or pulls) is chosen."""
     query = OfferQuery.for_job(spec, gpu_model)
-    found = query.search(records(session, availability, could_take(spec, availability), LIKELY))
-    first, _ = offer_images.first_running(session, found.offers, spec.image)
+    first = None  # a fraction's price is its slice's, no column's: every offer is read
+    if not query.slices:
+        likely = records(session, availability, could_take(spec, availability), LIKELY)
+        first, _ = offer_images.first_running(session, query.search(likely).offers, spec.image)
     if first is None:
         found = search(session, query, availability)
         if not found.offers:

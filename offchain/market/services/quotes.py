@@ -91,6 +91,7 @@ def match(
     offer, provider = offers.best_offer(
         session, spec, request.gpu_model, offers.available_now(settings)
     )
+    _, price = offers.quoted_bundle(offer, spec.resources)  # a fraction: its slice's price
     at = jobs.now_ms()
     job = Job(
         id=jobs.new_job_id(), consumer_vkey=consumer_vkey.hex(), consumer_id=consumer_id,
@@ -98,8 +99,8 @@ def match(
         spec_digest=spec.job_id().hex(),
         max_price=spec.max_price_lovelace, provider_id=provider.id, offer_id=offer.id,
         provider_vkey=provider.vkey, provider_address=provider.payout_address,
-        gpu_model=offer.gpu_model, price_per_unit=offer.price_per_unit,
-        max_units=spec.max_duration_s, deadline_ms=expires + spec.max_duration_s * 1000,
+        gpu_model=offer.gpu_model, price_per_unit=price, max_units=spec.max_duration_s,
+        deadline_ms=expires + spec.max_duration_s * 1000,
         settle_window_ms=settings.settle_window_ms,
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
