@@ -169,19 +169,30 @@ def selftest(
     """Check this machine before offering it: engine, hardening, limits, GPUs, a benchmark."""
     import docker
 
-    from provider.selftest import GPU_BENCH_IMAGE, Check, SelfTest, save_summary
+    from provider import gpu_share
+    from provider.selftest import (
+        GPU_BENCH_IMAGE,
+        Check,
+        SelfTest,
+        save_slice_results,
+        save_summary,
+    )  # fmt: skip
 
     settings, inventory = provider_config(config, given(state_dir))
     try:
         client = docker.from_env()
     except docker.errors.DockerException as exc:
         raise fail(f"FAIL engine: no docker engine answers: {exc}", code=1) from exc
+    _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
+    slices = [slot.gpu_slice for slot in slots if slot.gpu_slice is not None]
+    test = SelfTest(client, settings.runner, inventory, gpu_image or GPU_BENCH_IMAGE, slices)
     checks: list[Check] = []
-    for check in SelfTest(client, settings.runner, inventory, gpu_image or GPU_BENCH_IMAGE).run():
+    for check in test.run():
         checks.append(check)
         typer.echo(f"{check.outcome.upper():<4}  {check.name:<24}  {check.detail}")
     failed = sum(check.outcome == "fail" for check in checks)
     save_summary(settings.runner.state_dir, checks, int(time.time() * 1000))  # offers carry it
+    save_slice_results(settings.runner.state_dir, test.slice_results)  # in gpu_slices
     typer.echo(f"{'FAILED' if failed else 'PASSED'}: {failed} check(s) failed")
     raise typer.Exit(1 if failed else 0)
 
