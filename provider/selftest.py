@@ -319,13 +319,6 @@ class SelfTest:
             spec = spec.model_copy(update={"inputs": [script]})
             yield _benchmark_check(f"gpu {gpu.index} benchmark", self._run(spec, [gpu.uuid]))
 
-
-def _benchmark_check(name: str, result: RunResult) -> Check:
-    if result.status != "succeeded":
-        return Check(name, "fail", result.error or log_text(result)[-300:] or result.status)
-    report = json.loads(log_text(result).strip().splitlines()[-1])
-    return Check(name, "pass", f"{report['gflops']} GFLOP/s ({report['device']})")
-
     def slice_benchmarks(self) -> Iterator[Check]:
         """Each kind of slice offered, measured in one slice of it (results in
         `slice_results`, for the offer)."""
@@ -359,3 +352,10 @@ def _benchmark_check(name: str, result: RunResult) -> Check:
                 f"MiB allocated, past the limit "
                 f"{'refused' if measured.past_limit_refused else 'ALLOWED'}",
             )  # fmt: skip
+
+
+def _benchmark_check(name: str, result: RunResult) -> Check:
+    if result.status != "succeeded":
+        return Check(name, "fail", result.error or log_text(result)[-300:] or result.status)
+    report = json.loads(log_text(result).strip().splitlines()[-1])
+    return Check(name, "pass", f"{report['gflops']} GFLOP/s ({report['device']})")

@@ -22,20 +22,10 @@ from provider.inventory import GpuInfo, gpu_inventory
 from provider.sandbox import JobMounts, container_options
 from provider.selftest import job
 from tests.provider import fake_nvml as fake
+from tests.provider.conftest import FAKE_MPS
 from tests.provider.fake_nvml import A100, H100, JOB_PID, MIG_1, MIG_2, OTHER_PID
 
-FAKE_MPS = Path(__file__).parent / "fake_mps"
 GPU = GpuInfo(0, H100, "NVIDIA H100 80GB HBM3", 80 << 30, "9.0", "disabled")
-
-
-@pytest.fixture
-def fake_mps(tmp_path, monkeypatch) -> Path:
-    """The fake control program first on PATH; its calls land in the returned log."""
-    log = tmp_path / "mps-calls.jsonl"
-    log.touch()
-    monkeypatch.setenv("PATH", f"{FAKE_MPS}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_MPS_LOG", str(log))
-    return log
 
 
 def calls(log: Path) -> list[dict]:
