@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pynvml
 import pytest
 from docker.models.containers import _create_container_args
 
@@ -18,7 +19,7 @@ from provider import mps
 from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter, GpuProcess, gpu_processes
 from provider.gpu_share import GpuIsolation, MigInstance, choose, isolation_of, isolator
-from provider.inventory import GpuInfo, gpu_inventory
+from provider.inventory import GpuInfo, GpuInventory, HostInventory, gpu_inventory
 from provider.sandbox import JobMounts, container_options
 from provider.selftest import job
 from tests.provider import fake_nvml as fake
@@ -195,3 +196,50 @@ def test_fake_mps_daemon_is_started_for_the_mps_slices_only(tmp_path, fake_mps):
     assert said[-3:-1] == [
         "set_default_device_pinned_mem_limit 0 20480M", "set_default_active_thread_percentage 40",
     ]  # fmt: skip
+
+
+def test_fake_nvml_status_shows_the_operators_gpu_work_apart_from_jobs(
+    fake_nvml, tmp_path, monkeypatch
+):
+    from pycardano import ScriptHash
+
+    from provider.channels import ChannelBook
+    from provider.daemon import status
+    from provider.daemon.bond import BondView
+    from provider.daemon.journal import Journal
+
+    monkeypatch.setattr(status, "in_any_job", lambda pid: pid == JOB_PID)
+    fake_nvml.samples[H100] = [fake.utilization(OTHER_PID, 2**62, 64)]
+    gpus = status.host_gpu_processes(gpu_inventory_host())
+    book = ChannelBook.in_state_dir(tmp_path, 0, ScriptHash(bytes(28)), 0)
+    now = status.provider_status(Journal(tmp_path), [], 0, BondView(None, 0, None), book, gpus)
+    assert [(p["pid"], p["owner"]) for p in now["gpu_processes"]] == [
+        (JOB_PID, "job"), (OTHER_PID, "operator"),
+    ]  # fmt: skip
+    lines = status.status_lines(now)
+    assert (
+        f"gpu {H100} process {OTHER_PID} (the operator's own, not billed): 1024 MiB, SMs 64%"
+        in lines
+    )
+    assert f"gpu {H100} process {JOB_PID} (a job's): 2048 MiB, SMs ?" in lines
+    fake_nvml.init_error = pynvml.NVMLError_DriverNotLoaded()
+    assert status.host_gpu_processes(gpu_inventory_host()) == []
+
+
+def gpu_inventory_host() -> HostInventory:
+    return HostInventory(1, 1 << 30, 1 << 30, 1 << 30, GpuInventory((GPU,)))
+
+
+def test_the_evidence_hash_commits_to_the_jobs_share_and_old_records_keep_theirs():
+    from offchain.protocol.metering import GpuShare, MeteringRecord
+    from tests.market.records import metering
+
+    whole = metering("job_a", 3)
+    assert b"gpu_share" not in whole.canonical_json()  # a record of before keeps its bytes
+    share = GpuShare(uuid=H100, isolation="mps", memory_mib=10240, sm_percent=25,
+                     memory_util_peak=7)  # fmt: skip
+    shared = whole.model_copy(update={"gpu_share": share})
+    assert b'"gpu_share":{"accounting_gpu_percent":null' in shared.canonical_json()
+    assert shared.digest() != whole.digest()
+    again = MeteringRecord.model_validate_json(shared.canonical_json())
+    assert again.digest() == shared.digest() and again.gpu_share == share
