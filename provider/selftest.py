@@ -43,6 +43,7 @@ SELFTEST_PIDS_LIMIT = 16
 SUMMARY_FILE = "selftest.json"  # in the state directory: the daemon's offers carry it
 SLICES_FILE = "slice_selftests.json"  # beside it: each kind of slice's measurement
 SLICE_PROBE = images.WORKLOADS_DIR / "slice_probe.py"
+MATMUL = images.WORKLOADS_DIR / "matmul.py"
 
 
 @dataclass(frozen=True)
@@ -313,7 +314,7 @@ class SelfTest:
         if not self.inventory.gpu.gpus:
             yield Check("gpu benchmark", "skip", self.inventory.gpu.note)
             return
-        script = data_input("matmul.py", (images.WORKLOADS_DIR / "matmul.py").read_bytes())
+        script = data_input("matmul.py", MATMUL.read_bytes())
         for gpu in self.inventory.gpu.gpus:
             spec = job(self.gpu_image, ["python", "/in/matmul.py", "cuda"], gpus=1)
             spec = spec.model_copy(update={"inputs": [script]})
@@ -330,7 +331,7 @@ class SelfTest:
         except mps.MpsError as exc:
             yield Check("gpu slices", "fail", f"the MPS daemon: {exc}")
             return
-        script = data_input("slice_probe.py", SLICE_PROBE.read_bytes())
+        scripts = [data_input(path.name, path.read_bytes()) for path in (SLICE_PROBE, MATMUL)]
         for piece in self.slices:
             key = slice_key(piece.gpu_model, piece.memory_mib, piece.sm_percent, piece.isolation)
             if key in self.slice_results:
@@ -339,7 +340,7 @@ class SelfTest:
             command = ["python", "/in/slice_probe.py", str(piece.memory_mib)]
             spec = job(self.gpu_image, command, gpu_memory_mib=piece.memory_mib,
                        gpu_sm_percent=piece.sm_percent)  # fmt: skip
-            spec = spec.model_copy(update={"inputs": [script]})
+            spec = spec.model_copy(update={"inputs": scripts})
             result = self.runner.run(f"selftest_{secrets.token_hex(6)}", spec, [], gpu_slice=piece)
             if result.status != "succeeded":
                 yield Check(name, "fail", result.error or log_text(result)[-300:] or result.status)

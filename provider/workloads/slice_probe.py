@@ -1,32 +1,16 @@
 """The self-test of a slice of a GPU, run inside it (PyTorch): matrix products for about a
-second, then device memory taken in chunks up to the slice's limit, then one chunk past it,
-which the slice must refuse. Prints {"gflops": ..., "alloc_ok_mib": ..., "past_limit_refused":
-...} as its last line. Usage: slice_probe.py <limit MiB>."""
+second (matmul.py's, beside this script), then device memory taken in chunks up to the slice's
+limit, then one chunk past it, which the slice must refuse. Prints {"gflops": ...,
+"alloc_ok_mib": ..., "past_limit_refused": ...} as its last line.
+Usage: slice_probe.py <limit MiB>."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
-N = 4096
-SECONDS = 1.0
 CHUNK_MIB = 64
-
-
-def gflops(torch: Any) -> int:
-    a = torch.rand((N, N), device="cuda")
-    torch.cuda.synchronize()
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < SECONDS:
-        a @ a
-        runs += 1
-        torch.cuda.synchronize()
-    rate = runs * 2 * N**3 / (time.perf_counter() - start)
-    del a
-    torch.cuda.empty_cache()
-    return int(rate / 1e9)
 
 
 def allocate(torch: Any, limit_mib: int) -> tuple[int, bool]:
@@ -50,9 +34,11 @@ def allocate(torch: Any, limit_mib: int) -> tuple[int, bool]:
 
 def main() -> None:
     import torch
+    from matmul import gpu_rate  # beside this script (the self-test gives both)
 
     limit_mib = int(sys.argv[1])
-    rate = gflops(torch)
+    rate = int(gpu_rate() / 1e9)
+    torch.cuda.empty_cache()
     reached, refused = allocate(torch, limit_mib)
     print(json.dumps({"gflops": rate, "alloc_ok_mib": reached, "past_limit_refused": refused}))
 

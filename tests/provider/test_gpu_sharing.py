@@ -23,19 +23,7 @@ from provider.inventory import GpuInfo, gpu_inventory
 pytestmark = pytest.mark.gpu
 
 PROBE = Path(images.WORKLOADS_DIR / "slice_probe.py")
-CUDA_ALLOC = """
-import ctypes, sys, time
-cuda = ctypes.CDLL("libcuda.so.1")
-assert cuda.cuInit(0) == 0
-device, context, memory = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-assert cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
-assert cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) == 0
-if cuda.cuMemAlloc_v2(ctypes.byref(memory), int(sys.argv[1]) << 20) != 0:
-    print("refused", flush=True)
-    sys.exit(3)
-print("holding", flush=True)
-time.sleep(3)
-"""
+HOLD = images.WORKLOADS_DIR / "cuda_hold.py"
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +75,8 @@ def test_real_a_renter_is_refused_past_its_memory_limit(mps_gpu, tmp_path):
         print(report)
         assert report["past_limit_refused"] is True
         assert report["alloc_ok_mib"] * 4 >= piece.memory_mib * 3
-        over = subprocess.run([sys.executable, "-c", CUDA_ALLOC, str(piece.memory_mib + 512)],
-                              env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        past = [sys.executable, str(HOLD), str(piece.memory_mib + 512), "0"]
+        over = subprocess.run(past, env=env, capture_output=True, text=True, timeout=60)
         assert (over.returncode, over.stdout) == (3, "refused\n")
     finally:
         daemon.stop()
@@ -97,18 +85,12 @@ def test_real_a_renter_is_refused_past_its_memory_limit(mps_gpu, tmp_path):
 def test_real_two_job_containers_on_one_gpu_with_different_limits(mps_gpu, tmp_path):
     """Through the runner, where docker has the NVIDIA runtime: each job metered by its own
     processes (the record's GPU share), the one asking past its limit refused."""
-    docker = pytest.importorskip("docker")
     from offchain.protocol.jobspec import JobSpec, Resources
     from provider.config import RunnerSettings
     from provider.runner import Runner
+    from tests.provider.test_gpu_daemon import nvidia_docker
 
-    try:
-        client = docker.from_env()
-        runtimes = client.info().get("Runtimes", {})
-    except docker.errors.DockerException as exc:
-        pytest.skip(f"no docker engine here ({exc})")
-    if "nvidia" not in runtimes:
-        pytest.skip("docker has no NVIDIA runtime here (nvidia-container-toolkit)")
+    client = nvidia_docker()
     small, large = gpu_sharing.slices_of(mps_gpu)
     state = tmp_path / "state"
     mps.start_for(state, [small, large])
@@ -117,7 +99,7 @@ def test_real_two_job_containers_on_one_gpu_with_different_limits(mps_gpu, tmp_p
     def spec(asks_mib: int, piece) -> JobSpec:
         return JobSpec(
             image=images.workloads_image(client),
-            command=["python3", "-c", CUDA_ALLOC, str(asks_mib)],
+            command=["python3", f"{images.WORKLOADS_IN_IMAGE}/cuda_hold.py", str(asks_mib), "3"],
             resources=Resources(cpu_cores=1, memory_mib=1024, disk_mib=16,
                                 gpu_memory_mib=piece.memory_mib, gpu_sm_percent=piece.sm_percent),
             max_duration_s=60, max_price_lovelace=0,
