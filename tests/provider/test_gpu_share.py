@@ -136,6 +136,27 @@ def test_a_job_on_an_mps_slice_gets_the_limits_after_its_own_env_and_the_pipe(tm
     assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"]  # still hardened
 
 
+def test_the_engine_records_an_mps_slices_options_as_sent(client, busybox, tmp_path):
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    spec = job(busybox, ["true"])
+    options = container_options(
+        "r1", "mps_job", spec, busybox, JobMounts(tmp_path, None), [], "/unchained/r1_mps_job",
+        RunnerSettings(state_dir=tmp_path), MPS_SLICE, pipe,
+    )  # fmt: skip
+    container = client.containers.create(**options)
+    try:
+        host = container.attrs["HostConfig"]
+        assert host["IpcMode"] == "host" and host["DeviceRequests"][0]["DeviceIDs"] == [H100]
+        assert any(m["Source"] == str(pipe) and m["Target"] == mps.PIPE_IN_CONTAINER
+                   for m in host["Mounts"])  # fmt: skip
+        env = container.attrs["Config"]["Env"]
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in env
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M" in env
+    finally:
+        container.remove(force=True)
+
+
 def test_a_job_on_a_mig_slice_gets_the_instance_and_nothing_of_mps(tmp_path):
     args = slice_options(tmp_path, MIG_SLICE, {}, tmp_path)
     assert args["host_config"]["DeviceRequests"][0]["DeviceIDs"] == [MIG_1]
