@@ -264,3 +264,17 @@ def test_the_evidence_hash_commits_to_the_jobs_share_and_old_records_keep_theirs
     assert shared.digest() != whole.digest()
     again = MeteringRecord.model_validate_json(shared.canonical_json())
     assert again.digest() == shared.digest() and again.gpu_share == share
+
+
+def test_the_explorers_chart_draws_a_slice_jobs_sm_use_of_its_share():
+    from offchain.market.explorer.format import usage_chart
+    from offchain.protocol.metering import GpuShare
+    from tests.market.records import metering
+
+    share = GpuShare(uuid=H100, isolation="mps", memory_mib=10240, sm_percent=25,
+                     memory_util_peak=None)  # fmt: skip
+    samples = [GpuSample(0, H100, 1 << 30, 5, None), GpuSample(1000, H100, 1 << 30, 25, None)]
+    record = metering("job_a", 1).model_copy(update={"gpu_share": share, "gpu_samples": samples})
+    (gpu,) = [s for s in usage_chart(record.model_dump(mode="json")) if s["key"] == "gpu"]
+    assert gpu["label"] == "GPU (SM, of its 25% slice)"
+    assert gpu["points"].endswith(",0")  # 25% of the GPU: its whole slice, the chart's top
