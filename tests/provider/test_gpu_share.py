@@ -278,3 +278,22 @@ def test_the_explorers_chart_draws_a_slice_jobs_sm_use_of_its_share():
     (gpu,) = [s for s in usage_chart(record.model_dump(mode="json")) if s["key"] == "gpu"]
     assert gpu["label"] == "GPU (SM, of its 25% slice)"
     assert gpu["points"].endswith(",0")  # 25% of the GPU: its whole slice, the chart's top
+
+
+def test_a_job_on_a_slice_is_kept_with_its_slice_for_recovery():
+    from provider.runner import JobFile
+
+    spec = job("unchained/busybox:any", ["true"], gpu_memory_mib=10240, gpu_sm_percent=25)
+    kept = JobFile(spec=spec, gpu_uuids=[], gpu_slice=MIG_SLICE)
+    again = JobFile.model_validate_json(kept.model_dump_json())
+    assert again == kept and again.gpu_slice.device == MIG_1
+
+
+def test_without_the_nvidia_runtime_a_slice_job_cannot_start_and_leaves_nothing(runner, busybox):
+    spec = job(busybox, ["true"], gpu_memory_mib=10240, gpu_sm_percent=25)
+    with pytest.raises(ValueError, match="not both"):
+        runner.run("both_job", spec.model_copy(update={"resources": spec.resources.model_copy(
+            update={"gpus": 1})}), [H100], gpu_slice=MPS_SLICE)  # fmt: skip
+    result = runner.run("slice_job", spec, [], gpu_slice=MPS_SLICE)
+    assert result.status == "error" and result.record is None
+    assert runner.leftovers() == {"containers": [], "workspaces": [], "cgroups": []}
