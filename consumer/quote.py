@@ -16,6 +16,7 @@ from pycardano import Address
 from consumer.errors import QuoteRejected
 from offchain.protocol.amounts import ADA
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.gpu_slices import cheapest_fit
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.registry import RegistryError, names_registry, resolve
 from offchain.protocol.signed_request import RequestFields, SignedRequestError, open_signed
@@ -117,6 +118,11 @@ def check_quote(
     terms = json.loads(offer.body)
     price = terms["price_per_unit"]
     problems = bundle_problems(terms, spec, gpu_model)
+    if spec.resources.fraction is not None:  # a GPU slice: the cheapest that holds it
+        piece = cheapest_fit(terms.get("gpu_slices", []), spec.resources.fraction)
+        if piece is None:
+            problems.append("the offer has no GPU slice that holds the fraction asked")
+        price = terms["price_per_unit"] if piece is None else piece.price_per_unit
     fee_allowance, deadline = params.fee_allowance, params.deadline
     expected = {
         "the provider's key": (params.provider_vkey, provider_vkey.hex()),

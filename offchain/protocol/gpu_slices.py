@@ -15,7 +15,8 @@ matching, explorer). Integers only: MiB, percent, lovelace, GFLOP/s.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -119,6 +120,17 @@ class SliceTerms(SliceOffer):
     and disk), which the quote of a job asking a fraction states."""
 
     price_per_unit: int = Field(ge=0, le=MAX_PRICE_PER_UNIT)
+
+
+def cheapest_fit(entries: Iterable[Any], fraction: tuple[int, int] | None) -> SliceTerms | None:
+    """Of an offer's `gpu_slices` entries (as signed: mappings, or SliceTerms), the cheapest
+    that holds `fraction` (memory MiB, SM percent); None when it asks none or none does.
+    The price a job asking that fraction is quoted, by the market and checked by the renter."""
+    if fraction is None:
+        return None
+    read = (e if isinstance(e, SliceTerms) else SliceTerms.model_validate(e) for e in entries)
+    fitting = [entry for entry in read if entry.fits(*fraction)]
+    return min(fitting, key=lambda entry: entry.price_per_unit, default=None)
 
 
 def slice_price(gpu_price: int, sm_percent: int) -> int:

@@ -11,6 +11,7 @@ from pycardano import Address
 from pydantic import BaseModel, Field, ValidationError
 
 from offchain.protocol.escrow import new_escrow
+from offchain.protocol.gpu_slices import SliceTerms
 from offchain.protocol.job_state import CancelState, JobState
 from offchain.protocol.market_errors import MarketRefused
 from offchain.protocol.outcome import Outcome
@@ -112,6 +113,11 @@ class Quote(BaseModel):
         None, description="The image the job runs: the spec's, or its registry tag pinned to "
         "the digest the registry named at quote time (what the job id digests and the renter "
         "checks); None from a market that pins none.",
+    )  # fmt: skip
+    gpu_slice: SliceTerms | None = Field(
+        None, description="A job asking a fraction of a GPU: the slice of the offer it gets "
+        "(the cheapest that holds it; its price is price_per_unit), with its isolation (mig or "
+        "mps) and fault note. None: whole GPUs or none.",
     )  # fmt: skip
 
 

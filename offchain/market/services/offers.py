@@ -34,7 +34,7 @@ from offchain.market.services import jobs, offer_images
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.settings import MarketSettings
 from offchain.protocol.bond_check import BondRefused, check_bond
-from offchain.protocol.gpu_slices import SliceTerms
+from offchain.protocol.gpu_slices import SliceTerms, cheapest_fit
 from offchain.protocol.jobspec import JobSpec, Resources
 from offchain.protocol.types import Just
 
@@ -148,9 +148,7 @@ def slice_terms(body: str) -> list[SliceTerms]:
 def slice_for(body: str, wanted: Resources) -> SliceTerms | None:
     """The cheapest of the offer's slices that gives the fraction `wanted` asks (None: it
     asks none, or no slice is that large)."""
-    fraction = wanted.fraction
-    fitting = [e for e in slice_terms(body) if fraction is not None and e.fits(*fraction)]
-    return min(fitting, key=lambda entry: entry.price_per_unit, default=None)
+    return cheapest_fit(slice_terms(body), wanted.fraction)
 
 
 def quoted_bundle(offer: Offer, wanted: Resources) -> tuple[Resources, int]:

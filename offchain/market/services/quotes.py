@@ -29,6 +29,7 @@ from offchain.protocol import wire
 from offchain.protocol.amounts import ada
 from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
+from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.payloads import verify
 from offchain.protocol.signed_request import SignedRequest
 from offchain.protocol.txbuild import BuildError
@@ -130,6 +131,7 @@ def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
     assert job.price_per_unit is not None and job.max_units is not None
     assert job.fee_allowance is not None
     deposit = quote_terms.refund_deposit(job)
+    spec = JobSpec.model_validate(spec_of(job))
     return wire.Quote(
         job_id=job.id, state=job.state, offer=signed_offer(offer), gpu_model=offer.gpu_model,
         price_per_unit=job.price_per_unit, max_units=job.max_units,
@@ -138,7 +140,7 @@ def quote(job: Job, offer: Offer, settle_fee_share: int) -> wire.Quote:
         refund_deposit=deposit, lock_lovelace=job.lock_lovelace,
         quote_expires_ms=job.quote_expires_ms, settle_fee_share=settle_fee_share,
         fee_allowance_note=allowance_note(job.fee_allowance, deposit),
-        image=spec_of(job)["image"],
+        image=spec_of(job)["image"], gpu_slice=offers.slice_for(offer.body, spec.resources),
     )  # fmt: skip
 
 
