@@ -305,8 +305,9 @@ def status(
         bool, typer.Option("--json", help="One JSON document (lovelace, chain-time ms).")
     ] = False,
 ) -> None:
-    """Slots free and busy, running jobs, earnings settled and pending, channels, the bond: in
-    chain time."""
+    """Slots free and busy, running jobs, earnings settled and pending, channels, the bond (in
+    chain time), and the GPUs' compute processes: jobs' and the operator's own (not billed)."""
+    from provider import gpu_share
     from provider.channels import ChannelBook
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
@@ -314,7 +315,7 @@ def status(
     from provider.daemon.status import host_gpu_processes, provider_status, status_lines
 
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
-    _, slots = slots_of(settings.offer, inventory)
+    _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
     context, made = open_deployment(flags.ogmios_url, flags.deployment)
     state = settings.runner.state_dir
     book = ChannelBook.in_state_dir(
