@@ -3,7 +3,8 @@
 docker (the GPU machines lent so far have none) the renters are processes given exactly what a
 job container on a slice gets (bench/gpu_sharing.py); with docker and the NVIDIA runtime, two
 job containers run through the runner. Run there:
-`pytest --noconftest -m gpu tests/provider/test_gpu_sharing.py -s` (the ratio is printed)."""
+`pytest --noconftest -m gpu tests/provider/test_gpu_sharing.py -s` (the ratio is printed;
+nvidia-ml-py, pydantic, PyYAML and PyTorch are enough, docker-py only for the container test)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_sharing
-from provider import images, mps, nvml
+from provider import mps, nvml
 from provider.gpu_share import isolation_of
 from provider.inventory import GpuInfo, gpu_inventory
 
 pytestmark = pytest.mark.gpu
 
-PROBE = Path(images.WORKLOADS_DIR / "slice_probe.py")
-HOLD = images.WORKLOADS_DIR / "cuda_hold.py"
+WORKLOADS = Path(mps.__file__).parent / "workloads"  # provider.images needs docker-py
+PROBE, HOLD = WORKLOADS / "slice_probe.py", WORKLOADS / "cuda_hold.py"
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,7 @@ def test_real_two_job_containers_on_one_gpu_with_different_limits(mps_gpu, tmp_p
     """Through the runner, where docker has the NVIDIA runtime: each job metered by its own
     processes (the record's GPU share), the one asking past its limit refused."""
     from offchain.protocol.jobspec import JobSpec, Resources
+    from provider import images
     from provider.config import RunnerSettings
     from provider.runner import Runner
     from tests.provider.test_gpu_daemon import nvidia_docker
