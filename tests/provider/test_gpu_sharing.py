@@ -83,6 +83,23 @@ def test_real_a_renter_is_refused_past_its_memory_limit(mps_gpu, tmp_path):
         daemon.stop()
 
 
+def test_real_a_renter_raising_its_own_limit_stays_under_the_largest_slice(mps_gpu, tmp_path):
+    """Code in a job can change its own environment before CUDA starts; the daemon's defaults
+    for its server (the largest slice) are the bound it cannot raise."""
+    small, large = gpu_sharing.slices_of(mps_gpu)
+    daemon = mps.start_for(tmp_path, [small, large])
+    assert daemon is not None
+    try:
+        env = {**gpu_sharing.renter_env(mps_gpu, daemon, small),
+               "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={4 * large.memory_mib}M",
+               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}  # fmt: skip
+        past = [sys.executable, str(HOLD), str(large.memory_mib + 1024), "0"]
+        over = subprocess.run(past, env=env, capture_output=True, text=True, timeout=60)
+        assert (over.returncode, over.stdout) == (3, "refused\n"), over
+    finally:
+        daemon.stop()
+
+
 def test_real_two_job_containers_on_one_gpu_with_different_limits(mps_gpu, tmp_path):
     """Through the runner, where docker has the NVIDIA runtime: each job metered by its own
     processes (the record's GPU share), the one asking past its limit refused."""
