@@ -7,8 +7,11 @@ own and never another MPS user's. Each job container on an MPS slice gets the pi
 mounted and, set by the provider after the spec's environment (a spec naming `CUDA_MPS_*` or
 `NVIDIA_*` is refused at validation), `CUDA_MPS_PIPE_DIRECTORY`,
 `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<MiB>M` (device 0: the container sees its one GPU as 0)
-and `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<pct>`. The daemon's defaults for a new server are set
-to the largest slice, so no client goes past that whatever its environment says.
+and `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<pct>`. Code in the job can change its own environment
+before CUDA starts, so the environment alone is not the bound: the daemon's defaults for its
+server are set to the largest slice (memory per GPU, SM share over all), and a client's
+environment can only further constrain what the control daemon sets (NVIDIA's MPS docs). A
+GPU's slices are equal (`[[offer.shared_gpus]]`), so on it no job gets past its slice.
 
 MPS's fault model: every client of one GPU shares one MPS server, so a fatal GPU fault in one
 client (an illegal address, say) ends every client on that GPU; memory is limited per client,
