@@ -9,9 +9,10 @@ mounted and, set by the provider after the spec's environment (a spec naming `CU
 `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<MiB>M` (device 0: the container sees its one GPU as 0)
 and `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<pct>`. Code in the job can change its own environment
 before CUDA starts, so the environment alone is not the bound: the daemon's defaults for its
-server are set to the largest slice (memory per GPU, SM share over all), and a client's
-environment can only further constrain what the control daemon sets (NVIDIA's MPS docs). A
-GPU's slices are equal (`[[offer.shared_gpus]]`), so on it no job gets past its slice.
+server are set to the largest slice (memory per GPU, SM share over all). A client's SM share
+can only further constrain what the control daemon sets (NVIDIA's MPS docs); that the same
+holds of memory is checked on a GPU (test_gpu_sharing.py). A GPU's slices are equal
+(`[[offer.shared_gpus]]`), so on it no job gets past its slice.
 
 MPS's fault model: every client of one GPU shares one MPS server, so a fatal GPU fault in one
 client (an illegal address, say) ends every client on that GPU; memory is limited per client,
