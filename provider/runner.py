@@ -117,6 +117,12 @@ class Runner:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
         if gpu_slice is not None and gpus:
             raise ValueError("a job runs on whole GPUs or on a slice, not both")
+        fraction = spec.resources.fraction
+        if (fraction is None) != (gpu_slice is None) or (
+            fraction is not None and gpu_slice is not None
+            and not (fraction[0] <= gpu_slice.memory_mib and fraction[1] <= gpu_slice.sm_percent)
+        ):  # fmt: skip
+            raise ValueError(f"the spec asks for a GPU fraction {fraction}, slice {gpu_slice}")
         # the cgroup's name checks the job id before anything is made in its name
         cgroup = JobCgroup(self.runner_id, job_id, self.systemd)
         workspace = self.jobs_dir / job_id

@@ -294,6 +294,11 @@ def test_without_the_nvidia_runtime_a_slice_job_cannot_start_and_leaves_nothing(
     with pytest.raises(ValueError, match="not both"):
         runner.run("both_job", spec.model_copy(update={"resources": spec.resources.model_copy(
             update={"gpus": 1})}), [H100], gpu_slice=MPS_SLICE)  # fmt: skip
+    for asks, piece in ((spec, None), (job(busybox, ["true"]), MPS_SLICE),
+                        (job(busybox, ["true"], gpu_memory_mib=20480, gpu_sm_percent=25),
+                         MPS_SLICE)):  # fmt: skip
+        with pytest.raises(ValueError, match="fraction"):
+            runner.run("unfit_job", asks, [], gpu_slice=piece)
     result = runner.run("slice_job", spec, [], gpu_slice=MPS_SLICE)
     assert result.status == "error" and result.record is None
     assert runner.leftovers() == {"containers": [], "workspaces": [], "cgroups": []}
