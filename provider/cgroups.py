@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,8 +189,11 @@ def job_ids(runner_id: str, systemd: bool = False, fs: CgroupFs | None = None) -
     return sorted(name.removeprefix(prefix).removesuffix(suffix) for name in names)
 
 
-def in_any_job(pid: int, fs: CgroupFs | None = None) -> bool:
-    """Whether host process `pid` runs in some job's container (any runner's): a GPU process
-    that does not is the operator's own work."""
+def in_any_job(pid: int, containers: Collection[str] = (), fs: CgroupFs | None = None) -> bool:
+    """Whether host process `pid` runs in some job's container (any runner's) or in one of
+    `containers` (full ids: services' and pods', which have no job cgroup): a GPU process that
+    does not is the operator's own work."""
     path = cgroup_of(pid, fs)
-    return path is not None and path.startswith((f"/{BASE}/", f"/{BASE}.slice/"))
+    if path is None:
+        return False
+    return path.startswith((f"/{BASE}/", f"/{BASE}.slice/")) or any(c in path for c in containers)

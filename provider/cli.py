@@ -312,7 +312,12 @@ def status(
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
     from provider.daemon.journal import Journal  # its receipts import pycardano
-    from provider.daemon.status import host_gpu_processes, provider_status, status_lines
+    from provider.daemon.status import (
+        host_gpu_processes,
+        provider_status,
+        renter_containers,
+        status_lines,
+    )  # fmt: skip
 
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
@@ -324,7 +329,7 @@ def status(
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
-        gpus = host_gpu_processes(inventory)  # the operator's own work too
+        gpus = host_gpu_processes(inventory, renter_containers())  # the operator's too
         now = provider_status(Journal(state), slots, chain.now_ms(), bond, book, gpus)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))
 

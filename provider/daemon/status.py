@@ -9,7 +9,11 @@ in lovelace."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import Any
+
+import docker
+from docker.errors import DockerException
 
 from offchain.chain.time import iso
 from offchain.protocol.amounts import ada
@@ -23,17 +27,31 @@ from provider.daemon.journal import Journal
 from provider.gpu_meter import GpuProcess, gpu_processes
 from provider.inventory import HostInventory
 from provider.metering import billable_units
+from provider.sandbox import LABEL_RUNNER
 
 PENDING = ("finished", "delivered")
 
 
-def host_gpu_processes(inventory: HostInventory) -> list[GpuProcess]:
-    """The compute processes on the machine's GPUs now, each a job's or the operator's."""
+def host_gpu_processes(
+    inventory: HostInventory, containers: Collection[str] = ()
+) -> list[GpuProcess]:
+    """The compute processes on the machine's GPUs now, each a renter's (a job's, or in one of
+    the provider's `containers`: services, pods) or the operator's."""
     uuids = [gpu.uuid for gpu in inventory.gpu.gpus]
     try:
-        return gpu_processes(uuids, in_any_job) if uuids else []
+        return gpu_processes(uuids, lambda pid: in_any_job(pid, containers)) if uuids else []
     except nvml.NoGpu:
         return []
+
+
+def renter_containers() -> set[str]:
+    """Full ids of every container a runner of this machine started (none without an engine)."""
+    try:
+        client = docker.from_env()
+        listed = client.containers.list(filters={"label": LABEL_RUNNER}, sparse=True)
+    except DockerException:
+        return set()
+    return {container.id for container in listed if container.id}
 
 
 def provider_status(

@@ -229,7 +229,7 @@ def test_fake_nvml_status_shows_the_operators_gpu_work_apart_from_jobs(
     from provider.daemon.bond import BondView
     from provider.daemon.journal import Journal
 
-    monkeypatch.setattr(status, "in_any_job", lambda pid: pid == JOB_PID)
+    monkeypatch.setattr(status, "in_any_job", lambda pid, containers: pid == JOB_PID)
     fake_nvml.samples[H100] = [fake.utilization(OTHER_PID, 2**62, 64)]
     gpus = status.host_gpu_processes(gpu_inventory_host())
     book = ChannelBook.in_state_dir(tmp_path, 0, ScriptHash(bytes(28)), 0)
@@ -302,3 +302,21 @@ def test_without_the_nvidia_runtime_a_slice_job_cannot_start_and_leaves_nothing(
     result = runner.run("slice_job", spec, [], gpu_slice=MPS_SLICE)
     assert result.status == "error" and result.record is None
     assert runner.leftovers() == {"containers": [], "workspaces": [], "cgroups": []}
+
+
+def test_a_process_in_a_service_or_pod_container_is_a_renters_not_the_operators(client, busybox):
+    import os
+
+    from provider.cgroups import cgroup_of, in_any_job
+    from provider.daemon.status import renter_containers
+    from provider.sandbox import LABEL_RUNNER
+
+    mine = cgroup_of(os.getpid())
+    assert mine is not None and not in_any_job(os.getpid())  # this test: not in a job
+    assert in_any_job(os.getpid(), [mine.rsplit("/", 1)[-1] or "/"])
+    service = client.containers.run(busybox, ["sleep", "30"], labels={LABEL_RUNNER: "r1"},
+                                    detach=True)  # fmt: skip
+    try:
+        assert service.id in renter_containers()
+    finally:
+        service.remove(force=True)
