@@ -146,6 +146,9 @@ class Offer(_Section):
         checks = [
             (len(fitting) < wanted.gpus, f"{wanted.gpus} GPU(s) with "
              f">= {wanted.min_vram_mib} MiB wanted, {len(fitting)} offered"),
+            (wanted.fraction is not None and not self.fitting_slices(spec, inventory),
+             f"a GPU slice of {wanted.gpu_memory_mib} MiB and {wanted.gpu_sm_percent}% of the "
+             "SMs wanted, no shared GPU offers one that large"),
             (wanted.cpu_cores > self.cpu_cores, f"{wanted.cpu_cores} cores wanted, "
              f"{self.cpu_cores} offered"),
             (wanted.memory_mib > self.memory_mib, f"{wanted.memory_mib} MiB memory wanted, "
@@ -158,6 +161,17 @@ class Offer(_Section):
         ]  # fmt: skip
         reasons = [reason for failed, reason in checks if failed]
         return "; ".join(reasons) or None
+
+    def fitting_slices(self, spec: JobSpec, inventory: HostInventory) -> list[str]:
+        """Shared GPUs present whose slices hold the fraction the spec asks, in offer order."""
+        fraction = spec.resources.fraction
+        present = {gpu.uuid: gpu.memory_bytes // MIB for gpu in inventory.gpu.gpus}
+        return [
+            shared.uuid for shared in self.shared_gpus
+            if fraction is not None and shared.uuid in present
+            and fraction[0] <= shared.memory_mib(present[shared.uuid])
+            and fraction[1] <= shared.sm_percent()
+        ]  # fmt: skip
 
     def fitting_gpus(self, spec: JobSpec, inventory: HostInventory) -> list[str]:
         """Offered GPUs present on this machine with enough memory, in offer order."""

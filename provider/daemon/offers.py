@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from offchain.protocol.amounts import ada
-from offchain.protocol.gpu_slices import MAX_FAULT_NOTE
+from offchain.protocol.gpu_slices import MAX_FAULT_NOTE, SliceOffer, SliceSelfTest
 from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import OfferedImage, SelfTestSummary
@@ -29,11 +29,12 @@ NOT_FOUND = 404
 def offer_terms(
     bundle: Bundle, payout_address: str, bond: BondView, selftest: SelfTestSummary | None = None,
     images: list[OfferedImage] | None = None, pulls: bool = False,
-    gateway: GatewayTerms | None = None,
+    gateway: GatewayTerms | None = None, slice_tests: SliceTests | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The offer's terms as the market's POST /offers reads them: `images` on this machine
-    (None: the offer says nothing of images), whether it `pulls` others, and where its
-    gateway takes deployments (None: it takes none)."""
+    (None: the offer says nothing of images), whether it `pulls` others, where its gateway
+    takes deployments (None: it takes none), and its GPU slices, each with the latest
+    self-test of such a slice in `slice_tests` (by `slice_key`; none: not measured)."""
     resources = bundle.resources
     terms: dict[str, Any] = {
         "payout_address": payout_address,
@@ -54,10 +55,12 @@ def offer_terms(
         if gateway.request_price is not None:
             terms["request_price"] = gateway.request_price
     if bundle.gpu_slices:
+        tests = slice_tests or {}
         terms["gpu_slices"] = [
-            entry.model_dump(mode="json") | {"price_per_unit": price}
+            entry.model_copy(update={"selftest": tests.get(slice_key(entry), entry.selftest)})
+            .model_dump(mode="json") | {"price_per_unit": price}
             for entry, price in zip(bundle.gpu_slices, bundle.slice_prices, strict=True)
-        ]
+        ]  # fmt: skip
     if bundle.no_slices:
         terms["gpu_slices_note"] = bundle.no_slices[:MAX_FAULT_NOTE]
     if bond.ref is not None:
@@ -65,6 +68,15 @@ def offer_terms(
     if selftest is not None:
         terms["selftest"] = selftest.model_dump(mode="json")
     return terms
+
+
+SliceKey = tuple[str, int, int]  # a slice's GPU model, memory MiB and SM percent
+SliceTests = Mapping[SliceKey, SliceSelfTest]
+
+
+def slice_key(entry: SliceOffer) -> SliceKey:
+    """What names a size of slice: the self-test of one such slice stands for all of them."""
+    return entry.gpu_model, entry.memory_mib, entry.sm_percent
 
 
 def describe_offer(terms: dict[str, Any]) -> str:
@@ -107,9 +119,10 @@ class OfferKeeper:
     def __init__(
         self, link: MarketLink, bundle: Bundle, payout_address: str, state_dir: Path | None = None,
         images: Callable[[], list[OfferedImage]] = list, pulls: bool = False,
-        gateway: GatewayTerms | None = None,
+        gateway: GatewayTerms | None = None, slice_tests: Callable[[], SliceTests] = dict,
     ) -> None:  # fmt: skip
         self.link = link
+        self.slice_tests = slice_tests  # the slices' latest self-tests (read at each publication)
         self.bundle = bundle
         self.payout_address = payout_address
         self.state_dir = state_dir  # where the self-test summary is saved
@@ -138,6 +151,7 @@ class OfferKeeper:
                 images,
                 self.pulls,
                 self.gateway,
+                self.slice_tests(),
             )
             await self.link.send("POST", "/offers", Body.of_json(terms), retry_for_s=retry_for_s)
             if not self.published:

@@ -50,14 +50,23 @@ SPEC = {"image": "python:3.11", "command": ["echo", PLANTED], "env": {"NOTE": PL
         "resources": {"gpus": 1, "cpu_cores": 1, "memory_mib": 512, "disk_mib": 1},
         "max_duration_s": 60, "max_price_lovelace": 1, "network": False}  # fmt: skip
 
+# an offer's GPU slices as signed: planted text in the model, the fault note and the note
+SLICE = {"gpu_model": PLANTED, "memory_mib": 2048, "sm_percent": 25, "count": 3,
+         "isolation": "mps", "fault_note": PLANTED, "price_per_unit": 800,
+         "selftest": {"matmul_gflops": 7400, "alloc_ok_mib": 2048,
+                      "past_limit_refused": True}}  # fmt: skip
+SLICED_BODY = json.dumps({"gpu_slices": [SLICE], "gpu_slices_note": PLANTED})
+SLICES_SHOWN = {"offered": 3, "busy": 0, "free": 3, "price_per_unit": 800,
+                "sizes": [{"memory_mib": 2048, "sm_percent": 25, "isolation": "mps"}]}  # fmt: skip
+
 
 def seed(session: Session) -> None:
     session.add(Provider(id=PROVIDER, vkey="00" * 32, payout_address=ADDRESS,
                          last_heartbeat_ms=now_ms()))  # fmt: skip
     session.flush()  # no relationships tell the flush to write the provider first
-    session.add(Offer(provider_id=PROVIDER, body="{}", signature="", key="", gpu_model=PLANTED,
-                      gpu_count=2, vram_mib=1, cpu_cores=1, memory_mib=1, disk_mib=1,
-                      price_per_unit=1_500_000, created_at_ms=START_MS))  # fmt: skip
+    session.add(Offer(provider_id=PROVIDER, body=SLICED_BODY, signature="", key="",
+                      gpu_model=PLANTED, gpu_count=2, vram_mib=1, cpu_cores=1, memory_mib=1,
+                      disk_mib=1, price_per_unit=1_500_000, created_at_ms=START_MS))  # fmt: skip
     for i in range(JOBS):
         job = Job(id=f"{i:032x}", consumer_vkey="00" * 32, consumer_id="ee" * 28,
                   consumer_address=ADDRESS, spec=json.dumps(SPEC), spec_digest="11" * 32,
@@ -171,6 +180,20 @@ def test_each_page_is_html_and_the_same_json(client, path):
     assert by_path.json() == by_accept.json()
 
 
+def test_gpu_slices_show_their_isolation_fault_note_and_self_test_escaped(client):
+    home = client.get("/api/explorer").json()
+    (model,) = [g for g in home["gpus"] if g["slices"]]
+    assert model["slices"] == SLICES_SHOWN
+    assert "3 free of 3 from" in seen(client.get("/explorer").text)
+    page = client.get(f"/explorer/providers/{PROVIDER}")
+    said = seen(page.text)
+    assert "3 \u00d7 2048 MiB / 25% SMs of <script>" in said and "MPS: <script>" in said
+    assert "7400 GFLOP/s matmul, 2048 MiB allocated, past the limit refused" in said
+    assert "Not shared: <script>" in said and PLANTED not in page.text
+    shown = client.get(f"/api/explorer/providers/{PROVIDER}").json()["provider"]
+    assert shown["gpu_slices"] == [SLICE] and shown["gpu_slices_note"] == PLANTED
+
+
 def two_pages(client: TestClient, name: str) -> list:
     """The ids of the list `name` (jobs, channels, ...) read by its cursor: a full page, then
     the rest with no cursor after it; the HTML page links the second."""
@@ -194,7 +217,7 @@ def test_the_job_page_shows_what_the_market_recorded(client):
     assert data["receipt"] is None and data["metering"] is None
     home = client.get("/api/explorer").json()
     assert home["gpus"] == [{"model": PLANTED, "offered": 2, "busy": 0, "free": 2,
-                             "price_per_unit": 1_500_000}]  # fmt: skip
+                             "price_per_unit": 1_500_000, "slices": SLICES_SHOWN}]  # fmt: skip
     assert home["tip"]["height"] == 5 and home["tip"]["time_ms"] == START_MS + 5000
     assert home["channels"] == {"count": CHANNELS, "lovelace": CHANNELS * 7_000_000}
 

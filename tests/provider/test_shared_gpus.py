@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol.gpu_slices import FAULT_NOTES, SliceTerms
-from offchain.protocol.jobspec import Resources
+from offchain.protocol.gpu_slices import FAULT_NOTES, SliceSelfTest, SliceTerms
+from offchain.protocol.jobspec import JobSpec, Resources
 from provider.config import (
     ConfigError,
     Offer,
@@ -20,7 +20,7 @@ from provider.config import (
 )
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Capacity, mps_where_installed, slots_of
-from provider.daemon.offers import describe_offer, offer_terms
+from provider.daemon.offers import describe_offer, offer_terms, slice_key
 from provider.inventory import GpuInfo, HostInventory, gpu_inventory
 from tests.provider.fake_nvml import A100, H100, FakeNvml
 
@@ -156,6 +156,10 @@ def test_the_offer_carries_its_slices_signed_and_the_log_says_them():
     assert entry["fault_note"] == FAULT_NOTES["mps"] and entry["selftest"] is None
     said = "3 slice(s) of 21725 MiB / 20% SMs of NVIDIA H100 80GB HBM3 (mps) at 462 lovelace/s"
     assert said in describe_offer(terms)
+    measured = SliceSelfTest(matmul_gflops=51_000, alloc_ok_mib=21725, past_limit_refused=True)
+    tested = offer_terms(bundle, "addr_test1", BondView(None, 0, None),
+                         slice_tests={slice_key(bundle.gpu_slices[0]): measured})  # fmt: skip
+    assert tested["gpu_slices"][0]["selftest"] == measured.model_dump()
     whole, _ = slots_of(offer(), machine(), isolate)
     assert "gpu_slices" not in offer_terms(whole, "addr_test1", BondView(None, 0, None))
 
@@ -167,3 +171,15 @@ def test_shared_gpus_round_trip_through_toml(tmp_path):
     path.write_text(to_toml(config))
     assert "[[offer.shared_gpus]]" in path.read_text()
     assert load_config(path).offer == config.offer
+
+
+def test_a_fraction_no_shared_gpu_holds_is_refused_naming_it():
+    def asking(sm: int) -> JobSpec:
+        return JobSpec(image="busybox", command=["true"], max_duration_s=1,
+                       max_price_lovelace=10**9, resources=Resources(gpu_memory_mib=8192,
+                       gpu_sm_percent=sm))  # fmt: skip
+
+    assert offer(KEPT).refusal(asking(20), machine()) is None  # the H100's 20% slices hold it
+    assert offer(KEPT).refusal(asking(30), machine()) == (
+        "a GPU slice of 8192 MiB and 30% of the SMs wanted, no shared GPU offers one that large"
+    )

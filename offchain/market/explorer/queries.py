@@ -37,6 +37,7 @@ from offchain.market.models import (
 from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
+from offchain.market.services.offers import SLICED, slice_terms
 from offchain.market.services.storage import blob_path
 from offchain.protocol.bond_check import covers_before
 from offchain.protocol.deployment import Deployment
@@ -188,7 +189,8 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
         ).all()
     )  # fmt: skip
     busy = {model or "": int(n or 0) for model, n in busy.items()}
-    models = sorted({model for model, _, _ in offered} | set(busy))
+    slices = _slices(session, since_ms)
+    models = sorted({model for model, _, _ in offered} | set(busy) | set(slices))
     prices = {model: (total, price) for model, total, price in offered}
     return [
         {
@@ -196,9 +198,40 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
             "busy": busy.get(model, 0),
             "free": max(0, prices.get(model, (0, None))[0] - busy.get(model, 0)),
             "price_per_unit": prices.get(model, (0, None))[1],
+            "slices": slices.get(model),
         }
         for model in models
     ]  # fmt: skip
+
+
+def _slices(session: Session, since_ms: int) -> dict[str, dict[str, Any]]:
+    """Per GPU model: the slices of GPUs online providers offer (their offers' gpu_slices),
+    how many run a job asking a fraction, the lowest price and each size with its isolation."""
+    bodies = session.exec(
+        select(Offer.body).join(Provider, col(Provider.id) == col(Offer.provider_id))
+        .where(col(Offer.active), col(Provider.last_heartbeat_ms) >= since_ms,
+               col(Offer.body).contains('"gpu_slices":'))
+    ).all()  # fmt: skip
+    found: dict[str, dict[str, Any]] = {}
+    for body in bodies:
+        for entry in slice_terms(body):
+            model = found.setdefault(entry.gpu_model, {"offered": 0, "busy": 0, "sizes": set()})
+            model["offered"] += entry.count
+            least = model.get("price_per_unit")
+            model["price_per_unit"] = min(entry.price_per_unit, least or entry.price_per_unit)
+            model["sizes"].add((entry.memory_mib, entry.sm_percent, entry.isolation))
+    held = session.exec(
+        select(Job.gpu_model, func.count()).where(col(Job.state).in_(BUSY), SLICED)
+        .group_by(col(Job.gpu_model))
+    ).all()  # fmt: skip
+    for model, n in held:
+        if model in found:
+            found[model]["busy"] = int(n)
+    for model in found.values():
+        model["free"] = max(0, model["offered"] - model["busy"])
+        model["sizes"] = [{"memory_mib": memory, "sm_percent": sm, "isolation": isolation}
+                          for memory, sm, isolation in sorted(model["sizes"])]  # fmt: skip
+    return found
 
 
 def _settled_since(session: Session, slot: int) -> int:
@@ -529,6 +562,11 @@ def _provider_row(
         "offline_since_ms": provider.offline_since_ms,
         "gpus": [{"model": o.gpu_model, "count": o.gpu_count, "price_per_unit": o.price_per_unit}
                  for o in offers],
+        # fractions of GPUs, each with its isolation, fault note and self-test, as signed
+        "gpu_slices": [entry.model_dump(mode="json") for o in offers
+                       for entry in slice_terms(o.body)],
+        "gpu_slices_note": next((json.loads(o.body).get("gpu_slices_note") for o in offers
+                                 if '"gpu_slices_note":' in o.body), None),
         "bond": {"ref": provider.bond_ref, "lovelace": provider.bond_lovelace,
                  "state": provider.bond_state,
                  # an active bond covers the jobs closing within this long of now
