@@ -11,7 +11,6 @@ the slice's limit, one allocation past it refused), kept for the offer's `gpu_sl
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 import secrets
@@ -24,12 +23,11 @@ from typing import Literal
 
 import docker
 
-from offchain.protocol.gpu_slices import GpuSlice, SliceOffer, SliceSelfTest
+from offchain.protocol.gpu_slices import GpuSlice, SliceSelfTest
 from offchain.protocol.jobspec import InputFile, JobSpec, Resources
 from offchain.protocol.offer import SelfTestSummary
 from provider import images, mps
 from provider.config import RunnerSettings
-from provider.daemon.capacity import Bundle
 from provider.inventory import HostInventory
 from provider.outvolume import Archive
 from provider.runner import Runner, RunResult
@@ -69,34 +67,31 @@ def load_summary(state_dir: Path) -> SelfTestSummary | None:
         return None
 
 
-def slice_key(model: str, memory_mib: int, sm_percent: int, isolation: str) -> str:
-    """One kind of slice, as the offer groups them: the same measurement serves all of them."""
-    return f"{model}|{memory_mib}|{sm_percent}|{isolation}"
+SliceKey = tuple[str, int, int]  # GPU model, memory MiB, SM percent: one size of slice
 
 
-def save_slice_results(state_dir: Path, results: dict[str, SliceSelfTest]) -> None:
+def slice_key(piece: GpuSlice) -> SliceKey:
+    """What names a size of slice (as the offer's `slice_key`): one measured stands for all."""
+    return piece.gpu_model, piece.memory_mib, piece.sm_percent
+
+
+def save_slice_results(state_dir: Path, results: dict[SliceKey, SliceSelfTest]) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
-    data = {key: result.model_dump() for key, result in sorted(results.items())}
-    (state_dir / SLICES_FILE).write_text(json.dumps(data, indent=1))
+    data = {"|".join(map(str, key)): result.model_dump() for key, result in results.items()}
+    (state_dir / SLICES_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
 
 
-def load_slice_results(state_dir: Path) -> dict[str, SliceSelfTest]:
-    """The latest slice measurements (none: never run here, or unreadable)."""
+def load_slice_results(state_dir: Path) -> dict[SliceKey, SliceSelfTest]:
+    """The latest slice measurements, for the offer (none: never run here, or unreadable)."""
     try:
         data = json.loads((state_dir / SLICES_FILE).read_text())
-        return {key: SliceSelfTest.model_validate(value) for key, value in data.items()}
-    except (OSError, ValueError):
+        found = {}
+        for key, value in data.items():
+            model, memory, sm = key.rsplit("|", 2)
+            found[(model, int(memory), int(sm))] = SliceSelfTest.model_validate(value)
+        return found
+    except (OSError, ValueError, AttributeError):
         return {}
-
-
-def with_slice_results(bundle: Bundle, results: dict[str, SliceSelfTest]) -> Bundle:
-    """The bundle whose `gpu_slices` entries carry their kind's measurement (None if none)."""
-
-    def measured(entry: SliceOffer) -> SliceOffer:
-        key = slice_key(entry.gpu_model, entry.memory_mib, entry.sm_percent, entry.isolation)
-        return entry.model_copy(update={"selftest": results.get(key)})
-
-    return dataclasses.replace(bundle, gpu_slices=tuple(map(measured, bundle.gpu_slices)))
 
 
 def slice_verdict(piece: GpuSlice, report: dict[str, int | bool]) -> tuple[SliceSelfTest, bool]:
@@ -187,7 +182,7 @@ class SelfTest:
         self.inventory = inventory
         self.gpu_image = gpu_image
         self.slices = list(slices or [])  # the shared GPUs' slices the offer names
-        self.slice_results: dict[str, SliceSelfTest] = {}
+        self.slice_results: dict[SliceKey, SliceSelfTest] = {}
 
     def run(self) -> Iterator[Check]:
         """Each check as it completes; nothing is left behind (a scratch state directory)."""
@@ -333,7 +328,7 @@ class SelfTest:
             return
         scripts = [data_input(path.name, path.read_bytes()) for path in (SLICE_PROBE, MATMUL)]
         for piece in self.slices:
-            key = slice_key(piece.gpu_model, piece.memory_mib, piece.sm_percent, piece.isolation)
+            key = slice_key(piece)
             if key in self.slice_results:
                 continue
             name = f"gpu {piece.gpu_index} slice {piece.memory_mib} MiB/{piece.sm_percent}%"

@@ -41,6 +41,7 @@ from provider.endpoints import EndpointBook
 from provider.images import local_images
 from provider.inventory import HostInventory
 from provider.runner import Runner
+from provider.selftest import load_slice_results
 
 log = logging.getLogger("unchained.provider")
 T = TypeVar("T")
@@ -72,6 +73,7 @@ class Daemon:
             self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
             GatewayTerms(gateway, config.offer.request_price) if gateway else None,
+            functools.partial(load_slice_results, config.runner.state_dir),
         )  # fmt: skip
         self.payouts = PayoutWatcher(self.chain, self.journal, runner.results_dir, self.settings)
         self.channels = ChannelBook.in_state_dir(

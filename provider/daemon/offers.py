@@ -20,7 +20,7 @@ from offchain.protocol.market_link import Body, MarketLink
 from offchain.protocol.offer import OfferedImage, SelfTestSummary
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
-from provider.selftest import load_slice_results, load_summary, with_slice_results
+from provider.selftest import load_summary
 
 log = logging.getLogger("unchained.provider")
 NOT_FOUND = 404
@@ -141,10 +141,9 @@ class OfferKeeper:
                     if exc.status != NOT_FOUND:
                         raise
             selftest = load_summary(self.state_dir) if self.state_dir else None
-            measured = load_slice_results(self.state_dir) if self.state_dir else {}
             images = await asyncio.to_thread(self.images)
             terms = offer_terms(
-                with_slice_results(self.bundle, measured),
+                self.bundle,
                 self.payout_address,
                 bond,
                 selftest,

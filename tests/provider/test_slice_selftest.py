@@ -12,7 +12,9 @@ from pathlib import Path
 from offchain.protocol.gpu_slices import FAULT_NOTES, GpuSlice, SliceOffer, SliceSelfTest
 from offchain.protocol.jobspec import Resources
 from provider.config import RunnerSettings
+from provider.daemon.bond import BondView
 from provider.daemon.capacity import Bundle
+from provider.daemon.offers import offer_terms
 from provider.inventory import HostInventory
 from provider.runner import RunResult
 from provider.selftest import (
@@ -22,13 +24,12 @@ from provider.selftest import (
     save_slice_results,
     slice_key,
     slice_verdict,
-    with_slice_results,
 )  # fmt: skip
 from tests.provider.fake_nvml import H100
 
 MODEL = "NVIDIA H100 80GB HBM3"
 SLICE = GpuSlice(H100, 0, MODEL, 0, 8192, 25, "mps")
-KEY = slice_key(MODEL, 8192, 25, "mps")
+KEY = (MODEL, 8192, 25)
 GOOD = {"gflops": 12000, "alloc_ok_mib": 8128, "past_limit_refused": True}
 
 
@@ -41,7 +42,7 @@ def test_a_slice_holds_when_most_of_its_memory_is_given_and_past_it_refused():
     assert slice_verdict(SLICE, {**GOOD, "alloc_ok_mib": 6144})[1]
 
 
-def test_the_offer_carries_each_kind_of_slices_latest_measurement(tmp_path):
+def test_the_offer_carries_each_size_of_slices_latest_measurement(tmp_path):
     assert load_slice_results(tmp_path) == {}
     measured, _ = slice_verdict(SLICE, GOOD)
     save_slice_results(tmp_path, {KEY: measured})
@@ -50,11 +51,12 @@ def test_the_offer_carries_each_kind_of_slices_latest_measurement(tmp_path):
                        isolation="mps", fault_note=FAULT_NOTES["mps"])  # fmt: skip
     other = entry.model_copy(update={"memory_mib": 4096})
     bundle = Bundle(Resources(), "", 0, 0, (entry, other), (10, 5))
-    carried = with_slice_results(bundle, load_slice_results(tmp_path))
-    assert [e.selftest for e in carried.gpu_slices] == [measured, None]
-    assert dataclasses.replace(carried, gpu_slices=bundle.gpu_slices) == bundle
-    (tmp_path / "slice_selftests.json").write_text("{not json")
-    assert load_slice_results(tmp_path) == {}
+    terms = offer_terms(bundle, "addr_test1", BondView(None, 0, None),
+                        slice_tests=load_slice_results(tmp_path))  # fmt: skip
+    assert [e["selftest"] for e in terms["gpu_slices"]] == [measured.model_dump(), None]
+    for broken in ("{not json", "[]", '{"no key": {}}'):
+        (tmp_path / "slice_selftests.json").write_text(broken)
+        assert load_slice_results(tmp_path) == {}
 
 
 class StubRunner:
@@ -92,7 +94,7 @@ def test_fake_each_kind_of_slice_is_measured_once_inside_a_slice(tmp_path, fake_
     ((spec, gpus, piece),) = stub.asked
     assert (gpus, piece) == ([], SLICE) and spec.resources.fraction == (8192, 25)
     assert spec.command == ["python", "/in/slice_probe.py", "8192"]
-    assert test.slice_results == {KEY: slice_verdict(SLICE, GOOD)[0]}
+    assert test.slice_results == {KEY: slice_verdict(SLICE, GOOD)[0]} and slice_key(twin) == KEY
     assert any(
         "set_default_active_thread_percentage 25" in line
         for line in fake_mps.read_text().splitlines()
