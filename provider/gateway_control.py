@@ -75,7 +75,9 @@ class DeployTerms:
     def check(self, spec: BaseModel) -> None:
         """ControlRefused (403) if `spec` asks more than the bundle or pays less."""
         resources: Bundle = getattr(spec, "resources")  # noqa: B009 - both kinds have it
-        for field in ("gpus", "min_vram_mib", "cpu_cores", "memory_mib"):
+        # a fraction of a GPU is above the whole bundle's 0: deployments take whole slots
+        for field in ("gpus", "min_vram_mib", "gpu_memory_mib", "gpu_sm_percent", "cpu_cores",
+                      "memory_mib"):  # fmt: skip
             asked, offered = getattr(resources, field), getattr(self.bundle, field)
             if asked > offered:
                 raise ControlRefused(403, f"resources.{field}: {asked} is above this "

@@ -110,7 +110,8 @@ def slots_of(
     offered = [(SliceOffer(gpu_model=model, memory_mib=memory, sm_percent=sm, count=n,
                            isolation=isolation, fault_note=FAULT_NOTES[isolation]), price)
                for (model, memory, sm, isolation, price), n in sorted(grouped.items())]  # fmt: skip
-    model = gpus[0].name if gpus else ""
+    # the offer's model: its whole GPUs', else its slices' (a job on a slice is counted there)
+    model = gpus[0].name if gpus else next((piece.gpu_model for piece in slices), "")
     bundle = Bundle(
         resources, model, offer.bundle_price(resources), count,
         tuple(entry for entry, _ in offered), tuple(price for _, price in offered), why,
@@ -147,6 +148,9 @@ def gpu_slices(
     return slices, "; ".join(why)
 
 
+WHOLE = Resources()  # what asks a whole slot (no fraction of a GPU)
+
+
 def asked(assignment: Assignment) -> Resources | None:
     """The resources an assignment's spec asks (None: not a readable spec; refused later)."""
     try:
@@ -170,7 +174,7 @@ class Capacity:
     ) -> Slot | None:
         """A free slot for `job_id` (slot `wanted` if given and free; else one that `asks`
         fits, whole by default: the smallest slice that holds a fraction), or None."""
-        kind = Resources() if asks is None else asks
+        kind = WHOLE if asks is None else asks
         ordered = sorted(self.slots, key=lambda slot: slot_size(slot))
         for slot in ordered if wanted is None else self.slots:
             fits = wanted == slot.index if wanted is not None else slot.fits(kind)

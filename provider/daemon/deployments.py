@@ -35,7 +35,7 @@ from offchain.protocol.channel import OPEN
 from offchain.protocol.types import ChannelTerms
 from provider.channels import ChannelBook
 from provider.config import DaemonSettings, RunnerSettings
-from provider.daemon.capacity import Capacity
+from provider.daemon.capacity import WHOLE, Capacity
 from provider.daemon.chain import CHAIN_DOWN, Chain
 from provider.daemon.channel_claims import admit
 from provider.endpoints import (
@@ -216,8 +216,9 @@ class Deployments:
         """A slot per replica, held under the deployment's name; the GPUs its spec asks of
         each. ValueError if the machine has not that many free."""
         replicas, gpus = _replicas(deployment), _gpus(deployment)
-        if self.capacity.free() < replicas:
-            raise ValueError(f"{replicas} slot(s) asked, {self.capacity.free()} free now")
+        free = self.capacity.free_for(WHOLE)  # a deployment takes whole slots, not GPU slices
+        if free < replicas:
+            raise ValueError(f"{replicas} slot(s) asked, {free} free now")
         uuids: list[str] = []
         for _ in range(replicas):
             slot = self.capacity.take(holder(deployment.name))

@@ -72,7 +72,7 @@ def provider_status(
     slot_rows = [
         {
             "index": slot.index,
-            "resources": ", ".join(slot.gpu_uuids) or f"{slot.bundle.cpu_cores} core(s)",
+            "resources": slot_resources(slot),
             "job_id": running[slot.index].job_id if slot.index in running else None,
         }
         for slot in slots
@@ -150,3 +150,12 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         state = "active" if ends is None else f"unbonding, withdrawable from {iso(ends)}"
         lines.append(f"bond {bond['ref']}: {ada(bond['lovelace'])}, {state}")
     return lines
+
+
+def slot_resources(slot: Slot) -> str:
+    """What a slot holds, for the operator: its GPUs, its slice of a GPU, or its cores."""
+    piece = slot.gpu_slice
+    if piece is not None:
+        return (f"{piece.memory_mib} MiB / {piece.sm_percent}% SMs of {piece.device} "
+                f"({piece.isolation})")  # fmt: skip
+    return ", ".join(slot.gpu_uuids) or f"{slot.bundle.cpu_cores} core(s)"

@@ -129,6 +129,9 @@ def test_control_requests_that_are_refused(gateway: httpx.Client) -> None:
     big = {**SPEC, "resources": {"cpu_cores": 4, "memory_mib": 256}}
     refused(gateway.post("/deployments", json=signed(spec=big)), 403,
             "resources.cpu_cores: 4 is above this provider's 2")  # fmt: skip
+    sliced = {**SPEC, "resources": {"gpu_memory_mib": 1024, "gpu_sm_percent": 25}}
+    refused(gateway.post("/deployments", json=signed(spec=sliced)), 403,
+            "resources.gpu_memory_mib: 1024 is above this provider's 0")  # fmt: skip
     refused(gateway.post("/deployments", json=signed(channel=UNKNOWN_CHANNEL)), 403,
             "is not served here: a first deploy on it names its channel_utxo")  # fmt: skip
     refused(gateway.post("/deployments", json=signed("stop")), 400, "takes a deploy, not a stop")

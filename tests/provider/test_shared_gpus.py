@@ -21,6 +21,7 @@ from provider.config import (
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Capacity, mps_where_installed, slots_of
 from provider.daemon.offers import describe_offer, offer_terms, slice_key
+from provider.daemon.status import slot_resources
 from provider.inventory import GpuInfo, HostInventory, gpu_inventory
 from tests.provider.fake_nvml import A100, H100, FakeNvml
 
@@ -60,6 +61,7 @@ def test_slices_are_derived_from_what_is_kept_and_priced_pro_rata():
     (cpu,) = [slot for slot in slots if slot.gpu_slice is None]  # CPU bundles stay offered
     pieces = [slot for slot in slots if slot.gpu_slice is not None]
     assert len(pieces) == 3 and bundle.slots == 1
+    assert bundle.gpu_model == "NVIDIA H100 80GB HBM3"  # no whole GPU: the slices' model
     piece = pieces[0].gpu_slice
     assert piece is not None and piece.sm_percent == 20
     assert piece.memory_mib == (H100_MIB - 16384) // 3
@@ -144,6 +146,7 @@ def test_a_fraction_takes_the_smallest_free_slice_and_a_whole_job_none():
     assert capacity.take("d", asks=large) is None  # the A100's slices are too small
     whole = capacity.take("e")
     assert whole is not None and whole.gpu_slice is None and capacity.take("f") is None
+    assert slot_resources(first).startswith(f"{first.gpu_slice.memory_mib} MiB / 20% SMs of GPU-")
     capacity.release("b")
     assert capacity.take("g", asks=large) is not None
 

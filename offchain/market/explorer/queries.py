@@ -210,7 +210,7 @@ def _slices(session: Session, since_ms: int) -> dict[str, dict[str, Any]]:
     bodies = session.exec(
         select(Offer.body).join(Provider, col(Provider.id) == col(Offer.provider_id))
         .where(col(Offer.active), col(Provider.last_heartbeat_ms) >= since_ms,
-               col(Offer.body).contains('"gpu_slices":'))
+               col(Offer.body).contains('"gpu_slices":', autoescape=True))
     ).all()  # fmt: skip
     found: dict[str, dict[str, Any]] = {}
     for body in bodies:

@@ -136,7 +136,8 @@ TERMS = tuple(f.name for f in dataclasses.fields(OfferRecord)
               if f.name not in ("online", "away", *SLICE_ATTRS))  # fmt: skip
 # a job asking a fraction: its canonical spec has "gpu_sm_percent":N (N from 1; a string
 # value, an env variable's, is quoted, so no other spec has this)
-SLICED = or_(*(col(Job.spec).contains(f'"gpu_sm_percent":{digit}') for digit in "123456789"))
+SLICED = or_(*(col(Job.spec).contains(f'"gpu_sm_percent":{digit}', autoescape=True)
+               for digit in "123456789"))  # fmt: skip
 
 
 def slice_terms(body: str) -> list[SliceTerms]:
