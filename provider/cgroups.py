@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,3 +187,13 @@ def job_ids(runner_id: str, systemd: bool = False, fs: CgroupFs | None = None) -
     prefix, suffix = (f"{BASE}-{runner_id}_", ".slice") if systemd else (f"{runner_id}_", "")
     names = [e.name for e in directory.iterdir() if e.name.startswith(prefix)]
     return sorted(name.removeprefix(prefix).removesuffix(suffix) for name in names)
+
+
+def in_any_job(pid: int, containers: Collection[str] = (), fs: CgroupFs | None = None) -> bool:
+    """Whether host process `pid` runs in some job's container (any runner's) or in one of
+    `containers` (full ids: services' and pods', which have no job cgroup): a GPU process that
+    does not is the operator's own work."""
+    path = cgroup_of(pid, fs)
+    if path is None:
+        return False
+    return path.startswith((f"/{BASE}/", f"/{BASE}.slice/")) or any(c in path for c in containers)

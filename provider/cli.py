@@ -169,19 +169,30 @@ def selftest(
     """Check this machine before offering it: engine, hardening, limits, GPUs, a benchmark."""
     import docker
 
-    from provider.selftest import GPU_BENCH_IMAGE, Check, SelfTest, save_summary
+    from provider import gpu_share
+    from provider.selftest import (
+        GPU_BENCH_IMAGE,
+        Check,
+        SelfTest,
+        save_slice_results,
+        save_summary,
+    )  # fmt: skip
 
     settings, inventory = provider_config(config, given(state_dir))
     try:
         client = docker.from_env()
     except docker.errors.DockerException as exc:
         raise fail(f"FAIL engine: no docker engine answers: {exc}", code=1) from exc
+    _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
+    slices = [slot.gpu_slice for slot in slots if slot.gpu_slice is not None]
+    test = SelfTest(client, settings.runner, inventory, gpu_image or GPU_BENCH_IMAGE, slices)
     checks: list[Check] = []
-    for check in SelfTest(client, settings.runner, inventory, gpu_image or GPU_BENCH_IMAGE).run():
+    for check in test.run():
         checks.append(check)
         typer.echo(f"{check.outcome.upper():<4}  {check.name:<24}  {check.detail}")
     failed = sum(check.outcome == "fail" for check in checks)
     save_summary(settings.runner.state_dir, checks, int(time.time() * 1000))  # offers carry it
+    save_slice_results(settings.runner.state_dir, test.slice_results)  # in gpu_slices
     typer.echo(f"{'FAILED' if failed else 'PASSED'}: {failed} check(s) failed")
     raise typer.Exit(1 if failed else 0)
 
@@ -294,16 +305,22 @@ def status(
         bool, typer.Option("--json", help="One JSON document (lovelace, chain-time ms).")
     ] = False,
 ) -> None:
-    """Slots free and busy, running jobs, earnings settled and pending, channels, the bond: in
-    chain time."""
+    """Slots free and busy, running jobs, earnings settled and pending, channels, the bond (in
+    chain time), and the GPUs' compute processes: jobs' and the operator's own (not billed)."""
+    from provider import gpu_share
     from provider.channels import ChannelBook
     from provider.daemon.bond import BondManager
     from provider.daemon.chain import Chain
     from provider.daemon.journal import Journal  # its receipts import pycardano
-    from provider.daemon.status import provider_status, status_lines
+    from provider.daemon.status import (
+        host_gpu_processes,
+        provider_status,
+        renter_containers,
+        status_lines,
+    )  # fmt: skip
 
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
-    _, slots = slots_of(settings.offer, inventory)
+    _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
     context, made = open_deployment(flags.ogmios_url, flags.deployment)
     state = settings.runner.state_dir
     book = ChannelBook.in_state_dir(
@@ -312,7 +329,8 @@ def status(
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
-        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book)
+        gpus = host_gpu_processes(inventory, renter_containers())  # the operator's too
+        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book, gpus)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))
 
 

@@ -78,8 +78,9 @@ def compute_processes(handle: Any) -> list[tuple[int, int | None]]:
     ]
 
 
-def process_utilization(handle: Any, since_us: int) -> list[tuple[int, int, int]]:
-    """(PID, timestamp us, SM %) samples newer than `since_us`; none when NVML has none.
+def process_utilization(handle: Any, since_us: int) -> list[tuple[int, int, int, int]]:
+    """(PID, timestamp us, SM %, memory bandwidth %) samples newer than `since_us`; none when
+    NVML has none.
 
     NVML answers NOT_FOUND when it holds no samples, and the wrapper raises NVMLError(0)
     (SUCCESS) when there is nothing to report; both mean "no samples".
@@ -92,9 +93,36 @@ def process_utilization(handle: Any, since_us: int) -> list[tuple[int, int, int]
         if exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED:  # MIG, older GPUs
             return []
         raise
-    return [(sample.pid, sample.timeStamp, sample.smUtil) for sample in samples]
+    return [(s.pid, s.timeStamp, s.smUtil, s.memUtil) for s in samples]
 
 
 def energy_mj(handle: Any) -> int | None:
     """Energy since the driver loaded, in millijoules (Volta and newer), else None."""
     return optional(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+
+
+def index(handle: Any) -> int:
+    return pynvml.nvmlDeviceGetIndex(handle)
+
+
+def mig_instances(handle: Any) -> list[tuple[str, int]]:
+    """(UUID, memory bytes) of each MIG instance made on a GPU in MIG mode (none made: [])."""
+    found = []
+    for i in range(optional(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        instance = optional(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+        if instance is not None:
+            memory = pynvml.nvmlDeviceGetMemoryInfo(instance).total
+            found.append((text(pynvml.nvmlDeviceGetUUID(instance)), memory))
+    return found
+
+
+def accounting_stats(handle: Any, pid: int) -> tuple[int, int, int] | None:
+    """(GPU %, memory bandwidth %, max memory bytes) the driver's accounting kept for `pid`
+    over its life, or None where accounting is off (`nvidia-smi -am 1` turns it on) or has
+    no record of the process."""
+    if optional(pynvml.nvmlDeviceGetAccountingMode, handle) != pynvml.NVML_FEATURE_ENABLED:
+        return None
+    stats = optional(pynvml.nvmlDeviceGetAccountingStats, handle, pid)
+    if stats is None:
+        return None
+    return (stats.gpuUtilization, stats.memoryUtilization, stats.maxMemoryUsage)

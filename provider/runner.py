@@ -26,6 +26,7 @@ from docker.models.containers import Container
 from pydantic import BaseModel, ConfigDict
 
 from offchain.errors import UnchainedError
+from offchain.protocol.gpu_slices import GpuSlice
 from offchain.protocol.jobspec import JobSpec
 from offchain.protocol.metering import MeteringRecord
 from provider import cgroups, egress, images
@@ -34,6 +35,7 @@ from provider.config import RunnerSettings
 from provider.gpu_meter import GpuMeter
 from provider.inputs import FetchPolicy, InputError, stage_inputs
 from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
+from provider.mps import MpsDaemon
 from provider.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox import LABEL_JOB, LABEL_RUNNER, JobMounts, container_options
 
@@ -54,6 +56,7 @@ class JobFile(BaseModel):
     spec: JobSpec
     gpu_uuids: list[str]
     escrow: str | None = None  # TXID#IX of the escrow that pays the job, for a recovered run
+    gpu_slice: GpuSlice | None = None  # the job's slice of a shared GPU
 
 
 class RunResult(BaseModel):
@@ -93,6 +96,7 @@ class Runner:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.stopped: set[str] = set()  # jobs stopped at their renter's request
+        self.mps_pipe = MpsDaemon(settings.state_dir).pipe_dir  # for jobs on MPS slices
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -103,23 +107,33 @@ class Runner:
         gpu_uuids: list[str] | None = None,
         on_log: LogSink | None = None,
         escrow: str | None = None,
+        gpu_slice: GpuSlice | None = None,
     ) -> RunResult:
         """Run `spec` to the end (or its max duration) and return what happened; `escrow`
-        (TXID#IX) is kept with the job so that a run recovered after a crash can be paid."""
+        (TXID#IX) is kept with the job so that a run recovered after a crash can be paid.
+        `gpu_slice`: the job runs on that slice of a shared GPU (and on no whole GPU)."""
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
+        if gpu_slice is not None and gpus:
+            raise ValueError("a job runs on whole GPUs or on a slice, not both")
+        fraction = spec.resources.fraction
+        if (fraction is None) != (gpu_slice is None) or (
+            fraction is not None and gpu_slice is not None
+            and not (fraction[0] <= gpu_slice.memory_mib and fraction[1] <= gpu_slice.sm_percent)
+        ):  # fmt: skip
+            raise ValueError(f"the spec asks for a GPU fraction {fraction}, slice {gpu_slice}")
         # the cgroup's name checks the job id before anything is made in its name
         cgroup = JobCgroup(self.runner_id, job_id, self.systemd)
         workspace = self.jobs_dir / job_id
         if workspace.exists() or (self.results_dir / job_id).exists():
             raise ValueError(f"job {job_id} has already run here")
         workspace.mkdir()
-        job = JobFile(spec=spec, gpu_uuids=gpus, escrow=escrow)
+        job = JobFile(spec=spec, gpu_uuids=gpus, escrow=escrow, gpu_slice=gpu_slice)
         try:
             (workspace / "job.json").write_text(job.model_dump_json())
             try:
-                container = self._start(job_id, spec, gpus, cgroup, workspace)
+                container = self._start(job_id, job, cgroup, workspace)
             except (JobStartError, DockerException) as exc:
                 reason = engine_reason(exc)
                 return self._save(
@@ -141,10 +155,9 @@ class Runner:
         for container in self._containers(job_id):
             _kill(container)
 
-    def _start(
-        self, job_id: str, spec: JobSpec, gpus: list[str], cgroup: JobCgroup, workspace: Path
-    ) -> Container:
+    def _start(self, job_id: str, job: JobFile, cgroup: JobCgroup, workspace: Path) -> Container:
         """Inputs, /out and the container (made side by side), then start it."""
+        spec = job.spec
         inputs = None
         if spec.inputs:
             inputs = workspace / "in"
@@ -161,8 +174,8 @@ class Runner:
         volume = OutVolume(workspace)
         volume.mountpoint.mkdir()
         options = container_options(
-            self.runner_id, job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs), gpus,
-            cgroup.docker_parent, self.settings,
+            self.runner_id, job_id, spec, spec.image, JobMounts(volume.mountpoint, inputs),
+            job.gpu_uuids, cgroup.docker_parent, self.settings, job.gpu_slice, self.mps_pipe,
         )  # fmt: skip
         with ThreadPoolExecutor(1) as pool:
             making_volume = pool.submit(
@@ -184,15 +197,22 @@ class Runner:
         gap: bool = False,
     ) -> RunResult:
         """Meter the running container until it exits or its time is up, then take the results."""
-        spec, gpus = job.spec, job.gpu_uuids
+        spec, gpus, piece = job.spec, job.gpu_uuids, job.gpu_slice
+        metered = [piece.device] if piece is not None else gpus
         with ExitStack() as stack:
-            gpu = stack.enter_context(GpuMeter(gpus, cgroup.contains_pid)) if gpus else None
+            gpu = None
+            if metered:
+                meter = GpuMeter(metered, cgroup.contains_pid, shared=piece is not None)
+                gpu = stack.enter_context(meter)
             sampler = Sampler(cgroup, gpu).start()
             stack.callback(sampler.stop)
             logs = _follow_logs(container, on_log) if on_log else None
             timed_out = _wait(container, deadline - time.monotonic())
             sampler.stop()
             gpu_usage = gpu.usage() if gpu is not None else []  # while NVML is still open
+            share = None
+            if gpu is not None and piece is not None:
+                share = gpu.share(piece.isolation, piece.memory_mib, piece.sm_percent)
             if logs is not None:
                 logs.join(timeout=5)
         container.reload()
@@ -224,6 +244,7 @@ class Runner:
             gpu_samples=sampler.gpu_samples,
             gap=gap,
             image_digest=spec.image if images.by_digest(spec.image) else None,
+            gpu_share=share,
         )
         results = self.results_dir / job_id
         results.mkdir(exist_ok=True)

@@ -16,9 +16,11 @@ from typing import Any
 
 from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
+from offchain.protocol.gpu_slices import GpuSlice
 from offchain.protocol.jobspec import Bundle, JobSpec
 from provider.config import MIB, RunnerSettings
 from provider.egress import network_name
+from provider.mps import PIPE_IN_CONTAINER, slice_environment
 
 LABEL_RUNNER = "unchained.runner"  # which runner (state directory) owns the container
 LABEL_JOB = "unchained.job"
@@ -92,6 +94,23 @@ def hardened_options(
     return options
 
 
+def slice_options(gpu_slice: GpuSlice | None, mps_pipe: Path | None) -> dict[str, Any]:
+    """What a job on a slice of a shared GPU gets beyond the hardening (the container's GPU is
+    `gpu_slice.device`): on MIG nothing (the instance is the device); on MPS the limits, set
+    after the spec's environment so they win, the MPS daemon's pipe directory `mps_pipe`
+    (root's, not writable by the job's user) and the host's IPC namespace, where MPS clients
+    meet the server's shared memory."""
+    if gpu_slice is None or gpu_slice.isolation == "mig":
+        return {"environment": {}, "mounts": []}
+    if mps_pipe is None:
+        raise ValueError("an MPS slice needs the daemon's pipe directory")
+    return {
+        "environment": slice_environment(gpu_slice.memory_mib, gpu_slice.sm_percent),
+        "mounts": [Mount(PIPE_IN_CONTAINER, str(mps_pipe), type="bind")],
+        "ipc_mode": "host",
+    }
+
+
 def container_options(
     runner_id: str,
     job_id: str,
@@ -101,13 +120,22 @@ def container_options(
     gpu_uuids: list[str],
     cgroup_parent: str,
     settings: RunnerSettings,
+    gpu_slice: GpuSlice | None = None,
+    mps_pipe: Path | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for `client.containers.create` that run `spec` as job `job_id`."""
+    """Keyword arguments for `client.containers.create` that run `spec` as job `job_id` (on
+    whole GPUs `gpu_uuids`, or on `gpu_slice`; under MPS, through the daemon's `mps_pipe`)."""
     volumes = [Mount("/out", str(mounts.out), type="bind")]
     if mounts.inputs is not None:
         volumes.append(Mount("/in", str(mounts.inputs), type="bind", read_only=True))
+    extra = slice_options(gpu_slice, mps_pipe)
+    volumes.extend(extra.pop("mounts"))
+    devices = [gpu_slice.device] if gpu_slice is not None else gpu_uuids
+    hardened = hardened_options(image, spec.resources, spec.env, devices, settings)
+    hardened["environment"].update(extra.pop("environment"))
     return {
-        **hardened_options(image, spec.resources, spec.env, gpu_uuids, settings),
+        **hardened,
+        **extra,
         "command": list(spec.command),
         "name": container_name(runner_id, job_id),
         "labels": {LABEL_RUNNER: runner_id, LABEL_JOB: job_id},

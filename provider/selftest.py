@@ -3,7 +3,9 @@
 
 Checks: the engine answers; hardening holds as seen from inside a container; memory, pids,
 duration and disk limits fire and are reported; GPUs are visible to NVML and, pinned by UUID,
-inside a container; a short compute benchmark on the CPU and on each GPU.
+inside a container; a short compute benchmark on the CPU and on each GPU; and each kind of
+slice of a shared GPU offered, measured inside one (matmul throughput, memory allocated up to
+the slice's limit, one allocation past it refused), kept for the offer's `gpu_slices`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Literal
 
 import docker
 
+from offchain.protocol.gpu_slices import GpuSlice, SliceSelfTest
 from offchain.protocol.jobspec import InputFile, JobSpec, Resources
 from offchain.protocol.offer import SelfTestSummary
-from provider import images
+from provider import images, mps
 from provider.config import RunnerSettings
 from provider.inventory import HostInventory
 from provider.outvolume import Archive
@@ -36,6 +39,9 @@ ROOT_CAPS = "0000000000000000"  # no capability at all
 SECCOMP_FILTER = "2"
 SELFTEST_PIDS_LIMIT = 16
 SUMMARY_FILE = "selftest.json"  # in the state directory: the daemon's offers carry it
+SLICES_FILE = "slice_selftests.json"  # beside it: each kind of slice's measurement
+SLICE_PROBE = images.WORKLOADS_DIR / "slice_probe.py"
+MATMUL = images.WORKLOADS_DIR / "matmul.py"
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,46 @@ def load_summary(state_dir: Path) -> SelfTestSummary | None:
         return SelfTestSummary.model_validate_json((state_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return None
+
+
+SliceKey = tuple[str, int, int]  # GPU model, memory MiB, SM percent: one size of slice
+
+
+def slice_key(piece: GpuSlice) -> SliceKey:
+    """What names a size of slice (as the offer's `slice_key`): one measured stands for all."""
+    return piece.gpu_model, piece.memory_mib, piece.sm_percent
+
+
+def save_slice_results(state_dir: Path, results: dict[SliceKey, SliceSelfTest]) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    data = {"|".join(map(str, key)): result.model_dump() for key, result in results.items()}
+    (state_dir / SLICES_FILE).write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def load_slice_results(state_dir: Path) -> dict[SliceKey, SliceSelfTest]:
+    """The latest slice measurements, for the offer (none: never run here, or unreadable)."""
+    try:
+        data = json.loads((state_dir / SLICES_FILE).read_text())
+        found = {}
+        for key, value in data.items():
+            model, memory, sm = key.rsplit("|", 2)
+            found[(model, int(memory), int(sm))] = SliceSelfTest.model_validate(value)
+        return found
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def slice_verdict(piece: GpuSlice, report: dict[str, int | bool]) -> tuple[SliceSelfTest, bool]:
+    """The probe's report as the offer carries it, and whether the slice holds: at least three
+    quarters of its memory could be allocated (the CUDA context takes some), and the
+    allocation past the limit was refused."""
+    result = SliceSelfTest(
+        matmul_gflops=int(report["gflops"]),
+        alloc_ok_mib=int(report["alloc_ok_mib"]),
+        past_limit_refused=bool(report["past_limit_refused"]),
+    )
+    ok = result.past_limit_refused and result.alloc_ok_mib * 4 >= piece.memory_mib * 3
+    return result, ok
 
 
 def verdict(name: str, ok: bool, detail: str) -> Check:
@@ -129,11 +175,14 @@ class SelfTest:
         settings: RunnerSettings,
         inventory: HostInventory,
         gpu_image: str = GPU_BENCH_IMAGE,
+        slices: list[GpuSlice] | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.inventory = inventory
         self.gpu_image = gpu_image
+        self.slices = list(slices or [])  # the shared GPUs' slices the offer names
+        self.slice_results: dict[SliceKey, SliceSelfTest] = {}
 
     def run(self) -> Iterator[Check]:
         """Each check as it completes; nothing is left behind (a scratch state directory)."""
@@ -154,6 +203,8 @@ class SelfTest:
         with tempfile.TemporaryDirectory(prefix="unchained-selftest-") as scratch:
             state = self.settings.model_copy(update={"state_dir": Path(scratch)})
             self.runner = Runner(self.client, state)
+            # jobs on MPS slices reach the provider's own MPS daemon, not a scratch one
+            self.runner.mps_pipe = mps.MpsDaemon(self.settings.state_dir).pipe_dir
             self.few_pids = Runner(
                 self.client,
                 state.model_copy(update={"pids_limit": SELFTEST_PIDS_LIMIT}),
@@ -168,6 +219,7 @@ class SelfTest:
                 lambda: self.gpus_in_container(python),
                 lambda: self.cpu_benchmark(python),
                 self.gpu_benchmark,
+                self.slice_benchmarks,
             ]
             for check in checks:
                 yield from check()
@@ -257,11 +309,45 @@ class SelfTest:
         if not self.inventory.gpu.gpus:
             yield Check("gpu benchmark", "skip", self.inventory.gpu.note)
             return
-        script = data_input("matmul.py", (images.WORKLOADS_DIR / "matmul.py").read_bytes())
+        script = data_input("matmul.py", MATMUL.read_bytes())
         for gpu in self.inventory.gpu.gpus:
             spec = job(self.gpu_image, ["python", "/in/matmul.py", "cuda"], gpus=1)
             spec = spec.model_copy(update={"inputs": [script]})
             yield _benchmark_check(f"gpu {gpu.index} benchmark", self._run(spec, [gpu.uuid]))
+
+    def slice_benchmarks(self) -> Iterator[Check]:
+        """Each kind of slice offered, measured in one slice of it (results in
+        `slice_results`, for the offer)."""
+        if not self.slices:
+            yield Check("gpu slices", "skip", "no shared GPU in the offer")
+            return
+        try:
+            mps.start_for(self.settings.state_dir, self.slices)
+        except mps.MpsError as exc:
+            yield Check("gpu slices", "fail", f"the MPS daemon: {exc}")
+            return
+        scripts = [data_input(path.name, path.read_bytes()) for path in (SLICE_PROBE, MATMUL)]
+        for piece in self.slices:
+            key = slice_key(piece)
+            if key in self.slice_results:
+                continue
+            name = f"gpu {piece.gpu_index} slice {piece.memory_mib} MiB/{piece.sm_percent}%"
+            command = ["python", "/in/slice_probe.py", str(piece.memory_mib)]
+            spec = job(self.gpu_image, command, gpu_memory_mib=piece.memory_mib,
+                       gpu_sm_percent=piece.sm_percent)  # fmt: skip
+            spec = spec.model_copy(update={"inputs": scripts})
+            result = self.runner.run(f"selftest_{secrets.token_hex(6)}", spec, [], gpu_slice=piece)
+            if result.status != "succeeded":
+                yield Check(name, "fail", result.error or log_text(result)[-300:] or result.status)
+                continue
+            measured, ok = slice_verdict(piece, json.loads(log_text(result).splitlines()[-1]))
+            self.slice_results[key] = measured
+            yield verdict(
+                name, ok,
+                f"{piece.isolation}: {measured.matmul_gflops} GFLOP/s, {measured.alloc_ok_mib} "
+                f"MiB allocated, past the limit "
+                f"{'refused' if measured.past_limit_refused else 'ALLOWED'}",
+            )  # fmt: skip
 
 
 def _benchmark_check(name: str, result: RunResult) -> Check:

@@ -34,6 +34,23 @@ class GpuUsage:
     processes: int  # distinct job PIDs seen on the device
 
 
+class GpuShare(BaseModel):
+    """The job ran on a slice of a shared GPU: the slice, and what the job's own processes used
+    of it (NVML per process; never the whole GPU's figures, which include other tenants and the
+    operator's own work). The GPU samples and usage then carry no device energy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uuid: str  # the GPU (MPS) or MIG instance the slice is
+    isolation: str  # "mig" | "mps"
+    memory_mib: int  # the slice's memory limit
+    sm_percent: int  # the slice's share of the SMs
+    memory_util_peak: int | None  # busiest memory-bandwidth % of a job process; None: no sample
+    # the driver's accounting over the job's processes' lives, where it is enabled; else None
+    accounting_gpu_percent: int | None = None
+    accounting_memory_peak_bytes: int | None = None
+
+
 class Sample(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -74,6 +91,7 @@ class MeteringRecord(BaseModel):
     # the registry's digest of the image that ran (`host/repo@sha256:...`) when the spec named
     # the image by digest: pulled and checked against it; None for a provider's local image
     image_digest: str | None = None
+    gpu_share: GpuShare | None = None  # a slice of a shared GPU, not whole GPUs
 
     @property
     def pids_limit_reached(self) -> bool:
@@ -81,9 +99,9 @@ class MeteringRecord(BaseModel):
 
     def canonical_json(self) -> bytes:
         """Sorted keys, no spaces, ASCII: the same bytes for the same record, anywhere. A
-        record without an image digest leaves the key out: its bytes (and the evidence hash a
-        receipt signed) are what they were before records could name one."""
-        exclude = {"image_digest"} if self.image_digest is None else None
+        record without an image digest (or GPU share) leaves the key out: its bytes (and the
+        evidence hash a receipt signed) are what they were before records could name one."""
+        exclude = {k for k in ("image_digest", "gpu_share") if getattr(self, k) is None} or None
         return json.dumps(
             self.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":"),
             ensure_ascii=True,

@@ -181,6 +181,7 @@ class Worker:
             result = await in_daemon_thread(
                 self.runner.run, entry.job_id, entry.spec, list(slot.gpu_uuids),
                 lambda text: loop.call_soon_threadsafe(shipper.add, text), entry.escrow,
+                slot.gpu_slice,
             )  # fmt: skip
             shipper.close()
             await shipping

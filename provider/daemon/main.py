@@ -21,6 +21,7 @@ from offchain.protocol.market_errors import MarketError, MarketRefused
 from offchain.protocol.market_link import MarketLink
 from offchain.protocol.signed_request import KeySigner
 from offchain.protocol.wire import Assignment, parse
+from provider import gpu_share, mps
 from provider.channels import ChannelBook
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
@@ -40,6 +41,7 @@ from provider.endpoints import EndpointBook
 from provider.images import local_images
 from provider.inventory import HostInventory
 from provider.runner import Runner
+from provider.selftest import load_slice_results
 
 log = logging.getLogger("unchained.provider")
 T = TypeVar("T")
@@ -56,7 +58,9 @@ class Daemon:
         self.link = MarketLink.open(
             self.settings.market_url, self.settings.market_identity, KeySigner(key, network)
         )
-        bundle, slots = slots_of(config.offer, inventory)
+        bundle, slots = slots_of(config.offer, inventory, gpu_share.isolator)
+        # MPS slices are enforced by the provider's own MPS daemon: up before they are offered
+        mps.start_for(config.runner.state_dir, [s.gpu_slice for s in slots if s.gpu_slice])
         runner = Runner(docker.from_env(), config.runner)
         self.journal = Journal(config.runner.state_dir)
         self.bonds = BondManager(self.chain, self.settings.bond_minimum_lovelace)
@@ -69,6 +73,7 @@ class Daemon:
             self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
             GatewayTerms(gateway, config.offer.request_price) if gateway else None,
+            functools.partial(load_slice_results, config.runner.state_dir),
         )  # fmt: skip
         self.payouts = PayoutWatcher(self.chain, self.journal, runner.results_dir, self.settings)
         self.channels = ChannelBook.in_state_dir(

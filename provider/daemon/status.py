@@ -2,29 +2,62 @@
 (never from the daemon itself, so it answers while the daemon is down): each slot free or
 busy with which job, running jobs with their elapsed chain time and metered units so far,
 earnings settled and pending, the payment channels it serves (claimed on chain, and what
-their latest IOUs hold beyond), and the bond; as lines in ADA, or with `--json` as data in
-lovelace."""
+their latest IOUs hold beyond), the bond, and each compute process on the machine's GPUs, a
+job's or the operator's own (metered, never billed); as lines in ADA, or with `--json` as data
+in lovelace."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import Any
+
+import docker
+from docker.errors import DockerException
 
 from offchain.chain.time import iso
 from offchain.protocol.amounts import ada
 from offchain.protocol.channel import OPEN
+from provider import nvml
+from provider.cgroups import in_any_job
 from provider.channels import ChannelBook
 from provider.daemon.bond import BondView
 from provider.daemon.capacity import Slot
 from provider.daemon.journal import Journal
+from provider.gpu_meter import GpuProcess, gpu_processes
+from provider.inventory import HostInventory
 from provider.metering import billable_units
+from provider.sandbox import LABEL_RUNNER
 
 PENDING = ("finished", "delivered")
 
 
+def host_gpu_processes(
+    inventory: HostInventory, containers: Collection[str] = ()
+) -> list[GpuProcess]:
+    """The compute processes on the machine's GPUs now, each a renter's (a job's, or in one of
+    the provider's `containers`: services, pods) or the operator's."""
+    uuids = [gpu.uuid for gpu in inventory.gpu.gpus]
+    try:
+        return gpu_processes(uuids, lambda pid: in_any_job(pid, containers)) if uuids else []
+    except nvml.NoGpu:
+        return []
+
+
+def renter_containers() -> set[str]:
+    """Full ids of every container a runner of this machine started (none without an engine)."""
+    try:
+        client = docker.from_env()
+        listed = client.containers.list(filters={"label": LABEL_RUNNER}, sparse=True)
+    except DockerException:
+        return set()
+    return {container.id for container in listed if container.id}
+
+
 def provider_status(
-    journal: Journal, slots: list[Slot], now_ms: int, bond: BondView, book: ChannelBook
-) -> dict[str, Any]:
+    journal: Journal, slots: list[Slot], now_ms: int, bond: BondView, book: ChannelBook,
+    gpus: list[GpuProcess] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The status as data (`provider status --json`): lovelace and chain-time ms, integers."""
     entries = journal.entries()
     running = {e.slot: e for e in entries if e.stage in ("accepted", "running")}
@@ -57,6 +90,9 @@ def provider_status(
         ],
         "channels": channels_status(book),
         "bond": dataclasses.asdict(bond),
+        "gpu_processes": [
+            {**dataclasses.asdict(p), "owner": "job" if p.job else "operator"} for p in gpus or []
+        ],
     }
 
 
@@ -101,6 +137,11 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     lines.append(f"channels: {channels['open']} open, {channels['closing']} closing; claimed "
                  f"{ada(channels['claimed_lovelace'])}, IOUs not yet claimed "
                  f"{ada(channels['unclaimed_lovelace'])}")  # fmt: skip
+    for process in status["gpu_processes"]:
+        sm = "?" if process["sm_percent"] is None else f"{process['sm_percent']}%"
+        billed = "a job's" if process["job"] else "the operator's own, not billed"
+        lines.append(f"gpu {process['uuid']} process {process['pid']} ({billed}): "
+                     f"{process['memory_bytes'] >> 20} MiB, SMs {sm}")  # fmt: skip
     bond = status["bond"]
     if bond["ref"] is None:
         lines.append("no bond")

@@ -16,6 +16,7 @@ from provider.config import RunnerSettings
 from provider.images import BUSYBOX_REPOSITORY
 from provider.runner import Runner
 from tests.provider.chain import deployed
+from tests.provider.fake_nvml import fake_nvml  # noqa: F401  (a fixture of the provider's tests)
 from tests.registry import LocalRegistry
 
 
@@ -77,3 +78,16 @@ def runner(client: docker.DockerClient, settings: RunnerSettings) -> Iterator[Ru
     made = Runner(client, settings)
     yield made
     assert_no_leftovers(made)
+
+
+FAKE_MPS = Path(__file__).parent / "fake_mps"  # a FAKE nvidia-cuda-mps-control lives there
+
+
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch) -> Path:
+    """The FAKE MPS control program first on PATH; its calls land in the returned log."""
+    log = tmp_path / "mps-calls.jsonl"
+    log.touch()
+    monkeypatch.setenv("PATH", f"{FAKE_MPS}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_MPS_LOG", str(log))
+    return log

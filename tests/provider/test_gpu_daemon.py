@@ -4,7 +4,8 @@ per GPU with its memory; and a job's CUDA process in a container, started by the
 the GPU pinned by UUID, is found and metered by NVML per process. The container test needs a
 docker engine with the NVIDIA container toolkit and skips, saying so, where there is none
 (the GPU machines lent so far have no docker). The CUDA process calls the driver API through
-ctypes (libcuda is mounted by the toolkit), so the project's Python image is enough."""
+ctypes (libcuda is mounted by the toolkit: workloads/cuda_hold.py), so the project's Python
+image is enough."""
 
 from __future__ import annotations
 
@@ -21,18 +22,6 @@ from provider.inventory import host_inventory
 from provider.runner import Runner
 
 pytestmark = pytest.mark.gpu
-
-CUDA_HOLD = """
-import ctypes, time
-cuda = ctypes.CDLL("libcuda.so.1")
-assert cuda.cuInit(0) == 0
-device, context, memory = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-assert cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
-assert cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) == 0
-assert cuda.cuMemAlloc_v2(ctypes.byref(memory), 512 << 20) == 0
-print("holding 512 MiB", flush=True)
-time.sleep(4)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -57,18 +46,25 @@ def test_the_offer_names_each_real_gpu_exactly(inventory):
     assert not any(gpu.uuid in str(terms) for gpu in gpus)  # UUIDs stay private
 
 
-def test_a_cuda_process_in_a_job_container_is_metered_by_nvml(inventory, tmp_path):
+def nvidia_docker() -> docker.DockerClient:
+    """The docker engine, where it has the NVIDIA runtime; else the test skips, saying why."""
     try:
         client = docker.from_env()
         runtimes = client.info().get("Runtimes", {})
     except docker.errors.DockerException as exc:
-        pytest.fail(f"no docker engine here ({exc}): run scripts/setup-docker.sh")
+        pytest.skip(f"no docker engine here ({exc}): run scripts/setup-docker.sh")
     if "nvidia" not in runtimes:
         pytest.skip("docker has no NVIDIA runtime here (nvidia-container-toolkit)")
+    return client
+
+
+def test_a_cuda_process_in_a_job_container_is_metered_by_nvml(inventory, tmp_path):
+    client = nvidia_docker()
     gpu = inventory.gpu.gpus[0]
     runner = Runner(client, RunnerSettings(state_dir=tmp_path / "state"))
     spec = JobSpec(
-        image=images.workloads_image(client), command=["python3", "-c", CUDA_HOLD],
+        image=images.workloads_image(client),
+        command=["python3", f"{images.WORKLOADS_IN_IMAGE}/cuda_hold.py", "512", "4"],
         resources=Resources(gpus=1, cpu_cores=1, memory_mib=1024, disk_mib=16),
         max_duration_s=60, max_price_lovelace=0,
     )  # fmt: skip

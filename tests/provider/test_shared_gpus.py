@@ -23,7 +23,7 @@ from provider.daemon.capacity import Capacity, mps_where_installed, slots_of
 from provider.daemon.offers import describe_offer, offer_terms, slice_key
 from provider.daemon.status import slot_resources
 from provider.inventory import GpuInfo, HostInventory, gpu_inventory
-from tests.provider.test_nvml_fakes import A100, H100, FakeNvml
+from tests.provider.fake_nvml import A100, H100, FakeNvml
 
 GIB = 1 << 30
 H100_MIB = 85_520_809_984 >> 20  # 81559

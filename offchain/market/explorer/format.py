@@ -95,8 +95,9 @@ def _points(values: list[tuple[int, int]], t_max: int) -> str:
 
 
 def usage_chart(record: dict[str, Any]) -> list[dict[str, str]]:
-    """CPU (of the reserved cores), memory (of the reserved memory) and GPU SM use over the
-    job, each as per-mille series drawn as one polyline."""
+    """CPU (of the reserved cores), memory (of the reserved memory) and GPU SM use (of the
+    GPU, or of the job's slice of a shared one) over the job, each as per-mille series drawn
+    as one polyline."""
     samples = record["samples"]
     t_max = max([s["t_ms"] for s in samples] + [g["t_ms"] for g in record["gpu_samples"]] + [1])
     cpu = [
@@ -107,12 +108,18 @@ def usage_chart(record: dict[str, Any]) -> list[dict[str, str]]:
     limit = max(1, record["memory_mib"] * MIB)
     memory = [(s["t_ms"], s["memory_bytes"] * PERMILLE // limit) for s in samples]
     first_gpu = record["gpu_uuids"][0] if record["gpu_uuids"] else None
+    # a job on a slice of a shared GPU: its own processes' SM use, of its slice's share
+    share = record.get("gpu_share")
+    of_percent, gpu_label = 100, "GPU (SM)"
+    if share is not None:
+        first_gpu, of_percent = share["uuid"], share["sm_percent"]
+        gpu_label = f"GPU (SM, of its {of_percent}% slice)"
     gpu = [
-        (g["t_ms"], g["sm_percent"] * 10)
+        (g["t_ms"], g["sm_percent"] * PERMILLE // of_percent)
         for g in record["gpu_samples"]
         if g["uuid"] == first_gpu and g["sm_percent"] is not None
     ]
-    series = (("cpu", "CPU", cpu), ("memory", "memory", memory), ("gpu", "GPU (SM)", gpu))
+    series = (("cpu", "CPU", cpu), ("memory", "memory", memory), ("gpu", gpu_label, gpu))
     return [
         {"key": key, "label": label, "points": _points(values, t_max)}
         for key, label, values in series
