@@ -5,7 +5,7 @@ parties parse too: those models are `offchain.protocol.wire`'s."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -54,6 +54,22 @@ def _texts(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _texts(item)
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def requestable(spec: S) -> S:
+    """The spec's digest is taken over its canonical JSON: one that has none (a lone
+    surrogate in a string) is refused here, naming the spec; so is a NUL, which no command
+    line, environment or path can carry (and PostgreSQL cannot read as JSON)."""
+    try:
+        spec.canonical_json()  # type: ignore[attr-defined]
+    except JobSpecError as exc:
+        raise ValueError(str(exc)) from exc
+    if any("\x00" in text for text in _texts(spec.model_dump(mode="json"))):
+        raise ValueError("a string holds NUL (\\u0000), which no process can be given")
+    return spec
 
 
 class _Body(BaseModel):
@@ -130,30 +146,79 @@ class JobRequest(_Body):
 
     _address = field_validator("consumer_address")(bech32_address)
 
-    @field_validator("spec")
-    @classmethod
-    def _canonical(cls, spec: JobSpec) -> JobSpec:
-        """The spec's digest is taken over its canonical JSON: one that has none (a lone
-        surrogate in a string) is refused here, naming the spec; so is a NUL, which no
-        command line, environment or path can carry (and PostgreSQL cannot read as JSON)."""
-        try:
-            spec.canonical_json()
-        except JobSpecError as exc:
-            raise ValueError(str(exc)) from exc
-        if any("\x00" in text for text in _texts(spec.model_dump(mode="json"))):
-            raise ValueError("a string holds NUL (\\u0000), which no process can be given")
-        return spec
+    _canonical = field_validator("spec")(requestable)
 
 
 class EscrowReport(_Body):
     escrow: str = Field(pattern=OUT_REF_PATTERN, description="The locked escrow, TXID#IX.")
 
 
+# A browser wallet's part of a request: a transaction is at most 16 KiB (the ledger's
+# maxTxSize), a witness set of a few keys far less, a UTxO with its tokens a few KiB; as
+# many UTxOs as fit the market's default body limit (1 MiB) at the most.
+MAX_TX_HEX = 2 * 16_384
+MAX_WITNESS_SET_HEX = 2 * 4096
+MAX_UTXO_HEX = 2 * 8192
+MAX_WALLET_UTXOS = 50
+HEX = r"^[0-9a-fA-F]+$"
+
+
 class SignedLock(_Body):
     transaction: str = Field(
         pattern=r"^[0-9a-f]+$",
-        description="The lock transaction built by the market, signed (hex).",
+        description="The lock transaction built by the market, signed (hex); unsigned with "
+        "`witness_set`.",
     )
+    witness_set: str | None = Field(
+        None, pattern=HEX, max_length=MAX_WITNESS_SET_HEX,
+        description="A CIP-30 signTx(tx, true) answer: its key witnesses are added.",
+    )  # fmt: skip
+
+
+class WalletFunds(_Body):
+    """What a browser wallet pays with: its UTxOs as getUtxos() returns them and where
+    change goes as getChangeAddress() does."""
+
+    utxos: list[Annotated[str, Field(pattern=HEX, max_length=MAX_UTXO_HEX)]] = Field(
+        min_length=1, max_length=MAX_WALLET_UTXOS,
+        description="TransactionUnspentOutput CBOR hex each; each is checked on chain.",
+    )  # fmt: skip
+    change_address: str = Field(
+        min_length=1, max_length=256, pattern=r"^[0-9A-Za-z_]+$",
+        description="Address bytes hex (CIP-30) or bech32.",
+    )  # fmt: skip
+
+
+class WitnessedTransaction(_Body):
+    transaction: str = Field(
+        pattern=HEX, max_length=MAX_TX_HEX, description="The transaction as built, CBOR hex."
+    )
+    witness_set: str = Field(
+        pattern=HEX, max_length=MAX_WITNESS_SET_HEX, description="signTx(tx, true)'s answer."
+    )
+
+
+class RefundBuild(WalletFunds):
+    slash: bool = Field(False, description="Also slash the provider's bond (it accepted).")
+
+
+class ChannelOpen(_Body):
+    provider_id: str = Field(pattern=r"^[0-9a-f]{56}$")
+    deposit: int = Field(ge=1, le=MAX_SUPPLY_LOVELACE, description="Lovelace it may claim.")
+    close_period_ms: int = Field(ge=1, le=MAX_POSIX_MS)
+    renter_vkey: str | None = Field(
+        None, pattern=HEX32, description="The key that signs the IOUs; absent: the signer's."
+    )
+    funds: WalletFunds
+
+
+class ChannelTopUp(_Body):
+    lovelace: int = Field(ge=1, le=MAX_SUPPLY_LOVELACE)
+    funds: WalletFunds
+
+
+class SpecText(_Body):
+    text: Text = Field(max_length=64 * 1024, description="The spec, YAML or JSON.")
 
 
 class AcceptanceBody(_Body):

@@ -359,6 +359,11 @@ def _yaml(text: str) -> Any:
         raise JobSpecError(f"not valid YAML: {exc}") from exc
 
 
+def spec_from_yaml(text: str) -> JobSpec | ServiceSpec | PodSpec:
+    """Any spec, from YAML (or JSON) text; JobSpecError saying what is wrong."""
+    return parse_spec(_yaml(text))
+
+
 def jobspec_from_yaml(text: str) -> JobSpec:
     return parse_jobspec(_yaml(text))
 

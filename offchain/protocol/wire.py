@@ -130,6 +130,64 @@ class Submitted(BaseModel):
     escrow: str
 
 
+class WalletTransaction(BaseModel):
+    """A transaction the market built unsigned from a browser wallet's UTxOs: the page shows
+    what it pays from the transaction itself, the wallet signs it (CIP-30 `signTx(tx, true)`)
+    and the page posts the witness set to the step's submit route."""
+
+    transaction: str = Field(description="Unsigned transaction, CBOR hex.")
+    tx_id: str
+    fee: int = Field(description="Its fee, lovelace (paid by the wallet).")
+    escrow: str | None = Field(None, description="The job's escrow it spends, TXID#IX.")
+    channel_id: str | None = Field(None, description="The channel it moves.")
+    step: str | None = Field(None, description="A channel close's step: start_close or drain.")
+
+
+class WalletLock(LockTransaction):
+    """The lock from the wallet's UTxOs, and what the quote says it pays: exactly one output
+    to `escrow_address` (script `escrow_hash`) of `lovelace`, the rest change to the wallet."""
+
+    fee: int
+    escrow_address: str = Field(description="bech32, staked like the renter's address.")
+    escrow_hash: str
+    quoted_lovelace: int = Field(description="The quote's lock_lovelace.")
+
+
+class WalletChannel(WalletTransaction):
+    """A channel's open: its id, terms and output (CHANNEL_OUTPUT)."""
+
+    channel_id: str
+    terms_cbor: str
+    channel_address: str
+    lovelace: int = Field(description="In the channel: the deposit and its return deposit.")
+
+
+class AppConfig(BaseModel):
+    """What the browser pages need before anything is signed."""
+
+    market: str = Field(description="The identity every signed request names.")
+    network_id: int = Field(description="As CIP-30 getNetworkId() answers (1 mainnet).")
+    network: str
+    escrow_hash: str
+    escrow_address: str = Field(description="The escrow script's address, unstaked (bech32).")
+    channel_hash: str
+    channel_address: str
+    bond_hash: str
+    settle_hash: str = Field(description="Signed into every receipt (protocol/receipt.py).")
+    refund_window_ms: int
+    max_utxos: int = Field(description="The most wallet UTxOs a build takes.")
+
+
+class SpecCheck(BaseModel):
+    """A spec checked as the CLI reads one: its messages, or the parsed spec."""
+
+    ok: bool
+    messages: list[str] = Field(description="The CLI's lines, one per problem.")
+    kind: str | None = None
+    spec: dict[str, Any] | None = Field(None, description="Canonical: post it as the spec.")
+    spec_digest: str | None = Field(None, description="sha256 of its canonical JSON (job id).")
+
+
 class JobPublic(BaseModel):
     id: str
     state: JobState

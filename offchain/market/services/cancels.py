@@ -42,7 +42,7 @@ def request(session: Session, chain: Chain, job: Job, body: schemas.CancelReques
         raise Conflict(f"job {job.id} is being stopped by its provider already", "state")
     if body.transaction is None:
         raise Invalid(f"job {job.id} is locked: post the Cancel of its escrow", "transaction")
-    tx = _transaction(body.transaction)
+    tx = transaction(body.transaction)
     escrow = parse_ref(job.escrow_ref, "escrow")
     provider = PaymentVerificationKey(bytes.fromhex(job.provider_vkey)).hash()
     try:
@@ -50,7 +50,7 @@ def request(session: Session, chain: Chain, job: Job, body: schemas.CancelReques
     except CancelRefused as exc:
         raise Invalid(f"not a cancel of escrow {job.escrow_ref}: {exc}", "transaction") from exc
     stored = job.cancel_tx
-    if job.cancel_state in WAITING_OR_SIGNED and stored and _transaction(stored).id == tx.id:
+    if job.cancel_state in WAITING_OR_SIGNED and stored and transaction(stored).id == tx.id:
         return job  # the same Cancel again (a retry): kept, with any witness its provider added
     advance(session, job, CancelState.REQUESTED, body.transaction)
     job.cancel_refusal = None
@@ -113,7 +113,7 @@ def view(job: Job) -> wire.CancelView:
     )  # fmt: skip
 
 
-def _transaction(cbor_hex: str) -> Transaction:
+def transaction(cbor_hex: str) -> Transaction:
     try:
         return Transaction.from_cbor(bytes.fromhex(cbor_hex))
     except Exception as exc:  # pycardano raises several kinds for bytes of another shape
@@ -123,7 +123,7 @@ def _transaction(cbor_hex: str) -> Transaction:
 def _witnessed(job: Job, signature: str | None) -> str:
     """The stored Cancel with the provider's witness, if `signature` is its key's over it."""
     assert job.cancel_tx is not None and job.provider_vkey is not None
-    tx = _transaction(job.cancel_tx)
+    tx = transaction(job.cancel_tx)
     vkey = bytes.fromhex(job.provider_vkey)
     if signature is None or not verify(vkey, tx.id.payload, bytes.fromhex(signature)):
         raise Invalid("not the provider's signature of the cancel transaction", "signature")

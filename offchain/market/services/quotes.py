@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from pycardano import Address, Transaction
+from pycardano import Address, ChainContext, Transaction
+from pycardano.exception import PyCardanoException
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
@@ -201,17 +202,22 @@ def report_escrow(session: Session, chain: Chain, job: Job, escrow: str) -> Job:
     return job
 
 
-def lock_transaction(session: Session, chain: Chain, job: Job) -> wire.LockTransaction:
+def lock_transaction(
+    session: Session, chain: Chain, job: Job, funds: ChainContext | None = None,
+    payer: Address | None = None, field: str = "consumer_address",
+) -> wire.LockTransaction:  # fmt: skip
     """The quoted escrow's lock, unsigned, spending from the consumer's address (its payment
-    key signed the request, so its wallet can sign this); recorded as the one lock
-    `submit_lock` will take for the job (a newer one replaces it)."""
+    key signed the request, so its wallet can sign this), or from `payer` as `funds` answers
+    for it (a browser wallet's UTxOs, `wallet_txs`); recorded as the one lock `submit_lock`
+    will take for the job (a newer one replaces it)."""
     jobs.expect(job, JobState.QUOTED)
-    consumer = Address.from_primitive(job.consumer_address)
+    consumer = payer or Address.from_primitive(job.consumer_address)
     try:
         datum = quoted_escrow(job)
-        tx = escrows.lock(chain.context, chain.deployment, consumer, datum, job.lock_lovelace)
-    except BuildError as exc:
-        raise Conflict(f"cannot build the lock: {exc}", "consumer_address") from exc
+        tx = escrows.lock(funds or chain.context, chain.deployment, consumer, datum,
+                          job.lock_lovelace)  # fmt: skip
+    except (BuildError, PyCardanoException) as exc:
+        raise Conflict(f"cannot build the lock: {exc}", field) from exc
     job.lock_tx_id = tx.id.payload.hex()
     session.add(job)
     session.commit()
@@ -220,6 +226,16 @@ def lock_transaction(session: Session, chain: Chain, job: Job) -> wire.LockTrans
         transaction=tx.to_cbor_hex(), tx_id=job.lock_tx_id, escrow=lock_ref(job.lock_tx_id),
         lovelace=output.amount.coin,
     )  # fmt: skip
+
+
+def signers(tx: Transaction) -> set[str]:
+    """The key hashes whose witnesses of `tx` verify over its id."""
+    tx_id = tx.id.payload
+    return {
+        witness.vkey.hash().payload.hex()
+        for witness in tx.transaction_witness_set.vkey_witnesses or []
+        if verify(witness.vkey.payload, tx_id, witness.signature)
+    }
 
 
 def submit_lock(settings: MarketSettings, job: Job, signed: str) -> wire.Submitted:
@@ -239,12 +255,7 @@ def submit_lock(settings: MarketSettings, job: Job, signed: str) -> wire.Submitt
             f"not the lock built for job {job.id} ({job.lock_tx_id}): sign it unchanged",
             "transaction",
         )
-    signers = {
-        witness.vkey.hash().payload.hex()
-        for witness in tx.transaction_witness_set.vkey_witnesses or []
-        if verify(witness.vkey.payload, tx_id, witness.signature)
-    }
-    if job.consumer_id not in signers:
+    if job.consumer_id not in signers(tx):
         raise Invalid("the lock is not signed by the consumer's payment key", "transaction")
     try:
         submit_sync(settings.ogmios_url, bytes.fromhex(signed))

@@ -23,7 +23,7 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job
-from offchain.market.services import cancels, job_ids, jobs, quotes, storage
+from offchain.market.services import cancels, job_ids, jobs, quotes, storage, wallet_txs
 from offchain.market.services.event_feed import EventFeed
 from offchain.protocol import wire
 
@@ -89,10 +89,14 @@ def submit_lock(
     body: schemas.SignedLock, party: PartyDep, job_id: JobIdDep, session: SessionDep,
     settings: SettingsDep,
 ) -> wire.Submitted:  # fmt: skip
-    """The lock from `GET /jobs/{job_id}/lock`, signed: submitted if it is exactly that
-    transaction; the job is funded once the escrow is confirmed on chain."""
+    """The lock from `GET /jobs/{job_id}/lock`, signed (or unsigned with a wallet's
+    `witness_set`): submitted if it is exactly that transaction; the job is funded once the
+    escrow is confirmed on chain."""
     job = jobs.consumers_job(session, job_id, party)
-    return quotes.submit_lock(settings, job, body.transaction)
+    signed = body.transaction
+    if body.witness_set is not None:
+        signed = wallet_txs.witnessed(body.transaction, body.witness_set)
+    return quotes.submit_lock(settings, job, signed)
 
 
 @router.post("/{job_id}/escrow")
