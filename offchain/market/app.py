@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from offchain.errors import UnchainedError
 from offchain.market import errors
 from offchain.market.api.routes import app_wallet, jobs, offers, providers
+from offchain.market.dapp import routes as renter_app
 from offchain.market.db import POOL_SIZE, make_engine, upgrade
 from offchain.market.explorer import routes as explorer
 from offchain.market.services.chain import Chain
@@ -214,6 +215,7 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         app.include_router(module.router)
     app_wallet.mount(app)  # what the browser pages call with a CIP-30 wallet
     explorer.mount(app)  # the explorer's pages, JSON and static files (offchain/market/explorer)
+    renter_app.mount(app)  # the renter's wallet pages (offchain/market/dapp)
 
     @app.get("/health", tags=["service"])
     def health() -> dict[str, int | bool]:

@@ -1,0 +1,78 @@
+// What an unsigned transaction does, read from its own bytes (never from the market's word):
+// inputs, outputs (address, lovelace, other assets, datum), fee, and anything beyond a plain
+// payment (mint, withdrawals, certificates, votes, proposals); `compare` checks it against the
+// quote the page showed before anything is signed.
+import { Tagged, bytesToHex, decode } from "./cbor.js";
+import { address } from "./bech32.js";
+
+const EXTRAS = { 4: "certificates", 5: "withdrawals", 9: "mint", 19: "votes", 20: "proposals",
+  22: "a treasury donation" };
+
+function items(set) {
+  const value = set instanceof Tagged ? set.value : set; // Conway sets may carry tag 258
+  return value || [];
+}
+
+function output(raw) {
+  let addr, amount, datum = null;
+  if (Array.isArray(raw)) {
+    [addr, amount] = raw;
+    if (raw.length > 2) datum = "hash";
+  } else {
+    addr = raw.get(0);
+    amount = raw.get(1);
+    const option = raw.get(2);
+    if (option) datum = option[0] === 0 ? "hash" : "inline";
+  }
+  const coin = Array.isArray(amount) ? amount[0] : amount;
+  const assets = Array.isArray(amount) && amount[1] instanceof Map && amount[1].size > 0;
+  return {
+    address: address(addr), addressHex: bytesToHex(addr), lovelace: BigInt(coin), assets, datum,
+    scriptHash: addr[0] >> 4 <= 7 && (addr[0] >> 4) % 2 === 1 ? bytesToHex(addr.slice(1, 29)) : null,
+  };
+}
+
+export function view(hex) {
+  const tx = decode(hex);
+  const body = Array.isArray(tx) ? tx[0] : tx;
+  if (!(body instanceof Map)) throw new Error("not a transaction");
+  const extras = Object.entries(EXTRAS)
+    .filter(([key]) => { const v = body.get(Number(key)); return v !== undefined && items(v).length !== 0 && !(v instanceof Map && v.size === 0); })
+    .map(([, name]) => name);
+  return {
+    inputs: items(body.get(0)).map(([id, index]) => `${bytesToHex(id)}#${index}`),
+    outputs: items(body.get(1)).map(output),
+    fee: BigInt(body.get(2)),
+    extras,
+  };
+}
+
+const ADA = 1_000_000n;
+export function ada(lovelace) {
+  const n = BigInt(lovelace);
+  const frac = ((n < 0n ? -n : n) % ADA).toString().padStart(6, "0").replace(/0+$/, "");
+  return `${n < 0n ? "-" : ""}${(n < 0n ? -n : n) / ADA}`.replace(/\B(?=(\d{3})+$)/g, ",") + `${frac ? "." + frac : ""} ADA`;
+}
+
+// What differs from the quote: exactly one output to the escrow script (`escrowHash`) holding
+// `lovelace` (none when `lovelace` is null: a cancel or refund pays only the wallet), every
+// other output to one of `own` (the wallet's address bytes, hex), no other assets and nothing
+// beyond a payment. An empty list: the transaction is what was quoted.
+export function compare(tx, { escrowHash, lovelace }, own) {
+  const problems = tx.extras.map((name) => `it carries ${name}`);
+  const escrow = tx.outputs.filter((o) => o.scriptHash === escrowHash);
+  if (lovelace === null) {
+    if (escrow.length) problems.push("it pays into an escrow");
+  } else if (escrow.length !== 1) {
+    problems.push(`it pays the escrow ${escrow.length} times, not once`);
+  } else if (escrow[0].lovelace !== BigInt(lovelace)) {
+    problems.push(`the escrow gets ${ada(escrow[0].lovelace)}, the quote says ${ada(lovelace)}`);
+  }
+  const mine = new Set(own.map((a) => a.toLowerCase()));
+  for (const o of tx.outputs) {
+    if (o.scriptHash === escrowHash) continue;
+    if (!mine.has(o.addressHex)) problems.push(`${ada(o.lovelace)} goes to ${o.address}, not your wallet`);
+    if (o.assets) problems.push(`an output to ${o.address} carries tokens`);
+  }
+  return problems;
+}
