@@ -3,7 +3,7 @@
 // the online offers with a gateway, its terms from its signed offer), top up, start the close
 // and drain once the close period is over. Each transaction is decoded and compared here
 // before the wallet signs it, as a job's lock is.
-import { ada, el, onClick, perHour, say, wallet, when } from "./app.js";
+import { ada, el, facts, onClick, perHour, pill, say, wallet, when } from "./app.js";
 import { funds, review, witness } from "./review.js";
 import { WalletError, marketConfig, signedFetch } from "./wallet.js";
 
@@ -12,7 +12,7 @@ const config = await marketConfig();
 const EVERY_MS = 2000;
 const ADA = 1_000_000;
 const MOST_RETURN_DEPOSIT = 5n * 1_000_000n; // an open adds the channel output's minimum UTxO
-const table = document.getElementById("channels");
+const cards = document.getElementById("channels");
 let rows = new Map(); // channel id -> the explorer's row
 let shownJson = "";
 let pending = null; // the transaction under review and what it is
@@ -26,32 +26,31 @@ function lovelace(text, what) {
 // --- the channel list -----------------------------------------------------------------------
 
 function actions(channel) {
-  const cell = el("td", null, { class: "actions" });
+  const box = el("div", null, { class: "actions" });
   if (channel.state === "open") {
-    cell.append(
+    box.append(
       el("input", null, { class: "top-up-amount", inputmode: "decimal", value: "2",
         "aria-label": `ADA to add to channel ${channel.id}` }),
       el("button", "Top up", { type: "button", "data-action": "top-up" }),
       el("button", "Close", { type: "button", "data-action": "close" }));
   } else if (channel.state === "closing") {
-    cell.append(el("button", "Drain", { type: "button", "data-action": "drain" }),
-      el("span", `from ${when(channel.closing_at_ms)}`, { class: "when" }));
-  } else {
-    cell.textContent = "—";
+    box.append(el("button", "Drain", { type: "button", "data-action": "drain" }));
   }
-  return cell;
+  return box;
 }
 
-function row(channel) {
-  const tr = el("tr", null, { "data-channel": channel.id });
-  const first = el("td");
-  first.append(el("a", channel.id.slice(0, 16), { href: `/explorer/channels/${channel.id}`, class: "hash" }),
-    el("span", `to ${channel.provider_id.slice(0, 12)}…`, { class: "when" }));
-  const money = el("td");
-  money.append(el("span", `${ada(channel.remaining)} left`, { class: "remaining" }),
-    el("span", `${ada(channel.funded)} in, ${ada(channel.claimed)} claimed`, { class: "when" }));
-  tr.append(first, el("td", channel.state, { class: "state" }), money, actions(channel));
-  return tr;
+function card(channel) {
+  const item = el("li", null, { "data-channel": channel.id });
+  const head = el("div", null, { class: "head" });
+  head.append(el("a", channel.id.slice(0, 16), { href: `/explorer/channels/${channel.id}`, class: "hash" }),
+    pill(channel.state), el("strong", `${ada(channel.remaining)} left`, { class: "remaining" }));
+  item.append(head, facts([
+    ["Provider", channel.provider_id, { class: "hash" }],
+    ["Put in", ada(channel.funded)], ["Claimed", ada(channel.claimed)],
+    ["Close period", `${channel.close_period_ms / 1000} s`],
+    ...(channel.closing_at_ms ? [["Drain from", when(channel.closing_at_ms)]] : []),
+  ]), actions(channel));
+  return item;
 }
 
 async function refresh() {
@@ -60,10 +59,10 @@ async function refresh() {
   const { channels } = await answer.json();
   document.getElementById("live-status").textContent = `Updated ${when(Date.now())}.`;
   const json = JSON.stringify(channels);
-  if (json === shownJson) return; // unchanged: keep what is typed in the rows
+  if (json === shownJson) return; // unchanged: keep what is typed in the cards
   shownJson = json;
   rows = new Map(channels.map((c) => [c.id, c]));
-  table.replaceChildren(...channels.map(row));
+  cards.replaceChildren(...channels.map(card));
   document.getElementById("none").hidden = channels.length !== 0;
 }
 
@@ -71,20 +70,24 @@ async function refresh() {
 
 let offers = [];
 
+// The provider's own words: its offer's body as it signed it (the market's parse if not JSON).
+function signedTerms(offer) {
+  try { return JSON.parse(offer.body); } catch { return offer.terms; }
+}
+
 function showTerms() {
   const offer = offers[Number(document.getElementById("offer").value)];
-  const terms = document.getElementById("terms");
-  terms.replaceChildren();
-  if (!offer) { terms.hidden = true; return; }
-  const t = offer.terms;
-  const facts = [
-    ["Provider", offer.provider_id], ["Gateway", t.gateway_url],
-    ["Per request", t.request_price === undefined || t.request_price === null ? "—" : `at least ${ada(t.request_price)}`],
-    ["Per second", perHour(t.price_per_unit)], ["Paid to", t.payout_address],
-    ["Signed by", offer.key],
-  ];
-  for (const [name, value] of facts) terms.append(el("dt", name), el("dd", value, { class: "hash" }));
-  terms.hidden = false;
+  const box = document.getElementById("terms-box");
+  if (!offer) { box.hidden = true; return; }
+  const t = signedTerms(offer);
+  const perRequest = t.request_price === undefined || t.request_price === null ? "—" : `at least ${ada(t.request_price)}`;
+  const hash = { class: "hash" };
+  document.getElementById("terms").replaceChildren(...facts([
+    ["Provider", offer.provider_id, hash], ["Gateway", t.gateway_url, hash],
+    ["Per request", perRequest], ["Per second", perHour(t.price_per_unit)],
+    ["Paid to", t.payout_address, hash],
+  ]).childNodes);
+  box.hidden = false;
 }
 
 async function loadOffers() {
@@ -155,18 +158,18 @@ onClick(document.getElementById("open"), async () => {
 document.getElementById("open-form").addEventListener("submit", (event) => event.preventDefault());
 document.getElementById("offer").addEventListener("change", showTerms);
 
-// The row's buttons: top up, start the close, drain.
-table.addEventListener("click", async (event) => {
+// Each card's buttons: top up, start the close, drain.
+cards.addEventListener("click", async (event) => {
   const button = event.target.closest("button[data-action]");
   if (!button || button.disabled) return;
-  const tr = button.closest("tr");
-  const channel = rows.get(tr.dataset.channel);
+  const item = button.closest("[data-channel]");
+  const channel = rows.get(item.dataset.channel);
   if (!channel) return;
   button.disabled = true;
   try {
     const base = `/api/app/channels/${channel.id}`;
     if (button.dataset.action === "top-up") {
-      const adding = lovelace(tr.querySelector(".top-up-amount").value, "Top-up");
+      const adding = lovelace(item.querySelector(".top-up-amount").value, "Top-up");
       const built = await signedFetch(connected.api, "POST", `${base}/top-up/build`,
         { lovelace: adding, funds: await funds(connected.api) });
       await propose(built, { lovelace: BigInt(channel.remaining) + BigInt(adding) },

@@ -1,27 +1,25 @@
 // My endpoints: the deployments (endpoints and pods) providers report running on the
 // wallet's channels, from the explorer's public JSON, polled; each links to its explorer page.
-import { ada, el, wallet, when } from "./app.js";
+import { ada, el, facts, pill, wallet, when } from "./app.js";
 
 const connected = await wallet();
 const EVERY_MS = 3000;
 
-function row(d) {
-  const tr = el("tr", null, { "data-deployment": String(d.id) });
-  const name = el("td");
-  name.append(el("a", d.name, { href: `/explorer/deployments/${d.id}`, class: "name" }),
-    el("span", `${d.kind} on ${d.channel.slice(0, 12)}…`, { class: "when" }));
-  const state = el("td");
-  state.append(el("span", d.state, { class: "state" }));
-  if (d.reason) state.append(el("span", d.reason, { class: "when reason" }));
-  const use = el("td");
-  use.append(el("span", `${d.requests} requests`, { class: "requests" }),
-    el("span", `${d.seconds_run} s run`, { class: "when seconds" }));
-  const paid = el("td");
-  paid.append(el("span", `${ada(d.lovelace)} served`, { class: "served" }),
-    el("span", d.channel_claimed === null ? "channel not indexed" : `${ada(d.channel_claimed)} claimed from the channel`,
-      { class: "when claimed" }));
-  tr.append(name, state, use, paid);
-  return tr;
+function card(d) {
+  const item = el("li", null, { "data-deployment": String(d.id) });
+  const head = el("div", null, { class: "head" });
+  head.append(el("a", d.name, { href: `/explorer/deployments/${d.id}`, class: "name" }), pill(d.state),
+    el("span", d.kind, { class: "when" }));
+  const claimed = d.channel_claimed === null ? "—" : `${ada(d.channel_claimed)} (${d.channel_state})`;
+  item.append(head, facts([
+    ...(d.reason ? [["Reason", d.reason, { class: "reason" }]] : []),
+    ["Requests", String(d.requests), { class: "requests" }],
+    ["Seconds run", `${d.seconds_run} s`, { class: "seconds" }],
+    ["Served", ada(d.lovelace), { class: "served" }],
+    ["Channel", d.channel, { class: "hash" }],
+    ["Claimed from it", claimed, { class: "claimed" }],
+  ]));
+  return item;
 }
 
 async function refresh(address) {
@@ -33,7 +31,7 @@ async function refresh(address) {
     return found.ok ? (await found.json()).deployments : [];
   }));
   const deployments = lists.flat().sort((a, b) => b.created_ms - a.created_ms);
-  document.getElementById("endpoints").replaceChildren(...deployments.map(row));
+  document.getElementById("endpoints").replaceChildren(...deployments.map(card));
   document.getElementById("none").hidden = deployments.length !== 0;
   document.getElementById("live-status").textContent = `Updated ${when(Date.now())}.`;
 }
