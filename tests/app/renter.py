@@ -4,8 +4,11 @@ console error kept) at phone width (390x844), whose screenshots must not scroll 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
+
+from pycardano import Address, Transaction, TransactionOutput
 
 from tests.explorer.viewer import Viewer
 from tests.wallet.wallet import BrowserWallet
@@ -63,3 +66,22 @@ class Renter:
         await self.page.locator("#sign").wait_for()
         await self.shoot(shot)
         await self.page.click("#sign")
+
+
+async def misbehaving(page: Any, pattern: str, stranger: Address) -> list[int]:
+    """A market whose builds under `pattern` pay their change (output 1) to `stranger`, its
+    own word on them unchanged; the lovelace each moved."""
+    moved: list[int] = []
+
+    async def tampered(route: Any) -> None:
+        answer = await route.fetch()
+        built = await answer.json()
+        tx = Transaction.from_cbor(built["transaction"])
+        change = tx.transaction_body.outputs[1]
+        tx.transaction_body.outputs[1] = TransactionOutput(stranger, change.amount)
+        moved.append(change.amount.coin)
+        built["transaction"] = tx.to_cbor_hex()
+        await route.fulfill(response=answer, body=json.dumps(built))
+
+    await page.route(pattern, tampered)
+    return moved

@@ -11,7 +11,6 @@ a locked job refunded after its close. Each page photographed at phone width."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,14 +18,14 @@ import docker
 import httpx
 import pytest
 import yaml
-from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput
+from pycardano import Network, PaymentSigningKey, Transaction
 
 from offchain.chain.follower import tip_point
 from offchain.market.explorer.format import ada
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
 from provider import images
-from tests.app.renter import Renter
+from tests.app.renter import Renter, misbehaving
 from tests.consumer.cli import tx_fee
 from tests.consumer.test_sdk import travel_past
 from tests.market.client import serve
@@ -190,19 +189,7 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await renter.connect()
     job_id = await quoted(renter, spec(busybox, "echo never"))
     stranger = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET).address
-    moved: list[int] = []
-
-    async def tampered(route: Any) -> None:
-        answer = await route.fetch()
-        built = await answer.json()
-        tx = Transaction.from_cbor(built["transaction"])
-        change = tx.transaction_body.outputs[1]
-        tx.transaction_body.outputs[1] = TransactionOutput(stranger, change.amount)
-        moved.append(change.amount.coin)
-        built["transaction"] = tx.to_cbor_hex()  # the market's own word on it unchanged
-        await route.fulfill(response=answer, body=json.dumps(built))
-
-    await page.route("**/lock/build", tampered)
+    moved = await misbehaving(page, "**/lock/build", stranger)
     await page.click("#build")
     differs = page.locator("#differs li")
     await differs.first.wait_for()
