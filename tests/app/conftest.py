@@ -1,6 +1,6 @@
-"""The renter's pages in Chromium (the explorer's browser and fixtures): a page whose requests
+"""The renter's pages in Chromium (the explorer tests' browser): `libs`, a page whose requests
 under LIBS are answered from the pages' static folder, so the ES modules load without a
-market, and the test wallet."""
+market (localhost: a secure context, where SubtleCrypto exists)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,7 @@ from typing import Any
 import pytest
 
 from offchain.market.dapp.routes import HERE
-from tests.explorer.conftest import artifacts, browser, settings  # noqa: F401 - shared fixtures
-from tests.market.conftest import (  # noqa: F401
-    database_url,
-    market_deployment,
-    postgresql_cluster,
-    postgresql_url,
-)
+from tests.explorer.conftest import browser  # noqa: F401 - the explorer tests' Chromium
 
 LIBS = "http://localhost:9"  # localhost: a secure context (SubtleCrypto)
 TYPES = {".js": "text/javascript", ".html": "text/html"}

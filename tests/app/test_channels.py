@@ -23,12 +23,14 @@ from offchain.protocol.deployment_report import REPORT_PATH
 from offchain.protocol.txbuild import Wallet
 from tests.app.renter import Renter, misbehaving
 from tests.consumer.test_sdk import travel_past
+from tests.explorer.conftest import artifacts  # noqa: F401 - where the screenshots go
 from tests.market.client import Party, serve
 from tests.market.database import served_at_head
 from tests.market.flow import provider_with_offer
 from tests.market.test_deployment_reports import row
 from tests.market.test_lifecycle import offer_terms
 from tests.protocol.onchain import balance, wallet
+from tests.provider.daemon_harness import quiet_market
 from tests.wallet.wallet import BrowserWallet
 
 pytestmark = [pytest.mark.devnet, pytest.mark.timeout(240)]
@@ -42,8 +44,12 @@ async def shown(renter: Renter, selector: str, text: str) -> None:
 
 
 async def test_a_channel_opened_topped_up_closed_and_drained_from_the_browser(
-    devnet, market_deployment, settings, browser, artifacts
+    devnet,
+    browser,
+    artifacts,
+    tmp_path,  # noqa: F811 - the explorer tests' fixture
 ):
+    _, _, settings = await quiet_market(devnet, tmp_path)
     with serve(served_at_head(settings)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             provider = Party.new(http, settings.identity, await wallet(devnet))

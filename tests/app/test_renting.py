@@ -61,8 +61,8 @@ async def world(devnet, tmp_path_factory, busybox) -> AsyncIterator[dict[str, An
             daemon.reap()
 
 
-async def renter_in(browser, devnet, world, **knobs: Any) -> Renter:
-    funded = await wallet(devnet, FUNDS)
+async def renter_in(browser, devnet, world, funds: int = FUNDS, **knobs: Any) -> Renter:
+    funded = await wallet(devnet, funds)
     test_wallet = BrowserWallet(funded, devnet.url, **knobs)
     return await Renter.open(browser, test_wallet, world["url"], world["shots"])
 
@@ -184,6 +184,17 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await elsewhere.shoot("connect-wrong-network")
     await elsewhere.page.close()
 
+    # a wallet too poor for the lock: said plainly before the market is asked
+    poor = await renter_in(browser, devnet, world, funds=20_000_000)
+    await poor.connect()
+    await quoted(poor, spec(busybox, "echo never"))
+    await poor.page.click("#build")
+    await poor.said("Not enough ADA: your wallet holds 20 ADA, the lock needs ")
+    assert poor.wallet.signed == [] and await poor.page.locator("#review").is_hidden()
+    await poor.shoot("new-job-too-poor")
+    assert poor.errors == []
+    await poor.page.close()
+
     renter = await renter_in(browser, devnet, world)
     page = renter.page
     await renter.connect()
@@ -219,6 +230,12 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await state(renter, "expired", 10_000)
     await renter.shoot("job-dropped")
     assert renter.errors == []
+
+    # an id that is no job's: a page that says so, the id shown as text
+    answer = await page.goto(f"{world['url']}/app/jobs/{PLANTED}")
+    assert answer is not None and answer.status == 404
+    assert PLANTED in await renter.text("[data-testid=missing]")
+    assert await page.evaluate("window.pwned") is None
     await page.close()
 
 

@@ -6,10 +6,11 @@ Nothing here is secret or signed: each action is signed by the wallet in the bro
 
 from __future__ import annotations
 
+import re
 from pathlib import Path as FilePath
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -20,7 +21,7 @@ from offchain.market.services import wallet_txs
 HERE = FilePath(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(tags=["app"], include_in_schema=False)
-JOB_ID = r"^[0-9a-f]{1,64}$"
+JOB_ID = re.compile(r"[0-9a-f]{1,64}")
 PAGES = {
     "/app": ("connect.html", "Connect a wallet"),
     "/app/jobs/new": ("new_job.html", "Rent a GPU"),
@@ -58,5 +59,10 @@ def page(request: Request) -> Response:
 
 
 @router.get("/app/jobs/{job_id}", response_class=HTMLResponse)
-def job(request: Request, job_id: str = Path(pattern=JOB_ID)) -> Response:
+def job(request: Request, job_id: str) -> Response:
+    """A job's page; an id that is no job id is a page that says so (404), shown as text."""
+    if not JOB_ID.fullmatch(job_id):
+        return templates.TemplateResponse(
+            request, "missing.html", {"title": "No such job", "job_id": job_id}, status_code=404
+        )
     return _page(request, "job.html", "Job", job_id=job_id)

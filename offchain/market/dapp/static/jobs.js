@@ -13,9 +13,10 @@ async function refresh(consumerId) {
     const row = el("tr", null, { "data-job": job.id });
     const link = el("a", job.id.slice(0, 12), { href: `/app/jobs/${job.id}`, class: "hash" });
     const state = job.outcome && job.outcome !== "succeeded" ? `${job.state} (${job.outcome})` : job.state;
-    row.append(el("td"), el("td", state, { class: "state" }),
-      el("td", job.price_per_unit === null ? "—" : perHour(job.price_per_unit)));
-    row.firstChild.append(link, el("span", when(job.updated_at_ms), { class: "when" }));
+    const [first, second] = [el("td"), el("td")];
+    first.append(link, el("span", when(job.updated_at_ms), { class: "when" }));
+    second.append(el("span", state, { class: "state" }));
+    row.append(first, second, el("td", job.price_per_unit === null ? "—" : perHour(job.price_per_unit)));
     return row;
   });
   document.getElementById("jobs").replaceChildren(...rows);

@@ -2,6 +2,7 @@
 // messages; the signed request and its quote; then the lock built from the wallet's UTxOs,
 // decoded and compared with the quote here, signed by the wallet and submitted.
 import { ada, list, onClick, perHour, say, wallet } from "./app.js";
+import { decode } from "./cbor.js";
 import { funds, review, witness } from "./review.js";
 import { WalletError, refusal, signedFetch } from "./wallet.js";
 
@@ -56,8 +57,19 @@ onClick(document.getElementById("quote"), async () => {
   say("Quoted. Review the lock before you sign it.");
 });
 
+// The lovelace the wallet holds (getBalance: a coin or [coin, assets]).
+async function held(api) {
+  const value = decode(await api.getBalance());
+  return BigInt(Array.isArray(value) ? value[0] : value);
+}
+
 onClick(document.getElementById("build"), async () => {
   const { api } = connected;
+  const have = await held(api);
+  if (have < BigInt(quote.lock_lovelace)) {
+    throw new WalletError(`Not enough ADA: your wallet holds ${ada(have)}, the lock needs ` +
+      `${ada(quote.lock_lovelace)} and the network fee.`);
+  }
   built = await signedFetch(api, "POST", `/jobs/${quote.job_id}/lock/build`, await funds(api));
   // compared with the quote shown above, never with what the build answer says of itself
   const differs = await review(api, built.transaction, { lovelace: quote.lock_lovelace });

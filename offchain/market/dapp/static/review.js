@@ -40,6 +40,9 @@ export async function witness(api, hex) {
   }
 }
 
+// What a build may spend: the wallet's UTxOs (as many as the market takes) and its change address.
 export async function funds(api) {
-  return { utxos: await api.getUtxos(), change_address: await api.getChangeAddress() };
+  const { max_utxos: most } = await marketConfig();
+  const utxos = (await api.getUtxos()) || [];
+  return { utxos: utxos.slice(0, most), change_address: await api.getChangeAddress() };
 }
