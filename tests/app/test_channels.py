@@ -23,7 +23,6 @@ from offchain.protocol.deployment_report import REPORT_PATH
 from offchain.protocol.txbuild import Wallet
 from tests.app.renter import Renter, misbehaving
 from tests.consumer.test_sdk import travel_past
-from tests.explorer.conftest import artifacts  # noqa: F401 - where the screenshots go
 from tests.market.client import Party, serve
 from tests.market.database import served_at_head
 from tests.market.flow import provider_with_offer
@@ -44,10 +43,7 @@ async def shown(renter: Renter, selector: str, text: str) -> None:
 
 
 async def test_a_channel_opened_topped_up_closed_and_drained_from_the_browser(
-    devnet,
-    browser,
-    artifacts,
-    tmp_path,  # noqa: F811 - the explorer tests' fixture
+    devnet, browser, artifacts, tmp_path
 ):
     _, _, settings = await quiet_market(devnet, tmp_path)
     with serve(served_at_head(settings)) as url:
