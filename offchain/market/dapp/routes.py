@@ -16,10 +16,12 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from offchain.market.api.deps import ChainDep, SettingsDep
+from offchain.market.explorer import routes as explorer
 from offchain.market.services import wallet_txs
 
 HERE = FilePath(__file__).parent
-templates = Jinja2Templates(directory=HERE / "templates")
+# ours first, then the explorer's (its <head> and stylesheet)
+templates = Jinja2Templates(directory=[HERE / "templates", explorer.HERE / "templates"])
 router = APIRouter(tags=["app"], include_in_schema=False)
 JOB_ID = re.compile(r"[0-9a-f]{1,64}")
 PAGES = {
