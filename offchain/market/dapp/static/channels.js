@@ -48,7 +48,7 @@ function card(channel) {
     ["Provider", channel.provider_id, { class: "hash" }],
     ["Put in", ada(channel.funded)], ["Claimed", ada(channel.claimed)],
     ["Close period", `${channel.close_period_ms / 1000} s`],
-    ...(channel.closing_at_ms ? [["Drain from", when(channel.closing_at_ms)]] : []),
+    ...(channel.state === "closing" ? [["Drain from", when(channel.closing_at_ms)]] : []),
   ]), actions(channel));
   return item;
 }
