@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pycardano import Address, Transaction, TransactionOutput
+from pycardano import Transaction, TransactionOutput
 
 from tests.explorer.viewer import Viewer
 from tests.wallet.wallet import BrowserWallet
@@ -68,20 +69,16 @@ class Renter:
         await self.page.click("#sign")
 
 
-async def misbehaving(page: Any, pattern: str, stranger: Address) -> list[int]:
-    """A market whose builds under `pattern` pay their change (output 1) to `stranger`, its
-    own word on them unchanged; the lovelace each moved."""
-    moved: list[int] = []
+def tampering(change: Callable[[list[TransactionOutput]], None]) -> Callable[[Any], Any]:
+    """A route handler that passes the market's build on with its outputs changed by
+    `change` (the answer's own figures left as the market said them): a misbehaving market."""
 
-    async def tampered(route: Any) -> None:
+    async def handler(route: Any) -> None:
         answer = await route.fetch()
         built = await answer.json()
         tx = Transaction.from_cbor(built["transaction"])
-        change = tx.transaction_body.outputs[1]
-        tx.transaction_body.outputs[1] = TransactionOutput(stranger, change.amount)
-        moved.append(change.amount.coin)
+        change(tx.transaction_body.outputs)
         built["transaction"] = tx.to_cbor_hex()
         await route.fulfill(response=answer, body=json.dumps(built))
 
-    await page.route(pattern, tampered)
-    return moved
+    return handler

@@ -14,14 +14,14 @@ import asyncio
 
 import httpx
 import pytest
-from pycardano import Network, PaymentSigningKey, Transaction
+from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput
 
 from offchain.market.explorer.format import ada
 from offchain.market.services.offers import key_hash
 from offchain.protocol.amounts import ADA
 from offchain.protocol.deployment_report import REPORT_PATH
 from offchain.protocol.txbuild import Wallet
-from tests.app.renter import Renter, misbehaving
+from tests.app.renter import Renter, tampering
 from tests.consumer.test_sdk import travel_past
 from tests.market.client import Party, serve
 from tests.market.database import served_at_head
@@ -85,7 +85,13 @@ async def test_a_channel_opened_topped_up_closed_and_drained_from_the_browser(
 
             # a misbehaving market: the top-up's change paid to a stranger; never signed
             stranger = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET).address
-            moved = await misbehaving(page, "**/top-up/build", stranger)
+            moved: list[int] = []
+
+            def pay_a_stranger(outputs: list[TransactionOutput]) -> None:
+                moved.append(outputs[1].amount.coin)
+                outputs[1] = TransactionOutput(stranger, outputs[1].amount)
+
+            await page.route("**/top-up/build", tampering(pay_a_stranger))
             await page.click("#channels [data-action=top-up]")
             await page.locator("#differs li").first.wait_for()
             assert await page.locator("#differs li").all_inner_texts() == [

@@ -18,14 +18,15 @@ import docker
 import httpx
 import pytest
 import yaml
-from pycardano import Network, PaymentSigningKey, Transaction
+from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput
 
 from offchain.chain.follower import tip_point
 from offchain.market.explorer.format import ada
 from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
+from offchain.protocol.types import EscrowDatum
 from provider import images
-from tests.app.renter import Renter, misbehaving
+from tests.app.renter import Renter, tampering
 from tests.consumer.cli import tx_fee
 from tests.consumer.test_sdk import travel_past
 from tests.market.client import serve
@@ -200,7 +201,14 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await renter.connect()
     job_id = await quoted(renter, spec(busybox, "echo never"))
     stranger = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET).address
-    moved = await misbehaving(page, "**/lock/build", stranger)
+    moved: list[int] = []
+
+    def pay_a_stranger(outputs: list[TransactionOutput]) -> None:
+        change = outputs[1]
+        outputs[1] = TransactionOutput(stranger, change.amount)
+        moved.append(change.amount.coin)
+
+    await page.route("**/lock/build", tampering(pay_a_stranger))
     await page.click("#build")
     differs = page.locator("#differs li")
     await differs.first.wait_for()
@@ -211,6 +219,23 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     assert await page.locator("#sign").is_hidden()
     await renter.said("Not signed")
     await renter.shoot("new-job-tampered")
+    await page.unroute("**/lock/build")
+
+    # the escrow's lovelace as quoted, but its datum dearer than the quote
+    def dearer(outputs: list[TransactionOutput]) -> None:
+        escrow = outputs[0]
+        datum = EscrowDatum.from_cbor(escrow.datum.to_cbor())
+        datum.price_per_unit += 1
+        outputs[0] = TransactionOutput(escrow.address, escrow.amount, datum=datum)
+
+    await page.route("**/lock/build", tampering(dearer))
+    await page.click("#build")
+    price = (await job_of(world, job_id))["job"]["quote"]["price_per_unit"]
+    await page.locator("#differs li", has_text="price_per_unit").wait_for()
+    assert await differs.all_inner_texts() == [
+        f"the escrow's price_per_unit is {price + 1}, the quote says {price}"
+    ]
+    assert await page.locator("#sign").is_hidden() and renter.wallet.signed == []
     await page.unroute("**/lock/build")
 
     # the honest lock, declined in the wallet: said plainly, nothing submitted

@@ -2,7 +2,7 @@
 // messages; the signed request and its quote; then the lock built from the wallet's UTxOs,
 // decoded and compared with the quote here, signed by the wallet and submitted.
 import { ada, list, onClick, perHour, say, wallet } from "./app.js";
-import { decode } from "./cbor.js";
+import { bytesToHex, decode, hexToBytes } from "./cbor.js";
 import { funds, review, witness } from "./review.js";
 import { WalletError, refusal, signedFetch } from "./wallet.js";
 
@@ -72,7 +72,11 @@ onClick(document.getElementById("build"), async () => {
   }
   built = await signedFetch(api, "POST", `/jobs/${quote.job_id}/lock/build`, await funds(api));
   // compared with the quote shown above, never with what the build answer says of itself
-  const differs = await review(api, built.transaction, { lovelace: quote.lock_lovelace });
+  const consumer = bytesToHex(hexToBytes(await api.getChangeAddress()).slice(1, 29));
+  const terms = { consumer, price_per_unit: quote.price_per_unit, max_units: quote.max_units,
+    deadline_ms: quote.deadline_ms, settle_window_ms: quote.settle_window_ms,
+    fee_allowance: quote.fee_allowance };
+  const differs = await review(api, built.transaction, { lovelace: quote.lock_lovelace, terms });
   document.getElementById("sign").hidden = differs.length !== 0;
   if (!differs.length) say("It pays the escrow exactly the quoted amount; the rest comes back to you.");
 });

@@ -5,7 +5,8 @@ import { compare, view } from "./txview.js";
 import { WalletError, marketConfig, plainly } from "./wallet.js";
 
 // Shows `hex` and returns what differs from `expected` ({lovelace}: the escrow's quoted
-// amount, null for none; a channel's transaction names its script: {scriptHash, name: "channel"}).
+// amount, null for none; `terms`: what its datum must hold; a channel's transaction names its
+// script: {scriptHash, name: "channel"}).
 export async function review(api, hex, expected) {
   const tx = view(hex);
   const config = await marketConfig();
@@ -24,7 +25,7 @@ export async function review(api, hex, expected) {
   });
   document.getElementById("outputs").replaceChildren(...rows);
   document.getElementById("fee").textContent = ada(tx.fee);
-  const differs = compare(tx, { escrowHash: script, lovelace: expected.lovelace, name }, own);
+  const differs = compare(tx, { ...expected, escrowHash: script, name }, own);
   list(document.getElementById("differs"), differs);
   document.getElementById("review").hidden = false;
   if (differs.length) say("Not signed: this transaction is not what the market quoted.", true);
