@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from offchain.market.dapp.routes import HERE
-from tests.explorer.conftest import browser  # noqa: F401 - the explorer tests' Chromium
+from tests.explorer.conftest import artifacts, browser  # noqa: F401 - its Chromium, its folder
 
 LIBS = "http://localhost:9"  # localhost: a secure context (SubtleCrypto)
 TYPES = {".js": "text/javascript", ".html": "text/html"}

@@ -4,8 +4,12 @@ console error kept) at phone width (390x844), whose screenshots must not scroll 
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pycardano import Transaction, TransactionOutput
 
 from tests.explorer.viewer import Viewer
 from tests.wallet.wallet import BrowserWallet
@@ -63,3 +67,18 @@ class Renter:
         await self.page.locator("#sign").wait_for()
         await self.shoot(shot)
         await self.page.click("#sign")
+
+
+def tampering(change: Callable[[list[TransactionOutput]], None]) -> Callable[[Any], Any]:
+    """A route handler that passes the market's build on with its outputs changed by
+    `change` (the answer's own figures left as the market said them): a misbehaving market."""
+
+    async def handler(route: Any) -> None:
+        answer = await route.fetch()
+        built = await answer.json()
+        tx = Transaction.from_cbor(built["transaction"])
+        change(tx.transaction_body.outputs)
+        built["transaction"] = tx.to_cbor_hex()
+        await route.fulfill(response=answer, body=json.dumps(built))
+
+    return handler

@@ -102,14 +102,17 @@ async def test_a_pycardano_transaction_read_in_the_browser(libs):
     ) == str(reward)
 
 
-async def compare(libs, made: TransactionBody, lovelace: int, own: list[Address]) -> list[str]:
+async def compare(
+    libs, made: TransactionBody, lovelace: int | None, own: list[Address], name: str = "escrow"
+) -> list[str]:
     return await libs.evaluate(
-        """async ([hex, escrow, lovelace, own]) => {
+        """async ([hex, escrow, lovelace, own, name]) => {
           const { view, compare } = await import("/txview.js");
-          return compare(view(hex), { escrowHash: escrow, lovelace }, own);
+          return compare(view(hex), { escrowHash: escrow, lovelace, name }, own);
         }""",
-        [made.to_cbor_hex(), ESCROW.payload.hex(), str(lovelace), [bytes(a).hex() for a in own]],
-    )
+        [made.to_cbor_hex(), ESCROW.payload.hex(), None if lovelace is None else str(lovelace),
+         [bytes(a).hex() for a in own], name],
+    )  # fmt: skip
 
 
 async def test_the_lock_compared_with_its_quote(libs):
@@ -125,6 +128,18 @@ async def test_the_lock_compared_with_its_quote(libs):
     ]
     made.outputs.append(TransactionOutput(made.outputs[0].address, 1_000_000))
     assert await compare(libs, made, 7_000_000, own) == ["it pays the escrow 2 times, not once"]
+
+
+async def test_a_channel_transaction_compared_with_what_the_page_asked(libs):
+    made = body()
+    own = [made.outputs[1].address, made.outputs[2].address]
+    made.outputs[1] = TransactionOutput(made.outputs[1].address, 3_000_000)
+    assert await compare(libs, made, 7_000_000, own, "channel") == []
+    assert await compare(libs, made, 9_000_000, own, "channel") == [
+        "the channel gets 7 ADA, the quote says 9 ADA"
+    ]
+    # a drain pays only the wallet: an output left in the channel script is named
+    assert await compare(libs, made, None, own, "channel") == ["it pays into the channel"]
 
 
 async def test_a_receipt_checked_with_webcrypto(libs):

@@ -11,8 +11,7 @@ a locked job refunded after its close. Each page photographed at phone width."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import docker
@@ -27,7 +26,7 @@ from offchain.protocol.split import settle_split
 from offchain.protocol.txbuild import Wallet
 from offchain.protocol.types import EscrowDatum
 from provider import images
-from tests.app.renter import Renter
+from tests.app.renter import Renter, tampering
 from tests.consumer.cli import tx_fee
 from tests.consumer.test_sdk import travel_past
 from tests.market.client import serve
@@ -175,21 +174,6 @@ async def test_rent_watch_and_verify(devnet, world, browser, busybox):
     assert balance(devnet, renter.wallet.wallet.address) == start - spent
     assert renter.errors == []
     await page.close()
-
-
-def tampering(change: Callable[[list[TransactionOutput]], None]) -> Callable[[Any], Any]:
-    """A route handler that passes the market's lock build on with its outputs changed by
-    `change` (the answer's own figures left as the market said them): a misbehaving market."""
-
-    async def handler(route: Any) -> None:
-        answer = await route.fetch()
-        built = await answer.json()
-        tx = Transaction.from_cbor(built["transaction"])
-        change(tx.transaction_body.outputs)
-        built["transaction"] = tx.to_cbor_hex()
-        await route.fulfill(response=answer, body=json.dumps(built))
-
-    return handler
 
 
 async def test_what_the_page_refuses(devnet, world, browser, busybox):

@@ -28,6 +28,8 @@ PAGES = {
     "/app": ("connect.html", "Connect a wallet"),
     "/app/jobs/new": ("new_job.html", "Rent a GPU"),
     "/app/jobs": ("jobs.html", "My jobs"),
+    "/app/channels": ("channels.html", "My channels"),
+    "/app/endpoints": ("endpoints.html", "My endpoints"),
 }
 
 
@@ -52,6 +54,8 @@ def config(settings: SettingsDep, chain: ChainDep) -> dict[str, Any]:
 @router.get("/app", response_class=HTMLResponse)
 @router.get("/app/jobs/new", response_class=HTMLResponse)
 @router.get("/app/jobs", response_class=HTMLResponse)
+@router.get("/app/channels", response_class=HTMLResponse)
+@router.get("/app/endpoints", response_class=HTMLResponse)
 def page(request: Request) -> Response:
     return _page(request, *PAGES[request.url.path])
 

@@ -70,3 +70,15 @@ export function onClick(button, action) {
     }
   });
 }
+
+// A <dl class="facts"> of [name, value, ddAttrs?] pairs (values as text).
+export function facts(pairs, attrs = {}) {
+  const list = el("dl", null, { class: "facts", ...attrs });
+  for (const [name, value, dd = {}] of pairs) list.append(el("dt", name), el("dd", value, dd));
+  return list;
+}
+
+// A state as the explorer shows one (a pill coloured by state).
+export function pill(state) {
+  return el("span", state, { class: `state state-${state}` });
+}

@@ -5,14 +5,17 @@ import { compare, view } from "./txview.js";
 import { WalletError, marketConfig, plainly } from "./wallet.js";
 
 // Shows `hex` and returns what differs from `expected` ({lovelace}: the escrow's quoted
-// amount, null for none; `terms`: what its datum must hold).
+// amount, null for none; `terms`: what its datum must hold; a channel's transaction names its
+// script: {scriptHash, name: "channel"}).
 export async function review(api, hex, expected) {
   const tx = view(hex);
   const config = await marketConfig();
   const own = [await api.getChangeAddress(), ...(await api.getUsedAddresses())];
   const mine = new Set(own.map((a) => a.toLowerCase()));
+  const script = expected.scriptHash || config.escrow_hash;
+  const name = expected.name || "escrow";
   const rows = tx.outputs.map((o) => {
-    const what = o.scriptHash === config.escrow_hash ? "to the job's escrow"
+    const what = o.scriptHash === script ? (name === "escrow" ? "to the job's escrow" : `into the ${name}`)
       : mine.has(o.addressHex) ? "to you" : "to someone else";
     const row = el("li");
     row.append(el("strong", ada(o.lovelace)),
@@ -22,7 +25,7 @@ export async function review(api, hex, expected) {
   });
   document.getElementById("outputs").replaceChildren(...rows);
   document.getElementById("fee").textContent = ada(tx.fee);
-  const differs = compare(tx, { escrowHash: config.escrow_hash, ...expected }, own);
+  const differs = compare(tx, { ...expected, escrowHash: script, name }, own);
   list(document.getElementById("differs"), differs);
   document.getElementById("review").hidden = false;
   if (differs.length) say("Not signed: this transaction is not what the market quoted.", true);

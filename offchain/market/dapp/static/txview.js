@@ -82,20 +82,21 @@ function termsDiffer(output, terms) {
     .map(([name, value]) => `the escrow's ${name} is ${held[name]}, the quote says ${value}`);
 }
 
-// What differs from the quote (with `terms`, the escrow datum's terms too): exactly one output to the escrow script (`escrowHash`) holding
-// `lovelace` (none when `lovelace` is null: a cancel or refund pays only the wallet), every
+// What differs from the quote: exactly one output to the escrow script (`escrowHash`; a
+// channel's when `name` says so) holding `lovelace` (none when `lovelace` is null: a cancel, a
+// refund or a drain pays only the wallet), with `terms` the escrow datum's terms too, every
 // other output to one of `own` (the wallet's address bytes, hex), no other assets and nothing
 // beyond a payment. An empty list: the transaction is what was quoted.
-export function compare(tx, { escrowHash, lovelace, terms }, own) {
+export function compare(tx, { escrowHash, lovelace, terms, name = "escrow" }, own) {
   const problems = tx.extras.map((name) => `it carries ${name}`);
   const escrow = tx.outputs.filter((o) => o.scriptHash === escrowHash);
   if (lovelace === null) {
-    if (escrow.length) problems.push("it pays into an escrow");
+    if (escrow.length) problems.push(`it pays into ${name === "escrow" ? "an escrow" : `the ${name}`}`);
   } else if (escrow.length !== 1) {
-    problems.push(`it pays the escrow ${escrow.length} times, not once`);
+    problems.push(`it pays the ${name} ${escrow.length} times, not once`);
   } else {
     if (escrow[0].lovelace !== BigInt(lovelace)) {
-      problems.push(`the escrow gets ${ada(escrow[0].lovelace)}, the quote says ${ada(lovelace)}`);
+      problems.push(`the ${name} gets ${ada(escrow[0].lovelace)}, the quote says ${ada(lovelace)}`);
     }
     if (terms) problems.push(...termsDiffer(escrow[0], terms));
   }
