@@ -33,7 +33,7 @@ from tests.provider.daemon_harness import (
     wait_state,
 )
 
-ABSENT_IMAGE = "registry.invalid/unchained/absent:1"  # .invalid never resolves: no pull
+ABSENT_IMAGE = "unchained/absent@sha256:" + "0" * 64  # no host: nothing pinned; no such image
 BLOCKS_MAX = 3  # the failure's block, the settle's, and one the market's poll may miss
 
 
