@@ -45,17 +45,17 @@ from bench.contracts import (
     profile,
     wallet,
 )
+from devnet.genesis import ADA
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import OgmiosError
-from offchain.devnet.genesis import ADA
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import channel as channels
-from offchain.protocol import escrow as escrows
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.channel import Channel
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.iou import SignedIou
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
-from offchain.protocol.types import ChannelDatum, ChannelTerms, TxOutRef
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.iou import SignedIou
+from offchain.protocol.ledger.types import ChannelDatum, ChannelTerms, TxOutRef
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.channel import Channel
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
 from tests.protocol.onchain import confirm, output, staked, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "channels.json"

@@ -34,14 +34,14 @@ from typing import Any
 
 import yaml
 
-from consumer.client import MarketClient
-from consumer.keys import ConsumerKey
-from consumer.session import Consumer
-from consumer.store import JobStore
+from consumer.sdk.client import MarketClient
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.session import Consumer
+from consumer.sdk.store import JobStore
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import request_sync
-from offchain.devnet.process import DevnetProcess
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
+from offchain.protocol.tx import deployment_file
 from tests.consumer.cli import UNCHAINED
 from tests.consumer.scripted import ScriptedProvider
 from tests.consumer.test_sdk import SPEC

@@ -43,16 +43,16 @@ from pycardano import (
 )
 from pycardano.exception import PyCardanoException
 
+from devnet.genesis import ADA
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import OgmiosError, request
-from offchain.devnet.genesis import ADA
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import batch as batches
-from offchain.protocol import bond as bonds
-from offchain.protocol import escrow as escrows
-from offchain.protocol.claim import Claim
-from offchain.protocol.deployment import Deployment, deploy
-from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
+from offchain.protocol.ledger.claim import Claim
+from offchain.protocol.ledger.payloads import acceptance_payload, sign
+from offchain.protocol.tx import batch as batches
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment, deploy
+from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
 from tests.protocol.onchain import confirm, fund, output, staked, to_settle, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"

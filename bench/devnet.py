@@ -41,11 +41,11 @@ from pycardano.plutus import CostModels, RawPlutusData
 from pycardano.utils import script_data_hash
 from websockets.asyncio.client import connect
 
+from devnet.genesis import ADA, wallet_address
+from devnet.process import DevnetProcess
 from offchain.chain.follower import RollForward, follow, tip_point
 from offchain.chain.ogmios import Ogmios, request
 from offchain.chain.submit import submit_and_wait, wait_for_confirmations
-from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.process import DevnetProcess
 from tests.devnet.handwritten import SIGNED_BY_DATUM_OWNER, compile_uplc
 
 RESULTS = Path(__file__).parent / "results" / "devnet.json"

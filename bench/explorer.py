@@ -43,7 +43,7 @@ from offchain.market.models import (
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
 from offchain.market.settings import MarketSettings
-from offchain.protocol.offer import SelfTestSummary
+from offchain.protocol.job.offer import SelfTestSummary
 from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS
 
 JOBS, PROVIDERS, TRANSACTIONS = 10_000, 1_000, 100_000

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from offchain.protocol.gpu_slices import GpuSlice
-from provider import mps
-from provider.gpu_meter import GpuMeter
-from provider.gpu_share import isolation_of
-from provider.inventory import GpuInfo, gpu_inventory
+from offchain.protocol.job.gpu_slices import GpuSlice
+from provider.gpu import mps
+from provider.gpu.inventory import GpuInfo, gpu_inventory
+from provider.gpu.share import isolation_of
+from provider.metering.gpu import GpuMeter
 
 RESULTS = Path(__file__).parent / "results" / "gpu_sharing.json"
 SECONDS = 5.0

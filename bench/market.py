@@ -45,22 +45,22 @@ from sqlmodel import Session, col, select
 
 from bench.contracts import deployed
 from contracts import SETTLE_BATCH_MAX
+from devnet.genesis import ADA
+from devnet.process import DevnetProcess, free_port
 from offchain.chain.ogmios import request as ogmios_request
 from offchain.chain.submit import tip_point, wait_for_confirmations
-from offchain.devnet.genesis import ADA
-from offchain.devnet.process import DevnetProcess, free_port
 from offchain.market.db import make_engine
 from offchain.market.models import Job, JobState, Settlement
 from offchain.market.settings import MarketSettings
-from offchain.protocol import batch as batches
-from offchain.protocol import deployment_file
-from offchain.protocol import escrow as escrows
-from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.signed_request import RequestFields, sign_request
-from offchain.protocol.txbuild import Clock, Wallet, build, new_builder
+from offchain.protocol.api.signed_request import RequestFields, sign_request
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.ledger.payloads import acceptance_payload, sign
+from offchain.protocol.tx import batch as batches
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.budgets import ExecutionBudgets
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Clock, Wallet, build, new_builder
 from tests.market.postgres import Cluster, server_bin
 from tests.market.test_lifecycle import GPU, IMAGES, SPEC  # the tests' job and offer
 from tests.protocol.onchain import confirm, fund, output, to_settle, wallet

@@ -37,14 +37,14 @@ from pathlib import Path
 import docker
 import httpx
 
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.jobspec import JobSpec
-from provider import images
-from provider.cgroups import JobCgroup
+from devnet.process import DevnetProcess
+from offchain.protocol.job.jobspec import JobSpec
 from provider.config import RunnerSettings
-from provider.metering import SAMPLE_INTERVAL_MS, Sampler, docker_time_ns
-from provider.runner import Runner
-from provider.sandbox import LABEL_JOB
+from provider.images import recipes as images
+from provider.metering.cgroups import JobCgroup
+from provider.metering.sampler import SAMPLE_INTERVAL_MS, Sampler, docker_time_ns
+from provider.sandbox.hardening import LABEL_JOB
+from provider.sandbox.runner import Runner
 from tests.market.client import Party
 from tests.market.processes import MarketProcess
 from tests.protocol.onchain import wallet

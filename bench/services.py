@@ -50,17 +50,17 @@ import uvicorn
 
 from bench.channels import CLOSE_MS, PRICE_PER_REQUEST, REQUESTS, escrow_session, renter_iou
 from bench.contracts import deployed, wallet
+from devnet.process import DevnetProcess
 from offchain.chain.submit import tip_point
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import channel as channels
-from offchain.protocol.channel import OPEN
-from offchain.protocol.iou import IOU_HEADER, SignedIou
-from provider.channels import ChannelBook, ChannelView
+from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.channel import OPEN
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import ChannelClaimer, admit
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook, ChannelView
+from provider.rentals.book import RentalBook
 from tests.protocol.onchain import confirm, output
 from tests.provider.test_gateway_support import (
     NETWORK,
@@ -102,7 +102,7 @@ def serve_gateway(
     """The gateway over the books in `scratch`, opened in this (forked) process; once it stops,
     its number of IOU commits and the CPU seconds it used (all its threads) go on `report`."""
     book = ChannelBook(scratch / "channels.sqlite", NETWORK, SCRIPT, credit=0)
-    app = gateway_app(book, EndpointBook(scratch / "endpoints.sqlite"))
+    app = gateway_app(book, RentalBook(scratch / "endpoints.sqlite"))
     serve(app, sock, stop)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     report.put((app.store.commits, usage.ru_utime + usage.ru_stime))
@@ -178,7 +178,7 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
         up_sock, up_port = listening()
         gw_sock, gw_port = listening()
         book = ChannelBook(scratch / "channels.sqlite", NETWORK, SCRIPT, credit=0)
-        endpoints = EndpointBook(scratch / "endpoints.sqlite")
+        endpoints = RentalBook(scratch / "endpoints.sqlite")
         vkey = RENTER.to_verification_key().payload
         for index in range(concurrency + 1):  # e0 for the latency run, one a renter after
             view = ChannelView(channel_id(index), "ab" * 32 + "#0", "addr_test1bench", vkey, 0,
@@ -256,7 +256,7 @@ async def fee_cost(requests: int) -> dict[str, Any]:
             book = ChannelBook(scratch / "channels.sqlite", deployment.network_id,
                                deployment.channel_hash, credit=0)  # fmt: skip
             admit(chain, book, channel.utxo.input, terms, settings)
-            endpoints = EndpointBook(scratch / "endpoints.sqlite")
+            endpoints = RentalBook(scratch / "endpoints.sqlite")
             headers = [{IOU_HEADER: renter_iou(deployment, renter, channel, n * PRICE_PER_REQUEST)
                         .to_header()} for n in range(1, requests + 1)]  # fmt: skip
             with serving(upstream) as upstream_url:

@@ -4,7 +4,7 @@ published on 127.0.0.1, /health polled every 50 ms until it answers, the endpoin
 then the first /predict through the published port, then `stop`; with the image cached, and
 with the image NOT cached: named by digest, absent from the engine, pulled from a registry.
 
-The sample service image (provider/sample_service.py on the python image) is built, or found
+The sample service image (samples/sample_service.py on the python image) is built, or found
 cached, before the first run; each run starts from nothing of the service left. For the
 uncached runs, a copy of it with a layer of its own (its filesystem flattened, plus a file that
 makes it unique: a copy sharing the python image's layer would find that layer in the engine)
@@ -32,10 +32,10 @@ from pathlib import Path
 import docker
 import httpx
 
-from offchain.protocol.jobspec import ServiceSpec
-from provider import images
+from offchain.protocol.job.jobspec import ServiceSpec
 from provider.config import RunnerSettings
-from provider.services import Services
+from provider.rentals.services import Services
+from samples import images as sample_images
 from tests.registry import LocalRegistry, forget, local_registry
 
 RESULTS = Path(__file__).parent / "results" / "services_cold_start.json"
@@ -128,8 +128,8 @@ def main() -> None:
     parser.add_argument("--uncached-runs", type=int, default=3)
     arguments = parser.parse_args()
     client = docker.from_env()
-    image = images.sample_service_image(client)  # built here once, then cached by the engine
-    spec = ServiceSpec(kind="service", image=image, port=images.SAMPLE_SERVICE_PORT,
+    image = sample_images.sample_service_image(client)  # built here once, then cached by the engine
+    spec = ServiceSpec(kind="service", image=image, port=sample_images.SAMPLE_SERVICE_PORT,
                        price_per_request=1_000)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="unchained-bench-services-") as scratch:
         root = Path(scratch)

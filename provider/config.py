@@ -1,7 +1,7 @@
 """The operator's offer (which GPUs, how many cores, how much memory and disk, at what prices)
 and the daemon's and runner's settings, read from a TOML file (`[offer]`, `[daemon]`,
 `[runner]`) under flags and `UNCHAINED_PROVIDER_*` variables, in the project's order
-(`offchain.settings_base`).
+(`offchain.core.settings`).
 
 Prices are integer lovelace per second of each resource; a job pays for its whole reserved
 bundle every second it runs (rounded up), whatever it actually used.
@@ -23,11 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
-from offchain.errors import UnchainedError
-from offchain.protocol.gpu_slices import MAX_SLICES_PER_GPU, slice_price
-from offchain.protocol.jobspec import JobSpec, Resources, describe
-from offchain.settings_base import FileUse, LayeredSettings, SettingsFileError
-from provider.inventory import HostInventory
+from offchain.core.errors import UnchainedError
+from offchain.core.settings import FileUse, LayeredSettings, SettingsFileError
+from offchain.protocol.job.gpu_slices import MAX_SLICES_PER_GPU, slice_price
+from offchain.protocol.job.jobspec import JobSpec, Resources, describe
+from provider.gpu.inventory import HostInventory
 
 MIB = 1 << 20
 STATE_DIR = Path("state")  # beside the config file, unless it names another

@@ -12,7 +12,7 @@ from cbor2 import CBORError
 from pycardano import PaymentSigningKey
 from pycardano.exception import InvalidKeyTypeException
 
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 
 KEY_FILE = "provider.skey"
 SEED_BYTES = 32

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from offchain.devnet.process import DevnetProcess
+from devnet.process import DevnetProcess
 from tests.registry import LocalRegistry, local_registry
 
 # marker: the fixtures that start it (a fixture used through another counts)

@@ -13,8 +13,8 @@ import re
 import shlex
 from pathlib import Path
 
+from devnet.process import DevnetProcess
 from offchain.chain.context import chain_context
-from offchain.devnet.process import DevnetProcess
 
 LOVELACE = r"(-?[\d,]+\.\d{6}) ADA"
 HEX64 = r"[0-9a-f]{64}"

@@ -19,7 +19,7 @@ from pathlib import Path
 import docker
 import httpx
 
-from offchain.devnet.process import free_port
+from devnet.process import free_port
 
 START_S = 20
 

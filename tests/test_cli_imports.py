@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from consumer.keys import new_wallet
+from consumer.sdk.keys import new_wallet
 from unchained.cli import COMPONENTS, load
 
 HEAVY = ("pycardano", "opshin", "uplc", "pluthon", "ogmios", "fastapi", "starlette", "uvicorn",
          "sqlalchemy", "sqlmodel", "alembic", "psycopg", "docker", "jinja2", "cose",
-         "websockets.asyncio", "websockets.sync", "offchain.market.app", "offchain.devnet.node",
-         "offchain.protocol.types", "contracts.scripts")  # fmt: skip
+         "websockets.asyncio", "websockets.sync", "offchain.market.app", "devnet.node",
+         "offchain.protocol.ledger.types", "contracts.scripts")  # fmt: skip
 # What `unchained --help` and the commands that only read the market load on top of typer:
 # each of these took 30 to 200 ms of their start (bench/consumer.py's cli_start_s).
 STARTUP = (*HEAVY, "httpx", "httpcore", "anyio", "h11", "asyncio", "pydantic", "pydantic_core",
@@ -123,7 +123,7 @@ def test_a_chain_command_loads_the_committed_scripts_without_the_compiler(tmp_pa
             "--ogmios-url", "ws://127.0.0.1:9", "--json"]  # fmt: skip
     done, modules = imported("job", "lock", "0" * 32, "signed.hex", *args, cwd=tmp_path)
     assert done.returncode == 1 and "no deployment file at" in done.stdout, done.stdout
-    assert {"pycardano", "contracts.artifacts", "offchain.protocol.deployment_file"} <= modules
+    assert {"pycardano", "contracts.artifacts", "offchain.protocol.tx.deployment_file"} <= modules
     compilers = ("opshin", "uplc", "pluthon", "contracts.scripts", "contracts.onchain")
     assert [m for m in modules if m.split(".")[0] in compilers or m in compilers] == []
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from provider import images
 from provider.config import RunnerSettings
-from provider.pod_image import pod_image
-from provider.pods import Pods
-from provider.services import Services
+from provider.images.pod import pod_image
+from provider.rentals.pods import Pods
+from provider.rentals.services import Services
+from samples import images as sample_images
 from tests.demo_check import HEX64, LOVELACE, balances, chain_balances, leftovers, lovelace
 from unchained.demo.services import CALLS, REQUEST_PRICE
 
@@ -35,7 +35,7 @@ RENTERS = ["renter-1", "renter-2", "renter-3"]
 def built() -> None:
     """The demo's images, built before its clock runs (cached: the demo finds them)."""
     client = docker.from_env()
-    images.onnx_service_image(client)
+    sample_images.onnx_service_image(client)
     pod_image(client)
 
 

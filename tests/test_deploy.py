@@ -5,8 +5,8 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
-from offchain.protocol.jobspec import MAX_DURATION_S
+from offchain.protocol.job.jobspec import MAX_DURATION_S
+from offchain.protocol.tx import deployment_file
 from unchained.cli import app
 from unchained.deploy import NOTICE_MS, REFUND_WINDOW_MS
 

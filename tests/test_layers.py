@@ -1,7 +1,7 @@
 """Layers point down only. Each package sits in one layer of LAYERS (top to bottom, the map
 README.md's "What is here" shows); a module may import its own package and the layers below
 it, never a layer above, and never a package beside it in its own layer (apps never import
-each other). `offchain.devnet`, a local chain for trying things out, is imported by nothing
+each other). `devnet`, a local chain for trying things out, is imported by nothing
 but the tests, the CLI and the demo.
 
 Read with `ast` from the source, nothing imported, so an import made inside a function or
@@ -18,22 +18,32 @@ ROOT = Path(__file__).resolve().parents[1]
 # Top to bottom; the packages in one row never import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("unchained",),  # the CLI root and the demo
-    ("consumer", "offchain.market", "provider", "offchain.devnet"),  # the apps, and the devnet
+    ("samples",),  # the demo's and the tests' sample services, built on the provider's images
+    ("consumer.cli", "offchain.market", "provider.cli", "devnet"),  # the apps' front doors
+    ("consumer.sdk", "provider.daemon"),  # what the front doors run
+    ("provider",),  # the provider's parts: gateway, rentals, sandbox, metering, gpu, money...
     ("offchain.protocol",),
     ("offchain.chain",),
     ("contracts",),
-    ("offchain.errors", "offchain.settings_base"),  # import nothing of ours
+    ("offchain.core",),  # imports nothing of ours
 )
-DEVNET = "offchain.devnet"
+# Packages whose members are apps that never import each other, wherever they sit in LAYERS.
+APPS = ("consumer", "offchain.market", "provider", "devnet")
+DEVNET = "devnet"
 DEVNET_USERS = ("unchained",)  # and the tests, which are not scanned
-SOURCES = ("unchained", "consumer", "provider", "offchain", "contracts")
-NAMESPACES = {"offchain"}  # holds layers but is none itself
+SOURCES = ("unchained", "samples", "consumer", "provider", "offchain", "contracts", "devnet")
+NAMESPACES = {"offchain", "consumer"}  # hold layers but are none themselves
 
 
 def package_of(module: str) -> str | None:
     """The LAYERS package `module` belongs to (the longest one that prefixes it), or None."""
     found = [p for row in LAYERS for p in row if module == p or module.startswith(f"{p}.")]
     return max(found, key=len, default=None)
+
+
+def app_of(package: str) -> str | None:
+    """The app (APPS) a LAYERS package is part of, or None for the shared layers."""
+    return next((a for a in APPS if package == a or package.startswith(f"{a}.")), None)
 
 
 def rank(package: str) -> int:
@@ -49,7 +59,7 @@ def module_of(path: Path) -> tuple[str, bool]:
 
 def imports(module: str, is_package: bool, source: str) -> list[tuple[int, str]]:
     """(line, module) for each import in `source`; `from a import b` gives `a.b`, which puts
-    `from offchain import devnet` in its layer, and relative imports are made absolute."""
+    `from provider.sandbox import runner` in its layer, and relative imports are made absolute."""
     package = module.split(".") if is_package else module.split(".")[:-1]
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -77,6 +87,8 @@ def violations(module: str, is_package: bool, source: str, where: str) -> list[s
         elif imported == DEVNET and importer not in DEVNET_USERS:
             found.append(f"{where}:{line} imports {name}: only the tests, the CLI and the demo "
                          "use the devnet")  # fmt: skip
+        elif app_of(imported) and app_of(importer) and app_of(imported) != app_of(importer):
+            found.append(f"{where}:{line}: {importer} imports {name}, another app")
         elif rank(imported) < rank(importer):
             found.append(f"{where}:{line}: {importer} imports {name}, a layer above it")
         elif rank(imported) == rank(importer):
@@ -107,22 +119,24 @@ def test_imports_point_down_only(root: str):
 @pytest.mark.parametrize(
     ("module", "is_package", "source", "complaint"),
     [
-        ("offchain.chain.utxo", False, "from offchain.protocol.txbuild import out_ref", "above"),
-        ("offchain.errors", False, "import contracts.artifacts", "a layer above"),
-        ("contracts.escrow", False, "from offchain.errors import UnchainedError", None),
-        (
-            "provider.cli",
-            False,
-            "from consumer import keys",
-            "provider imports consumer.keys, beside",
-        ),
-        ("offchain.market.app", False, "from offchain import devnet", "only the tests, the CLI"),
-        ("consumer.cli", False, "    from offchain.devnet.errors import X", "only the tests"),
-        ("offchain.protocol", True, "from . import txbuild", None),
-        ("offchain.protocol.bond", False, "from ..chain import time", None),
-        ("offchain.protocol.bond", False, "from ..market import db", "a layer above"),
-        ("offchain.protocol.bond", False, "from offchain.elsewhere import x", "in no layer"),
-        ("unchained.demo", True, "from offchain.devnet.process import DevnetProcess", None),
+        ("offchain.chain.utxo", False, "from offchain.protocol.tx.txbuild import out_ref", "above"),
+        ("offchain.core.errors", False, "import contracts.artifacts", "a layer above"),
+        ("contracts.escrow", False, "from offchain.core.errors import UnchainedError", None),
+        ("provider.cli.main", False, "from consumer.sdk import keys", "another app"),
+        ("consumer.sdk.session", False, "from provider.money import receipts", "another app"),
+        ("provider.money.receipts", False, "from provider.daemon import jobs", "a layer above"),
+        ("provider.daemon.jobs", False, "from provider.money import receipts", None),
+        ("provider.gateway.app", False, "from ..rentals import book", None),
+        ("consumer.sdk.spend", False, "from consumer.cli import table", "a layer above"),
+        ("samples.images", False, "from provider.images import recipes", None),
+        ("provider.images.recipes", False, "import samples.images", "a layer above"),
+        ("offchain.market.app", False, "import devnet", "only the tests, the CLI"),
+        ("consumer.cli.main", False, "    from devnet.errors import X", "only the tests"),
+        ("offchain.protocol.tx", True, "from . import txbuild", None),
+        ("offchain.protocol.tx.bond", False, "from ...chain import time", None),
+        ("offchain.protocol.tx.bond", False, "from ...market import db", "a layer above"),
+        ("offchain.protocol.tx.bond", False, "from offchain.elsewhere import x", "in no layer"),
+        ("unchained.demo", True, "from devnet.process import DevnetProcess", None),
         ("unchained.cli", False, "import pycardano", None),
     ],
 )

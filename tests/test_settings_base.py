@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsConfigDict
 
-from offchain.settings_base import LayeredSettings, SettingsFileError
+from offchain.core.settings import LayeredSettings, SettingsFileError
 
 
 class Section(BaseModel):

@@ -26,7 +26,7 @@ class Component(NamedTuple):
 
 
 COMPONENTS = {
-    "devnet": Component("offchain.devnet.cli", "app",
+    "devnet": Component("devnet.cli", "app",
                         "A local Cardano ledger (Conway) served over Ogmios v6 JSON-RPC."),
     "demo": Component("unchained.demo", "app", "Run the whole market locally: devnet, market + "
                       "explorer, provider, consumers."),
@@ -34,19 +34,19 @@ COMPONENTS = {
                            "The OpShin validators and their committed artifacts."),
     "deploy": Component("unchained.deploy", "app", "Publish the escrow and bond validators as "
                         "reference scripts; write DEPLOYMENT."),
-    "provider": Component("provider.cli", "app",
+    "provider": Component("provider.cli.main", "app",
                           "The provider node: its key, offer, self-test, job runner and bond."),
     "market": Component("offchain.market.cli", "app", "The marketplace and settlement service."),
-    "job": Component("consumer.cli", "job_app",
+    "job": Component("consumer.cli.main", "job_app",
                      "Submit GPU jobs, follow them, get verified results or a refund."),
-    "offers": Component("consumer.cli", "offers_app", "Offers on the market."),
-    "channel": Component("consumer.channel_cli", "app", "Pay-as-you-go payment channels to a "
+    "offers": Component("consumer.cli.main", "offers_app", "Offers on the market."),
+    "channel": Component("consumer.cli.channel", "app", "Pay-as-you-go payment channels to a "
                          "provider: open, top up, close."),
-    "endpoint": Component("consumer.endpoint_cli", "app", "Inference endpoints on a provider's "
+    "endpoint": Component("consumer.cli.endpoint", "app", "Inference endpoints on a provider's "
                           "gateway, paid per request from a payment channel."),
-    "pod": Component("consumer.pod_cli", "app", "Interactive GPU pods over SSH, paid per second "
+    "pod": Component("consumer.cli.pod", "app", "Interactive GPU pods over SSH, paid per second "
                      "from a payment channel."),
-    "wallet": Component("consumer.cli", "wallet_app", "The consumer's key and funds."),
+    "wallet": Component("consumer.cli.main", "wallet_app", "The consumer's key and funds."),
 }  # fmt: skip
 
 

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
-from offchain.protocol.amounts import ada
-from provider.options import (
+from offchain.protocol.ledger.amounts import ada
+from provider.cli.options import (
     DEFAULT_DEPLOYMENT,
     DeploymentOption,
     OgmiosOption,
@@ -69,9 +69,9 @@ def deploy_command(
 
     from offchain.chain.context import chain_context, quiet_chain_clients
     from offchain.chain.submit import UNREACHABLE, submit_confirmed
-    from offchain.protocol import deployment_file
-    from offchain.protocol.deployment import deploy
-    from offchain.protocol.txbuild import Wallet
+    from offchain.protocol.tx import deployment_file
+    from offchain.protocol.tx.deployment import deploy
+    from offchain.protocol.tx.txbuild import Wallet
 
     quiet_chain_clients()
     try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from websockets.exceptions import WebSocketException
 
 from offchain.chain import DEFAULT_OGMIOS_URL
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 
 if TYPE_CHECKING:  # the clients are imported on first use: a CLI naming the URL needs neither
     from websockets.asyncio.client import ClientConnection

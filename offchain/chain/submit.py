@@ -12,7 +12,7 @@ from pycardano import Transaction
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.ogmios import UNREACHABLE as UNREACHABLE  # where its users import it from
 from offchain.chain.ogmios import Ogmios, OgmiosError, request_sync
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 
 CONFIRM_TIMEOUT_S = 60
 

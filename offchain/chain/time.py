@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from offchain.chain.ogmios import request_sync
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 
 
 class PastHorizon(UnchainedError, ValueError):

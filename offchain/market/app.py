@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 from offchain.market import errors
 from offchain.market.api.routes import app_wallet, jobs, offers, providers
 from offchain.market.dapp import routes as renter_app
@@ -29,7 +29,7 @@ from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
 from offchain.market.services.leadership import Background
 from offchain.market.settings import MarketSettings
-from offchain.protocol import signed_request
+from offchain.protocol.api import signed_request
 
 # The first kind an error is decides its status; any other UnchainedError is a 422.
 STATUS: dict[type[UnchainedError], int] = {

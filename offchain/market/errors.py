@@ -3,7 +3,7 @@ status in one handler (`app.py`), so services stay free of HTTP."""
 
 from __future__ import annotations
 
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 
 
 class MarketError(UnchainedError):

@@ -15,9 +15,9 @@ from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from offchain.chain.utxo import parse_out_ref
-from offchain.protocol.job_state import CancelState, JobState
-from offchain.protocol.outcome import Outcome
-from offchain.protocol.receipt import BODY_FIELDS, Receipt
+from offchain.protocol.job.job_state import CancelState, JobState
+from offchain.protocol.job.outcome import Outcome
+from offchain.protocol.job.receipt import BODY_FIELDS, Receipt
 
 
 def _big(*, index: bool = False, nullable: bool = False) -> Any:
@@ -351,9 +351,9 @@ class Settlement(SQLModel, table=True):
     updated_at_ms: int = _big()
 
 
-class ServiceDeployment(SQLModel, table=True):
+class Rental(SQLModel, table=True):
     """An endpoint or pod a provider runs for a renter, paid on one of the renter's channels,
-    as the provider last reported it (`offchain.protocol.deployment_report`: its word, signed;
+    as the provider last reported it (`offchain.protocol.api.rental_report`: its word, signed;
     only its channel's provider is checked, against the channel index). Rows only move
     forward; a name reused later is another row (another `created_ms`)."""
 

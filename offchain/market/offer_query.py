@@ -42,9 +42,9 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from offchain.market.errors import Invalid
-from offchain.protocol.acceptance import asks, price_refusal
-from offchain.protocol.amounts import ADA
-from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.checks.acceptance import asks, price_refusal
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.ledger.amounts import ADA
 
 TEXT_OPS = ("=", "!=")
 OPS: dict[str, Callable[[object, object], bool]] = {

@@ -1,6 +1,6 @@
 """What the API reads (the tables' Create variants). Request bodies refuse unknown fields,
 so a typo is a 422 naming it rather than a silently dropped wish. What it answers, the
-parties parse too: those models are `offchain.protocol.wire`'s."""
+parties parse too: those models are `offchain.protocol.api.wire`'s."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pycardano import Address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offchain.chain.utxo import OUT_REF_PATTERN
-from offchain.protocol.gpu_slices import MAX_FAULT_NOTE, MAX_SLICE_OFFERS, SliceTerms
-from offchain.protocol.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
-from offchain.protocol.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
-from offchain.protocol.outcome import Outcome
+from offchain.protocol.job.gpu_slices import MAX_FAULT_NOTE, MAX_SLICE_OFFERS, SliceTerms
+from offchain.protocol.job.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
+from offchain.protocol.job.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
+from offchain.protocol.job.outcome import Outcome
 
 HEX32 = r"^[0-9a-f]{64}$"  # anchored: pydantic finds a pattern anywhere in the text
 HEX64 = r"^[0-9a-f]{128}$"

@@ -1,6 +1,6 @@
 """The market's settings: one model, filled from flags, then `UNCHAINED_MARKET_*` environment
 variables (and the usual `DATABASE_URL`), then a TOML file, then the defaults (the project's
-order for every process, `offchain.settings_base`).
+order for every process, `offchain.core.settings`).
 
 Money is integer lovelace and time integer ms. Paths are made absolute once, as they are read:
 a relative path in the TOML file is read from the file's folder, one from a flag, the
@@ -19,9 +19,9 @@ from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.core.settings import LayeredSettings, SettingsFileError
 from offchain.market.errors import Invalid
-from offchain.protocol.jobspec import describe
-from offchain.settings_base import LayeredSettings, SettingsFileError
+from offchain.protocol.job.jobspec import describe
 
 ENV_PREFIX = "UNCHAINED_MARKET_"
 MIB = 1 << 20

@@ -11,10 +11,10 @@ import logging
 from pycardano import UTxO
 
 from offchain.chain.time import iso
-from offchain.protocol.bond import bonds_of
-from offchain.protocol.bond_check import BondRefused, check_bond, covers_before
-from offchain.protocol.txbuild import Clock, out_ref
-from offchain.protocol.types import BondDatum, Just
+from offchain.protocol.checks.bond_check import BondRefused, check_bond, covers_before
+from offchain.protocol.ledger.types import BondDatum, Just
+from offchain.protocol.tx.bond import bonds_of
+from offchain.protocol.tx.txbuild import Clock, out_ref
 from provider.daemon.chain import Chain
 
 log = logging.getLogger("unchained.provider")

@@ -16,13 +16,13 @@ from pycardano import Transaction
 from pycardano.exception import PyCardanoException
 
 from offchain.chain.utxo import utxo_at
-from offchain.protocol.cancel_check import CancelRefused, check_cancel
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.market_errors import MarketError
-from offchain.protocol.market_link import Body
-from offchain.protocol.txbuild import BuildError, out_ref
-from offchain.protocol.wire import Assignment
+from offchain.protocol.api.market_errors import MarketError
+from offchain.protocol.api.market_link import Body
+from offchain.protocol.api.wire import Assignment
+from offchain.protocol.checks.cancel_check import CancelRefused, check_cancel
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import BuildError, out_ref
 from provider.daemon.chain import CHAIN_DOWN, ChainUnavailable
 from provider.daemon.jobs import CALL_S, Worker
 from provider.daemon.journal import JobEntry

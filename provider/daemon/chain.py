@@ -19,8 +19,8 @@ from websockets.exceptions import WebSocketException
 
 from offchain.chain.ogmios import request_sync
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import Clock, Wallet
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
 from provider.keys import load_key
 

@@ -30,7 +30,10 @@ from pycardano import (
 
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
-from offchain.protocol.channel import (
+from offchain.protocol.checks.refusal import script_datum
+from offchain.protocol.ledger.iou import SignedIou
+from offchain.protocol.ledger.types import ChannelDatum, ChannelTerms
+from offchain.protocol.tx.channel import (
     OPEN,
     Channel,
     ChannelRefused,
@@ -39,15 +42,12 @@ from offchain.protocol.channel import (
     read_channel,
     return_deposit,
 )
-from offchain.protocol.iou import SignedIou
-from offchain.protocol.refusal import script_datum
-from offchain.protocol.txbuild import BuildError, out_ref
-from offchain.protocol.types import ChannelDatum, ChannelTerms
-from provider.channels import BookEntry, ChannelBook, ChannelView
+from offchain.protocol.tx.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
 from provider.daemon.chain import Chain
 from provider.daemon.spends import channel_moved, spending_transaction
+from provider.money.channel_book import BookEntry, ChannelBook, ChannelView
 
 log = logging.getLogger("unchained.provider")
 CLAIM_FAILED = (BuildError, ChainError, ResponseError)  # a script's no (evaluation) included

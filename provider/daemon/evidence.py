@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from offchain.protocol.market_errors import MarketError
-from offchain.protocol.market_link import Body, MarketLink
-from offchain.protocol.metering import MeteringRecord
+from offchain.protocol.api.market_errors import MarketError
+from offchain.protocol.api.market_link import Body, MarketLink
+from offchain.protocol.job.metering import MeteringRecord
 from provider.daemon.journal import JobEntry
-from provider.runner import RunResult
+from provider.sandbox.runner import RunResult
 
 log = logging.getLogger("unchained.provider")
 CALL_S = 15.0  # best effort: when the market is away the record just stays on disk

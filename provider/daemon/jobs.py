@@ -16,28 +16,28 @@ from typing import Any
 from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
-from offchain.protocol.acceptance import Offered, describe, refusals
-from offchain.protocol.escrow import acceptance_terms
-from offchain.protocol.escrow_check import check_terms
-from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.market_errors import MarketError, MarketRefused
-from offchain.protocol.market_link import Body, MarketLink
-from offchain.protocol.offer import ImageSupply
-from offchain.protocol.outcome import Outcome
-from offchain.protocol.receipt import EMPTY_HASH, Receipt
-from offchain.protocol.refusal import Refused
-from offchain.protocol.txbuild import BuildError
-from offchain.protocol.types import EscrowDatum
-from offchain.protocol.wire import Assignment, JobPublic
+from offchain.protocol.api.market_errors import MarketError, MarketRefused
+from offchain.protocol.api.market_link import Body, MarketLink
+from offchain.protocol.api.wire import Assignment, JobPublic
+from offchain.protocol.checks.acceptance import Offered, describe, refusals
+from offchain.protocol.checks.escrow_check import check_terms
+from offchain.protocol.checks.refusal import Refused
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.job.offer import ImageSupply
+from offchain.protocol.job.outcome import Outcome
+from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.ledger.types import EscrowDatum
+from offchain.protocol.tx.escrow import acceptance_terms
+from offchain.protocol.tx.txbuild import BuildError
+from provider.capacity import Bundle, Capacity, Slot
 from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
-from provider.daemon.capacity import Bundle, Capacity, Slot
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.journal import JobEntry, Journal
-from provider.images import local_images
-from provider.receipts import EscrowJob, ReceiptError, accept, receipt_for
-from provider.runner import Runner, RunResult
+from provider.images.recipes import local_images
+from provider.money.receipts import EscrowJob, ReceiptError, accept, receipt_for
+from provider.sandbox.runner import Runner, RunResult
 
 log = logging.getLogger("unchained.provider")
 LOG_FLUSH_S = 0.5

@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_serializer, field_validator
 
 from offchain.chain.utxo import parse_out_ref
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.outcome import Outcome
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.outcome import Outcome
+from offchain.protocol.job.receipt import Receipt
 
 Stage = Literal[
     "accepted", "running", "finished", "delivered", "settled", "refunded", "failed", "cancelled"

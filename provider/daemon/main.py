@@ -17,31 +17,32 @@ from typing import Any, TypeVar
 
 import docker
 
-from offchain.protocol.market_errors import MarketError, MarketRefused
-from offchain.protocol.market_link import MarketLink
-from offchain.protocol.signed_request import KeySigner
-from offchain.protocol.wire import Assignment, parse
-from provider import gpu_share, mps
-from provider.channels import ChannelBook
+from offchain.protocol.api.market_errors import MarketError, MarketRefused
+from offchain.protocol.api.market_link import MarketLink
+from offchain.protocol.api.signed_request import KeySigner
+from offchain.protocol.api.wire import Assignment, parse
+from provider.capacity import Capacity, slots_of
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
 from provider.daemon.cancels import answer_cancel
-from provider.daemon.capacity import Capacity, slots_of
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.channel_claims import ChannelClaimer
-from provider.daemon.deployment_reports import reports
-from provider.daemon.deployments import TICK_MS as DEPLOYMENTS_TICK_MS
-from provider.daemon.deployments import Deployments
 from provider.daemon.jobs import Worker
 from provider.daemon.journal import Journal
 from provider.daemon.offers import GatewayTerms, OfferKeeper
 from provider.daemon.payouts import PayoutWatcher
 from provider.daemon.recovery import recover
-from provider.endpoints import EndpointBook
-from provider.images import local_images
-from provider.inventory import HostInventory
-from provider.runner import Runner
-from provider.selftest import load_slice_results
+from provider.daemon.rental_reports import reports
+from provider.daemon.rentals import TICK_MS as DEPLOYMENTS_TICK_MS
+from provider.daemon.rentals import Rentals
+from provider.gpu import mps
+from provider.gpu import share as gpu_share
+from provider.gpu.inventory import HostInventory
+from provider.images.recipes import local_images
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
+from provider.sandbox.runner import Runner
+from provider.selftest.checks import load_slice_results
 
 log = logging.getLogger("unchained.provider")
 T = TypeVar("T")
@@ -81,8 +82,8 @@ class Daemon:
             self.settings.channel_credit_lovelace,
         )  # fmt: skip
         self.claims = ChannelClaimer(self.chain, self.channels, self.settings)
-        self.endpoints = EndpointBook.in_state_dir(config.runner.state_dir)
-        self.deployments = Deployments(
+        self.endpoints = RentalBook.in_state_dir(config.runner.state_dir)
+        self.deployments = Rentals(
             self.chain, self.channels, self.endpoints, runner.client, config.runner,
             self.settings, self.worker.capacity,
         )  # fmt: skip

@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from offchain.protocol.amounts import ada
-from offchain.protocol.gpu_slices import MAX_FAULT_NOTE, SliceOffer, SliceSelfTest
-from offchain.protocol.market_errors import MarketError, MarketRefused
-from offchain.protocol.market_link import Body, MarketLink
-from offchain.protocol.offer import OfferedImage, SelfTestSummary
+from offchain.protocol.api.market_errors import MarketError, MarketRefused
+from offchain.protocol.api.market_link import Body, MarketLink
+from offchain.protocol.job.gpu_slices import MAX_FAULT_NOTE, SliceOffer, SliceSelfTest
+from offchain.protocol.job.offer import OfferedImage, SelfTestSummary
+from offchain.protocol.ledger.amounts import ada
+from provider.capacity import Bundle
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import Bundle
-from provider.selftest import load_summary
+from provider.selftest.checks import load_summary
 
 log = logging.getLogger("unchained.provider")
 NOT_FOUND = 404

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import parse_out_ref
-from offchain.protocol import batch
-from offchain.protocol.claim import Claim
-from offchain.protocol.txbuild import BuildError, out_ref
+from offchain.protocol.ledger.claim import Claim
+from offchain.protocol.tx import batch
+from offchain.protocol.tx.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
 from provider.daemon.chain import Chain

@@ -11,7 +11,7 @@ import logging
 from provider.daemon.chain import in_daemon_thread
 from provider.daemon.jobs import Worker
 from provider.daemon.journal import JobEntry
-from provider.runner import RunResult
+from provider.sandbox.runner import RunResult
 
 log = logging.getLogger("unchained.provider")
 

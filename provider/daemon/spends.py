@@ -21,8 +21,7 @@ from pycardano import Transaction, TransactionInput
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref
-from offchain.protocol.tx_reader import Script, TxReader
-from offchain.protocol.types import (
+from offchain.protocol.ledger.types import (
     ChannelClaim,
     ChannelTopUp,
     Drain,
@@ -31,6 +30,7 @@ from offchain.protocol.types import (
     Settle,
     StartClose,
 )
+from offchain.protocol.tx.tx_reader import Script, TxReader
 
 FIND_TIMEOUT_S = 120.0
 

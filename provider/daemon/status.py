@@ -16,18 +16,18 @@ import docker
 from docker.errors import DockerException
 
 from offchain.chain.time import iso
-from offchain.protocol.amounts import ada
-from offchain.protocol.channel import OPEN
-from provider import nvml
-from provider.cgroups import in_any_job
-from provider.channels import ChannelBook
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.tx.channel import OPEN
+from provider.capacity import Slot
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import Slot
 from provider.daemon.journal import Journal
-from provider.gpu_meter import GpuProcess, gpu_processes
-from provider.inventory import HostInventory
-from provider.metering import billable_units
-from provider.sandbox import LABEL_RUNNER
+from provider.gpu import nvml
+from provider.gpu.inventory import HostInventory
+from provider.metering.cgroups import in_any_job
+from provider.metering.gpu import GpuProcess, gpu_processes
+from provider.metering.sampler import billable_units
+from provider.money.channel_book import ChannelBook
+from provider.sandbox.hardening import LABEL_RUNNER
 
 PENDING = ("finished", "delivered")
 

@@ -18,9 +18,9 @@ from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput
 
 from offchain.market.explorer.format import ada
 from offchain.market.services.offers import key_hash
-from offchain.protocol.amounts import ADA
-from offchain.protocol.deployment_report import REPORT_PATH
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.api.rental_report import REPORT_PATH
+from offchain.protocol.ledger.amounts import ADA
+from offchain.protocol.tx.txbuild import Wallet
 from tests.app.renter import Renter, tampering
 from tests.consumer.test_sdk import travel_past
 from tests.market.client import Party, serve

@@ -29,8 +29,8 @@ from pycardano import (
     Withdrawals,
 )
 
-from offchain.protocol.payloads import receipt_payload
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.ledger.payloads import receipt_payload
 
 SCRIPT = PlutusV3Script(b"\x01\x02\x03")
 ESCROW = ScriptHash(bytes.fromhex("11" * 28))

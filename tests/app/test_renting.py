@@ -22,10 +22,10 @@ from pycardano import Network, PaymentSigningKey, Transaction, TransactionOutput
 
 from offchain.chain.follower import tip_point
 from offchain.market.explorer.format import ada
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Wallet
-from offchain.protocol.types import EscrowDatum
-from provider import images
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.ledger.types import EscrowDatum
+from offchain.protocol.tx.txbuild import Wallet
+from provider.images import recipes as images
 from tests.app.renter import Renter, tampering
 from tests.consumer.cli import tx_fee
 from tests.consumer.test_sdk import travel_past

@@ -20,7 +20,7 @@ from offchain.chain.utxo import (
     split_out_ref,
     tx_id_of,
 )
-from offchain.protocol.types import TxOutRef
+from offchain.protocol.ledger.types import TxOutRef
 
 TX_ID = bytes(range(32)).hex()
 REF = TransactionInput(TransactionId(bytes(range(32))), 7)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from offchain.chain.submit import wait_for_confirmations
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.tx.txbuild import Wallet
 from tests.consumer.conftest import IDENTITY
 from tests.consumer.test_sdk import SPEC
 from tests.protocol.onchain import wallet

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from consumer.client import MarketClient
-from consumer.keys import ConsumerKey
-from consumer.session import Consumer
-from consumer.store import JobStore
-from offchain.devnet.process import DevnetProcess
+from consumer.sdk.client import MarketClient
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.session import Consumer
+from consumer.sdk.store import JobStore
+from devnet.process import DevnetProcess
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
-from offchain.protocol.deployment import Deployment
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx.deployment import Deployment
 from tests.consumer.scripted import ScriptedProvider
 from tests.market.client import serve
 from tests.market.database import served_at_head

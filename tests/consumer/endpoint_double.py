@@ -1,4 +1,4 @@
-"""A TEST DOUBLE of the provider's gateway (provider/gateway.py), not the gateway: a tiny ASGI
+"""A TEST DOUBLE of the provider's gateway (provider/gateway/app.py), not the gateway: a tiny ASGI
 app served by a real uvicorn on a free port, implementing only what the renter's SDK relies on
 (the design's 402 rule, GET /endpoints) for one endpoint on one channel, so the client's
 payment logic is tested over real HTTP without the provider's channel book. Its "service"
@@ -19,8 +19,8 @@ from typing import Any
 import uvicorn
 from pycardano import ScriptHash
 
-from offchain.devnet.process import free_port
-from offchain.protocol.iou import SignedIou
+from devnet.process import free_port
+from offchain.protocol.ledger.iou import SignedIou
 
 Scope = dict[str, Any]
 

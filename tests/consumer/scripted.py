@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 from pycardano import UTxO
 
+from devnet.process import DevnetProcess
 from offchain.chain.utxo import parse_out_ref
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.jobspec import parse_jobspec
-from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.job.jobspec import parse_jobspec
+from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.ledger.payloads import acceptance_payload, sign
+from offchain.protocol.tx.deployment import Deployment
 from tests.market.client import Party
 from tests.market.test_lifecycle import IMAGES
 from tests.protocol.onchain import post_bond, wallet

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer import archive as unpacking
-from consumer.archive import unpack_archive
-from consumer.errors import UnpackRefused
+from consumer.sdk import archive as unpacking
+from consumer.sdk.archive import unpack_archive
+from consumer.sdk.errors import UnpackRefused
 
 
 def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = ""):

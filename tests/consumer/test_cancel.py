@@ -21,13 +21,13 @@ import pytest
 
 from offchain.chain.follower import tip_point
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.protocol import escrow as escrows
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Wallet
-from provider import images
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet
 from provider.daemon.journal import Journal
-from provider.sandbox import LABEL_JOB
+from provider.images import recipes as images
+from provider.sandbox.hardening import LABEL_JOB
 from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.consumer.test_daemon import submit

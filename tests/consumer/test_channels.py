@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from pycardano import Address, HDWallet, Network, PaymentSigningKey, ScriptHash
 
-from consumer.channel_cli import duration_ms, lovelace_of
-from consumer.channel_store import ChannelRecord, ChannelStore
-from consumer.errors import ConsumerError
-from consumer.iou_signer import IouRefused, IouSigner
-from consumer.keys import ConsumerKey, from_mnemonic
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.amounts import ADA
-from offchain.protocol.types import ChannelTerms, TxOutRef
+from consumer.cli.channel import duration_ms, lovelace_of
+from consumer.sdk.channel_store import ChannelRecord, ChannelStore
+from consumer.sdk.errors import ConsumerError
+from consumer.sdk.iou_signer import IouRefused, IouSigner
+from consumer.sdk.keys import ConsumerKey, from_mnemonic
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.amounts import ADA
+from offchain.protocol.ledger.types import ChannelTerms, TxOutRef
 from tests.test_cli_imports import STARTUP, heavy, imported
 
 NETWORK_ID = 0

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from pycardano import TransactionOutput
 
-from consumer.channel_store import ChannelStore
-from consumer.iou_signer import IouSigner
-from consumer.keys import ConsumerKey
+from consumer.sdk.channel_store import ChannelStore
+from consumer.sdk.iou_signer import IouSigner
+from consumer.sdk.keys import ConsumerKey
 from offchain.chain.follower import tip_point
 from offchain.chain.submit import submit_confirmed
-from offchain.protocol import channel as channels
-from offchain.protocol.amounts import ADA, ada
-from offchain.protocol.txbuild import sign_tx
+from offchain.protocol.ledger.amounts import ADA, ada
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.txbuild import sign_tx
 from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run, run_json, tx_fee
 from tests.protocol.onchain import balance, travel_to, wallet
 

@@ -9,12 +9,12 @@ import asyncio
 
 import yaml
 
-from consumer.store import JobStore
+from consumer.sdk.store import JobStore
 from offchain.chain.follower import tip_point
 from offchain.chain.utxo import parse_out_ref, tx_id_of
-from offchain.protocol.amounts import ada
-from offchain.protocol.batch import payout_minimum
-from offchain.protocol.split import settle_split
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx.batch import payout_minimum
 from tests.consumer.cli import (
     Terminal,
     cli_env,

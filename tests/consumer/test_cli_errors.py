@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.keys import new_wallet
+from consumer.sdk.keys import new_wallet
 from tests.consumer.cli import run
 
 pytestmark = pytest.mark.slow  # each case runs `unchained` twice, as child processes

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from offchain.protocol.jobspec import load_jobspec
+from offchain.protocol.job.jobspec import load_jobspec
 from tests.consumer.cli import UNCHAINED, cli_env, funded_key, ready_to_submit, run, run_json
 from tests.consumer.scripted import GPU
 from tests.consumer.test_sdk import UNITS, archive

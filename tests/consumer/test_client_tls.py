@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from nacl.signing import SigningKey
 
-from consumer.client import MarketClient
-from consumer.market_read import MarketReader
-from consumer.request_key import RequestKey
-from offchain.protocol.market_errors import MarketRefused
+from consumer.sdk.client import MarketClient
+from consumer.sdk.market_read import MarketReader
+from consumer.sdk.request_key import RequestKey
+from offchain.protocol.api.market_errors import MarketRefused
 
 
 def self_signed(tmp_path: Path) -> ssl.SSLContext:

@@ -20,11 +20,11 @@ import httpx
 import pytest
 import yaml
 
-from consumer.store import JobStore
+from consumer.sdk.store import JobStore
 from offchain.chain.follower import tip_point
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.split import settle_split, slash_share
-from provider import images
+from offchain.protocol.ledger.split import settle_split, slash_share
+from offchain.protocol.tx.deployment import Deployment
+from provider.images import recipes as images
 from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.consumer.test_sdk import travel_past

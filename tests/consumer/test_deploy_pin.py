@@ -6,10 +6,10 @@ from __future__ import annotations
 import docker
 import pytest
 
-from consumer.deploy_route import pinned_spec
-from offchain.protocol.jobspec import ServiceSpec
-from offchain.protocol.registry import RegistryError
-from provider.images import BUSYBOX_REPOSITORY, busybox_image
+from consumer.sdk.deploy_route import pinned_spec
+from offchain.protocol.job.jobspec import ServiceSpec
+from offchain.protocol.job.registry import RegistryError
+from provider.images.recipes import BUSYBOX_REPOSITORY, busybox_image
 from tests.registry import LocalRegistry
 
 pytestmark = pytest.mark.docker

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from consumer.channel_store import ChannelStore
-from offchain.protocol.deployment_file import DeploymentFile
+from consumer.sdk.channel_store import ChannelStore
+from offchain.protocol.tx.deployment_file import DeploymentFile
 from tests.consumer.cli import UNCHAINED
 from tests.consumer.endpoint_double import GatewayDouble, serving
 from tests.consumer.test_channels import CHANNEL_HASH, NETWORK_ID, record
@@ -31,7 +31,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[GatewayDouble, str, dict[str, str]]]
     script, and the gateway double serving endpoint `echo` on that channel."""
     from pycardano import PaymentSigningKey
 
-    from consumer.keys import ConsumerKey
+    from consumer.sdk.keys import ConsumerKey
 
     key = ConsumerKey(PaymentSigningKey.generate())
     key.key.save(str(tmp_path / "consumer.skey"))

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pycardano import PaymentSigningKey
 
-from consumer.channel_store import ChannelStore
-from consumer.endpoint_client import EndpointClient, EndpointRefused
-from consumer.iou_signer import IouSigner
-from consumer.keys import ConsumerKey
-from offchain.protocol.iou import SignedIou
+from consumer.sdk.channel_store import ChannelStore
+from consumer.sdk.endpoint_client import EndpointClient, EndpointRefused
+from consumer.sdk.iou_signer import IouSigner
+from consumer.sdk.keys import ConsumerKey
+from offchain.protocol.ledger.iou import SignedIou
 from tests.consumer.endpoint_double import GatewayDouble, serving
 from tests.consumer.test_channels import CHANNEL_HASH, NETWORK_ID, record
 

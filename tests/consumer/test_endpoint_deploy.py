@@ -20,13 +20,13 @@ import docker
 import httpx
 import yaml
 
-from consumer.channel_store import ChannelStore
-from offchain.devnet.process import free_port
-from offchain.protocol.amounts import ADA
-from provider import images
-from provider.channels import ChannelBook
-from provider.endpoints import EndpointBook
-from provider.services import LABEL_SERVICE
+from consumer.sdk.channel_store import ChannelStore
+from devnet.process import free_port
+from offchain.protocol.ledger.amounts import ADA
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
+from provider.rentals.services import LABEL_SERVICE
+from samples import images as sample_images
 from tests.consumer.cli import cli_env, funded_key, run, run_json
 from tests.protocol.onchain import balance
 from tests.provider.daemon_harness import IDENTITY, daemon_on_market, quiet_market
@@ -55,7 +55,7 @@ def gateway_process(daemon, deployment_file: Path, devnet_url: str, port: int, l
 
 
 async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_path: Path):
-    image = images.sample_service_image(docker.from_env())
+    image = sample_images.sample_service_image(docker.from_env())
     deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
     port = free_port()
     gateway_url = f"http://127.0.0.1:{port}"
@@ -69,7 +69,7 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
             before = balance(devnet, provider.address)
             _, key = await funded_key(devnet, tmp_path, 100 * ADA)
             env = cli_env(market, devnet, key, tmp_path / "state", identity=IDENTITY)
-            spec = {"kind": "service", "image": image, "port": images.SAMPLE_SERVICE_PORT,
+            spec = {"kind": "service", "image": image, "port": sample_images.SAMPLE_SERVICE_PORT,
                     "price_per_request": PRICE,
                     "resources": {"cpu_cores": 1, "memory_mib": 256}}  # fmt: skip
             (tmp_path / "svc.yaml").write_text(yaml.safe_dump(spec))
@@ -116,7 +116,7 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
                 int(f) for f in re.findall(r"claiming 1 channel\(s\).* fee (\d+)", daemon.log())
             ]
             assert fees and balance(devnet, provider.address) - before == CALLS * PRICE - sum(fees)
-            row = EndpointBook.in_state_dir(daemon.state_dir).get("sample")
+            row = RentalBook.in_state_dir(daemon.state_dir).get("sample")
             assert row is not None and (row.requests, row.served) == (CALLS, CALLS * PRICE)
             assert row.image_digest == client.images.get(image).id
         finally:

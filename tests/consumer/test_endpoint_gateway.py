@@ -1,4 +1,4 @@
-"""The renter's endpoint client against the provider's real gateway (provider/gateway.py under
+"""The renter's endpoint client against the provider's real gateway (provider/gateway/app.py under
 uvicorn, its channel book and endpoint book on disk, a real uvicorn upstream; no chain: the
 channel is opened in the book directly, as tests/provider/test_gateway.py does): each request
 paid one price more and each IOU stored by the provider, a restart going on from the renter's
@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from consumer.channel_store import ChannelStore
-from consumer.endpoint_client import EndpointClient, EndpointRefused, GatewayControl, pay_due
-from consumer.errors import ConsumerError
-from consumer.iou_signer import IouSigner
-from consumer.keys import ConsumerKey
-from provider.channels import ChannelBook
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
+from consumer.sdk.channel_store import ChannelStore
+from consumer.sdk.endpoint_client import EndpointClient, EndpointRefused, GatewayControl, pay_due
+from consumer.sdk.errors import ConsumerError
+from consumer.sdk.iou_signer import IouSigner
+from consumer.sdk.keys import ConsumerKey
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
 from tests.consumer.test_channels import record
 from tests.provider.test_gateway_support import (
     CHANNEL,
@@ -51,10 +51,10 @@ async def failing(scope: Any, receive: Any, send: Any) -> None:
 
 
 @pytest.fixture
-def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
+def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, RentalBook]]:
     with serving(failing) as upstream_url:
         book = book_with_channels(tmp_path / "channels.sqlite")
-        endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+        endpoints = RentalBook(tmp_path / "endpoints.sqlite")
         endpoints.add(running("echo", upstream_url, PRICE))
         endpoints.add(running("down", NOWHERE, PRICE, channel=OTHER_CHANNEL))
         yield book, endpoints
@@ -63,7 +63,7 @@ def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
 
 
 @pytest.fixture
-def gateway(books: tuple[ChannelBook, EndpointBook]) -> Iterator[str]:
+def gateway(books: tuple[ChannelBook, RentalBook]) -> Iterator[str]:
     with serving(gateway_app(*books)) as url:
         yield url
 

@@ -13,11 +13,11 @@ import docker
 import httpx
 import yaml
 
-from consumer.store import JobStore
+from consumer.sdk.store import JobStore
 from offchain.chain.follower import tip_point
-from offchain.protocol.amounts import per_hour
-from offchain.protocol.split import settle_split
-from provider import images
+from offchain.protocol.ledger.amounts import per_hour
+from offchain.protocol.ledger.split import settle_split
+from provider.images import recipes as images
 from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.market.client import Party, serve

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pycardano import HDWallet, Network, PaymentExtendedVerificationKey
 
-from consumer.errors import WalletError
-from consumer.keys import ConsumerKey, from_mnemonic, load_key
+from consumer.sdk.errors import WalletError
+from consumer.sdk.keys import ConsumerKey, from_mnemonic, load_key
 from tests.consumer.cli import run, run_json
 
 # CIP-19's test vector: this mnemonic's key at m/1852'/1815'/0'/0/0, as an enterprise address

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from consumer.channel_store import ChannelStore
-from consumer.deployment_store import DeploymentRecord, DeploymentStore
-from consumer.endpoint_client import EndpointRefused, GatewayControl
-from consumer.keys import ConsumerKey
-from consumer.pod_agent import PodAgent, holding, running
-from provider.channels import ChannelBook
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
+from consumer.cli.pod_agent import PodAgent, holding, running
+from consumer.sdk.channel_store import ChannelStore
+from consumer.sdk.endpoint_client import EndpointRefused, GatewayControl
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.rental_store import RentalRecord, RentalStore
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
 from tests.consumer.test_channels import record
 from tests.consumer.test_endpoint_gateway import new_signer
 from tests.provider.test_gateway_support import (
@@ -41,9 +41,9 @@ RAN_MS = 3_000  # the pod has run this long when the test starts
 
 
 @pytest.fixture
-def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
+def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, RentalBook]]:
     book = book_with_channels(tmp_path / "channels.sqlite")
-    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    endpoints = RentalBook(tmp_path / "endpoints.sqlite")
     started = time.time_ns() // 1_000_000 - RAN_MS
     pod = running_row("lab", "http://127.0.0.1:9", 0, PRICE, started_ms=started)
     endpoints.add(dataclasses.replace(pod, kind="pod"))
@@ -59,10 +59,10 @@ def agent(books, tmp_path: Path) -> Iterator[PodAgent]:
         renter = tmp_path / "renter"
         channels = ChannelStore(renter)
         channels.save(record(ConsumerKey(RENTER), CHANNEL.hex()))
-        records = DeploymentStore(renter)
+        records = RentalStore(renter)
         pod = endpoints.get("lab")
         for name in ("lab", "gone"):  # "gone": removed by the provider since
-            records.save(DeploymentRecord(name, "pod", url, "ab" * 28, CHANNEL.hex(), {}, 0,
+            records.save(RentalRecord(name, "pod", url, "ab" * 28, CHANNEL.hex(), {}, 0,
                                           PRICE, pod.started_ms - 200))  # fmt: skip
         with GatewayControl(url, ConsumerKey(RENTER), NETWORK) as control:
             yield PodAgent(control, new_signer(channels), lambda: records.on_channel(CHANNEL.hex()))

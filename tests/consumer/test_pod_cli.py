@@ -10,9 +10,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from consumer.cli import Env
-from consumer.deployment_store import DeploymentRecord
-from consumer.pod_cli import ssh_command
+from consumer.cli.main import Env
+from consumer.cli.pod import ssh_command
+from consumer.sdk.rental_store import RentalRecord
 from tests.test_cli_imports import heavy, imported
 from unchained.cli import app
 
@@ -43,7 +43,7 @@ def test_ssh_of_a_pod_not_recorded_here_says_so_without_loading_the_key_librarie
 
 
 def test_each_pod_host_key_is_trusted_under_its_own_name(tmp_path: Path):
-    record = DeploymentRecord("lab", "pod", "http://gw.example:8480", "ab" * 28, "cd" * 28, {},
+    record = RentalRecord("lab", "pod", "http://gw.example:8480", "ab" * 28, "cd" * 28, {},
                               0, 5, 0)  # fmt: skip
     argv = ssh_command(Env(state_dir=tmp_path), record, 40022, tmp_path / "k",
                        ["BatchMode=yes"], ["echo", "hi"])  # fmt: skip

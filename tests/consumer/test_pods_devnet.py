@@ -21,15 +21,15 @@ from pathlib import Path
 import docker
 import pytest
 
-from consumer.channel_store import ChannelStore
-from consumer.pod_agent import pid_path, running
-from offchain.devnet.process import free_port
-from offchain.protocol.amounts import ADA
-from provider.channels import ChannelBook
+from consumer.cli.pod_agent import pid_path, running
+from consumer.sdk.channel_store import ChannelStore
+from devnet.process import free_port
+from offchain.protocol.ledger.amounts import ADA
 from provider.config import RunnerSettings
-from provider.endpoints import EndpointBook
-from provider.pod_image import pod_image
-from provider.pods import Pods
+from provider.images.pod import pod_image
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
+from provider.rentals.pods import Pods
 from tests.consumer.cli import cli_env, funded_key, run
 from tests.consumer.test_endpoint_deploy import gateway_process
 from tests.provider.daemon_harness import CORE_PRICE, IDENTITY, daemon_on_market, quiet_market
@@ -71,7 +71,7 @@ async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, 
         market = types.SimpleNamespace(url=market_url, deployment_path=deployment_file)
         state = tmp_path / "renter"
         env = cli_env(market, devnet, key, state, identity=IDENTITY)
-        book = EndpointBook.in_state_dir(daemon.state_dir)
+        book = RentalBook.in_state_dir(daemon.state_dir)
         pods = Pods(docker.from_env(), RunnerSettings(state_dir=daemon.state_dir))
         gateway = gateway_process(daemon, deployment_file, devnet.url, port, tmp_path / "gw.log")
         try:
@@ -86,7 +86,7 @@ async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, 
             assert pods.leftovers() == {"containers": [], "networks": [], "workspaces": []}
 
 
-async def run_the_story(env, state: Path, book: EndpointBook, daemon, deployment, ssh_key, cwd):
+async def run_the_story(env, state: Path, book: RentalBook, daemon, deployment, ssh_key, cwd):
     def renter_cli(env: dict[str, str], *args: str):
         return run(env, *args, cwd=cwd)
 

@@ -1,8 +1,8 @@
-"""Requests signed without pycardano (`consumer.request_key`): for a plain payment key the
+"""Requests signed without pycardano (`consumer.sdk.request_key`): for a plain payment key the
 headers are byte for byte pycardano's CIP-8 signature of the same request (Ed25519 signs
 deterministically), on a test network and on mainnet, and the market's verifier names the
 key's own address as the signer. Anything but a plain key (a mnemonic, an extended key, a
-file that is no key) is left to `consumer.keys`; a missing file says what to do."""
+file that is no key) is left to `consumer.sdk.keys`; a missing file says what to do."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from pycardano import Network, PaymentSigningKey
 
-from consumer.errors import WalletError
-from consumer.keys import ConsumerKey, from_mnemonic, load_key, new_wallet
-from consumer.request_key import plain_request_key
-from offchain.protocol.signed_request import RequestFields, RequestVerifier
+from consumer.sdk.errors import WalletError
+from consumer.sdk.keys import ConsumerKey, from_mnemonic, load_key, new_wallet
+from consumer.sdk.request_key import plain_request_key
+from offchain.protocol.api.signed_request import RequestFields, RequestVerifier
 from tests.consumer.test_keys import WORDS
 from tests.protocol.nonces import MemoryNonceStore
 

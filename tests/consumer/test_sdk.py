@@ -12,16 +12,16 @@ import tarfile
 import pytest
 from sqlmodel import Session, select
 
-from consumer.errors import NotRefundableYet, QuoteRejected, ResultMismatch
-from consumer.session import Consumer
+from consumer.sdk.errors import NotRefundableYet, QuoteRejected, ResultMismatch
+from consumer.sdk.session import Consumer
 from offchain.chain.utxo import format_out_ref
 from offchain.market.db import make_engine
 from offchain.market.models import Job, Offer
 from offchain.market.services import storage
-from offchain.protocol.jobspec import parse_jobspec
-from offchain.protocol.market_errors import MarketRefused
-from offchain.protocol.payloads import sign
-from offchain.protocol.split import refund_amount, settle_split, slash_share
+from offchain.protocol.api.market_errors import MarketRefused
+from offchain.protocol.job.jobspec import parse_jobspec
+from offchain.protocol.ledger.payloads import sign
+from offchain.protocol.ledger.split import refund_amount, settle_split, slash_share
 from tests.consumer.scripted import GPU, PRICE
 from tests.protocol.conftest import SLASH_SHARE_BPS
 from tests.protocol.onchain import BOND, NOTICE_MS, balance, travel_to

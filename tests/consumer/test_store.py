@@ -3,8 +3,8 @@ characters or an escrow ref names a local job; anything shorter is left for the 
 
 from __future__ import annotations
 
-from consumer.job_record import JobRecord
-from consumer.store import MIN_PREFIX, JobStore
+from consumer.sdk.job_record import JobRecord
+from consumer.sdk.store import MIN_PREFIX, JobStore
 
 JOB = "342b896c" + "0" * 24
 ESCROW = "ab" * 32 + "#0"

@@ -22,7 +22,7 @@ from pycardano import (
     VerificationKeyWitness,
 )
 
-from consumer.external import signed_cbor, signed_lock
+from consumer.sdk.external import signed_cbor, signed_lock
 from offchain.chain.follower import tip_point
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from tests.consumer.cli import ready_to_submit, run_json, tx_fee

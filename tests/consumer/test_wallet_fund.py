@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from consumer.keys import new_wallet
+from consumer.sdk.keys import new_wallet
 from offchain.chain.follower import tip_point
 from offchain.chain.submit import wait_for_confirmations
 from tests.consumer.cli import run, run_json

@@ -14,10 +14,18 @@ from pycardano import (
     Withdrawals,
 )
 
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.deployment import Deployment, deploy
-from offchain.protocol.payloads import iou_payload, sign
-from offchain.protocol.txbuild import (
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.payloads import iou_payload, sign
+from offchain.protocol.ledger.types import (
+    BatchClaim,
+    ChannelClaim,
+    ChannelDatum,
+    ChannelTerms,
+    ChannelTopUp,
+    TxOutRef,
+)
+from offchain.protocol.tx.deployment import Deployment, deploy
+from offchain.protocol.tx.txbuild import (
     Clock,
     Wallet,
     add_inputs,
@@ -26,14 +34,6 @@ from offchain.protocol.txbuild import (
     ledger_inputs,
     new_builder,
     script_source,
-)
-from offchain.protocol.types import (
-    BatchClaim,
-    ChannelClaim,
-    ChannelDatum,
-    ChannelTerms,
-    ChannelTopUp,
-    TxOutRef,
 )
 from tests.protocol.onchain import confirm, output, wallet
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from pycardano import ScriptHash, plutus_script_hash
 
 from contracts.artifacts import channel_script, claim_script
-from offchain.devnet.params import ProtocolParameters
-from offchain.devnet.phase2 import ScriptJob, ScriptOutcome, run_job
-from offchain.devnet.script_context import FALSE, NOTHING, TRUE, Constr, Data, DataMap, encode_data
-from offchain.protocol.payloads import iou_payload, sign
+from devnet.params import ProtocolParameters
+from devnet.phase2 import ScriptJob, ScriptOutcome, run_job
+from devnet.script_context import FALSE, NOTHING, TRUE, Constr, Data, DataMap, encode_data
+from offchain.protocol.ledger.payloads import iou_payload, sign
 from tests.contracts.test_settle_scripts import NO_DATUM, address, both, key, out, vkey
 
 NETWORK = 0

@@ -25,11 +25,11 @@ from pycardano import (
 )
 
 from contracts.artifacts import settle_script
-from offchain.devnet.params import ProtocolParameters
-from offchain.devnet.phase2 import ScriptJob, ScriptOutcome, run_job
-from offchain.devnet.script_context import FALSE, NOTHING, Constr, Data, DataMap, encode_data
-from offchain.protocol.payloads import CLAIM_DOMAIN, claim_payload, sign
-from offchain.protocol.tx_reader import ledger_order
+from devnet.params import ProtocolParameters
+from devnet.phase2 import ScriptJob, ScriptOutcome, run_job
+from devnet.script_context import FALSE, NOTHING, Constr, Data, DataMap, encode_data
+from offchain.protocol.ledger.payloads import CLAIM_DOMAIN, claim_payload, sign
+from offchain.protocol.tx.tx_reader import ledger_order
 
 NETWORK = 0
 PRICE, MAX_UNITS, ALLOWANCE, EXTRA = 2_000, 3_600, 2_000_000, 3_000_000

@@ -25,8 +25,8 @@ from uplc.tools import apply
 
 from contracts.scripts import COMPILER_CONFIG, CONTRACTS, REPO_ROOT
 from contracts.simplify import simplify
-from offchain.devnet.phase2 import plutus_data
-from offchain.devnet.script_context import FALSE, NOTHING, Constr, DataMap, encode_data
+from devnet.phase2 import plutus_data
+from devnet.script_context import FALSE, NOTHING, Constr, DataMap, encode_data
 from tests.contracts.test_settle_scripts import (
     TRACED,
     UNTRACED,

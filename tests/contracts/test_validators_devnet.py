@@ -63,10 +63,10 @@ from contracts.onchain import (
     TopUp,
     Withdraw,
 )
+from devnet.genesis import ADA, wallet_address
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import OgmiosError, request
-from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.txbuild import script_source
+from offchain.protocol.tx.txbuild import script_source
 from tests.devnet.payments import confirm, payment
 from tests.protocol.onchain import travel_to
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import request
-from offchain.devnet.process import DevnetProcess
 
 SLOW_SLOT_MS = 60_000  # an empty block only every 20 minutes
 

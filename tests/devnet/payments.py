@@ -6,8 +6,8 @@ from typing import Any
 
 from pycardano import Address, Transaction, TransactionBuilder, TransactionOutput
 
+from devnet.process import DevnetProcess
 from offchain.chain.submit import submit_and_wait
-from offchain.devnet.process import DevnetProcess
 
 
 def payment(devnet: DevnetProcess, sender: str, to: Address, lovelace: int) -> Transaction:

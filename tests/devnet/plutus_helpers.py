@@ -41,12 +41,12 @@ from pycardano import (
 )
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from offchain.devnet import params as devnet_params
-from offchain.devnet.phase2 import evaluation_result, run_job
-from offchain.devnet.script_context import Constr, DataMap
-from offchain.devnet.scripts import evaluation_jobs
-from offchain.devnet.txdecode import DecodedTx, decode_tx
-from offchain.devnet.view import LedgerView, SlotConfig
+from devnet import params as devnet_params
+from devnet.phase2 import evaluation_result, run_job
+from devnet.script_context import Constr, DataMap
+from devnet.scripts import evaluation_jobs
+from devnet.txdecode import DecodedTx, decode_tx
+from devnet.view import LedgerView, SlotConfig
 
 NETWORK = Network.TESTNET
 ZERO_TIME_MS = 1_700_000_000_000

@@ -8,9 +8,9 @@ import json
 from pycardano import PaymentSigningKey
 from websockets.asyncio.client import connect
 
+from devnet.genesis import wallet_address
 from offchain.chain.follower import RollBackward, RollForward, follow, tip_point
 from offchain.chain.ogmios import request
-from offchain.devnet.genesis import wallet_address
 from tests.devnet.payments import confirm, lovelace_at, payment
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate

@@ -23,10 +23,10 @@ from pycardano import (
 )
 from uplc import flatten, parse
 
+from devnet.genesis import ADA, wallet_address
+from devnet.ogmios_json import output_reference_json, utxo_json
 from offchain.chain.ogmios import request
 from offchain.chain.submit import submit
-from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.ogmios_json import output_reference_json, utxo_json
 from tests.devnet.conftest import forge
 from tests.devnet.handwritten import REDEEMER_IS_42, compile_uplc
 from tests.devnet.plutus_helpers import out_ref, redeemer, script_address, seal

@@ -6,8 +6,8 @@ import asyncio
 
 from pycardano import PlutusData, TransactionOutput
 
+from devnet.genesis import ADA
 from offchain.chain.ogmios import request
-from offchain.devnet.genesis import ADA
 from tests.devnet.handwritten import compile_uplc
 from tests.devnet.test_plutus import funded, lock, script_address, spend
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from pycardano import PaymentSigningKey
 
-from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.ogmios_json import output_reference_json
+from devnet.genesis import ADA, wallet_address
+from devnet.ogmios_json import output_reference_json
 from tests.devnet.conftest import forge
 from tests.devnet.payments import payment
 from tests.devnet.rpc import rpc_raw

@@ -9,11 +9,11 @@ from pycardano import PaymentSigningKey
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from devnet.genesis import wallet_address
+from devnet.process import DevnetProcess
 from offchain.chain.follower import tip_point
 from offchain.chain.ogmios import request
 from offchain.chain.submit import submit, wait_for_confirmations
-from offchain.devnet.genesis import wallet_address
-from offchain.devnet.process import DevnetProcess
 from tests.devnet.payments import payment
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate

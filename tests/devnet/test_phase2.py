@@ -17,9 +17,9 @@ from uplc.ast import (
     PlutusMap,
 )
 
-from offchain.devnet.errors import LedgerError
-from offchain.devnet.params import ProtocolParameters
-from offchain.devnet.phase2 import (
+from devnet.errors import LedgerError
+from devnet.params import ProtocolParameters
+from devnet.phase2 import (
     ScriptJob,
     ScriptOutcome,
     ScriptRunner,
@@ -28,7 +28,7 @@ from offchain.devnet.phase2 import (
     require_success,
     run_job,
 )
-from offchain.devnet.script_context import Constr, encode_data
+from devnet.script_context import Constr, encode_data
 from tests.devnet.handwritten import REDEEMER_IS_42, compile_uplc
 from tests.devnet.plutus_helpers import ALWAYS_SUCCEEDS, FAILS_WITH_TRACE, RETURNS_INTEGER
 from tests.ogmios_schema import validate, validate_error

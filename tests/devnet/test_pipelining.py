@@ -14,8 +14,8 @@ from typing import Any
 from pycardano import PaymentSigningKey, Transaction
 from websockets.asyncio.client import ClientConnection, connect
 
-from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.process import DevnetProcess
+from devnet.genesis import ADA, wallet_address
+from devnet.process import DevnetProcess
 from tests.devnet.conftest import forge
 from tests.devnet.payments import payment
 from tests.ogmios_schema import validate

@@ -27,7 +27,7 @@ from pycardano import (
 from pycardano.plutus import CostModels, RawPlutusData
 from pycardano.utils import script_data_hash
 
-from offchain.devnet.genesis import ADA, wallet_address
+from devnet.genesis import ADA, wallet_address
 from tests.devnet.handwritten import REDEEMER_IS_42, SIGNED_BY_DATUM_OWNER, compile_uplc
 from tests.devnet.payments import confirm, lovelace_at, payment
 from tests.devnet.rpc import rpc_raw

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from offchain.devnet.params import ProtocolParameters
+from devnet.params import ProtocolParameters
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate
 

@@ -61,11 +61,11 @@ from pycardano import (
     Withdrawals,
 )
 
-from offchain.devnet import rules, staking
-from offchain.devnet.errors import LedgerError
-from offchain.devnet.params import ProtocolParameters
-from offchain.devnet.txdecode import DecodedTx, decode_tx
-from offchain.devnet.view import LedgerView, SlotConfig
+from devnet import rules, staking
+from devnet.errors import LedgerError
+from devnet.params import ProtocolParameters
+from devnet.txdecode import DecodedTx, decode_tx
+from devnet.view import LedgerView, SlotConfig
 from tests.ogmios_schema import validate_error
 
 ADA = 1_000_000

@@ -31,8 +31,8 @@ from pycardano import (
     plutus_script_hash,
 )
 
-from offchain.devnet.params import ProtocolParameters
-from offchain.devnet.script_context import (
+from devnet.params import ProtocolParameters
+from devnet.script_context import (
     FALSE,
     MINT,
     NOTHING,
@@ -53,7 +53,7 @@ from offchain.devnet.script_context import (
     tx_cert,
     voter,
 )
-from offchain.devnet.txdecode import decode_tx
+from devnet.txdecode import decode_tx
 from tests.devnet.handwritten import compile_uplc
 from tests.devnet.plutus_helpers import (
     ZERO_TIME_MS,

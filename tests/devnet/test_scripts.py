@@ -38,15 +38,15 @@ from pycardano import (
 )
 from uplc.tools import flatten, parse
 
-from offchain.devnet.errors import LedgerError
-from offchain.devnet.phase2 import ScriptJob, run_job
-from offchain.devnet.scripts import (
+from devnet.errors import LedgerError
+from devnet.phase2 import ScriptJob, run_job
+from devnet.scripts import (
     check_scripts,
     evaluation_jobs,
     language_views,
     script_integrity_hash,
 )
-from offchain.devnet.txdecode import decode_tx
+from devnet.txdecode import decode_tx
 from tests.devnet.handwritten import REDEEMER_IS_42, compile_uplc
 from tests.devnet.plutus_helpers import (
     DevnetChainContext,

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from devnet.process import DevnetProcess, free_port
 from offchain.chain.ogmios import request
-from offchain.devnet.process import DevnetProcess, free_port
 
 pytestmark = pytest.mark.devnet  # each test starts a devnet of its own
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import request
-from offchain.devnet.process import DevnetProcess
 
 pytestmark = pytest.mark.devnet  # each test starts devnets of its own
 

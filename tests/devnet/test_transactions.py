@@ -18,10 +18,10 @@ from pycardano import (
     VerificationKeyWitness,
 )
 
+from devnet.genesis import ADA, wallet_address
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.chain.submit import submit
-from offchain.devnet.genesis import ADA, wallet_address
-from offchain.devnet.process import DevnetProcess
 from tests.devnet.payments import confirm, lovelace_at, payment
 from tests.devnet.rpc import rpc_raw
 from tests.ogmios_schema import validate

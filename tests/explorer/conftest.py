@@ -20,7 +20,7 @@ from offchain.chain.time import ChainTime, Era
 from offchain.market.explorer import routes
 from offchain.market.explorer.queries import Scripts
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
+from offchain.protocol.tx import deployment_file
 from tests.market.conftest import (  # noqa: F401 - shared fixtures
     IDENTITY,
     database_url,

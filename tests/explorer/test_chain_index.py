@@ -26,8 +26,8 @@ from offchain.chain.utxo import format_out_ref
 from offchain.market.services import chain_index
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.settings import MarketSettings
-from offchain.protocol.escrow import lock_escrow, new_escrow
-from offchain.protocol.types import Refund
+from offchain.protocol.ledger.types import Refund
+from offchain.protocol.tx.escrow import lock_escrow, new_escrow
 from tests.market.database import engine_at_head
 
 

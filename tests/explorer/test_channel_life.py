@@ -16,8 +16,8 @@ import httpx
 from offchain.chain.utxo import format_out_ref
 from offchain.market.explorer.format import ada, when
 from offchain.market.services.offers import key_hash
-from offchain.protocol import channel as channels
-from offchain.protocol.deployment_report import REPORT_PATH
+from offchain.protocol.api.rental_report import REPORT_PATH
+from offchain.protocol.tx import channel as channels
 from tests.explorer.viewer import Viewer
 from tests.market.channel_flow import claim, indexed, moves, top_up
 from tests.market.client import serve

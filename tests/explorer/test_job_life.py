@@ -16,8 +16,8 @@ import httpx
 
 from offchain.market.explorer.format import ada, per_hour, when
 from offchain.market.explorer.queries import DAY_MS
-from offchain.protocol import escrow as escrows
-from offchain.protocol.split import settle_split
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx import escrow as escrows
 from tests.explorer.viewer import Viewer
 from tests.market.client import Party, serve
 from tests.market.flow import Locked, accept, leader_settings, lock, wait_for

@@ -30,12 +30,12 @@ from offchain.market.models import (
     LogLine,
     Offer,
     Provider,
-    ServiceDeployment,
+    Rental,
 )
 from offchain.market.services.chain import parse_ref
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
-from offchain.protocol.payloads import receipt_payload, sign
+from offchain.protocol.ledger.payloads import receipt_payload, sign
 from tests.explorer.conftest import START_MS, explorer_over
 
 PLANTED = "<script>window.pwned=1</script>"
@@ -141,7 +141,7 @@ def seed_deployments(session: Session) -> None:
     for a planted reason with a planted image; the newest a pod on a channel not indexed."""
     for i in range(DEPLOYMENTS):
         newest = i == DEPLOYMENTS - 1
-        session.add(ServiceDeployment(
+        session.add(Rental(
             provider_id=PROVIDER, name=f"svc-{i}", kind="pod" if newest else "endpoint",
             channel=UNINDEXED if newest else CHANNEL, image_digest=PLANTED, state="failed",
             reason=PLANTED, price_per_request=1_000, price_per_second=100,
@@ -434,7 +434,7 @@ def test_the_deployment_page_shows_its_channel_claimed_and_what_it_served(client
         session.add(Provider(id="cd" * 28, vkey="00" * 32, payout_address=ADDRESS,
                              last_heartbeat_ms=START_MS))  # fmt: skip
         session.flush()
-        session.get(ServiceDeployment, 1).provider_id = "cd" * 28
+        session.get(Rental, 1).provider_id = "cd" * 28
         session.commit()
     assert client.get("/api/explorer/deployments/1").json()["deployment"]["channel_payee_differs"]
     assert "this channel pays another provider" in client.get("/explorer/deployments/1").text

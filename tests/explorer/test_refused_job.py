@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from offchain.protocol.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
 from tests.explorer.viewer import Viewer
 from tests.market.client import serve
 from tests.market.flow import leader_settings, lock, provider_with_offer, quote, wait_for

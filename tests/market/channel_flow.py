@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 from pycardano import Transaction
 
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import channel as channels
-from offchain.protocol.channel import Channel
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import Wallet
+from devnet.process import DevnetProcess
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.channel import Channel
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet
 from tests.protocol.channels import iou, left
 from tests.protocol.onchain import confirm
 

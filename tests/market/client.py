@@ -15,11 +15,11 @@ import httpx
 import uvicorn
 from pycardano import Network, PaymentSigningKey
 
-from offchain.devnet.process import free_port
+from devnet.process import free_port
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
-from offchain.protocol.signed_request import RequestFields, sign_request
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.api.signed_request import RequestFields, sign_request
+from offchain.protocol.tx.txbuild import Wallet
 
 
 @contextmanager

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
-from offchain.protocol.deployment import Deployment
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx.deployment import Deployment
 from tests.market.client import serve
 from tests.market.database import served_at_head
 from tests.market.postgres import Cluster, server_bin

@@ -14,20 +14,20 @@ import httpx
 from pycardano import Transaction, UTxO
 from sqlmodel import Session, SQLModel, select
 
+from devnet.process import DevnetProcess
 from offchain.chain.submit import submit_and_wait
 from offchain.chain.utxo import format_out_ref
-from offchain.devnet.process import DevnetProcess
 from offchain.market.db import make_engine
 from offchain.market.models import JobEvent
 from offchain.market.services import jobs
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.txbuild import Wallet
-from offchain.protocol.types import EscrowDatum
-from offchain.protocol.wire import EscrowParameters
+from offchain.protocol.api.wire import EscrowParameters
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.ledger.payloads import acceptance_payload, sign
+from offchain.protocol.ledger.types import EscrowDatum
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet
 from tests.market.client import Party
 from tests.market.test_lifecycle import job_request, offer_terms
 from tests.protocol.onchain import output, wallet

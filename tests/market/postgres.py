@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from offchain.devnet.process import free_port
+from devnet.process import free_port
 
 PG_USER = "unchained-pg"
 DEBIAN_BINS = "usr/lib/postgresql/*/bin/pg_ctl"  # under /, one folder per major version

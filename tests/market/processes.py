@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from offchain.devnet.process import free_port
+from devnet.process import free_port
 from offchain.market.settings import ENV_PREFIX, MarketSettings
 
 START_TIMEOUT_S = 60

@@ -3,9 +3,9 @@ it: for the metering upload test and the explorer's chart."""
 
 from __future__ import annotations
 
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.metering import MeteringRecord, Sample
-from offchain.protocol.receipt import Receipt
+from offchain.protocol.job.metering import MeteringRecord, Sample
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.tx.deployment import Deployment
 from tests.market.client import Party
 from tests.market.flow import Locked
 

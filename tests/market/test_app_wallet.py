@@ -31,11 +31,11 @@ from offchain.market.models import Job
 from offchain.market.schemas import MAX_WALLET_UTXOS
 from offchain.market.services import wallet_txs
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
-from offchain.protocol.amounts import ADA
-from offchain.protocol.jobspec import JobSpecError, load_jobspec
-from offchain.protocol.split import slash_share
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.job.jobspec import JobSpecError, load_jobspec
+from offchain.protocol.ledger.amounts import ADA
+from offchain.protocol.ledger.split import slash_share
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx.txbuild import Wallet
 from tests.market.client import Party, serve
 from tests.market.conftest import IDENTITY
 from tests.market.database import served_at_head

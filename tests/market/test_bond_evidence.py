@@ -14,10 +14,10 @@ from sqlmodel import col
 
 from offchain.market.models import Bond, Provider
 from offchain.market.settings import MarketSettings
-from offchain.protocol import bond as bonds
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.txbuild import out_ref
-from offchain.protocol.types import BondDatum, Just
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.types import BondDatum, Just
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.txbuild import out_ref
 from tests.market.client import Party, serve
 from tests.market.flow import stored
 from tests.market.test_lifecycle import PRICE, job_request, offer_terms

@@ -24,9 +24,9 @@ from offchain.chain.utxo import format_out_ref
 from offchain.market.models import Channel, ChannelEvent
 from offchain.market.services.follower import ChainFollower
 from offchain.market.settings import MarketSettings
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.channel import OPEN, channel_id, payee_hash, terms_metadata
-from offchain.protocol.types import ChannelDatum, ChannelTerms, TxOutRef
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.types import ChannelDatum, ChannelTerms, TxOutRef
+from offchain.protocol.tx.channel import OPEN, channel_id, payee_hash, terms_metadata
 from tests.explorer.test_chain_index import block
 from tests.market.channel_flow import claim, top_up
 from tests.market.database import engine_at_head

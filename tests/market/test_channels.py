@@ -10,8 +10,8 @@ from pycardano import TransactionOutput
 from offchain.chain.submit import submit_and_wait
 from offchain.chain.utxo import format_out_ref
 from offchain.market.models import Channel, ChannelEvent
-from offchain.protocol import channel as channels
-from offchain.protocol.txbuild import add_inputs, build, fee_inputs, new_builder, sign_tx
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.txbuild import add_inputs, build, fee_inputs, new_builder, sign_tx
 from tests.market.channel_flow import claim, forgotten, indexed, moves, seen
 from tests.market.flow import stored
 from tests.market.test_rollback import own_market, rollback_past  # noqa: F401 - a fixture

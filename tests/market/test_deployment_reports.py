@@ -11,9 +11,9 @@ from typing import Any
 from sqlmodel import Session, func, select
 
 from offchain.market.db import make_engine
-from offchain.market.models import Channel, ChannelState, ServiceDeployment
+from offchain.market.models import Channel, ChannelState, Rental
 from offchain.market.services.offers import key_hash
-from offchain.protocol.deployment_report import MAX_DEPLOYMENTS, MAX_REASON, REPORT_PATH
+from offchain.protocol.api.rental_report import MAX_DEPLOYMENTS, MAX_REASON, REPORT_PATH
 from tests.market.client import Party
 from tests.market.test_bad_input import refused
 from tests.market.test_lifecycle import offer_terms
@@ -39,7 +39,7 @@ SERVED = {"requests": 7, "served": 7_000, "seconds_run": 2}
 
 def stored(settings) -> list[tuple]:
     with Session(make_engine(settings)) as session:
-        rows = session.exec(select(ServiceDeployment).order_by(ServiceDeployment.name)).all()
+        rows = session.exec(select(Rental).order_by(Rental.name)).all()
         return [(d.name, d.state, d.requests, d.served, d.seconds_run) for d in rows]
 
 
@@ -131,5 +131,5 @@ async def test_bounds_signatures_and_other_providers_channels_are_refused(http, 
     assert unsigned.status_code == 401, unsigned.text
     assert (await report(provider, *many[:MAX_DEPLOYMENTS])).status_code == 200
     with Session(make_engine(settings)) as session:
-        count = select(func.count()).select_from(ServiceDeployment)
+        count = select(func.count()).select_from(Rental)
         assert session.exec(count).one() == MAX_DEPLOYMENTS + 1  # and the other's one

@@ -8,13 +8,13 @@ import hashlib
 
 from offchain.market.models import Blob
 from offchain.market.services import delivery, storage
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.market_link import MarketLink
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.signed_request import KeySigner
+from offchain.protocol.api.market_link import MarketLink
+from offchain.protocol.api.signed_request import KeySigner
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.receipt import Receipt
 from provider.daemon import evidence
 from provider.daemon.journal import JobEntry
-from provider.runner import RunResult
+from provider.sandbox.runner import RunResult
 from tests.market.client import Party
 from tests.market.flow import (
     RESULT,

@@ -11,8 +11,8 @@ from sqlmodel import Session, col, select
 from offchain.chain.submit import submit_and_wait
 from offchain.market.db import make_engine
 from offchain.market.models import Job, JobState
-from offchain.protocol import escrow as escrows
-from offchain.protocol.txbuild import sign_tx
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.txbuild import sign_tx
 from tests.market.client import serve
 from tests.market.flow import (
     accept,

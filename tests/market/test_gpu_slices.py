@@ -11,7 +11,7 @@ from sqlmodel import Session, col
 
 from offchain.market.db import make_engine
 from offchain.market.models import Job, JobState
-from offchain.protocol.gpu_slices import FAULT_NOTES
+from offchain.protocol.job.gpu_slices import FAULT_NOTES
 from tests.market.client import Party
 from tests.market.test_lifecycle import PRICE, job_request, offer_terms
 from tests.market.test_offers import offer, refused, search

@@ -15,14 +15,14 @@ from pycardano.cip import cip8
 
 from offchain.chain.submit import submit_and_wait
 from offchain.chain.utxo import format_out_ref
-from offchain.protocol import batch
-from offchain.protocol import escrow as escrows
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Clock
-from offchain.protocol.wire import EscrowParameters
+from offchain.protocol.api.wire import EscrowParameters
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.payloads import acceptance_payload, sign
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx import batch
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.txbuild import Clock
 from tests.market.client import Party
 from tests.protocol.onchain import balance, confirm, output, wallet
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
-from offchain.protocol.deployment_report import REPORT_PATH
-from offchain.protocol.signed_request import BadPayload
+from offchain.protocol.api.rental_report import REPORT_PATH
+from offchain.protocol.api.signed_request import BadPayload
+from offchain.protocol.tx import deployment_file
 from tests.market.client import Party
 from tests.market.conftest import IDENTITY
 from tests.market.test_deployment_reports import row

@@ -1,6 +1,6 @@
 """Offers that take deployments: `gateway_url` and `request_price` in the signed terms, kept
 and shown by the market as signed (no migration), a malformed one refused; and the renter's
-router (`consumer.deploy_route.choose_offer`) over the real market: offers with a gateway
+router (`consumer.sdk.deploy_route.choose_offer`) over the real market: offers with a gateway
 first, then those that have the spec's image, then the cheapest; an offer whose terms refuse
 the spec (no gateway, a higher request price, a smaller bundle) is never chosen."""
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from pycardano import PaymentSigningKey
 
-from consumer.deploy_route import choose_offer
-from consumer.errors import ConsumerError
-from consumer.keys import ConsumerKey
-from consumer.market_read import MarketReader
-from offchain.protocol.jobspec import ServiceSpec
+from consumer.sdk.deploy_route import choose_offer
+from consumer.sdk.errors import ConsumerError
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.market_read import MarketReader
+from offchain.protocol.job.jobspec import ServiceSpec
 from tests.market.client import Party
 from tests.market.test_lifecycle import PRICE, offer_terms
 from tests.market.test_offers import offer, search

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from offchain.market.errors import Invalid
 from offchain.market.offer_query import OfferQuery, OfferRecord, QueryError
-from offchain.protocol.jobspec import JobSpec, Resources
+from offchain.protocol.job.jobspec import JobSpec, Resources
 
 EXAMPLE = (
     "gpu_model=RTX_4090 vram>=24GiB gpus>=2 price<=2ADA/h cpu>=8 memory>=64GiB disk>=100GiB "

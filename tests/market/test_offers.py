@@ -11,10 +11,10 @@ import pytest
 
 from offchain.market.services import offers
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, sign
-from offchain.protocol.txbuild import out_ref
+from offchain.protocol.ledger.payloads import acceptance_payload, sign
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import out_ref
 from tests.market.client import Party, serve
 from tests.market.flow import Locked, lock, send_receipt
 from tests.market.test_lifecycle import GPU, PRICE, job_request, offer_terms

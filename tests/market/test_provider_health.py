@@ -20,11 +20,11 @@ from offchain.market.models import Bond, OnlineSpan, Provider
 from offchain.market.services import health
 from offchain.market.services.jobs import now_ms
 from offchain.market.settings import MarketSettings
-from offchain.protocol.jobspec import Resources
+from offchain.protocol.job.jobspec import Resources
+from provider.capacity import Bundle
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import Bundle
 from provider.daemon.offers import offer_terms
-from provider.selftest import Check, load_summary, save_summary
+from provider.selftest.checks import Check, load_summary, save_summary
 from tests.market.client import Party
 from tests.market.database import engine_at_head
 from tests.market.flow import stored

@@ -16,8 +16,8 @@ from offchain.chain.ogmios import request
 from offchain.chain.submit import submit_and_wait
 from offchain.market.models import Cause, JobEvent, Settlement, SettlementState
 from offchain.market.settings import MarketSettings
-from offchain.protocol import deployment_file
-from offchain.protocol.deployment import Deployment
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx.deployment import Deployment
 from tests.market.client import serve
 from tests.market.conftest import IDENTITY
 from tests.market.flow import (

@@ -14,16 +14,16 @@ import httpx
 import pytest
 from pycardano import ExecutionUnits, Transaction, TransactionInput
 
+from devnet.genesis import ADA
 from offchain.chain.utxo import parse_out_ref
-from offchain.devnet.genesis import ADA
 from offchain.market.db import make_engine
 from offchain.market.models import Cause, Provider, Settlement, SettlementState
 from offchain.market.services import settlement
 from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
-from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx.budgets import ExecutionBudgets
+from offchain.protocol.tx.txbuild import Wallet
 from tests.market.client import Party, serve
 from tests.market.flow import (
     UNITS,

@@ -15,10 +15,10 @@ from pycardano import Transaction
 
 from offchain.chain.submit import submit_and_wait
 from offchain.market.models import Job, Settlement
-from offchain.protocol import batch
-from offchain.protocol import escrow as escrows
-from offchain.protocol.amounts import ada
-from offchain.protocol.wire import EscrowParameters
+from offchain.protocol.api.wire import EscrowParameters
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.tx import batch
+from offchain.protocol.tx import escrow as escrows
 from tests.market.client import Party, serve
 from tests.market.flow import (
     Locked,

@@ -10,15 +10,15 @@ from collections.abc import Callable, Sequence
 
 from pycardano import Address, PlutusData, Transaction, TransactionOutput
 
-from offchain.devnet.genesis import ADA
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import channel as channels
-from offchain.protocol.channel import Channel, read_channel
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.iou import SignedIou
-from offchain.protocol.payloads import iou_payload, sign
-from offchain.protocol.txbuild import TTL_MS, Clock, Wallet, ledger_key
-from offchain.protocol.types import BatchClaim, ChannelClaim, ChannelTerms
+from devnet.genesis import ADA
+from devnet.process import DevnetProcess
+from offchain.protocol.ledger.iou import SignedIou
+from offchain.protocol.ledger.payloads import iou_payload, sign
+from offchain.protocol.ledger.types import BatchClaim, ChannelClaim, ChannelTerms
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.channel import Channel, read_channel
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import TTL_MS, Clock, Wallet, ledger_key
 from tests.protocol.onchain import Spend, confirm, handmade, output, plain_fee
 
 DEPOSIT = 20 * ADA

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol.deployment import Deployment, deploy
+from offchain.protocol.tx.deployment import Deployment, deploy
 from tests.protocol.onchain import (
     NOTICE_MS,
     REFUND_WINDOW_MS,

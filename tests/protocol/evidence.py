@@ -16,8 +16,8 @@ from pycardano import (
 )
 from pycardano import datum_hash as hash_of
 
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.txbuild import Wallet
+from devnet.process import DevnetProcess
+from offchain.protocol.tx.txbuild import Wallet
 from tests.protocol.onchain import confirm, junk_tokens, output
 
 

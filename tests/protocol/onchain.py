@@ -37,28 +37,15 @@ from pycardano import (
     script_hash,
 )
 
+from devnet.genesis import ADA
+from devnet.process import DevnetProcess
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.chain.submit import submit, submit_and_wait, tip_point, wait_for_confirmations
-from offchain.devnet.genesis import ADA
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import batch as batches
-from offchain.protocol import bond as bonds
-from offchain.protocol import escrow as escrows
-from offchain.protocol.addresses import from_plutus, to_plutus
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import acceptance_payload, claim_payload, receipt_note, sign
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.split import settle_split, slash_share
-from offchain.protocol.txbuild import (
-    Clock,
-    Wallet,
-    fee_inputs,
-    ledger_inputs,
-    ledger_key,
-    read_datum,
-    script_source,
-)
-from offchain.protocol.types import (
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.ledger.addresses import from_plutus, to_plutus
+from offchain.protocol.ledger.payloads import acceptance_payload, claim_payload, receipt_note, sign
+from offchain.protocol.ledger.split import settle_split, slash_share
+from offchain.protocol.ledger.types import (
     BatchSettle,
     BondDatum,
     EscrowDatum,
@@ -72,6 +59,19 @@ from offchain.protocol.types import (
     Slash,
     SlashPayout,
     TxOutRef,
+)
+from offchain.protocol.tx import batch as batches
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import (
+    Clock,
+    Wallet,
+    fee_inputs,
+    ledger_inputs,
+    ledger_key,
+    read_datum,
+    script_source,
 )
 
 DEADLINE_MS = 40_000  # a job's deadline, from now

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from offchain.chain.time import iso
-from offchain.protocol.acceptance import (
+from offchain.protocol.checks.acceptance import (
     MARGINS,
     AcceptanceRefusal,
     EscrowTerms,
@@ -18,9 +18,9 @@ from offchain.protocol.acceptance import (
     refusals,
     settled_by,
 )
-from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.offer import ImageSupply, OfferedImage
-from offchain.protocol.split import lock_amount
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.job.offer import ImageSupply, OfferedImage
+from offchain.protocol.ledger.split import lock_amount
 
 ADA = 1_000_000
 DIGEST = "sha256:" + "ab" * 32

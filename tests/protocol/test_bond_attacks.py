@@ -10,12 +10,9 @@ from functools import partial
 import pytest
 from pycardano import Address, TransactionOutput, UTxO, Value
 
-from offchain.protocol import bond as bonds
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.split import slash_share
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, ledger_inputs
-from offchain.protocol.types import (
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.split import slash_share
+from offchain.protocol.ledger.types import (
     BeginUnbond,
     BondDatum,
     Just,
@@ -25,6 +22,9 @@ from offchain.protocol.types import (
     TopUp,
     Withdraw,
 )
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, ledger_inputs
 from tests.protocol import onchain
 from tests.protocol.conftest import V2_SLASH_SHARE_BPS
 from tests.protocol.onchain import (

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 from pycardano import Network, PaymentSigningKey, UTxO
 
+from devnet.genesis import ADA
 from offchain.chain.utxo import utxo_at
-from offchain.devnet.genesis import ADA
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.bond_check import BondRefused, check_bond, covers_before
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.refusal import Refusal
-from offchain.protocol.txbuild import Clock, Wallet
-from offchain.protocol.types import BondDatum, Just, Nothing
+from offchain.protocol.checks.bond_check import BondRefused, check_bond, covers_before
+from offchain.protocol.checks.refusal import Refusal
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.types import BondDatum, Just, Nothing
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Clock, Wallet
 from tests.protocol.evidence import place
 from tests.protocol.onchain import post_bond, wallet
 

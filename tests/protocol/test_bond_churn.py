@@ -4,10 +4,10 @@ leaves the slash builder to find the bond's current UTxO, and the slash still go
 
 from __future__ import annotations
 
-from offchain.protocol import bond as bonds
-from offchain.protocol import escrow as escrows
-from offchain.protocol.split import slash_share
-from offchain.protocol.types import TopUp
+from offchain.protocol.ledger.split import slash_share
+from offchain.protocol.ledger.types import TopUp
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import escrow as escrows
 from tests.protocol.onchain import (
     ADA,
     BOND,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pycardano import MultiAsset, UTxO
 
-from offchain.protocol import bond as bonds
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.split import refund_amount, slash_share
-from offchain.protocol.types import Just
+from offchain.protocol.ledger.split import refund_amount, slash_share
+from offchain.protocol.ledger.types import Just
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.escrow import escrow_datum
 from tests.protocol import onchain
 from tests.protocol.conftest import NOTICE_MS, SLASH_SHARE_BPS
 from tests.protocol.onchain import (

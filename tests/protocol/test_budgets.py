@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from offchain.protocol.batch import settle
-from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.split import settle_split
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx.batch import settle
+from offchain.protocol.tx.budgets import ExecutionBudgets
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ALLOWANCE,

@@ -12,9 +12,9 @@ import pytest
 from pycardano import Transaction, TransactionInput, Withdrawals
 
 from offchain.chain.utxo import utxo_at
-from offchain.protocol import escrow as escrows
-from offchain.protocol.cancel_check import CancelRefused, check_cancel
-from offchain.protocol.types import Refund
+from offchain.protocol.checks.cancel_check import CancelRefused, check_cancel
+from offchain.protocol.ledger.types import Refund
+from offchain.protocol.tx import escrow as escrows
 from tests.protocol.onchain import lock, wallet
 
 

@@ -1,4 +1,4 @@
-"""Payment channels' honest paths on the devnet, built by offchain/protocol/channel.py's
+"""Payment channels' honest paths on the devnet, built by offchain/protocol/tx/channel.py's
 builders, every party's balance checked to the lovelace (fees read from the transactions);
 and the builders' and the provider check's refusals, which say what is wrong."""
 
@@ -19,10 +19,12 @@ from pycardano import (
 )
 
 from offchain.chain.time import iso
-from offchain.protocol import channel as channels
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.batch import SmallPayout
-from offchain.protocol.channel import (
+from offchain.protocol.checks.refusal import Refusal
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.types import ChannelTerms, PayoutKind, TxOutRef
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.batch import SmallPayout
+from offchain.protocol.tx.channel import (
     Channel,
     ChannelRefused,
     channel_id,
@@ -34,9 +36,7 @@ from offchain.protocol.channel import (
     terms_from_metadata,
     terms_metadata,
 )
-from offchain.protocol.refusal import Refusal
-from offchain.protocol.txbuild import BuildError, Clock, sign_tx
-from offchain.protocol.types import ChannelTerms, PayoutKind, TxOutRef
+from offchain.protocol.tx.txbuild import BuildError, Clock, sign_tx
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, left, open_on
 from tests.protocol.onchain import ADA, balance, confirm, output, staked, travel_to, wallet
 

@@ -20,11 +20,8 @@ import dataclasses
 
 from pycardano import Address, Network, TransactionOutput, Value
 
-from offchain.protocol import channel as channels
-from offchain.protocol.addresses import from_plutus
-from offchain.protocol.channel import Channel
-from offchain.protocol.txbuild import Clock
-from offchain.protocol.types import (
+from offchain.protocol.ledger.addresses import from_plutus
+from offchain.protocol.ledger.types import (
     ChannelTerms,
     ChannelTopUp,
     Drain,
@@ -35,6 +32,9 @@ from offchain.protocol.types import (
     StartClose,
     TxOutRef,
 )
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.channel import Channel
+from offchain.protocol.tx.txbuild import Clock
 from tests.protocol.channels import (
     CLOSE_MS,
     ClaimPlan,

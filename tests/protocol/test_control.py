@@ -1,4 +1,4 @@
-"""Control requests (`offchain.protocol.control`): signed by the renter key over the domain, the
+"""Control requests (`offchain.protocol.api.control`): signed by the renter key over the domain, the
 network id and the request's canonical JSON, so a signature is worthless on another network,
 for another request or with another key; the wire form read back exactly; malformed requests
 refused with a 400 that names the field; the time window both ways."""
@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 from pycardano import HDWallet, PaymentSigningKey
 
-from consumer.keys import from_mnemonic
-from offchain.protocol.control import (
+from consumer.sdk.keys import from_mnemonic
+from offchain.protocol.api.control import (
     CONTROL_DOMAIN,
     TOLERANCE_MS,
     ControlRefused,
     ControlRequest,
     SignedControl,
 )
-from offchain.protocol.jobspec import canonical_json
+from offchain.protocol.job.jobspec import canonical_json
 
 KEY = PaymentSigningKey.generate()
 VKEY = KEY.to_verification_key().payload

@@ -14,7 +14,7 @@ from contracts.artifacts import (
     settle_script,
 )
 from offchain.chain.ogmios import request
-from offchain.protocol.deployment import NEVER_SPENDABLE, deploy
+from offchain.protocol.tx.deployment import NEVER_SPENDABLE, deploy
 from tests.protocol.conftest import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS
 from tests.protocol.onchain import confirm, wallet
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from offchain.chain.time import iso
-from offchain.protocol.batch import SmallPayout, settle
-from offchain.protocol.claim import Claim
-from offchain.protocol.escrow import cancel, escrow_datum, lock, refund
-from offchain.protocol.split import refund_amount, settle_split
-from offchain.protocol.txbuild import BuildError, Clock
+from offchain.protocol.ledger.claim import Claim
+from offchain.protocol.ledger.split import refund_amount, settle_split
+from offchain.protocol.tx.batch import SmallPayout, settle
+from offchain.protocol.tx.escrow import cancel, escrow_datum, lock, refund
+from offchain.protocol.tx.txbuild import BuildError, Clock
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ALLOWANCE,

@@ -18,13 +18,13 @@ from pycardano import (
 )
 from pycardano.serialization import ByteString
 
-from offchain.protocol.batch import settle
-from offchain.protocol.claim import Claim
-from offchain.protocol.escrow import escrow_datum, refund
-from offchain.protocol.receipt import Receipt
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Clock, Wallet
-from offchain.protocol.types import PayoutKind, SettleReceipt
+from offchain.protocol.job.receipt import Receipt
+from offchain.protocol.ledger.claim import Claim
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.ledger.types import PayoutKind, SettleReceipt
+from offchain.protocol.tx.batch import settle
+from offchain.protocol.tx.escrow import escrow_datum, refund
+from offchain.protocol.tx.txbuild import Clock, Wallet
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,

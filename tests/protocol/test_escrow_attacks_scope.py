@@ -23,10 +23,10 @@ from pycardano import (
 )
 
 from contracts.artifacts import escrow_script
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.txbuild import Clock, Wallet, ledger_inputs, script_source
-from offchain.protocol.types import BatchSettle, Cancel, PayoutKind, Settle, Slash
+from offchain.protocol.ledger.types import BatchSettle, Cancel, PayoutKind, Settle, Slash
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import Clock, Wallet, ledger_inputs, script_source
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,

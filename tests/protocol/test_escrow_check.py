@@ -13,18 +13,15 @@ from typing import Any
 import pytest
 from pycardano import Address, Network, PaymentSigningKey, UTxO, VerificationKeyHash
 
+from devnet.genesis import ADA
 from offchain.chain.utxo import utxo_at
-from offchain.devnet.genesis import ADA
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.bond_check import BondRefused
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.escrow_check import MARGINS, EscrowRefused
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.refusal import Refusal
-from offchain.protocol.txbuild import Clock, Wallet, out_ref
-from offchain.protocol.types import (
+from offchain.protocol.checks.bond_check import BondRefused
+from offchain.protocol.checks.escrow_check import MARGINS, EscrowRefused
+from offchain.protocol.checks.refusal import Refusal
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.payloads import acceptance_payload, verify
+from offchain.protocol.ledger.types import (
     BondDatum,
     EscrowDatum,
     Just,
@@ -32,7 +29,10 @@ from offchain.protocol.types import (
     PlutusAddress,
     PubKeyCredential,
 )
-from provider.receipts import EscrowJob, accept
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
+from provider.money.receipts import EscrowJob, accept
 from tests.protocol.evidence import SigningSpy, place
 from tests.protocol.onchain import escrow_terms, lock_by_hand, travel_to, wallet
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from offchain.protocol.gpu_slices import FAULT_NOTES, GpuSlice, SliceOffer, slice_price
+from offchain.protocol.job.gpu_slices import FAULT_NOTES, GpuSlice, SliceOffer, slice_price
 
 
 def entry(**changes: object) -> dict[str, object]:

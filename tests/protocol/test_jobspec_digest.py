@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offchain.protocol.jobspec import JobSpec, JobSpecError, canonical_json, jobspec_from_yaml
+from offchain.protocol.job.jobspec import JobSpec, JobSpecError, canonical_json, jobspec_from_yaml
 from tests.provider.test_jobspec import GOOD
 
 MINIMAL = JobSpec(image="busybox:1.36", command=["true"], max_duration_s=1, max_price_lovelace=0)

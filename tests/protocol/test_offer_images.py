@@ -3,7 +3,7 @@ share the wanted image's name first, so many others do not hide the one the rent
 
 from __future__ import annotations
 
-from offchain.protocol.offer import ImageSupply, OfferedImage, listed
+from offchain.protocol.job.offer import ImageSupply, OfferedImage, listed
 
 OTHERS = [f"unchained/aaa-{n}:latest" for n in range(12)]
 

@@ -19,9 +19,9 @@ from pycardano import (
 )
 from uplc.ast import BuiltInFun, BuiltInFunEvalMap, data_from_cbor
 
-import offchain.devnet.phase2  # noqa: F401  (it puts the ledger's serialiseData in uplc's builtins)
-from offchain.protocol.addresses import from_plutus, to_plutus
-from offchain.protocol.payloads import (
+import devnet.phase2  # noqa: F401  (it puts the ledger's serialiseData in uplc's builtins)
+from offchain.protocol.ledger.addresses import from_plutus, to_plutus
+from offchain.protocol.ledger.payloads import (
     IOU_DOMAIN,
     acceptance_payload,
     claim_payload,
@@ -31,7 +31,7 @@ from offchain.protocol.payloads import (
     sign,
     verify,
 )
-from offchain.protocol.types import Iou
+from offchain.protocol.ledger.types import Iou
 
 SETTLE_HASH = ScriptHash(bytes(range(200, 228)))
 ESCROW_HASH = ScriptHash(bytes(range(28)))

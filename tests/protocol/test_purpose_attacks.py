@@ -17,9 +17,7 @@ from pycardano import (
     Value,
 )
 
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.txbuild import Clock
-from offchain.protocol.types import (
+from offchain.protocol.ledger.types import (
     BatchSettle,
     BeginUnbond,
     PayoutKind,
@@ -28,6 +26,8 @@ from offchain.protocol.types import (
     Slash,
     Withdraw,
 )
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import Clock
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,

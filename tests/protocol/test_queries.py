@@ -8,7 +8,7 @@ from pycardano import ChainContext
 
 from offchain.chain.context import ChainQueries, chain_context, queries
 from offchain.chain.time import ChainTime, Era
-from offchain.protocol.txbuild import Clock
+from offchain.protocol.tx.txbuild import Clock
 
 SLOT_MS = 1_000
 

@@ -9,8 +9,8 @@ import hashlib
 import pytest
 from pycardano import PaymentSigningKey, ScriptHash, TransactionId, TransactionInput
 
-from offchain.errors import UnchainedError
-from offchain.protocol.receipt import Receipt, ReceiptFormatError
+from offchain.core.errors import UnchainedError
+from offchain.protocol.job.receipt import Receipt, ReceiptFormatError
 
 ESCROW = TransactionInput(TransactionId(bytes(range(32))), 3)
 ESCROW_HASH = ScriptHash(bytes(28))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol import bond as bonds
-from offchain.protocol import escrow as escrows
-from offchain.protocol.txbuild import BuildError
-from offchain.protocol.types import PayoutKind, Refund
+from offchain.protocol.ledger.types import PayoutKind, Refund
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.txbuild import BuildError
 from tests.protocol.onchain import (
     LOCKED,
     OWED,

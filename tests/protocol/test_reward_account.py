@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
+from devnet.genesis import ADA
 from offchain.chain.ogmios import OgmiosError, request
-from offchain.devnet.genesis import ADA
-from offchain.protocol import batch
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.types import BatchSettle
+from offchain.protocol.ledger.types import BatchSettle
+from offchain.protocol.tx import batch
+from offchain.protocol.tx.deployment import Deployment
 from tests.protocol.onchain import (
     ALLOWANCE,
     EVIDENCE,

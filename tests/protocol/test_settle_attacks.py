@@ -31,11 +31,11 @@ from pycardano import (
 from uplc import parse
 from uplc.tools import flatten
 
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import escrow_datum, escrow_output
-from offchain.protocol.txbuild import Clock, Wallet
-from offchain.protocol.types import BondDatum, Nothing, Settle, TopUp
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.types import BondDatum, Nothing, Settle, TopUp
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.escrow import escrow_datum, escrow_output
+from offchain.protocol.tx.txbuild import Clock, Wallet
 from tests.protocol.onchain import (
     ADA,
     BOND,

@@ -13,8 +13,8 @@ import pytest
 from pycardano import Address, Network, PaymentSigningKey, StakeSigningKey
 from pycardano.cip import cip8
 
-from offchain.errors import UnchainedError
-from offchain.protocol.signed_request import (
+from offchain.core.errors import UnchainedError
+from offchain.protocol.api.signed_request import (
     KEY_HEADER,
     SIGNATURE_HEADER,
     BadPayload,

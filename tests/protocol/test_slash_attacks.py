@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pycardano import Address, datum_hash
 
-from offchain.protocol.txbuild import Clock, ledger_inputs
-from offchain.protocol.types import PayoutKind, Slash
+from offchain.protocol.ledger.types import PayoutKind, Slash
+from offchain.protocol.tx.txbuild import Clock, ledger_inputs
 from tests.protocol.evidence import place
 from tests.protocol.onchain import (
     LOCKED,

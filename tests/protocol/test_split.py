@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offchain.protocol.split import (
+from offchain.protocol.ledger.split import (
     BPS,
     lock_amount,
     refund_amount,

@@ -7,10 +7,10 @@ import dataclasses
 
 from pycardano import TransactionOutput
 
-from offchain.protocol import bond as bonds
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.txbuild import Clock
-from offchain.protocol.types import BeginUnbond, Just, PayoutKind, Withdraw
+from offchain.protocol.ledger.types import BeginUnbond, Just, PayoutKind, Withdraw
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import Clock
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ADA,

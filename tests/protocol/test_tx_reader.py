@@ -24,14 +24,10 @@ from pycardano import (
     Withdrawals,
 )
 
+from devnet.genesis import ADA
 from offchain.chain.utxo import utxo_at
-from offchain.devnet.genesis import ADA
-from offchain.protocol import batch
-from offchain.protocol import bond as bonds
-from offchain.protocol import escrow as escrows
-from offchain.protocol.claim import Claim
-from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
-from offchain.protocol.types import (
+from offchain.protocol.ledger.claim import Claim
+from offchain.protocol.ledger.types import (
     BatchSettle,
     BondDatum,
     Cancel,
@@ -44,6 +40,10 @@ from offchain.protocol.types import (
     TopUp,
     TxOutRef,
 )
+from offchain.protocol.tx import batch
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
 from tests.protocol.onchain import (
     EVIDENCE,
     OWED,

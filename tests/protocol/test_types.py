@@ -20,9 +20,9 @@ from pycardano import (
 )
 
 from contracts import onchain
-from offchain.devnet.script_context import Constr, encode_data
-from offchain.protocol import types
-from offchain.protocol.addresses import to_plutus
+from devnet.script_context import Constr, encode_data
+from offchain.protocol.ledger import types
+from offchain.protocol.ledger.addresses import to_plutus
 
 BUILD = Path(__file__).resolve().parents[2] / "contracts" / "build"
 KEY = PaymentSigningKey.generate().to_verification_key()

@@ -9,9 +9,9 @@ import dataclasses
 
 from pycardano import TransactionOutput
 
-from offchain.protocol.batch import settle
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.split import settle_split
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx.batch import settle
+from offchain.protocol.tx.escrow import escrow_datum
 from tests.protocol import onchain
 from tests.protocol.onchain import (
     ALLOWANCE,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol import deployment_file
-from offchain.protocol.deployment import Deployment, deploy
+from devnet.process import DevnetProcess
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx.deployment import Deployment, deploy
 from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS, confirm, wallet
 
 

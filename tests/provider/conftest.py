@@ -10,11 +10,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from offchain.protocol.deployment import Deployment
-from provider import images
+from offchain.protocol.tx.deployment import Deployment
 from provider.config import RunnerSettings
-from provider.images import BUSYBOX_REPOSITORY
-from provider.runner import Runner
+from provider.images import recipes as images
+from provider.images.recipes import BUSYBOX_REPOSITORY
+from provider.sandbox.runner import Runner
 from tests.provider.chain import deployed
 from tests.provider.fake_nvml import fake_nvml  # noqa: F401  (a fixture of the provider's tests)
 from tests.registry import LocalRegistry

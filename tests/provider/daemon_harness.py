@@ -24,19 +24,19 @@ import docker
 import httpx
 import uvicorn
 
+from devnet.process import DevnetProcess, free_port
 from offchain.chain.utxo import format_out_ref
-from offchain.devnet.process import DevnetProcess, free_port
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import Wallet
-from offchain.protocol.wire import EscrowParameters
+from offchain.protocol.api.wire import EscrowParameters
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet
 from provider.config import RunnerSettings
-from provider.runner import Runner
-from provider.sandbox import LABEL_JOB, LABEL_RUNNER
+from provider.sandbox.hardening import LABEL_JOB, LABEL_RUNNER
+from provider.sandbox.runner import Runner
 from tests.market.client import Party, serve
 from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
@@ -395,7 +395,7 @@ async def refusal(
 def assignment(
     job_id: str, job: dict[str, Any], escrow: str, terms: dict[str, Any]
 ) -> dict[str, Any]:
-    """An assignment as a market hands it out (`offchain.protocol.wire.Assignment`): the job,
+    """An assignment as a market hands it out (`offchain.protocol.api.wire.Assignment`): the job,
     its escrow and the market's word on its terms, which the daemon reads on chain instead."""
     return {
         "job_id": job_id, "spec": job, "escrow": escrow, "price_per_unit": terms["price_per_unit"],

@@ -15,14 +15,14 @@ from offchain.market.models import Job, Offer, Provider
 from offchain.market.services import acceptance
 from offchain.market.services.chain import Chain, quoted_escrow
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.txbuild import Clock
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.txbuild import Clock
+from provider.capacity import Bundle
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import Bundle
 from provider.daemon.journal import Journal
 from provider.daemon.offers import offer_terms
-from provider.images import local_images
+from provider.images.recipes import local_images
 from tests.protocol.onchain import wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from offchain.protocol.jobspec import InputFile
+from offchain.protocol.job.jobspec import InputFile
 from provider.config import RunnerSettings
-from provider.selftest import archive_files, data_input, job, log_text
+from provider.selftest.checks import archive_files, data_input, job, log_text
 
 WRITE_OUT = (
     "mkdir -p /out/a/b /out/empty && echo hello > /out/a/b/c.txt && printf x > /out/x "

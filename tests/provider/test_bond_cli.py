@@ -11,11 +11,11 @@ import pytest
 from pycardano import Network
 from typer.testing import CliRunner
 
+from devnet.genesis import ADA
 from offchain.chain.time import iso
-from offchain.devnet.genesis import ADA
-from offchain.protocol import bond as bonds
-from offchain.protocol.txbuild import Clock, Wallet, out_ref
-from offchain.protocol.types import Just, Nothing
+from offchain.protocol.ledger.types import Just, Nothing
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
 from provider.keys import load_key
 from tests.protocol.onchain import balance, confirm, fund, travel_to
 from tests.provider.chain import NOTICE_MS

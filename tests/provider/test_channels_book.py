@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from pycardano import PaymentSigningKey, ScriptHash
 
-from offchain.protocol.channel import OPEN
-from offchain.protocol.iou import SignedIou
-from provider.channels import (
+from offchain.protocol.ledger.iou import SignedIou
+from offchain.protocol.tx.channel import OPEN
+from provider.money.channel_book import (
     SCHEMA,
     BadIouSignature,
     ChannelBook,
@@ -176,8 +176,8 @@ import json
 import sys
 from pathlib import Path
 from pycardano import ScriptHash
-from offchain.protocol.iou import SignedIou
-from provider.channels import ChannelBook
+from offchain.protocol.ledger.iou import SignedIou
+from provider.money.channel_book import ChannelBook
 
 book = ChannelBook(Path(sys.argv[1]), 0, ScriptHash(bytes.fromhex(sys.argv[2])), 0)
 for line in sys.stdin:

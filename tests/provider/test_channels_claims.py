@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from devnet.genesis import ADA
 from offchain.chain.submit import tip_point
-from offchain.devnet.genesis import ADA
-from offchain.protocol import channel as channels
-from offchain.protocol.channel import ChannelRefused, read_channel
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import Wallet
-from provider.channels import ChannelBook, IouAboveChannel
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.channel import ChannelRefused, read_channel
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import ChannelClaimer, admit
+from provider.money.channel_book import ChannelBook, IouAboveChannel
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, open_on
 from tests.protocol.onchain import balance, confirm, travel_to, wallet
 from tests.provider.chain import deployed

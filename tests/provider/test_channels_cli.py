@@ -10,8 +10,8 @@ import json
 from pycardano import Network
 from typer.testing import CliRunner
 
-from offchain.devnet.genesis import ADA
-from offchain.protocol.txbuild import Wallet
+from devnet.genesis import ADA
+from offchain.protocol.tx.txbuild import Wallet
 from provider.config import DaemonSettings
 from provider.keys import load_key
 from tests.protocol.channels import open_on

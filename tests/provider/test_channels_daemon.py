@@ -13,11 +13,11 @@ import re
 from typer.testing import CliRunner
 
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.protocol import channel as channels
-from provider.channels import ChannelBook
+from offchain.protocol.tx import channel as channels
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import admit
+from provider.money.channel_book import ChannelBook
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, open_on
 from tests.protocol.onchain import balance, confirm, wallet
 from tests.provider.daemon_harness import daemon_on_market, quiet_market

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from pycardano import TransactionInput, TransactionOutput
 
+from devnet.genesis import ADA
 from offchain.chain.submit import tip_point
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.devnet.genesis import ADA
-from offchain.protocol import channel as channels
-from offchain.protocol.channel import Channel, read_channel
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import Wallet, add_output, build, new_builder
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx.channel import Channel, read_channel
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet, add_output, build, new_builder
 from provider.daemon.channel_claims import ChannelClaimer
 from tests.protocol.channels import iou, left
 from tests.protocol.onchain import balance, confirm, travel_to, wallet

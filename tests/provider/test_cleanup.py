@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from provider import runner as runner_module
-from provider.outvolume import OutVolume
-from provider.runner import Runner
-from provider.selftest import job
+from provider.sandbox import runner as runner_module
+from provider.sandbox.outvolume import OutVolume
+from provider.sandbox.runner import Runner
+from provider.selftest.checks import job
 from tests.provider.conftest import assert_no_leftovers
 
 FAKE_GPU = "GPU-00000000-1111-2222-3333-444444444444"

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from provider.config import RunnerSettings
-from provider.runner import Runner
+from provider.sandbox.runner import Runner
 from tests.provider.conftest import assert_no_leftovers
 from unchained.cli import app
 

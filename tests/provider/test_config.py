@@ -14,8 +14,8 @@ from provider.config import (
     load_config,
     to_toml,
 )
-from provider.inventory import GpuInfo, GpuInventory, HostInventory
-from provider.selftest import job
+from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory
+from provider.selftest.checks import job
 
 GIB = 1 << 30
 BIG, SMALL = "GPU-0000000b-0000-4000-8000-000000000080", "GPU-0000000s-0000-4000-8000-000000000016"

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from offchain.protocol.amounts import ada
-from offchain.protocol.split import settle_split
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.ledger.split import settle_split
 from tests.market.client import Party, serve
 from tests.protocol.onchain import balance, wallet
 from tests.provider.daemon_harness import (

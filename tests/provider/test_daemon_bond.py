@@ -10,9 +10,9 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from offchain.protocol import bond as bonds
-from offchain.protocol.txbuild import Clock
-from offchain.protocol.types import Just
+from offchain.protocol.ledger.types import Just
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.txbuild import Clock
 from provider.daemon.journal import Journal
 from tests.market.client import serve
 from tests.protocol.onchain import NOTICE_MS, balance, wallet

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.protocol import escrow as escrows
-from offchain.protocol.txbuild import Clock
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.txbuild import Clock
 from provider.daemon.journal import Journal
 from tests.protocol.onchain import confirm, travel_to, wallet
 from tests.provider.chain import deployed

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.txbuild import Wallet
+from devnet.process import DevnetProcess
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Wallet
 from tests.market.client import Party
 from tests.protocol.onchain import balance, wallet
 from tests.provider.daemon_harness import (

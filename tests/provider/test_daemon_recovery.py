@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from offchain.protocol.split import settle_split
+from offchain.protocol.ledger.split import settle_split
 from tests.market.client import Party, serve
 from tests.protocol.onchain import balance, travel_to, wallet
 from tests.provider.daemon_harness import (

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 
 from offchain.market.services.offers import key_hash
-from offchain.protocol.deployment_report import MAX_DEPLOYMENTS
-from offchain.protocol.market_link import Body, MarketLink
-from offchain.protocol.signed_request import KeySigner
-from provider.daemon.deployment_reports import DeploymentReporter
-from provider.endpoints import Endpoint, EndpointBook
+from offchain.protocol.api.market_link import Body, MarketLink
+from offchain.protocol.api.rental_report import MAX_DEPLOYMENTS
+from offchain.protocol.api.signed_request import KeySigner
+from provider.daemon.rental_reports import RentalReporter
+from provider.rentals.book import Rental, RentalBook
 from tests.market.client import Party, serve
 from tests.market.test_lifecycle import offer_terms
 from tests.protocol.onchain import wallet
@@ -26,7 +26,7 @@ from tests.provider.daemon_harness import IDENTITY, daemon_on_market, quiet_mark
 CHANNEL = bytes.fromhex("c3" * 28)
 
 
-def deployment(name: str, **changes: Any) -> Endpoint:
+def deployment(name: str, **changes: Any) -> Rental:
     """A pending endpoint on CHANNEL, as the gateway's deploy stores it."""
     fields: dict[str, Any] = {
         "name": name, "kind": "endpoint", "channel": CHANNEL, "renter_vkey": bytes(32),
@@ -34,7 +34,7 @@ def deployment(name: str, **changes: Any) -> Endpoint:
         "public_port": 0, "price_per_request": 2_000, "price_per_second": 0,
         "created_ms": time.time_ns() // 1_000_000, **changes,
     }  # fmt: skip
-    return Endpoint(**fields)
+    return Rental(**fields)
 
 
 async def listed(http: httpx.AsyncClient, provider: str, until: str) -> list[dict[str, Any]]:
@@ -53,7 +53,7 @@ async def test_a_daemons_failed_deployment_reaches_the_explorer(devnet, tmp_path
     async with daemon_on_market(devnet, tmp_path, deployment_file, settings, bundles=1) as (
         daemon, provider, url,
     ):  # fmt: skip
-        book = EndpointBook.in_state_dir(daemon.state_dir)
+        book = RentalBook.in_state_dir(daemon.state_dir)
         book.add(deployment("classifier"))
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             rows = await listed(http, key_hash(provider.vkey), "failed")
@@ -86,7 +86,7 @@ async def test_only_what_changed_is_sent_in_bounded_requests(devnet, tmp_path):
     with serve(settings) as url:
         link = Counted.open(url, IDENTITY, KeySigner(key.key, key.address.network))
         link.sent = []
-        reporter = DeploymentReporter(link, lambda: rows, lambda: clock[0])
+        reporter = RentalReporter(link, lambda: rows, lambda: clock[0])
         try:
             await reporter.tick()  # no offer yet: refused, kept for the next heartbeat
             assert link.sent == [MAX_DEPLOYMENTS] and reporter.taken == {}

@@ -17,17 +17,17 @@ import docker
 import httpx
 import pytest
 
-from offchain.protocol.iou import IOU_HEADER
-from offchain.protocol.jobspec import Resources, ServiceSpec
-from provider import images
-from provider.channels import ChannelBook
+from offchain.protocol.job.jobspec import Resources, ServiceSpec
+from offchain.protocol.ledger.iou import IOU_HEADER
+from provider.capacity import Capacity, Slot
 from provider.config import DaemonSettings, RunnerSettings
-from provider.daemon.capacity import Capacity, Slot
-from provider.daemon.deployments import Deployments
-from provider.endpoints import PENDING, Endpoint, EndpointBook
-from provider.gateway import gateway_app
-from provider.services import LABEL_SERVICE, Services
-from provider.starters import engine_logs
+from provider.daemon.rentals import Rentals
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import PENDING, Rental, RentalBook
+from provider.rentals.services import LABEL_SERVICE, Services
+from provider.rentals.starters import engine_logs
+from samples import images as sample_images
 from tests.provider.test_gateway_support import (
     CHANNEL,
     OTHER_CHANNEL,
@@ -45,20 +45,20 @@ SLOTS = 3
 
 @pytest.fixture(scope="module")
 def sample(client: docker.DockerClient) -> str:
-    return images.sample_service_image(client)
+    return sample_images.sample_service_image(client)
 
 
 @dataclasses.dataclass
 class World:
     channels: ChannelBook
-    book: EndpointBook
-    loop: Deployments
+    book: RentalBook
+    loop: Rentals
     capacity: Capacity
     services: Services
 
     async def until(
-        self, name: str, done: Callable[[Endpoint], bool], timeout_s: float = 60
-    ) -> Endpoint:
+        self, name: str, done: Callable[[Rental], bool], timeout_s: float = 60
+    ) -> Rental:
         """Rounds of the loop until `done` holds of deployment `name`."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -76,10 +76,10 @@ class World:
 async def world(client: docker.DockerClient, tmp_path: Path) -> AsyncIterator[World]:
     settings = RunnerSettings(state_dir=tmp_path / "state")
     channels = book_with_channels(tmp_path / "channels.sqlite", credit=CREDIT)
-    book = EndpointBook.in_state_dir(settings.state_dir)
+    book = RentalBook.in_state_dir(settings.state_dir)
     bundle = Resources(cpu_cores=1, memory_mib=512)
     capacity = Capacity([Slot(n, (), bundle) for n in range(SLOTS)])
-    loop = Deployments(None, channels, book, client, settings, DaemonSettings(), capacity)  # type: ignore[arg-type]  # no chain: the channels are in the book
+    loop = Rentals(None, channels, book, client, settings, DaemonSettings(), capacity)  # type: ignore[arg-type]  # no chain: the channels are in the book
     services = Services(client, settings)
     yield World(channels, book, loop, capacity, services)
     await loop.aclose()
@@ -89,12 +89,12 @@ async def world(client: docker.DockerClient, tmp_path: Path) -> AsyncIterator[Wo
     book.close()
 
 
-def pending(name: str, image: str, channel: bytes = CHANNEL, **spec: Any) -> Endpoint:
-    fields = {"kind": "service", "image": image, "port": images.SAMPLE_SERVICE_PORT,
+def pending(name: str, image: str, channel: bytes = CHANNEL, **spec: Any) -> Rental:
+    fields = {"kind": "service", "image": image, "port": sample_images.SAMPLE_SERVICE_PORT,
               "price_per_request": PRICE, "resources": {"cpu_cores": 1, "memory_mib": 256},
               **spec}  # fmt: skip
     parsed = ServiceSpec.model_validate(fields)
-    return Endpoint(name, "endpoint", channel, RENTER.to_verification_key().payload,
+    return Rental(name, "endpoint", channel, RENTER.to_verification_key().payload,
                     parsed.canonical_json().decode(), PENDING, "", "", "", 0,
                     parsed.price_per_request, parsed.price_per_second, created_ms=1)  # fmt: skip
 

@@ -18,9 +18,9 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from provider import egress
-from provider.inputs import FetchPolicy
-from provider.selftest import job, log_text
+from provider.sandbox import egress
+from provider.sandbox.inputs import FetchPolicy
+from provider.selftest.checks import job, log_text
 
 LAN = "10.254.77.2"
 METADATA = "169.254.169.254"

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from provider.endpoints import Endpoint, EndpointBook, channel_due, due_of
+from provider.rentals.book import Rental, RentalBook, channel_due, due_of
 
 CHANNEL = b"\x01" * 28
 OTHER = b"\x02" * 28
 RENTER = b"\x03" * 32
 T0 = 1_700_000_000_000
-ECHO = Endpoint("echo", "endpoint", CHANNEL, RENTER, '{"kind":"service"}', "pending", "", "",
+ECHO = Rental("echo", "endpoint", CHANNEL, RENTER, '{"kind":"service"}', "pending", "", "",
                 "", 0, 1_000, 50, created_ms=T0)  # fmt: skip
 
 
 def test_deployments_are_added_listed_charged_and_removed(tmp_path: Path) -> None:
-    book = EndpointBook.in_state_dir(tmp_path)
+    book = RentalBook.in_state_dir(tmp_path)
     assert (tmp_path / "daemon" / "endpoints.sqlite").exists()
     other = dataclasses.replace(ECHO, name="a-model.v2", channel=OTHER)
     book.add(ECHO)
@@ -34,7 +34,7 @@ def test_deployments_are_added_listed_charged_and_removed(tmp_path: Path) -> Non
     assert book.charge("echo", 0) == 3_000
     charged = book.get("echo")
     assert charged is not None and (charged.requests, charged.served) == (4, 3_000)
-    again = EndpointBook.in_state_dir(tmp_path)  # another process's view of the same file
+    again = RentalBook.in_state_dir(tmp_path)  # another process's view of the same file
     assert again.get("echo") == charged
     book.remove("echo")
     book.remove("echo")  # removing again is harmless
@@ -44,7 +44,7 @@ def test_deployments_are_added_listed_charged_and_removed(tmp_path: Path) -> Non
 
 
 def test_a_deployment_runs_then_finishes_once(tmp_path: Path) -> None:
-    book = EndpointBook(tmp_path / "endpoints.sqlite")
+    book = RentalBook(tmp_path / "endpoints.sqlite")
     book.add(ECHO)
     upstream = "http://127.0.0.1:8000,http://127.0.0.1:8001"
     book.set_running("echo", upstream, "sha256:" + "a" * 64, T0 + 500)
@@ -68,7 +68,7 @@ def test_a_deployment_runs_then_finishes_once(tmp_path: Path) -> None:
 
 
 def test_what_a_deployment_and_its_channel_owe(tmp_path: Path) -> None:
-    book = EndpointBook(tmp_path / "endpoints.sqlite")
+    book = RentalBook(tmp_path / "endpoints.sqlite")
     book.add(ECHO)  # 1,000 a request, 50 a second, on CHANNEL
     book.add(dataclasses.replace(ECHO, name="pod", kind="pod", price_per_request=0,
                                  price_per_second=7))  # fmt: skip
@@ -93,7 +93,7 @@ def test_what_a_deployment_and_its_channel_owe(tmp_path: Path) -> None:
 def test_rows_kept_between_reads_follow_every_handles_writes(tmp_path: Path) -> None:
     """The rows a handle keeps between reads (the gateway's per-request lookups) are those on
     disk after any write, its own or another handle's (the daemon's, another gateway's)."""
-    gateway, daemon = (EndpointBook(tmp_path / "endpoints.sqlite") for _ in range(2))
+    gateway, daemon = (RentalBook(tmp_path / "endpoints.sqlite") for _ in range(2))
     assert gateway.get("echo") is None and gateway.due_on(CHANNEL, T0) == 0
     daemon.add(ECHO)
     assert gateway.get("echo") == ECHO and gateway.due_on(CHANNEL, T0) == 0
@@ -124,7 +124,7 @@ def test_rows_kept_between_reads_follow_every_handles_writes(tmp_path: Path) -> 
 
 
 def test_a_name_is_taken_once(tmp_path: Path) -> None:
-    book = EndpointBook(tmp_path / "endpoints.sqlite")
+    book = RentalBook(tmp_path / "endpoints.sqlite")
     book.add(ECHO)
     with pytest.raises(ValueError, match="named echo exists already"):
         book.add(dataclasses.replace(ECHO, channel=OTHER))

@@ -17,7 +17,7 @@ import httpx
 from offchain.chain.ogmios import request
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.market.settings import MarketSettings
-from offchain.protocol.receipt import EMPTY_HASH
+from offchain.protocol.job.receipt import EMPTY_HASH
 from provider.daemon.journal import Journal
 from tests.market.client import Party, serve
 from tests.market.flow import timeline

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from offchain.protocol.iou import IOU_HEADER
-from provider.channels import ChannelBook
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
+from offchain.protocol.ledger.iou import IOU_HEADER
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
 from tests.provider.test_gateway_support import (
     CHANNEL,
     OTHER_CHANNEL,
@@ -38,9 +38,9 @@ def upstream_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def books(tmp_path: Path, upstream_url: str) -> Iterator[tuple[ChannelBook, EndpointBook]]:
+def books(tmp_path: Path, upstream_url: str) -> Iterator[tuple[ChannelBook, RentalBook]]:
     book = book_with_channels(tmp_path / "channels.sqlite")
-    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    endpoints = RentalBook(tmp_path / "endpoints.sqlite")
     endpoints.add(running("echo", upstream_url, PRICE))
     yield book, endpoints
     book.close()
@@ -48,7 +48,7 @@ def books(tmp_path: Path, upstream_url: str) -> Iterator[tuple[ChannelBook, Endp
 
 
 @pytest.fixture
-def gateway(books: tuple[ChannelBook, EndpointBook]) -> Iterator[httpx.Client]:
+def gateway(books: tuple[ChannelBook, RentalBook]) -> Iterator[httpx.Client]:
     app = gateway_app(*books, max_request_bytes=MAX_BODY, max_response_bytes=MAX_BODY)
     with serving(app) as url, httpx.Client(base_url=url) as client:
         yield client
@@ -67,7 +67,7 @@ def assert_402(response: httpx.Response, due: int, error: str) -> None:
 
 
 def test_requests_paid_by_iou_are_proxied_charged_and_their_ious_stored(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     book, endpoints = books
     for n in (1, 2, 3):
@@ -102,7 +102,7 @@ def test_402_without_an_iou_and_with_a_malformed_one(gateway: httpx.Client) -> N
 
 
 def test_402_for_an_iou_below_served_plus_price_and_for_another_channels(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     assert gateway.get("/endpoints/echo/", headers=paid(PRICE)).status_code == 200
     assert_402(gateway.get("/endpoints/echo/", headers=paid(PRICE)), 2 * PRICE,
@@ -114,7 +114,7 @@ def test_402_for_an_iou_below_served_plus_price_and_for_another_channels(
 
 
 def test_402_for_a_stale_iou_and_a_forged_one(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     book, endpoints = books
     book.accept(iou(10 * PRICE))  # the renter signed ahead (another session of its own)
@@ -129,7 +129,7 @@ def test_402_for_a_stale_iou_and_a_forged_one(
 
 
 def test_a_closing_channel_is_served_no_more(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     book, _ = books
     entry = book.get(CHANNEL)
@@ -145,7 +145,7 @@ def test_an_unknown_endpoint_and_route_are_404(gateway: httpx.Client) -> None:
 
 
 def test_oversized_bodies_are_refused_whatever_their_framing(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     book, endpoints = books
     big = b"\x01" * (MAX_BODY + 1)
@@ -181,7 +181,7 @@ def test_answers_are_streamed(gateway: httpx.Client) -> None:
 
 
 def test_an_upstream_that_does_not_answer_is_not_charged(
-    tmp_path: Path, books: tuple[ChannelBook, EndpointBook]
+    tmp_path: Path, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     book, endpoints = books
     endpoints.add(running("gone", "http://127.0.0.1:9", PRICE))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from offchain.protocol.iou import SignedIou
-from provider.channels import BadIouSignature, IouAboveChannel, StaleIou, UnknownChannel
-from provider.gateway_commit import IouStore, NotServed
+from offchain.protocol.ledger.iou import SignedIou
+from provider.gateway.commit import IouStore, NotServed
+from provider.money.channel_book import BadIouSignature, IouAboveChannel, StaleIou, UnknownChannel
 from tests.provider.test_gateway_support import (
     CAPACITY,
     CHANNEL,

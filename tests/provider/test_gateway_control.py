@@ -18,13 +18,13 @@ import pytest
 from pycardano import PaymentSigningKey
 from pydantic import ValidationError
 
-from offchain.protocol.control import ControlRequest, SignedControl
-from offchain.protocol.iou import IOU_HEADER
-from offchain.protocol.jobspec import Bundle, ServiceSpec, describe
-from provider.channels import ChannelBook
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
-from provider.gateway_control import DeployTerms
+from offchain.protocol.api.control import ControlRequest, SignedControl
+from offchain.protocol.job.jobspec import Bundle, ServiceSpec, describe
+from offchain.protocol.ledger.iou import IOU_HEADER
+from provider.gateway.app import gateway_app
+from provider.gateway.control import DeployTerms
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
 from tests.provider.test_gateway_support import (
     CHANNEL,
     NETWORK,
@@ -55,16 +55,16 @@ def upstream_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, EndpointBook]]:
+def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, RentalBook]]:
     book = book_with_channels(tmp_path / "channels.sqlite")
-    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    endpoints = RentalBook(tmp_path / "endpoints.sqlite")
     yield book, endpoints
     book.close()
     endpoints.close()
 
 
 @pytest.fixture
-def gateway(books: tuple[ChannelBook, EndpointBook]) -> Iterator[httpx.Client]:
+def gateway(books: tuple[ChannelBook, RentalBook]) -> Iterator[httpx.Client]:
     app = gateway_app(*books, terms=TERMS, logs=lambda d, n: f"{d.name}: {n} lines\n")
     with serving(app) as url, httpx.Client(base_url=url) as client:
         yield client
@@ -86,7 +86,7 @@ def refused(response: httpx.Response, status: int, error: str) -> None:
 
 
 def test_a_signed_deploy_is_stored_pending_and_shown(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     answer = gateway.post("/deployments", json=signed())
     assert answer.status_code == 201, answer.text
@@ -143,7 +143,7 @@ def test_control_requests_that_are_refused(gateway: httpx.Client) -> None:
 
 
 def test_a_first_deploy_on_an_unknown_channel_notes_its_admission(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     utxo, terms = "ab" * 32 + "#1", "d87980"
     answer = gateway.post("/deployments", json=signed(channel=UNKNOWN_CHANNEL,
@@ -153,7 +153,7 @@ def test_a_first_deploy_on_an_unknown_channel_notes_its_admission(
 
 
 def test_stop_logs_and_pay(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook], upstream_url: str
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook], upstream_url: str
 ) -> None:
     book, endpoints = books
     started = time.time_ns() // 1_000_000 - 5_500
@@ -181,7 +181,7 @@ def test_stop_logs_and_pay(
 
 
 def test_the_due_is_channel_wide_across_two_deployments(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook], upstream_url: str
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook], upstream_url: str
 ) -> None:
     """Two endpoints on one channel: an IOU that covers one's requests but not the other's is
     refused (the bug of a per-endpoint due: IOUs are cumulative per channel)."""
@@ -202,7 +202,7 @@ def test_the_due_is_channel_wide_across_two_deployments(
 
 
 def test_the_due_counts_each_second_run(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook], upstream_url: str
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook], upstream_url: str
 ) -> None:
     _, endpoints = books
     started = time.time_ns() // 1_000_000 - 10_500  # ran 10.5 s: 10 whole seconds
@@ -225,7 +225,7 @@ POD_SPEC: dict[str, Any] = {
 
 
 def test_a_renter_comes_back_to_its_stopped_pod_and_owes_what_it_ran(
-    gateway: httpx.Client, books: tuple[ChannelBook, EndpointBook]
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     """A stopped pod keeps its workspace: its renter deploys the name again on the same
     channel and gets it back, pending, with the 12 s it ran still due on the channel; on

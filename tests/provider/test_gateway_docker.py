@@ -13,14 +13,14 @@ import docker
 import httpx
 import pytest
 
+from devnet.process import DevnetProcess
 from offchain.chain.submit import tip_point
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.iou import IOU_HEADER
-from provider.channels import ChannelBook
+from offchain.protocol.ledger.iou import IOU_HEADER
+from offchain.protocol.tx.deployment import Deployment
 from provider.daemon.channel_claims import ChannelClaimer
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook
+from provider.rentals.book import RentalBook
 from tests.protocol.channels import iou
 from tests.protocol.onchain import balance, wallet
 from tests.provider.test_channels_claims import SETTINGS, chain_of, opened
@@ -61,7 +61,7 @@ async def test_requests_paid_by_ious_through_the_gateway_are_claimed_to_the_love
     book = ChannelBook(tmp_path / "channels.sqlite", deployment.network_id,
                        deployment.channel_hash, credit=0)  # fmt: skip
     renter, channel, _ = await opened(devnet, deployment, provider, book)
-    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    endpoints = RentalBook(tmp_path / "endpoints.sqlite")
     endpoints.add(running("web", service, PRICE, channel=channel.id))
 
     with serving(gateway_app(book, endpoints)) as url, httpx.Client(base_url=url) as gateway:

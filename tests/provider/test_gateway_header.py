@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol.iou import MAX_HEADER_CHARS, SignedIou
+from offchain.protocol.ledger.iou import MAX_HEADER_CHARS, SignedIou
 from tests.provider.test_gateway_support import CHANNEL, NETWORK, RENTER, SCRIPT, iou
 
 

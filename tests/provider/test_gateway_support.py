@@ -16,10 +16,10 @@ from typing import Any
 import uvicorn
 from pycardano import PaymentSigningKey, ScriptHash
 
-from offchain.protocol.channel import OPEN
-from offchain.protocol.iou import SignedIou
-from provider.channels import ChannelBook, ChannelView
-from provider.endpoints import RUNNING, Endpoint
+from offchain.protocol.ledger.iou import SignedIou
+from offchain.protocol.tx.channel import OPEN
+from provider.money.channel_book import ChannelBook, ChannelView
+from provider.rentals.book import RUNNING, Rental
 
 NETWORK = 0
 SCRIPT = ScriptHash(b"\x0c" * 28)
@@ -113,10 +113,10 @@ async def upstream(scope: Any, receive: Any, send: Any) -> None:
 def running(
     name: str, upstream: str, price_per_request: int, price_per_second: int = 0,
     channel: bytes = CHANNEL, started_ms: int | None = None,
-) -> Endpoint:  # fmt: skip
+) -> Rental:  # fmt: skip
     """An endpoint running at `upstream`, paid on `channel` by RENTER, as the daemon leaves
     one it started (billed per second from `started_ms`, now if not given)."""
-    return Endpoint(
+    return Rental(
         name, "endpoint", channel, RENTER.to_verification_key().payload, "{}", RUNNING, "",
         "sha256:" + "0" * 64, upstream, 0, price_per_request, price_per_second,
         created_ms=0, started_ms=time.time_ns() // 1_000_000 if started_ms is None else started_ms,

@@ -18,15 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from provider.endpoints import Endpoint, EndpointBook
-from provider.gateway import gateway_app
-from provider.gateway_tcp import TcpForwarder, with_tcp_forwarder
+from provider.gateway.app import gateway_app
+from provider.gateway.tcp import TcpForwarder, with_tcp_forwarder
+from provider.rentals.book import Rental, RentalBook
 from tests.provider.test_gateway_support import book_with_channels, serving
 
 CHANNEL = b"\x01" * 28
 RENTER = b"\x03" * 32
 T0 = 1_700_000_000_000
-POD = Endpoint("lab", "pod", CHANNEL, RENTER, '{"kind":"pod"}', "pending", "", "", "", 0, 0, 5,
+POD = Rental("lab", "pod", CHANNEL, RENTER, '{"kind":"pod"}', "pending", "", "", "", 0, 0, 5,
                created_ms=T0)  # fmt: skip
 TIMEOUT_S = 10
 
@@ -66,20 +66,20 @@ def upstream_thread() -> Iterator[str]:
 
 
 @pytest.fixture
-async def book(tmp_path: Path) -> AsyncIterator[EndpointBook]:
-    made = EndpointBook.in_state_dir(tmp_path)
+async def book(tmp_path: Path) -> AsyncIterator[RentalBook]:
+    made = RentalBook.in_state_dir(tmp_path)
     yield made
     made.close()
 
 
 @pytest.fixture
-async def forwarder(book: EndpointBook) -> AsyncIterator[TcpForwarder]:
+async def forwarder(book: RentalBook) -> AsyncIterator[TcpForwarder]:
     made = TcpForwarder(book, "127.0.0.1", poll_s=0.05)
     yield made
     await made.aclose()
 
 
-def running(book: EndpointBook, upstream: str, **changes: object) -> Endpoint:
+def running(book: RentalBook, upstream: str, **changes: object) -> Rental:
     pod = dataclasses.replace(POD, **changes)  # type: ignore[arg-type]
     book.add(pod)
     book.set_running(pod.name, upstream, "sha256:" + "a" * 64, T0)
@@ -180,7 +180,7 @@ async def test_started_it_follows_the_book_and_aclose_closes_everything(book, up
 def test_the_real_gateway_under_uvicorn_forwards_while_it_runs(tmp_path, upstream_thread):
     """The gateway's lifespan starts and ends the forwarder (`with_tcp_forwarder`); its HTTP
     routes answer as before."""
-    endpoints = EndpointBook(tmp_path / "endpoints.sqlite")
+    endpoints = RentalBook(tmp_path / "endpoints.sqlite")
     channels = book_with_channels(tmp_path / "channels.sqlite")
     app = with_tcp_forwarder(gateway_app(channels, endpoints), "127.0.0.1")
     with serving(app) as url:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from provider.gateway_upstream import PoolTimeout, UpstreamError, UpstreamPool
+from provider.gateway.upstream import PoolTimeout, UpstreamError, UpstreamPool
 
 # what the server answers a request's head and body with: raw bytes, or None to stay silent
 Script = Callable[[bytes, bytes], Awaitable[bytes | None]]

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from provider import nvml
-from provider.cgroups import cgroup_of
-from provider.gpu_meter import GpuMeter
-from provider.inventory import GpuInventory, gpu_inventory
+from provider.gpu import nvml
+from provider.gpu.inventory import GpuInventory, gpu_inventory
+from provider.metering.cgroups import cgroup_of
+from provider.metering.gpu import GpuMeter
 
 pytestmark = pytest.mark.gpu
 

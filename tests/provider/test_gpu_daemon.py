@@ -12,14 +12,15 @@ from __future__ import annotations
 import docker
 import pytest
 
-from offchain.protocol.jobspec import JobSpec, Resources
-from provider import images, nvml
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from provider.capacity import slots_of
 from provider.config import MIB, Offer, RunnerSettings
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import slots_of
 from provider.daemon.offers import offer_terms
-from provider.inventory import host_inventory
-from provider.runner import Runner
+from provider.gpu import nvml
+from provider.gpu.inventory import host_inventory
+from provider.images import recipes as images
+from provider.sandbox.runner import Runner
 
 pytestmark = pytest.mark.gpu
 

@@ -8,8 +8,8 @@ import pytest
 from docker.models.containers import _create_container_args
 
 from provider.config import RunnerSettings
-from provider.sandbox import JobMounts, container_options
-from provider.selftest import job, log_text
+from provider.sandbox.hardening import JobMounts, container_options
+from provider.selftest.checks import job, log_text
 
 GPUS = ["GPU-8e3f3a0c-0000-4000-8000-000000000001", "GPU-8e3f3a0c-0000-4000-8000-000000000002"]
 

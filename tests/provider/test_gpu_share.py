@@ -13,15 +13,15 @@ import pynvml
 import pytest
 from docker.models.containers import _create_container_args
 
-from offchain.protocol.gpu_slices import FAULT_NOTES, GpuSlice
-from offchain.protocol.metering import GpuSample, GpuUsage
-from provider import mps
+from offchain.protocol.job.gpu_slices import FAULT_NOTES, GpuSlice
+from offchain.protocol.job.metering import GpuSample, GpuUsage
 from provider.config import RunnerSettings
-from provider.gpu_meter import GpuMeter, GpuProcess, gpu_processes
-from provider.gpu_share import GpuIsolation, MigInstance, choose, isolation_of, isolator
-from provider.inventory import GpuInfo, GpuInventory, HostInventory, gpu_inventory
-from provider.sandbox import JobMounts, container_options
-from provider.selftest import job
+from provider.gpu import mps
+from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory, gpu_inventory
+from provider.gpu.share import GpuIsolation, MigInstance, choose, isolation_of, isolator
+from provider.metering.gpu import GpuMeter, GpuProcess, gpu_processes
+from provider.sandbox.hardening import JobMounts, container_options
+from provider.selftest.checks import job
 from tests.provider import fake_nvml as fake
 from tests.provider.conftest import FAKE_MPS
 from tests.provider.fake_nvml import A100, H100, JOB_PID, MIG_1, MIG_2, OTHER_PID
@@ -224,10 +224,10 @@ def test_fake_nvml_status_shows_the_operators_gpu_work_apart_from_jobs(
 ):
     from pycardano import ScriptHash
 
-    from provider.channels import ChannelBook
     from provider.daemon import status
     from provider.daemon.bond import BondView
     from provider.daemon.journal import Journal
+    from provider.money.channel_book import ChannelBook
 
     monkeypatch.setattr(status, "in_any_job", lambda pid, containers: pid == JOB_PID)
     fake_nvml.samples[H100] = [fake.utilization(OTHER_PID, 2**62, 64)]
@@ -252,7 +252,7 @@ def gpu_inventory_host() -> HostInventory:
 
 
 def test_the_evidence_hash_commits_to_the_jobs_share_and_old_records_keep_theirs():
-    from offchain.protocol.metering import GpuShare, MeteringRecord
+    from offchain.protocol.job.metering import GpuShare, MeteringRecord
     from tests.market.records import metering
 
     whole = metering("job_a", 3)
@@ -268,7 +268,7 @@ def test_the_evidence_hash_commits_to_the_jobs_share_and_old_records_keep_theirs
 
 def test_the_explorers_chart_draws_a_slice_jobs_sm_use_of_its_share():
     from offchain.market.explorer.format import usage_chart
-    from offchain.protocol.metering import GpuShare
+    from offchain.protocol.job.metering import GpuShare
     from tests.market.records import metering
 
     share = GpuShare(uuid=H100, isolation="mps", memory_mib=10240, sm_percent=25,
@@ -281,7 +281,7 @@ def test_the_explorers_chart_draws_a_slice_jobs_sm_use_of_its_share():
 
 
 def test_a_job_on_a_slice_is_kept_with_its_slice_for_recovery():
-    from provider.runner import JobFile
+    from provider.sandbox.runner import JobFile
 
     spec = job("unchained/busybox:any", ["true"], gpu_memory_mib=10240, gpu_sm_percent=25)
     kept = JobFile(spec=spec, gpu_uuids=[], gpu_slice=MIG_SLICE)
@@ -307,9 +307,9 @@ def test_without_the_nvidia_runtime_a_slice_job_cannot_start_and_leaves_nothing(
 def test_a_process_in_a_service_or_pod_container_is_a_renters_not_the_operators(client, busybox):
     import os
 
-    from provider.cgroups import cgroup_of, in_any_job
     from provider.daemon.status import renter_containers
-    from provider.sandbox import LABEL_RUNNER
+    from provider.metering.cgroups import cgroup_of, in_any_job
+    from provider.sandbox.hardening import LABEL_RUNNER
 
     mine = cgroup_of(os.getpid())
     assert mine is not None and not in_any_job(os.getpid())  # this test: not in a job

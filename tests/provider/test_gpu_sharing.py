@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_sharing
-from provider import mps, nvml
-from provider.gpu_share import isolation_of
-from provider.inventory import GpuInfo, gpu_inventory
+from provider.gpu import mps, nvml
+from provider.gpu.inventory import GpuInfo, gpu_inventory
+from provider.gpu.share import isolation_of
 
 pytestmark = pytest.mark.gpu
 
-WORKLOADS = Path(mps.__file__).parent / "workloads"  # provider.images needs docker-py
+WORKLOADS = Path(mps.__file__).parent / "workloads"  # provider.images.recipes needs docker-py
 PROBE, HOLD = WORKLOADS / "slice_probe.py", WORKLOADS / "cuda_hold.py"
 
 
@@ -103,10 +103,10 @@ def test_real_a_renter_raising_its_own_limit_stays_under_the_largest_slice(mps_g
 def test_real_two_job_containers_on_one_gpu_with_different_limits(mps_gpu, tmp_path):
     """Through the runner, where docker has the NVIDIA runtime: each job metered by its own
     processes (the record's GPU share), the one asking past its limit refused."""
-    from offchain.protocol.jobspec import JobSpec, Resources
-    from provider import images
+    from offchain.protocol.job.jobspec import JobSpec, Resources
     from provider.config import RunnerSettings
-    from provider.runner import Runner
+    from provider.images import recipes as images
+    from provider.sandbox.runner import Runner
     from tests.provider.test_gpu_daemon import nvidia_docker
 
     client = nvidia_docker()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from provider.selftest import PROBE, hardening_problems, job, log_text, parse_facts
+from provider.selftest.checks import PROBE, hardening_problems, job, log_text, parse_facts
 
 
 @pytest.fixture

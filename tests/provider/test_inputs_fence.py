@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from offchain.protocol.jobspec import InputFile
-from provider import inputs
+from offchain.protocol.job.jobspec import InputFile
 from provider.config import ConfigError, load_config
-from provider.inputs import FetchPolicy, InputError, stage_inputs
+from provider.sandbox import inputs
+from provider.sandbox.inputs import FetchPolicy, InputError, stage_inputs
 
 BODY = b"weights" * 1000
 LOOPBACK = FetchPolicy.of(30, ["127.0.0.1/32"])

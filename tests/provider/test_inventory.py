@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from provider import nvml
-from provider.inventory import host_inventory
+from provider.gpu import nvml
+from provider.gpu.inventory import host_inventory
 
 
 def test_the_host_inventory_matches_what_the_system_says(tmp_path):

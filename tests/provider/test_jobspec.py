@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol.jobspec import (
+from offchain.protocol.job.jobspec import (
     MAX_SUPPLY_LOVELACE,
     JobSpec,
     JobSpecError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol.jobspec import JobSpec, JobSpecError, jobspec_from_yaml, parse_spec
+from offchain.protocol.job.jobspec import JobSpec, JobSpecError, jobspec_from_yaml, parse_spec
 
 BASE = "image: busybox\ncommand: [echo]\nmax_duration_s: 5\nmax_price_lovelace: 0\n"
 

@@ -10,7 +10,7 @@ import pytest
 from pycardano import Network, PaymentSigningKey
 from typer.testing import CliRunner
 
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.tx.txbuild import Wallet
 from provider.keys import KEY_FILE, KeyFileError, ensure_key, load_key
 from unchained.cli import app
 

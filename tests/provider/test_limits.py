@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from provider.config import RunnerSettings
-from provider.runner import Runner
-from provider.selftest import archive_files, job, log_text
+from provider.sandbox.runner import Runner
+from provider.selftest.checks import archive_files, job, log_text
 
 
 def test_memory_beyond_the_limit_is_an_oom_kill(runner, python):

@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from offchain.protocol.metering import MeteringRecord
-from provider.cgroups import JobCgroup, parse_mountinfo
-from provider.metering import Sampler, billable_units, docker_time_ns, wall_ms
-from provider.sandbox import container_name
-from provider.selftest import job, log_text
+from offchain.protocol.job.metering import MeteringRecord
+from provider.metering.cgroups import JobCgroup, parse_mountinfo
+from provider.metering.sampler import Sampler, billable_units, docker_time_ns, wall_ms
+from provider.sandbox.hardening import container_name
+from provider.selftest.checks import job, log_text
 
 BURN = "/opt/unchained/workloads/cpu_burn.py"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from offchain.protocol.metering import GpuSample, GpuUsage
-from provider import nvml
-from provider.gpu_meter import GpuMeter
-from provider.inventory import GpuInfo, gpu_inventory
+from offchain.protocol.job.metering import GpuSample, GpuUsage
+from provider.gpu import nvml
+from provider.gpu.inventory import GpuInfo, gpu_inventory
+from provider.metering.gpu import GpuMeter
 from tests.provider.fake_nvml import A100, H100, JOB_PID, OTHER_PID, process, utilization
 
 

@@ -18,11 +18,12 @@ import numpy as np
 import onnx
 import pytest
 
-from offchain.protocol.iou import IOU_HEADER
-from provider import images, onnx_model
-from provider.endpoints import EndpointBook
-from provider.gateway import gateway_app
-from provider.services import Services, service_container_name
+from offchain.protocol.ledger.iou import IOU_HEADER
+from provider.gateway.app import gateway_app
+from provider.rentals.book import RentalBook
+from provider.rentals.services import Services, service_container_name
+from samples import images as sample_images
+from samples import onnx_model
 from tests.provider import test_services
 from tests.provider.test_gateway_support import book_with_channels, iou, running, serving
 from tests.provider.test_services import spec_of
@@ -52,18 +53,18 @@ def test_the_model_is_a_checked_deterministic_mlp():
 
 @pytest.fixture(scope="module")
 def onnx_image(client: docker.DockerClient) -> str:
-    return images.onnx_service_image(client)
+    return sample_images.onnx_service_image(client)
 
 
 @pytest.fixture
-def book(tmp_path) -> Iterator[EndpointBook]:
-    made = EndpointBook(tmp_path / "endpoints.sqlite")
+def book(tmp_path) -> Iterator[RentalBook]:
+    made = RentalBook(tmp_path / "endpoints.sqlite")
     yield made
     made.close()
 
 
 @pytest.fixture
-def gateway(tmp_path, book: EndpointBook) -> Iterator[httpx.Client]:
+def gateway(tmp_path, book: RentalBook) -> Iterator[httpx.Client]:
     channels = book_with_channels(tmp_path / "channels.sqlite")
     with serving(gateway_app(channels, book)) as url, httpx.Client(base_url=url) as client:
         yield client
@@ -71,10 +72,10 @@ def gateway(tmp_path, book: EndpointBook) -> Iterator[httpx.Client]:
 
 
 def test_the_onnx_service_answers_numpys_forward_pass_through_the_gateway(
-    client, services: Services, book: EndpointBook, gateway: httpx.Client, onnx_image: str
+    client, services: Services, book: RentalBook, gateway: httpx.Client, onnx_image: str
 ) -> None:
     image = client.images.get(onnx_image)
-    assert image.attrs["Config"]["Cmd"][:3] == ["python3", "-m", "provider.onnx_service"]
+    assert image.attrs["Config"]["Cmd"][:3] == ["python3", "-m", "samples.onnx_service"]
     started = services.start("mlp", spec_of(onnx_image, price_per_request=PRICE))
     assert started.image_digest == image.id
     book.add(running("mlp", started.upstream, PRICE))  # as the daemon records it, started

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from provider.config import RunnerSettings, load_config
-from provider.runner import runner_id
+from provider.sandbox.runner import runner_id
 from unchained.cli import app
 
 OFFER = "[offer]\ncpu_cores = 1\nmemory_mib = 64\ndisk_mib = 1\n"

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pycardano import PaymentSigningKey
 
 from offchain.chain.submit import tip_point, wait_for_confirmations
-from offchain.protocol import batch
-from offchain.protocol import escrow as escrows
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.receipt import EMPTY_HASH
-from offchain.protocol.txbuild import out_ref
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.receipt import EMPTY_HASH
+from offchain.protocol.tx import batch
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.txbuild import out_ref
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal

@@ -13,12 +13,12 @@ from pathlib import Path
 import docker
 import pytest
 
-from offchain.protocol.jobspec import DEFAULT_POD_IMAGE, PodSpec, ServiceSpec
+from offchain.protocol.job.jobspec import DEFAULT_POD_IMAGE, PodSpec, ServiceSpec
 from provider.config import RunnerSettings
-from provider.endpoints import Endpoint
-from provider.pod_image import POD_SSH_PORT, pod_image
-from provider.pods import Pods, PodStartError, pod_options, pod_resource_name
-from provider.services import service_options
+from provider.images.pod import POD_SSH_PORT, pod_image
+from provider.rentals.book import Rental
+from provider.rentals.pods import Pods, PodStartError, pod_options, pod_resource_name
+from provider.rentals.services import service_options
 from tests.provider.test_services import HARDENED_HOST
 
 NOTHING = {"containers": [], "networks": [], "workspaces": []}
@@ -106,7 +106,7 @@ def test_workspace_outlives_a_stop_and_is_gone_once_removed(pods, ssh_keys):
     read = ssh(ssh_keys["renter"], second.upstream, "cat /workspace/note")
     assert read.stdout == "kept\n", read.stderr
     pods.stop("keep")
-    stopped = Endpoint("keep", "pod", b"\1" * 28, b"\2" * 32, spec.canonical_json().decode(),
+    stopped = Rental("keep", "pod", b"\1" * 28, b"\2" * 32, spec.canonical_json().decode(),
                        "stopped", "asked", "", "", 0, 0, 1, 1, 2, stopped_ms=T0)  # fmt: skip
     assert not pods.forget(stopped, T0 + 3_599_999)  # kept an hour, as the spec says
     assert pods.leftovers()["workspaces"] == ["keep"]

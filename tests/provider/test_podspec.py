@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from offchain.protocol.jobspec import (
+from offchain.protocol.job.jobspec import (
     DEFAULT_POD_IMAGE,
     JobSpecError,
     PodSpec,

@@ -15,31 +15,31 @@ import pytest
 from pycardano import Network, PaymentSigningKey, TransactionOutput
 from typer.testing import CliRunner
 
-from offchain.devnet.genesis import ADA
-from offchain.protocol import bond as bonds
-from offchain.protocol.batch import settle
-from offchain.protocol.claim import Claim
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.escrow_check import EscrowRefused
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.metering import MeteringRecord
-from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.receipt import EMPTY_HASH, Receipt
-from offchain.protocol.refusal import Refusal
-from offchain.protocol.split import refund_amount, settle_split, slash_share
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, out_ref
-from offchain.protocol.types import SettleReceipt
+from devnet.genesis import ADA
+from offchain.protocol.checks.escrow_check import EscrowRefused
+from offchain.protocol.checks.refusal import Refusal
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.metering import MeteringRecord
+from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.ledger.claim import Claim
+from offchain.protocol.ledger.payloads import acceptance_payload, verify
+from offchain.protocol.ledger.split import refund_amount, settle_split, slash_share
+from offchain.protocol.ledger.types import SettleReceipt
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.batch import settle
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, out_ref
 from provider.config import RunnerSettings
 from provider.keys import ensure_key, load_key
-from provider.receipts import (
+from provider.money.receipts import (
     EscrowJob,
     ReceiptError,
     accept,
     receipt_fields,
     receipt_for,
 )
-from provider.runner import Runner, RunResult
-from provider.selftest import job
+from provider.sandbox.runner import Runner, RunResult
+from provider.selftest.checks import job
 from tests.protocol import onchain
 from tests.protocol.evidence import SigningSpy
 from tests.protocol.onchain import (

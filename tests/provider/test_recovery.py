@@ -9,11 +9,11 @@ import subprocess
 import sys
 import textwrap
 
-from provider.cgroups import JobCgroup
-from provider.outvolume import OutVolume
-from provider.runner import Runner
-from provider.sandbox import LABEL_JOB, LABEL_RUNNER, container_name
-from provider.selftest import archive_files, job, log_text
+from provider.metering.cgroups import JobCgroup
+from provider.sandbox.hardening import LABEL_JOB, LABEL_RUNNER, container_name
+from provider.sandbox.outvolume import OutVolume
+from provider.sandbox.runner import Runner
+from provider.selftest.checks import archive_files, job, log_text
 from tests.provider.conftest import assert_no_leftovers
 
 RUNNER_PROCESS = textwrap.dedent(
@@ -21,9 +21,9 @@ RUNNER_PROCESS = textwrap.dedent(
     import sys
     from pathlib import Path
     import docker
-    from offchain.protocol.jobspec import JobSpec
+    from offchain.protocol.job.jobspec import JobSpec
     from provider.config import RunnerSettings
-    from provider.runner import Runner
+    from provider.sandbox.runner import Runner
 
     runner = Runner(docker.from_env(), RunnerSettings(state_dir=Path(sys.argv[1])))
     spec = JobSpec.model_validate_json(sys.argv[3])

@@ -12,19 +12,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumer.errors import QuoteRejected
-from consumer.quote import locked_spec
-from offchain.devnet.process import free_port
+from consumer.sdk.errors import QuoteRejected
+from consumer.sdk.quote import locked_spec
+from devnet.process import free_port
 from offchain.market.errors import Conflict
 from offchain.market.schemas import JobRequest
 from offchain.market.services import image_pins
 from offchain.market.settings import MarketSettings
-from offchain.protocol.offer import ImageSupply
-from offchain.protocol.registry import ImageName, RegistryError, is_loopback, pinned, resolve
+from offchain.protocol.job.offer import ImageSupply
+from offchain.protocol.job.registry import ImageName, RegistryError, is_loopback, pinned, resolve
 from provider.config import RunnerSettings
-from provider.images import BUSYBOX_REPOSITORY, local_images
-from provider.runner import Runner
-from provider.selftest import job, log_text
+from provider.images.recipes import BUSYBOX_REPOSITORY, local_images
+from provider.sandbox.runner import Runner
+from provider.selftest.checks import job, log_text
 from tests.provider.conftest import assert_no_leftovers
 from tests.registry import forget, swapping_proxy
 

@@ -10,8 +10,8 @@ import asyncio
 
 import httpx
 
-from offchain.protocol.jobspec import parse_jobspec
-from provider.images import BUSYBOX_REPOSITORY, pull
+from offchain.protocol.job.jobspec import parse_jobspec
+from provider.images.recipes import BUSYBOX_REPOSITORY, pull
 from tests.provider.daemon_harness import (
     consumer_of,
     daemon_on_market,

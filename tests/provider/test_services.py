@@ -14,17 +14,17 @@ import docker
 import httpx
 import pytest
 
-from offchain.protocol.jobspec import JobSpec, ServiceSpec
-from provider import images
+from offchain.protocol.job.jobspec import JobSpec, ServiceSpec
 from provider.config import RunnerSettings
-from provider.sandbox import JobMounts, container_options, hardened_options
-from provider.services import (
+from provider.rentals.services import (
     Services,
     ServiceStartError,
     service_container_name,
     service_options,
     service_resource_name,
 )
+from provider.sandbox.hardening import JobMounts, container_options, hardened_options
+from samples import images as sample_images
 
 HARDENED_HOST = (
     "ReadonlyRootfs", "CapDrop", "SecurityOpt", "Init", "PidsLimit", "Memory", "MemorySwap",
@@ -34,12 +34,12 @@ HARDENED_HOST = (
 
 @pytest.fixture(scope="session")
 def sample(client: docker.DockerClient) -> str:
-    return images.sample_service_image(client)
+    return sample_images.sample_service_image(client)
 
 
 def spec_of(image: str, **changes: object) -> ServiceSpec:
     fields: dict = {
-        "kind": "service", "image": image, "port": images.SAMPLE_SERVICE_PORT,
+        "kind": "service", "image": image, "port": sample_images.SAMPLE_SERVICE_PORT,
         "price_per_request": 1_000, "resources": {"cpu_cores": 1, "memory_mib": 256},
     }  # fmt: skip
     return ServiceSpec.model_validate({**fields, **changes})

@@ -10,7 +10,7 @@ from http.server import ThreadingHTTPServer
 import httpx
 import pytest
 
-from provider.sample_service import MAX_BODY, Handler
+from samples.sample_service import MAX_BODY, Handler
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from offchain.protocol.jobspec import (
+from offchain.protocol.job.jobspec import (
     JobSpecError,
     ServiceSpec,
     jobspec_from_yaml,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from offchain.protocol.gpu_slices import FAULT_NOTES, SliceSelfTest, SliceTerms
-from offchain.protocol.jobspec import JobSpec, Resources
+from offchain.protocol.job.gpu_slices import FAULT_NOTES, SliceSelfTest, SliceTerms
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from provider.capacity import Capacity, mps_where_installed, slots_of
 from provider.config import (
     ConfigError,
     Offer,
@@ -19,10 +20,9 @@ from provider.config import (
     to_toml,
 )
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import Capacity, mps_where_installed, slots_of
 from provider.daemon.offers import describe_offer, offer_terms, slice_key
 from provider.daemon.status import slot_resources
-from provider.inventory import GpuInfo, HostInventory, gpu_inventory
+from provider.gpu.inventory import GpuInfo, HostInventory, gpu_inventory
 from tests.provider.fake_nvml import A100, H100, FakeNvml
 
 GIB = 1 << 30

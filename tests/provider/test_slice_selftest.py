@@ -9,15 +9,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from offchain.protocol.gpu_slices import FAULT_NOTES, GpuSlice, SliceOffer, SliceSelfTest
-from offchain.protocol.jobspec import Resources
+from offchain.protocol.job.gpu_slices import FAULT_NOTES, GpuSlice, SliceOffer, SliceSelfTest
+from offchain.protocol.job.jobspec import Resources
+from provider.capacity import Bundle
 from provider.config import RunnerSettings
 from provider.daemon.bond import BondView
-from provider.daemon.capacity import Bundle
 from provider.daemon.offers import offer_terms
-from provider.inventory import HostInventory
-from provider.runner import RunResult
-from provider.selftest import (
+from provider.gpu.inventory import HostInventory
+from provider.sandbox.runner import RunResult
+from provider.selftest.checks import (
     Check,
     SelfTest,
     load_slice_results,

@@ -6,8 +6,8 @@ import io
 import json
 import zipfile
 
-from provider.images import WORKLOADS_IN_IMAGE
-from provider.selftest import archive_files, job
+from provider.images.recipes import WORKLOADS_IN_IMAGE
+from provider.selftest.checks import archive_files, job
 
 
 def test_training_a_small_network_runs_meters_and_delivers_its_model(runner, python):

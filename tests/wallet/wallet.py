@@ -1,7 +1,7 @@
 """A CIP-30 wallet for the browser tests: a devnet key held here, in Python, that the page
 reaches through `cip30.js` (Playwright's `expose_function`). UTxOs come from the devnet over
 Ogmios; `signTx` answers the witness set, `signData` the CIP-8 COSE_Sign1 and COSE_Key (as
-`offchain.protocol.signed_request` signs). Knobs: `decline` and `decline_data` (the person
+`offchain.protocol.api.signed_request` signs). Knobs: `decline` and `decline_data` (the person
 says no to signTx or signData: CIP-30's UserDeclined), `network_id` (a wallet on another
 network), `refuse_enable`."""
 
@@ -16,7 +16,7 @@ from pycardano import Transaction, TransactionWitnessSet, Value, VerificationKey
 from pycardano.cip import cip8
 
 from offchain.chain.context import chain_context
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.tx.txbuild import Wallet
 
 SCRIPT = Path(__file__).with_name("cip30.js")
 TX_DECLINED = {"code": 2, "info": "user declined"}  # TxSignError.UserDeclined

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from contracts import SETTLE_BATCH_MAX
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 
 app = typer.Typer()
 

@@ -21,16 +21,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from consumer.job_record import JobRecord
-from consumer.keys import ConsumerKey, load_key, new_wallet
-from consumer.progress import FINAL
-from consumer.store import JobStore
+from consumer.cli.progress import FINAL
+from consumer.sdk.job_record import JobRecord
+from consumer.sdk.keys import ConsumerKey, load_key, new_wallet
+from consumer.sdk.store import JobStore
 from offchain.chain.ogmios import request
 from offchain.chain.submit import tip_point, wait_for_confirmations
-from offchain.protocol.amounts import ADA
-from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.split import SettleSplit
-from provider.images import WORKLOADS_IN_IMAGE
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.ledger.amounts import ADA
+from offchain.protocol.ledger.split import SettleSplit
+from provider.images.recipes import WORKLOADS_IN_IMAGE
 from unchained.demo.children import SLOT, DemoFailed
 
 FUNDS = 100 * ADA

@@ -1,7 +1,7 @@
 """`unchained demo --services`: inference endpoints and a pod paid over payment channels, step
 by step on a fresh devnet. Three renters each open a channel to the provider and deploy the
 sample ONNX model with `unchained endpoint deploy`; they call it a few hundred times through the
-SDK (`consumer.endpoint_client`), each request paid by a cumulative IOU; one renter also starts
+SDK (`consumer.sdk.endpoint_client`), each request paid by a cumulative IOU; one renter also starts
 a pod, runs a command in it over SSH and stops it. The provider's daemon claims the IOUs on its
 claim schedule: every channel in one transaction. The renters stop their endpoints and close
 their channels; every amount is checked to the lovelace against the chain."""
@@ -22,23 +22,23 @@ import numpy as np
 import yaml
 from pycardano import Address, ScriptHash
 
-from consumer.channel_store import ChannelStore
-from consumer.deployment_store import DeploymentStore
-from consumer.endpoint_client import EndpointClient
-from consumer.iou_signer import IouSigner
-from consumer.keys import ConsumerKey
+from consumer.sdk.channel_store import ChannelStore
+from consumer.sdk.endpoint_client import EndpointClient
+from consumer.sdk.iou_signer import IouSigner
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.rental_store import RentalStore
+from devnet.process import DevnetProcess, free_port
 from offchain.chain.context import chain_context
 from offchain.chain.ogmios import request
-from offchain.devnet.process import DevnetProcess, free_port
-from offchain.protocol.amounts import ADA, ada
-from offchain.protocol.deployment_file import DeploymentFile
-from offchain.protocol.txbuild import Clock
-from provider import images
+from offchain.protocol.ledger.amounts import ADA, ada
+from offchain.protocol.tx.deployment_file import DeploymentFile
+from offchain.protocol.tx.txbuild import Clock
 from provider.config import RunnerSettings
-from provider.onnx_model import INPUTS, weights
-from provider.pod_image import pod_image
-from provider.pods import Pods
-from provider.services import Services
+from provider.images.pod import pod_image
+from provider.rentals.pods import Pods
+from provider.rentals.services import Services
+from samples import images as sample_images
+from samples.onnx_model import INPUTS, weights
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import explorer, party, run_cli
@@ -103,7 +103,7 @@ def run(data_dir: Path, port: int | None, stay: bool) -> None:
     step("1. The images: the sample ONNX model served by onnxruntime, and the pod image "
          "(Debian's sshd); built once, then cached")  # fmt: skip
     client = docker.from_env()
-    model = images.onnx_service_image(client)
+    model = sample_images.onnx_service_image(client)
     pod = pod_image(client)
     say(f"   model image {model}")
     say(f"   pod image   {pod}")
@@ -195,7 +195,7 @@ async def deploy(http: httpx.AsyncClient, market_url: str, renters: list[Renter]
          f"{ada(DEPOSIT_ADA * ADA)} to its provider (what its IOUs may give it) and signs the "
          "deploy to the gateway; the provider's daemon admits the channel on chain and starts "
          "the container")  # fmt: skip
-    spec = {"kind": "service", "image": model, "port": images.SAMPLE_SERVICE_PORT,
+    spec = {"kind": "service", "image": model, "port": sample_images.SAMPLE_SERVICE_PORT,
             "price_per_request": REQUEST_PRICE,
             "resources": {"cpu_cores": 1, "memory_mib": 256}}  # fmt: skip
     path = data_dir / "consumers" / "model.yaml"
@@ -273,7 +273,7 @@ def calls(r: Renter, deployment: Path, count: int) -> int:
     rows = np.random.default_rng(int(r.name.rsplit("-", 1)[1])).normal(size=(count, INPUTS))
     rows = rows.astype(np.float32)
     before = signer.signed
-    gateway_url = DeploymentStore(r.state_dir).get(r.endpoint).gateway_url
+    gateway_url = RentalStore(r.state_dir).get(r.endpoint).gateway_url
     with EndpointClient(gateway_url, r.endpoint, signer, REQUEST_PRICE) as client:
         for row, expected in zip(rows, forward(rows), strict=True):
             answer = client.post("/predict", json={"inputs": [row.tolist()]})
@@ -299,7 +299,7 @@ async def sessions(http: httpx.AsyncClient, market_url: str, renters: list[Rente
 
     done = await asyncio.gather(*(session(r, n) for r, n in zip(renters, counts, strict=True)))
     step(f"8. The renters call their endpoints {sum(counts)} more times at once through the "
-         "SDK (consumer/endpoint_client.py), each request with a cumulative IOU in its "
+         "SDK (consumer/sdk/endpoint_client.py), each request with a cumulative IOU in its "
          "Unchained-Iou header, checked by the gateway before the model sees it (steps 8 to 10 "
          "run at once, told once all are done)")  # fmt: skip
     for r, count, (paid, _, _, _) in zip(renters, counts, done, strict=True):

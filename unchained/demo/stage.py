@@ -18,13 +18,13 @@ from typing import TypeVar
 import typer
 from pycardano import Address, Network, Transaction
 
+from devnet.process import DevnetProcess, free_port
 from offchain.chain.context import chain_context
 from offchain.chain.submit import submit_confirmed
-from offchain.devnet.process import DevnetProcess, free_port
-from offchain.protocol import deployment_file
-from offchain.protocol.amounts import ada
-from offchain.protocol.deployment import deploy
-from offchain.protocol.txbuild import Wallet
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.tx import deployment_file
+from offchain.protocol.tx.deployment import deploy
+from offchain.protocol.tx.txbuild import Wallet
 from provider.keys import ensure_key
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed

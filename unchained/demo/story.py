@@ -14,12 +14,12 @@ import docker
 import httpx
 from pycardano import Address
 
+from devnet.process import DevnetProcess
 from offchain.chain.context import chain_context
-from offchain.devnet.process import DevnetProcess
-from offchain.protocol.amounts import ada, per_hour
-from offchain.protocol.batch import payout_minimum
-from offchain.protocol.split import SettleSplit
-from provider.images import workloads_image
+from offchain.protocol.ledger.amounts import ada, per_hour
+from offchain.protocol.ledger.split import SettleSplit
+from offchain.protocol.tx.batch import payout_minimum
+from provider.images.recipes import workloads_image
 from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import (

@@ -1,5 +1,5 @@
 """What routes are handed: the settings, a database session, the chain, and the party that
-signed the request (`offchain.protocol.signed_request`, its nonce spent in the database so
+signed the request (`offchain.protocol.api.signed_request`, its nonce spent in the database so
 the same request is refused a second time by any process of the market)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from offchain.market.services import jobs
 from offchain.market.services.chain import Chain
 from offchain.market.services.nonces import DatabaseNonces, PendingNonce
 from offchain.market.settings import MarketSettings
-from offchain.protocol.signed_request import RequestVerifier, SignedRequest, body_digest
+from offchain.protocol.api.signed_request import RequestVerifier, SignedRequest, body_digest
 
 # The cheap dependencies are `async def`: FastAPI runs a plain `def` one in the thread pool,
 # a thread hop each for nothing but an attribute read.

@@ -8,8 +8,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from offchain.protocol.amounts import ADA
-from offchain.protocol.outcome import describe
+from offchain.protocol.job.outcome import describe
+from offchain.protocol.ledger.amounts import ADA
 
 HOUR_S = 3600
 MIB = 1 << 20

@@ -32,17 +32,17 @@ from offchain.market.models import (
     JobState,
     Offer,
     Provider,
-    ServiceDeployment,
+    Rental,
 )
 from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
 from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.offers import SLICED, slice_terms
 from offchain.market.services.storage import blob_path
-from offchain.protocol.bond_check import covers_before
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.metering import MeteringRecord
-from offchain.protocol.split import settle_split
+from offchain.protocol.checks.bond_check import covers_before
+from offchain.protocol.job.metering import MeteringRecord
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx.deployment import Deployment
 
 S = JobState
 PAGE = 50
@@ -294,7 +294,7 @@ def _channels_now(session: Session) -> dict[str, int]:
 def _deployments_now(session: Session) -> dict[str, int]:
     """Deployments by state, as their providers last reported them."""
     rows = session.exec(
-        select(ServiceDeployment.state, func.count()).group_by(col(ServiceDeployment.state))
+        select(Rental.state, func.count()).group_by(col(Rental.state))
     ).all()  # fmt: skip
     return {str(state): n for state, n in rows}
 

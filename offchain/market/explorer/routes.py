@@ -31,9 +31,10 @@ from offchain.chain.time import ChainTime
 from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
 from offchain.market.errors import Conflict, Invalid, MarketError, NotFound
-from offchain.market.explorer import channels, deployments, queries
+from offchain.market.explorer import channels, queries
+from offchain.market.explorer import rentals as deployments
 from offchain.market.explorer.format import FILTERS, GLOBALS
-from offchain.market.models import Channel, ServiceDeployment
+from offchain.market.models import Channel, Rental
 from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
 from offchain.market.settings import MarketSettings
@@ -179,7 +180,7 @@ def provider_page(
     return render(request, "provider.html", lambda: {
         **queries.provider_page(session, ctx, provider_id),
         "channels": channels.recent(session, Channel.provider_id, provider_id),
-        "deployments": deployments.recent(session, ServiceDeployment.provider_id, provider_id),
+        "deployments": deployments.recent(session, Rental.provider_id, provider_id),
     })  # fmt: skip
 
 
@@ -206,7 +207,7 @@ def channel_page(
 ) -> Response:
     return render(request, "channel.html", lambda: {
         **channels.channel_page(session, ctx, channel_id),
-        "deployments": deployments.recent(session, ServiceDeployment.channel, channel_id.lower()),
+        "deployments": deployments.recent(session, Rental.channel, channel_id.lower()),
     })  # fmt: skip
 
 

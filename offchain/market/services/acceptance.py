@@ -1,6 +1,6 @@
 """The provider's acceptance check, run by the market when it quotes: a quote its provider
 would refuse once the renter locked is refused before, with the same reasons
-(`offchain.protocol.acceptance`)."""
+(`offchain.protocol.checks.acceptance`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from offchain.market.services.chain import Chain, quoted_escrow
 from offchain.market.services.offer_images import images_of
 from offchain.market.services.offers import ACTIVE_BOND, quoted_bundle
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol.acceptance import Offered, describe, refusals
-from offchain.protocol.bond_check import covers_before
-from offchain.protocol.jobspec import JobSpec
+from offchain.protocol.checks.acceptance import Offered, describe, refusals
+from offchain.protocol.checks.bond_check import covers_before
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.tx import escrow as escrows
 
 
 def refuse(

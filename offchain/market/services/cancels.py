@@ -20,10 +20,10 @@ from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import CancelState, Cause, Job, JobState
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
-from offchain.protocol import wire
-from offchain.protocol.cancel_check import CancelRefused, check_cancel
-from offchain.protocol.payloads import verify
-from offchain.protocol.txbuild import with_witnesses
+from offchain.protocol.api import wire
+from offchain.protocol.checks.cancel_check import CancelRefused, check_cancel
+from offchain.protocol.ledger.payloads import verify
+from offchain.protocol.tx.txbuild import with_witnesses
 
 S = JobState
 UNLOCKED = (S.REQUESTED, S.QUOTED)

@@ -19,12 +19,12 @@ from offchain.chain.time import ChainTime, PastHorizon
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.market.errors import Invalid
 from offchain.market.models import Job
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.deployment_file import DeploymentFileError
-from offchain.protocol.deployment_file import load as load_deployment_file
-from offchain.protocol.escrow import escrow_datum, new_escrow
-from offchain.protocol.txbuild import BuildError
-from offchain.protocol.types import EscrowDatum
+from offchain.protocol.ledger.types import EscrowDatum
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.deployment_file import DeploymentFileError
+from offchain.protocol.tx.deployment_file import load as load_deployment_file
+from offchain.protocol.tx.escrow import escrow_datum, new_escrow
+from offchain.protocol.tx.txbuild import BuildError
 
 TIME_TTL_S = 60.0  # how long the era summaries are reused before they are asked for again
 

@@ -32,11 +32,18 @@ from sqlalchemy import BigInteger, Column, Index, Text, delete, update
 from sqlmodel import Field, Session, SQLModel, col, select
 
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, out_ref_of, parse_out_ref
-from offchain.protocol.addresses import from_plutus
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.split import settle_split
-from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
-from offchain.protocol.types import Just, Nothing, Payout, PayoutKind, PlutusAddress, TxOutRef
+from offchain.protocol.ledger.addresses import from_plutus
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.ledger.types import (
+    Just,
+    Nothing,
+    Payout,
+    PayoutKind,
+    PlutusAddress,
+    TxOutRef,
+)
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
 
 PURPOSES = {
     RedeemerTag.SPEND: "spend", RedeemerTag.MINT: "mint", RedeemerTag.CERTIFICATE: "publish",

@@ -32,11 +32,8 @@ from offchain.chain.utxo import format_out_ref, parse_out_ref
 from offchain.market.models import Channel, ChannelEvent, ChannelMove, ChannelNow, ChannelState
 from offchain.market.services.offers import key_hash
 from offchain.market.services.undo import BlockAt
-from offchain.protocol.addresses import from_plutus
-from offchain.protocol.channel import channel_id, payee_hash, terms_from_metadata
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
-from offchain.protocol.types import (
+from offchain.protocol.ledger.addresses import from_plutus
+from offchain.protocol.ledger.types import (
     ChannelClaim,
     ChannelDatum,
     ChannelTerms,
@@ -46,6 +43,9 @@ from offchain.protocol.types import (
     ProviderEnd,
     StartClose,
 )
+from offchain.protocol.tx.channel import channel_id, payee_hash, terms_from_metadata
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.tx_reader import Script, ScriptHashes, TxReader, datum_as, inline_datum
 
 log = logging.getLogger(__name__)
 Tracked = dict[TransactionInput, Channel]  # the channels of the index by their current output

@@ -1,6 +1,6 @@
 """The provider's side of a job: accept it, run it, log, upload the result, hand in the
 signed receipt (or report the failure), then upload the metering record the receipt commits
-to. Signatures that reach the chain are checked here with `offchain.protocol.payloads`, the
+to. Signatures that reach the chain are checked here with `offchain.protocol.ledger.payloads`, the
 same bytes the validators check, before anything is stored.
 
 The metering record is taken only after the receipt: its evidence hash, which the provider
@@ -20,11 +20,11 @@ from offchain.market.errors import Conflict, Forbidden, Invalid
 from offchain.market.models import Cause, Job, JobState
 from offchain.market.services import jobs, storage
 from offchain.market.services.chain import parse_ref
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.metering import MeteringRecord
-from offchain.protocol.outcome import describe
-from offchain.protocol.payloads import acceptance_payload, verify
-from offchain.protocol.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.job.metering import MeteringRecord
+from offchain.protocol.job.outcome import describe
+from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.ledger.payloads import acceptance_payload, verify
+from offchain.protocol.tx.deployment import Deployment
 
 S = JobState
 EVIDENCE_LIMIT_BYTES = 64 << 20  # a day of one-second samples with GPUs is well under this

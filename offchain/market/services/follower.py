@@ -45,15 +45,10 @@ from offchain.market.models import SettlementState as Sent
 from offchain.market.services import chain_index, channel_index, jobs, offers, undo
 from offchain.market.services.chain import escrow_problems
 from offchain.market.services.undo import BlockAt
-from offchain.protocol.addresses import from_plutus
-from offchain.protocol.bond import bond_datum
-from offchain.protocol.bond_check import BondRefused, check_bond
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.escrow import escrow_datum
-from offchain.protocol.refusal import check_address
-from offchain.protocol.tx_reader import Script, ScriptHashes, TxReader
-from offchain.protocol.txbuild import BuildError
-from offchain.protocol.types import (
+from offchain.protocol.checks.bond_check import BondRefused, check_bond
+from offchain.protocol.checks.refusal import check_address
+from offchain.protocol.ledger.addresses import from_plutus
+from offchain.protocol.ledger.types import (
     BeginUnbond,
     BondDatum,
     Cancel,
@@ -64,6 +59,11 @@ from offchain.protocol.types import (
     TopUp,
     Withdraw,
 )
+from offchain.protocol.tx.bond import bond_datum
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.escrow import escrow_datum
+from offchain.protocol.tx.tx_reader import Script, ScriptHashes, TxReader
+from offchain.protocol.tx.txbuild import BuildError
 
 log = logging.getLogger(__name__)
 S = JobState

@@ -14,7 +14,7 @@ from sqlalchemy import case, func, update
 from sqlmodel import Session, col, select
 
 from offchain.market.models import OnlineSpan, Provider
-from offchain.protocol.offer import SelfTestSummary
+from offchain.protocol.job.offer import SelfTestSummary
 
 DAY_MS = 86_400_000
 WINDOWS = {"24h": DAY_MS, "7d": 7 * DAY_MS}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from offchain.market import schemas
 from offchain.market.errors import Conflict
 from offchain.market.settings import MarketSettings
-from offchain.protocol.registry import ImageName, RegistryError, is_loopback, resolve
+from offchain.protocol.job.registry import ImageName, RegistryError, is_loopback, resolve
 
 
 def pinned(settings: MarketSettings, request: schemas.JobRequest) -> schemas.JobRequest:

@@ -11,11 +11,11 @@ from sqlmodel import Session, col
 
 from offchain.market.db import writing
 from offchain.market.models import Nonce
-from offchain.protocol.signed_request import ReplayedRequest
+from offchain.protocol.api.signed_request import ReplayedRequest
 
 
 class DatabaseNonces:
-    """The signed requests' NonceStore (`offchain.protocol.signed_request`): the table's
+    """The signed requests' NonceStore (`offchain.protocol.api.signed_request`): the table's
     (signer, nonce) unique constraint decides, so two processes cannot both claim one nonce."""
 
     def __init__(self, engine: Engine) -> None:

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from offchain.market.errors import Conflict
 from offchain.market.models import Offer
 from offchain.market.offer_query import OfferRecord
-from offchain.protocol.offer import ImageSupply, OfferedImage, listed, normal_image
+from offchain.protocol.job.offer import ImageSupply, OfferedImage, listed, normal_image
 
 BODIES_AT_ONCE = 32  # offers whose signed bodies one read takes while looking for an image
 

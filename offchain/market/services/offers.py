@@ -33,10 +33,10 @@ from offchain.market.schemas import OfferTerms
 from offchain.market.services import jobs, offer_images
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.settings import MarketSettings
-from offchain.protocol.bond_check import BondRefused, check_bond
-from offchain.protocol.gpu_slices import SliceTerms, cheapest_fit
-from offchain.protocol.jobspec import JobSpec, Resources
-from offchain.protocol.types import Just
+from offchain.protocol.checks.bond_check import BondRefused, check_bond
+from offchain.protocol.job.gpu_slices import SliceTerms, cheapest_fit
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.ledger.types import Just
 
 BUSY = (JobState.ACCEPTED, JobState.RUNNING)  # the states that hold one of a provider's slots
 ACTIVE_BOND = "active"  # as the chain follower names a bond that is not unbonding

@@ -16,8 +16,8 @@ from offchain.market.models import Job, JobEvent
 from offchain.market.services.chain import Chain, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol.split import lock_amount
+from offchain.protocol.ledger.split import lock_amount
+from offchain.protocol.tx import escrow as escrows
 
 TERMS_TRIES = 100  # identical requests quoted within one tip read each take the next try
 

@@ -16,7 +16,7 @@ from offchain.chain.ogmios import OgmiosError
 from offchain.chain.submit import submit_sync
 from offchain.chain.time import iso
 from offchain.chain.utxo import format_out_ref, out_ref_of
-from offchain.errors import UnchainedError
+from offchain.core.errors import UnchainedError
 from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
@@ -25,15 +25,15 @@ from offchain.market.services import acceptance, image_pins, jobs, offers, quote
 from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
 from offchain.market.settings import MarketSettings
-from offchain.protocol import escrow as escrows
-from offchain.protocol import wire
-from offchain.protocol.amounts import ada
-from offchain.protocol.bond_check import covers_before
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.jobspec import JobSpec
-from offchain.protocol.payloads import verify
-from offchain.protocol.signed_request import SignedRequest
-from offchain.protocol.txbuild import BuildError
+from offchain.protocol.api import wire
+from offchain.protocol.api.signed_request import SignedRequest
+from offchain.protocol.checks.bond_check import covers_before
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.ledger.payloads import verify
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import BuildError
 
 TIP_AGE_S = 1.0  # a quote's chain time may come from a tip read this long ago (Chain.now_ms)
 
@@ -169,7 +169,7 @@ def signed_offers(session: Session, ids: Sequence[int | None]) -> list[wire.Sign
 
 
 def escrow_parameters(chain: Chain, job: Job) -> wire.EscrowParameters:
-    """What the consumer locks: the datum's fields as `offchain.protocol.escrow.new_escrow`
+    """What the consumer locks: the datum's fields as `offchain.protocol.tx.escrow.new_escrow`
     takes them, and at least `lovelace`."""
     return wire.EscrowParameters(
         escrow_hash=chain.deployment.escrow_hash.payload.hex(),

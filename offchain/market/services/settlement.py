@@ -43,12 +43,12 @@ from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.services.crash import crash_point
 from offchain.market.settings import MarketSettings
-from offchain.protocol import batch as batches
-from offchain.protocol import escrow as escrows
-from offchain.protocol.addresses import from_plutus
-from offchain.protocol.budgets import ExecutionBudgets
-from offchain.protocol.split import settle_split
-from offchain.protocol.txbuild import BuildError, Clock, Wallet, fee_inputs
+from offchain.protocol.ledger.addresses import from_plutus
+from offchain.protocol.ledger.split import settle_split
+from offchain.protocol.tx import batch as batches
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.budgets import ExecutionBudgets
+from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, fee_inputs
 
 log = logging.getLogger(__name__)
 S = JobState

@@ -42,16 +42,17 @@ from offchain.market.models import CancelState, Job, Offer
 from offchain.market.services import cancels, offers, quotes
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.settings import MarketSettings
-from offchain.protocol import bond as bonds
-from offchain.protocol import channel as channels
-from offchain.protocol import escrow as escrows
-from offchain.protocol import jobspec, wire
-from offchain.protocol.addresses import to_plutus
-from offchain.protocol.deployment import Deployment
-from offchain.protocol.payloads import verify
-from offchain.protocol.tx_reader import inline_datum
-from offchain.protocol.txbuild import BuildError, with_witnesses
-from offchain.protocol.types import ChannelTerms, TxOutRef
+from offchain.protocol.api import wire
+from offchain.protocol.job import jobspec
+from offchain.protocol.ledger.addresses import to_plutus
+from offchain.protocol.ledger.payloads import verify
+from offchain.protocol.ledger.types import ChannelTerms, TxOutRef
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import channel as channels
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.tx_reader import inline_datum
+from offchain.protocol.tx.txbuild import BuildError, with_witnesses
 
 T = TypeVar("T")
 MAX_OUTPUTS = 1 << 16  # the ledger's output index is 16 bits

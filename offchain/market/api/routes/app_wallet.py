@@ -19,7 +19,7 @@ from offchain.market.api.deps import (
 )  # fmt: skip
 from offchain.market.api.routes.jobs import JobIdDep
 from offchain.market.services import jobs, wallet_txs
-from offchain.protocol import wire
+from offchain.protocol.api import wire
 
 job_router = APIRouter(prefix="/jobs", tags=["wallet"], dependencies=[Depends(storable_params)])
 router = APIRouter(prefix="/api/app", tags=["wallet"], dependencies=[Depends(storable_params)])

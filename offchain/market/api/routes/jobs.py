@@ -25,7 +25,7 @@ from offchain.market.api.deps import (
 from offchain.market.models import Job
 from offchain.market.services import cancels, job_ids, jobs, quotes, storage, wallet_txs
 from offchain.market.services.event_feed import EventFeed
-from offchain.protocol import wire
+from offchain.protocol.api import wire
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[Depends(storable_params)])
 RESULT_CHUNK_BYTES = 1 << 20  # starlette reads 64 KiB per thread hop by default: 16x fewer
@@ -71,7 +71,7 @@ def status(party: PartyDep, job_id: JobIdDep, session: SessionDep) -> wire.JobPu
 def escrow_parameters(
     party: PartyDep, job_id: JobIdDep, session: SessionDep, chain: ChainDep
 ) -> wire.EscrowParameters:
-    """What to lock: the datum's fields and the lovelace (`offchain.protocol.escrow.lock`)."""
+    """What to lock: the datum's fields and the lovelace (`offchain.protocol.tx.escrow.lock`)."""
     return quotes.escrow_parameters(chain, jobs.consumers_job(session, job_id, party))
 
 

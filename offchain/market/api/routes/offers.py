@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from offchain.market import offer_query
 from offchain.market.api.deps import SessionDep, SettingsDep, storable_params
 from offchain.market.services import offers, quotes
-from offchain.protocol import wire
+from offchain.protocol.api import wire
 
 router = APIRouter(prefix="/offers", tags=["offers"], dependencies=[Depends(storable_params)])
 

@@ -24,19 +24,11 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job, Offer
-from offchain.market.services import (
-    cancels,
-    delivery,
-    deployments,
-    health,
-    jobs,
-    offers,
-    quotes,
-    storage,
-)
-from offchain.protocol import wire
-from offchain.protocol.deployment_report import REPORT_PATH, DeploymentReport
-from offchain.protocol.signed_request import KEY_HEADER, SIGNATURE_HEADER, SignedRequest
+from offchain.market.services import cancels, delivery, health, jobs, offers, quotes, storage
+from offchain.market.services import rentals as deployments
+from offchain.protocol.api import wire
+from offchain.protocol.api.rental_report import REPORT_PATH, RentalReport
+from offchain.protocol.api.signed_request import KEY_HEADER, SIGNATURE_HEADER, SignedRequest
 
 router = APIRouter(tags=["providers"], dependencies=[Depends(storable_params)])
 POLL_S = 0.25
@@ -85,7 +77,7 @@ def heartbeat(party: PartyDep, session: SessionDep, settings: SettingsDep) -> No
 
 @router.post(REPORT_PATH)
 def report_deployments(
-    report: DeploymentReport, party: PartyDep, session: SessionDep
+    report: RentalReport, party: PartyDep, session: SessionDep
 ) -> dict[str, int]:
     """The provider's endpoints and pods as its book holds them (the explorer shows them):
     each row stored or moved forward, or the whole report refused (403: a channel that pays

@@ -1,4 +1,4 @@
-// A provider's signed receipt checked in the browser (offchain/protocol/receipt.py): the
+// A provider's signed receipt checked in the browser (offchain/protocol/job/receipt.py): the
 // payload is the on-chain Claim of the one escrow, whose note is sha256(result ‖ evidence),
 // and its Ed25519 signature by the escrow's provider key is verified with WebCrypto.
 import { Indefinite, Tagged, encode, hexToBytes } from "./cbor.js";

@@ -49,7 +49,7 @@ export function view(hex) {
   };
 }
 
-// An escrow datum's terms (offchain/protocol/types.py EscrowDatum: Constr 0 of consumer and
+// An escrow datum's terms (offchain/protocol/ledger/types.py EscrowDatum: Constr 0 of consumer and
 // provider addresses, provider key, price per unit, max units, deadline, settle window, job id,
 // fee allowance), named as the quote names them; the consumer as its payment key hash.
 export function escrowTerms(inline) {

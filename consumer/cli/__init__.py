@@ -1,0 +1,1 @@
+"""`unchained job | channel | endpoint | pod ...`: the renter's commands."""

@@ -1,0 +1,104 @@
+"""The consumer's key: a cardano-cli `.skey` envelope (normal or BIP32-extended) or a BIP-39
+mnemonic read through pycardano's HD wallet on the CIP-1852 payment path. The file's content
+says which, so one `--key` option takes either. Keys never leave this process: they sign
+requests and transactions here, and nothing else sees them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from pycardano import (
+    Address,
+    ExtendedSigningKey,
+    HDWallet,
+    Network,
+    PaymentExtendedSigningKey,
+    PaymentSigningKey,
+    Transaction,
+)
+
+from consumer.sdk.errors import WalletError
+from consumer.sdk.request_key import key_text
+from offchain.protocol.api.signed_request import RequestFields, sign_request
+from offchain.protocol.tx.txbuild import sign_tx
+
+ACCOUNT_PATH = "m/1852'/1815'/{account}'/0/{index}"  # CIP-1852: purpose, coin, account, role 0
+MNEMONIC_WORDS = 24
+
+SigningKey = PaymentSigningKey | ExtendedSigningKey
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerKey:
+    """A payment key and its enterprise address: it signs the consumer's requests and locks,
+    and receives refunds and change."""
+
+    key: SigningKey
+    network: Network = Network.TESTNET
+
+    @property
+    def address(self) -> Address:
+        return Address(self.key.to_verification_key().hash(), network=self.network)
+
+    @property
+    def key_hash(self) -> str:
+        return self.key.to_verification_key().hash().payload.hex()
+
+    def sign_request(self, fields: RequestFields) -> dict[str, str]:
+        """The CIP-8 headers for one request to the market (what CIP-30 `signData` gives)."""
+        return sign_request(self.key, fields, network=self.network)
+
+    def sign(self, tx: Transaction) -> Transaction:
+        return sign_tx(tx, self.key)
+
+
+def from_mnemonic(words: str, account: int = 0, index: int = 0) -> PaymentExtendedSigningKey:
+    """The CIP-1852 payment key `account`/`index` of a BIP-39 mnemonic (what wallets derive)."""
+    words = " ".join(words.split())
+    if not HDWallet.is_mnemonic(words):
+        raise WalletError("not a BIP-39 mnemonic (12 to 24 English words with a valid checksum)")
+    root = HDWallet.from_mnemonic(words)
+    derived = root.derive_from_path(ACCOUNT_PATH.format(account=account, index=index))
+    return PaymentExtendedSigningKey.from_hdwallet(derived)
+
+
+def load_key(path: Path, network: Network = Network.TESTNET) -> ConsumerKey:
+    """The key in `path`: a cardano-cli envelope (JSON) or a mnemonic (words)."""
+    text = key_text(path)
+    if not text.lstrip().startswith("{"):
+        return ConsumerKey(from_mnemonic(text), network)
+    for kind in (PaymentSigningKey, PaymentExtendedSigningKey):
+        try:
+            return ConsumerKey(kind.from_json(text, validate_type=True), network)
+        except Exception:  # pycardano raises several kinds for another envelope type
+            continue
+    raise WalletError(
+        f"{path} is not a payment signing key (cardano-cli PaymentSigningKeyShelley_ed25519 "
+        "or PaymentExtendedSigningKeyShelley_ed25519_bip32)",
+        path=str(path),
+    )
+
+
+def new_wallet(path: Path, *, mnemonic: bool, network: Network = Network.TESTNET) -> ConsumerKey:
+    """Write a fresh key to `path` (mode 0600, never over an existing file): a 24-word mnemonic
+    (restorable in any CIP-1852 wallet) or a cardano-cli `.skey` envelope."""
+    if mnemonic:
+        words = HDWallet.generate_mnemonic(strength=MNEMONIC_WORDS * 32 // 3)
+        key: SigningKey = from_mnemonic(words)
+        text = words + "\n"
+    else:
+        key = PaymentSigningKey.generate()
+        text = key.to_json() + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as exc:
+        raise WalletError(
+            f"{path} exists: a key is never replaced (it may hold funds); choose another --key",
+            path=str(path),
+        ) from exc
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    return ConsumerKey(key, network)

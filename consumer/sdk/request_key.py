@@ -1,0 +1,73 @@
+"""The consumer's market requests signed without pycardano, which takes seconds to import: a
+command that only asks the market (`job list`, `offers search`) signs with PyNaCl and cbor2
+when --key is a plain cardano-cli payment key (what `unchained wallet new` writes). The
+COSE_Sign1 and COSE_Key are byte for byte what pycardano's `cip8.sign` makes of the same key
+(tests/consumer/test_request_key.py checks both, and the market's verifier); a mnemonic or an
+extended key is read by `consumer.sdk.keys`, through pycardano."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import cbor2
+from nacl.signing import SigningKey
+
+from consumer.sdk.errors import WalletError
+from offchain.protocol.api.signed_request import KEY_HASH_BYTES, RequestFields, headers_of
+
+PLAIN_KEY_TYPE = "PaymentSigningKeyShelley_ed25519"
+SEED_CBOR = bytes.fromhex("5820")  # a CBOR byte string of 32 bytes: the Ed25519 seed
+ENTERPRISE_ADDRESS = 0b0110_0000  # address header: a payment key, no stake part; | network id
+EDDSA, OKP, ED25519 = -8, 1, 6  # COSE algorithm, key type and curve
+COSE_KEY = {"kty": 1, "alg": 3, "crv": -1, "x": -2}  # COSE_Key labels
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestKey:
+    """A plain payment key and the network its enterprise address is on, signing requests."""
+
+    key: SigningKey
+    network_id: int
+
+    def sign_request(self, fields: RequestFields) -> dict[str, str]:
+        """The CIP-8 headers for one request, as `ConsumerKey.sign_request` makes them."""
+        vkey = bytes(self.key.verify_key)
+        key_hash = hashlib.blake2b(vkey, digest_size=KEY_HASH_BYTES).digest()
+        address = bytes([ENTERPRISE_ADDRESS | self.network_id]) + key_hash
+        protected = cbor2.dumps({1: EDDSA, "address": address})  # label 1: the algorithm
+        payload = fields.payload().encode()
+        signature = self.key.sign(cbor2.dumps(["Signature1", protected, b"", payload])).signature
+        sign1 = cbor2.dumps([protected, {"hashed": False}, payload, signature])
+        cose_key = cbor2.dumps({COSE_KEY["kty"]: OKP, COSE_KEY["alg"]: EDDSA,
+                                COSE_KEY["crv"]: ED25519, COSE_KEY["x"]: vkey})  # fmt: skip
+        return headers_of({"signature": sign1.hex(), "key": cose_key.hex()})
+
+
+def key_text(path: Path) -> str:
+    """What the key file holds; WalletError saying what to do when there is none."""
+    try:
+        return path.read_text()
+    except FileNotFoundError as exc:
+        raise WalletError(
+            f"no key at {path}: run `unchained wallet new` (or pass --key FILE)", path=str(path)
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise WalletError(
+            f"{path} is not a key file: not text (byte {exc.start}: {exc.reason})", path=str(path)
+        ) from exc
+
+
+def plain_request_key(path: Path, network_id: int) -> RequestKey | None:
+    """The key in `path` when it is a plain payment key envelope; None for anything else."""
+    text = key_text(path)
+    try:
+        envelope = json.loads(text)
+        seed = bytes.fromhex(envelope["cborHex"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if envelope.get("type") != PLAIN_KEY_TYPE or seed[:2] != SEED_CBOR or len(seed) != 34:
+        return None
+    return RequestKey(SigningKey(seed[2:]), network_id)

@@ -1,0 +1,373 @@
+"""The consumer SDK: request a job, check its quote, lock its escrow (signed here, or as
+unsigned CBOR for an external wallet), follow it, verify and unpack its results, and get the
+money back (refund, slash) without the market's help. Async at the edges; blocking chain
+reads and builders run in a thread so an event loop never stalls.
+
+    consumer = Consumer(key, market, context, ogmios_url, deployment, store)
+    quote = await consumer.sdk.quote(spec)            # checked: QuoteRejected otherwise
+    escrow = await consumer.lock(quote)           # built locally, signed, submitted, reported
+    async for event in consumer.events(quote.job_id): ...
+    result = await consumer.results(quote.job_id, Path("out"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pycardano import Address, Transaction, UTxO
+from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
+
+from consumer.sdk.archive import unpack_archive
+from consumer.sdk.client import MarketClient
+from consumer.sdk.errors import (
+    ConsumerError,
+    InsufficientFunds,
+    NothingToDo,
+    NotRefundableYet,
+    QuoteRejected,
+    ResultMismatch,
+)
+from consumer.sdk.external import signed_lock
+from consumer.sdk.job_record import JobRecord
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.quote import CheckedQuote, check_quote, locked_spec
+from consumer.sdk.store import JobStore, local_time
+from offchain.chain.submit import submit_confirmed
+from offchain.chain.time import iso
+from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
+from offchain.protocol.api.wire import EventPublic, JobPublic, LogPublic, SignedEvidence
+from offchain.protocol.checks.bond_check import BondRefused, check_bond
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.receipt import Receipt, ReceiptFormatError
+from offchain.protocol.ledger.addresses import from_plutus
+from offchain.protocol.ledger.amounts import ADA, ada
+from offchain.protocol.ledger.payloads import verify
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx import escrow as escrows
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import BuildError, Clock
+
+LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
+RESULT_FILE = "result.tar"
+RECEIPT_FILE = "receipt.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifiedResult:
+    """A result archive whose sha256 is the one the escrow's provider signed a receipt for."""
+
+    job_id: str
+    archive: Path
+    unpacked: Path | None
+    sha256: str
+    size: int
+    units: int
+    cost: int  # price x units, what the provider is paid
+
+
+@dataclasses.dataclass
+class Consumer:
+    key: ConsumerKey
+    market: MarketClient
+    context: OgmiosV6ChainContext
+    ogmios_url: str
+    deployment: Deployment
+    store: JobStore
+    min_bond_lovelace: int = 0  # refuse a provider whose counted bond is less (0: none needed)
+
+    # --- quote and lock ---------------------------------------------------------------
+
+    async def quote(self, spec: JobSpec, gpu_model: str | None = None) -> CheckedQuote:
+        """Request the job and check the quote (the provider's signed offer, the escrow terms,
+        the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
+        as locked, before anything is locked."""
+        request: dict[str, Any] = {
+            "spec": spec.model_dump(mode="json"), "consumer_address": str(self.key.address),
+        }  # fmt: skip
+        if gpu_model:
+            request["gpu_model"] = gpu_model
+        quote = await self.market.request_job(request)
+        spec = await asyncio.to_thread(locked_spec, spec, quote.image)
+        params = await self.market.escrow_parameters(quote.job_id)
+        clock = await asyncio.to_thread(Clock.now, self.context)
+        lock = await asyncio.to_thread(
+            escrows.lock_lovelace, self.context, self.deployment, params.to_datum()
+        )
+        checked = check_quote(
+            quote, params, spec, self.key.address, self.deployment, self.market.identity,
+            clock.tip_ms, lock, gpu_model,
+        )  # fmt: skip
+        checked = dataclasses.replace(
+            checked, bond_lovelace=await asyncio.to_thread(self.checked_bond, checked)
+        )
+        self.store.save(JobRecord(
+            job_id=checked.job_id, market_url=self.market.url, provider_id=checked.provider_id,
+            gpu_model=checked.gpu_model, spec=spec.model_dump(mode="json"),
+            datum_cbor=checked.datum.to_cbor_hex(), lovelace=checked.lovelace,
+            created_ms=time.time_ns() // 1_000_000,
+        ))  # fmt: skip
+        return checked
+
+    def checked_bond(self, quote: CheckedQuote) -> int:
+        """The lovelace of the bond the quote's offer names, read from the chain and checked
+        to back this provider until the job closes (`check_bond`) with at least the
+        consumer's minimum; QuoteRejected, before anything is locked, when it does not count.
+        The market checked it too, but a slash is only as good as the bond really there."""
+        ref, least = quote.terms.get("bond"), self.min_bond_lovelace
+        if ref is None:
+            if least:
+                raise QuoteRejected(
+                    f"provider {quote.provider_id} names no bond and you require one of at "
+                    f"least {ada(least)} (--min-bond): nothing locked; lower --min-bond or "
+                    "pick another offer (--gpu-model)",
+                    min_bond=least,
+                )  # fmt: skip
+            return 0
+        bond = utxo_at(self.context, parse_out_ref(ref))
+        if bond is None:
+            raise QuoteRejected(
+                f"the bond {ref} the provider's offer names is not on chain (spent or never "
+                "made), so it backs nothing: nothing locked", bond=ref,
+            )  # fmt: skip
+        payout = Address.from_primitive(quote.terms["payout_address"])
+        try:
+            check_bond(self.deployment, bond, quote.datum.provider_vkey, payout, least,
+                       quote.datum.close, Clock.now(self.context).tip_ms)  # fmt: skip
+        except BondRefused as exc:
+            raise QuoteRejected(
+                f"the provider's bond does not count: {exc}; nothing locked (--min-bond is "
+                f"{ada(least)})", bond=ref, min_bond=least,
+            ) from exc  # fmt: skip
+        return bond.output.amount.coin
+
+    def balance(self) -> int:
+        """Lovelace at the consumer's address (tokens aside)."""
+        return sum(utxo.output.amount.coin for utxo in self.context.utxos(self.key.address))
+
+    async def build_lock(self, job_id: str) -> Transaction:
+        """The job's escrow lock, unsigned, built here from the checked quote; InsufficientFunds
+        when the address cannot pay it (what is missing, where to send it)."""
+        record = self.store.get(job_id)
+        needed = record.lovelace + LOCK_FEE_MARGIN
+        held = await asyncio.to_thread(self.balance)
+        try:
+            if held < needed:
+                raise BuildError("balance below the lock and its fee")
+            tx = await asyncio.to_thread(
+                escrows.lock, self.context, self.deployment, self.key.address, record.datum,
+                record.lovelace,
+            )  # fmt: skip
+        except BuildError as exc:
+            raise InsufficientFunds(
+                f"not enough funds: the lock needs {ada(record.lovelace)} plus up to "
+                f"{ada(LOCK_FEE_MARGIN)} for its fee, {ada(needed)} in all, at "
+                f"{self.key.address}; it holds {ada(held)}. Send at least "
+                f"{ada(max(needed - held, 0))} there and submit again. ({exc})",
+                address=str(self.key.address), needed=needed, held=held,
+            ) from exc  # fmt: skip
+        record.lock_tx_id, record.lock_tx_cbor = tx.id.payload.hex(), tx.to_cbor_hex()
+        self.store.save(record)
+        return tx
+
+    def accept_signed(self, job_id: str, cbor: bytes) -> Transaction:
+        """The lock as an external wallet signed it (a whole transaction, or a CIP-30 witness
+        set for the unsigned lock recorded): it must be the very transaction built for the job
+        (same id) and carry a valid witness of the consumer's key."""
+        record = self.store.get(job_id)
+        tx = signed_lock(cbor, record.lock_tx_cbor)
+        if tx.id.payload.hex() != record.lock_tx_id:
+            raise ConsumerError(
+                f"this is not the lock built for job {job_id} ({record.lock_tx_id}); sign the "
+                "unsigned transaction unchanged"
+            )
+        witnesses = tx.transaction_witness_set.vkey_witnesses or []
+        if not any(
+            w.vkey.hash().payload.hex() == self.key.key_hash
+            and verify(w.vkey.payload[:32], tx.id.payload, w.signature)
+            for w in witnesses
+        ):
+            raise ConsumerError(f"the lock carries no valid signature by {self.key.address}")
+        return tx
+
+    async def submit_lock(self, job_id: str, signed: Transaction) -> str:
+        """Submit the signed lock, wait for its block, tell the market: the escrow `TXID#IX`."""
+        record = self.store.get(job_id)
+        await submit_confirmed(self.ogmios_url, signed)
+        record.escrow = format_out_ref(escrows.lock_escrow(signed.id))
+        self.store.save(record)
+        await self.market.report_escrow(job_id, record.escrow)
+        return record.escrow
+
+    async def lock(self, job_id: str) -> str:
+        """Build, sign with the consumer's key and submit the job's lock; the escrow."""
+        return await self.submit_lock(job_id, self.key.sign(await self.build_lock(job_id)))
+
+    # --- follow -------------------------------------------------------------------------
+
+    async def status(self, job_id: str) -> JobPublic:
+        return await self.market.job(job_id)
+
+    def events(self, job_id: str) -> AsyncIterator[EventPublic]:
+        return self.market.events(job_id)
+
+    async def logs(self, job_id: str, after: int = -1) -> list[LogPublic]:
+        return await self.market.logs(job_id, after)
+
+    # --- results ------------------------------------------------------------------------
+
+    async def results(self, job_id: str, into: Path, unpack: bool = True) -> VerifiedResult:
+        """Download the result archive into `into`, check its sha256 against the receipt and
+        the receipt's signature against the escrow's provider key; only then unpack it (into
+        `into/out`). ResultMismatch when either fails: the download is removed."""
+        record = self.store.get(job_id)
+        signed = await self.market.signatures(job_id)
+        if signed.receipt_signature is None or signed.receipt_result_hash is None:
+            state = (await self.market.job(job_id)).state
+            raise ConsumerError(f"job {job_id} has no receipt yet (it is {state})", state=state)
+        receipt = self.check_receipt(record, signed)
+        into.mkdir(parents=True, exist_ok=True)
+        partial = into / f".{RESULT_FILE}.part"
+        arrived = await self.market.download_result(job_id, partial)
+        expected = signed.receipt_result_hash
+        if arrived != expected:
+            partial.unlink()
+            raise ResultMismatch(
+                f"the result archive is not the one the provider signed for: expected sha256 "
+                f"{expected}, arrived {arrived}; nothing was unpacked (removed the download)",
+                expected=expected, arrived=arrived,
+            )  # fmt: skip
+        archive = into / RESULT_FILE
+        partial.replace(archive)
+        (into / RECEIPT_FILE).write_text(kept_receipt(record, receipt, self.deployment))
+        unpacked = unpack_archive(archive, into / "out") if unpack else None
+        units = receipt.units
+        return VerifiedResult(
+            job_id, archive, unpacked, arrived, archive.stat().st_size, units,
+            record.datum.price_per_unit * units,
+        )  # fmt: skip
+
+    def check_receipt(self, record: JobRecord, signed: SignedEvidence) -> Receipt:
+        """ResultMismatch unless the receipt names the job's escrow and is signed by the
+        provider key the consumer locked for (its own record, not the market's word)."""
+        if record.escrow is None or signed.escrow != record.escrow:
+            raise ResultMismatch(
+                f"the receipt is for escrow {signed.escrow}, not this job's {record.escrow}"
+            )
+        try:
+            body = signed.model_dump()
+            receipt = Receipt.from_body(parse_out_ref(record.escrow), body, prefix="receipt_")
+        except ReceiptFormatError as exc:
+            raise ResultMismatch(f"the market served no valid receipt: {exc}") from exc
+        vkey = record.datum.provider_vkey
+        if not receipt.signed_by(vkey, self.deployment.network_id, self.deployment.settle_hash):
+            raise ResultMismatch(
+                f"the receipt is not signed by the escrow's provider key {vkey.hex()}: "
+                "nothing was downloaded or unpacked",
+                provider_vkey=vkey.hex(),
+            )
+        return receipt
+
+    # --- money back ---------------------------------------------------------------------
+
+    async def refund(self, job_id: str) -> Transaction:
+        """Refund the escrow to the consumer once deadline + settle window passed (chain
+        time); the confirmed transaction."""
+        escrow = await asyncio.to_thread(self._refundable, job_id)
+        tx = await asyncio.to_thread(
+            escrows.refund, self.context, self.deployment, escrow, self.key.address
+        )
+        return await self._submit(tx)
+
+    async def slash(self, job_id: str) -> Transaction:
+        """Refund and take the slash share of the provider's bond in one transaction, with the
+        provider's signed acceptance of the escrow; the confirmed transaction."""
+        signed = await self.market.signatures(job_id)
+        acceptance = signed.acceptance_signature
+        if acceptance is None:
+            raise NothingToDo(
+                f"the provider never accepted job {job_id}, so there is nothing to slash: "
+                f"`unchained job refund {job_id}` returns the escrow"
+            )
+        escrow = await asyncio.to_thread(self._refundable, job_id)
+        bond = await asyncio.to_thread(self._provider_bond, job_id)
+        tx = await asyncio.to_thread(
+            bonds.slash, self.context, self.deployment, escrow, bond, bytes.fromhex(acceptance),
+            self.key.address,
+        )  # fmt: skip
+        return await self._submit(tx)
+
+    def _refundable(self, job_id: str) -> UTxO:
+        """The job's escrow UTxO if it can be refunded now; NotRefundableYet says when."""
+        record = self.store.get(job_id)
+        if record.escrow is None:
+            raise NothingToDo(f"job {job_id} has no escrow: nothing was locked")
+        escrow = utxo_at(self.context, parse_out_ref(record.escrow))
+        if escrow is None:
+            raise NothingToDo(
+                f"escrow {record.escrow} is spent already (settled, refunded or slashed): "
+                f"see `unchained job status {job_id}`"
+            )
+        wait = Wait.after(Clock.now(self.context), record.datum.close)
+        if wait is not None:
+            raise NotRefundableYet(
+                f"escrow {record.escrow} is not refundable yet: {wait}. Run `unchained job "
+                f"refund {job_id}` then.", refundable_at_ms=wait.at_ms,
+                chain_now_ms=wait.chain_now_ms, local_eta_ms=wait.local_ms,
+            )  # fmt: skip
+        return escrow
+
+    def _provider_bond(self, job_id: str) -> UTxO:
+        datum = self.store.get(job_id).datum
+        provider = from_plutus(datum.provider, self.deployment.network)
+        found = bonds.bonds_of(self.context, self.deployment, provider, datum.provider_vkey)
+        if not found:
+            raise NothingToDo(
+                f"the provider has no bond on chain to slash: `unchained job refund {job_id}` "
+                "returns the escrow"
+            )
+        return max(found, key=lambda pair: pair[0].output.amount.coin)[0]
+
+    async def _submit(self, unsigned: Transaction) -> Transaction:
+        signed = self.key.sign(unsigned)
+        await submit_confirmed(self.ogmios_url, signed)
+        return signed
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """How long until a script sees a time strictly after a deadline (a refund's close, a
+    channel's closing_at): the first such slot's time, on the chain and on this machine."""
+
+    at_ms: int  # chain time
+    chain_now_ms: int
+    local_ms: int  # about when that is on this machine's clock
+
+    @classmethod
+    def after(cls, clock: Clock, posix_ms: int) -> Wait | None:
+        """None when the chain's tip is past `posix_ms` already."""
+        first = clock.first_slot_after(posix_ms)
+        if clock.tip_slot >= first:
+            return None
+        at_ms = clock.time.slot_to_posix_ms(first)
+        return cls(at_ms, clock.tip_ms, time.time_ns() // 1_000_000 + at_ms - clock.tip_ms)
+
+    def __str__(self) -> str:
+        return (f"at {iso(self.at_ms)} chain time (about {local_time(self.local_ms)} on this "
+                f"machine's clock; the chain is at {iso(self.chain_now_ms)})")  # fmt: skip
+
+
+def kept_receipt(record: JobRecord, receipt: Receipt, deployment: Deployment) -> str:
+    """The receipt kept beside a verified result: its self-contained record (what was signed,
+    for which escrow), the job and the provider key that signed it."""
+    kept = {
+        **receipt.record(deployment),
+        "job_id": record.job_id,
+        "provider_vkey": record.datum.provider_vkey.hex(),
+    }
+    return json.dumps(kept, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,192 @@
+"""One deployment of the protocol on one chain: its scripts, as reference UTxOs, and their
+parameters. Every builder takes it; `deploy` makes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pycardano import (
+    Address,
+    ChainContext,
+    Network,
+    PlutusV3Script,
+    ScriptAny,
+    ScriptHash,
+    StakeCredential,
+    StakeRegistration,
+    Transaction,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    VerificationKeyHash,
+    plutus_script_hash,
+    script_hash,
+)
+
+from contracts.artifacts import (
+    bond_script,
+    channel_script,
+    claim_script,
+    escrow_script,
+    settle_script,
+)
+from offchain.chain.context import queries
+from offchain.protocol.tx.txbuild import at_least_min_utxo, build, new_builder, out_ref
+
+# Reference scripts sit where nobody can ever spend them (a native script "any of none" is
+# never satisfied), so no one can pull a deployment out from under everyone's builders.
+NEVER_SPENDABLE = ScriptAny([])
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    network_id: int
+    notice_ms: int
+    slash_share_bps: int
+    escrow_ref: UTxO  # holds the escrow script
+    bond_ref: UTxO  # holds the bond script
+    refund_window_ms: int  # after an escrow's close, only its consumer may refund (and slash)
+    settle_ref: UTxO  # holds the batch settle script
+    channel_ref: UTxO  # holds the payment channel script
+    claim_ref: UTxO  # holds the batch channel claim script
+
+    @property
+    def network(self) -> Network:
+        return Network(self.network_id)
+
+    @property
+    def escrow_script(self) -> PlutusV3Script:
+        return _script(self.escrow_ref)
+
+    @property
+    def bond_script(self) -> PlutusV3Script:
+        return _script(self.bond_ref)
+
+    @property
+    def settle_script(self) -> PlutusV3Script:
+        return _script(self.settle_ref)
+
+    @property
+    def settle_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.settle_script)
+
+    @property
+    def escrow_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.escrow_script)
+
+    @property
+    def bond_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.bond_script)
+
+    @property
+    def channel_script(self) -> PlutusV3Script:
+        return _script(self.channel_ref)
+
+    @property
+    def claim_script(self) -> PlutusV3Script:
+        return _script(self.claim_ref)
+
+    @property
+    def channel_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.channel_script)
+
+    @property
+    def claim_hash(self) -> ScriptHash:
+        return plutus_script_hash(self.claim_script)
+
+    def escrow_address(self, stake: Address | None = None) -> Address:
+        """An escrow address; `stake` lends its stake part (the consumer keeps delegating)."""
+        return Address(self.escrow_hash, _stake_part(stake), network=self.network)
+
+    def bond_address(self, stake: Address | None = None) -> Address:
+        return Address(self.bond_hash, _stake_part(stake), network=self.network)
+
+    def channel_address(self, stake: Address | None = None) -> Address:
+        """A channel address; `stake` lends its stake part (the renter keeps delegating)."""
+        return Address(self.channel_hash, _stake_part(stake), network=self.network)
+
+    @property
+    def reward_address(self) -> Address:
+        """The settle script's stake address: a batch settle withdraws its whole balance (0
+        unless someone paid into it) from it."""
+        return Address(staking_part=self.settle_hash, network=self.network)
+
+    @property
+    def claim_reward_address(self) -> Address:
+        """The claim script's stake address, withdrawn from by a batch claim as a settle is."""
+        return Address(staking_part=self.claim_hash, network=self.network)
+
+
+def validators(
+    network_id: int,
+    refund_window_ms: int,
+    notice_ms: int,
+    slash_share_bps: int,
+    reference: bool = False,
+) -> tuple[PlutusV3Script, PlutusV3Script, PlutusV3Script, PlutusV3Script, PlutusV3Script]:
+    """The settle, escrow, bond, claim and channel scripts of a deployment with these
+    parameters (each script names the one before it by hash, the channel its claim script);
+    `reference`: the settle and claim scripts' OpShin references instead of the hand-written
+    ones (tests run both)."""
+    settle = settle_script(network_id, reference)
+    escrow = escrow_script(plutus_script_hash(settle).payload, refund_window_ms)
+    bond = bond_script(network_id, plutus_script_hash(escrow).payload, notice_ms, slash_share_bps)
+    claim = claim_script(network_id, reference)
+    channel = channel_script(plutus_script_hash(claim).payload)
+    return settle, escrow, bond, claim, channel
+
+
+def deploy(
+    context: ChainContext,
+    payer: Address,
+    network_id: int,
+    notice_ms: int,
+    slash_share_bps: int,
+    refund_window_ms: int,
+    reference: bool = False,
+) -> tuple[Transaction, Deployment]:
+    """Publish the five scripts as reference UTxOs and register the settle and claim
+    scripts' stake credentials; `payer` pays and signs.
+
+    The escrow is output 0, the bond output 1, the settle script output 2, the channel
+    script output 3 and the claim script output 4 (all five fit one transaction). A
+    registration is skipped when its credential is already registered (the same scripts
+    deployed again). The deployment names outputs of the unsigned transaction: its id does
+    not change when it is signed.
+    """
+    settle, escrow, bond, claim, channel = validators(
+        network_id, refund_window_ms, notice_ms, slash_share_bps, reference
+    )
+    holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
+    builder = new_builder(context)
+    builder.add_input_address(payer)
+    outputs = []
+    for script in (escrow, bond, settle, channel, claim):
+        output = TransactionOutput(holder, 0, script=script)
+        output.amount.coin = at_least_min_utxo(context, output, 0)
+        builder.add_output(output)
+        outputs.append(output)
+    builder.certificates = [
+        StakeRegistration(StakeCredential(credential))
+        for credential in (plutus_script_hash(settle), plutus_script_hash(claim))
+        if queries(context).script_reward_balance(credential) is None
+    ] or None
+    tx = build(builder, payer)
+    refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
+    escrow_ref, bond_ref, settle_ref, channel_ref, claim_ref = refs
+    return tx, Deployment(
+        network_id, notice_ms, slash_share_bps, escrow_ref, bond_ref, refund_window_ms,
+        settle_ref, channel_ref, claim_ref,
+    )  # fmt: skip
+
+
+def _script(ref: UTxO) -> PlutusV3Script:
+    script = ref.output.script
+    if not isinstance(script, PlutusV3Script):
+        raise ValueError(f"{out_ref(ref)} holds no Plutus V3 script")
+    return script
+
+
+def _stake_part(address: Address | None) -> VerificationKeyHash | ScriptHash | None:
+    return address.staking_part if address is not None else None

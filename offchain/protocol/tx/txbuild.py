@@ -1,0 +1,242 @@
+"""Pieces every protocol builder shares: wallets, payout outputs, fee inputs, chain clock, and
+the split of building from signing.
+
+Builders return unsigned transactions (pycardano's build / build_witness_set); `sign_tx` adds
+a party's witness, so a CIP-30 wallet or a hardware key can sign instead, the market never
+holds a key, and the two signers of a cancel can sign in their own processes.
+Redeemers carry output (and for Slash, input) indices, so builders place outputs themselves
+and, where an input index matters, pick the fee-paying inputs before building rather than
+leaving the choice to pycardano's selector.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Collection, Sequence
+from typing import TypeVar
+
+from pycardano import (
+    Address,
+    ChainContext,
+    ExtendedSigningKey,
+    Network,
+    NonEmptyOrderedSet,
+    PaymentSigningKey,
+    PlutusData,
+    PlutusScript,
+    ScriptHash,
+    Transaction,
+    TransactionBuilder,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    VerificationKeyHash,
+    VerificationKeyWitness,
+    min_lovelace_post_alonzo,
+)
+from pycardano.exception import UTxOSelectionException
+from typeguard import suppress_type_checks
+
+from offchain.chain.context import queries
+from offchain.chain.time import ChainTime, iso
+from offchain.chain.utxo import format_out_ref
+from offchain.core.errors import UnchainedError
+from offchain.protocol.ledger.amounts import ADA
+from offchain.protocol.ledger.types import Payout, PayoutKind, TxOutRef
+from offchain.protocol.tx.tx_reader import ledger_order, plutus_cbor
+
+D = TypeVar("D", bound=PlutusData)
+FEE_RESERVE = 10 * ADA  # plain ADA a submitter brings: fee, collateral, min-UTxO top-ups
+TTL_MS = 15 * 60 * 1000  # how long a built transaction stays valid (at most)
+# Declared execution units over the evaluated ones. Scripts here read nothing the balancing
+# changes (fee, change), so evaluation is exact; pycardano's 20% would cost fees and batch size.
+EXECUTION_MARGIN = 0.02
+
+
+class BuildError(UnchainedError):
+    """The transaction cannot be built (yet): the message says what is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Wallet:
+    """A key and the address it spends from (and receives change at)."""
+
+    key: PaymentSigningKey
+    address: Address
+
+    @classmethod
+    def of(cls, key: PaymentSigningKey, network: Network) -> Wallet:
+        """The wallet of `key` on `network` (a deployment's: `Deployment.network`)."""
+        return cls(key, Address(key.to_verification_key().hash(), network=network))
+
+    @property
+    def vkey(self) -> bytes:
+        return self.key.to_verification_key().payload
+
+    @property
+    def key_hash(self) -> VerificationKeyHash:
+        return self.key.to_verification_key().hash()
+
+    def sign(self, tx: Transaction) -> Transaction:
+        """`tx` with this wallet's witness added."""
+        return sign_tx(tx, self.key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """The chain tip and its time: what validity ranges are computed from."""
+
+    time: ChainTime
+    tip_slot: int
+
+    @classmethod
+    def now(cls, context: ChainContext) -> Clock:
+        return cls(queries(context).chain_time(), context.last_block_slot)
+
+    @property
+    def tip_ms(self) -> int:
+        return self.time.slot_to_posix_ms(self.tip_slot)
+
+    def first_slot_after(self, posix_ms: int) -> int:
+        """The first slot that a script sees as strictly later than `posix_ms`."""
+        return self.time.posix_ms_to_slot(posix_ms) + 1
+
+    def first_slot_at(self, posix_ms: int) -> int:
+        """The first slot that a script sees as `posix_ms` or later."""
+        slot = self.time.posix_ms_to_slot(posix_ms)
+        return slot if self.time.slot_to_posix_ms(slot) == posix_ms else slot + 1
+
+    def ttl_until(self, posix_ms: int) -> int:
+        """A ttl (exclusive upper slot) whose POSIX time is <= `posix_ms`, at most TTL_MS away."""
+        return self.time.posix_ms_to_slot(min(posix_ms, self.tip_ms + TTL_MS))
+
+    def iso_slot(self, slot: int) -> str:
+        return iso(self.time.slot_to_posix_ms(slot))
+
+
+def new_builder(context: ChainContext) -> TransactionBuilder:
+    builder = TransactionBuilder(context)
+    builder.execution_memory_buffer = builder.execution_step_buffer = EXECUTION_MARGIN
+    return builder
+
+
+def script_source(builder: TransactionBuilder, ref: UTxO) -> UTxO | PlutusScript:
+    """The reference UTxO on first use, the script itself after that: pycardano charges a
+    reference script's bytes once per mention, the ledger once per transaction."""
+    script = ref.output.script
+    assert script is not None
+    return script if ref in builder.reference_inputs else ref
+
+
+def at_least_min_utxo(context: ChainContext, output: TransactionOutput, owed: int) -> int:
+    """`owed`, raised to the output's min-UTxO (the top-up comes from the fee budget)."""
+    probe = TransactionOutput(output.address, 2**40, datum=output.datum, script=output.script)
+    return max(owed, min_lovelace_post_alonzo(probe, context))
+
+
+def payout(
+    context: ChainContext, to: Address, owed: int, kind: PayoutKind, escrow: TransactionInput
+) -> TransactionOutput:
+    """An output owed `owed` to `to` for `escrow`, tagged so no other escrow can count it."""
+    return tagged_output(context, to, owed, Payout(int(kind), TxOutRef.of(escrow)))
+
+
+def tagged_output(
+    context: ChainContext, to: Address, owed: int, tag: PlutusData
+) -> TransactionOutput:
+    """An output owed `owed` to `to` carrying `tag` as its inline datum."""
+    output = TransactionOutput(to, 0, datum=tag)
+    output.amount.coin = at_least_min_utxo(context, output, owed)
+    return output
+
+
+def add_output(builder: TransactionBuilder, output: TransactionOutput) -> int:
+    """Append `output` and return its index (pycardano appends change after ours)."""
+    builder.add_output(output)
+    return len(builder.outputs) - 1
+
+
+def out_ref(utxo: UTxO) -> str:
+    """`txid#index`, as people and explorers write an output reference."""
+    return format_out_ref(utxo.input)
+
+
+def read_datum(utxo: UTxO, kind: type[D], script: ScriptHash, what: str) -> D:
+    """The inline datum of a UTxO at `script`, decoded as `kind`; BuildError for anything else
+    (anyone can lock anything at a script address: never trust a datum's shape)."""
+    datum = utxo.output.datum
+    if utxo.output.address.payment_part != script or datum is None:
+        raise BuildError(f"{out_ref(utxo)} is not at this deployment's {what} script")
+    raw = plutus_cbor(datum)
+    try:
+        return kind.from_cbor(raw)
+    except Exception as exc:
+        raise BuildError(f"{out_ref(utxo)} carries no valid {what} datum: {exc}") from exc
+
+
+def ledger_key(utxo: UTxO) -> tuple[bytes, int]:
+    """Sort key of inputs as the ledger orders them (scripts see them, redeemers index them)."""
+    return ledger_order(utxo.input)
+
+
+def ledger_inputs(*groups: Sequence[UTxO]) -> list[TransactionInput]:
+    """All of a transaction's inputs in ledger order: the list redeemers index into. Fix the
+    inputs before building (`fee_inputs`), never leave their choice to pycardano."""
+    return [u.input for u in sorted((u for g in groups for u in g), key=ledger_key)]
+
+
+def fee_inputs(
+    context: ChainContext,
+    payer: Address,
+    lovelace: int = FEE_RESERVE,
+    busy: Collection[TransactionInput] = (),
+) -> list[UTxO]:
+    """UTxOs at `payer` worth at least `lovelace`: plain ADA first (collateral comes from
+    them), largest first; any tokens they carry go back to the payer as change. None of
+    `busy`: those the payer's transactions still in flight spend."""
+    utxos = [u for u in context.utxos(payer) if u.input not in busy]
+    chosen: list[UTxO] = []
+    for utxo in sorted(
+        utxos, key=lambda u: (bool(u.output.amount.multi_asset), -u.output.amount.coin)
+    ):
+        if sum(u.output.amount.coin for u in chosen) >= lovelace:
+            break
+        chosen.append(utxo)
+    if sum(u.output.amount.coin for u in chosen) < lovelace:
+        raise BuildError(f"{payer} needs {lovelace} lovelace for the fee and collateral")
+    return chosen
+
+
+def add_inputs(builder: TransactionBuilder, utxos: Sequence[UTxO]) -> None:
+    for utxo in utxos:
+        builder.add_input(utxo)
+
+
+def build(builder: TransactionBuilder, payer: Address) -> Transaction:
+    """Balance (change to `payer`) and evaluate the scripts: the unsigned transaction. Its
+    fee already counts the witnesses of its key inputs and required signers."""
+    try:
+        # pycardano type-checks the whole transaction at each of the many serialisations
+        # balancing does: half of a 41-escrow settle's build. The finished transaction is
+        # still checked when it is serialised to be signed and sent.
+        with suppress_type_checks():
+            body = builder.build(change_address=payer)
+    except UTxOSelectionException as exc:
+        raise BuildError(f"{payer} cannot pay for this transaction: {exc}") from exc
+    witnesses = builder.build_witness_set(True)
+    return Transaction(body, witnesses, auxiliary_data=builder.auxiliary_data)
+
+
+def sign_tx(tx: Transaction, *keys: PaymentSigningKey | ExtendedSigningKey) -> Transaction:
+    """`tx` with each key's witness added to those it has (parties may sign in turn)."""
+    signed = [VerificationKeyWitness(k.to_verification_key(), k.sign(tx.id.payload)) for k in keys]
+    return with_witnesses(tx, signed)
+
+
+def with_witnesses(tx: Transaction, signed: Sequence[VerificationKeyWitness]) -> Transaction:
+    """`tx` with `signed` added to its witnesses: a party's signature made elsewhere (the
+    provider's half of a cancel reaches the market as a signature alone)."""
+    witnesses = copy.copy(tx.transaction_witness_set)
+    witnesses.vkey_witnesses = NonEmptyOrderedSet([*(witnesses.vkey_witnesses or []), *signed])
+    return Transaction(tx.transaction_body, witnesses, tx.valid, tx.auxiliary_data)

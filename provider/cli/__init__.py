@@ -1,0 +1,1 @@
+"""`unchained provider ...`: the operator's commands."""

@@ -1,0 +1,164 @@
+"""`unchained provider bond create | top-up | unbond | withdraw | show`: the provider's bond on
+chain, built with `offchain.protocol.tx.bond` and signed with the provider key.
+
+The bond backs the provider's signed acceptances: a consumer whose accepted job is never
+delivered takes a share of it. It leaves only after a notice period, so the commands say
+where a bond stands in chain time (UTC), never the local clock's. The chain side is in
+`provider.cli.bond_chain`, imported by each command as it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from offchain.protocol.ledger.amounts import ada, parse_lovelace
+from provider.cli.options import ChainFlags, chain_command, fail, reported
+
+app = typer.Typer(
+    help="The provider's bond: ADA at the bond script backing its acceptances.",
+    no_args_is_help=True,
+)
+
+AmountArgument = Annotated[str, typer.Argument(help="With its unit: 400ADA, 2000000lovelace.")]
+BondOption = Annotated[
+    str | None, typer.Option("--bond", help="Which bond (TXID#IX), when there are several.")
+]
+
+
+@contextmanager
+def refused() -> Iterator[None]:
+    """A bond rule's refusal as one line on stderr: exit 2 when a bond must be named, else 1."""
+    from provider.money.bonding import BondError, BondNotChosen
+
+    try:
+        yield
+    except BondNotChosen as exc:
+        raise fail(str(exc)) from exc
+    except BondError as exc:
+        raise fail(str(exc), code=1) from exc
+
+
+def _amount(text: str) -> int:
+    try:
+        return parse_lovelace(text)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+
+
+@app.command()
+@reported()
+@refused()
+@chain_command
+def create(
+    flags: ChainFlags,
+    amount: AmountArgument,
+) -> None:
+    """Post a bond from the provider's wallet (one per provider: top it up to grow it)."""
+    from offchain.protocol.tx import bond as bonds
+    from provider.cli.bond_chain import made_bond, provider_on_chain, show_bond
+
+    lovelace = _amount(amount)
+    chain = provider_on_chain(flags)
+    chain.check_none_yet()
+    chain.can_pay(lovelace)
+    wallet = chain.wallet
+    tx = wallet.sign(
+        bonds.create(chain.context, chain.deployment, wallet.address, wallet.vkey, lovelace)
+    )
+    chain.submit(tx, f"posted a bond of {ada(lovelace)}")
+    show_bond(chain, made_bond(tx))
+
+
+@app.command("top-up")
+@reported()
+@refused()
+@chain_command
+def top_up(
+    flags: ChainFlags,
+    amount: AmountArgument,
+    bond: BondOption = None,
+) -> None:
+    """Add to the bond from the provider's wallet."""
+    from offchain.protocol.tx import bond as bonds
+    from provider.cli.bond_chain import bond_ref, made_bond, provider_on_chain, show_bond
+
+    lovelace = _amount(amount)
+    chain = provider_on_chain(flags)
+    utxo, _ = chain.bond(bond_ref(bond))
+    chain.can_pay(lovelace)
+    tx = chain.wallet.sign(
+        bonds.top_up(chain.context, chain.deployment, utxo, chain.wallet.address, lovelace)
+    )
+    chain.submit(tx, f"added {ada(lovelace)}")
+    show_bond(chain, made_bond(tx))
+
+
+@app.command()
+@reported()
+@refused()
+@chain_command
+def unbond(
+    flags: ChainFlags,
+    bond: BondOption = None,
+) -> None:
+    """Give notice: withdraw once it has run out (take no job that would outlive it). Refused
+    while the daemon has an accepted job open: its bond backs that job until it settles."""
+    from offchain.protocol.tx import bond as bonds
+    from provider.cli.bond_chain import bond_ref, made_bond, provider_on_chain, show_bond
+    from provider.daemon.journal import Journal  # its receipts import pycardano
+    from provider.money.bonding import check_no_open_jobs
+
+    open_jobs = Journal(flags.state).open_jobs()
+    check_no_open_jobs([entry.job_id for entry in open_jobs])
+    chain = provider_on_chain(flags)
+    utxo, _ = chain.bond(bond_ref(bond))
+    tx = chain.wallet.sign(
+        bonds.begin_unbond(chain.context, chain.deployment, utxo, chain.wallet.address)
+    )
+    chain.submit(tx, "gave notice")
+    show_bond(chain, made_bond(tx))
+
+
+@app.command()
+@reported()
+@refused()
+@chain_command
+def withdraw(
+    flags: ChainFlags,
+    bond: BondOption = None,
+) -> None:
+    """Take the bond back to the provider's wallet after its notice period."""
+    from offchain.protocol.tx import bond as bonds
+    from provider.cli.bond_chain import bond_ref, provider_on_chain
+
+    chain = provider_on_chain(flags)
+    utxo, datum = chain.bond(bond_ref(bond))
+    chain.check_withdrawable(utxo, datum)
+    tx = chain.wallet.sign(
+        bonds.withdraw(chain.context, chain.deployment, utxo, chain.wallet.address)
+    )
+    chain.submit(tx, f"withdrew {ada(utxo.output.amount.coin)} to {chain.wallet.address}")
+
+
+@app.command()
+@reported()
+@refused()
+@chain_command
+def show(
+    flags: ChainFlags,
+) -> None:
+    """The provider's address, wallet balance and bonds, as the chain has them now."""
+    from provider.cli.bond_chain import provider_on_chain, show_bond
+
+    chain = provider_on_chain(flags)
+    wallet, found = chain.balance(), chain.bonds()
+    typer.echo(f"provider {chain.wallet.address} (vkey {chain.wallet.vkey.hex()})")
+    typer.echo(f"wallet: {ada(wallet)}")
+    for utxo, _ in found:
+        show_bond(chain, utxo)
+    if not found:
+        typer.echo("no bond: post one with `unchained provider bond create AMOUNT`")

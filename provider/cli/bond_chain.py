@@ -1,0 +1,76 @@
+"""The provider's bond commands' chain side: the provider's wallet and bonds on one chain, and
+how a bond is shown. Kept apart from `provider.cli.bond` so that `--help` imports no chain
+client (tests/test_cli_imports.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import typer
+from pycardano import Transaction, TransactionInput, UTxO
+
+from offchain.chain.submit import submit_confirmed
+from offchain.chain.time import iso
+from offchain.chain.utxo import parse_out_ref
+from offchain.protocol.ledger.amounts import ada
+from offchain.protocol.ledger.types import BondDatum, Just
+from offchain.protocol.tx import bond as bonds
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
+from provider.cli.options import ChainFlags, fail, open_deployment
+from provider.keys import load_key
+from provider.money.bonding import ProviderBonds, withdrawable_slot
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderOnChain(ProviderBonds):
+    """One provider on one chain: what every bond command starts from."""
+
+    url: str
+
+    def submit(self, tx: Transaction, what: str) -> None:
+        height = asyncio.run(submit_confirmed(self.url, tx))
+        typer.echo(f"{what}: tx {tx.id} in block {height} (fee {tx.transaction_body.fee} lovelace)")
+
+
+def provider_on_chain(flags: ChainFlags) -> ProviderOnChain:
+    context, deployment = open_deployment(flags.ogmios_url, flags.deployment)
+    key = load_key(flags.state)
+    return ProviderOnChain(
+        context, deployment, Wallet.of(key, deployment.network), flags.ogmios_url
+    )
+
+
+def standing(deployment: Deployment, datum: BondDatum, clock: Clock) -> str:
+    if not isinstance(datum.unbonding_since, Just):
+        return "active"
+    since = datum.unbonding_since.value
+    slot = withdrawable_slot(deployment, since, clock)
+    when = "now" if clock.tip_slot >= slot else f"at {clock.iso_slot(slot)}"
+    if since > clock.tip_ms:  # the notice counts from its transaction's validity bound
+        return (f"notice given at {iso(clock.tip_ms)} chain time (it counts from {iso(since)}, "
+                f"its transaction's validity bound), withdrawable {when}")  # fmt: skip
+    return f"unbonding since {iso(since)}, withdrawable {when}"
+
+
+def show_bond(chain: ProviderOnChain, bond: UTxO) -> None:
+    datum = bonds.bond_datum(chain.deployment, bond)
+    state = standing(chain.deployment, datum, Clock.now(chain.context))
+    typer.echo(f"bond {out_ref(bond)}: {ada(bond.output.amount.coin)}, {state}")
+
+
+def made_bond(tx: Transaction) -> UTxO:
+    """The bond output of a create, top-up or unbond transaction."""
+    index = bonds.BOND_OUTPUT
+    return UTxO(TransactionInput(tx.id, index), tx.transaction_body.outputs[index])
+
+
+def bond_ref(text: str | None) -> TransactionInput | None:
+    """The bond named with --bond, if one is."""
+    if text is None:
+        return None
+    try:
+        return parse_out_ref(text)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc

@@ -1,0 +1,309 @@
+"""The provider's gateway: renters reach its endpoints (`provider.rentals.book`) at
+`/endpoints/<name>/<path>`, each request paid by the IOU in its `Unchained-Iou` header.
+
+The 402 rule: a request without an IOU, with a malformed one, one on another channel than the
+endpoint's, one the channel book refuses (signature, stale, above the channel) or one whose
+amount does not cover everything served on the endpoint so far (requests in flight included)
+plus this request's price gets 402 with `{"error", "due", "channel", "price"}` and an
+`Unchained-Due` header: the least the next IOU must name. An IOU taken is durably stored
+(`ChannelBook.accept`, through `IouStore`'s group commit) before the request goes upstream, so
+before the answer's first byte; the channel must still be one `may_serve` allows.
+
+The request is then streamed to the endpoint's upstream and the answer streamed back
+(`provider.gateway.upstream`: a bounded pool of keep-alive upstream connections); the request
+body is bounded whatever its framing (a declared Content-Length above the bound is refused
+before the IOU is looked at, a chunked one is cut at the bound: 413), the answer's body too
+(502 if declared above it, else the connection is cut). A request is charged
+(`RentalBook.charge`) when the upstream's answer starts: one the upstream never answers is
+not charged, and the renter's IOU for it pays the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from urllib.parse import quote
+
+from offchain.protocol.ledger.iou import IOU_HEADER
+from provider.gateway.commit import IouStore
+from provider.gateway.control import (
+    CONTROL_PREFIX,
+    BodyTooLarge,
+    ClientGone,
+    ControlRoutes,
+    DeployTerms,
+    LogReader,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    bounded,
+    iou_of,
+    payment_required,
+    reply,
+)
+from provider.gateway.upstream import PoolTimeout, UpstreamError, UpstreamPool
+from provider.money.channel_book import ChannelBook, IouRefused
+from provider.rentals.book import RUNNING, Rental, RentalBook, channel_due
+
+log = logging.getLogger(__name__)
+
+
+PREFIX = "/endpoints"
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_UPSTREAM_CONNECTIONS = 64
+UPSTREAM_TIMEOUT_S = 300.0  # an inference may take minutes; a silent upstream no longer
+CONNECT_TIMEOUT_S = 10.0
+PATH_SAFE = "/:@!$&'()*+,;=~"  # kept as they are in a path: the rest percent-encoded again
+# Hop-by-hop headers (RFC 9110 7.6.1) and what the gateway itself sets or keeps to itself.
+NOT_FORWARDED = frozenset({
+    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
+    b"upgrade", b"proxy-authorization", b"proxy-authenticate", b"host",
+    IOU_HEADER.lower().encode(),
+})  # fmt: skip
+
+
+class Gateway:
+    """The ASGI app (`gateway_app`)."""
+
+    def __init__(
+        self,
+        book: ChannelBook,
+        endpoints: RentalBook,
+        *,
+        max_request_bytes: int,
+        max_response_bytes: int,
+        max_upstream_connections: int,
+        upstream_timeout_s: float,
+        terms: DeployTerms | None,
+        logs: LogReader | None,
+    ) -> None:
+        self.endpoints = endpoints
+        self.book = book
+        self.store = IouStore(book)
+        self.max_request_bytes = max_request_bytes
+        self.max_response_bytes = max_response_bytes
+        self._pool_terms = (max_upstream_connections, upstream_timeout_s, CONNECT_TIMEOUT_S)
+        self._pool: UpstreamPool | None = None  # made in the event loop that serves
+        # lovelace of requests taken but not charged yet (their upstream has not answered),
+        # by channel: the next IOU on it must cover them too
+        self._in_flight: dict[bytes, int] = {}
+        self._turns: dict[str, int] = {}  # requests routed, by endpoint: picks its replica
+        self.control = ControlRoutes(self, terms, logs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def aclose(self) -> None:
+        """Close the upstream connections and the IOU store's thread."""
+        if self._pool is not None:
+            await self._pool.aclose()
+        self.store.close()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        if path.rstrip("/") == PREFIX and scope["method"] in ("GET", "HEAD"):
+            listed = [
+                {"name": e.name, "price_per_request": e.price_per_request,
+                 "price_per_second": e.price_per_second}
+                for e in self.endpoints.list() if e.kind == "endpoint" and e.state == RUNNING
+            ]  # fmt: skip
+            await reply(send, 200, listed)
+            return
+        if path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/"):
+            await self.control.handle(scope, receive, send)
+            return
+        if not path.startswith(PREFIX + "/"):
+            await reply(send, 404, {"error": f"no route {path}: try {PREFIX}/<name>/<path>"})
+            return
+        name, _, rest = path[len(PREFIX) + 1 :].partition("/")
+        endpoint = self.endpoints.get(name)
+        if endpoint is None or endpoint.kind != "endpoint":
+            await reply(send, 404, {"error": f"no endpoint named {name!r}"})
+            return
+        if endpoint.state != RUNNING:
+            why = f": {endpoint.reason}" if endpoint.reason else ""
+            await reply(send, 409, {"error": f"endpoint {name} is {endpoint.state}{why}"})
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        try:
+            declared = _content_length(headers)
+        except ValueError as error:
+            await reply(send, 400, {"error": str(error)})
+            return
+        if declared is not None and declared > self.max_request_bytes:
+            await _too_large(send, declared, self.max_request_bytes)
+            return
+        price = endpoint.price_per_request
+        due = self.due(endpoint.channel) + price
+        try:
+            iou = iou_of(headers, endpoint.channel, due, f"endpoint {name}", price)
+        except ValueError as error:
+            await payment_required(send, endpoint.channel, str(error), due, price)
+            return
+        held = _Held(self._in_flight, self.endpoints, endpoint, price)
+
+        async def settled_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                held.release()  # no-op once charged: an answer of the gateway's own
+            await send(message)
+
+        try:
+            try:
+                await self.store.store(iou, due)
+            except IouRefused as refusal:
+                await payment_required(settled_send, endpoint.channel, str(refusal), due, price)
+                return
+            has_body = declared != 0 and (declared is not None or _chunked(headers))
+            body = bounded(receive, self.max_request_bytes) if has_body else None
+            target = "/" + quote(rest, safe=PATH_SAFE)  # the path as sent, however encoded
+            if scope["query_string"]:
+                target += "?" + scope["query_string"].decode("latin-1")
+            forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
+            await self._proxy(scope["method"], self._next_upstream(endpoint), target, forwarded,
+                              body, settled_send, held)  # fmt: skip
+        finally:
+            held.release()
+
+    def due(self, channel: bytes) -> int:
+        """What `channel` owes now, requests in flight included: every deployment on it."""
+        now = time.time_ns() // 1_000_000
+        return channel_due(self.endpoints, channel, now) + self._in_flight.get(channel, 0)
+
+    def _next_upstream(self, endpoint: Rental) -> str:
+        """Its replicas in turn (round-robin, counted per endpoint)."""
+        upstreams = endpoint.upstreams
+        turn = self._turns.get(endpoint.name, 0)
+        self._turns[endpoint.name] = turn + 1
+        return upstreams[turn % len(upstreams)]
+
+    async def _proxy(
+        self,
+        method: str,
+        upstream: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: AsyncIterator[bytes] | None,
+        send: Send,
+        held: _Held,
+    ) -> None:
+        """Stream the request to `target` on `upstream` and its answer back, charged as the
+        answer starts."""
+        if self._pool is None:
+            self._pool = UpstreamPool(*self._pool_terms)
+        try:
+            answer = await self._pool.send(method, upstream, target, headers, body)
+        except BodyTooLarge:
+            await _too_large(send, None, self.max_request_bytes)
+            return
+        except ClientGone:
+            return
+        except PoolTimeout:
+            await reply(send, 503, {"error": "the gateway's upstream connections are all busy"})
+            return
+        except UpstreamError as error:
+            await reply(send, 502, {"error": f"upstream did not answer: {error}"})
+            return
+        try:
+            kept = []
+            for name, value in answer.headers:
+                too_long = value.isdigit() and int(value) > self.max_response_bytes
+                if name == b"content-length" and too_long:
+                    await reply(send, 502, {"error": f"upstream answer of {value.decode()} "
+                                            f"bytes is above the gateway's "
+                                            f"{self.max_response_bytes}"})  # fmt: skip
+                    return
+                if name not in NOT_FORWARDED:
+                    kept.append((name, value))
+            held.charge()
+            await send({"type": "http.response.start", "status": answer.status, "headers": kept})
+            sent = 0
+            async for chunk in answer.chunks():
+                sent += len(chunk)
+                if sent > self.max_response_bytes:  # the status is sent: cut the connection
+                    raise RuntimeError(f"upstream {upstream}{target} answered more than "
+                                       f"{self.max_response_bytes} bytes: cut")  # fmt: skip
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            answer.aclose()
+
+
+class _Held:
+    """A request's price held on its channel from its IOU's check until it is charged on its
+    endpoint (its upstream's answer starts) or let go (anything else): the next IOU on that
+    channel must cover it meanwhile. Settled before the request's answer starts, so the
+    renter's next request sees the due this one leaves."""
+
+    def __init__(
+        self, in_flight: dict[bytes, int], endpoints: RentalBook, endpoint: Rental, price: int
+    ) -> None:
+        self._in_flight, self._endpoints = in_flight, endpoints
+        self._name, self._channel, self._price = endpoint.name, endpoint.channel, price
+        in_flight[self._channel] = in_flight.get(self._channel, 0) + price
+        self._settled = False
+
+    def charge(self) -> None:
+        if not self._settled:
+            self.release()
+            self._endpoints.charge(self._name, self._price)
+
+    def release(self) -> None:
+        if not self._settled:
+            self._settled = True
+            self._in_flight[self._channel] -= self._price
+
+
+def gateway_app(
+    book: ChannelBook,
+    endpoints: RentalBook,
+    *,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+    max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS,
+    upstream_timeout_s: float = UPSTREAM_TIMEOUT_S,
+    terms: DeployTerms | None = None,
+    logs: LogReader | None = None,
+) -> Gateway:
+    """The gateway over `book` (IOUs) and `endpoints` (where and at what price), for uvicorn;
+    `terms`: what this provider deploys and at what prices (None: it takes no deploy),
+    `logs`: how it reads a deployment's output (None: it shows none)."""
+    return Gateway(
+        book, endpoints, max_request_bytes=max_request_bytes,
+        max_response_bytes=max_response_bytes,
+        max_upstream_connections=max_upstream_connections, upstream_timeout_s=upstream_timeout_s,
+        terms=terms, logs=logs,
+    )  # fmt: skip
+
+
+def _content_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    values = {v for k, v in headers if k == b"content-length"}
+    if not values:
+        return None
+    if len(values) > 1 or not (value := values.pop()).isdigit():
+        raise ValueError("Content-Length must be one decimal number")
+    return int(value)
+
+
+def _chunked(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    return any(k == b"transfer-encoding" for k, _ in headers)
+
+
+async def _too_large(send: Send, declared: int | None, limit: int) -> None:
+    size = "a body" if declared is None else f"a body of {declared} bytes"
+    await reply(send, 413, {"error": f"{size} is above the gateway's {limit} bytes"})

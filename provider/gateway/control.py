@@ -1,0 +1,334 @@
+"""The gateway's control routes: a renter deploys, watches, stops, reads the logs of and pays
+for its deployments (endpoints and pods) on this provider directly, each request signed with
+the renter key of the channel that pays (`offchain.protocol.api.control`).
+
+- `POST /deployments`: a signed deploy. Checked (signature, the channel's renter key, the time,
+  the spec as the CLI checks it, prices not below this provider's and a bundle within its
+  offer's), then stored `pending` in the book: the daemon admits its channel and starts it.
+  A channel the book does not hold yet needs `channel_utxo` and `channel_terms` in the
+  request: the daemon admits it on chain as `unchained provider channel admit` does.
+- `GET /deployments/<name>`: its public state (no spec, no key) and what its channel owes now.
+- `POST /deployments/<name>/stop`: a signed stop; per-second billing ends now, the daemon
+  removes its containers.
+- `POST /deployments/<name>/logs`: a signed ask for the last lines its containers wrote.
+- `POST /deployments/<name>/pay`: no body, an IOU in the `Unchained-Iou` header covering what
+  its channel owes now (per-second billing between requests; a pod's agent calls it). 402 as
+  for a request.
+
+Refusals are `{"error": reason}` with 400 (malformed, invalid spec), 401 (bad signature),
+403 (not the renter's key, out of time, unknown channel, below the prices or above the bundle),
+404 (no such deployment), 409 (name taken).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from offchain.protocol.api.control import ControlRefused, ControlRequest, SignedControl
+from offchain.protocol.job.jobspec import Bundle, JobSpecError, parse_spec
+from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
+from provider.money.channel_book import IouRefused
+from provider.rentals.book import ENDED, ENDPOINT, PENDING, POD, STOPPED, Rental
+
+if TYPE_CHECKING:
+    from provider.capacity import Bundle as OfferBundle
+    from provider.gateway.app import Gateway
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+LogReader = Callable[[Rental, int], str]  # a deployment's last lines of output
+
+CONTROL_PREFIX = "/deployments"
+DUE_HEADER = b"unchained-due"
+MAX_CONTROL_BYTES = 64 * 1024  # a signed request with its spec
+LOG_LINES = 200
+KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD}  # a spec's `kind` -> the deployment's
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployTerms:
+    """What this provider deploys: at most its offer's bundle per container, per second at
+    least its offer's `price_per_unit` for each, per request at least `request_price` (None:
+    it sells no per-request endpoints)."""
+
+    bundle: Bundle
+    price_per_unit: int
+    request_price: int | None
+
+    @classmethod
+    def of(cls, offer: OfferBundle, request_price: int | None) -> DeployTerms:
+        """The terms of the daemon's offer (one slot's bundle at its price)."""
+        resources = offer.resources
+        bundle = Bundle(gpus=resources.gpus, min_vram_mib=resources.min_vram_mib,
+                        cpu_cores=resources.cpu_cores, memory_mib=resources.memory_mib)  # fmt: skip
+        return cls(bundle, offer.price_per_unit, request_price)
+
+    def check(self, spec: BaseModel) -> None:
+        """ControlRefused (403) if `spec` asks more than the bundle or pays less."""
+        resources: Bundle = getattr(spec, "resources")  # noqa: B009 - both kinds have it
+        # a fraction of a GPU is above the whole bundle's 0: deployments take whole slots
+        for field in ("gpus", "min_vram_mib", "gpu_memory_mib", "gpu_sm_percent", "cpu_cores",
+                      "memory_mib"):  # fmt: skip
+            asked, offered = getattr(resources, field), getattr(self.bundle, field)
+            if asked > offered:
+                raise ControlRefused(403, f"resources.{field}: {asked} is above this "
+                                     f"provider's {offered}")  # fmt: skip
+        replicas = getattr(spec, "replicas", 1)
+        per_second = getattr(spec, "price_per_second", 0)
+        per_request = getattr(spec, "price_per_request", 0)
+        if per_request and self.request_price is None:
+            raise ControlRefused(403, "this provider sells no per-request endpoints: price "
+                                 "it per second")  # fmt: skip
+        if per_request and per_request < (self.request_price or 0):
+            raise ControlRefused(403, f"price_per_request: {per_request} lovelace is below "
+                                 f"this provider's {self.request_price}")  # fmt: skip
+        least = self.price_per_unit * replicas  # a pure per-request endpoint: request_price
+        if per_second and per_second < least:
+            raise ControlRefused(403, f"price_per_second: {per_second} lovelace is below "
+                                 f"this provider's {least} ({replicas} x "
+                                 f"{self.price_per_unit})")  # fmt: skip
+
+
+def public(endpoint: Rental, due: int) -> dict[str, Any]:
+    """A deployment as anyone may see it: every field but its spec and key, and `due`, what
+    its channel owes now (every deployment on it)."""
+    shown = dataclasses.asdict(endpoint)
+    del shown["spec_json"], shown["renter_vkey"]
+    shown["channel"] = endpoint.channel.hex()
+    shown["due"] = due
+    return shown
+
+
+class ControlRoutes:
+    """`/deployments...` for one gateway (its books, IOU store and due rule)."""
+
+    def __init__(self, gateway: Gateway, terms: DeployTerms | None, logs: LogReader | None) -> None:
+        self.gateway = gateway
+        self.terms = terms
+        self.logs = logs
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method: str = scope["method"]
+        parts = scope["path"][len(CONTROL_PREFIX) :].strip("/").split("/")
+        route = (method, len(parts), parts[-1] if len(parts) == 2 else "")
+        try:
+            if route == ("POST", 1, "") and parts == [""]:
+                await self._deploy(await _signed(receive), send)
+            elif route[:2] == ("GET", 1) and parts[0]:
+                await self._status(parts[0], send)
+            elif route[:2] == ("POST", 2) and parts[1] == "pay":
+                await self._pay(parts[0], scope["headers"], send)
+            elif route[:2] == ("POST", 2) and parts[1] in ("stop", "logs"):
+                await self._signed_action(parts[0], parts[1], await _signed(receive), send)
+            else:
+                await reply(send, 404, {"error": f"no route {method} {scope['path']}"})
+        except ControlRefused as refusal:
+            await reply(send, refusal.status, {"error": str(refusal)})
+        except ClientGone:
+            return
+
+    def _now(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def _check(self, signed: SignedControl, renter_vkey: bytes) -> None:
+        network = self.gateway.book.network_id
+        signed.check(network, renter_vkey, self._now())
+
+    async def _deploy(self, signed: SignedControl, send: Send) -> None:
+        request = signed.request
+        if request.action != "deploy":
+            raise ControlRefused(
+                400, f"POST {CONTROL_PREFIX} takes a deploy, not a {request.action}"
+            )
+        if self.terms is None:
+            raise ControlRefused(403, "this gateway takes no deployments")
+        entry = self.gateway.book.get(request.channel_id)
+        if entry is not None and not entry.ended:
+            self._check(signed, entry.view.renter_vkey)
+        elif request.channel_utxo is None or request.channel_terms is None:
+            raise ControlRefused(403, f"channel {request.channel} is not served here: a "
+                                 "first deploy on it names its channel_utxo and "
+                                 "channel_terms")  # fmt: skip
+        else:  # the daemon admits it on chain and compares its renter key with this one
+            self._check(signed, signed.key)
+        spec = _spec_of(request)
+        self.terms.check(spec)
+        kind = KIND_OF_SPEC[request.spec["kind"]]  # type: ignore[index]  # _spec_of checked
+        endpoint = Rental(
+            name=request.name, kind=kind, channel=request.channel_id, renter_vkey=signed.key,
+            spec_json=spec.canonical_json().decode(), state=PENDING, reason="",  # type: ignore[attr-defined]
+            image_digest="", upstream="", public_port=0,
+            price_per_request=getattr(spec, "price_per_request", 0),
+            price_per_second=getattr(spec, "price_per_second", 0), created_ms=self._now(),
+        )  # fmt: skip
+        book = self.gateway.endpoints
+        try:
+            book.add(endpoint)
+        except ValueError as error:
+            if not self._came_back(endpoint):
+                raise ControlRefused(409, f"name {request.name} is taken: {error}") from error
+        if entry is None or entry.ended:
+            book.note_admission(request.channel_id, request.channel_utxo or "",
+                                request.channel_terms or "")  # fmt: skip
+        await reply(send, 201, public(endpoint, self.gateway.due(endpoint.channel)))
+
+    def _came_back(self, pod: Rental) -> bool:
+        """Whether `pod` took the place of its renter's stopped pod of that name on the same
+        channel, whose workspace is kept: the renter comes back to it (what the old one earned
+        stays due on the channel). 409 naming the channel when only the channel differs."""
+        old = self.gateway.endpoints.get(pod.name)
+        if old is None or (old.kind, pod.kind) != (POD, POD) or old.state not in ENDED:
+            return False
+        if old.renter_vkey != pod.renter_vkey:
+            return False
+        if old.channel != pod.channel:
+            where = old.channel.hex()
+            raise ControlRefused(409, f"{pod.name} is your stopped pod on channel {where}: "
+                                 "come back to it on that channel")  # fmt: skip
+        return self.gateway.endpoints.revive(pod, old)
+
+    async def _status(self, name: str, send: Send) -> None:
+        endpoint = self._deployment(name)
+        await reply(send, 200, public(endpoint, self.gateway.due(endpoint.channel)))
+
+    async def _signed_action(
+        self, name: str, action: str, signed: SignedControl, send: Send
+    ) -> None:
+        request = signed.request
+        if (request.action, request.name) != (action, name):
+            raise ControlRefused(400, f"this route takes a {action} of {name}, not a "
+                                 f"{request.action} of {request.name}")  # fmt: skip
+        endpoint = self._deployment(name)
+        if request.channel_id != endpoint.channel:
+            raise ControlRefused(403, f"{name} is paid on channel {endpoint.channel.hex()}")
+        self._check(signed, endpoint.renter_vkey)
+        if action == "stop":
+            if endpoint.state not in ENDED:
+                self.gateway.endpoints.finish(name, STOPPED, "stopped by its renter", self._now())
+            stopped = self._deployment(name)
+            await reply(send, 200, public(stopped, self.gateway.due(stopped.channel)))
+            return
+        if self.logs is None:
+            raise ControlRefused(403, "this gateway shows no logs")
+        text = await asyncio.to_thread(self.logs, endpoint, LOG_LINES)
+        await reply(send, 200, {"name": name, "logs": text})
+
+    async def _pay(self, name: str, headers: list[tuple[bytes, bytes]], send: Send) -> None:
+        endpoint = self._deployment(name)
+        due = self.gateway.due(endpoint.channel)
+        try:
+            iou = iou_of(headers, endpoint.channel, due, f"deployment {name}", 0)
+            await self.gateway.store.store(iou, due)
+        except (ValueError, IouRefused) as error:
+            await payment_required(send, endpoint.channel, str(error), due, 0)
+            return
+        await reply(send, 200, {"name": name, "due": due, "acknowledged": iou.amount})
+
+    def _deployment(self, name: str) -> Rental:
+        endpoint = self.gateway.endpoints.get(name)
+        if endpoint is None:
+            raise ControlRefused(404, f"no deployment named {name!r}")
+        return endpoint
+
+
+def _spec_of(request: ControlRequest) -> BaseModel:
+    """The request's spec, validated as the CLI validates it (the same messages)."""
+    kind = (request.spec or {}).get("kind")
+    if kind not in KIND_OF_SPEC:
+        raise ControlRefused(400, f"spec: kind must be one of {', '.join(KIND_OF_SPEC)}, not "
+                             f"{kind!r}")  # fmt: skip
+    try:
+        return parse_spec(request.spec)
+    except JobSpecError as error:
+        raise ControlRefused(400, f"spec:\n{error}") from error
+
+
+async def _signed(receive: Receive) -> SignedControl:
+    """The request's body: a signed control request (ControlRefused 400 if it is not one)."""
+    body = b""
+    try:
+        async for chunk in bounded(receive, MAX_CONTROL_BYTES):
+            body += chunk
+    except BodyTooLarge as error:
+        raise ControlRefused(
+            413, f"a control request is at most {MAX_CONTROL_BYTES} bytes"
+        ) from error
+    try:
+        wire = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ControlRefused(400, f"the body is not JSON: {error}") from error
+    return SignedControl.from_wire(wire)
+
+
+class BodyTooLarge(Exception):
+    """The request's body passed the gateway's bound while it was streamed."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request's body was read."""
+
+
+async def bounded(receive: Receive, limit: int) -> AsyncIterator[bytes]:
+    """The request's body as it arrives; BodyTooLarge once it passes `limit` bytes."""
+    total = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
+        total += len(chunk)
+        if total > limit:
+            raise BodyTooLarge
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+def iou_of(
+    headers: Iterable[tuple[bytes, bytes]], channel: bytes, due: int, what: str, price: int
+) -> SignedIou:
+    """The request's IOU if it may pay `due` on `channel` (`what` it pays for, at `price`
+    this request); ValueError saying why not."""
+    wanted = IOU_HEADER.lower().encode()
+    found = [v for k, v in headers if k == wanted]
+    if not found:
+        raise ValueError(f"no {IOU_HEADER} header: this endpoint is paid by IOU")
+    if len(found) > 1:
+        raise ValueError(f"more than one {IOU_HEADER} header")
+    try:
+        iou = SignedIou.from_header(found[0].decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"malformed {IOU_HEADER} header: {error}") from error
+    if iou.channel != channel:
+        raise ValueError(f"IOU on channel {iou.channel.hex()}: {what} is paid on channel "
+                         f"{channel.hex()}")  # fmt: skip
+    if iou.amount < due:
+        raise ValueError(f"IOU of {iou.amount} lovelace does not cover the {due} due: "
+                         f"{due - price} owed on the channel so far plus this request's "
+                         f"{price}")  # fmt: skip
+    return iou
+
+
+async def reply(
+    send: Send, status: int, body: object, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+        *headers]})  # fmt: skip
+    await send({"type": "http.response.body", "body": data})
+
+
+async def payment_required(send: Send, channel: bytes, reason: str, due: int, price: int) -> None:
+    body = {"error": reason, "due": due, "channel": channel.hex(), "price": price}
+    await reply(send, 402, body, [(DUE_HEADER, str(due).encode())])

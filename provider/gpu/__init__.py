@@ -1,0 +1,1 @@
+"""GPUs: NVML, the machine's inventory, sharing a GPU (MIG, MPS)."""

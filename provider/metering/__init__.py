@@ -1,0 +1,1 @@
+"""What a job used: cgroup samples, GPU samples, the job's parent cgroup."""

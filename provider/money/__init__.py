@@ -1,0 +1,1 @@
+"""The provider's money: the channel book, receipts and acceptances, its bond."""

@@ -1,0 +1,3 @@
+"""Rentals: endpoints and pods a renter runs on this provider, paid over a channel, and the book
+that holds them.
+"""

@@ -1,0 +1,1 @@
+"""A job in a hardened container: runner, docker options, egress fence, /out volume, input files."""

@@ -1,0 +1,1 @@
+"""`unchained provider selftest`: what an operator runs before offering a machine."""
