@@ -56,6 +56,7 @@ def sample_service_image(client: docker.DockerClient) -> str:
         client, SAMPLE_SERVICE_REPOSITORY, "/opt/unchained", [SAMPLE_SERVICE_SCRIPT], changes
     )
 
+
 def onnx_service_image(client: docker.DockerClient) -> str:
     """The onnxruntime image serving `onnx_model.mlp()` with `samples/onnx_service.py` on
     SAMPLE_SERVICE_PORT."""
@@ -72,6 +73,7 @@ def onnx_service_image(client: docker.DockerClient) -> str:
         files = [SAMPLE_SERVICE_SCRIPT, ONNX_SERVICE_SCRIPT, model]
         return python_with(client, ONNX_SERVICE_REPOSITORY, folder, files, changes,
                             base=_onnxruntime_image(client))  # fmt: skip
+
 
 def _onnxruntime_image(client: docker.DockerClient) -> str:
     """The python image with ONNXRUNTIME's wheel (for the image's Python, fetched here by pip)

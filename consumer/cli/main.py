@@ -390,7 +390,6 @@ def lock(
     """Submit the lock an external wallet signed (from `job submit --unsigned-tx`)."""
     from consumer.sdk.external import signed_cbor
 
-
     async def go() -> str:
         async with opened(env) as consumer:
             text = signed.read_bytes().decode(errors="replace")  # not text: not hex either
@@ -536,8 +535,12 @@ def slash(env: Env, job_id: JobId, as_json: Json = False) -> None:
 def cancel(
     env: Env,
     job_id: JobId,
-    wait_s: Annotated[int, typer.Option("--wait", min=1, help="Seconds to wait for the "
-                                        "provider's answer and the money.")] = 120,
+    wait_s: Annotated[
+        int,
+        typer.Option(
+            "--wait", min=1, help="Seconds to wait for the provider's answer and the money."
+        ),
+    ] = 120,
     as_json: Json = False,
 ) -> None:
     """Take the job back: unlocked, it is dropped; not started, the escrow comes back now
@@ -587,8 +590,14 @@ def list_jobs(
     lines = []
     for row in rows:
         locked = "-" if row["lovelace"] is None else ada(row["lovelace"])
-        paid = [ada(row["cost"][k]) if row["cost"][k] is not None else "-"
-                for k in ("due", "fee_allowance", "lock_fee")] if "cost" in row else ["-"] * 3
+        paid = (
+            [
+                ada(row["cost"][k]) if row["cost"][k] is not None else "-"
+                for k in ("due", "fee_allowance", "lock_fee")
+            ]
+            if "cost" in row
+            else ["-"] * 3
+        )
         lines.append([row["job_id"], local_time(row["created_ms"]), state_text(row),
                       row["gpu_model"] or "-", locked, *paid, row["escrow"] or "(not locked)",
                       row["where"]])  # fmt: skip

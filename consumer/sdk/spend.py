@@ -96,9 +96,7 @@ def job_cost(
     )  # fmt: skip
 
 
-def returned(
-    tx: dict[str, Any], escrow: str, locked: int, datum: dict[str, Any]
-) -> dict[str, int]:
+def returned(tx: dict[str, Any], escrow: str, locked: int, datum: dict[str, Any]) -> dict[str, int]:
     """What transaction `tx` (the explorer's view), spending `escrow` of `locked` lovelace,
     gave the escrow's `provider` and its `consumer` (net, to its wallet)."""
     settled = next((row for row in tx.get("settled", []) if row["escrow"] == escrow), None)

@@ -147,12 +147,6 @@ def workloads_image(client: docker.DockerClient) -> str:
     return python_with(client, WORKLOADS_REPOSITORY, WORKLOADS_IN_IMAGE, scripts, PYTHON_CHANGES)
 
 
-
-
-
-
-
-
 def python_with(
     client: docker.DockerClient,
     repository: str,

@@ -87,7 +87,11 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     (cost,) = spent["jobs"]
     assert cost["net_cost"] == start - balance(devnet, funded.address) == spent["total"]["net_cost"]
     assert (cost["locked"], cost["fee_allowance"], cost["lock_fee"], cost["refunded"]) == (
-        locked, allowance, fee, split.consumer)
+        locked,
+        allowance,
+        fee,
+        split.consumer,
+    )
     assert cost["due"] == split.provider == UNITS * PRICE == cost["provider_paid"]  # no top-up
     shown = run(env, "job", "spend", cwd=tmp_path).stdout
     assert job["job_id"][:8] in shown and ada(cost["net_cost"]) in shown, shown

@@ -78,10 +78,10 @@ async def test_a_refused_jobs_watch_ends_at_its_refund_settle(market, provider, 
     name = f"job {job['job_id']}"
     lines = out.decode().splitlines()
     end = next(i for i, text in enumerate(lines) if text.startswith(f"{name} ended "))
-    assert lines[end - 3:end] == [f"{name}: failed", f"{name}: settling", f"{name}: settled"]
+    assert lines[end - 3 : end] == [f"{name}: failed", f"{name}: settling", f"{name}: settled"]
     assert lines[end].startswith(f"{name} ended settled: {REFUSAL}; refunded in that settle")
     # then the status: why it never ran, and what came back
-    status = lines[end + 1:]
+    status = lines[end + 1 :]
     assert f"  failure  {REFUSAL}" in status and any(t.startswith("  back ") for t in status)
     code, status = run_json(env, "job", "status", job["job_id"], cwd=tmp_path)
     assert code == 0 and status["failure_reason"] == REFUSAL and status["receipt_units"] == 0

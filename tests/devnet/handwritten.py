@@ -72,6 +72,12 @@ SIGNED_BY_DATUM_OWNER = f"""
                        (lam x [ f (lam v [ [ x x ] v ]) ]) ]) ])
           [ (builtin unListData) {_field(8, _constr_fields(_field(0, _constr_fields("ctx"))))} ] ])
       [ (builtin unBData)
-        {_field(0, _constr_fields(_field(0, _constr_fields(
-            _field(1, _constr_fields(_field(2, _constr_fields("ctx"))))))))} ] ]))
+        {
+    _field(
+        0,
+        _constr_fields(
+            _field(0, _constr_fields(_field(1, _constr_fields(_field(2, _constr_fields("ctx"))))))
+        ),
+    )
+} ] ]))
 """

@@ -184,8 +184,7 @@ def test_offers_away_are_counted_by_why():
     found = OfferQuery.parse("price<=2ADA/h").search(offers)
     assert found.offline == 3 and found.away == (("busy", 2), ("offline", 1))
     assert found.why_none() == (
-        "none of the 1 online offers has price<=2ADA/h (the closest: 3.24ADA/h); "
-        "2 busy, 1 offline"
+        "none of the 1 online offers has price<=2ADA/h (the closest: 3.24ADA/h); 2 busy, 1 offline"
     )
     assert OfferQuery.parse("").search(offers[1:]).why_none() == (
         "none of the 3 offers can take a job now: 2 busy, 1 offline"
@@ -202,12 +201,21 @@ def test_a_job_asks_for_its_bundle_its_model_and_its_whole_run_within_its_max_pr
         "memory>=1024MiB", "disk>=256MiB", "price<=300000lovelace/600s",
     ]  # fmt: skip
     assert query.search([offer(price_per_unit=500)]).offers  # 500 x 600 s = 300000
-    assert query.search([offer(price_per_unit=501)]).why_none().endswith(  # renter's units
-        "1 of those has disk>=256MiB, your max price 1.800000 ADA/h (0.300000 ADA for up to "
-        "600 s) is below 1.803600 ADA/h, the price of the cheapest of those"
+    assert (
+        query.search([offer(price_per_unit=501)])
+        .why_none()
+        .endswith(  # renter's units
+            "1 of those has disk>=256MiB, your max price 1.800000 ADA/h (0.300000 ADA for up to "
+            "600 s) is below 1.803600 ADA/h, the price of the cheapest of those"
+        )
     )
-    assert query.search([offer(memory_mib=1023), offer(memory_mib=1000)]).why_none().endswith(
-        "2 of those have cpu>=8, the job asks 1024 MiB memory, the largest of those has 1023 MiB"
+    assert (
+        query.search([offer(memory_mib=1023), offer(memory_mib=1000)])
+        .why_none()
+        .endswith(
+            "2 of those have cpu>=8, the job asks 1024 MiB memory, "
+            "the largest of those has 1023 MiB"
+        )
     )
     lacking = OfferQuery.for_job(spec).search([offer(gpu_count=1)])
     assert lacking.why_none() == "the job asks 2 GPU(s), the largest of the 1 online offers has 1"

@@ -140,8 +140,13 @@ async def test_a_job_goes_to_the_cheapest_offer_that_has_its_image(http, setting
     the images offered, when no offer meeting the rest has it."""
     model = "NVIDIA IMAGES A"
     await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE // 4, images=None)
-    await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE // 3,
-                images=[{"reference": "unchained/busybox:1", "digest": "sha256:" + "0" * 64}])
+    await offer(
+        http,
+        settings.identity,
+        gpu_model=model,
+        price_per_unit=PRICE // 3,
+        images=[{"reference": "unchained/busybox:1", "digest": "sha256:" + "0" * 64}],
+    )
     has = await offer(http, settings.identity, gpu_model=model, price_per_unit=PRICE // 2)
     consumer = Party.new(http, settings.identity)
     asked = {**job_request(consumer), "gpu_model": model}

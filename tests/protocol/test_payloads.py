@@ -148,4 +148,3 @@ stakes = st.one_of(
 def test_addresses_convert_both_ways_without_losing_the_stake_part(payment, stake, network):
     address = Address(payment, stake, network=network)
     assert from_plutus(to_plutus(address), network) == address
-

@@ -34,9 +34,7 @@ def upgrade() -> None:
     op.execute(f"UPDATE nonce SET keep_until_ms = seen_at_ms + {DAY_MS}")
     with op.batch_alter_table("nonce", schema=None) as batch_op:
         batch_op.alter_column("keep_until_ms", existing_type=sa.BigInteger(), nullable=False)
-        batch_op.create_index(
-            batch_op.f("ix_nonce_keep_until_ms"), ["keep_until_ms"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_nonce_keep_until_ms"), ["keep_until_ms"], unique=False)
 
 
 def downgrade() -> None:
