@@ -126,7 +126,7 @@ def pod_image(client: docker.DockerClient, uid: int = 65534, gid: int = 65534) -
         finally:
             holder.remove(force=True)
 
-    images._cached(client, reference, build)
+    images.cached(client, reference, build)
     client.images.get(reference).tag(*DEFAULT_POD_IMAGE.split(":"))
     return reference
 
