@@ -23,10 +23,10 @@ class DevnetSettings(LayeredSettings):
 
     model_config = SettingsConfigDict(env_prefix="UNCHAINED_DEVNET_")
 
-    host: str = "127.0.0.1"
-    port: int = 1337
-    data_dir: Path = Path("data/devnet")
-    slot_length: int = 1000  # ms
+    host: str = Field("127.0.0.1", description="Address the Ogmios server listens on.")
+    port: int = Field(1337, description="Its port (WebSocket and HTTP).")
+    data_dir: Path = Field(Path("data/devnet"), description="The chain and the wallet keys.")
+    slot_length: int = Field(1000, description="Milliseconds a slot lasts.")
     protocol_parameters: dict[str, Any] = Field(
         default_factory=dict, description="ProtocolParameters fields to replace, by name."
     )

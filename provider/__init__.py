@@ -1,1 +1,2 @@
-"""Provider daemon: inventory, runner, metering, receipts, bond."""
+"""The provider: its daemon and commands, and the parts they run (gateway, rentals, sandbox,
+metering, GPUs, money, images, self-test)."""

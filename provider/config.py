@@ -99,9 +99,9 @@ class Offer(_Section):
     shared_gpus: list[SharedGpu] = Field(
         default_factory=list, description="GPUs shared with the operator's work, in slices"
     )
-    cpu_cores: int = Field(ge=1)
-    memory_mib: int = Field(ge=16)
-    disk_mib: int = Field(ge=1)
+    cpu_cores: int = Field(ge=1, description="cores offered, in all")
+    memory_mib: int = Field(ge=16, description="memory offered, in all")
+    disk_mib: int = Field(ge=1, description="disk for /out offered, in all")
     cpu_bundles: int = Field(
         1, ge=1, description="without GPUs: jobs at once, each a share of the cores"
     )
@@ -183,10 +183,13 @@ class Offer(_Section):
 class RunnerSettings(_Section):
     """How jobs run on this machine (not part of any offer)."""
 
-    state_dir: Path = Field(STATE_DIR, strict=False, validate_default=True)
+    state_dir: Path = Field(
+        STATE_DIR, strict=False, validate_default=True,
+        description="the key, journal, job folders and books (absolute)",
+    )  # fmt: skip
     uid: int = Field(65534, ge=1, description="jobs never run as root")
-    gid: int = Field(65534, ge=1)
-    pids_limit: int = Field(1024, ge=8)
+    gid: int = Field(65534, ge=1, description="the group jobs run as")
+    pids_limit: int = Field(1024, ge=8, description="processes one job may have")
     tmp_mib: int = Field(256, ge=1, description="/tmp tmpfs; counts against the job's memory")
     pull_images: bool = Field(
         False, description="pull a missing image when a registry answers; the offer says so, "
@@ -218,7 +221,7 @@ class RunnerSettings(_Section):
 class DaemonSettings(_Section):
     """How `provider run` talks to the market and the chain (not part of any offer)."""
 
-    market_url: str = "http://127.0.0.1:8080"
+    market_url: str = Field("http://127.0.0.1:8080", description="the market it offers on")
     market_identity: str = Field("unchained-market", description="signed into each request")
     heartbeat_ms: int = Field(30_000, ge=100, description="heartbeat and bond check period")
     poll_s: int = Field(20, ge=0, description="long-poll wait for an assignment")

@@ -1,1 +1,2 @@
-"""Sample workloads for tests, benchmarks and the demo: never part of a provider's product path."""
+"""Sample services and their images for the tests, benchmarks and demo: never part of a
+provider's own path."""

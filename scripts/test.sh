@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/setup-docker.sh
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 exec .venv/bin/python -m pytest -q -m "not gpu" "$@"

@@ -1,5 +1,5 @@
 """Layers point down only. Each package sits in one layer of LAYERS (top to bottom, the map
-README.md's "What is here" shows); a module may import its own package and the layers below
+docs/architecture.md shows); a module may import its own package and the layers below
 it, never a layer above, and never a package beside it in its own layer (apps never import
 each other). `devnet`, a local chain for trying things out, is imported by nothing
 but the tests, the CLI and the demo.

@@ -1,7 +1,7 @@
-"""Every `unchained` command line in the README's shell blocks names commands and flags that
-exist: each one's subcommand path is run with `--help`, and every flag the line uses must be in
-that help. Cheap (no devnet), and it fails the moment a command or flag is renamed under the
-README."""
+"""Every `unchained` command line in the shell blocks of the README and of every page of docs/
+names commands and flags that exist: each one's subcommand path is run with `--help`, and
+every flag the line uses must be in that help. Cheap (no devnet), and it fails the moment a
+command or flag is renamed under the docs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from unchained.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = ("bash", "sh", "shell", "console", "")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -25,7 +26,7 @@ COMMAND_LINE = re.compile(r"(?:^|[\s(|;&=])(?:\S*/)?unchained\s")
 
 
 def shell_lines(text: str) -> list[str]:
-    """The lines of the README's shell code blocks that run `unchained`."""
+    """The lines of a page's shell code blocks that run `unchained`."""
     lines, fence = [], None  # fence: the open block's language, None outside a block
     for line in text.splitlines():
         if line.startswith("```"):
@@ -58,7 +59,13 @@ def unchained_commands(line: str) -> list[list[str]]:
 
 
 def readme_commands() -> list[list[str]]:
-    return [args for line in shell_lines(README.read_text()) for args in unchained_commands(line)]
+    """Each `unchained` command of every page, in page order."""
+    return [
+        args
+        for page in PAGES
+        for line in shell_lines(page.read_text())
+        for args in unchained_commands(line)
+    ]
 
 
 def split_path(args: list[str]) -> tuple[list[str], list[str]]:
@@ -76,11 +83,12 @@ def split_path(args: list[str]) -> tuple[list[str], list[str]]:
     return path, args[len(path) :]
 
 
-def test_the_readme_has_the_commands_of_every_part():
+def test_the_docs_have_the_commands_of_every_part():
     paths = {" ".join(split_path(args)[0]) for args in readme_commands()}
     for expected in ("demo", "devnet", "deploy", "market serve", "provider run", "job submit",
                      "job status", "job logs", "job results", "job refund", "job slash",
-                     "wallet new", "offers search"):  # fmt: skip
+                     "wallet new", "offers search", "channel open", "endpoint deploy",
+                     "pod start", "provider gateway", "provider selftest"):  # fmt: skip
         assert expected in paths, (expected, sorted(paths))
 
 

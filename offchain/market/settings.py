@@ -38,17 +38,21 @@ class MarketSettings(LayeredSettings):
 
     data_dir: Path = Field(Path("data/market"), description="SQLite file, blobs, logs.")
     database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data_dir.")
-    ogmios_url: str = DEFAULT_OGMIOS_URL
+    ogmios_url: str = Field(DEFAULT_OGMIOS_URL, description="The chain: an Ogmios v6 WebSocket.")
     deployment: Path = Field(Path("data/deployment.json"), description="The protocol's file.")
     identity: str = Field(
         "unchained-market", min_length=1, description="Signed into every request to this market."
     )
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
-    body_limit_bytes: int = Field(1 * MIB, ge=1024)
-    result_limit_bytes: int = Field(1024 * MIB, ge=1)
+    host: str = Field("127.0.0.1", description="Address the API and explorer listen on.")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the API and explorer.")
+    body_limit_bytes: int = Field(1 * MIB, ge=1024, description="A request body past it: 413.")
+    result_limit_bytes: int = Field(
+        1024 * MIB, ge=1, description="A job's result archive past it: 413."
+    )
     quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
-    settle_window_ms: int = Field(60 * 60_000, ge=1000)
+    settle_window_ms: int = Field(
+        60 * 60_000, ge=1000, description="Each escrow's time to settle after its deadline."
+    )
     settle_fee_share: int = Field(
         330_000, ge=0, description="Lovelace of each quote's fee allowance, its share of a "
         "settle fee: the measured cost of a job settled alone (bench/contracts.py's "
@@ -64,7 +68,7 @@ class MarketSettings(LayeredSettings):
         0, ge=0, description="An offer matches only with a counted bond of at least this much "
         "(0: no bond needed).",
     )  # fmt: skip
-    long_poll_max_s: int = Field(30, ge=0)
+    long_poll_max_s: int = Field(30, ge=0, description="Longest wait of a provider's poll.")
     streams_per_client: int = Field(
         16, ge=1, description="Live streams (server-sent events) one client address may hold "
         "open at once; past it a new one is refused 429.",

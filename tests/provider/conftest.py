@@ -37,7 +37,7 @@ def busybox(client: docker.DockerClient) -> str:
 
 @pytest.fixture(scope="session")
 def python(client: docker.DockerClient) -> str:
-    """Python 3 + NumPy with provider/workloads at /opt/unchained/workloads."""
+    """Python 3 + NumPy with provider/images/workloads at /opt/unchained/workloads."""
     return images.workloads_image(client)
 
 

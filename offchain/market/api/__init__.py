@@ -1,0 +1,1 @@
+"""The market's HTTP routes: thin, each calling a service module."""

@@ -1,0 +1,2 @@
+"""The market's logic, knowing nothing of HTTP: quotes, jobs, the chain follower and index,
+settlement, channels, rentals, leadership, scheduled work."""
