@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q \
+exec .venv/bin/python -m pytest -q -n 2 \
   -m "not devnet and not docker and not postgres and not browser and not gpu and not slow" "$@"

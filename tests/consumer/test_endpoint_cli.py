@@ -22,6 +22,7 @@ from tests.consumer.test_channels import CHANNEL_HASH, NETWORK_ID, record
 from tests.consumer.test_endpoint_client import CHANNEL, PRICE
 from tests.test_cli_imports import heavy, imported
 
+pytestmark = pytest.mark.slow  # each test runs `unchained` as a child process
 REF = "00" * 32 + "#0"
 
 

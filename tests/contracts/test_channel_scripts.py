@@ -461,6 +461,7 @@ def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
     return nudge
 
 
+@pytest.mark.slow  # many batches through both scripts: seconds
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(

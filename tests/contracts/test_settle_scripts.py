@@ -502,6 +502,7 @@ def nudged(changes: list[tuple[str, int, int]]) -> Callable[[Batch], None]:
     return nudge
 
 
+@pytest.mark.slow  # 40 batches through both scripts: seconds
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
