@@ -32,6 +32,9 @@ from offchain.market.explorer import routes
 from offchain.market.explorer.queries import Scripts
 from offchain.market.models import (
     Bond,
+    ChainBlock,
+    ChainTx,
+    ChainTxOut,
     Job,
     JobEvent,
     JobState,
@@ -40,7 +43,6 @@ from offchain.market.models import (
     OnlineSpan,
     Provider,
 )  # fmt: skip
-from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
 from offchain.market.settings import MarketSettings
 from offchain.protocol.job.offer import SelfTestSummary

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from offchain.core.errors import UnchainedError
 
-class LedgerError(Exception):
+
+class LedgerError(UnchainedError):
     """A transaction or request the ledger refuses, carrying its Ogmios error code.
 
     `data` is whatever the Ogmios schema puts under `error.data` for that code (or None).

@@ -38,13 +38,14 @@ from devnet.txdecode import (
 )
 from devnet.view import LedgerView
 from offchain.chain.utxo import format_out_ref
+from offchain.core.errors import UnchainedError
 
 # Ledger redeemer tags, in the ledger's order (Spend < Mint < Cert < Reward < Vote < Propose).
 SPEND, MINT, PUBLISH, WITHDRAW, VOTE, PROPOSE = range(6)
 PURPOSE_NAMES = ("spend", "mint", "publish", "withdraw", "vote", "propose")
 
 
-class ContextError(ValueError):
+class ContextError(UnchainedError, ValueError):
     """The ledger cannot translate this transaction for a script (the reason says why)."""
 
 

@@ -360,13 +360,14 @@ async def follow(consumer: "Consumer", job_id: str) -> str:
     from rich.console import Console
 
     from consumer.cli.progress import watch
+    from offchain.protocol.job.job_state import JobState
 
     try:
         state = await watch(consumer, job_id, Console())
     except asyncio.CancelledError:
         state = "detached"
     hint = {
-        "settled": f"`unchained job results {job_id}` downloads and verifies the results",
+        JobState.SETTLED: f"`unchained job results {job_id}` downloads and verifies the results",
         "detached": f"detached; the job goes on: `unchained job status {job_id} --watch`",
     }.get(state, f"`unchained job status {job_id}`")
     typer.echo(hint)

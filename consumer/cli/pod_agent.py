@@ -35,7 +35,7 @@ from typing import Any
 
 from consumer.sdk.endpoint_client import EndpointRefused, GatewayControl, pay_due
 from consumer.sdk.errors import ConsumerError
-from consumer.sdk.iou_signer import IouRefused, IouSigner
+from consumer.sdk.iou_signer import IouNotSigned, IouSigner
 from consumer.sdk.rental_store import RentalRecord, RentalStore
 
 log = logging.getLogger("unchained.pod_agent")
@@ -166,7 +166,7 @@ def run(
                 log.info("channel %s: %d signed, live %s", channel_id, done.signed, done.live)
                 if not done.live or stopping:
                     return 0
-            except (EndpointRefused, IouRefused) as exc:  # a due above the renter's count
+            except (EndpointRefused, IouNotSigned) as exc:  # a due above the renter's count
                 log.error("channel %s: not paying any more: %s", channel_id, exc)
                 return 1
             except ConsumerError as exc:  # the gateway away, a refusal it may take back

@@ -23,10 +23,12 @@ from rich.text import Text
 
 from consumer.sdk.session import Consumer
 from offchain.protocol.api.wire import EventPublic
+from offchain.protocol.job.job_state import JobState
 from offchain.protocol.job.outcome import describe
 from offchain.protocol.ledger.amounts import ada
 
-FINAL = {"settled", "refunded", "slashed", "failed", "expired", "cancelled"}
+FINAL = {JobState.SETTLED, JobState.REFUNDED, JobState.SLASHED, JobState.FAILED,
+         JobState.EXPIRED, JobState.CANCELLED}  # fmt: skip
 POLL_S = 1
 TAIL_LINES = 8
 
@@ -57,7 +59,7 @@ class Progress:
         self.state = event.to_state
         if self.created_ms is None:
             self.created_ms = event.at_ms
-        if self.state == "running":
+        if self.state == JobState.RUNNING:
             self.running_since_ms = event.at_ms
         elif self.running_since_ms is not None and self.stopped_ms is None:
             self.stopped_ms = event.at_ms
@@ -67,14 +69,14 @@ class Progress:
         """A final state; a failed job with a receipt (a zero-unit one if it never ran) is
         settled in the market's next batch, so its display waits for that."""
         return self.state in FINAL and not (
-            self.state == "failed" and self.receipt_units is not None
+            self.state == JobState.FAILED and self.receipt_units is not None
         )
 
     @property
     def why(self) -> str:
         """Why it never ran, and once its zero-unit receipt is settled, that the renter has
         its lock back."""
-        if not self.reason or self.receipt_units != 0 or self.state != "settled":
+        if not self.reason or self.receipt_units != 0 or self.state != JobState.SETTLED:
             return self.reason or ""
         return f"{self.reason}; refunded in that settle: your lock less its fee allowance"
 
@@ -188,7 +190,7 @@ async def _take(
 ) -> None:
     """Apply a state change; a failure's receipt is read first (the market stores the two
     together), so the display knows at once whether a refund settle follows."""
-    if event.to_state == "failed":
+    if event.to_state == JobState.FAILED:
         await refresh()
     progress.event(event)
 

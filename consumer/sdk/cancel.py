@@ -63,7 +63,7 @@ async def cancel(consumer: Consumer, job_id: str, wait_s: float, step: Step) -> 
     state = status.state
     if state in UNLOCKED:
         await consumer.market.cancel(job_id)
-        return Cancelled(job_id, "dropped", state="expired")
+        return Cancelled(job_id, "dropped", state=S.EXPIRED)
     if state not in LOCKED:
         raise NothingToDo(
             f"job {job_id} is {state}: only a job not yet run to its end can be cancelled "
@@ -141,7 +141,7 @@ async def _submit(
     fee = tx.transaction_body.fee
     return Cancelled(
         job_id, "cancelled", tx_id=str(tx.id), returned=escrow.output.amount.coin - fee, fee=fee,
-        blocks=height - since, state="cancelled",
+        blocks=height - since, state=S.CANCELLED,
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from offchain.protocol.ledger.amounts import ada
 from offchain.protocol.ledger.iou import SignedIou
 
 
-class IouRefused(ConsumerError):
+class IouNotSigned(ConsumerError):
     """The IOU asked for is not signed: above what was received, above the channel's funds,
     or below the last IOU."""
 
@@ -78,23 +78,23 @@ class IouSigner:
         return 0 if self.last is None else self.last.amount
 
     def pay(self, reported_total: int, received_total: int) -> SignedIou:
-        """The IOU for `reported_total` lovelace in all; IouRefused says why not."""
+        """The IOU for `reported_total` lovelace in all; IouNotSigned says why not."""
         with self.lock:
             facts = {"reported": reported_total, "received": received_total,
                      "funded": self.funded, "signed": self.signed}  # fmt: skip
             if reported_total > received_total:
-                raise IouRefused(
+                raise IouNotSigned(
                     f"the service reports {ada(reported_total)} used, more than the "
                     f"{ada(received_total)} you received: not signed", **facts,
                 )  # fmt: skip
             if reported_total > self.funded:
-                raise IouRefused(
+                raise IouNotSigned(
                     f"{ada(reported_total)} is more than the channel holds for its provider "
                     f"({ada(self.funded)}): top it up (`unchained channel top-up "
                     f"{self.channel.hex()} --amount ADA`)", **facts,
                 )  # fmt: skip
             if reported_total < self.signed:
-                raise IouRefused(
+                raise IouNotSigned(
                     f"{ada(reported_total)} is below the last IOU ({ada(self.signed)}): IOUs "
                     "are totals and never go down", **facts,
                 )  # fmt: skip

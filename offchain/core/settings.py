@@ -7,7 +7,8 @@ the file's folder (the same file means the same thing wherever a process starts)
 flag, a variable or a default from the working directory (a default from the file's folder
 where a class keeps its state beside its file).
 
-Only pydantic and pydantic-settings are imported here, so that every app may build on it."""
+Only pydantic, pydantic-settings and the error root are imported here, so that every app may
+build on it."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from offchain.core.errors import UnchainedError
+
 # `<prefix>CONFIG` names the file itself: the command reads it, it is no setting
 FILE_VARIABLE = "config"
 # What `load` does with its file: read it if it is there, refuse to go on without it, or only
@@ -35,7 +38,7 @@ FILE_VARIABLE = "config"
 FileUse = Literal["if present", "required", "folder only"]
 
 
-class SettingsFileError(ValueError):
+class SettingsFileError(UnchainedError, ValueError):
     """The settings file cannot be read or is not TOML; the message names the file."""
 
 

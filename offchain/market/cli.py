@@ -38,7 +38,7 @@ def serve(
 
     from offchain.market.app import SETTINGS_ENV, create_app, from_environment
     from offchain.market.db import make_engine, upgrade
-    from offchain.market.errors import MarketError
+    from offchain.market.errors import MarketRefusal
     from offchain.market.settings import load_settings
 
     flags = {
@@ -47,7 +47,7 @@ def serve(
     }  # fmt: skip
     try:
         settings = load_settings(config.resolve(), flags)
-    except MarketError as exc:
+    except MarketRefusal as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     served = {"host": settings.host, "port": settings.port, "access_log": access_log}

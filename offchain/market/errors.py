@@ -6,7 +6,7 @@ from __future__ import annotations
 from offchain.core.errors import UnchainedError
 
 
-class MarketError(UnchainedError):
+class MarketRefusal(UnchainedError):
     """A refusal naming the field (dotted, as the request spells it) that caused it."""
 
     def __init__(self, message: str, field: str = "") -> None:
@@ -15,34 +15,34 @@ class MarketError(UnchainedError):
         self.field = field
 
 
-class Invalid(MarketError):
+class Invalid(MarketRefusal):
     """The input is well formed but cannot be served (impossible requirements, bad hashes)."""
 
 
-class Unauthorized(MarketError):
+class Unauthorized(MarketRefusal):
     """The request is not signed, or not signed by the key it claims, or stale."""
 
 
-class Forbidden(MarketError):
+class Forbidden(MarketRefusal):
     """Signed by a party that has no right to this job or its results."""
 
 
-class NotFound(MarketError):
+class NotFound(MarketRefusal):
     """No such job, offer or blob."""
 
 
-class Conflict(MarketError):
+class Conflict(MarketRefusal):
     """The request is valid but the state forbids it now (a replayed nonce, a job in another
     state, no offer that can take the job)."""
 
 
-class TooLarge(MarketError):
+class TooLarge(MarketRefusal):
     """A body or upload over its limit."""
 
 
-class TooMany(MarketError):
+class TooMany(MarketRefusal):
     """One client asks for more at once than it may hold (live streams)."""
 
 
-class Busy(MarketError):
+class Busy(MarketRefusal):
     """The market holds all it can of something at once (live streams): try again later."""

@@ -19,6 +19,7 @@ from websockets.exceptions import WebSocketException
 
 from offchain.chain.ogmios import request_sync
 from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.core.errors import UnchainedError
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
@@ -33,7 +34,7 @@ MAX_PAUSE_S = 10.0
 CHAIN_DOWN: tuple[type[BaseException], ...] = (OSError, WebSocketException)
 
 
-class ChainUnavailable(Exception):
+class ChainUnavailable(UnchainedError):
     """The chain could not be reached for as long as the caller could wait."""
 
 

@@ -16,12 +16,14 @@ from typing import Any
 from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
+from offchain.core.errors import UnchainedError
 from offchain.protocol.api.market_errors import MarketError, MarketRefused
 from offchain.protocol.api.market_link import Body, MarketLink
 from offchain.protocol.api.wire import Assignment, JobPublic
 from offchain.protocol.checks.acceptance import Offered, describe, refusals
 from offchain.protocol.checks.escrow_check import check_terms
 from offchain.protocol.checks.refusal import Refused
+from offchain.protocol.job.job_state import JobState
 from offchain.protocol.job.jobspec import JobSpec, Resources
 from offchain.protocol.job.offer import ImageSupply
 from offchain.protocol.job.outcome import Outcome
@@ -42,13 +44,22 @@ from provider.sandbox.runner import Runner, RunResult
 log = logging.getLogger("unchained.provider")
 LOG_FLUSH_S = 0.5
 LOG_BATCH = 1000
-DELIVERED = ("completed", "settling", "settled")  # market states: it has result and receipt
-RELEASED = ("failed", "settling", "settled", "refunded")  # it has a failure's zero receipt
+DELIVERED = (
+    JobState.COMPLETED,
+    JobState.SETTLING,
+    JobState.SETTLED,
+)  # market states: it has result and receipt
+RELEASED = (
+    JobState.FAILED,
+    JobState.SETTLING,
+    JobState.SETTLED,
+    JobState.REFUNDED,
+)  # it has a failure's zero receipt
 CALL_S = 60.0  # how long one step's request may retry before the step is tried again
 RETRY_PAUSE_S = 2.0
 
 
-class Refusal(Exception):
+class Refusal(UnchainedError):
     """This daemon will not take the assignment; the message says why."""
 
 
@@ -259,7 +270,7 @@ class Worker:
         if state in DELIVERED:
             entry = entry.model_copy(update={"uploaded": True, "receipt_sent": True})
         if not entry.uploaded:
-            if state == "accepted":  # the market takes a result only while running
+            if state == JobState.ACCEPTED:  # the market takes a result only while running
                 await self._report_start(entry)
             await self.link.send(
                 "PUT", f"/jobs/{job}/result", self._archive(entry), retry_for_s=CALL_S

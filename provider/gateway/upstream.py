@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from offchain.core.errors import UnchainedError
+
 Headers = list[tuple[bytes, bytes]]
 
 READ_PAUSE_BYTES = 256 * 1024  # answer bytes buffered before reading from the upstream pauses
@@ -34,7 +36,7 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})  # sent once more if a kept c
 _Idle = collections.OrderedDict["_Connection", None]  # a pool's idle connections, oldest first
 
 
-class UpstreamError(Exception):
+class UpstreamError(UnchainedError):
     """The upstream did not answer (connection refused or lost, malformed, silent)."""
 
 

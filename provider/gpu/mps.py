@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from offchain.core.errors import UnchainedError
 from offchain.protocol.job.gpu_slices import GpuSlice
 
 CONTROL = "nvidia-cuda-mps-control"
@@ -34,7 +35,7 @@ PIPE_IN_CONTAINER = "/run/nvidia-mps"  # where a job container finds the pipe di
 TIMEOUT_S = 10
 
 
-class MpsError(RuntimeError):
+class MpsError(UnchainedError, RuntimeError):
     """The MPS control daemon could not be started or does not answer."""
 
 

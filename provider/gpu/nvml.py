@@ -12,10 +12,12 @@ from typing import Any
 
 import pynvml
 
+from offchain.core.errors import UnchainedError
+
 NO_GPU = "no NVIDIA GPU/driver on this machine"
 
 
-class NoGpu(RuntimeError):
+class NoGpu(UnchainedError, RuntimeError):
     """NVML cannot start (no driver, no library, no device): a normal case, CPU jobs still run."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import docker
 
+from offchain.core.errors import UnchainedError
 from offchain.protocol.job.jobspec import DEFAULT_POD_IMAGE
 from provider.images import recipes as images
 from provider.sandbox.hardening import THREAD_VARIABLES
@@ -96,7 +97,7 @@ chown "$POD_UID:$POD_GID" "$POD_HOME"
 """
 
 
-class PodImageError(RuntimeError):
+class PodImageError(UnchainedError, RuntimeError):
     """The pod image could not be built (apt could not download, dpkg failed)."""
 
 

@@ -31,6 +31,7 @@ import docker
 from docker.errors import DockerException, ImageNotFound
 from pydantic import ValidationError
 
+from offchain.core.errors import UnchainedError
 from offchain.protocol.job.offer import MAX_IMAGES, OfferedImage, normal_image
 
 BUSYBOX_REPOSITORY = "unchained/busybox"
@@ -213,7 +214,7 @@ def local_images(client: docker.DockerClient) -> list[OfferedImage]:
     return sorted(found, key=lambda image: image.reference)[:MAX_IMAGES]
 
 
-class PullError(Exception):
+class PullError(UnchainedError):
     """What the registry served is not the image named."""
 
 

@@ -16,7 +16,7 @@ from pycardano import Address, HDWallet, Network, PaymentSigningKey, ScriptHash
 from consumer.cli.channel import duration_ms, lovelace_of
 from consumer.sdk.channel_store import ChannelRecord, ChannelStore
 from consumer.sdk.errors import ConsumerError
-from consumer.sdk.iou_signer import IouRefused, IouSigner
+from consumer.sdk.iou_signer import IouNotSigned, IouSigner
 from consumer.sdk.keys import ConsumerKey, from_mnemonic
 from offchain.protocol.ledger.addresses import to_plutus
 from offchain.protocol.ledger.amounts import ADA
@@ -72,7 +72,7 @@ def test_ious_are_cumulative_and_signed_by_the_renter(key, store):
 def test_refuses_more_than_was_received(key, store):
     pays = signer(key, store)
     pays.pay(1_000, received_total=1_000)
-    with pytest.raises(IouRefused, match=r"more than the 0\.001000 ADA you received"):
+    with pytest.raises(IouNotSigned, match=r"more than the 0\.001000 ADA you received"):
         pays.pay(1_001, received_total=1_000)
     assert pays.signed == store.signed("ab" * 28) == 1_000
 
@@ -80,7 +80,7 @@ def test_refuses_more_than_was_received(key, store):
 def test_refuses_more_than_the_deposit(key, store):
     pays = signer(key, store)
     assert pays.pay(FUNDED, received_total=FUNDED + 1).amount == FUNDED  # all of it: fine
-    with pytest.raises(IouRefused, match=r"more than the channel holds .*top it up") as refused:
+    with pytest.raises(IouNotSigned, match=r"more than the channel holds .*top it up") as refused:
         pays.pay(FUNDED + 1, received_total=FUNDED + 1)
     assert refused.value.details["funded"] == FUNDED
     assert store.signed("ab" * 28) == FUNDED
@@ -89,9 +89,9 @@ def test_refuses_more_than_the_deposit(key, store):
 def test_refuses_below_the_last_iou(key, store):
     pays = signer(key, store)
     pays.pay(5_000, received_total=5_000)
-    with pytest.raises(IouRefused, match="below the last IOU"):
+    with pytest.raises(IouNotSigned, match="below the last IOU"):
         pays.pay(4_999, received_total=9_000)
-    with pytest.raises(IouRefused, match="below the last IOU"):
+    with pytest.raises(IouNotSigned, match="below the last IOU"):
         pays.pay(-1, received_total=9_000)
 
 
@@ -106,7 +106,7 @@ def test_a_restart_keeps_the_last_iou(key, store):
     again = signer(key, store)  # a new process over the same state directory
     assert again.signed == 7_000 and again.last == iou
     assert again.pay(7_000, received_total=7_000) == iou  # not counted twice
-    with pytest.raises(IouRefused, match="below the last IOU"):
+    with pytest.raises(IouNotSigned, match="below the last IOU"):
         again.pay(6_000, received_total=7_000)
     assert again.pay(8_000, received_total=8_000).amount == 8_000
 
@@ -140,7 +140,7 @@ def test_concurrent_payments_never_go_down(key, store):
     def pay(total: int) -> None:
         try:
             pays.pay(total, received_total=total)
-        except IouRefused:
+        except IouNotSigned:
             refused.append(total)  # a later total signed first: this one is below it
 
     threads = [threading.Thread(target=pay, args=(t,)) for t in totals]

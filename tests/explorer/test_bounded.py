@@ -15,9 +15,17 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from offchain.market.explorer.queries import DAY_MS
-from offchain.market.models import Cause, Channel, ChannelState, Job, JobEvent, JobState, Provider
+from offchain.market.models import (
+    Cause,
+    ChainBlock,
+    Channel,
+    ChannelState,
+    Job,
+    JobEvent,
+    JobState,
+    Provider,
+)
 from offchain.market.schemas import MAX_PRICE_PER_UNIT
-from offchain.market.services.chain_index import ChainBlock
 from offchain.protocol.job.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE
 from offchain.protocol.job.offer import SelfTestSummary
 from tests.explorer.conftest import START_MS, explorer_over

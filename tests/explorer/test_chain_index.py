@@ -23,8 +23,8 @@ from pycardano import (
 from sqlmodel import Session, select
 
 from offchain.chain.utxo import format_out_ref
+from offchain.market.models import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services import chain_index
-from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.settings import MarketSettings
 from offchain.protocol.ledger.types import Refund
 from offchain.protocol.tx.escrow import lock_escrow, new_escrow

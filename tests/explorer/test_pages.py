@@ -20,6 +20,9 @@ from offchain.market.explorer.queries import PAGE
 from offchain.market.models import (
     Bond,
     Cause,
+    ChainBlock,
+    ChainTx,
+    ChainTxOut,
     Channel,
     ChannelEvent,
     ChannelMove,
@@ -33,7 +36,6 @@ from offchain.market.models import (
     Rental,
 )
 from offchain.market.services.chain import parse_ref
-from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.jobs import now_ms
 from offchain.protocol.ledger.payloads import receipt_payload, sign
 from tests.explorer.conftest import START_MS, explorer_over

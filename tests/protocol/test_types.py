@@ -41,7 +41,7 @@ BATCH = types.BatchSettle(
     [SETTLE_RECEIPT],
     2,
 )
-CLAIM = types.Claim(
+CLAIM = types.ClaimPayload(
     b"UNCHAINED/claim/v1", 0, b"\x06" * 28, b"n" * 32,
     IndefiniteList([REF, 10, types.TxOutRef(b"\x07" * 32, 1), 0]),
 )  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from offchain.core.errors import UnchainedError
 from provider.config import DaemonSettings, Offer, Prices, ProviderConfig, RunnerSettings, to_toml
 
 START_TIMEOUT_S = 120  # three CLIs importing at once on a busy 2-core machine
@@ -34,7 +35,7 @@ DAEMON_TIMING = {"heartbeat_ms": 1000, "poll_s": 1, "payout_every_ms": 1000, "gr
 BATCH_WAIT_MS = 120_000  # --jobs N: the batch waits this long at most for all N receipts
 
 
-class DemoFailed(Exception):
+class DemoFailed(UnchainedError):
     """A step of the demo did not happen; the message says which and where to look."""
 
 

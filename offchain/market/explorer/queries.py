@@ -25,6 +25,9 @@ from offchain.market.models import (
     Bond,
     CancelState,
     Cause,
+    ChainBlock,
+    ChainTx,
+    ChainTxOut,
     Channel,
     ChannelState,
     Job,
@@ -36,7 +39,6 @@ from offchain.market.models import (
 )
 from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
-from offchain.market.services.chain_index import ChainBlock, ChainTx, ChainTxOut
 from offchain.market.services.offers import SLICED, slice_terms
 from offchain.market.services.storage import blob_path
 from offchain.protocol.checks.bond_check import covers_before

@@ -30,7 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from offchain.chain.time import ChainTime
 from offchain.market.api import streams
 from offchain.market.api.deps import SessionDep, storable_params
-from offchain.market.errors import Conflict, Invalid, MarketError, NotFound
+from offchain.market.errors import Conflict, Invalid, MarketRefusal, NotFound
 from offchain.market.explorer import channels, queries
 from offchain.market.explorer import rentals as deployments
 from offchain.market.explorer.format import FILTERS, GLOBALS
@@ -91,7 +91,7 @@ def wants_json(request: Request) -> bool:
 
 
 # What a person reads when a page refuses: its title and status (programs get the JSON error).
-REFUSALS: dict[type[MarketError], tuple[str, int]] = {
+REFUSALS: dict[type[MarketRefusal], tuple[str, int]] = {
     NotFound: ("Not found", 404),
     Invalid: ("Not understood", 422),
     Conflict: ("More than one", 409),
@@ -123,7 +123,7 @@ def explorer_app(settings: MarketSettings, engine: Engine, state: ExplorerState)
     # imports this module, so the import waits until it is loaded
 
     app = FastAPI()
-    app.add_exception_handler(MarketError, lambda _request, exc: error_response(exc))
+    app.add_exception_handler(MarketRefusal, lambda _request, exc: error_response(exc))
     mount(app)
     app.state.settings, app.state.engine, app.state.explorer = settings, engine, state
     return app

@@ -28,10 +28,11 @@ from pycardano import (
     TransactionInput,
     TransactionOutput,
 )
-from sqlalchemy import BigInteger, Column, Index, Text, delete, update
-from sqlmodel import Field, Session, SQLModel, col, select
+from sqlalchemy import delete, update
+from sqlmodel import Session, col, select
 
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, out_ref_of, parse_out_ref
+from offchain.market.models import ChainBlock, ChainTx, ChainTxOut
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.split import settle_split
 from offchain.protocol.ledger.types import (
@@ -50,47 +51,6 @@ PURPOSES = {
     RedeemerTag.WITHDRAWAL: "withdraw", RedeemerTag.VOTING: "vote",
     RedeemerTag.PROPOSING: "propose",
 }  # fmt: skip
-
-
-class ChainBlock(SQLModel, table=True):
-    """A block the follower applied: what the home and block pages list."""
-
-    slot: int = Field(
-        sa_type=BigInteger, primary_key=True, sa_column_kwargs={"autoincrement": False}
-    )
-    height: int = Field(sa_type=BigInteger, unique=True, index=True)
-    block_id: str = Field(max_length=64, index=True)
-    tx_count: int
-    indexed_txs: int = Field(description="transactions of this block that touch our scripts")
-
-
-class ChainTx(SQLModel, table=True):
-    """A transaction touching our scripts, decoded (`tx_view`) as JSON."""
-
-    __table_args__ = (Index("ix_chaintx_slot_tx", "slot", "tx_id"),)
-
-    tx_id: str = Field(primary_key=True, max_length=64)
-    slot: int = Field(sa_type=BigInteger)
-    height: int = Field(sa_type=BigInteger)
-    view: str = Field(sa_column=Column(Text, nullable=False))
-
-
-class ChainTxOut(SQLModel, table=True):
-    """An output of an indexed transaction: what an input that spends it showed, and what the
-    address page lists (newest first, by the address index)."""
-
-    __table_args__ = (Index("ix_chaintxout_address_slot", "address", "slot", "ref"),)
-
-    ref: str = Field(primary_key=True, max_length=80, description="TXID#IX")
-    slot: int = Field(sa_type=BigInteger)
-    address: str = Field(max_length=128)
-    lovelace: int = Field(sa_type=BigInteger)
-    script: str | None = Field(
-        default=None, max_length=8, description="escrow, bond, channel or none"
-    )
-    datum: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    spent_by: str | None = Field(default=None, max_length=64)
-    spent_slot: int | None = Field(default=None, sa_type=BigInteger)
 
 
 def spent_refs(block: dict[str, Any]) -> list[str]:

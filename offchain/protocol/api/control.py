@@ -24,6 +24,7 @@ from pycardano import ExtendedSigningKey, SigningKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from offchain.chain.utxo import OUT_REF_PATTERN
+from offchain.core.errors import UnchainedError
 from offchain.protocol.job.jobspec import canonical_json, describe
 from offchain.protocol.ledger.payloads import SIGNATURE_BYTES, VKEY_BYTES, sign, verify
 
@@ -35,7 +36,7 @@ MAX_TIMESTAMP_MS = 2**63 - 1
 Action = Literal["deploy", "stop", "logs"]
 
 
-class ControlRefused(ValueError):
+class ControlRefused(UnchainedError, ValueError):
     """A control request the gateway does not take: `status` is the HTTP status it answers
     (400 malformed, 401 bad signature, 403 not the channel's renter key or out of time,
     409 name taken), the message says why."""

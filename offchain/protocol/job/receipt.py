@@ -3,7 +3,7 @@
 The provider signs it (`Receipt.sign`, the one place a receipt is signed), journals it and
 hands it to the market, the market stores and serves it and settles it, the consumer checks
 and keeps it: each reads and writes the same fields here, and signs or checks the same
-canonical payload (`payload`: a `types.Claim` on this escrow alone, whose note binds the
+canonical payload (`payload`: a `types.ClaimPayload` on this escrow alone, whose note binds the
 result and evidence hashes; the settle script takes it as it is, see `claim.Claim`).
 
 - `body`: what the provider hands the market for an escrow it already names (units, result
@@ -71,7 +71,7 @@ class Receipt:
         return dataclasses.replace(unsigned, signature=signature)
 
     def payload(self, network_id: int, settle_hash: ScriptHash) -> bytes:
-        """The bytes signed: the on-chain Claim this one is, for this deployment's escrows."""
+        """The bytes signed: the on-chain ClaimPayload this is, for this deployment's escrows."""
         return receipt_payload(
             network_id, settle_hash, self.escrow, self.units, self.result_hash,
             self.evidence_hash,

@@ -1,9 +1,9 @@
 """The canonical signed payloads: the bytes a provider signs and every validator checks.
 
-A payload is `serialise_data` of a Claim or Acceptance (contracts/PROTOCOL.md): the domain,
+A payload is `serialise_data` of a ClaimPayload or Acceptance (contracts/PROTOCOL.md): the domain,
 network id, script hash and the escrows' out-refs make a signature worthless on any other
 escrow, network or script version; an Acceptance also names the bond script it binds. A
-receipt is a Claim of one escrow whose note binds the job's result and evidence hashes.
+receipt is a ClaimPayload of one escrow whose note binds the job's result and evidence hashes.
 Provider, market, consumer and tests all sign and verify through this module, so there is one
 definition of the bytes.
 """
@@ -23,7 +23,7 @@ from pycardano import (
     TransactionInput,
 )
 
-from offchain.protocol.ledger.types import Acceptance, Claim, TxOutRef
+from offchain.protocol.ledger.types import Acceptance, ClaimPayload, TxOutRef
 from offchain.protocol.tx.tx_reader import ledger_order
 
 CLAIM_DOMAIN = b"UNCHAINED/claim/v1"
@@ -46,7 +46,7 @@ def claim_payload(
     flat: list[TxOutRef | int] = []
     for escrow, units in sorted(claims, key=lambda claim: ledger_order(claim[0]), reverse=True):
         flat += [TxOutRef.of(escrow), units]
-    return Claim(
+    return ClaimPayload(
         CLAIM_DOMAIN, network_id, settle_hash.payload, note, IndefiniteList(flat)
     ).to_cbor()
 

@@ -207,7 +207,7 @@ class BatchSettle(PlutusData):
 
 
 @dataclass
-class Claim(PlutusData):
+class ClaimPayload(PlutusData):
     """A provider's claim on escrows: `claims` is flat, each out-ref followed by its units, in
     descending ledger order (the order the settle script builds it in)."""
 
