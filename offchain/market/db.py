@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 from sqlmodel import Session, SQLModel, create_engine
 
 from offchain.market.errors import NotFound
@@ -115,6 +115,20 @@ def upgrade(engine: Engine) -> None:
 def sessions(engine: Engine) -> Iterator[Session]:
     """One session per unit of work; whatever it did not commit is rolled back."""
     with Session(engine, expire_on_commit=False) as session:
+        yield session
+
+
+def snapshots(engine: Engine) -> Iterator[Session]:
+    """A session for reading only, whose every query sees the database as of its first: a page
+    that reads a row and then its events never shows one from before a commit and the other
+    from after it (the follower undoing a rolled-back block, say). SQLite: an explicit BEGIN
+    (its driver starts none for a read, so each SELECT would see the newest commit);
+    PostgreSQL: REPEATABLE READ (READ COMMITTED gives each statement a snapshot of its own)."""
+    with Session(engine, expire_on_commit=False) as session:
+        if engine.dialect.name == "sqlite":
+            session.execute(text("BEGIN"))
+        else:
+            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
         yield session
 
 

@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from offchain.market.db import sessions
+from offchain.market.db import sessions, snapshots
 from offchain.market.errors import Invalid
 from offchain.market.schemas import storable_text
 from offchain.market.services import jobs
@@ -32,6 +32,10 @@ async def get_settings(request: Request) -> MarketSettings:
 
 def get_session(request: Request) -> Iterator[Session]:
     yield from sessions(request.app.state.engine)
+
+
+def get_snapshot(request: Request) -> Iterator[Session]:
+    yield from snapshots(request.app.state.engine)
 
 
 async def get_chain(request: Request) -> Chain:
@@ -115,6 +119,8 @@ SettingsDep = Annotated[MarketSettings, Depends(get_settings)]
 # is `async def` and opens a session inside each worker-thread call instead
 # (tests/market/test_async_boundary.py holds both).
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+# a read-only session on one snapshot: the explorer's pages (`db.snapshots`)
+SnapshotDep = Annotated[Session, Depends(get_snapshot, scope="function")]
 ChainDep = Annotated[Chain, Depends(get_chain)]
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]
 UnspentDep = Annotated[Unspent, Depends(signed_unspent)]

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from offchain.chain.time import ChainTime
 from offchain.market.api import streams
-from offchain.market.api.deps import SessionDep, storable_params
+from offchain.market.api.deps import SnapshotDep, storable_params
 from offchain.market.errors import Conflict, Invalid, MarketRefusal, NotFound
 from offchain.market.explorer import channels, queries
 from offchain.market.explorer import rentals as deployments
@@ -136,7 +136,7 @@ def root() -> RedirectResponse:
 
 @router.get("/explorer", response_class=HTMLResponse)
 @router.get("/api/explorer")
-def home(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
+def home(request: Request, session: SnapshotDep, ctx: ContextDep) -> Response:
     """Chain tip, providers online, GPUs by model, jobs running, escrow, settlements."""
     return render(request, "home.html", lambda: queries.home(session, ctx))
 
@@ -145,7 +145,7 @@ def home(request: Request, session: SessionDep, ctx: ContextDep) -> Response:
 @router.get("/api/explorer/jobs")
 def job_list(
     request: Request,
-    session: SessionDep,
+    session: SnapshotDep,
     state: str = "",
     provider: str = "",
     consumer: str = "",
@@ -159,7 +159,7 @@ def job_list(
 
 @router.get("/explorer/jobs/{job_id}", response_class=HTMLResponse)
 @router.get("/api/explorer/jobs/{job_id}")
-def job_page(request: Request, job_id: str, session: SessionDep, ctx: ContextDep) -> Response:
+def job_page(request: Request, job_id: str, session: SnapshotDep, ctx: ContextDep) -> Response:
     blobs = request.app.state.settings.blob_dir
     return render(request, "job.html", lambda: queries.job_page(session, ctx, job_id, blobs))
 
@@ -167,7 +167,7 @@ def job_page(request: Request, job_id: str, session: SessionDep, ctx: ContextDep
 @router.get("/explorer/providers", response_class=HTMLResponse)
 @router.get("/api/explorer/providers")
 def provider_list(
-    request: Request, session: SessionDep, ctx: ContextDep, after: str = ""
+    request: Request, session: SnapshotDep, ctx: ContextDep, after: str = ""
 ) -> Response:
     return render(request, "providers.html", lambda: queries.provider_list(session, ctx, after))
 
@@ -175,7 +175,7 @@ def provider_list(
 @router.get("/explorer/providers/{provider_id}", response_class=HTMLResponse)
 @router.get("/api/explorer/providers/{provider_id}")
 def provider_page(
-    request: Request, provider_id: str, session: SessionDep, ctx: ContextDep
+    request: Request, provider_id: str, session: SnapshotDep, ctx: ContextDep
 ) -> Response:
     return render(request, "provider.html", lambda: {
         **queries.provider_page(session, ctx, provider_id),
@@ -188,7 +188,7 @@ def provider_page(
 @router.get("/api/explorer/channels")
 def channel_list(
     request: Request,
-    session: SessionDep,
+    session: SnapshotDep,
     state: str = "",
     provider: str = "",
     renter: str = "",
@@ -203,7 +203,7 @@ def channel_list(
 @router.get("/explorer/channels/{channel_id}", response_class=HTMLResponse)
 @router.get("/api/explorer/channels/{channel_id}")
 def channel_page(
-    request: Request, channel_id: str, session: SessionDep, ctx: ContextDep
+    request: Request, channel_id: str, session: SnapshotDep, ctx: ContextDep
 ) -> Response:
     return render(request, "channel.html", lambda: {
         **channels.channel_page(session, ctx, channel_id),
@@ -215,7 +215,7 @@ def channel_page(
 @router.get("/api/explorer/deployments")
 def deployment_list(
     request: Request,
-    session: SessionDep,
+    session: SnapshotDep,
     state: str = "",
     kind: str = "",
     provider: str = "",
@@ -233,7 +233,7 @@ def deployment_list(
 @router.get("/api/explorer/deployments/{deployment_id}")
 def deployment_page(
     request: Request, deployment_id: Annotated[int, Path(ge=0, le=queries.MAX_INT64)],
-    session: SessionDep,
+    session: SnapshotDep,
 ) -> Response:  # fmt: skip
     return render(request, "deployment.html",
                   lambda: deployments.deployment_page(session, deployment_id))  # fmt: skip
@@ -241,7 +241,7 @@ def deployment_page(
 
 @router.get("/explorer/txs/{tx_id}", response_class=HTMLResponse)
 @router.get("/api/explorer/txs/{tx_id}")
-def tx_page(request: Request, tx_id: str, session: SessionDep, ctx: ContextDep) -> Response:
+def tx_page(request: Request, tx_id: str, session: SnapshotDep, ctx: ContextDep) -> Response:
     tx_id = tx_id.lower()
     return render(request, "tx.html", lambda: {
         **queries.tx_page(session, ctx, tx_id), "channels": channels.moved_by(session, tx_id),
@@ -250,7 +250,7 @@ def tx_page(request: Request, tx_id: str, session: SessionDep, ctx: ContextDep) 
 
 @router.get("/explorer/addresses/{address}", response_class=HTMLResponse)
 @router.get("/api/explorer/addresses/{address}")
-def address_page(request: Request, address: str, session: SessionDep, after: str = "") -> Response:
+def address_page(request: Request, address: str, session: SnapshotDep, after: str = "") -> Response:
     return render(request, "address.html", lambda: {
         **queries.address_page(session, address, after),
         "channels": channels.at_address(session, address),
@@ -260,15 +260,15 @@ def address_page(request: Request, address: str, session: SessionDep, after: str
 @router.get("/explorer/blocks/{height}", response_class=HTMLResponse)
 @router.get("/api/explorer/blocks/{height}")
 def block_page(
-    request: Request, height: Annotated[int, Path(ge=0, le=queries.MAX_INT64)], session: SessionDep,
-    ctx: ContextDep,
+    request: Request, height: Annotated[int, Path(ge=0, le=queries.MAX_INT64)],
+    session: SnapshotDep, ctx: ContextDep,
 ) -> Response:  # fmt: skip
     return render(request, "block.html", lambda: queries.block_page(session, ctx, height))
 
 
 @router.get("/explorer/search", response_class=HTMLResponse)
 @router.get("/api/explorer/search")
-def search(request: Request, session: SessionDep, q: Annotated[str, Query(max_length=200)] = ""):
+def search(request: Request, session: SnapshotDep, q: Annotated[str, Query(max_length=200)] = ""):
     """Straight to the page a job id, tx hash, block, address or provider id names."""
     try:
         found = queries.search(session, q) if q.strip() else None
