@@ -28,7 +28,8 @@ def refuse(
     deployment = chain.deployment
     covers = (covers_before(deployment.notice_ms, deployment.refund_window_ms, None, now_ms)
               if bonded else None)  # fmt: skip
-    locked = escrows.escrow_output(chain.context, deployment, datum, job.lock_lovelace).amount.coin
+    locked = job.lock_lovelace  # `fit_allowance` raised it to the escrow output's min-UTxO
+    assert locked is not None
     terms = escrows.acceptance_terms(
         chain.context, deployment, datum, locked, now_ms, covers, settings.settle_fee_share
     )

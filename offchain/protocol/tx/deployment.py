@@ -5,6 +5,7 @@ parameters. Every builder takes it; `deploy` makes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from pycardano import (
     Address,
@@ -41,6 +42,10 @@ NEVER_SPENDABLE = ScriptAny([])
 
 @dataclasses.dataclass(frozen=True)
 class Deployment:
+    """The protocol's scripts on one chain. Each script and hash is read once
+    (`cached_property`): a quote needs the escrow's hash several times, and hashing a
+    script serializes it."""
+
     network_id: int
     notice_ms: int
     slash_share_bps: int
@@ -55,43 +60,43 @@ class Deployment:
     def network(self) -> Network:
         return Network(self.network_id)
 
-    @property
+    @functools.cached_property
     def escrow_script(self) -> PlutusV3Script:
         return _script(self.escrow_ref)
 
-    @property
+    @functools.cached_property
     def bond_script(self) -> PlutusV3Script:
         return _script(self.bond_ref)
 
-    @property
+    @functools.cached_property
     def settle_script(self) -> PlutusV3Script:
         return _script(self.settle_ref)
 
-    @property
+    @functools.cached_property
     def settle_hash(self) -> ScriptHash:
         return plutus_script_hash(self.settle_script)
 
-    @property
+    @functools.cached_property
     def escrow_hash(self) -> ScriptHash:
         return plutus_script_hash(self.escrow_script)
 
-    @property
+    @functools.cached_property
     def bond_hash(self) -> ScriptHash:
         return plutus_script_hash(self.bond_script)
 
-    @property
+    @functools.cached_property
     def channel_script(self) -> PlutusV3Script:
         return _script(self.channel_ref)
 
-    @property
+    @functools.cached_property
     def claim_script(self) -> PlutusV3Script:
         return _script(self.claim_ref)
 
-    @property
+    @functools.cached_property
     def channel_hash(self) -> ScriptHash:
         return plutus_script_hash(self.channel_script)
 
-    @property
+    @functools.cached_property
     def claim_hash(self) -> ScriptHash:
         return plutus_script_hash(self.claim_script)
 

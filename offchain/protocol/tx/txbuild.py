@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Collection, Sequence
 from typing import TypeVar
 
@@ -131,8 +132,23 @@ def script_source(builder: TransactionBuilder, ref: UTxO) -> UTxO | PlutusScript
 
 def at_least_min_utxo(context: ChainContext, output: TransactionOutput, owed: int) -> int:
     """`owed`, raised to the output's min-UTxO (the top-up comes from the fee budget)."""
+    if output.datum is None and output.script is None:  # tokens are not priced here either
+        per_byte = context.protocol_param.coins_per_utxo_byte
+        return max(owed, _plain_min_utxo(bytes(output.address), per_byte))
     probe = TransactionOutput(output.address, 2**40, datum=output.datum, script=output.script)
     return max(owed, min_lovelace_post_alonzo(probe, context))
+
+
+MIN_UTXO_OVERHEAD = 160  # the ledger's constant bytes per output (Babbage's min-UTxO rule)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_min_utxo(address: bytes, coins_per_utxo_byte: int) -> int:
+    """The min-UTxO of an ADA-only output to `address` (no datum, no script): it depends on the
+    address and the price of a byte alone, and serializing an output is most of what a quote
+    costs, so each address is priced once per parameter value."""
+    probe = TransactionOutput(Address.from_primitive(address), 2**40, post_alonzo=True)
+    return (MIN_UTXO_OVERHEAD + len(probe.to_cbor())) * coins_per_utxo_byte
 
 
 def payout(
