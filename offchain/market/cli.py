@@ -50,13 +50,14 @@ def serve(
     except MarketRefusal as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
-    served = {"host": settings.host, "port": settings.port, "access_log": access_log}
+    host, port = settings.host, settings.port
     if workers == 1:
-        uvicorn.run(create_app(settings), **served)
+        uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log)
         return
     engine = make_engine(settings)
     upgrade(engine)  # once, before the workers start (each would race to create the tables)
     engine.dispose()
     os.environ[SETTINGS_ENV] = settings.model_dump_json()  # each worker's app factory reads it
     uvicorn.run(f"{from_environment.__module__}:{from_environment.__name__}", factory=True,
-                workers=workers, timeout_worker_healthcheck=WORKER_START_S, **served)  # fmt: skip
+                workers=workers, timeout_worker_healthcheck=WORKER_START_S, host=host, port=port,
+                access_log=access_log)  # fmt: skip

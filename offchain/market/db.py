@@ -14,6 +14,8 @@ from typing import TypeVar
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, event, text
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine
 
 from offchain.market.errors import NotFound
@@ -47,7 +49,7 @@ def make_engine(settings: MarketSettings) -> Engine:
     )  # fmt: skip
 
     @event.listens_for(engine, "connect")
-    def _pragmas(connection, _record) -> None:
+    def _pragmas(connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")

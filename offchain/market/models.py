@@ -15,7 +15,10 @@ from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from offchain.chain.utxo import parse_out_ref
-from offchain.protocol.job.job_state import CancelState, JobState
+
+# re-exported: the tables' columns hold them, and the services import them with the tables
+from offchain.protocol.job.job_state import CancelState as CancelState
+from offchain.protocol.job.job_state import JobState as JobState
 from offchain.protocol.job.outcome import Outcome
 from offchain.protocol.job.receipt import BODY_FIELDS, Receipt
 

@@ -40,6 +40,7 @@ import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
+from typing import Any
 
 from offchain.market.errors import Invalid
 from offchain.protocol.checks.acceptance import asks, price_refusal
@@ -47,7 +48,7 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.ledger.amounts import ADA
 
 TEXT_OPS = ("=", "!=")
-OPS: dict[str, Callable[[object, object], bool]] = {
+OPS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt,
     "<=": operator.le, ">": operator.gt, ">=": operator.ge,
 }  # fmt: skip
@@ -417,7 +418,7 @@ class OfferQuery:
         ordered = list(offers)
         for name, descending in reversed(self.sort):
             attr = FIELDS[name].attr
-            ordered.sort(key=lambda offer, attr=attr: sort_value(offer, attr), reverse=descending)
+            ordered.sort(key=functools.partial(sort_value, attr=attr), reverse=descending)
         return ordered
 
 

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
-from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
+from offchain.chain import DEFAULT_OGMIOS_URL
 from offchain.core.settings import LayeredSettings, SettingsFileError
 from offchain.market.errors import Invalid
 from offchain.protocol.job.jobspec import describe

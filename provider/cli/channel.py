@@ -89,7 +89,7 @@ def list_channels(
     if not rows:
         typer.echo("no channels: admit one with `unchained provider channel admit`")
     for row in rows:
-        typer.echo(f"{row['channel'][:16]}  {row['state']:<7}  claimed {row['claimed']}  "
+        typer.echo(f"{str(row['channel'])[:16]}  {row['state']:<7}  claimed {row['claimed']}  "
                    f"latest IOU {row['latest_iou']}  unclaimed {row['unclaimed']}  "
                    f"capacity {row['capacity']}  {row['utxo']}")  # fmt: skip
 

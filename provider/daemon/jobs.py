@@ -63,6 +63,16 @@ class Refusal(UnchainedError):
     """This daemon will not take the assignment; the message says why."""
 
 
+# why a refused assignment's escrow is not released: not there, not ours, or no chain
+UNRELEASED: tuple[type[BaseException], ...] = (
+    ValidationError,
+    Refusal,
+    Refused,
+    BuildError,
+    *CHAIN_DOWN,
+)
+
+
 @dataclasses.dataclass
 class Worker:
     chain: Chain
@@ -264,7 +274,8 @@ class Worker:
                 await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _deliver_once(self, entry: JobEntry) -> JobEntry:
-        assert entry.receipt is not None
+        receipt = entry.receipt
+        assert receipt is not None
         job = entry.job_id
         state = await self._market_state(job)
         if state in DELIVERED:
@@ -279,7 +290,7 @@ class Worker:
             self.journal.save(entry)
         if not entry.receipt_sent:
             ended = {"outcome": entry.outcome, "exit_code": entry.exit_code}
-            body = Body.of_json(entry.receipt.body() | ended)
+            body = Body.of_json(receipt.body() | ended)
             await self.link.send("POST", f"/jobs/{job}/receipt", body, retry_for_s=CALL_S)
         entry = entry.model_copy(update={"receipt_sent": True, "stage": "delivered"})
         self.journal.save(entry)
@@ -318,7 +329,7 @@ class Worker:
         try:
             spec = JobSpec.model_validate(assignment.spec)
             entry = await self.chain.call(self._refused, job_id, assignment.escrow, spec)
-        except (ValidationError, Refusal, Refused, BuildError, *CHAIN_DOWN) as exc:
+        except UNRELEASED as exc:
             log.warning("job %s: its refusal releases no escrow: %s", job_id, exc)
             return
         await self._release_escrow(entry, reason)

@@ -49,6 +49,7 @@ async def spending_transaction(url: str, ref: TransactionInput, since: Point | N
 
     async def search() -> Transaction:
         tip = await tip_point(url)
+        assert isinstance(tip, dict), "a chain with no block has spent nothing"
         async for event in follow(url, points):
             if not isinstance(event, RollForward):
                 continue

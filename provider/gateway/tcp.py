@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 from provider.rentals.book import RUNNING, RentalBook
 
 if TYPE_CHECKING:
-    from provider.gateway.app import Gateway, Message, Receive, Scope, Send
+    from provider.gateway.app import Gateway
+    from provider.gateway.control import Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +96,14 @@ class TcpForwarder:
 
     async def _open(self, name: str, upstream: str) -> None:
         target = urlsplit(upstream)
-        if target.hostname is None or target.port is None:
+        host, port = target.hostname, target.port
+        if host is None or port is None:
             log.error("pod %s: upstream %r names no host and port", name, upstream)
             return
+        address = (host, port)
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._pipe(listener, (str(target.hostname), int(target.port)), reader, writer)
+            await self._pipe(listener, address, reader, writer)
 
         server = await asyncio.start_server(serve, self.host, 0)
         port = int(server.sockets[0].getsockname()[1])

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import docker
 from docker.errors import DockerException, ImageNotFound
@@ -238,7 +239,7 @@ def by_digest(reference: str) -> bool:
     return "@sha256:" in reference
 
 
-def has_digest(attrs: dict, reference: str) -> bool:
+def has_digest(attrs: dict[str, Any], reference: str) -> bool:
     """Whether an image's inspect `attrs` list `reference` (`repo@sha256:...`) as a digest."""
     return normal_image(reference) in {normal_image(d) for d in attrs.get("RepoDigests") or ()}
 

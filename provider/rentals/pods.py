@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import socket
 from contextlib import suppress
+from typing import Any
 
 import docker
 from docker.errors import DockerException, NotFound
@@ -70,7 +71,7 @@ def pod_options(
     image: str,
     gpu_uuids: list[str],
     settings: RunnerSettings,
-) -> dict:
+) -> dict[str, Any]:
     """Keyword arguments for `client.containers.create` that run `spec` (in `image`, the
     image it names as this engine knows it) as pod `name`."""
     options = hardened_options(image, spec.resources, {SSH_KEY_VARIABLE: spec.ssh_key},

@@ -20,6 +20,7 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 import docker
 import httpx
@@ -64,7 +65,7 @@ def service_bridge_name(runner: str, name: str) -> str:
 
 def service_options(
     runner: str, name: str, spec: ServiceSpec, gpu_uuids: list[str], settings: RunnerSettings
-) -> dict:
+) -> dict[str, Any]:
     """Keyword arguments for `client.containers.create` that run `spec` as service `name`."""
     options = {
         **hardened_options(spec.image, spec.resources, spec.env, gpu_uuids, settings),

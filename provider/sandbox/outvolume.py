@@ -14,7 +14,7 @@ import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO, cast
 
 from offchain.core.errors import UnchainedError
 
@@ -93,7 +93,9 @@ class OutVolume:
         content_bytes = 0
         with open(destination, "wb") as sink:
             writer = _HashingWriter(sink)
-            with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            # stream mode only writes; typeshed asks any fileobj for a whole file's methods
+            stream = cast(IO[bytes], writer)
+            with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for path in self._walk():
                     info = tar.gettarinfo(str(path), arcname=str(path.relative_to(self.mountpoint)))
                     if info is None:  # sockets: nothing to keep

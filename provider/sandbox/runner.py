@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import docker
 import requests
@@ -351,7 +351,7 @@ class Runner:
         return self._supervise(job_id, job, container, cgroup, deadline, on_log, gap=True)
 
 
-def create_container(client: docker.DockerClient, options: dict, pull: bool) -> Container:
+def create_container(client: docker.DockerClient, options: dict[str, Any], pull: bool) -> Container:
     """Create a container (a job's or a service's); a missing image is pulled when `pull`
     allows it and a registry answers, else JobStartError says why not."""
     try:

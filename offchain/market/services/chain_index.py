@@ -126,13 +126,16 @@ def tx_view(
     validity interval."""
     body = read.tx.transaction_body
     input_scripts = {ref: Script(out.script) for ref, out in spent.items() if out.script}
-    inputs = [{"ref": format_out_ref(ref), "redeemer": None} for ref in read.inputs]
-    withdrawals = [
+    inputs: list[dict[str, Any]] = [
+        {"ref": format_out_ref(ref), "redeemer": None} for ref in read.inputs
+    ]
+    withdrawals: list[dict[str, Any]] = [
         {"address": str(Address.from_primitive(key)), "lovelace": amount, "redeemer": None,
          "script": scripts.rewarding(key)}
         for key, amount in read.withdrawals
     ]  # fmt: skip
     others = []
+    script: Script | None
     for redeemer in read.redeemers:
         if redeemer.purpose == RedeemerTag.SPEND and redeemer.index < len(inputs):
             target = inputs[redeemer.index]

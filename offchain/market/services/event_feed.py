@@ -90,4 +90,5 @@ class EventFeed:
         query = select(JobEvent.id, JobEvent.job_id).where(col(JobEvent.id) > cursor)
         with Session(self.engine) as session:
             rows = session.exec(query).all()
-        return max((event_id for event_id, _ in rows), default=cursor), {job for _, job in rows}
+        ids = (event_id for event_id, _ in rows if event_id is not None)  # stored rows have one
+        return max(ids, default=cursor), {job for _, job in rows}

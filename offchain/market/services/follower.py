@@ -40,7 +40,7 @@ from sqlmodel import Session, col, select
 from offchain.chain.follower import Point, RollForward, follow, tip_point
 from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, parse_out_ref, tx_id_of
-from offchain.market.models import Bond, ChainPoint, Job, JobState, Provider, Settlement
+from offchain.market.models import Bond, Cause, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
 from offchain.market.services import chain_index, channel_index, jobs, offers, undo
 from offchain.market.services.chain import escrow_problems
@@ -67,7 +67,6 @@ from offchain.protocol.tx.txbuild import BuildError
 
 log = logging.getLogger(__name__)
 S = JobState
-Cause = jobs.Cause
 # How a bond was spent, by its redeemer (a bond spent by no bond redeemer: "spent").
 BOND_ACTIONS: dict[type[PlutusData], str] = {
     TopUp: "top-up", BeginUnbond: "unbond", Withdraw: "withdraw", Slash: "slash",

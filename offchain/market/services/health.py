@@ -41,7 +41,7 @@ def _extend(session: Session, provider_id: str, at_ms: int, online_ms: int) -> N
     """Widen the span within the online window of `at_ms` to cover it, or start one (a
     heartbeat that arrives late, from another process's clock, still lands in its own span)."""
     start, end = col(OnlineSpan.start_ms), col(OnlineSpan.end_ms)
-    extended = session.exec(  # type: ignore[call-overload]
+    extended = session.exec(
         update(OnlineSpan)
         .where(col(OnlineSpan.provider_id) == provider_id, end >= at_ms - online_ms,
                start <= at_ms + online_ms)
@@ -71,6 +71,7 @@ def uptime(session: Session, provider_ids: Sequence[str], now_ms: int) -> dict[s
         .where(col(OnlineSpan.provider_id).in_(provider_ids), end > now_ms - max(WINDOWS.values()))
         .group_by(col(OnlineSpan.provider_id))
     ).all()  # fmt: skip
-    for provider_id, *sums in rows:
+    for row in rows:
+        provider_id, sums = row[0], row[1:]
         found[provider_id] = {name: int(ms or 0) for name, ms in zip(WINDOWS, sums, strict=True)}
     return found

@@ -149,8 +149,8 @@ def by_escrow(session: Session, escrow: TransactionInput) -> Job | None:
 def assignments(session: Session, provider_id: str, new: bool = True) -> Sequence[Job]:
     """What `provider_id` has to answer, oldest first: its jobs whose renter asked to cancel
     them, and (`new`: it has a free slot) funded jobs waiting for it to accept them."""
-    asked = (Job.cancel_state == CancelState.REQUESTED) & col(Job.state).in_(CANCELLABLE)
-    waiting = (Job.state == S.FUNDED) & col(Job.cancel_state).is_(None)
+    asked = (col(Job.cancel_state) == CancelState.REQUESTED) & col(Job.state).in_(CANCELLABLE)
+    waiting = (col(Job.state) == S.FUNDED) & col(Job.cancel_state).is_(None)
     query = select(Job).where(Job.provider_id == provider_id, asked | waiting if new else asked)
     return session.exec(query.order_by(col(Job.updated_at_ms))).all()
 

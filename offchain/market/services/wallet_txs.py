@@ -97,13 +97,13 @@ class WalletContext(ChainContext):
 
     # offchain.chain.context.ChainQueries, from the chain
     def chain_time(self) -> ChainTime:
-        return self.chain.chain_time()  # type: ignore[attr-defined]
+        return self.chain.chain_time()
 
     def utxo_by_tx_id(self, tx_id: str, index: int) -> UTxO | None:
-        return self.chain.utxo_by_tx_id(tx_id, index)  # type: ignore[attr-defined]
+        return self.chain.utxo_by_tx_id(tx_id, index)
 
     def script_reward_balance(self, script: ScriptHash) -> int | None:
-        return self.chain.script_reward_balance(script)  # type: ignore[attr-defined]
+        return self.chain.script_reward_balance(script)
 
 
 def _address(text: str, deployment: Deployment, field: str) -> Address:
@@ -326,7 +326,7 @@ def submit_refund(
 
 
 def _renter(context: WalletContext, party: str) -> Address:
-    if context.payer.payment_part.payload.hex() != party:  # type: ignore[union-attr]
+    if context.payer.payment_part.payload.hex() != party:
         raise Invalid("the change address is not of the key that signed: a channel's renter "
                       "signs its close with the key of its address", "change_address")  # fmt: skip
     return context.payer
