@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from pycardano import TransactionInput
 from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -154,6 +155,28 @@ class Job(SQLModel, table=True):
     state: JobState = _name(JobState.REQUESTED)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
+
+    # Columns a job has from its quote or its lock on, typed for code that runs past that
+    # point (the API's `jobs.expect` checked the state): reading one sooner is a bug.
+
+    @property
+    def escrow(self) -> TransactionInput:
+        """Its escrow's out-ref (a locked job's)."""
+        assert self.escrow_ref is not None, f"job {self.id} has no escrow"
+        return parse_out_ref(self.escrow_ref)
+
+    @property
+    def provider_key(self) -> bytes:
+        """Its provider's verification key (a quoted job's)."""
+        assert self.provider_vkey is not None, f"job {self.id} is not quoted"
+        return bytes.fromhex(self.provider_vkey)
+
+    @property
+    def close_ms(self) -> int:
+        """When its escrow's settle window closes (a quoted job's)."""
+        deadline, window = self.deadline_ms, self.settle_window_ms
+        assert deadline is not None and window is not None, f"job {self.id} is not quoted"
+        return deadline + window
 
     @property
     def receipt(self) -> Receipt | None:

@@ -184,16 +184,16 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
         .group_by(col(Offer.gpu_model))
     ).all()  # fmt: skip
     gpus = cast(col(Job.spec), SPEC_JSON)[("resources", "gpus")].as_integer()
-    busy = dict(
-        session.exec(
-            select(Job.gpu_model, func.sum(gpus)).where(col(Job.state).in_(BUSY))
-            .group_by(col(Job.gpu_model))
-        ).all()
-    )  # fmt: skip
-    busy = {model or "": int(n or 0) for model, n in busy.items()}
+    running = session.exec(
+        select(Job.gpu_model, func.sum(gpus)).where(col(Job.state).in_(BUSY))
+        .group_by(col(Job.gpu_model))
+    ).all()  # fmt: skip
+    busy = {model or "": int(n or 0) for model, n in running}
     slices = _slices(session, since_ms)
-    models = sorted({model for model, _, _ in offered} | set(busy) | set(slices))
-    prices = {model: (total, price) for model, total, price in offered}
+    prices: dict[str, tuple[int, int | None]] = {
+        model or "": (total, price) for model, total, price in offered
+    }
+    models = sorted(set(prices) | set(busy) | set(slices))
     return [
         {
             "model": model, "offered": prices.get(model, (0, None))[0],
@@ -226,9 +226,9 @@ def _slices(session: Session, since_ms: int) -> dict[str, dict[str, Any]]:
         select(Job.gpu_model, func.count()).where(col(Job.state).in_(BUSY), SLICED)
         .group_by(col(Job.gpu_model))
     ).all()  # fmt: skip
-    for model, n in held:
-        if model in found:
-            found[model]["busy"] = int(n)
+    for gpu_model, n in held:
+        if gpu_model in found:
+            found[gpu_model]["busy"] = int(n)
     for model in found.values():
         model["free"] = max(0, model["offered"] - model["busy"])
         model["sizes"] = [{"memory_mib": memory, "sm_percent": sm, "isolation": isolation}
@@ -451,7 +451,7 @@ def _receipt(job: Job, scripts: Scripts) -> dict[str, Any] | None:
     receipt = job.receipt
     if receipt is None or job.provider_vkey is None:
         return None
-    vkey = bytes.fromhex(job.provider_vkey)
+    vkey = job.provider_key
     ok = receipt.signed_by(vkey, scripts.network_id, ScriptHash(scripts.settle_hash))
     return {**receipt.body(), "provider_vkey": job.provider_vkey, "verifies": ok}
 
@@ -543,7 +543,7 @@ def _counts(session: Session, provider_ids: Sequence[str]) -> dict[str, dict[str
     }
     for provider, state, n in rows:
         bucket = "done" if state in DONE else str(state) if state in (S.FAILED, S.SLASHED) else None
-        if bucket is not None:
+        if bucket is not None and provider is not None:
             counts[provider][bucket] += n
     return counts
 

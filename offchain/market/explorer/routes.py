@@ -268,7 +268,9 @@ def block_page(
 
 @router.get("/explorer/search", response_class=HTMLResponse)
 @router.get("/api/explorer/search")
-def search(request: Request, session: SnapshotDep, q: Annotated[str, Query(max_length=200)] = ""):
+def search(
+    request: Request, session: SnapshotDep, q: Annotated[str, Query(max_length=200)] = ""
+) -> Response:
     """Straight to the page a job id, tx hash, block, address or provider id names."""
     try:
         found = queries.search(session, q) if q.strip() else None
@@ -321,9 +323,9 @@ def _event(name: str, data: dict[str, Any], event_id: int | None = None) -> str:
 async def _home_stream(engine: Engine, ctx: queries.Context) -> AsyncIterator[str]:
     last = ""
     while True:
-        fragment = _cached_home(engine, jobs.now_ms()) or await run_in_threadpool(
-            _home_fragment, engine, ctx
-        )
+        fragment = _cached_home(engine, jobs.now_ms())
+        if fragment is None:
+            fragment = await run_in_threadpool(_home_fragment, engine, ctx)
         if fragment != last:
             last = fragment
             yield _event("home", {"html": fragment})

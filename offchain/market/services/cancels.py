@@ -19,7 +19,7 @@ from offchain.market import schemas
 from offchain.market.errors import Conflict, Invalid
 from offchain.market.models import CancelState, Cause, Job, JobState
 from offchain.market.services import jobs
-from offchain.market.services.chain import Chain, parse_ref
+from offchain.market.services.chain import Chain
 from offchain.protocol.api import wire
 from offchain.protocol.checks.cancel_check import CancelRefused, check_cancel
 from offchain.protocol.ledger.payloads import verify
@@ -43,8 +43,8 @@ def request(session: Session, chain: Chain, job: Job, body: schemas.CancelReques
     if body.transaction is None:
         raise Invalid(f"job {job.id} is locked: post the Cancel of its escrow", "transaction")
     tx = transaction(body.transaction)
-    escrow = parse_ref(job.escrow_ref, "escrow")
-    provider = PaymentVerificationKey(bytes.fromhex(job.provider_vkey)).hash()
+    escrow = job.escrow
+    provider = PaymentVerificationKey(job.provider_key).hash()
     try:
         check_cancel(tx, chain.deployment, escrow, provider, chain.utxo)
     except CancelRefused as exc:
@@ -66,13 +66,14 @@ def answer(session: Session, job: Job, body: schemas.CancelAnswer) -> Job:
         raise Conflict(f"job {job.id} has no cancel waiting for its provider", "state")
     jobs.expect(job, *jobs.CANCELLABLE)
     tx = job.cancel_tx
-    if body.action == CancelState.SIGNED:
+    action = CancelState(body.action)
+    if action == CancelState.SIGNED:
         tx = _witnessed(job, body.signature)
         jobs.note(session, job, Cause.API, "cancel signed by the provider: the renter submits it")
-    elif body.action == CancelState.STOPPING:
+    elif action == CancelState.STOPPING:
         jobs.note(session, job, Cause.API, "cancel: the provider stops the running job and "
                   "signs a receipt for the units it used")  # fmt: skip
-    elif body.action == CancelState.REFUSED and body.reason:
+    elif action == CancelState.REFUSED and body.reason:
         job.cancel_refusal = body.reason
         jobs.note(session, job, Cause.API, f"cancel refused by the provider: {body.reason}")
     else:
@@ -124,7 +125,7 @@ def _witnessed(job: Job, signature: str | None) -> str:
     """The stored Cancel with the provider's witness, if `signature` is its key's over it."""
     assert job.cancel_tx is not None and job.provider_vkey is not None
     tx = transaction(job.cancel_tx)
-    vkey = bytes.fromhex(job.provider_vkey)
+    vkey = job.provider_key
     if signature is None or not verify(vkey, tx.id.payload, bytes.fromhex(signature)):
         raise Invalid("not the provider's signature of the cancel transaction", "signature")
     witness = VerificationKeyWitness(PaymentVerificationKey(vkey), bytes.fromhex(signature))

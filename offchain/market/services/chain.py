@@ -96,10 +96,14 @@ def parse_ref(text: str, field: str) -> TransactionInput:
 
 def quoted_escrow(job: Job) -> EscrowDatum:
     """The escrow datum the job's quote asks the consumer to lock."""
+    price, units, deadline = job.price_per_unit, job.max_units, job.deadline_ms
+    window, allowance = job.settle_window_ms, job.fee_allowance
+    assert price is not None and units is not None and deadline is not None, "not quoted"
+    assert window is not None and allowance is not None, "not quoted"
     return new_escrow(
         Address.from_primitive(job.consumer_address), Address.from_primitive(job.provider_address),
-        bytes.fromhex(job.provider_vkey), job.price_per_unit, job.max_units, job.deadline_ms,
-        job.settle_window_ms, bytes.fromhex(job.spec_digest), job.fee_allowance,
+        job.provider_key, price, units, deadline, window, bytes.fromhex(job.spec_digest),
+        allowance,
     )  # fmt: skip
 
 

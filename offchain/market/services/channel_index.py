@@ -67,7 +67,8 @@ NOW = tuple(ChannelNow.model_fields)  # the state columns a channel and its even
 def tracked(session: Session, spent: list[str]) -> Tracked:
     """The channels whose current output is among `spent` (a block's spent out-refs)."""
     query = select(Channel).where(col(Channel.ref).in_(spent))
-    return {parse_out_ref(channel.ref): channel for channel in session.exec(query)}
+    found = session.exec(query)
+    return {parse_out_ref(channel.ref): channel for channel in found if channel.ref is not None}
 
 
 def apply(
@@ -105,11 +106,11 @@ def _spent(
     """Tracked `channel`, at `ref`, spent by this transaction: ended, or gone on."""
     redeemer = read.spend(ref, Script.CHANNEL)
     outputs = read.tx.transaction_body.outputs
-    if type(redeemer) in ENDS:
-        move, state = ENDS[type(redeemer)]
+    if redeemer is not None and type(redeemer) in ENDS:
+        ended, state = ENDS[type(redeemer)]
         back = 0 if isinstance(redeemer, MutualClose) else outputs[redeemer.renter_output].lovelace
         channel.ref, channel.state, channel.lovelace = None, state, 0
-        _record(session, at, tx_id, channel, move, back)
+        _record(session, at, tx_id, channel, ended, back)
         return
     move = CONTINUES.get(type(redeemer))
     if isinstance(redeemer, ChannelClaim):

@@ -19,7 +19,6 @@ from offchain.market import schemas
 from offchain.market.errors import Conflict, Forbidden, Invalid
 from offchain.market.models import Cause, Job, JobState
 from offchain.market.services import jobs, storage
-from offchain.market.services.chain import parse_ref
 from offchain.protocol.job.metering import MeteringRecord
 from offchain.protocol.job.outcome import describe
 from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
@@ -42,10 +41,10 @@ def accept(session: Session, deployment: Deployment, job: Job, signature: str) -
     """Store the provider's Acceptance (it backs the job with its bond) once it verifies."""
     jobs.expect(job, S.FUNDED)
     payload = acceptance_payload(
-        deployment.network_id, deployment.escrow_hash, parse_ref(job.escrow_ref, "escrow"),
+        deployment.network_id, deployment.escrow_hash, job.escrow,
         bytes.fromhex(job.spec_digest), deployment.bond_hash,
     )  # fmt: skip
-    if not verify(bytes.fromhex(job.provider_vkey), payload, bytes.fromhex(signature)):
+    if not verify(job.provider_key, payload, bytes.fromhex(signature)):
         raise Invalid("not the provider's signature of this escrow's Acceptance", "signature")
     job.acceptance_signature = signature
     jobs.transition(session, job, S.ACCEPTED, Cause.API, "acceptance verified")
@@ -84,6 +83,7 @@ def hand_in_receipt(
     the job is completed and waits for settlement whatever its outcome (a failed or timed-out
     run is billed for what it used), which is kept beside it with its exit code."""
     jobs.expect(job, S.RUNNING)
+    assert job.max_units is not None  # a running job is quoted
     if receipt.units > job.max_units:
         raise Invalid(f"{receipt.units} units is more than the quoted {job.max_units}", "units")
     if job.result_sha256 is not None and receipt.result_hash != job.result_sha256:
@@ -102,8 +102,8 @@ def _keep_receipt(
 ) -> None:
     """Put the receipt on the job once it verifies against the escrow and the provider's key
     (Invalid naming `field` + signature otherwise), as the validators will check it."""
-    signed = Receipt.from_body(parse_ref(job.escrow_ref, "escrow"), receipt.model_dump())
-    vkey = bytes.fromhex(job.provider_vkey)
+    signed = Receipt.from_body(job.escrow, receipt.model_dump())
+    vkey = job.provider_key
     if not signed.signed_by(vkey, deployment.network_id, deployment.settle_hash):
         raise Invalid(
             "not the provider's signature of this receipt for the escrow", f"{field}signature"

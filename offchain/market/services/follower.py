@@ -99,7 +99,8 @@ class ChainFollower:
         with Session(self.engine) as session:
             query = select(ChainPoint).order_by(col(ChainPoint.slot).desc())
             stored = session.exec(query).all()
-        picked, step, index = [], 1, 0
+        picked: list[Point] = []
+        step, index = 1, 0
         while index < len(stored):
             picked.append({"slot": stored[index].slot, "id": stored[index].block_id})
             if len(picked) >= RECENT_POINTS:
@@ -117,7 +118,7 @@ class ChainFollower:
                 return
             spent = chain_index.spent_refs(block)
             escrows = {
-                parse_out_ref(job.escrow_ref): job
+                job.escrow: job
                 for job in session.exec(
                     select(Job).where(col(Job.escrow_ref).in_(spent)).with_for_update()
                 )
@@ -131,6 +132,7 @@ class ChainFollower:
                 for provider in session.exec(
                     select(Provider).where(col(Provider.bond_ref).in_(spent))
                 )
+                if provider.bond_ref is not None  # the query's
             }  # fmt: skip
             channels = channel_index.tracked(session, spent)
             for tx in block["transactions"]:
@@ -216,7 +218,7 @@ class ChainFollower:
             return
         fields = {"settle_tx": tx_id} if target == S.SETTLED else {}
         self._move(session, at, job, target, detail, tx_id, **fields)
-        for settlement in self._pending_settlements(session, job.escrow_ref):
+        for settlement in self._pending_settlements(session, format_out_ref(job.escrow)):
             undo.remember(session, at, settlement)
             ours = settlement.tx_id == tx_id
             settlement.state = Sent.CONFIRMED if ours else Sent.CONFLICTED
@@ -307,7 +309,7 @@ class ChainFollower:
             self._check_bond(at, utxo, datum, provider)
         except BondRefused as refused:
             log.warning("not counted as a bond: %s", refused)
-            if moved:  # its bond went on into this output: it has none that counts now
+            if moved and provider is not None:  # its bond went on here: none counts now
                 undo.remember(session, at, provider)
                 provider.bond_state = REFUSED_BOND
                 session.add(provider)
@@ -361,10 +363,11 @@ class ChainFollower:
             col(Job.escrow_height) <= at.height - self.confirmations,
         )
         for job in session.exec(query.with_for_update()):
+            assert job.escrow_height is not None  # the query's
             depth = at.height - job.escrow_height
             self._move(
                 session, at, job, S.FUNDED, f"escrow {job.escrow_ref} {depth} block(s) deep",
-                tx_id_of(parse_out_ref(job.escrow_ref)),
+                tx_id_of(job.escrow),
             )  # fmt: skip
 
     def _forget(self, session: Session, at: BlockAt) -> None:
@@ -384,7 +387,7 @@ class ChainFollower:
         """Undo every block after `point`; returns how many changes were undone. A first
         start (no points yet) records `point` as where the market's chain begins."""
         with Session(self.engine, expire_on_commit=False) as session:
-            if point == "origin":
+            if isinstance(point, str):  # "origin", the only point that is no block
                 at = BlockAt(-1, 0, "origin")
             else:
                 known = session.get(ChainPoint, point["slot"])
@@ -412,7 +415,9 @@ class ChainFollower:
                 points = await asyncio.to_thread(self.points)
                 if not points:
                     tip = await tip_point(url)
-                    points = [{"slot": tip["slot"], "id": tip["id"]}]
+                    points = [
+                        tip if isinstance(tip, str) else {"slot": tip["slot"], "id": tip["id"]}
+                    ]
                 async for event in follow(url, points):
                     if isinstance(event, RollForward):
                         await asyncio.to_thread(self.roll_forward, event.block)

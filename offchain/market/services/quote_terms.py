@@ -44,6 +44,7 @@ def store(engine: Engine, nonce: PendingNonce, job: Job, events: Sequence[JobEve
         except IntegrityError as exc:
             if "escrow_terms" not in str(exc.orig):
                 raise
+            assert job.deadline_ms is not None  # `match` set it
             job.deadline_ms -= 1
     raise Conflict(f"{TERMS_TRIES} open quotes have this job's terms: ask again later", "spec")
 

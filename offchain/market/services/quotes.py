@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from pycardano import Address, ChainContext, Transaction
 from pycardano.exception import PyCardanoException
@@ -223,6 +224,7 @@ def lock_transaction(
     will take for the job (a newer one replaces it)."""
     jobs.expect(job, JobState.QUOTED)
     consumer = payer or Address.from_primitive(job.consumer_address)
+    assert job.lock_lovelace is not None  # a quoted job's
     try:
         datum = quoted_escrow(job)
         tx = escrows.lock(funds or chain.context, chain.deployment, consumer, datum,
@@ -280,7 +282,7 @@ def lock_ref(tx_id: str) -> str:
     return format_out_ref(out_ref_of(tx_id, escrows.ESCROW_OUTPUT))
 
 
-def spec_of(job: Job) -> dict:
+def spec_of(job: Job) -> dict[str, Any]:
     return json.loads(job.spec)
 
 

@@ -49,7 +49,7 @@ def watch_deadlines(engine: Engine, chain: Chain) -> None:
             if job.state in NOT_DELIVERED:
                 job.failure_reason = "the deadline passed without a receipt"
                 jobs.transition(session, job, S.FAILED, Cause.SCHEDULER, job.failure_reason)
-            close = job.deadline_ms + job.settle_window_ms
+            close = job.close_ms
             if job.refundable_since_ms is None and close < now:
                 job.refundable_since_ms = now
                 slash = " and a slash of the provider's bond" if job.acceptance_signature else ""

@@ -249,10 +249,10 @@ class Batcher:
         """The job's receipt on its unspent escrow; Left when the market leaves it (its window
         closes before `closing`, its escrow is spent, its receipt claims more than the escrow
         holds), SmallPayout when its provider's payout is below the ledger's minimum UTxO."""
-        close = job.deadline_ms + job.settle_window_ms
+        close = job.close_ms
         if close < closing:
             raise Left(f"its settle window closes at {iso(close)}: too soon to land a settle")
-        utxo = self.chain.utxo(parse_ref(job.escrow_ref, "escrow"))
+        utxo = self.chain.utxo(job.escrow)
         if utxo is None:
             raise Left(f"its escrow {job.escrow_ref} is spent (the follower records by what)")
         receipt = job.receipt

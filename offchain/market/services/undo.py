@@ -61,7 +61,11 @@ def remember_created(session: Session, at: BlockAt, row: SQLModel) -> None:
 
 def _record(at: BlockAt, row: SQLModel, before: str | None) -> ChainUndo:
     return ChainUndo(
-        slot=at.slot, height=at.height, table_name=row.__tablename__, key=_key(row), before=before
+        slot=at.slot,
+        height=at.height,
+        table_name=str(row.__tablename__),
+        key=_key(row),
+        before=before,
     )
 
 
@@ -72,9 +76,11 @@ def undo_after(session: Session, point: BlockAt) -> int:
     records = session.exec(query.order_by(col(ChainUndo.id).desc())).all()
     for record in records:
         row = session.get(MODELS[record.table_name], record.key)
-        if row is not None and record.before is None:
+        if row is None:
+            pass
+        elif record.before is None:
             session.delete(row)
-        elif row is not None:
+        else:
             _restore(session, row, json.loads(record.before), point, record.slot)
         session.delete(record)
         session.flush()

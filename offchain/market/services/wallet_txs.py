@@ -40,7 +40,7 @@ from offchain.market import models, schemas
 from offchain.market.errors import Conflict, Forbidden, Invalid, NotFound
 from offchain.market.models import CancelState, Job, Offer
 from offchain.market.services import cancels, offers, quotes
-from offchain.market.services.chain import Chain, parse_ref
+from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
 from offchain.protocol.api import wire
 from offchain.protocol.job import jobspec
@@ -211,7 +211,7 @@ def lock(session: Session, chain: Chain, job: Job, funds: schemas.WalletFunds) -
 def _escrow(chain: Chain, job: Job) -> UTxO:
     if job.escrow_ref is None:
         raise Conflict(f"job {job.id} has no escrow: nothing was locked", "state")
-    utxo = chain.utxo(parse_ref(job.escrow_ref, "escrow"))
+    utxo = chain.utxo(job.escrow)
     if utxo is None:
         raise Conflict(f"escrow {job.escrow_ref} is spent already (settled, refunded, "
                        "cancelled or slashed)", "escrow")  # fmt: skip
@@ -245,7 +245,7 @@ def refund(
         raise Conflict(f"the provider never accepted job {job.id}, so there is nothing to "
                        "slash: build the refund", "slash")  # fmt: skip
     provider = Address.from_primitive(job.provider_address)
-    vkey = bytes.fromhex(job.provider_vkey)
+    vkey = job.provider_key
     found = bonds.bonds_of(chain.context, deployment, provider, vkey)
     if not found:
         raise Conflict("the provider has no bond on chain to slash: build the refund", "slash")
