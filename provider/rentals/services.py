@@ -204,12 +204,14 @@ def create_bridge(
 
 
 def host_port(container: Container, port: int) -> int:
-    """The host port the engine published `port` on, at 127.0.0.1."""
+    """The host port the engine published `port` on, at 127.0.0.1. A container that exited
+    already has none (the engine unpublishes its ports): that is said with its last output."""
     container.reload()
     bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{port}/tcp") or []
     for binding in bindings:
         if binding["HostIp"] == LOOPBACK:
             return int(binding["HostPort"])
+    _check_running(container, f"port {port} was published", "service")
     raise ServiceStartError(f"port {port} was not published on {LOOPBACK}: {bindings}")
 
 
@@ -244,17 +246,22 @@ def wait_ready(
         if problem is None:
             return
         container.reload()
-        state = container.attrs["State"]
-        if state["Status"] != "running":
-            raise ServiceStartError(
-                f"the {kind} exited (code {state['ExitCode']}) before {what} answered"
-                f"{_log_tail(container)}"
-            )
+        _check_running(container, f"{what} answered", kind)
         if time.monotonic() >= deadline:
             raise ServiceStartError(
                 f"{what} did not {wanted} within {timeout_s:g} s ({problem}){_log_tail(container)}"
             )
         time.sleep(HEALTH_POLL_S)
+
+
+def _check_running(container: Container, before: str, kind: str) -> None:
+    """ServiceStartError with the container's exit code and last output once it has exited
+    (its attributes as last reloaded)."""
+    state = container.attrs["State"]
+    if state["Status"] != "running":
+        raise ServiceStartError(
+            f"the {kind} exited (code {state['ExitCode']}) before {before}{_log_tail(container)}"
+        )
 
 
 def _log_tail(container: Container) -> str:
