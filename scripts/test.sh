@@ -8,4 +8,5 @@ bash scripts/setup-docker.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q -m "not gpu" "$@"
+# three workers on two cores: much of a test is waiting for blocks, containers and children
+exec .venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not gpu" "$@"

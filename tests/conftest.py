@@ -22,9 +22,22 @@ NEEDS = {
     "browser": {"browser"},
 }
 DOCKER_CLIENT = "tests/provider"  # where `client` is the engine's (the explorer's is HTTP)
+# Modules of a minute or more each (the demos in fresh clones, the compiler's rebuild), run
+# first: pytest-xdist hands whole modules to its workers in collection order (--dist
+# loadfile), and the longest started last would decide when the suite ends.
+LONGEST_FIRST = (
+    "tests/test_demo_services.py",
+    "tests/test_demo.py",
+    "tests/test_demo_jobs.py",
+    "tests/contracts/test_build.py",
+    "tests/consumer/test_results_cli.py",
+    "tests/contracts/test_validators_devnet.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {module: rank for rank, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))  # stable
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in NEEDS.items():
