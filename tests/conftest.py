@@ -28,7 +28,6 @@ DOCKER_CLIENT = "tests/provider"  # where `client` is the engine's (the explorer
 LONGEST_FIRST = (
     "tests/test_demo_services.py",
     "tests/test_demo.py",
-    "tests/test_demo_jobs.py",
     "tests/contracts/test_build.py",
     "tests/consumer/test_results_cli.py",
     "tests/contracts/test_validators_devnet.py",
