@@ -70,3 +70,18 @@ def test_every_relative_link_leads_to_a_file(page: Path):
     targets = [t for t in LINK.findall(page.read_text()) if "://" not in t]
     missing = [t for t in targets if not (page.parent / t).exists()]
     assert missing == [], f"{page.name} links to {missing}"
+
+
+REPO_PATH = re.compile(
+    r"`((?:contracts|offchain|provider|consumer|devnet|samples|unchained|tests|bench|scripts|docs)"
+    r"/[\w/.-]*(?:\.\w+|/))`"  # a file (with its extension) or a folder (with its slash)
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_file_of_ours_a_page_names_is_there(page: Path):
+    """A page that names `provider/gateway/app.py` names a file that exists (the re-layout
+    moved every module once; a page must not keep an old path)."""
+    named = REPO_PATH.findall(page.read_text())
+    missing = [path for path in named if not (ROOT / path).exists()]
+    assert missing == [], f"{page.name} names {missing}"
