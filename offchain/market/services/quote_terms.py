@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Engine, insert
 from sqlalchemy.exc import IntegrityError
+from typeguard import suppress_type_checks
 
 from offchain.market.db import writing
 from offchain.market.errors import Conflict
@@ -24,7 +25,8 @@ TERMS_TRIES = 100  # identical requests quoted within one tip read each take the
 
 def escrow_terms(job: Job) -> str:
     """The digest of the escrow datum the job's quote asks for: equal terms, equal digest."""
-    return hashlib.sha256(quoted_escrow(job).to_cbor()).hexdigest()
+    with suppress_type_checks():  # as the quote's other encodings (quotes.QUIET_CBOR)
+        return hashlib.sha256(quoted_escrow(job).to_cbor()).hexdigest()
 
 
 def store(engine: Engine, nonce: PendingNonce, job: Job, events: Sequence[JobEvent]) -> None:

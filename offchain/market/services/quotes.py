@@ -41,8 +41,9 @@ TIP_AGE_S = 1.0  # a quote's chain time may come from a tip read this long ago (
 
 
 # QUIET_CBOR: the escrow datum of a quote is built here from validated fields, and encoding it
-# (min-UTxO, terms digest) under pycardano's runtime type checks (typeguard) costs more than
-# the encoding itself; the checks are off while it is encoded, as `txbuild.build` does.
+# (min-UTxO; its digest in `quote_terms.escrow_terms`) under pycardano's runtime type checks
+# (typeguard) costs more than the encoding itself; the checks are off while it is encoded, as
+# `txbuild.build` does.
 
 
 def request_job(
@@ -75,8 +76,7 @@ def request_job(
         raise
     created = jobs.first_event(job, "signed job request")
     quoted = jobs.move(job, JobState.QUOTED, Cause.API, f"offer {offer.id}")
-    with suppress_type_checks():  # QUIET_CBOR
-        quote_terms.store(engine, nonce, job, [created, quoted])
+    quote_terms.store(engine, nonce, job, [created, quoted])
     return quote(job, offer, settings.settle_fee_share)
 
 
