@@ -17,8 +17,8 @@ BUILTIN = {"Exception", "BaseException", "ValueError", "RuntimeError", "KeyError
 SIGNALS = {
     "offchain/market/services/settlement.py:Left": "a batch item leaving its batch, caught there",
     "offchain/market/app.py:BodyOverLimit": "stops reading a body; the middleware answers 413",
-    "provider/gateway/control.py:BodyTooLarge": "stops reading a body; the route answers 413",
-    "provider/gateway/control.py:ClientGone": "the renter went away mid-body; nothing to answer",
+    "provider/gateway/limits.py:BodyRefused": "stops reading a body; the route answers its status",
+    "provider/gateway/limits.py:ClientGone": "the renter went away mid-body; nothing to answer",
 }
 
 

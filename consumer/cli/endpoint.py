@@ -201,7 +201,7 @@ def deploy(
         admission = (utxo, channel.terms_cbor) if utxo else None
         control.deploy(name, bytes.fromhex(channel.channel_id), record.spec, admission)
         RentalStore(env.state_dir).save(record)
-        status = until_settled(control, name, wait)
+        status = until_settled(control, name, bytes.fromhex(channel.channel_id), wait)
     emit(as_json, {**status, "gateway_url": offer.gateway_url, "provider_id": offer.provider_id},
          f"{name}: {status['state']}{': ' + status['reason'] if status['reason'] else ''} on "
          f"{offer.gateway_url} (provider {offer.provider_id[:16]}), paid on channel "
@@ -241,8 +241,8 @@ def deployment_statuses(env: Env) -> list[dict[str, Any]]:
     shown = []
     for record in RentalStore(env.state_dir).all():
         try:
-            with control_of(env, record, signing=False) as control:
-                status = control.status(record.name)
+            with control_of(env, record) as control:
+                status = control.status(record.name, bytes.fromhex(record.channel_id))
         except ConsumerError as exc:
             status = {"state": "unknown", "reason": str(exc)}
         shown.append({**status, "name": record.name, "kind": record.kind,
@@ -262,7 +262,7 @@ def local_record(env: Env, name: str) -> "RentalRecord":
     return RentalStore(env.state_dir).get(name)
 
 
-def control_of(env: Env, record: "RentalRecord", signing: bool = True) -> "GatewayControl":
+def control_of(env: Env, record: "RentalRecord") -> "GatewayControl":
     """The gateway's control client for `record`, signing with this renter's key."""
     from consumer.sdk.endpoint_client import GatewayControl
     from consumer.sdk.keys import load_key
@@ -270,7 +270,7 @@ def control_of(env: Env, record: "RentalRecord", signing: bool = True) -> "Gatew
 
     key = load_key(env.key, env.pycardano_network)
     network_id = env.network_id
-    if signing and env.deployment.exists():
+    if env.deployment.exists():
         network_id = DeploymentFile.model_validate_json(env.deployment.read_text()).network_id
     return GatewayControl(record.gateway_url, key, network_id)
 
@@ -284,11 +284,13 @@ def pay_channel(env: Env, control: "GatewayControl", signer: "IouSigner", ahead_
     pay_due(control, signer, [(r.name, r.created_ms) for r in records], ahead_s)
 
 
-def until_settled(control: "GatewayControl", name: str, wait_s: int) -> dict[str, Any]:
+def until_settled(
+    control: "GatewayControl", name: str, channel: bytes, wait_s: int
+) -> dict[str, Any]:
     """The deployment's status once it runs, failed or stopped, or after `wait_s` seconds."""
     deadline = time.monotonic() + wait_s
     while True:
-        status = control.status(name)
+        status = control.status(name, channel)
         if status["state"] != "pending" or time.monotonic() >= deadline:
             return status
         time.sleep(0.25)

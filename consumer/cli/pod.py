@@ -129,7 +129,7 @@ def start(
             RentalStore(env.state_dir).forget(name)
             raise
         spawn(agent_arguments(env), env.state_dir, channel.channel_id)
-        status = until_settled(control, name, wait)
+        status = until_settled(control, name, bytes.fromhex(channel.channel_id), wait)
     emit(as_json, {**status, "gateway_url": offer.gateway_url, "provider_id": offer.provider_id},
          f"{name}: {status['state']}{': ' + status['reason'] if status['reason'] else ''} on "
          f"{offer.gateway_url} (provider {offer.provider_id[:16]}) at "
@@ -156,23 +156,6 @@ def ssh_command(
     return [*argv, f"pod@{host}", *command_line]
 
 
-def public_status(record: "RentalRecord") -> dict[str, Any]:
-    """The deployment's status at its gateway, read without the renter's key (nothing is
-    signed: `pod ssh` does not wait seconds for the key's libraries to load)."""
-    import httpx
-
-    url = f"{record.gateway_url.rstrip('/')}/deployments/{record.name}"
-    try:
-        answer = httpx.get(url, timeout=30)
-        status: dict[str, Any] = answer.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise ConsumerError(f"{url}: no status ({exc or type(exc).__name__})", gateway=url) from exc
-    if answer.status_code != 200:
-        raise ConsumerError(f"{url}: {answer.status_code}: {status.get('error')}",
-                            status=answer.status_code)  # fmt: skip
-    return status
-
-
 @command(app, "ssh")
 def ssh(
     env: Env,
@@ -186,11 +169,12 @@ def ssh(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Log in to your pod with ssh (through its provider's gateway), or run a command in it."""
-    from consumer.cli.endpoint import local_record
+    from consumer.cli.endpoint import control_of, local_record
 
     del as_json  # ssh's own output is the output
     record = local_record(env, name)
-    status = public_status(record)
+    with control_of(env, record) as control:  # its port is shown to its renter alone
+        status = control.status(name, bytes.fromhex(record.channel_id))
     if status["state"] != "running" or not status.get("public_port"):
         raise ConsumerError(f"pod {name} is {status['state']}"
                             f"{': ' + status['reason'] if status.get('reason') else ''}"
@@ -219,7 +203,7 @@ def stop(env: Env, name: Name, as_json: Json = False) -> None:
         last = wait_done(env.state_dir, record.channel_id, AGENT_WAIT_S)
         if last:  # no agent left (it paid the last IOU, or died): pay what is still owed
             pay_channel(env, control, signer_of(env, record.channel_id), 0)
-        status = control.status(name)
+        status = control.status(name, bytes.fromhex(record.channel_id))
     signed = ChannelStore(env.state_dir).signed(record.channel_id)
     seconds = (status["stopped_ms"] - status["started_ms"]) // 1000 if status["started_ms"] else 0
     paying = "" if last else " (its agent still pays for the channel's other pods)"

@@ -77,7 +77,8 @@ class PodAgent:
         known = []
         for record in self.records():
             try:
-                statuses[record.name] = self.control.status(record.name)
+                channel = bytes.fromhex(record.channel_id)
+                statuses[record.name] = self.control.status(record.name, channel)
             except ConsumerError as exc:
                 if exc.details.get("status") != NOT_FOUND:  # 404: gone, workspace and all
                     raise
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pods:
         log.error("no pod recorded on channel %s in %s", flags.channel, flags.state_dir)
         return 1
-    with control_of(env, pods[0], signing=False) as control:
+    with control_of(env, pods[0]) as control:
         new_signer = functools.partial(signer_of, env, flags.channel)
         return run(control, flags.channel, new_signer, store, flags.state_dir, flags.interval)
 

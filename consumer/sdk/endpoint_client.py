@@ -190,8 +190,8 @@ class EndpointClient:
 
 class GatewayControl:
     """A renter's control requests to a provider's gateway (`offchain.protocol.api.control`):
-    deploy, status, stop, logs and pay, each but status and pay signed with the renter key
-    `key` for `network_id`. ConsumerError carries the gateway's refusal."""
+    deploy, status, stop, logs and pay, each but pay signed with the renter key `key` for
+    `network_id`. ConsumerError carries the gateway's refusal."""
 
     def __init__(
         self, gateway_url: str, key: ConsumerKey, network_id: int,
@@ -218,8 +218,10 @@ class GatewayControl:
         request = ControlRequest.of("deploy", name, channel, spec, admission)
         return self.sent("POST", self.base, self.signed(request), {201})
 
-    def status(self, name: str) -> dict[str, Any]:
-        return self.sent("GET", f"{self.base}/{name}", None, {200})
+    def status(self, name: str, channel: bytes) -> dict[str, Any]:
+        """Deployment `name`'s state and what its channel (`channel`) owes now."""
+        request = ControlRequest.of("status", name, channel)
+        return self.sent("POST", f"{self.base}/{name}/status", self.signed(request), {200})
 
     def stop(self, name: str, channel: bytes) -> dict[str, Any]:
         request = ControlRequest.of("stop", name, channel)
@@ -283,7 +285,7 @@ def pay_due(
     plus each deployment's price per second for the seconds it ran by the renter's clock, one
     second of slack each. None: nothing owed beyond the last IOU."""
     now = time.time_ns() // 1_000_000
-    statuses = [(control.status(name), created) for name, created in deployments]
+    statuses = [(control.status(name, signer.channel), created) for name, created in deployments]
     if not statuses:
         return None
     due = int(statuses[0][0]["due"])

@@ -352,6 +352,7 @@ def gateway(
     from provider.capacity import slots_of
     from provider.gateway.app import gateway_app
     from provider.gateway.control import DeployTerms
+    from provider.gateway.guard import ConnectionLimits, guarded_protocol
     from provider.money.channel_book import ChannelBook
     from provider.rentals.book import RentalBook
     from provider.rentals.starters import engine_logs
@@ -373,5 +374,6 @@ def gateway(
     from provider.gateway.tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
 
     forwarding = with_tcp_forwarder(app, host.strip("[]"))
+    http = guarded_protocol(ConnectionLimits())  # slowloris, connections per address
     uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning",
-                http="httptools", loop="uvloop", access_log=False)  # fmt: skip
+                http=http, loop="uvloop", access_log=False)  # fmt: skip

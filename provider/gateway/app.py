@@ -9,28 +9,29 @@ plus this request's price gets 402 with `{"error", "due", "channel", "price"}` a
 (`ChannelBook.accept`, through `IouStore`'s group commit) before the request goes upstream, so
 before the answer's first byte; the channel must still be one `may_serve` allows.
 
-The request is then streamed to the endpoint's upstream and the answer streamed back
-(`provider.gateway.upstream`: a bounded pool of keep-alive upstream connections); the request
-body is bounded whatever its framing (a declared Content-Length above the bound is refused
-before the IOU is looked at, a chunked one is cut at the bound: 413), the answer's body too
-(502 if declared above it, else the connection is cut). A request is charged
-(`RentalBook.charge`) when the upstream's answer starts: one the upstream never answers is
-not charged, and the renter's IOU for it pays the next one.
+The request then takes a slot of its endpoint and of its renter (503 at once when either is
+full: `provider.gateway.limits`), its body is read whole within its deadline (408) into
+buffers bounded per renter (503), and only then sent to the endpoint's upstream, its answer
+streamed back (`provider.gateway.upstream`: a bounded pool of keep-alive upstream
+connections). The request body is bounded whatever its framing (a declared Content-Length
+above the bound is refused before the IOU is looked at, a chunked one is cut at the bound:
+413), the answer's body too (502 if declared above it, else the connection is cut). A request
+is charged (`RentalBook.charge`) when the upstream's answer starts: one the upstream never
+answers (or refused for a slot, a buffer or its body) is not charged, and the renter's IOU for
+it pays the next one. The connections themselves are bounded by `provider.gateway.guard`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from urllib.parse import quote
 
 from offchain.protocol.ledger.iou import IOU_HEADER
 from provider.gateway.commit import IouStore
 from provider.gateway.control import (
     CONTROL_PREFIX,
-    BodyTooLarge,
-    ClientGone,
     ControlRoutes,
     DeployTerms,
     LogReader,
@@ -38,11 +39,11 @@ from provider.gateway.control import (
     Receive,
     Scope,
     Send,
-    bounded,
     iou_of,
     payment_required,
     reply,
 )
+from provider.gateway.limits import BodyRefused, ClientGone, Quota, read_body
 from provider.gateway.upstream import PoolTimeout, UpstreamError, UpstreamPool
 from provider.money.channel_book import ChannelBook, IouRefused
 from provider.rentals.book import RUNNING, Rental, RentalBook, channel_due
@@ -53,7 +54,12 @@ log = logging.getLogger(__name__)
 PREFIX = "/endpoints"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-MAX_UPSTREAM_CONNECTIONS = 64
+MAX_UPSTREAM_CONNECTIONS = 256  # requests in flight to the upstreams, all endpoints'
+ENDPOINT_SLOTS = 64  # ... of one endpoint
+RENTER_SLOTS = 128  # ... of one renter's endpoints
+MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # request bodies read, not yet sent on: all renters'
+RENTER_BUFFERED_BYTES = 64 * 1024 * 1024  # ... one renter's
+CLOSE = [(b"connection", b"close")]  # after a body left unread
 UPSTREAM_TIMEOUT_S = 300.0  # an inference may take minutes; a silent upstream no longer
 CONNECT_TIMEOUT_S = 10.0
 PATH_SAFE = "/:@!$&'()*+,;=~"  # kept as they are in a path: the rest percent-encoded again
@@ -76,6 +82,8 @@ class Gateway:
         max_request_bytes: int,
         max_response_bytes: int,
         max_upstream_connections: int,
+        endpoint_slots: int,
+        renter_slots: int,
         upstream_timeout_s: float,
         terms: DeployTerms | None,
         logs: LogReader | None,
@@ -86,6 +94,9 @@ class Gateway:
         self.max_request_bytes = max_request_bytes
         self.max_response_bytes = max_response_bytes
         self._pool_terms = (max_upstream_connections, upstream_timeout_s, CONNECT_TIMEOUT_S)
+        self._endpoint_slots = Quota(endpoint_slots, max_upstream_connections)
+        self._renter_slots = Quota(renter_slots, max_upstream_connections)
+        self._buffers = Quota(RENTER_BUFFERED_BYTES, MAX_BUFFERED_BYTES)
         self._pool: UpstreamPool | None = None  # made in the event loop that serves
         # lovelace of requests taken but not charged yet (their upstream has not answered),
         # by channel: the next IOU on it must cover them too
@@ -147,7 +158,8 @@ class Gateway:
             await reply(send, 400, {"error": str(error)})
             return
         if declared is not None and declared > self.max_request_bytes:
-            await _too_large(send, declared, self.max_request_bytes)
+            await reply(send, 413, {"error": f"a body of {declared} bytes is above the "
+                                    f"gateway's {self.max_request_bytes} bytes"})  # fmt: skip
             return
         price = endpoint.price_per_request
         due = self.due(endpoint.channel) + price
@@ -169,16 +181,50 @@ class Gateway:
             except IouRefused as refusal:
                 await payment_required(settled_send, endpoint.channel, str(refusal), due, price)
                 return
-            has_body = declared != 0 and (declared is not None or _chunked(headers))
-            body = bounded(receive, self.max_request_bytes) if has_body else None
-            target = "/" + quote(rest, safe=PATH_SAFE)  # the path as sent, however encoded
-            if scope["query_string"]:
-                target += "?" + scope["query_string"].decode("latin-1")
-            forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
-            await self._proxy(scope["method"], self._next_upstream(endpoint), target, forwarded,
-                              body, settled_send, held)  # fmt: skip
+            await self._forward(scope, receive, settled_send, endpoint, rest, declared, held)
         finally:
             held.release()
+
+    async def _forward(
+        self, scope: Scope, receive: Receive, send: Send, endpoint: Rental, rest: str,
+        declared: int | None, held: _Held,
+    ) -> None:  # fmt: skip
+        """A paid request to `endpoint`'s path `rest`: a slot taken, its body read, proxied."""
+        busy = self._take_slots(endpoint)
+        if busy:
+            await reply(send, 503, {"error": busy}, CLOSE)
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        renter = endpoint.renter_vkey
+        try:
+            with self._buffers.holding(renter, "the gateway's body buffers") as hold:
+                has_body = declared != 0 and (declared is not None or _chunked(headers))
+                body = await read_body(receive, self.max_request_bytes, hold) if has_body else None
+                target = "/" + quote(rest, safe=PATH_SAFE)  # the path as sent, however encoded
+                if scope["query_string"]:
+                    target += "?" + scope["query_string"].decode("latin-1")
+                forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
+                await self._proxy(scope["method"], self._next_upstream(endpoint), target,
+                                  forwarded, body, send, held)  # fmt: skip
+        except BodyRefused as refusal:
+            await reply(send, refusal.status, {"error": refusal.reason}, CLOSE)
+        except ClientGone:
+            return
+        finally:
+            self._endpoint_slots.give(endpoint.name)
+            self._renter_slots.give(renter)
+
+    def _take_slots(self, endpoint: Rental) -> str:
+        """Take a slot of `endpoint` and one of its renter: "" if taken, else why not."""
+        if not self._endpoint_slots.take(endpoint.name):
+            return (f"endpoint {endpoint.name} has {self._endpoint_slots.per_key} requests in "
+                    "flight, its most: try again in a moment")  # fmt: skip
+        if not self._renter_slots.take(endpoint.renter_vkey):
+            self._endpoint_slots.give(endpoint.name)
+            return (f"your endpoints have {self._renter_slots.held(endpoint.renter_vkey)} "
+                    f"requests in flight (at most {self._renter_slots.per_key}), or the "
+                    f"gateway its {self._renter_slots.total}: try again in a moment")  # fmt: skip
+        return ""
 
     def due(self, channel: bytes) -> int:
         """What `channel` owes now, requests in flight included: every deployment on it."""
@@ -198,7 +244,7 @@ class Gateway:
         upstream: str,
         target: str,
         headers: list[tuple[bytes, bytes]],
-        body: AsyncIterator[bytes] | None,
+        body: bytes | None,
         send: Send,
         held: _Held,
     ) -> None:
@@ -208,11 +254,6 @@ class Gateway:
             self._pool = UpstreamPool(*self._pool_terms)
         try:
             answer = await self._pool.send(method, upstream, target, headers, body)
-        except BodyTooLarge:
-            await _too_large(send, None, self.max_request_bytes)
-            return
-        except ClientGone:
-            return
         except PoolTimeout:
             await reply(send, 503, {"error": "the gateway's upstream connections are all busy"})
             return
@@ -276,6 +317,8 @@ def gateway_app(
     max_request_bytes: int = MAX_REQUEST_BYTES,
     max_response_bytes: int = MAX_RESPONSE_BYTES,
     max_upstream_connections: int = MAX_UPSTREAM_CONNECTIONS,
+    endpoint_slots: int = ENDPOINT_SLOTS,
+    renter_slots: int = RENTER_SLOTS,
     upstream_timeout_s: float = UPSTREAM_TIMEOUT_S,
     terms: DeployTerms | None = None,
     logs: LogReader | None = None,
@@ -286,8 +329,8 @@ def gateway_app(
     return Gateway(
         book, endpoints, max_request_bytes=max_request_bytes,
         max_response_bytes=max_response_bytes,
-        max_upstream_connections=max_upstream_connections, upstream_timeout_s=upstream_timeout_s,
-        terms=terms, logs=logs,
+        max_upstream_connections=max_upstream_connections, endpoint_slots=endpoint_slots,
+        renter_slots=renter_slots, upstream_timeout_s=upstream_timeout_s, terms=terms, logs=logs,
     )  # fmt: skip
 
 
@@ -302,8 +345,3 @@ def _content_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
 
 def _chunked(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     return any(k == b"transfer-encoding" for k, _ in headers)
-
-
-async def _too_large(send: Send, declared: int | None, limit: int) -> None:
-    size = "a body" if declared is None else f"a body of {declared} bytes"
-    await reply(send, 413, {"error": f"{size} is above the gateway's {limit} bytes"})

@@ -7,7 +7,8 @@ the renter key of the channel that pays (`offchain.protocol.api.control`).
   offer's), then stored `pending` in the book: the daemon admits its channel and starts it.
   A channel the book does not hold yet needs `channel_utxo` and `channel_terms` in the
   request: the daemon admits it on chain as `unchained provider channel admit` does.
-- `GET /deployments/<name>`: its public state (no spec, no key) and what its channel owes now.
+- `POST /deployments/<name>/status`: a signed ask for its state (no spec, no key; its
+  upstream and ports are the renter's alone) and what its channel owes now.
 - `POST /deployments/<name>/stop`: a signed stop; per-second billing ends now, the daemon
   removes its containers.
 - `POST /deployments/<name>/logs`: a signed ask for the last lines its containers wrote.
@@ -15,25 +16,37 @@ the renter key of the channel that pays (`offchain.protocol.api.control`).
   its channel owes now (per-second billing between requests; a pod's agent calls it). 402 as
   for a request.
 
+Every signed request is taken once: its nonce is kept until its time window ends
+(`SeenRequests`), so a captured request replayed is refused 409; a renter coming back to its
+stopped pod signs a deploy made after the stop (a deploy signed before it restarts nothing).
+
 Refusals are `{"error": reason}` with 400 (malformed, invalid spec), 401 (bad signature),
 403 (not the renter's key, out of time, unknown channel, below the prices or above the bundle),
-404 (no such deployment), 409 (name taken).
+404 (no such deployment), 408 (a body too slow), 409 (name taken, a replay), 429 (too many
+requests of one renter in a window).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from offchain.protocol.api.control import ControlRefused, ControlRequest, SignedControl
+from offchain.protocol.api.control import (
+    TOLERANCE_MS,
+    ControlRefused,
+    ControlRequest,
+    SignedControl,
+)
 from offchain.protocol.job.jobspec import Bundle, JobSpecError, parse_spec
 from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
+from provider.gateway.limits import BodyRefused, ClientGone, read_body
 from provider.money.channel_book import IouRefused
 from provider.rentals.book import ENDED, ENDPOINT, PENDING, POD, STOPPED, Rental
 
@@ -51,6 +64,8 @@ CONTROL_PREFIX = "/deployments"
 DUE_HEADER = b"unchained-due"
 MAX_CONTROL_BYTES = 64 * 1024  # a signed request with its spec
 LOG_LINES = 200
+SEEN_PER_RENTER = 1_000  # signed requests of one renter key kept at once (one window's)
+SEEN_IN_ALL = 100_000
 KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD}  # a spec's `kind` -> the deployment's
 
 
@@ -108,6 +123,44 @@ def public(endpoint: Rental, due: int) -> dict[str, Any]:
     return shown
 
 
+class SeenRequests:
+    """The signed requests taken whose time window is still open, by key and nonce: one seen
+    again is a replay. Bounded per renter key and in all (429 beyond)."""
+
+    def __init__(self, window_ms: int = TOLERANCE_MS, per_key: int = SEEN_PER_RENTER,
+                 total: int = SEEN_IN_ALL) -> None:  # fmt: skip
+        self.window_ms, self.per_key, self.total = window_ms, per_key, total
+        self._seen: set[tuple[bytes, str]] = set()
+        self._by_key: dict[bytes, int] = {}
+        self._expiry: list[tuple[int, bytes, str]] = []  # a heap: (forget at, key, nonce)
+
+    def admit(self, signed: SignedControl, now_ms: int) -> None:
+        """Take `signed` (checked: signed, in its window) once; ControlRefused otherwise."""
+        self._forget(now_ms)
+        seen = (signed.key, signed.request.nonce)
+        if seen in self._seen:
+            request = signed.request
+            raise ControlRefused(409, f"this {request.action} request (nonce {request.nonce}) "
+                                 "was taken already: sign a new one")  # fmt: skip
+        if self._by_key.get(signed.key, 0) >= self.per_key or len(self._seen) >= self.total:
+            raise ControlRefused(429, f"too many signed requests within "
+                                 f"{self.window_ms // 1000} s: wait a moment")  # fmt: skip
+        self._seen.add(seen)
+        self._by_key[signed.key] = self._by_key.get(signed.key, 0) + 1
+        # past issued_ms + window the time check refuses it: no need to remember it longer
+        heapq.heappush(self._expiry, (signed.request.issued_ms + self.window_ms, *seen))
+
+    def _forget(self, now_ms: int) -> None:
+        while self._expiry and self._expiry[0][0] < now_ms:
+            _, key, nonce = heapq.heappop(self._expiry)
+            self._seen.discard((key, nonce))
+            left = self._by_key[key] - 1
+            if left:
+                self._by_key[key] = left
+            else:
+                del self._by_key[key]
+
+
 class ControlRoutes:
     """`/deployments...` for one gateway (its books, IOU store and due rule)."""
 
@@ -115,6 +168,7 @@ class ControlRoutes:
         self.gateway = gateway
         self.terms = terms
         self.logs = logs
+        self.seen = SeenRequests()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         method: str = scope["method"]
@@ -124,15 +178,21 @@ class ControlRoutes:
             if route == ("POST", 1, "") and parts == [""]:
                 await self._deploy(await _signed(receive), send)
             elif route[:2] == ("GET", 1) and parts[0]:
-                await self._status(parts[0], send)
+                where = f"{CONTROL_PREFIX}/{parts[0]}/status"
+                raise ControlRefused(401, "a deployment's status is its renter's: POST a signed "
+                                     f"status request to {where}")  # fmt: skip
             elif route[:2] == ("POST", 2) and parts[1] == "pay":
                 await self._pay(parts[0], scope["headers"], send)
-            elif route[:2] == ("POST", 2) and parts[1] in ("stop", "logs"):
+            elif route[:2] == ("POST", 2) and parts[1] in ("stop", "logs", "status"):
                 await self._signed_action(parts[0], parts[1], await _signed(receive), send)
             else:
                 await reply(send, 404, {"error": f"no route {method} {scope['path']}"})
         except ControlRefused as refusal:
             await reply(send, refusal.status, {"error": str(refusal)})
+        except BodyRefused as refusal:
+            await reply(
+                send, refusal.status, {"error": refusal.reason}, [(b"connection", b"close")]
+            )
         except ClientGone:
             return
 
@@ -141,7 +201,9 @@ class ControlRoutes:
 
     def _check(self, signed: SignedControl, renter_vkey: bytes) -> None:
         network = self.gateway.book.network_id
-        signed.check(network, renter_vkey, self._now())
+        now = self._now()
+        signed.check(network, renter_vkey, now)
+        self.seen.admit(signed, now)
 
     async def _deploy(self, signed: SignedControl, send: Send) -> None:
         request = signed.request
@@ -174,31 +236,31 @@ class ControlRoutes:
         try:
             book.add(endpoint)
         except ValueError as error:
-            if not self._came_back(endpoint):
+            if not self._came_back(endpoint, request.issued_ms):
                 raise ControlRefused(409, f"name {request.name} is taken: {error}") from error
         if entry is None or entry.ended:
             book.note_admission(request.channel_id, request.channel_utxo or "",
                                 request.channel_terms or "")  # fmt: skip
         await reply(send, 201, public(endpoint, self.gateway.due(endpoint.channel)))
 
-    def _came_back(self, pod: Rental) -> bool:
+    def _came_back(self, pod: Rental, issued_ms: int) -> bool:
         """Whether `pod` took the place of its renter's stopped pod of that name on the same
         channel, whose workspace is kept: the renter comes back to it (what the old one earned
-        stays due on the channel). 409 naming the channel when only the channel differs."""
+        stays due on the channel) with a deploy signed after the stop (`issued_ms`). 409
+        naming the channel when only the channel differs."""
         old = self.gateway.endpoints.get(pod.name)
         if old is None or (old.kind, pod.kind) != (POD, POD) or old.state not in ENDED:
             return False
         if old.renter_vkey != pod.renter_vkey:
             return False
+        if issued_ms <= old.stopped_ms:
+            raise ControlRefused(409, f"{pod.name} stopped at {old.stopped_ms}: a come-back "
+                                 f"is a deploy signed after that, not at {issued_ms}")  # fmt: skip
         if old.channel != pod.channel:
             where = old.channel.hex()
             raise ControlRefused(409, f"{pod.name} is your stopped pod on channel {where}: "
                                  "come back to it on that channel")  # fmt: skip
         return self.gateway.endpoints.revive(pod, old)
-
-    async def _status(self, name: str, send: Send) -> None:
-        endpoint = self._deployment(name)
-        await reply(send, 200, public(endpoint, self.gateway.due(endpoint.channel)))
 
     async def _signed_action(
         self, name: str, action: str, signed: SignedControl, send: Send
@@ -211,11 +273,11 @@ class ControlRoutes:
         if request.channel_id != endpoint.channel:
             raise ControlRefused(403, f"{name} is paid on channel {endpoint.channel.hex()}")
         self._check(signed, endpoint.renter_vkey)
-        if action == "stop":
-            if endpoint.state not in ENDED:
+        if action in ("stop", "status"):
+            if action == "stop" and endpoint.state not in ENDED:
                 self.gateway.endpoints.finish(name, STOPPED, "stopped by its renter", self._now())
-            stopped = self._deployment(name)
-            await reply(send, 200, public(stopped, self.gateway.due(stopped.channel)))
+            shown = self._deployment(name)
+            await reply(send, 200, public(shown, self.gateway.due(shown.channel)))
             return
         if self.logs is None:
             raise ControlRefused(403, "this gateway shows no logs")
@@ -254,44 +316,12 @@ def _spec_of(request: ControlRequest) -> BaseModel:
 
 async def _signed(receive: Receive) -> SignedControl:
     """The request's body: a signed control request (ControlRefused 400 if it is not one)."""
-    body = b""
-    try:
-        async for chunk in bounded(receive, MAX_CONTROL_BYTES):
-            body += chunk
-    except BodyTooLarge as error:
-        raise ControlRefused(
-            413, f"a control request is at most {MAX_CONTROL_BYTES} bytes"
-        ) from error
+    body = await read_body(receive, MAX_CONTROL_BYTES)
     try:
         wire = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ControlRefused(400, f"the body is not JSON: {error}") from error
     return SignedControl.from_wire(wire)
-
-
-class BodyTooLarge(Exception):
-    """The request's body passed the gateway's bound while it was streamed."""
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request's body was read."""
-
-
-async def bounded(receive: Receive, limit: int) -> AsyncIterator[bytes]:
-    """The request's body as it arrives; BodyTooLarge once it passes `limit` bytes."""
-    total = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk: bytes = message.get("body", b"")
-        total += len(chunk)
-        if total > limit:
-            raise BodyTooLarge
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
 
 
 def iou_of(

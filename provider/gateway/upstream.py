@@ -2,17 +2,18 @@
 endpoints' containers, each answer parsed by httptools as it arrives and streamed back.
 
 Lean on purpose (a paid request's overhead is mostly this): one asyncio Protocol a connection,
-no per-request task or timer beyond the read's deadline, no header rewriting but Host. The
-request's body is streamed as it is read (Content-Length framing when the client declared one,
-else chunked); the answer's body is streamed with back-pressure (reading from the upstream
+no per-request task or timer beyond the read's deadline, no header rewriting but Host and
+Content-Length. The request's body comes whole (the gateway reads it before it takes a
+connection: `provider.gateway.limits`) and goes with its Content-Length; the answer's body is
+streamed with back-pressure (reading from the upstream
 pauses while a chunk waits to be sent on). A connection goes back to the pool only once its
 answer was read whole and the upstream keeps it alive; a kept connection the upstream closed
 meanwhile is dropped, and a request without a body that finds it closed is sent once more on a
 fresh one.
 
 Errors: `PoolTimeout` (every connection busy for `timeout_s`), `UpstreamError` (no connection,
-a malformed answer, the upstream closed or fell silent for `timeout_s`); what the request's body
-iterator raises (the gateway's bound, a client gone) goes through unchanged.
+a malformed answer, the upstream closed, even while the request was sent, or fell silent for
+`timeout_s`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ READ_PAUSE_BYTES = 256 * 1024  # answer bytes buffered before reading from the u
 _END = b""  # the body queue's end mark (body chunks are never empty)
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})  # sent once more if a kept connection fails
 _Idle = collections.OrderedDict["_Connection", None]  # a pool's idle connections, oldest first
+_FRAMING = frozenset({b"host", b"content-length", b"transfer-encoding"})  # the pool's own
 
 
 class UpstreamError(UnchainedError):
@@ -137,25 +139,16 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # the request
-    async def request(
-        self, head: bytes, body: AsyncIterator[bytes] | None, chunked: bool, head_only: bool,
-        timeout_s: float,
-    ) -> None:  # fmt: skip
+    async def request(self, head: bytes, body: bytes, head_only: bool, timeout_s: float) -> None:
         """Send the request (`head`, then `body`) and wait for its answer's status and headers."""
         assert self.transport is not None
+        if self.closed or self.transport.is_closing():
+            raise UpstreamError("the upstream closed the connection")
         self.used = True
         self._head_only = head_only
         self._head = self.loop.create_future()
-        self.transport.write(head)
-        if body is not None:
-            async for chunk in body:
-                if chunked:
-                    self.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                else:
-                    self.transport.write(chunk)
-                await self._drain()
-            if chunked:
-                self.transport.write(b"0\r\n\r\n")
+        self.transport.write(head + body if body else head)
+        await self._drain()  # the upstream may close while it is sent: UpstreamError
         await self._wait(self._head, timeout_s)
 
     async def body(self, timeout_s: float) -> AsyncIterator[bytes]:
@@ -215,6 +208,7 @@ class _Connection(asyncio.Protocol):
         for future in (self._head, self._waiter, self._drained):
             if future is not None and not future.done():
                 future.set_exception(error)
+                future.exception()  # raised by whichever wait comes first: the rest need not
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -257,19 +251,19 @@ class UpstreamPool:
         self._ssl: ssl.SSLContext | None = None
 
     async def send(
-        self, method: str, upstream: str, target: str, headers: Headers,
-        body: AsyncIterator[bytes] | None,
-    ) -> Answer:  # fmt: skip
+        self, method: str, upstream: str, target: str, headers: Headers, body: bytes | None
+    ) -> Answer:
         """Send the request for `target` (its path and query, percent-encoded: no space or
         control character) to `upstream` (scheme://host[:port]); answer its status and headers
-        (the body to be read from it)."""
+        (the body to be read from it). `headers` are sent as given but Host, Content-Length
+        and Transfer-Encoding."""
         parts = urlsplit(upstream)
         scheme = parts.scheme
         host = parts.hostname or ""
         port = parts.port or (443 if scheme == "https" else 80)
         if not target.isprintable() or " " in target:
             raise UpstreamError(f"{target!r} is not a request target")
-        head, chunked = _request_head(method, target, parts.netloc, headers, body is not None)
+        head = _request_head(method, target, parts.netloc, headers, body)
         if self._slots.locked():  # wait_for costs a task: only when a wait is likely
             try:
                 await asyncio.wait_for(self._slots.acquire(), self.timeout_s)
@@ -284,7 +278,7 @@ class UpstreamPool:
                 connection = await self._connection((scheme, host, port))
                 reused = connection.used
                 try:
-                    await connection.request(head, body, chunked, method == "HEAD", self.timeout_s)
+                    await connection.request(head, body or b"", method == "HEAD", self.timeout_s)
                 except UpstreamError:
                     connection.close()
                     if reused and retried and attempt == 1:
@@ -339,16 +333,13 @@ class UpstreamPool:
 
 
 def _request_head(
-    method: str, target: str, host: str, headers: Headers, has_body: bool
-) -> tuple[bytes, bool]:
-    """The request line and headers; whether the body goes chunked (no Content-Length)."""
-    declared = any(name == b"content-length" for name, _ in headers)
-    chunked = has_body and not declared
+    method: str, target: str, host: str, headers: Headers, body: bytes | None
+) -> bytes:
+    """The request line and headers, the body's length its own."""
     lines = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n".encode("latin-1")]
-    lines += [b"%b: %b\r\n" % (name, value) for name, value in headers]
-    if chunked:
-        lines.append(b"transfer-encoding: chunked\r\n")
-    elif not declared and method in ("POST", "PUT", "PATCH"):
-        lines.append(b"content-length: 0\r\n")
+    lines += [b"%b: %b\r\n" % (name, value) for name, value in headers
+              if name not in _FRAMING]  # fmt: skip
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        lines.append(b"content-length: %d\r\n" % len(body or b""))
     lines.append(b"\r\n")
-    return b"".join(lines), chunked
+    return b"".join(lines)

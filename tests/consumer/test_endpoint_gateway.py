@@ -158,4 +158,4 @@ def test_per_second_dues_are_paid_up_to_the_renters_own_count(books, gateway, st
             control.deploy("x", CHANNEL, {"kind": "service"})
         stopped = control.stop("timed", CHANNEL)
         assert stopped["state"] == "stopped"
-        assert control.status("timed")["due"] == stopped["due"]  # its seconds ended
+        assert control.status("timed", CHANNEL)["due"] == stopped["due"]  # its seconds ended

@@ -2,8 +2,10 @@
 (the channels opened in the book directly, no chain): a signed deploy is stored pending; the
 refusals (bad signature, another key, a stale or future issued_ms, a replay finding its name
 taken, an invalid spec with the CLI's own message, prices below the offer's, a bundle above
-it, an unknown channel without its admission, the wrong action); status, stop, logs and pay;
-and what a channel owes summed over every deployment on it, per request and per second."""
+it, an unknown channel without its admission, the wrong action); status (the renter's alone),
+stop, logs and pay; replays refused, a stopped pod revived only by a deploy signed after its
+stop; and what a channel owes summed over every deployment on it, per request and per
+second."""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ import pytest
 from pycardano import PaymentSigningKey
 from pydantic import ValidationError
 
-from offchain.protocol.api.control import ControlRequest, SignedControl
+from offchain.protocol.api.control import ControlRefused, ControlRequest, SignedControl
 from offchain.protocol.job.jobspec import Bundle, ServiceSpec, describe
 from offchain.protocol.ledger.iou import IOU_HEADER
 from provider.gateway.app import gateway_app
-from provider.gateway.control import DeployTerms
+from provider.gateway.control import DeployTerms, SeenRequests
 from provider.money.channel_book import ChannelBook
 from provider.rentals.book import RentalBook
 from tests.provider.test_gateway_support import (
@@ -80,6 +82,10 @@ def signed(
     return SignedControl.sign(key, NETWORK, request).to_wire()
 
 
+def status_of(gateway: httpx.Client, name: str, channel: bytes = CHANNEL) -> httpx.Response:
+    return gateway.post(f"/deployments/{name}/status", json=signed("status", name, channel=channel))
+
+
 def refused(response: httpx.Response, status: int, error: str) -> None:
     assert response.status_code == status, response.text
     assert error in response.json()["error"], response.json()
@@ -97,8 +103,8 @@ def test_a_signed_deploy_is_stored_pending_and_shown(
     stored = books[1].get("svc")
     assert stored is not None and stored.renter_vkey == RENTER.to_verification_key().payload
     assert stored.spec_json == ServiceSpec.model_validate(SPEC).canonical_json().decode()
-    assert gateway.get("/deployments/svc").json() == shown
-    refused(gateway.get("/deployments/nope"), 404, "no deployment named 'nope'")
+    assert status_of(gateway, "svc").json() == shown
+    refused(status_of(gateway, "nope"), 404, "no deployment named 'nope'")
     refused(gateway.get("/endpoints/svc/predict"), 409, "endpoint svc is pending")
 
 
@@ -139,7 +145,48 @@ def test_control_requests_that_are_refused(gateway: httpx.Client) -> None:
     refused(gateway.post("/deployments", json={"request": {}}), 400, '{"request", "key"')
     first = signed()
     assert gateway.post("/deployments", json=first).status_code == 201
-    refused(gateway.post("/deployments", json=first), 409, "name svc is taken")  # a replay
+    refused(gateway.post("/deployments", json=first), 409, "was taken already")  # a replay
+
+
+def test_a_status_is_the_renters_alone(gateway: httpx.Client, upstream_url: str) -> None:
+    """Its upstream's local address and its ports are not for anyone who asks."""
+    assert gateway.post("/deployments", json=signed()).status_code == 201
+    refused(gateway.get("/deployments/svc"), 401, "POST a signed status request")
+    stranger = signed("status", "svc", key=PaymentSigningKey.generate())
+    refused(gateway.post("/deployments/svc/status", json=stranger), 403, "not the renter key")
+    assert status_of(gateway, "svc").json()["upstream"] == ""  # pending: none yet
+
+
+def test_a_signed_request_is_taken_once(
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook], upstream_url: str
+) -> None:
+    books[1].add(running("web", upstream_url, PRICE))
+    logs = signed("logs", "web")
+    assert gateway.post("/deployments/web/logs", json=logs).status_code == 200
+    refused(gateway.post("/deployments/web/logs", json=logs), 409, "was taken already")
+    assert gateway.post("/deployments/web/logs", json=signed("logs", "web")).status_code == 200
+
+
+def test_seen_requests_are_bounded_per_renter_and_forgotten_when_their_window_ends() -> None:
+    seen = SeenRequests(window_ms=1_000, per_key=2, total=10)
+    now = time.time_ns() // 1_000_000
+
+    def logs(issued_ms: int, key: PaymentSigningKey = RENTER) -> SignedControl:
+        request = ControlRequest.of("logs", "web", CHANNEL).model_copy(
+            update={"issued_ms": issued_ms}
+        )
+        return SignedControl.sign(key, NETWORK, request)
+
+    first, second, third = logs(now), logs(now), logs(now + 800)
+    seen.admit(first, now)
+    seen.admit(second, now)
+    with pytest.raises(ControlRefused, match="too many signed requests") as refusal:
+        seen.admit(third, now)
+    assert refusal.value.status == 429
+    seen.admit(logs(now, PaymentSigningKey.generate()), now)  # another renter's own quota
+    seen.admit(third, now + 1_001)  # the first two are forgotten: their window is over
+    with pytest.raises(ControlRefused, match="taken already"):
+        seen.admit(third, now + 1_001)
 
 
 def test_a_first_deploy_on_an_unknown_channel_notes_its_admission(
@@ -171,7 +218,7 @@ def test_stop_logs_and_pay(
     assert (stopped["state"], stopped["reason"]) == ("stopped", "stopped by its renter")
     due = stopped["due"]  # its seconds end at the stop: the due stands still
     assert due == PER_SECOND * ((stopped["stopped_ms"] - started) // 1000) >= 5 * PER_SECOND
-    assert gateway.get("/deployments/web").json()["due"] == due
+    assert status_of(gateway, "web").json()["due"] == due
     refused(gateway.get("/endpoints/web/"), 409, "endpoint web is stopped: stopped by its renter")
     short = gateway.post("/deployments/web/pay", headers={IOU_HEADER: iou(due - 1).to_header()})
     assert short.status_code == 402 and short.json()["due"] == due
@@ -198,7 +245,7 @@ def test_the_due_is_channel_wide_across_two_deployments(
     assert again.status_code == 402 and again.json()["due"] == 5 * PRICE
     other = {IOU_HEADER: iou(PRICE, OTHER_CHANNEL).to_header()}
     assert gateway.get("/endpoints/elsewhere/", headers=other).is_success  # its own channel
-    assert gateway.get("/deployments/a").json()["due"] == 4 * PRICE
+    assert status_of(gateway, "a").json()["due"] == 4 * PRICE
 
 
 def test_the_due_counts_each_second_run(
@@ -237,7 +284,7 @@ def test_a_renter_comes_back_to_its_stopped_pod_and_owes_what_it_ran(
     endpoints.set_running("lab", "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 12_000)
     endpoints.finish("lab", "stopped", "stopped by its renter", now)
     owed = (PER_SECOND + UNIT) * 12
-    assert gateway.get("/deployments/lab").json()["due"] == owed
+    assert status_of(gateway, "lab").json()["due"] == owed
 
     elsewhere = signed(name="lab", spec=POD_SPEC, channel=OTHER_CHANNEL)
     refused(gateway.post("/deployments", json=elsewhere), 409,
@@ -256,3 +303,26 @@ def test_a_renter_comes_back_to_its_stopped_pod_and_owes_what_it_ran(
     assert gateway.post("/deployments", json=signed(name="svc")).status_code == 201
     endpoints.finish("svc", "stopped", "stopped by its renter", now)
     refused(gateway.post("/deployments", json=signed(name="svc")), 409, "name svc is taken")
+
+
+def test_a_captured_deploy_replayed_after_the_stop_revives_nothing(
+    books: tuple[ChannelBook, RentalBook],
+) -> None:
+    """The attack: a deploy captured on the wire, replayed after its renter stopped the pod,
+    would restart it and bill the renter per second. Within the gateway's life its nonce
+    refuses it; after a restart (its nonces forgotten) its time does: signed before the stop."""
+    _, endpoints = books
+    captured = signed(name="lab", spec=POD_SPEC)
+    app = gateway_app(*books, terms=TERMS)
+    with serving(app) as url, httpx.Client(base_url=url) as gateway:
+        assert gateway.post("/deployments", json=captured).status_code == 201
+        now = time.time_ns() // 1_000_000
+        endpoints.set_running("lab", "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 3_000)
+        stop = gateway.post("/deployments/lab/stop", json=signed("stop", "lab"))
+        assert stop.json()["state"] == "stopped"
+        refused(gateway.post("/deployments", json=captured), 409, "was taken already")
+    with serving(gateway_app(*books, terms=TERMS)) as url:  # restarted: no nonce kept
+        refused(httpx.post(f"{url}/deployments", json=captured), 409,
+                "a come-back is a deploy signed after that")  # fmt: skip
+    lab = endpoints.get("lab")
+    assert lab is not None and lab.state == "stopped"  # nothing restarted, nothing billed

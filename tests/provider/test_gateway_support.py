@@ -44,12 +44,13 @@ def iou(amount: int, channel: bytes = CHANNEL) -> SignedIou:
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """`app` under uvicorn on 127.0.0.1 (an ephemeral port) until the block ends: its URL."""
+def serving(app: Any, http: Any = "auto") -> Iterator[str]:
+    """`app` under uvicorn on 127.0.0.1 (an ephemeral port) until the block ends: its URL.
+    `http`: uvicorn's HTTP protocol (the gateway's guarded one, `provider.gateway.guard`)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", http=http)
     server = uvicorn.Server(config)
     started = threading.Event()
     original = server.startup

@@ -18,10 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from offchain.protocol.api.control import ControlRequest, SignedControl
 from provider.gateway.app import gateway_app
 from provider.gateway.tcp import TcpForwarder, with_tcp_forwarder
 from provider.rentals.book import Rental, RentalBook
-from tests.provider.test_gateway_support import book_with_channels, serving
+from tests.provider.test_gateway_support import NETWORK, book_with_channels, serving
+from tests.provider.test_gateway_support import RENTER as RENTER_KEY
 
 CHANNEL = b"\x01" * 28
 RENTER = b"\x03" * 32
@@ -184,7 +186,7 @@ def test_the_real_gateway_under_uvicorn_forwards_while_it_runs(tmp_path, upstrea
     channels = book_with_channels(tmp_path / "channels.sqlite")
     app = with_tcp_forwarder(gateway_app(channels, endpoints), "127.0.0.1")
     with serving(app) as url:
-        running(endpoints, upstream_thread)
+        running(endpoints, upstream_thread, renter_vkey=RENTER_KEY.to_verification_key().payload)
         port = 0
         for _ in range(200):
             port = endpoints.get("lab").public_port
@@ -194,7 +196,9 @@ def test_the_real_gateway_under_uvicorn_forwards_while_it_runs(tmp_path, upstrea
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as connection:
             connection.sendall(b"through the gateway")
             assert connection.recv(64) == b"through the gateway"
-        assert httpx.get(f"{url}/deployments/lab").json()["public_port"] == port
+        ask = SignedControl.sign(RENTER_KEY, NETWORK, ControlRequest.of("status", "lab", CHANNEL))
+        status = httpx.post(f"{url}/deployments/lab/status", json=ask.to_wire()).json()
+        assert status["public_port"] == port  # shown to its renter
     assert endpoints.get("lab").public_port == 0  # the gateway stopped: so did the forwarder
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)

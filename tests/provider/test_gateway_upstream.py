@@ -1,12 +1,13 @@
 """The gateway's upstream client against raw HTTP/1.1 servers (what uvicorn would not send):
 connections kept alive and reused, an answer framed by Content-Length, chunks or the close,
-a HEAD's, an interim 100, a request body sent chunked or as declared, a kept connection the
-upstream closed, a silent upstream, a refused connect, and a pool with every connection busy."""
+a HEAD's, an interim 100, a request body sent with its own length whatever the client's framing,
+a kept connection the upstream closed, an upstream that closes while the body is sent, a
+silent upstream, a refused connect, and a pool with every connection busy."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -70,7 +71,7 @@ def answer(body: bytes, *headers: bytes, status: bytes = b"200 OK") -> Script:
 
 
 async def fetch(
-    pool: UpstreamPool, url: str, method: str = "GET", body: AsyncIterator[bytes] | None = None,
+    pool: UpstreamPool, url: str, method: str = "GET", body: bytes | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:  # fmt: skip
     base, _, path = url.removeprefix("http://").partition("/")
@@ -79,11 +80,6 @@ async def fetch(
         return got.status, got.headers, b"".join([chunk async for chunk in got.chunks()])
     finally:
         got.aclose()
-
-
-async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
-    for part in parts:
-        yield part
 
 
 def test_connections_are_kept_and_answers_framed_every_way() -> None:
@@ -116,18 +112,40 @@ def test_connections_are_kept_and_answers_framed_every_way() -> None:
     asyncio.run(main())
 
 
-def test_request_bodies_go_as_declared_or_chunked() -> None:
+def test_request_bodies_go_with_their_own_length() -> None:
     async def main() -> None:
         pool = UpstreamPool(4, 5.0, 5.0)
         server = Raw(answer(b"", b"Content-Length: 0"))
         url = await server.start()
-        await fetch(pool, url, "POST", chunks(b"ab", b"cd"), [(b"content-length", b"4")])
-        await fetch(pool, url, "POST", chunks(b"streamed ", b"in chunks"))
+        await fetch(pool, url, "POST", b"abcd", [(b"content-length", b"4")])
+        await fetch(pool, url, "POST", b"came in chunks", [(b"transfer-encoding", b"chunked")])
         await fetch(pool, url, "POST")  # no body: an explicit zero length
         (first, one), (second, two), (third, none) = server.requests
-        assert b"content-length: 4\r\n" in first and one == b"abcd"
-        assert b"transfer-encoding: chunked\r\n" in second and two == b"streamed in chunks"
+        assert first.count(b"content-length") == 1 and one == b"abcd"
+        assert b"content-length: 14\r\n" in second and b"chunked" not in second
+        assert two == b"came in chunks"
         assert b"content-length: 0\r\n" in third and none == b""
+        await pool.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_upstream_that_closes_while_the_body_is_sent_is_an_upstream_error() -> None:
+    """It read the head and closed: the gateway's write fails as an UpstreamError (a 502),
+    not a RuntimeError of a closed transport (a 500)."""
+
+    async def main() -> None:
+        async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.transport.abort()  # a reset, with the body still coming
+
+        server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = UpstreamPool(4, 5.0, 5.0)
+        for _ in range(3):
+            with pytest.raises(UpstreamError, match="closed"):
+                await fetch(pool, url, "POST", b"x" * (32 * 1024 * 1024))
+        server.close()
         await pool.aclose()
 
     asyncio.run(main())

@@ -5,7 +5,8 @@ A request is signed with the channel's renter key (the key that signs its IOUs, 
 channel's datum), ed25519 over `CONTROL_DOMAIN + network id byte + canonical JSON of the
 request`: worthless on another network or as any other kind of signature (IOUs and claims are
 CBOR under their own domains). It names the time it was made (`issued_ms`): the gateway takes
-it within `TOLERANCE_MS` of its clock, and a deploy replayed later finds its name taken.
+it within `TOLERANCE_MS` of its clock, and each `nonce` once within that window: a request
+replayed is refused either way.
 
 On the wire, JSON: `{"request": {...}, "key": "<32-byte vkey hex>", "signature": "<hex>"}`.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import secrets
 import time
 from typing import Any, Literal
 
@@ -33,7 +35,8 @@ TOLERANCE_MS = 120_000  # |gateway's clock - issued_ms| at most this
 CHANNEL_HEX = re.compile(r"[0-9a-f]{56}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # as provider.rentals.book.NAME
 MAX_TIMESTAMP_MS = 2**63 - 1
-Action = Literal["deploy", "stop", "logs"]
+NONCE_BYTES = 16
+Action = Literal["deploy", "stop", "logs", "status"]
 
 
 class ControlRefused(UnchainedError, ValueError):
@@ -56,6 +59,8 @@ class ControlRequest(BaseModel):
     channel: str = Field(description="The channel's id, 56 lower-case hex digits.")
     spec: dict[str, Any] | None = Field(None, description="deploy only: a service or pod spec.")
     issued_ms: int = Field(ge=0, le=MAX_TIMESTAMP_MS, description="POSIX ms it was made.")
+    nonce: str = Field(pattern=rf"^[0-9a-f]{{{2 * NONCE_BYTES}}}$",
+                       description="Random hex: the gateway takes a request once.")  # fmt: skip
     channel_utxo: str | None = Field(
         None,
         pattern=OUT_REF_PATTERN,
@@ -94,8 +99,8 @@ class ControlRequest(BaseModel):
         deploy on a channel the provider may not serve yet."""
         utxo, terms = admission or (None, None)
         return cls(action=action, name=name, channel=channel.hex(), spec=spec,
-                   issued_ms=time.time_ns() // 1_000_000, channel_utxo=utxo,
-                   channel_terms=terms)  # fmt: skip
+                   issued_ms=time.time_ns() // 1_000_000, nonce=secrets.token_hex(NONCE_BYTES),
+                   channel_utxo=utxo, channel_terms=terms)  # fmt: skip
 
     @property
     def channel_id(self) -> bytes:
