@@ -99,9 +99,9 @@ async def runs(
     for _ in range(RUNS):
         height = _height(devnet)
         started = time.perf_counter_ns()
-        done = subprocess.run([*UNCHAINED, "job", "submit", "job.yaml", "--yes", "--detach",
-                               "--json"], env=env, cwd=work, capture_output=True, text=True,
-                              check=True)  # fmt: skip
+        done = subprocess.run([*UNCHAINED, "job", "submit", "job.yaml", "--yes", "--again",
+                               "--detach", "--json"], env=env, cwd=work, capture_output=True,
+                              text=True, check=True)  # fmt: skip
         submits.append((time.perf_counter_ns() - started) // 1_000_000)
         blocks.append(_height(devnet) - height)
         jobs.append(json.loads(done.stdout)["job_id"])

@@ -7,8 +7,10 @@ disk, not tmpfs: `ChannelBook.accept` fsyncs each commit), and this one, the loa
 HTTP/1.1 with keep-alive over raw sockets (a light client, so the gateway is what is measured).
 
 - `overhead`: one request at a time, each paid by a fresh IOU (signed beforehand), through the
-  gateway, against the same requests made to the upstream directly: latency p50/p99 of each,
-  the overhead being their difference at each percentile;
+  gateway (served as `unchained provider gateway` serves it: uvloop, the guarded protocol),
+  against the same requests made to the upstream directly: latency p50/p99 of each, the
+  overhead being their difference at each percentile; RUNS runs, each figure the median of
+  the runs', every run's kept in `gateway_runs` (one run on a busy machine can be far off);
 - `throughput`: CONCURRENCY renters at once, each its own channel and endpoint, each one
   request at a time: paid requests a second, and the IOU commits that took (group commit:
   IOUs queued during a flush are stored together, one per channel).
@@ -24,6 +26,7 @@ HTTP/1.1 with keep-alive over raw sockets (a light client, so the gateway is wha
 Prints a table and writes bench/results/services.json (a part run alone keeps the other's
 numbers there).
 Run: .venv/bin/python -m bench.services [--part gateway|fees] [--requests N] [--concurrency C]
+[--runs R]
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import ChannelClaimer, admit
 from provider.gateway.app import gateway_app
+from provider.gateway.guard import ConnectionLimits, guarded_protocol
 from provider.money.channel_book import ChannelBook, ChannelView
 from provider.rentals.book import RentalBook
 from tests.protocol.onchain import confirm, output
@@ -77,16 +81,18 @@ RESULTS = Path(__file__).parent / "results" / "services.json"
 PRICE = 1_000
 CAPACITY = 10**15
 ANSWER = b"/big?n=100"  # the upstream's answer: 100 bytes
+RUNS = 5
 
 
 def channel_id(index: int) -> bytes:
     return index.to_bytes(28, "big")
 
 
-def serve(app: Any, sock: socket.socket, stop: EventType) -> None:
+def serve(app: Any, sock: socket.socket, stop: EventType, **config: Any) -> None:
     """`app` on `sock` until `stop` is set (not a signal: uvicorn raises a signal it caught
-    again once it has stopped, which would end this process before it reports)."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    again once it has stopped, which would end this process before it reports); `config`:
+    uvicorn's settings beyond its defaults."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, **config))
 
     def stopper() -> None:
         stop.wait()
@@ -103,7 +109,7 @@ def serve_gateway(
     its number of IOU commits and the CPU seconds it used (all its threads) go on `report`."""
     book = ChannelBook(scratch / "channels.sqlite", NETWORK, SCRIPT, credit=0)
     app = gateway_app(book, RentalBook(scratch / "endpoints.sqlite"))
-    serve(app, sock, stop)
+    serve(app, sock, stop, http=guarded_protocol(ConnectionLimits()), loop="uvloop")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     report.put((app.store.commits, usage.ru_utime + usage.ru_stime))
 
@@ -308,8 +314,33 @@ async def fee_cost(requests: int) -> dict[str, Any]:
     }
 
 
+def median_of_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure of `runs` (one `run` each) as the median of the runs', and every run's
+    latencies, throughput and CPU in `gateway_runs`."""
+
+    def median(key: str, percentile: str | None = None) -> float:
+        return statistics.median(run[key] if percentile is None else run[key][percentile]
+                                 for run in runs)  # fmt: skip
+
+    kept = ("overhead_ms", "gateway_ms", "throughput_rps", "gateway_cpu_ms_per_request")
+    return {
+        **runs[-1],
+        "runs": len(runs),
+        **{key: {p: median(key, p) for p in ("p50", "p99")}
+           for key in ("direct_ms", "gateway_ms", "overhead_ms")},
+        **{key: median(key) for key in (
+            "throughput_rps", "gateway_cpu_ms_per_request", "ious_per_commit")},
+        "gateway_runs": [{key: run[key] for key in kept} for run in runs],
+    }  # fmt: skip
+
+
 def gateway_rows(result: dict[str, Any], concurrency: int) -> list[tuple[str, str]]:
+    each = result["gateway_runs"]
     return [
+        ("runs (medians below)", str(result["runs"])),
+        ("overhead p99 of each run (ms)", " ".join(f"{r['overhead_ms']['p99']:.2f}" for r in each)),
+        ("CPU per request of each run (ms)",
+         " ".join(f"{r['gateway_cpu_ms_per_request']:.2f}" for r in each)),
         ("direct p50 / p99 (ms)", f"{result['direct_ms']['p50']:.3f} / "
                                   f"{result['direct_ms']['p99']:.3f}"),
         ("through the gateway p50 / p99 (ms)", f"{result['gateway_ms']['p50']:.3f} / "
@@ -345,12 +376,14 @@ def main() -> None:
     parser.add_argument("--part", choices=("all", "gateway", "fees"), default="all")
     parser.add_argument("--requests", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--fee-requests", type=int, default=REQUESTS)
     args = parser.parse_args()
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     rows = []
     if args.part in ("all", "gateway"):
-        result.update(run(args.requests, args.concurrency))
+        runs = [run(args.requests, args.concurrency) for _ in range(args.runs)]
+        result.update(median_of_runs(runs))
         rows += gateway_rows(result, args.concurrency)
     if args.part in ("all", "fees"):
         logging.getLogger("PyCardano").setLevel(logging.CRITICAL)

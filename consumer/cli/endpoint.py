@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from consumer.cli.main import Env, Json, command, emit
+from consumer.cli.main import Env, Json, command, emit, write_example
 from consumer.sdk.errors import ConsumerError
 from offchain.protocol.ledger.amounts import ada
 
@@ -162,6 +162,20 @@ def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False
                                 rows))  # fmt: skip
 
 
+@app.command("init")
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
+        "svc.yaml"
+    ),
+    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Write a commented example service spec to edit."""
+    from consumer.cli.example import EXAMPLE_SERVICE_SPEC
+
+    write_example(path, EXAMPLE_SERVICE_SPEC, force, as_json, "endpoint deploy")
+
+
 @command(app, "deploy")
 def deploy(
     env: Env,
@@ -188,9 +202,11 @@ def deploy(
     sdk = channel_sdk(env)
     market = market_reader(env)
     offer = choose_offer(market, spec, env.market_identity)
+    name = name or default_name(spec.image)
+    with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
+        control.check(name, spec.model_dump(mode="json"))  # refused before money moves
     channel = run_sync(channel_for(sdk, offer, lovelace, market, env.market_identity))
     utxo = sdk.status(channel.channel_id).utxo
-    name = name or default_name(spec.image)
     record = RentalRecord(
         name=name, kind="endpoint", gateway_url=offer.gateway_url,
         provider_id=offer.provider_id, channel_id=channel.channel_id,

@@ -1,4 +1,5 @@
-"""The commented example spec `unchained job init` writes (it must load as a JobSpec)."""
+"""The commented example specs `unchained job init` and `unchained endpoint init` write (each must
+load as its spec: a JobSpec, a ServiceSpec)."""
 
 EXAMPLE_SPEC = """\
 # An Unchained job spec: what to run, on what, for how long and for at most how much.
@@ -33,4 +34,33 @@ resources:
 max_duration_s: 600              # killed after this; the escrow holds price x this
 max_price_lovelace: 5000000      # the most the whole job may cost (5 ADA)
 network: false
+"""
+
+EXAMPLE_SERVICE_SPEC = """\
+# An Unchained service spec: a server you rent by the request and/or by the second, reached
+# through its provider's gateway. `unchained endpoint deploy svc.yaml` picks an offer with a
+# gateway, checks the deploy with that gateway before any money moves, then pays from a
+# payment channel to that provider (opened with --deposit if you have none).
+kind: service
+
+# The container image (docker reference): one the provider has (`unchained offers search`
+# lists offers and their images). It runs as the provider's non-root user, read-only root,
+# no capabilities, no network: it is only reached, through its one port.
+image: unchained/sample-service:latest
+# command: [python3, /srv/server.py]   # argv; the image's own command when left out
+# env: {MODEL: small}
+
+port: 8000              # the one port the server listens on
+health_path: /health    # answers 2xx once the server is ready: billing starts there
+
+# One container's reserved bundle (at most the offer's); `replicas` such containers.
+resources:
+  cpu_cores: 1
+  memory_mib: 256
+replicas: 1
+
+# What you pay, lovelace (1 ADA = 1,000,000): each at least the provider's own price. Name
+# one or both; the gateway takes each request only with an IOU that covers it.
+price_per_request: 10000
+# price_per_second: 50
 """

@@ -16,6 +16,7 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -50,6 +51,15 @@ offers_app = typer.Typer(help="Offers on the market.", no_args_is_help=True)
 wallet_app = typer.Typer(help="The consumer's key and funds.", no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help="One JSON document on stdout, for scripts.")]
+
+
+class WaitFor(StrEnum):
+    """Where `job submit`'s progress ends."""
+
+    COMPLETED = "completed"
+    SETTLED = "settled"
+
+
 MIN_BOND_HELP = "Only a provider whose bond, checked on chain, holds at least this (e.g. 100ADA)."
 JobId = Annotated[
     str,
@@ -242,18 +252,25 @@ def init(
     as_json: Json = False,
 ) -> None:
     """Write a commented example job spec to edit."""
+    write_example(path, EXAMPLE_SPEC, force, as_json, "job submit")
+
+
+def write_example(path: Path, text: str, force: bool, as_json: bool, then: str) -> None:
+    """Write the example spec `text` to `path` (not over a file unless `force`); say the
+    command (`then`) that takes it next."""
     if path.exists() and not force:
         fail(as_json, "FileExists", f"{path} exists (use --force to replace it)", path=str(path))
     try:
-        path.write_text(EXAMPLE_SPEC)
+        path.write_text(text)
     except OSError as exc:
         file_error(as_json, exc)
-    emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained job submit {path}`")
+    emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained {then} {path}`")
 
 
-def quote_summary(quote: "CheckedQuote") -> dict[str, Any]:
+def quote_summary(quote: "CheckedQuote", lock_fee: int) -> dict[str, Any]:
     datum = quote.datum
     return {
+        "least_cost_lovelace": datum.fee_allowance + lock_fee, "lock_fee": lock_fee,
         "job_id": quote.job_id, "provider_id": quote.provider_id, "gpu_model": quote.gpu_model,
         "gpu_count": quote.terms["gpu_count"], "price_per_unit": datum.price_per_unit,
         "max_units": datum.max_units, "max_cost": quote.max_cost,
@@ -266,7 +283,8 @@ def quote_summary(quote: "CheckedQuote") -> dict[str, Any]:
     }  # fmt: skip
 
 
-def quote_text(quote: "CheckedQuote") -> str:
+def quote_text(quote: "CheckedQuote", lock_fee: int) -> str:
+    """The quote as a renter reads it: what the job costs whatever happens, first."""
     from offchain.chain.time import iso
 
     datum, terms = quote.datum, quote.terms
@@ -275,6 +293,10 @@ def quote_text(quote: "CheckedQuote") -> str:
     if quote.bond_lovelace:
         bond = f"{ada(quote.bond_lovelace)} (checked on chain: backs this job until it closes)"
     return "\n".join([
+        f"this job costs at least {ada(datum.fee_allowance + lock_fee)}, even if it never runs "
+        f"({ada(datum.fee_allowance)} fee allowance + {ada(lock_fee)} lock fee), plus "
+        f"{per_hour(datum.price_per_unit)} while it runs; {ada(quote.worst_case + lock_fee)} "
+        "at most",
         f"quote for job {quote.job_id} (offer signed by its provider: checked)",
         f"  provider    {quote.provider_id}",
         f"  image       {quote.image}",
@@ -309,9 +331,24 @@ def submit(
         ),
     ] = None,
     detach: Annotated[bool, typer.Option(help="Return once funded; don't show progress.")] = False,
+    wait: Annotated[
+        WaitFor,
+        typer.Option(
+            help="Show progress until the job is completed (its receipt signed: the settle follows "
+            "on its own) or settled."
+        ),
+    ] = WaitFor.COMPLETED,
     min_bond: Annotated[
         str | None, typer.Option(envvar="UNCHAINED_CONSUMER_MIN_BOND", help=MIN_BOND_HELP)
     ] = None,
+    again: Annotated[
+        bool,
+        typer.Option(
+            "--again",
+            help="Submit it even though a job of this same spec was locked from here "
+            "before (without it: asked, or refused when nobody is asked).",
+        ),
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Quote a job, show the quote, lock its escrow (after asking), then show live progress."""
@@ -322,15 +359,26 @@ def submit(
         least = 0 if min_bond is None else parse_lovelace(min_bond)
     except ValueError as exc:
         raise ConsumerError(f"--min-bond: {exc}") from exc
+    earlier = None if again else locked_before(env, spec.model_dump(mode="json"))
+    if earlier is not None:
+        said = (f"job {earlier.job_id} of this same spec was locked from here at "
+                f"{local_time(earlier.created_ms)}")  # fmt: skip
+        if yes or as_json or unsigned_tx is not None:
+            raise ConsumerError(f"{said}: pass --again to submit another paid job",
+                                job_id=earlier.job_id)  # fmt: skip
+        if not typer.confirm(f"{said}; submit another paid job?"):
+            typer.echo("nothing submitted")
+            return
 
     async def go() -> str | None:
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
             quote = await consumer.quote(spec, gpu_model)
-            summary = quote_summary(quote)
-            if not as_json:
-                typer.echo(quote_text(quote))
             unsigned = await consumer.build_lock(quote.job_id)
+            lock_fee = unsigned.transaction_body.fee
+            summary = quote_summary(quote, lock_fee)
+            if not as_json:
+                typer.echo(quote_text(quote, lock_fee))
             if unsigned_tx is not None:
                 unsigned_tx.write_text(unsigned.to_cbor_hex() + "\n")
                 emit(as_json, {**summary, "unsigned_tx": str(unsigned_tx)},
@@ -348,26 +396,37 @@ def submit(
                  f"escrow {escrow} locked and funded")  # fmt: skip
             if as_json or detach:
                 return None
-            return await follow(consumer, quote.job_id)
+            return await follow(consumer, quote.job_id, until_settled=wait == WaitFor.SETTLED)
 
     run_sync(go())
 
 
-async def follow(consumer: "Consumer", job_id: str) -> str:
-    """Live progress until a final state or Ctrl-C (the job goes on without the display)."""
+def locked_before(env: Env, spec: dict[str, Any]) -> "JobRecord | None":
+    """The newest job recorded here with this spec whose escrow was locked (a quote alone
+    cost nothing), if any: a second submit of it is most often a mistake."""
+    same = [r for r in JobStore(env.state_dir).all() if r.spec == spec and r.escrow]
+    return max(same, key=lambda r: r.created_ms, default=None)
+
+
+async def follow(consumer: "Consumer", job_id: str, until_settled: bool = True) -> str:
+    """Live progress until a final state (or `completed`, unless `until_settled`) or Ctrl-C
+    (the job goes on without the display)."""
     import asyncio
 
     from rich.console import Console
 
-    from consumer.cli.progress import watch
+    from consumer.cli.progress import FINAL, SETTLE_NEXT, watch
     from offchain.protocol.job.job_state import JobState
 
+    stop_at = frozenset(FINAL if until_settled else {*FINAL, JobState.COMPLETED})
     try:
-        state = await watch(consumer, job_id, Console())
+        state = await watch(consumer, job_id, Console(), stop_at)
     except asyncio.CancelledError:
         state = "detached"
     hint = {
         JobState.SETTLED: f"`unchained job results {job_id}` downloads and verifies the results",
+        JobState.COMPLETED: f"completed: {SETTLE_NEXT}; `unchained job status {job_id} --watch` "
+        "follows it (`job submit --wait settled` waits for it)",
         "detached": f"detached; the job goes on: `unchained job status {job_id} --watch`",
     }.get(state, f"`unchained job status {job_id}`")
     typer.echo(hint)

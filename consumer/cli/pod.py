@@ -48,6 +48,13 @@ def default_ssh_key() -> Path:
                         "--ssh-key", field="--ssh-key")  # fmt: skip
 
 
+def private_beside(public: Path) -> Path | None:
+    """The private key `ssh-keygen` wrote beside `public` (`id_ed25519` of `id_ed25519.pub`),
+    if it is there: `pod ssh` logs in with the key the pod was started with."""
+    private = public.with_suffix("") if public.suffix == ".pub" else None
+    return private.resolve() if private is not None and private.is_file() else None
+
+
 def pod_spec(ssh_key: Path, gpus: int, image: str | None, price: int, **bundle: int) -> Any:
     """The pod spec the renter signs (JobSpecError naming a bad field)."""
     from offchain.protocol.job.jobspec import parse_podspec
@@ -112,13 +119,16 @@ def start(
     market = market_reader(env)
     offer = choose_offer(market, asked, env.market_identity)
     spec = pod_spec(key_path, gpus, image, int(offer.terms["price_per_unit"]), **bundle)
+    name = name or f"pod-{secrets.token_hex(3)}"
+    with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
+        control.check(name, spec.model_dump(mode="json"))  # refused before money moves
     channel = run_sync(channel_for(sdk, offer, lovelace, market, env.market_identity))
     utxo = sdk.status(channel.channel_id).utxo
-    name = name or f"pod-{secrets.token_hex(3)}"
     record = RentalRecord(
         name=name, kind="pod", gateway_url=offer.gateway_url, provider_id=offer.provider_id,
         channel_id=channel.channel_id, spec=spec.model_dump(mode="json"), price_per_request=0,
         price_per_second=spec.price_per_second, created_ms=time.time_ns() // 1_000_000,
+        ssh_identity=str(private_beside(key_path) or ""),
     )  # fmt: skip
     with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
         admission = (utxo, channel.terms_cbor) if utxo else None
@@ -144,8 +154,11 @@ def ssh_command(
     command_line: list[str],
 ) -> list[str]:  # fmt: skip
     """Debian's ssh to the pod at the gateway's host and `port`: its host key trusted on first
-    use under the pod's name in the state directory's own known_hosts."""
+    use under the pod's name in the state directory's own known_hosts; logged in with
+    `identity`, else the private key beside the public key it was started with."""
     host = urlsplit(record.gateway_url).hostname or "127.0.0.1"
+    if identity is None and record.ssh_identity:
+        identity = Path(record.ssh_identity)
     known = env.state_dir / KNOWN_HOSTS
     argv = ["ssh", "-p", str(port), "-o", f"HostKeyAlias=unchained-pod-{record.name}", "-o",
             f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=accept-new"]  # fmt: skip
@@ -163,7 +176,8 @@ def ssh(
     command_line: Annotated[list[str] | None, typer.Argument(
         help="A command to run instead of a shell (after --).")] = None,
     identity: Annotated[Path | None, typer.Option(
-        "--identity", "-i", help="The private key (default: ssh's own choice).")] = None,
+        "--identity", "-i", help="The private key (default: the one beside the public key "
+        "the pod was started with, else ssh's own choice).")] = None,
     option: Annotated[list[str] | None, typer.Option(
         "--option", "-o", help="An ssh option (KEY=VALUE), repeatable.")] = None,
     as_json: Json = False,

@@ -1,7 +1,8 @@
 """Live progress of one job in the terminal (rich): state, elapsed time, metered units, cost so
 far and the log tail, from the market's event stream and its logs. Display only: what is paid
 is decided by the provider's signed receipt, shown once it arrives. It ends at the first final
-state, with the reason: a failed job's stream goes on to its refund after the close, so the
+state (or at `completed`, when asked: the settle follows on its own), with the reason: a failed
+job's stream goes on to its refund after the close, so the
 display stops at `failed`, unless the job holds a receipt (a zero-unit one if it never ran):
 then it ends at the settle of the market's next batch, where the renter gets its lock back.
 The metered time stops when the job stops running. Not in a terminal, each state change is one line,
@@ -30,6 +31,10 @@ from offchain.protocol.ledger.amounts import ada
 FINAL = {JobState.SETTLED, JobState.REFUNDED, JobState.SLASHED, JobState.FAILED,
          JobState.EXPIRED, JobState.CANCELLED}  # fmt: skip
 POLL_S = 1
+SETTLE_NEXT = ("its settlement is next: the market settles a payout at or above the ledger's "
+               "minimum UTxO in its next batch, and the provider a smaller one itself within "
+               "about a minute (its small-payout wait); your lock comes back then, less the "
+               "cost and the fee allowance")  # fmt: skip
 TAIL_LINES = 8
 
 
@@ -54,6 +59,7 @@ class Progress:
     receipt_units: int | None = None
     log_seq: int = -1
     tail: list[str] = dataclasses.field(default_factory=list)
+    stop_at: frozenset[str] = frozenset(FINAL)  # the display ends at the first of these
 
     def event(self, event: EventPublic) -> None:
         self.state = event.to_state
@@ -68,7 +74,7 @@ class Progress:
     def final(self) -> bool:
         """A final state; a failed job with a receipt (a zero-unit one if it never ran) is
         settled in the market's next batch, so its display waits for that."""
-        return self.state in FINAL and not (
+        return self.state in self.stop_at and not (
             self.state == JobState.FAILED and self.receipt_units is not None
         )
 
@@ -120,10 +126,13 @@ class Progress:
         )
 
 
-async def watch(consumer: Consumer, job_id: str, console: Console) -> str:
-    """Show the job live until a final state; its last state. Ctrl-C leaves the job running."""
+async def watch(
+    consumer: Consumer, job_id: str, console: Console, stop_at: frozenset[str] = frozenset(FINAL)
+) -> str:
+    """Show the job live until a final state (or another of `stop_at`); its last state.
+    Ctrl-C leaves the job running."""
     datum = consumer.store.get(job_id).datum
-    progress = Progress(job_id, datum.price_per_unit, datum.max_units)
+    progress = Progress(job_id, datum.price_per_unit, datum.max_units, stop_at=stop_at)
 
     async def follow_events() -> None:
         async for event in consumer.events(job_id):

@@ -36,6 +36,7 @@ from consumer.sdk.keys import ConsumerKey
 from offchain.protocol.api.control import ControlRequest, SignedControl
 from offchain.protocol.ledger.amounts import ada
 from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
+from offchain.protocol.ledger.payloads import VKEY_BYTES
 
 PAYMENT_REQUIRED = 402
 ERROR = 400  # a status from here on may be the gateway's own, uncharged
@@ -217,6 +218,13 @@ class GatewayControl:
         and terms CBOR hex, for a channel the provider may not serve yet)."""
         request = ControlRequest.of("deploy", name, channel, spec, admission)
         return self.sent("POST", self.base, self.signed(request), {201})
+
+    def check(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """Whether the gateway would take `spec` deployed as `name` by this renter (nothing
+        signed, nothing stored): asked before a channel is opened and funded for it."""
+        renter = self.key.key.to_verification_key().payload[:VKEY_BYTES]  # as SignedControl.sign
+        body = {"name": name, "spec": spec, "renter": renter.hex()}
+        return self.sent("POST", f"{self.base}/check", body, {200})
 
     def status(self, name: str, channel: bytes) -> dict[str, Any]:
         """Deployment `name`'s state and what its channel (`channel`) owes now."""

@@ -25,6 +25,7 @@ class RentalRecord:
     price_per_request: int  # lovelace
     price_per_second: int  # lovelace
     created_ms: int
+    ssh_identity: str = ""  # pods: the private key beside the public one it was started with
 
 
 class RentalStore:

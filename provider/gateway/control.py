@@ -7,6 +7,10 @@ the renter key of the channel that pays (`offchain.protocol.api.control`).
   offer's), then stored `pending` in the book: the daemon admits its channel and starts it.
   A channel the book does not hold yet needs `channel_utxo` and `channel_terms` in the
   request: the daemon admits it on chain as `unchained provider channel admit` does.
+- `POST /deployments/check`: `{"name", "spec", "renter"}` (the renter's key, hex), unsigned:
+  would a deploy of `spec` as `name` by that renter be taken? 200 `{"name", "comes_back"}` or
+  the refusal the deploy would get (its spec, the prices and bundle, the name). Nothing is
+  stored: a renter asks before it opens and funds a channel for the deploy.
 - `POST /deployments/<name>/status`: a signed ask for its state (no spec, no key; its
   upstream and ports are the renter's alone) and what its channel owes now.
 - `POST /deployments/<name>/stop`: a signed stop; per-second billing ends now, the daemon
@@ -32,6 +36,7 @@ import asyncio
 import dataclasses
 import heapq
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -39,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from offchain.protocol.api.control import (
+    NAME,
     TOLERANCE_MS,
     ControlRefused,
-    ControlRequest,
     SignedControl,
 )
 from offchain.protocol.job.jobspec import Bundle, JobSpecError, parse_spec
@@ -177,6 +182,8 @@ class ControlRoutes:
         try:
             if route == ("POST", 1, "") and parts == [""]:
                 await self._deploy(await _signed(receive), send)
+            elif route == ("POST", 1, "") and parts == ["check"]:
+                await self._check_deploy(await _json_body(receive), send)
             elif route[:2] == ("GET", 1) and parts[0]:
                 where = f"{CONTROL_PREFIX}/{parts[0]}/status"
                 raise ControlRefused(401, "a deployment's status is its renter's: POST a signed "
@@ -222,9 +229,7 @@ class ControlRoutes:
                                  "channel_terms")  # fmt: skip
         else:  # the daemon admits it on chain and compares its renter key with this one
             self._check(signed, signed.key)
-        spec = _spec_of(request)
-        self.terms.check(spec)
-        kind = KIND_OF_SPEC[request.spec["kind"]]  # type: ignore[index]  # _spec_of checked
+        spec, kind = self._vetted(request.spec)
         endpoint = Rental(
             name=request.name, kind=kind, channel=request.channel_id, renter_vkey=signed.key,
             spec_json=spec.canonical_json().decode(), state=PENDING, reason="",  # type: ignore[attr-defined]
@@ -242,6 +247,31 @@ class ControlRoutes:
             book.note_admission(request.channel_id, request.channel_utxo or "",
                                 request.channel_terms or "")  # fmt: skip
         await reply(send, 201, public(endpoint, self.gateway.due(endpoint.channel)))
+
+    def _vetted(self, spec_wire: object) -> tuple[BaseModel, str]:
+        """The spec and the deployment kind it asks for, if this gateway takes it."""
+        if self.terms is None:
+            raise ControlRefused(403, "this gateway takes no deployments")
+        spec = _spec_of(spec_wire)
+        self.terms.check(spec)
+        return spec, KIND_OF_SPEC[spec_wire["kind"]]  # type: ignore[index]  # _spec_of checked
+
+    async def _check_deploy(self, wire: object, send: Send) -> None:
+        """Whether a deploy would be taken: its spec, terms and name (`POST /deployments/check`)."""
+        if not isinstance(wire, dict) or set(wire) != {"name", "spec", "renter"}:
+            raise ControlRefused(400, 'a deploy check is {"name", "spec", "renter"}')
+        name, renter = wire["name"], wire["renter"]
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ControlRefused(400, f"name {name!r}: letters, digits, '.', '_', '-' (a letter "
+                                 "or digit first), at most 64")  # fmt: skip
+        if not isinstance(renter, str) or not re.fullmatch(r"[0-9a-f]{64}", renter):
+            raise ControlRefused(400, "renter: the renter key, 64 lower-case hex digits")
+        _, kind = self._vetted(wire["spec"])
+        old = self.gateway.endpoints.get(name)
+        comes_back = old is not None and (old.kind, kind) == (POD, POD) and old.state in ENDED
+        if old is not None and not (comes_back and old.renter_vkey.hex() == renter):
+            raise ControlRefused(409, f"name {name} is taken on this gateway: choose another")
+        await reply(send, 200, {"name": name, "comes_back": old is not None})
 
     def _came_back(self, pod: Rental, issued_ms: int) -> bool:
         """Whether `pod` took the place of its renter's stopped pod of that name on the same
@@ -302,26 +332,30 @@ class ControlRoutes:
         return endpoint
 
 
-def _spec_of(request: ControlRequest) -> BaseModel:
-    """The request's spec, validated as the CLI validates it (the same messages)."""
-    kind = (request.spec or {}).get("kind")
+def _spec_of(spec: object) -> BaseModel:
+    """A deploy's spec, validated as the CLI validates it (the same messages)."""
+    kind = spec.get("kind") if isinstance(spec, dict) else None
     if kind not in KIND_OF_SPEC:
         raise ControlRefused(400, f"spec: kind must be one of {', '.join(KIND_OF_SPEC)}, not "
                              f"{kind!r}")  # fmt: skip
     try:
-        return parse_spec(request.spec)
+        return parse_spec(spec)
     except JobSpecError as error:
         raise ControlRefused(400, f"spec:\n{error}") from error
 
 
 async def _signed(receive: Receive) -> SignedControl:
     """The request's body: a signed control request (ControlRefused 400 if it is not one)."""
+    return SignedControl.from_wire(await _json_body(receive))
+
+
+async def _json_body(receive: Receive) -> object:
+    """The request's body, JSON (ControlRefused 400 if it is not)."""
     body = await read_body(receive, MAX_CONTROL_BYTES)
     try:
-        wire = json.loads(body)
+        return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ControlRefused(400, f"the body is not JSON: {error}") from error
-    return SignedControl.from_wire(wire)
 
 
 def iou_of(

@@ -146,6 +146,9 @@ async def test_rent_watch_and_verify(devnet, world, browser, busybox):
     assert await renter.text("#per-hour") == f"{ada(quote['price_per_unit'] * 3600)} per hour"
     assert await renter.text("#max-cost") == ada(quote["price_per_unit"] * quote["max_units"])
     assert await renter.text("#allowance") == ada(quote["fee_allowance"])
+    assert await renter.text("#least-cost") == (
+        f"{ada(quote['fee_allowance'])} + the lock's network fee, even if it never runs"
+    )
     await renter.shoot("new-job-quote")
     await renter.sign_after_review("#build", "new-job-review")
     rows = await page.locator("#outputs li").all_inner_texts()

@@ -38,6 +38,7 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
     terminal = Terminal(env, ["job", "submit", "job.yaml"], tmp_path)
     try:
         screen = terminal.wait_for("lock ", "[y/N]")
+        quoted = screen
         for shown in ("provider", "NVIDIA H100 80GB HBM3", "worst case", "deadline",
                       f"{ada(PRICE * 3600)}/h", "is not refunded", "always refunded"):  # fmt: skip
             assert shown in screen, screen
@@ -76,6 +77,8 @@ async def test_submit_in_a_terminal_to_verified_results(market, provider, devnet
 
     lock_tx = tx_id_of(parse_out_ref(job["escrow"]))
     fee = await tx_fee(devnet, lock_tx, since)
+    least = f"this job costs at least {ada(allowance + fee)}, even if it never runs"
+    assert least in quoted.replace("\n", ""), quoted  # the first line of the quote, exact
     split = settle_split(locked, PRICE, UNITS, SPEC["max_duration_s"], allowance)
     assert balance(devnet, funded.address) == start - fee - locked + split.consumer
     assert split.consumer == LOCKED - PRICE * UNITS + deposit

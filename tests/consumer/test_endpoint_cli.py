@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from consumer.sdk.channel_store import ChannelStore
+from offchain.protocol.job.jobspec import load_servicespec
 from offchain.protocol.tx.deployment_file import DeploymentFile
 from tests.consumer.cli import UNCHAINED
 from tests.consumer.endpoint_double import GatewayDouble, serving
@@ -132,3 +133,15 @@ def test_the_help_imports_nothing_heavy(args, tmp_path: Path):
     done, modules = imported(*args, cwd=tmp_path)
     assert done.returncode == 0 and "Usage" in done.stdout, done.stderr[-2000:]
     assert heavy(modules) == []
+
+
+def test_init_writes_a_commented_service_spec_that_loads(tmp_path: Path):
+    done, modules = imported("endpoint", "init", cwd=tmp_path)
+    assert done.returncode == 0 and "`unchained endpoint deploy svc.yaml`" in done.stdout, done
+    assert heavy(modules) == []
+    written = (tmp_path / "svc.yaml").read_text()
+    assert written.count("\n#") >= 5  # commented, as `job init`'s
+    spec = load_servicespec(tmp_path / "svc.yaml")
+    assert (spec.port, spec.health_path, spec.price_per_request) == (8000, "/health", 10_000)
+    again, _ = imported("endpoint", "init", cwd=tmp_path)
+    assert again.returncode == 1 and "svc.yaml exists (use --force" in again.stdout + again.stderr

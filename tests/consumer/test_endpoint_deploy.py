@@ -3,8 +3,9 @@ the provider's daemon (`provider run`) whose offer names its gateway and request
 its gateway (`provider gateway`), both real processes. The renter deploys the sample service
 (the offer chosen and a channel opened by the CLI, admitted by the daemon on chain), calls it
 three times, reads its logs, lists it and stops it; the daemon removes its container and
-claims the channel. Amounts to the lovelace: each call paid one price, the IOU acknowledged,
-the claim on chain, the provider's balance (the claim's fee aside)."""
+claims the channel. A deploy of a taken name is refused before any channel is funded. Amounts
+to the lovelace: each call paid one price, the IOU acknowledged, the claim on chain, the
+provider's balance (the claim's fee aside)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
         try:
             market = types.SimpleNamespace(url=market_url, deployment_path=deployment_file)
             before = balance(devnet, provider.address)
-            _, key = await funded_key(devnet, tmp_path, 100 * ADA)
+            renter, key = await funded_key(devnet, tmp_path, 100 * ADA)
             env = cli_env(market, devnet, key, tmp_path / "state", identity=IDENTITY)
             spec = {"kind": "service", "image": image, "port": sample_images.SAMPLE_SERVICE_PORT,
                     "price_per_request": PRICE,
@@ -100,6 +101,14 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
             assert code == 0 and stopped["state"] == "stopped", stopped
             assert stopped["paid"] == CALLS * PRICE  # nothing per second: the requests alone
             assert ChannelStore(tmp_path / "state").signed(channel) == CALLS * PRICE
+
+            # the name taken: refused before a channel is opened or funded, to the lovelace
+            wallet_before = balance(devnet, renter.address)
+            again = run(env, "endpoint", "deploy", "svc.yaml", "--deposit", "1000", "--name",
+                        "sample", cwd=tmp_path)  # fmt: skip
+            assert again.returncode != 0 and "name sample is taken" in again.stderr, again
+            assert balance(devnet, renter.address) == wallet_before
+            assert [c.channel_id for c in ChannelStore(tmp_path / "state").all()] == [channel]
 
             client = docker.from_env()
             deadline = time.monotonic() + 30

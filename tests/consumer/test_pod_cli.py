@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from consumer.cli.main import Env
-from consumer.cli.pod import ssh_command
+from consumer.cli.pod import private_beside, ssh_command
 from consumer.sdk.rental_store import RentalRecord
 from tests.test_cli_imports import heavy, imported
 from unchained.cli import app
@@ -39,7 +39,7 @@ def test_a_missing_or_malformed_key_is_named_before_any_network(tmp_path: Path):
 def test_ssh_of_a_pod_not_recorded_here_says_so_without_loading_the_key_libraries(tmp_path):
     done, modules = imported("pod", "ssh", "nope", "--state-dir", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 1 and "no deployment named nope" in done.stdout + done.stderr
-    assert heavy(modules) == []  # its imports load no pycardano (its status read is unsigned)
+    assert heavy(modules) == []  # refused before the key's libraries load
 
 
 def test_each_pod_host_key_is_trusted_under_its_own_name(tmp_path: Path):
@@ -53,3 +53,20 @@ def test_each_pod_host_key_is_trusted_under_its_own_name(tmp_path: Path):
         "StrictHostKeyChecking=accept-new", "-i", str(tmp_path / "k"), "-o", "IdentitiesOnly=yes",
         "-o", "BatchMode=yes", "pod@gw.example", "echo", "hi",
     ]  # fmt: skip
+
+
+def test_ssh_logs_in_with_the_private_key_beside_the_public_one_the_pod_was_started_with(
+    tmp_path: Path,
+):
+    public = tmp_path / "id_ed25519.pub"
+    public.write_text("ssh-ed25519 AAAA renter@host\n")
+    assert private_beside(public) is None  # no private key there: ssh's own choice
+    (tmp_path / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    assert private_beside(public) == tmp_path / "id_ed25519"
+    assert private_beside(tmp_path / "id_ed25519") is None  # not a .pub: nothing beside it
+    record = RentalRecord("lab", "pod", "http://gw.example:8480", "ab" * 28, "cd" * 28, {}, 0, 5,
+                          0, ssh_identity=str(private_beside(public)))  # fmt: skip
+    argv = ssh_command(Env(state_dir=tmp_path), record, 40022, None, [], [])
+    assert argv[argv.index("-i") + 1] == str(tmp_path / "id_ed25519")
+    chosen = ssh_command(Env(state_dir=tmp_path), record, 40022, tmp_path / "other", [], [])
+    assert chosen[chosen.index("-i") + 1] == str(tmp_path / "other")  # --identity wins

@@ -326,3 +326,30 @@ def test_a_captured_deploy_replayed_after_the_stop_revives_nothing(
                 "a come-back is a deploy signed after that")  # fmt: skip
     lab = endpoints.get("lab")
     assert lab is not None and lab.state == "stopped"  # nothing restarted, nothing billed
+
+
+def test_a_deploy_is_checked_before_any_money_moves(
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
+) -> None:
+    """What a deploy would be refused for is said before the renter opens and funds a
+    channel for it: its name taken (by another renter, or an endpoint's), its spec, its
+    prices; a renter's own stopped pod is a come-back. Nothing is stored."""
+    _, endpoints = books
+    mine = RENTER.to_verification_key().payload[:32].hex()
+
+    def check(name: str, spec: dict[str, Any], renter: str = mine) -> httpx.Response:
+        return gateway.post("/deployments/check", json={"name": name, "spec": spec,
+                                                        "renter": renter})  # fmt: skip
+
+    assert check("lab", POD_SPEC).json() == {"name": "lab", "comes_back": False}
+    assert endpoints.get("lab") is None
+    assert gateway.post("/deployments", json=signed(name="lab", spec=POD_SPEC)).status_code == 201
+    refused(check("lab", POD_SPEC), 409, "name lab is taken on this gateway")
+    endpoints.finish("lab", "stopped", "stopped by its renter", time.time_ns() // 1_000_000)
+    assert check("lab", POD_SPEC).json() == {"name": "lab", "comes_back": True}
+    refused(check("lab", POD_SPEC, "ab" * 32), 409, "name lab is taken")  # not theirs
+    refused(check("lab", SPEC), 409, "name lab is taken")  # an endpoint never comes back
+    refused(check("svc", {**SPEC, "price_per_request": PRICE - 1}), 403, "below this provider's")
+    refused(check("svc", {**SPEC, "kind": "job"}), 400, "kind must be one of")
+    refused(check("bad name", SPEC), 400, "letters, digits")
+    refused(gateway.post("/deployments/check", json={"name": "svc"}), 400, '{"name", "spec"')

@@ -39,6 +39,8 @@ function showQuote(q) {
   link.href = `/app/jobs/${q.job_id}`;
   document.getElementById("per-hour").textContent = perHour(q.price_per_unit);
   document.getElementById("allowance").textContent = ada(q.fee_allowance);
+  document.getElementById("least-cost").textContent =
+    `${ada(q.fee_allowance)} + the lock's network fee, even if it never runs`;
   document.getElementById("max-cost").textContent = ada(q.max_cost);
   document.getElementById("lock-amount").textContent =
     `${ada(q.lock_lovelace)} (${ada(q.refund_deposit)} of it always comes back)`;
@@ -77,6 +79,9 @@ onClick(document.getElementById("build"), async () => {
     deadline_ms: quote.deadline_ms, settle_window_ms: quote.settle_window_ms,
     fee_allowance: quote.fee_allowance };
   const differs = await review(api, built.transaction, { lovelace: quote.lock_lovelace, terms });
+  document.getElementById("least-cost").textContent =
+    `${ada(BigInt(quote.fee_allowance) + BigInt(built.fee))}, even if it never runs ` +
+    `(${ada(quote.fee_allowance)} fee allowance + ${ada(built.fee)} lock fee)`;
   document.getElementById("sign").hidden = differs.length !== 0;
   if (!differs.length) say("It pays the escrow exactly the quoted amount; the rest comes back to you.");
 });
