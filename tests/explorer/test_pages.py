@@ -457,3 +457,17 @@ def test_the_deployment_page_shows_its_channel_claimed_and_what_it_served(client
     home = client.get("/explorer")
     assert 'href="/explorer/deployments"' in home.text
     assert client.get("/api/explorer").json()["deployments"] == {"failed": DEPLOYMENTS}
+
+
+def test_a_provider_and_a_channel_are_found_by_the_prefix_the_cli_prints(client):
+    short = PROVIDER[:16]  # `channel list`, `endpoint deploy`: 16 hex digits
+    found = client.get("/explorer/search", params={"q": short}, follow_redirects=False)
+    assert (found.status_code, found.headers["location"]) == (
+        303,
+        f"/explorer/providers/{PROVIDER}",
+    )
+    page = client.get(f"/api/explorer/providers/{short.upper()}")
+    assert page.status_code == 200 and page.json()["provider"]["id"] == PROVIDER, page.text
+    shared = client.get("/explorer/search", params={"q": CHANNEL[:-1]})  # several channels share it
+    assert shared.status_code == 409 and "names several channels" in seen(shared.text)
+    assert client.get(f"/api/explorer/providers/{PROVIDER[:7]}").status_code == 404  # too short

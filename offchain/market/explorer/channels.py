@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 from offchain.market.errors import NotFound
 from offchain.market.explorer.queries import RECENT, Context, filtered, keyset
 from offchain.market.models import Channel, ChannelEvent, ChannelState
+from offchain.market.services.id_prefix import full_id
 
 CHANNEL_COLUMNS = {"state": Channel.state, "provider": Channel.provider_id,
                    "renter": Channel.renter, "payee": Channel.provider}  # fmt: skip
@@ -65,8 +66,12 @@ def _event_row(event: ChannelEvent, ctx: Context) -> dict[str, Any]:
 
 
 def channel_page(session: Session, ctx: Context, channel_id: str) -> dict[str, Any]:
-    """One channel: its terms, where it stands, and every transaction that moved it."""
-    channel = session.get(Channel, channel_id.lower())
+    """One channel (its id or a unique prefix of it): its terms, where it stands, and every
+    transaction that moved it."""
+    try:
+        channel = session.get(Channel, full_id(session, Channel.id, channel_id, "channel"))
+    except NotFound:
+        channel = None
     if channel is None:
         raise NotFound(
             f"no channel {channel_id} in the index: it holds the channels of this market's "

@@ -39,6 +39,7 @@ from offchain.market.models import (
 )
 from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
+from offchain.market.services.id_prefix import full_id
 from offchain.market.services.offers import SLICED, slice_terms
 from offchain.market.services.storage import blob_path
 from offchain.protocol.checks.bond_check import covers_before
@@ -737,6 +738,12 @@ def search(session: Session, text: str) -> str | None:
         return f"/explorer/jobs/{job_ids.resolve(session, q).id}"
     except NotFound:
         pass
+    for column, page, what in ((Provider.id, "providers", "provider"),
+                               (Channel.id, "channels", "channel")):  # fmt: skip
+        try:  # a prefix, as the CLI prints them
+            return f"/explorer/{page}/{full_id(session, column, q, what)}"
+        except NotFound:
+            pass
     height = session.exec(select(ChainBlock.height).where(ChainBlock.block_id == key)).first()
     if height is not None:
         return f"/explorer/blocks/{height}"

@@ -34,9 +34,10 @@ from offchain.market.errors import Conflict, Invalid, MarketRefusal, NotFound
 from offchain.market.explorer import channels, queries
 from offchain.market.explorer import rentals as deployments
 from offchain.market.explorer.format import FILTERS, GLOBALS
-from offchain.market.models import Channel, Rental
+from offchain.market.models import Channel, Provider, Rental
 from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
+from offchain.market.services.id_prefix import full_id
 from offchain.market.settings import MarketSettings
 
 HERE = FilePath(__file__).parent
@@ -177,11 +178,17 @@ def provider_list(
 def provider_page(
     request: Request, provider_id: str, session: SnapshotDep, ctx: ContextDep
 ) -> Response:
-    return render(request, "provider.html", lambda: {
-        **queries.provider_page(session, ctx, provider_id),
-        "channels": channels.recent(session, Channel.provider_id, provider_id),
-        "deployments": deployments.recent(session, Rental.provider_id, provider_id),
-    })  # fmt: skip
+    """A provider by its id or a unique prefix of it (the CLI shows 16 hex digits)."""
+
+    def build() -> dict[str, Any]:
+        full = full_id(session, Provider.id, provider_id, "provider")
+        return {
+            **queries.provider_page(session, ctx, full),
+            "channels": channels.recent(session, Channel.provider_id, full),
+            "deployments": deployments.recent(session, Rental.provider_id, full),
+        }
+
+    return render(request, "provider.html", build)
 
 
 @router.get("/explorer/channels", response_class=HTMLResponse)
