@@ -471,3 +471,21 @@ def test_a_provider_and_a_channel_are_found_by_the_prefix_the_cli_prints(client)
     shared = client.get("/explorer/search", params={"q": CHANNEL[:-1]})  # several channels share it
     assert shared.status_code == 409 and "names several channels" in seen(shared.text)
     assert client.get(f"/api/explorer/providers/{PROVIDER[:7]}").status_code == 404  # too short
+
+
+def test_a_cpu_provider_shows_its_bundle_and_price_and_no_blank_gpu_row(client):
+    cpu = "cd" * 28
+    with Session(client.app.state.engine) as session:
+        session.add(Provider(id=cpu, vkey="11" * 32, payout_address=ADDRESS,
+                             last_heartbeat_ms=now_ms()))  # fmt: skip
+        session.flush()
+        session.add(Offer(provider_id=cpu, body="{}", signature="", key="", gpu_model="",
+                          gpu_count=0, vram_mib=0, cpu_cores=4, memory_mib=8192, disk_mib=1,
+                          price_per_unit=50, created_at_ms=START_MS))  # fmt: skip
+        session.commit()
+    home = client.get("/api/explorer").json()
+    assert [g["model"] for g in home["gpus"]] == [PLANTED]  # no row for "no GPU"
+    page = client.get(f"/api/explorer/providers/{cpu}").json()["provider"]
+    assert page["cpu_bundles"] == [{"cpu_cores": 4, "memory_mib": 8192, "price_per_unit": 50}]
+    shown = seen(client.get(f"/explorer/providers/{cpu}").text)
+    assert "CPU bundles 4 cores, 8192 MiB at 0.18 ADA per hour" in shown, shown

@@ -15,6 +15,9 @@ HOUR_S = 3600
 MIB = 1 << 20
 PERMILLE = 1000
 CHART_W, CHART_H = 600, 160
+DAY_MS = 86_400_000
+CHART_DAYS = 30  # the earnings chart: the last this many days, each a bar, idle ones too
+LABEL_H = 16  # the earnings chart's day labels, under its bars
 
 
 def ada(lovelace: int | None) -> str:
@@ -127,23 +130,29 @@ def usage_chart(record: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, int]]:
-    """One bar per day, heights relative to the best day."""
+def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, Any]]:
+    """One bar per day from the first day with earnings (at most CHART_DAYS before the last)
+    to the last, a day without earnings a bar of none, heights relative to the best day; each
+    labelled with its day of the month, and its month where one begins or the chart does."""
     if not days:
         return []
-    top = max(max(d["lovelace"] for d in days), 1)
-    width = max(CHART_W // len(days), 1)
-    return [
-        {
-            "x": i * width, "width": max(width - 2, 1),
-            "height": d["lovelace"] * CHART_H // top, "day_ms": d["day_ms"],
-            "lovelace": d["lovelace"],
-        }
-        for i, d in enumerate(days)
-    ]  # fmt: skip
+    earned = {d["day_ms"]: d["lovelace"] for d in days}
+    last = max(earned)
+    first = max(min(earned), last - (CHART_DAYS - 1) * DAY_MS)
+    shown = range(first, last + 1, DAY_MS)
+    top = max(max(earned.get(day, 0) for day in shown), 1)
+    width = max(CHART_W // len(shown), 1)
+    bars = []
+    for i, day in enumerate(shown):
+        date = datetime.fromtimestamp(day // 1000, UTC)
+        label = date.strftime("%b %-d") if i == 0 or date.day == 1 else str(date.day)
+        lovelace = earned.get(day, 0)
+        bars.append({"x": i * width, "width": max(width - 2, 1), "label": label, "day_ms": day,
+                     "height": lovelace * CHART_H // top, "lovelace": lovelace})  # fmt: skip
+    return bars
 
 
 FILTERS = {"ada": ada, "when": when, "when_left": when_left, "per_hour": per_hour,
            "duration": duration, "short": short, "percent": percent}  # fmt: skip
 GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars, "ended": describe,
-           "chart_w": CHART_W, "chart_h": CHART_H}  # fmt: skip
+           "chart_w": CHART_W, "chart_h": CHART_H, "label_h": LABEL_H}  # fmt: skip

@@ -194,7 +194,7 @@ def _gpus(session: Session, since_ms: int) -> list[dict[str, Any]]:
     prices: dict[str, tuple[int, int | None]] = {
         model or "": (total, price) for model, total, price in offered
     }
-    models = sorted(set(prices) | set(busy) | set(slices))
+    models = sorted(model for model in set(prices) | set(busy) | set(slices) if model)  # a GPU's
     return [
         {
             "model": model, "offered": prices.get(model, (0, None))[0],
@@ -565,6 +565,9 @@ def _provider_row(
         "offline_since_ms": provider.offline_since_ms,
         "gpus": [{"model": o.gpu_model, "count": o.gpu_count, "price_per_unit": o.price_per_unit}
                  for o in offers],
+        # the bundles of an offer with no GPU: what a CPU provider sells, at its price
+        "cpu_bundles": [{"cpu_cores": o.cpu_cores, "memory_mib": o.memory_mib,
+                         "price_per_unit": o.price_per_unit} for o in offers if not o.gpu_count],
         # fractions of GPUs, each with its isolation, fault note and self-test, as signed
         "gpu_slices": [entry.model_dump(mode="json") for o in offers
                        for entry in slice_terms(o.body)],
