@@ -612,15 +612,22 @@ def cancel(
             step = (lambda _: None) if as_json else typer.echo
             return await cancel_job(consumer, job_id, wait_s, step)
 
+    from consumer.cli.progress import SETTLE_NEXT
+    from offchain.protocol.job.job_state import JobState
+
     done = run_sync(go())
     waited = "" if done.blocks is None else f", {done.blocks} block(s) after the request"
+    back = (f"{ada(done.returned)} back to you in transaction {done.tx_id}{waited}"
+            if done.state == JobState.SETTLED else
+            f"{ada(done.returned)} comes back to you once it settles, not yet: {SETTLE_NEXT}; "
+            f"`unchained job status {job_id} --watch` follows it")  # fmt: skip
     human = {
         "dropped": f"job {job_id} dropped: nothing was locked",
         "cancelled": f"cancelled: {ada(done.returned)} back to you ({ada(done.fee)} fee) in "
         f"transaction {done.tx_id}{waited}",
         "stopped": f"stopped and {done.state}: {done.units} units ({ada(done.cost)}) to the "
-        f"provider, {ada(done.returned)} back to you"
-        + (f" in transaction {done.tx_id}" if done.tx_id else "") + waited,
+        f"provider, {back}" if done.units is not None else f"stopped: its receipt is not "
+        f"signed yet; `unchained job status {job_id} --watch` follows it",
     }[done.how]  # fmt: skip
     emit(as_json, dataclasses.asdict(done), human)
 

@@ -5,7 +5,8 @@ close, every delivered receipt whose payout is below the ledger's minimum UTxO. 
 settles no such receipt (it tops up nothing), while the provider, the submitter, may: its own
 change raises its own output (`batch.settle`). These small ones go once `settle_batch_max`
 wait or the oldest has waited `small_payout_wait_ms`, so the renter's refund comes back soon
-and the fee allowances of several jobs share one fee.
+and the fee allowances of several jobs share one fee; at once when one of them is a job its
+renter cancelled (it waits at `job cancel` for its money).
 
 A receipt's results stay on disk until its escrow is spent; then the spending transaction says
 whether it was a settlement (earnings) or a refund (none): `spends.py`."""
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from offchain.chain.submit import ChainError, submit_confirmed
 from offchain.chain.utxo import parse_out_ref
+from offchain.protocol.job.outcome import Outcome
 from offchain.protocol.ledger.claim import Claim
 from offchain.protocol.tx import batch
 from offchain.protocol.tx.txbuild import BuildError, out_ref
@@ -52,6 +54,7 @@ class PayoutWatcher:
         least = await self.chain.call(batch.payout_minimum, self.chain.context, paid_at)
         due: list[batch.ToSettle] = []
         small: dict[str, batch.ToSettle] = {}
+        cancelled = False  # a small payout of a job its renter stopped: settle them now
         for entry in signed:
             assert entry.receipt is not None
             escrow = await self.chain.call(self.chain.utxo, entry.escrow)
@@ -61,18 +64,23 @@ class PayoutWatcher:
                 due.append((escrow, entry.receipt))
             elif entry.stage == "delivered" and 0 < entry.earned < least:
                 small[entry.job_id] = (escrow, entry.receipt)
-        due += self._small_due(small, now)
+                cancelled |= entry.outcome == Outcome.CANCELLED
+        due += self._small_due(small, now, cancelled)
         batch_max = self.settings.settle_batch_max
         for start in range(0, len(due), batch_max):
             await self._settle_apart(due[start : start + batch_max])
 
-    def _small_due(self, small: dict[str, batch.ToSettle], now: int) -> list[batch.ToSettle]:
+    def _small_due(
+        self, small: dict[str, batch.ToSettle], now: int, cancelled: bool
+    ) -> list[batch.ToSettle]:
         """The small payouts (by job id) to settle now: all of them once `settle_batch_max`
-        wait or the oldest has waited `small_payout_wait_ms` since this daemon first saw it."""
+        wait, the oldest has waited `small_payout_wait_ms` since this daemon first saw it, or
+        one is a `cancelled` job's."""
         self.small_since = {job: self.small_since.get(job, now) for job in small}
         oldest = min(self.small_since.values(), default=now)
         settings = self.settings
-        if len(small) < settings.settle_batch_max and now - oldest < settings.small_payout_wait_ms:
+        waiting = now - oldest < settings.small_payout_wait_ms
+        if len(small) < settings.settle_batch_max and waiting and not cancelled:
             return []
         return list(small.values())
 

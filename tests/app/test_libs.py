@@ -123,8 +123,8 @@ async def test_the_lock_compared_with_its_quote(libs):
     made.outputs[1] = TransactionOutput(made.outputs[1].address, 3_000_000)
     assert await compare(libs, made, 7_000_000, own) == []
     assert await compare(libs, made, 7_500_000, [own[0]]) == [
-        "the escrow gets 7 ADA, the quote says 7.5 ADA",
-        f"2 ADA goes to {made.outputs[2].address}, not your wallet",
+        "the escrow gets 7.000000 ADA, the quote says 7.500000 ADA",
+        f"2.000000 ADA goes to {made.outputs[2].address}, not your wallet",
     ]
     made.outputs.append(TransactionOutput(made.outputs[0].address, 1_000_000))
     assert await compare(libs, made, 7_000_000, own) == ["it pays the escrow 2 times, not once"]
@@ -136,7 +136,7 @@ async def test_a_channel_transaction_compared_with_what_the_page_asked(libs):
     made.outputs[1] = TransactionOutput(made.outputs[1].address, 3_000_000)
     assert await compare(libs, made, 7_000_000, own, "channel") == []
     assert await compare(libs, made, 9_000_000, own, "channel") == [
-        "the channel gets 7 ADA, the quote says 9 ADA"
+        "the channel gets 7.000000 ADA, the quote says 9.000000 ADA"
     ]
     # a drain pays only the wallet: an output left in the channel script is named
     assert await compare(libs, made, None, own, "channel") == ["it pays into the channel"]

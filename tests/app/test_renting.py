@@ -193,7 +193,7 @@ async def test_what_the_page_refuses(devnet, world, browser, busybox):
     await poor.connect()
     await quoted(poor, spec(busybox, "echo never"))
     await poor.page.click("#build")
-    await poor.said("Not enough ADA: your wallet holds 20 ADA, the lock needs ")
+    await poor.said("Not enough ADA: your wallet holds 20.000000 ADA, the lock needs ")
     assert poor.wallet.signed == [] and await poor.page.locator("#review").is_hidden()
     await poor.shoot("new-job-too-poor")
     assert poor.errors == []

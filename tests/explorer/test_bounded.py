@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlmodel import Session
 
+from offchain.market.explorer.format import ada
 from offchain.market.explorer.queries import DAY_MS
 from offchain.market.models import (
     Cause,
@@ -90,7 +91,7 @@ def test_sums_of_the_largest_amounts_are_exact(client):
     assert home["channels"] == {"count": EACH, "lovelace": EACH * MAX_SUPPLY_LOVELACE}
     page = client.get("/explorer")
     assert page.status_code == 200
-    assert f"{EACH * MAX_SUPPLY_LOVELACE // 1_000_000:,} ADA" in page.text
+    assert ada(EACH * MAX_SUPPLY_LOVELACE) in page.text
     earned = client.get(f"/api/explorer/providers/{PROVIDER}").json()["earnings"]
     day = START_MS // DAY_MS * DAY_MS  # the settlements' ms differ, their day does not
     assert earned == [{"day_ms": day, "lovelace": EACH * SETTLED_EACH}]

@@ -334,13 +334,13 @@ def test_the_job_page_says_which_id_is_which_with_dates_and_prices_per_hour(clie
     assert f"Escrow closes {when(deadline + 600_000)} (in 1 h 09 m 5" in text
     assert str(deadline) not in text  # never the raw ms
     # 169 lovelace/s is 608,400 lovelace per hour: exact, with the on-chain unit beside it
-    assert "Price 0.6084 ADA per hour (169 lovelace per s)" in text
+    assert "Price 0.608400 ADA per hour (169 lovelace per s)" in text
     listed = seen(client.get("/explorer/jobs?state=settled").text)
-    assert "0.6084 ADA per hour (169 lovelace per s)" in listed and "Price per s" not in listed
+    assert "0.608400 ADA per hour (169 lovelace per s)" in listed and "Price per s" not in listed
     offered = seen(client.get(f"/explorer/providers/{PROVIDER}").text)
-    assert "at 5,400 ADA per hour (1,500,000 lovelace per s)" in offered
-    assert "5,400 ADA per hour" in seen(client.get("/explorer/providers").text)
-    assert "5,400 ADA per hour" in seen(client.get("/explorer").text)
+    assert "at 5,400.000000 ADA per hour (1,500,000 lovelace per s)" in offered
+    assert "5,400.000000 ADA per hour" in seen(client.get("/explorer/providers").text)
+    assert "5,400.000000 ADA per hour" in seen(client.get("/explorer").text)
 
 
 def test_the_settle_transaction_lists_each_job_once_and_the_address_says_ada(client):
@@ -350,14 +350,14 @@ def test_the_settle_transaction_lists_each_job_once_and_the_address_says_ada(cli
     assert f"{JOB[:10]}…{JOB[-6:]} → settled" in seen(tx.text)
     assert [JOB, "settled"] in client.get(f"/api/explorer/txs/{TX}").json()["jobs"]
     address = seen(client.get(f"/explorer/addresses/{ADDRESS}").text)
-    assert "Amount (ADA)" in address and "2 ADA" in address and "Lovelace" not in address
+    assert "Amount (ADA)" in address and "2.000000 ADA" in address and "Lovelace" not in address
 
 
 def test_ada_is_integer_exact():
     """Lovelace to ADA with integers only: a float would round 2^53 + 1 lovelace away."""
     assert ada(2**53 + 1) == "9,007,199,254.740993 ADA"
     assert ada(10**20 + 7) == "100,000,000,000,000.000007 ADA" and ada(-1) == "-0.000001 ADA"
-    hourly = "32,425,917,317,067.5748 ADA per hour (9,007,199,254,740,993 lovelace per s)"
+    hourly = "32,425,917,317,067.574800 ADA per hour (9,007,199,254,740,993 lovelace per s)"
     assert per_hour(2**53 + 1) == hourly
 
 
@@ -392,7 +392,8 @@ def test_the_channel_page_shows_its_terms_amounts_close_and_every_transaction(cl
         ("start-close", 0, TX),
     ]
     text = seen(client.get(f"/explorer/channels/{CHANNEL}").text)
-    assert "Deposit 10 ADA" in text and "Claimed 3 ADA" in text and "Remaining 7 ADA" in text
+    assert "Deposit 10.000000 ADA" in text and "Claimed 3.000000 ADA" in text
+    assert "Remaining 7.000000 ADA" in text
     assert f"Closing at {when(CLOSING_AT)} (passed " in text and str(CLOSING_AT) not in text
     assert "Close period 1 h 00 m 00 s" in text
     tx = client.get(f"/explorer/txs/{TX}").text  # one line per move (a seed's three)
@@ -425,8 +426,8 @@ def test_the_deployment_page_shows_its_channel_claimed_and_what_it_served(client
     assert len(data["on_channel"]) == 16 and data["channel_lovelace"] == 16 * 3_200
     page = client.get("/explorer/deployments/1").text
     text = seen(page)
-    assert "Channel claimed" in text and "Claimed on it 3 ADA, for every deployment" in text
-    assert "Requests 3" in text and "Seconds run 2" in text and "Served 0.0032 ADA" in text
+    assert "Channel claimed" in text and "Claimed on it 3.000000 ADA, for every deployment" in text
+    assert "Requests 3" in text and "Seconds run 2" in text and "Served 0.003200 ADA" in text
     for link in (f'href="/explorer/channels/{CHANNEL}"', f'href="/explorer/providers/{PROVIDER}"'):
         assert link in page
     newest = seen(client.get(f"/explorer/deployments/{DEPLOYMENTS}").text)
@@ -488,4 +489,4 @@ def test_a_cpu_provider_shows_its_bundle_and_price_and_no_blank_gpu_row(client):
     page = client.get(f"/api/explorer/providers/{cpu}").json()["provider"]
     assert page["cpu_bundles"] == [{"cpu_cores": 4, "memory_mib": 8192, "price_per_unit": 50}]
     shown = seen(client.get(f"/explorer/providers/{cpu}").text)
-    assert "CPU bundles 4 cores, 8192 MiB at 0.18 ADA per hour" in shown, shown
+    assert "CPU bundles 4 cores, 8192 MiB at 0.180000 ADA per hour" in shown, shown

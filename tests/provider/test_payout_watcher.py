@@ -10,6 +10,7 @@ from pycardano import PaymentSigningKey
 
 from offchain.chain.submit import tip_point, wait_for_confirmations
 from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.outcome import Outcome
 from offchain.protocol.job.receipt import EMPTY_HASH
 from offchain.protocol.tx import batch
 from offchain.protocol.tx import escrow as escrows
@@ -132,3 +133,24 @@ async def test_small_payouts_are_settled_by_their_provider_without_waiting_for_t
     fee = await settled_fee(devnet, first.settle_tx, since)
     assert balance(devnet, consumer.address) - before[0] == 2 * (LOCKED - PRICE * SMALL - ALLOWANCE)
     assert balance(devnet, provider.address) - before[1] == 2 * (PRICE * SMALL + ALLOWANCE) - fee
+
+
+async def test_a_cancelled_jobs_small_payout_is_settled_at_once(devnet, tmp_path):
+    """Its renter waits at `job cancel` for the money: no batch to fill, no wait."""
+    deployment = await deployed(devnet, tmp_path / "deployment.json")
+    consumer, provider = await wallet(devnet), await wallet(devnet)
+    journal = Journal(tmp_path / "state")
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    settings = DaemonSettings(payout_margin_ms=0, settle_batch_max=9, small_payout_wait_ms=10**9)
+    watcher = PayoutWatcher(chain, journal, tmp_path / "results", settings)
+    escrow = await lock(devnet, deployment, consumer, provider)
+    before = balance(devnet, consumer.address)
+    signed = to_settle(deployment, provider.key, escrow, SMALL, RESULT, EVIDENCE)
+    stopped = entry("stopped", signed, escrows.escrow_datum(deployment, escrow).close)
+    journal.save(stopped.model_copy(update={"outcome": Outcome.CANCELLED}))
+
+    await watcher.tick()
+
+    settled = journal.get("stopped")
+    assert settled is not None and settled.stage == "settled", settled
+    assert balance(devnet, consumer.address) - before == LOCKED - PRICE * SMALL - ALLOWANCE

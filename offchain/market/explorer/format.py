@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from offchain.protocol.job.outcome import describe
-from offchain.protocol.ledger.amounts import ADA
+from offchain.protocol.ledger.amounts import ada as exact_ada
 
 HOUR_S = 3600
 MIB = 1 << 20
@@ -21,13 +21,9 @@ LABEL_H = 16  # the earnings chart's day labels, under its bars
 
 
 def ada(lovelace: int | None) -> str:
-    """`12.5 ADA` from 12_500_000: whole ADA with thousands, the fraction without trailing 0s."""
-    if lovelace is None:
-        return "—"
-    sign = "-" if lovelace < 0 else ""
-    whole, frac = divmod(abs(lovelace), ADA)
-    fraction = f"{frac:06d}".rstrip("0")
-    return f"{sign}{whole:,}{'.' + fraction if fraction else ''} ADA"
+    """`12.500000 ADA` from 12_500_000, as the CLI and the dApp write it: whole ADA with
+    thousands, all 6 decimals (every amount in a column lines up, to the lovelace)."""
+    return "—" if lovelace is None else exact_ada(lovelace)
 
 
 def when(posix_ms: int | None) -> str:

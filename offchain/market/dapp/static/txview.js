@@ -63,10 +63,11 @@ export function escrowTerms(inline) {
 }
 
 const ADA = 1_000_000n;
+// `12.500000 ADA`: all 6 decimals, as the CLI and the explorer write amounts.
 export function ada(lovelace) {
   const n = BigInt(lovelace);
-  const frac = ((n < 0n ? -n : n) % ADA).toString().padStart(6, "0").replace(/0+$/, "");
-  return `${n < 0n ? "-" : ""}${(n < 0n ? -n : n) / ADA}`.replace(/\B(?=(\d{3})+$)/g, ",") + `${frac ? "." + frac : ""} ADA`;
+  const frac = ((n < 0n ? -n : n) % ADA).toString().padStart(6, "0");
+  return `${n < 0n ? "-" : ""}${(n < 0n ? -n : n) / ADA}`.replace(/\B(?=(\d{3})+$)/g, ",") + `.${frac} ADA`;
 }
 
 // What the escrow's datum holds that the quote (`terms`: its figures and the consumer's key
