@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,14 +39,23 @@ def when(posix_ms: int | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# The time of the chain's tip for the page being drawn (`routes.render` sets it): a deadline
+# passes when a block past it is made, not by this machine's clock (blocks come at random,
+# ~20 s apart on mainnet). None: the tip is not known, the market's clock stands in.
+CHAIN_NOW: ContextVar[int | None] = ContextVar("chain_now_ms", default=None)
+
+
 def when_left(posix_ms: int | None) -> str:
-    """A deadline or close as people check it: its UTC date and how long from now (`in 59 m
-    58 s`, `passed 2 m 01 s ago`), never the raw ms the datum holds."""
+    """A deadline or close as people check it: its UTC date and how long from the chain's
+    tip (`in 59 m 58 s of chain time`, `passed 2 m 01 s ago`), never the raw ms the datum
+    holds."""
     if posix_ms is None:
         return "—"
-    left = posix_ms - time.time_ns() // 1_000_000  # a chain's slots keep to the wall clock
+    tip = CHAIN_NOW.get()
+    now, clock = (time.time_ns() // 1_000_000, "market clock") if tip is None else (tip, "chain")
+    left = posix_ms - now
     relative = f"in {duration(left)}" if left >= 0 else f"passed {duration(-left)} ago"
-    return f"{when(posix_ms)} ({relative})"
+    return f"{when(posix_ms)} ({relative}, {clock} time)"
 
 
 def per_hour(lovelace_per_s: int | None) -> str:

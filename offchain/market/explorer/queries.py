@@ -122,6 +122,13 @@ class Context:
             return None
 
 
+def tip_ms(session: Session, ctx: Context) -> int | None:
+    """The time of the newest block the index holds (None before the first, or when it
+    cannot be read: the page's countdowns then use the market's clock, as `_panel` does)."""
+    return _panel(session, "tip", lambda: ctx.slot_ms(
+        session.exec(select(func.max(ChainBlock.slot))).one()), [])  # fmt: skip
+
+
 # --- rows as pages show them ------------------------------------------------------------------
 
 

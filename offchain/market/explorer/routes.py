@@ -33,7 +33,7 @@ from offchain.market.api.deps import SnapshotDep, storable_params
 from offchain.market.errors import Conflict, Invalid, MarketRefusal, NotFound
 from offchain.market.explorer import channels, queries
 from offchain.market.explorer import rentals as deployments
-from offchain.market.explorer.format import FILTERS, GLOBALS
+from offchain.market.explorer.format import CHAIN_NOW, FILTERS, GLOBALS
 from offchain.market.models import Channel, Provider, Rental
 from offchain.market.services import job_ids, jobs
 from offchain.market.services.event_feed import EventFeed
@@ -75,10 +75,12 @@ def _state(request: Request) -> ExplorerState:
     return state
 
 
-def context(request: Request) -> queries.Context:
+def context(request: Request, session: SnapshotDep) -> queries.Context:
     state = _state(request)
     online_ms = request.app.state.settings.online_ms
-    return queries.Context(state.scripts, state.time, jobs.now_ms(), online_ms)
+    made = queries.Context(state.scripts, state.time, jobs.now_ms(), online_ms)
+    request.state.chain_now_ms = queries.tip_ms(session, made)  # the page's countdowns
+    return made
 
 
 ContextDep = Annotated[queries.Context, Depends(context)]
@@ -114,6 +116,7 @@ def render(request: Request, template: str, build: Callable[[], dict[str, Any]])
         )
     if wants_json(request):
         return JSONResponse(data)
+    CHAIN_NOW.set(getattr(request.state, "chain_now_ms", None))  # drawn now, in this context
     return templates.TemplateResponse(request, template, {"d": data})
 
 
