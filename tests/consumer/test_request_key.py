@@ -1,7 +1,8 @@
 """Requests signed without pycardano (`consumer.sdk.request_key`): for a plain payment key the
 headers are byte for byte pycardano's CIP-8 signature of the same request (Ed25519 signs
 deterministically), on a test network and on mainnet, and the market's verifier names the
-key's own address as the signer. Anything but a plain key (a mnemonic, an extended key, a
+key's own address as the signer; the key's address is the text pycardano's `Address` prints
+(bech32, `wallet address`). Anything but a plain key (a mnemonic, an extended key, a
 file that is no key) is left to `consumer.sdk.keys`; a missing file says what to do."""
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ def test_a_plain_key_signs_as_pycardano_does_and_the_market_verifies_it(network,
     signed = verifier.verify(headers, "POST", "/jobs?limit=5", fields.body_sha256,
                              fields.timestamp_ms)  # fmt: skip
     assert signed.key_hash == made.key_hash and signed.address == made.address
+
+
+@pytest.mark.parametrize("network", [Network.TESTNET, Network.MAINNET])
+def test_a_plain_key_names_the_address_pycardano_does(network, tmp_path):
+    for n in range(20):
+        made = new_wallet(tmp_path / f"{n}.skey", mnemonic=False, network=network)
+        light = plain_request_key(tmp_path / f"{n}.skey", network.value)
+        assert light is not None and light.address == str(made.address)
 
 
 def test_other_keys_are_left_to_pycardano(tmp_path: Path):
