@@ -64,12 +64,11 @@ def listed(gateway: str) -> list[dict[str, Any]]:
 
 
 def signer_of(env: Env, channel: str) -> "IouSigner":
-    """The IOU signer of the channel recorded here, for the deployment file's script."""
-    from pycardano import ScriptHash
-
+    """The IOU signer of the channel recorded here, for the deployment file's script (a plain
+    key signs without pycardano: `consumer.cli.main.request_key`)."""
+    from consumer.cli.main import request_key
     from consumer.sdk.channel_store import ChannelStore
     from consumer.sdk.iou_signer import IouSigner
-    from consumer.sdk.keys import load_key
     from offchain.protocol.tx.deployment_file import DeploymentFile, DeploymentFileError
 
     try:
@@ -80,9 +79,9 @@ def signer_of(env: Env, channel: str) -> "IouSigner":
     except ValueError as exc:  # pydantic's ValidationError
         raise DeploymentFileError(f"{env.deployment} is not a deployment file: {exc}") from exc
     store = ChannelStore(env.state_dir)
-    key = load_key(env.key, env.pycardano_network)
-    channel_hash = ScriptHash(bytes.fromhex(deployment.channel_hash))
-    return IouSigner(key, deployment.network_id, channel_hash, store.get(channel), store)
+    channel_hash = bytes.fromhex(deployment.channel_hash)
+    return IouSigner(request_key(env), deployment.network_id, channel_hash, store.get(channel),
+                     store)  # fmt: skip
 
 
 @command(app, "call")

@@ -38,9 +38,22 @@ class RequestKey:
     @property
     def address_bytes(self) -> bytes:
         """Its enterprise address: the header, then the hash of its verification key."""
-        vkey = bytes(self.key.verify_key)
-        key_hash = hashlib.blake2b(vkey, digest_size=KEY_HASH_BYTES).digest()
+        key_hash = hashlib.blake2b(self.vkey, digest_size=KEY_HASH_BYTES).digest()
         return bytes([ENTERPRISE_ADDRESS | self.network_id]) + key_hash
+
+    @property
+    def vkey(self) -> bytes:
+        """The 32-byte Ed25519 verification key."""
+        return bytes(self.key.verify_key)
+
+    @property
+    def payload_signer(self) -> RequestKey:
+        """What signs its IOUs (`offchain.protocol.ledger.payloads`): itself, as `sign`."""
+        return self
+
+    def sign(self, data: bytes) -> bytes:
+        """The Ed25519 signature over `data`, as pycardano's `PaymentSigningKey.sign` makes."""
+        return self.key.sign(data).signature
 
     @property
     def address(self) -> str:
@@ -49,7 +62,7 @@ class RequestKey:
 
     def sign_request(self, fields: RequestFields) -> dict[str, str]:
         """The CIP-8 headers for one request, as `ConsumerKey.sign_request` makes them."""
-        vkey = bytes(self.key.verify_key)
+        vkey = self.vkey
         protected = cbor2.dumps({1: EDDSA, "address": self.address_bytes})  # label 1: algorithm
         payload = fields.payload().encode()
         signature = self.key.sign(cbor2.dumps(["Signature1", protected, b"", payload])).signature
