@@ -2,8 +2,9 @@
 headers are byte for byte pycardano's CIP-8 signature of the same request (Ed25519 signs
 deterministically), on a test network and on mainnet, and the market's verifier names the
 key's own address as the signer; the key's address is the text pycardano's `Address` prints
-(bech32, `wallet address`), and its IOUs are pycardano's (`endpoint call`). Anything but a plain key (a mnemonic, an extended key, a
-file that is no key) is left to `consumer.sdk.keys`; a missing file says what to do."""
+(bech32, `wallet address`), and its IOUs are pycardano's (`endpoint call`). Anything but a
+plain key (a mnemonic, an extended key, a file that is no key) is left to `consumer.sdk.keys`;
+a missing file says what to do."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ reads, so the provider, consumer and market all build against the same reference
 The file names the reference UTxOs and the parameters; the scripts themselves are read back
 from the chain, so a file from another chain (a fresh devnet) is refused, as is one whose
 scripts are not the validators this version of Unchained builds transactions for. The chain
-and the validators are imported by `load` and `save`: a renter signing IOUs reads the file's
-network and channel script alone (`DeploymentFile`), without pycardano.
+and the validators are imported by `load` and `save`; a renter signing IOUs reads the file's
+network and channel script alone (`offchain.protocol.tx.deployment_channel`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from offchain.core.errors import UnchainedError
+from offchain.protocol.tx.deployment_channel import DeploymentFileError
 
 if TYPE_CHECKING:
     from pycardano import ChainContext
 
     from offchain.protocol.tx.deployment import Deployment
-
-
-class DeploymentFileError(UnchainedError, ValueError):
-    """The deployment file cannot be used; the message says why and what to do."""
 
 
 REFS = ("escrow_ref", "bond_ref", "settle_ref", "channel_ref", "claim_ref")
