@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 
 from offchain.protocol.tx.deployment_channel import DeploymentFileError, channel_script
-from offchain.protocol.tx.deployment_file import DeploymentFile
-
-REF = "00" * 32 + "#0"
+from tests.consumer.test_endpoint_cli import write_deployment
 
 
 def test_the_network_and_channel_script_are_the_files(tmp_path: Path):
-    hashes = {f"{n}_hash": "00" * 28 for n in ("escrow", "bond", "settle", "claim")}
-    made = DeploymentFile(
-        network_id=1, notice_ms=0, slash_share_bps=0, refund_window_ms=0, escrow_ref=REF,
-        bond_ref=REF, settle_ref=REF, channel_ref=REF, claim_ref=REF,
-        channel_hash=bytes(range(28)).hex(), **hashes,
-    )  # fmt: skip
-    (tmp_path / "deployment.json").write_text(made.model_dump_json(indent=2))
+    write_deployment(tmp_path / "deployment.json", 1, bytes(range(28)))
     assert channel_script(tmp_path / "deployment.json") == (1, bytes(range(28)))
 
 
