@@ -3,6 +3,10 @@ list` on an empty store import none of the modules that take seconds (pycardano,
 client, the OpShin compiler, the market's server, docker); `unchained --help`, `job list` and
 `offers search` not even those that take a tenth of one (httpx, asyncio, pydantic, which
 typer 0.29 imports for every option: pyproject.toml keeps it below; rich's help panels).
+The commands that read the chain or sign for it with a plain key import no pycardano either:
+`wallet address` (the key's address), `job status` (the market alone) and `wallet balance`
+(one Ogmios query) not even the lighter ones bar the Ogmios client's WebSocket, `endpoint call`
+(an IOU signed, one paid request) none bar its HTTP client.
 Checked in a child process with the modules it holds when it exits, as a user's shell runs
 it; the time itself is measured by bench/consumer.py, not here (it depends on the machine)."""
 
@@ -13,6 +17,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +35,10 @@ HEAVY = ("pycardano", "opshin", "uplc", "pluthon", "ogmios", "fastapi", "starlet
 # each of these took 30 to 200 ms of their start (bench/consumer.py's cli_start_s).
 STARTUP = (*HEAVY, "httpx", "httpcore", "anyio", "h11", "asyncio", "pydantic", "pydantic_core",
            "websockets", "rich", "yaml")  # fmt: skip
+# `wallet balance`: the synchronous WebSocket client its Ogmios query is sent with, no more.
+CHAIN_READ = (*(m for m in STARTUP if not m.startswith("websockets")), "websockets.asyncio")
+# `endpoint call`: httpx (whose own command line imports rich), which the SDK's client is on.
+PAID_REQUEST = tuple(m for m in STARTUP if m not in ("httpx", "httpcore", "anyio", "h11", "rich"))
 # `python -m unchained.cli ARGS`, writing the names of the modules loaded when it exits
 RUN = """import atexit, json, runpy, sys
 out = sys.argv.pop(1)
@@ -37,10 +48,12 @@ runpy.run_module("unchained.cli", run_name="__main__", alter_sys=True)
 """
 
 
-def imported(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """Run `unchained ARGS` in a fresh interpreter; what it printed and every module loaded
-    by the time it exits."""
-    env = {**os.environ, "COLUMNS": "200"}
+def imported(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `unchained ARGS` in a fresh interpreter (in `env`, else this one's); what it printed
+    and every module loaded by the time it exits."""
+    env = {**(os.environ if env is None else env), "COLUMNS": "200"}
     report = cwd / "modules.json"
     done = subprocess.run([sys.executable, "-c", RUN, str(report), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -83,7 +96,8 @@ def test_job_list_on_an_empty_store_imports_nothing_heavy(tmp_path: Path):
     assert heavy(modules, STARTUP) == []
 
 
-@pytest.mark.parametrize("command", [("job", "list"), ("offers", "search")])
+@pytest.mark.parametrize("command", [("job", "list"), ("offers", "search"),
+                                     ("job", "status", "0" * 32)])  # fmt: skip
 def test_a_market_read_with_a_plain_key_imports_nothing_heavy(command, tmp_path: Path):
     """The request is signed (a plain key needs no pycardano) and sent with the standard
     library's client: here to a port where no market listens, so the answer is the refusal
@@ -99,6 +113,61 @@ def test_a_market_read_with_a_plain_key_imports_nothing_heavy(command, tmp_path:
     assert done.returncode == 1 and error["error"] == "MarketRefused", error
     assert f"cannot reach the market at {url}" in error["message"]
     assert heavy(modules, STARTUP) == []
+
+
+def test_wallet_address_reads_the_key_alone(tmp_path: Path):
+    made = new_wallet(tmp_path / "consumer.skey", mnemonic=False)
+    done, modules = imported("wallet", "address", "--key", "consumer.skey", "--json",
+                             cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"address": str(made.address)}
+    assert heavy(modules, STARTUP) == []
+
+
+def test_wallet_balance_is_one_ogmios_query(tmp_path: Path):
+    """Against an Ogmios double that answers every UTxO query with none: no chain context,
+    no deployment, only the query (the balance itself: tests/consumer/test_cli_smoke.py)."""
+    made = new_wallet(tmp_path / "consumer.skey", mnemonic=False)
+    with ogmios_double() as url:
+        args = ["--key", "consumer.skey", "--state-dir", "state", "--ogmios-url", url, "--json"]
+        done, modules = imported("wallet", "balance", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"address": str(made.address), "lovelace": 0,
+                                       "locked_lovelace": 0}  # fmt: skip
+    assert heavy(modules, CHAIN_READ) == []
+
+
+@contextmanager
+def ogmios_double() -> Iterator[str]:
+    """A WebSocket server answering every JSON-RPC request with an empty list; its URL."""
+    from websockets.sync.server import ServerConnection, serve
+
+    def answer(connection: ServerConnection) -> None:
+        for message in connection:
+            request = json.loads(message)
+            connection.send(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": []}))
+
+    with serve(answer, "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}"
+        finally:
+            server.shutdown()
+
+
+def test_an_endpoint_call_signs_and_pays_with_its_http_client_alone(tmp_path: Path):
+    """A paid request to a gateway double (tests/consumer/test_endpoint_cli.py's), the IOU
+    signed with a plain key for the deployment file's channel script: no pycardano, no
+    pydantic, no asyncio."""
+    from tests.consumer.test_endpoint_cli import renting  # it imports this module
+
+    with renting(tmp_path) as (double, url, env):
+        done, modules = imported("endpoint", "call", "echo", "--gateway", url, "--channel",
+                                 double.channel.hex(), "--data", "{}", "--json", cwd=tmp_path,
+                                 env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["paid"] == double.price == double.ious[-1].amount
+    assert heavy(modules, PAID_REQUEST) == []
 
 
 CHAIN_COMMANDS = [("job", "lock"), ("job", "submit"), ("provider", "status"),

@@ -22,6 +22,8 @@ from consumer.sdk.errors import ConsumerError
 from offchain.protocol.ledger.amounts import ada
 
 if TYPE_CHECKING:
+    import httpx
+
     from consumer.sdk.endpoint_client import GatewayControl
     from consumer.sdk.iou_signer import IouSigner
     from consumer.sdk.rental_store import RentalRecord
@@ -37,13 +39,13 @@ Name = Annotated[str, typer.Argument(help="The deployment's name, as `endpoint l
 AHEAD_S = 2  # per-second endpoints: seconds paid ahead before a call
 
 
-def listed(gateway: str) -> list[dict[str, Any]]:
+def listed(client: "httpx.Client", gateway: str) -> list[dict[str, Any]]:
     """The gateway's endpoints (`GET /endpoints`): name and prices, nothing secret."""
     import httpx
 
     url = f"{gateway.rstrip('/')}/endpoints"
     try:
-        response = httpx.get(url, timeout=30)
+        response = client.get(url, timeout=30)
     except httpx.HTTPError as exc:
         raise ConsumerError(f"cannot reach the gateway at {gateway} ({exc or type(exc).__name__})",
                             gateway=gateway) from exc  # fmt: skip
@@ -63,26 +65,27 @@ def listed(gateway: str) -> list[dict[str, Any]]:
     return endpoints
 
 
-def signer_of(env: Env, channel: str) -> "IouSigner":
-    """The IOU signer of the channel recorded here, for the deployment file's script."""
-    from pycardano import ScriptHash
+def price_of(client: "httpx.Client", gateway: str, name: str) -> int:
+    """The price per request the gateway lists for endpoint `name`; ConsumerError naming the
+    endpoints it has when none is `name`."""
+    prices = {e["name"]: e["price_per_request"] for e in listed(client, gateway)}
+    if name not in prices:
+        raise ConsumerError(f"the gateway at {gateway} has no endpoint {name!r}: it has "
+                            f"{', '.join(sorted(prices)) or 'none'}", endpoint=name)  # fmt: skip
+    return prices[name]
 
+
+def signer_of(env: Env, channel: str) -> "IouSigner":
+    """The IOU signer of the channel recorded here, for the deployment file's script (a plain
+    key signs without pycardano: `consumer.cli.main.request_key`)."""
+    from consumer.cli.main import request_key
     from consumer.sdk.channel_store import ChannelStore
     from consumer.sdk.iou_signer import IouSigner
-    from consumer.sdk.keys import load_key
-    from offchain.protocol.tx.deployment_file import DeploymentFile, DeploymentFileError
+    from offchain.protocol.tx.deployment_channel import channel_script
 
-    try:
-        deployment = DeploymentFile.model_validate_json(env.deployment.read_text())
-    except FileNotFoundError as exc:
-        raise DeploymentFileError(f"no deployment file at {env.deployment}: pass the one the "
-                                  "channel was opened with (--deployment)") from exc  # fmt: skip
-    except ValueError as exc:  # pydantic's ValidationError
-        raise DeploymentFileError(f"{env.deployment} is not a deployment file: {exc}") from exc
+    network_id, channel_hash = channel_script(env.deployment)
     store = ChannelStore(env.state_dir)
-    key = load_key(env.key, env.pycardano_network)
-    channel_hash = ScriptHash(bytes.fromhex(deployment.channel_hash))
-    return IouSigner(key, deployment.network_id, channel_hash, store.get(channel), store)
+    return IouSigner(request_key(env), network_id, channel_hash, store.get(channel), store)
 
 
 @command(app, "call")
@@ -102,7 +105,7 @@ def call(
     the answer and what it cost (the price the gateway lists for the endpoint)."""
     import httpx
 
-    from consumer.sdk.endpoint_client import EndpointClient
+    from consumer.sdk.endpoint_client import DEFAULT_TIMEOUT_S, EndpointClient
 
     try:
         body = json.loads(data)
@@ -112,16 +115,16 @@ def call(
     if gateway is None or channel is None:
         record = local_record(env, name)
         gateway, channel = gateway or record.gateway_url, channel or record.channel_id
-    prices = {e["name"]: e["price_per_request"] for e in listed(gateway)}
-    if name not in prices:
-        raise ConsumerError(f"the gateway at {gateway} has no endpoint {name!r}: it has "
-                            f"{', '.join(sorted(prices)) or 'none'}", endpoint=name)  # fmt: skip
-    signer = signer_of(env, channel)
-    before = signer.signed
-    if record is not None and record.price_per_second:  # seconds run: paid first, a little ahead
-        with control_of(env, record) as control:
-            pay_channel(env, control, signer, AHEAD_S)
-    with EndpointClient(gateway, name, signer, prices[name]) as client:
+    # one client for the listing and the request: one connection, one TLS set-up (its
+    # certificates take longer to load than the request)
+    with httpx.Client(timeout=DEFAULT_TIMEOUT_S) as http:
+        price = price_of(http, gateway, name)
+        signer = signer_of(env, channel)
+        before = signer.signed
+        if record is not None and record.price_per_second:  # seconds run: paid first, ahead
+            with control_of(env, record) as control:
+                pay_channel(env, control, signer, AHEAD_S)
+        client = EndpointClient(gateway, name, signer, price, http)
         try:
             response = client.request(method.upper(), path, json=body)
         except httpx.HTTPError as exc:
@@ -135,7 +138,7 @@ def call(
         answer = response.text
     shown = answer if isinstance(answer, str) else json.dumps(answer, indent=2)
     emit(as_json, {"endpoint": name, "status": response.status_code, "answer": answer,
-                   "paid": paid, "total": signer.signed, "price": prices[name],
+                   "paid": paid, "total": signer.signed, "price": price,
                    "channel": signer.channel.hex()},
          f"{shown}\nHTTP {response.status_code}; paid {ada(paid)} ({ada(signer.signed)} in all "
          f"on channel {signer.channel.hex()[:16]})")  # fmt: skip
@@ -150,7 +153,10 @@ def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False
     from consumer.cli.table import render
 
     if gateway is not None:
-        endpoints = listed(gateway)
+        import httpx
+
+        with httpx.Client() as http:
+            endpoints = listed(http, gateway)
         rows = [[e["name"], ada(e["price_per_request"]), ada(e.get("price_per_second", 0))]
                 for e in endpoints]  # fmt: skip
         emit(as_json, endpoints, render(("endpoint", "per request", "per second"), rows))
@@ -282,12 +288,12 @@ def control_of(env: Env, record: "RentalRecord") -> "GatewayControl":
     """The gateway's control client for `record`, signing with this renter's key."""
     from consumer.sdk.endpoint_client import GatewayControl
     from consumer.sdk.keys import load_key
-    from offchain.protocol.tx.deployment_file import DeploymentFile
+    from offchain.protocol.tx.deployment_channel import channel_script
 
     key = load_key(env.key, env.pycardano_network)
     network_id = env.network_id
     if env.deployment.exists():
-        network_id = DeploymentFile.model_validate_json(env.deployment.read_text()).network_id
+        network_id, _ = channel_script(env.deployment)
     return GatewayControl(record.gateway_url, key, network_id)
 
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from consumer.sdk.keys import ConsumerKey
     from consumer.sdk.market_read import MarketReader
     from consumer.sdk.quote import CheckedQuote
+    from consumer.sdk.request_key import RequestKey
     from consumer.sdk.session import Consumer
     from offchain.chain.context import OgmiosContext
     from offchain.protocol.tx.deployment import Deployment
@@ -229,15 +230,22 @@ async def opened(env: Env) -> AsyncIterator["Consumer"]:
 def market_reader(env: Env) -> "MarketReader":
     """The market alone, read with one signed GET at a time (no chain, no deployment, no
     asyncio, no httpx; a plain --key signs without pycardano)."""
-    from consumer.sdk.market_read import MarketReader, RequestSigner
+    from consumer.sdk.market_read import MarketReader
+
+    return MarketReader(env.market_url, env.market_identity, request_key(env))
+
+
+def request_key(env: Env) -> "RequestKey | ConsumerKey":
+    """--key, to sign requests and name its address: a plain payment key read without
+    pycardano (`consumer.sdk.request_key`), a mnemonic or an extended key through it."""
     from consumer.sdk.request_key import plain_request_key
 
-    key: RequestSigner | None = plain_request_key(env.key, env.network_id)
-    if key is None:
-        from consumer.sdk.keys import load_key
+    plain = plain_request_key(env.key, env.network_id)
+    if plain is not None:
+        return plain
+    from consumer.sdk.keys import load_key
 
-        key = load_key(env.key, env.pycardano_network)
-    return MarketReader(env.market_url, env.market_identity, key)
+    return load_key(env.key, env.pycardano_network)
 
 
 # --- job -----------------------------------------------------------------------------------
@@ -468,27 +476,26 @@ def status(
     as_json: Json = False,
 ) -> None:
     """The job's state as the market knows it (`--watch`: live until it ends; with `--json`,
-    the state it ended in)."""
+    the state it ended in). Without --watch, from the market alone (no chain, no asyncio)."""
 
-    async def go() -> dict[str, Any]:
+    async def watch() -> None:
         async with opened(env) as consumer:
-            if watch_ and as_json:
+            if as_json:
                 async for _ in consumer.events(job_id):  # the stream ends at a final state
                     pass
-            elif watch_:
+            else:
                 await follow(consumer, job_id)
-            public = await consumer.status(job_id)
-            job = public.model_dump(mode="json")
-            if public.outcome not in (None, "succeeded"):  # why it ended is in its last lines
-                tail = await consumer.market.log_tail(job_id, LOG_TAIL_LINES)
-                job["log_tail"] = [line.text for line in tail]
-            return job
 
     from consumer.sdk.spend import cost_lines, job_cost, or_none
 
-    job = run_sync(go())
+    if watch_:
+        run_sync(watch())
+    reader = market_reader(env)
+    job = reader.job(job_id)
+    if job["outcome"] not in (None, "succeeded"):  # why it ended is in its last lines
+        job["log_tail"] = [line["text"] for line in reader.log_tail(job_id, LOG_TAIL_LINES)]
     units = job["receipt_units"]
-    cost = job_cost(or_none(market_reader(env).get), job["id"], job["state"], job["escrow"], units)
+    cost = job_cost(or_none(reader.get), job["id"], job["state"], job["escrow"], units)
     job["cost"] = cost.as_json()
     lines = [f"job {job['id']}: {job['state']}", f"  escrow   {job['escrow'] or '-'}",
              f"  GPU      {job['gpu_model'] or '-'}",
@@ -787,9 +794,7 @@ def wallet_new(
 @command(wallet_app, "address")
 def wallet_address(env: Env, as_json: Json = False) -> None:
     """The address of --key: fund it to pay for jobs; refunds come back to it."""
-    from consumer.sdk.keys import load_key
-
-    address = str(load_key(env.key, env.pycardano_network).address)
+    address = str(request_key(env).address)
     emit(as_json, {"address": address}, address)
 
 
@@ -828,15 +833,12 @@ def wallet_fund(
 @command(wallet_app, "balance")
 def wallet_balance(env: Env, as_json: Json = False) -> None:
     """What --key's address holds on chain, and what its open escrows lock."""
-    from consumer.sdk.keys import load_key
     from consumer.sdk.spend import locked_in_escrows
-    from offchain.chain.context import chain_context, quiet_chain_clients
+    from offchain.chain.ogmios import utxo_lovelace
 
-    quiet_chain_clients()
-    key = load_key(env.key, env.pycardano_network)
-    context = chain_context(env.ogmios_url, env.pycardano_network)
-    lovelace = sum(u.output.amount.coin for u in context.utxos(key.address))
-    locked = locked_in_escrows(context, JobStore(env.state_dir).all())
-    emit(as_json, {"address": str(key.address), "lovelace": lovelace, "locked_lovelace": locked},
-         f"{ada(lovelace)} spendable at {key.address}\n{ada(locked)} locked in open escrows "
+    address = str(request_key(env).address)
+    lovelace = utxo_lovelace(env.ogmios_url, {"addresses": [address]})
+    locked = locked_in_escrows(env.ogmios_url, JobStore(env.state_dir).all())
+    emit(as_json, {"address": address, "lovelace": lovelace, "locked_lovelace": locked},
+         f"{ada(lovelace)} spendable at {address}\n{ada(locked)} locked in open escrows "
          "(your jobs recorded here, on chain now)")  # fmt: skip

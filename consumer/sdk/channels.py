@@ -149,7 +149,7 @@ class Channels:
 
     @property
     def renter_vkey(self) -> bytes:
-        return self.key.key.to_verification_key().payload[:32]
+        return self.key.vkey
 
     def signer(self, channel_id: str) -> IouSigner:
         """The IOU signer of the channel `channel_id` names (id or unique prefix)."""

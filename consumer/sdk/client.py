@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from consumer.sdk.market_read import HINT, TIMEOUT_S, my_jobs_path, offers_path
+from consumer.sdk.market_read import (
+    HINT,
+    TIMEOUT_S,
+    job_path,
+    log_tail_path,
+    my_jobs_path,
+    offers_path,
+)
 from offchain.protocol.api.market_errors import market_json
 from offchain.protocol.api.market_link import Body, MarketLink
 from offchain.protocol.api.wire import (
@@ -40,7 +47,7 @@ class MarketClient(MarketLink):
         return await self.answer(Quote, "POST", "/jobs", Body.of_json(request))
 
     async def job(self, job_id: str) -> JobPublic:
-        return await self.answer(JobPublic, "GET", f"/jobs/{job_id}")
+        return await self.answer(JobPublic, "GET", job_path(job_id))
 
     async def my_jobs(self, limit: int = 100) -> list[JobPublic]:
         """The jobs this key requested, as the market knows them (newest first)."""
@@ -69,7 +76,7 @@ class MarketClient(MarketLink):
 
     async def log_tail(self, job_id: str, lines: int) -> list[LogPublic]:
         """The job's last `lines` log lines, oldest first."""
-        return await self.answers(LogPublic, f"/jobs/{job_id}/logs?tail={lines}")
+        return await self.answers(LogPublic, log_tail_path(job_id, lines))
 
     async def search_offers(self, query: str, limit: int = 100) -> OfferSearch:
         return await self.answer(OfferSearch, "GET", offers_path(query, limit))

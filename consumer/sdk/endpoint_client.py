@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from consumer.sdk.errors import ConsumerError
-from consumer.sdk.iou_signer import IouSigner
-from consumer.sdk.keys import ConsumerKey
-from offchain.protocol.api.control import ControlRequest, SignedControl
 from offchain.protocol.ledger.amounts import ada
 from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
 from offchain.protocol.ledger.payloads import VKEY_BYTES
+
+if TYPE_CHECKING:  # a paid request needs neither pycardano nor the control requests' pydantic
+    from consumer.sdk.iou_signer import IouSigner
+    from consumer.sdk.keys import ConsumerKey
+    from offchain.protocol.api.control import Action
 
 PAYMENT_REQUIRED = 402
 ERROR = 400  # a status from here on may be the gateway's own, uncharged
@@ -216,8 +218,8 @@ class GatewayControl:
     ) -> dict[str, Any]:  # fmt: skip
         """Ask for `spec` as deployment `name`, paid on `channel` (`admission`: its TXID#IX
         and terms CBOR hex, for a channel the provider may not serve yet)."""
-        request = ControlRequest.of("deploy", name, channel, spec, admission)
-        return self.sent("POST", self.base, self.signed(request), {201})
+        request = self.signed("deploy", name, channel, spec, admission)
+        return self.sent("POST", self.base, request, {201})
 
     def check(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Whether the gateway would take `spec` deployed as `name` by this renter (nothing
@@ -228,25 +230,31 @@ class GatewayControl:
 
     def status(self, name: str, channel: bytes) -> dict[str, Any]:
         """Deployment `name`'s state and what its channel (`channel`) owes now."""
-        request = ControlRequest.of("status", name, channel)
-        return self.sent("POST", f"{self.base}/{name}/status", self.signed(request), {200})
+        request = self.signed("status", name, channel)
+        return self.sent("POST", f"{self.base}/{name}/status", request, {200})
 
     def stop(self, name: str, channel: bytes) -> dict[str, Any]:
-        request = ControlRequest.of("stop", name, channel)
-        return self.sent("POST", f"{self.base}/{name}/stop", self.signed(request), {200})
+        request = self.signed("stop", name, channel)
+        return self.sent("POST", f"{self.base}/{name}/stop", request, {200})
 
     def logs(self, name: str, channel: bytes) -> str:
-        request = ControlRequest.of("logs", name, channel)
-        return str(
-            self.sent("POST", f"{self.base}/{name}/logs", self.signed(request), {200})["logs"]
-        )
+        request = self.signed("logs", name, channel)
+        return str(self.sent("POST", f"{self.base}/{name}/logs", request, {200})["logs"])
 
     def pay(self, name: str, iou: SignedIou) -> dict[str, Any]:
         """Hand the gateway `iou` for what the deployment's channel owes (a 402 is an error)."""
         url = f"{self.base}/{name}/pay"
         return self.sent("POST", url, None, {200}, {IOU_HEADER: iou.to_header()})
 
-    def signed(self, request: ControlRequest) -> dict[str, Any]:
+    def signed(
+        self, action: Action, name: str, channel: bytes, spec: dict[str, Any] | None = None,
+        admission: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The request made now, signed with the renter key, as the wire carries it (the
+        control requests are imported here: a paid request needs none of them)."""
+        from offchain.protocol.api.control import ControlRequest, SignedControl
+
+        request = ControlRequest.of(action, name, channel, spec, admission)
         return SignedControl.sign(self.key.key, self.network_id, request).to_wire()
 
     def sent(

@@ -2,20 +2,24 @@
 service reports usage, never more than it received, never more than the channel holds, never
 below the last one, and keeps the last beside the channel's record (`consumer.sdk.channel_store`)
 so a restart cannot sign less or pay twice. Its own module: a service client (an endpoint's
-SDK) signs without the transaction builders."""
+SDK) signs without the transaction builders, and with a plain key (`RequestKey`) without
+pycardano."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
-
-from pycardano import ScriptHash
+from typing import TYPE_CHECKING, Any
 
 from consumer.sdk.channel_store import ChannelRecord, ChannelStore
 from consumer.sdk.errors import ConsumerError
-from consumer.sdk.keys import ConsumerKey
 from offchain.protocol.ledger.amounts import ada
 from offchain.protocol.ledger.iou import SignedIou
+
+if TYPE_CHECKING:
+    from pycardano import ScriptHash
+
+    from consumer.sdk.keys import ConsumerKey
+    from consumer.sdk.request_key import RequestKey
 
 
 class IouNotSigned(ConsumerError):
@@ -39,9 +43,9 @@ class IouSigner:
 
     def __init__(
         self,
-        key: ConsumerKey,
+        key: ConsumerKey | RequestKey,
         network_id: int,
-        channel_hash: ScriptHash,
+        channel_hash: ScriptHash | bytes,
         record: ChannelRecord,
         store: ChannelStore,
     ) -> None:
@@ -69,8 +73,7 @@ class IouSigner:
         return iou
 
     def signed_here(self, iou: SignedIou) -> bool:
-        vkey = self.key.key.to_verification_key().payload[:32]
-        return iou.signed_by(vkey, self.network_id, self.channel_hash)
+        return iou.signed_by(self.key.vkey, self.network_id, self.channel_hash)
 
     @property
     def signed(self) -> int:
@@ -100,7 +103,7 @@ class IouSigner:
                 )  # fmt: skip
             if self.last is not None and reported_total == self.last.amount:
                 return self.last
-            iou = SignedIou.sign(self.key.key, self.network_id, self.channel_hash,
+            iou = SignedIou.sign(self.key.payload_signer, self.network_id, self.channel_hash,
                                  self.channel, reported_total)  # fmt: skip
             self.store.save_iou(self.channel.hex(), iou.to_wire())
             self.last = iou

@@ -46,6 +46,16 @@ class ConsumerKey:
     def key_hash(self) -> str:
         return self.key.to_verification_key().hash().payload.hex()
 
+    @property
+    def vkey(self) -> bytes:
+        """The 32-byte Ed25519 verification key (an extended key's without its chain code)."""
+        return bytes(self.key.to_verification_key().payload[:32])
+
+    @property
+    def payload_signer(self) -> SigningKey:
+        """What signs its IOUs and other payloads (`offchain.protocol.ledger.payloads`)."""
+        return self.key
+
     def sign_request(self, fields: RequestFields) -> dict[str, str]:
         """The CIP-8 headers for one request to the market (what CIP-30 `signData` gives)."""
         return sign_request(self.key, fields, network=self.network)

@@ -23,6 +23,14 @@ def my_jobs_path(limit: int) -> str:
     return f"/jobs?limit={limit}"
 
 
+def job_path(job_id: str) -> str:
+    return f"/jobs/{job_id}"
+
+
+def log_tail_path(job_id: str, lines: int) -> str:
+    return f"/jobs/{job_id}/logs?tail={lines}"
+
+
 def offers_path(query: str, limit: int) -> str:
     return f"/offers?query={quote(query, safe='')}&limit={limit}"
 
@@ -60,6 +68,14 @@ class MarketReader:
     def my_jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The jobs this key requested, as the market knows them (newest first)."""
         return self.get(my_jobs_path(limit))
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The job as the market knows it (`JobPublic`'s JSON)."""
+        return self.get(job_path(job_id))
+
+    def log_tail(self, job_id: str, lines: int) -> list[dict[str, Any]]:
+        """The job's last `lines` log lines (`LogPublic`'s JSON), oldest first."""
+        return self.get(log_tail_path(job_id, lines))
 
     def search_offers(self, query: str, limit: int = 100) -> dict[str, Any]:
         return self.get(offers_path(query, limit))

@@ -15,13 +15,11 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from offchain.chain.utxo import parse_out_ref, split_out_ref, utxo_at
+from offchain.chain.utxo import ogmios_ref, split_out_ref
 from offchain.protocol.api.market_errors import MarketRefused
 from offchain.protocol.ledger.amounts import ada
 
 if TYPE_CHECKING:
-    from pycardano import ChainContext
-
     from consumer.sdk.store import JobRecord
 
 Get = Callable[[str], Any]  # a GET of the market's JSON; None when not found
@@ -160,7 +158,10 @@ def spend_total(costs: list[JobCost]) -> dict[str, int]:
     }
 
 
-def locked_in_escrows(context: ChainContext, records: Iterable[JobRecord]) -> int:
-    """Lovelace in the escrows of `records` still unspent on chain (the chain's word alone)."""
-    open_escrows = (utxo_at(context, parse_out_ref(r.escrow)) for r in records if r.escrow)
-    return sum(utxo.output.amount.coin for utxo in open_escrows if utxo is not None)
+def locked_in_escrows(ogmios_url: str, records: Iterable[JobRecord]) -> int:
+    """Lovelace in the escrows of `records` still unspent on chain (the chain's word alone),
+    from one UTxO query to the chain's Ogmios (none without an escrow)."""
+    from offchain.chain.ogmios import utxo_lovelace
+
+    refs = [ogmios_ref(r.escrow) for r in records if r.escrow]
+    return utxo_lovelace(ogmios_url, {"outputReferences": refs}) if refs else 0

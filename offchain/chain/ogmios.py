@@ -73,6 +73,13 @@ def request_sync(url: str, method: str, params: dict[str, Any] | None = None) ->
         return _result(method, ws.recv())
 
 
+def utxo_lovelace(url: str, query: dict[str, Any]) -> int:
+    """The lovelace in the unspent outputs `query` selects (`queryLedgerState/utxo`'s
+    `addresses` or `outputReferences`): one request, no chain context (pycardano)."""
+    utxos = request_sync(url, "queryLedgerState/utxo", query)
+    return sum(int(utxo["value"]["ada"]["lovelace"]) for utxo in utxos)
+
+
 def _message(method: str, params: dict[str, Any] | None, request_id: int) -> str:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
     if params is not None:

@@ -49,6 +49,12 @@ def format_out_ref(ref: TransactionInput) -> str:
     return f"{tx_id_of(ref)}#{ref.index}"
 
 
+def ogmios_ref(text: str) -> dict[str, Any]:
+    """`TXID#IX` as Ogmios v6 writes an output reference (a query's `outputReferences`)."""
+    tx_id, index = split_out_ref(text)
+    return {"transaction": {"id": tx_id}, "index": index}
+
+
 def ogmios_out_ref(json_input: dict[str, Any]) -> TransactionInput:
     """An input of an Ogmios v6 transaction, `{"transaction": {"id": HEX}, "index": N}`."""
     return out_ref_of(json_input["transaction"]["id"], json_input["index"])

@@ -1,7 +1,8 @@
 """Each consumer command a user types, as a real process: `job init`, `wallet new | address |
 balance`, `offers search`, `job logs` and `job status --watch`, against the devnet and a market
 with an offer where they need one. With `--json` every command prints one JSON document, its
-errors too; an Ogmios that does not answer is named with the option that points at it."""
+errors too; an Ogmios that does not answer is named with the option that points at it, by the
+commands that read the chain (`job status` without --watch reads the market alone)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ async def test_an_unreachable_ogmios_is_named(market, devnet, tmp_path: Path):
     with closed_port() as port:
         env = {**cli_env(market, devnet, key, tmp_path), "UNCHAINED_OGMIOS_URL":
                f"ws://127.0.0.1:{port}"}  # fmt: skip
-        for command in (["wallet", "balance"], ["job", "status", "some-job"]):
+        for command in (["wallet", "balance"], ["job", "status", "some-job", "--watch"]):
             done = run(env, *command, cwd=tmp_path)
             assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
             assert done.stderr.startswith(f"error: cannot reach Ogmios at ws://127.0.0.1:{port}")

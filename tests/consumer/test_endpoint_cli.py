@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,15 @@ REF = "00" * 32 + "#0"
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[tuple[GatewayDouble, str, dict[str, str]]]:
+    with renting(tmp_path) as rented:
+        yield rented
+
+
+@contextmanager
+def renting(tmp_path: Path) -> Iterator[tuple[GatewayDouble, str, dict[str, str]]]:
     """A key, its channel recorded in a state directory, a deployment file naming the channel
-    script, and the gateway double serving endpoint `echo` on that channel."""
+    script, and the gateway double serving endpoint `echo` on that channel; the environment
+    that points `unchained` at the first three."""
     from pycardano import PaymentSigningKey
 
     from consumer.sdk.keys import ConsumerKey
@@ -38,20 +46,24 @@ def setup(tmp_path: Path) -> Iterator[tuple[GatewayDouble, str, dict[str, str]]]
     key = ConsumerKey(PaymentSigningKey.generate())
     key.key.save(str(tmp_path / "consumer.skey"))
     ChannelStore(tmp_path / "state").save(record(key, CHANNEL))
-    hashes = {f"{n}_hash": "00" * 28 for n in ("escrow", "bond", "settle", "claim")}
-    deployment = DeploymentFile(
-        network_id=NETWORK_ID, notice_ms=0, slash_share_bps=0, refund_window_ms=0,
-        escrow_ref=REF, bond_ref=REF, settle_ref=REF, channel_ref=REF, claim_ref=REF,
-        channel_hash=CHANNEL_HASH.payload.hex(), **hashes,
-    )  # fmt: skip
-    (tmp_path / "deployment.json").write_text(deployment.model_dump_json())
+    write_deployment(tmp_path / "deployment.json", NETWORK_ID, CHANNEL_HASH.payload)
     env = {**os.environ, "UNCHAINED_CONSUMER_KEY": str(tmp_path / "consumer.skey"),
            "UNCHAINED_CONSUMER_STATE_DIR": str(tmp_path / "state"),
            "UNCHAINED_DEPLOYMENT": str(tmp_path / "deployment.json"), "COLUMNS": "120"}  # fmt: skip
-    vkey = key.key.to_verification_key().payload[:32]
-    double = GatewayDouble(vkey, NETWORK_ID, CHANNEL_HASH, bytes.fromhex(CHANNEL), PRICE)
+    double = GatewayDouble(key.vkey, NETWORK_ID, CHANNEL_HASH, bytes.fromhex(CHANNEL), PRICE)
     with serving(double) as url:
         yield double, url, env
+
+
+def write_deployment(path: Path, network_id: int, channel_hash: bytes) -> None:
+    """A deployment file naming `channel_hash` on `network_id` (its other fields made up)."""
+    hashes = {f"{n}_hash": "00" * 28 for n in ("escrow", "bond", "settle", "claim")}
+    deployment = DeploymentFile(
+        network_id=network_id, notice_ms=0, slash_share_bps=0, refund_window_ms=0,
+        escrow_ref=REF, bond_ref=REF, settle_ref=REF, channel_ref=REF, claim_ref=REF,
+        channel_hash=channel_hash.hex(), **hashes,
+    )  # fmt: skip
+    path.write_text(deployment.model_dump_json())
 
 
 def unchained(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

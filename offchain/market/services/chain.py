@@ -21,7 +21,7 @@ from offchain.market.errors import Invalid
 from offchain.market.models import Job
 from offchain.protocol.ledger.types import EscrowDatum
 from offchain.protocol.tx.deployment import Deployment
-from offchain.protocol.tx.deployment_file import DeploymentFileError
+from offchain.protocol.tx.deployment_channel import DeploymentFileError
 from offchain.protocol.tx.deployment_file import load as load_deployment_file
 from offchain.protocol.tx.escrow import escrow_datum, new_escrow
 from offchain.protocol.tx.txbuild import BuildError

@@ -6,10 +6,12 @@ keeps the latest it acknowledged and claims it on chain; each new one must not b
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from pycardano import ExtendedSigningKey, ScriptHash, SigningKey
+from offchain.protocol.ledger.payloads import PayloadSigner, iou_payload, sign, verify
 
-from offchain.protocol.ledger.payloads import iou_payload, sign, verify
+if TYPE_CHECKING:  # a renter signing IOUs imports no pycardano (`payloads`)
+    from pycardano import ScriptHash
 
 CHANNEL_ID_BYTES = 28  # blake2b_224 of the channel's terms
 IOU_HEADER = "Unchained-Iou"  # a request's IOU: `channel hex:amount:signature hex`
@@ -27,9 +29,9 @@ class SignedIou:
     @classmethod
     def sign(
         cls,
-        key: SigningKey | ExtendedSigningKey,
+        key: PayloadSigner,
         network_id: int,
-        channel_hash: ScriptHash,
+        channel_hash: ScriptHash | bytes,
         channel: bytes,
         amount: int,
     ) -> SignedIou:
@@ -39,7 +41,7 @@ class SignedIou:
         payload = iou_payload(network_id, channel_hash, channel, amount)
         return cls(channel, amount, sign(key, payload))
 
-    def signed_by(self, vkey: bytes, network_id: int, channel_hash: ScriptHash) -> bool:
+    def signed_by(self, vkey: bytes, network_id: int, channel_hash: ScriptHash | bytes) -> bool:
         """Whether `vkey` signed this IOU for this deployment's channel script."""
         payload = iou_payload(network_id, channel_hash, self.channel, self.amount)
         return verify(vkey, payload, self.signature)

@@ -5,26 +5,22 @@ network id, script hash and the escrows' out-refs make a signature worthless on 
 escrow, network or script version; an Acceptance also names the bond script it binds. A
 receipt is a ClaimPayload of one escrow whose note binds the job's result and evidence hashes.
 Provider, market, consumer and tests all sign and verify through this module, so there is one
-definition of the bytes.
+definition of the bytes. An IOU's payload is written directly and signatures are PyNaCl's: a
+client that only signs IOUs (`unchained endpoint call`) imports neither pycardano nor the
+ledger's Plutus types, which take a second.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
-from pycardano import (
-    ExtendedSigningKey,
-    IndefiniteList,
-    ScriptHash,
-    SigningKey,
-    TransactionInput,
-)
 
-from offchain.protocol.ledger.types import Acceptance, ClaimPayload, TxOutRef
-from offchain.protocol.tx.tx_reader import ledger_order
+if TYPE_CHECKING:
+    from pycardano import ScriptHash, TransactionInput
 
 CLAIM_DOMAIN = b"UNCHAINED/claim/v1"
 ACCEPT_DOMAIN = b"UNCHAINED/accept/v1"
@@ -32,6 +28,15 @@ IOU_DOMAIN = b"UNCHAINED/iou/v1"
 HASH_BYTES = 32  # a receipt's result and evidence hashes, an escrow's job id: sha256
 SIGNATURE_BYTES = 64
 VKEY_BYTES = 32
+
+
+class PayloadSigner(Protocol):
+    """A key that signs payloads: pycardano's signing keys (plain or extended), and
+    `consumer.sdk.request_key.RequestKey`."""
+
+    def sign(self, data: bytes) -> bytes:
+        """The Ed25519 signature (64 bytes) over `data`."""
+        ...
 
 
 def claim_payload(
@@ -43,6 +48,11 @@ def claim_payload(
     """What a provider signs to be paid `units` for each escrow of `claims` in one batch,
     settled by the script `settle_hash` (the escrows in descending ledger order, as the
     script lists them)."""
+    from pycardano import IndefiniteList
+
+    from offchain.protocol.ledger.types import ClaimPayload, TxOutRef
+    from offchain.protocol.tx.tx_reader import ledger_order
+
     flat: list[TxOutRef | int] = []
     for escrow, units in sorted(claims, key=lambda claim: ledger_order(claim[0]), reverse=True):
         flat += [TxOutRef.of(escrow), units]
@@ -79,6 +89,8 @@ def acceptance_payload(
 ) -> bytes:
     """What the provider signs when it takes the job at `escrow`: a bond of script
     `bond_hash` backs it, and no bond of another version can be slashed with it."""
+    from offchain.protocol.ledger.types import Acceptance, TxOutRef
+
     acceptance = Acceptance(
         ACCEPT_DOMAIN,
         network_id,
@@ -90,18 +102,21 @@ def acceptance_payload(
     return acceptance.to_cbor()
 
 
-def iou_payload(network_id: int, channel_hash: ScriptHash, channel: bytes, amount: int) -> bytes:
+def iou_payload(
+    network_id: int, channel_hash: ScriptHash | bytes, channel: bytes, amount: int
+) -> bytes:
     """What a renter signs to let channel `channel` (its terms hash) of the channel script
-    `channel_hash` pay its provider `amount` lovelace in all: the CBOR of
-    Iou(IOU_DOMAIN, network_id, channel_hash, channel, amount), written directly because a
-    provider checks one per request (pycardano's encoder costs a millisecond; the tests hold
+    `channel_hash` (a ScriptHash or its bytes) pay its provider `amount` lovelace in all: the
+    CBOR of Iou(IOU_DOMAIN, network_id, channel_hash, channel, amount), written directly because
+    a provider checks one per request (pycardano's encoder costs a millisecond; the tests hold
     the two byte for byte)."""
     if not 0 <= network_id < 2**64 or not 0 <= amount < 2**64:
         raise ValueError("an IOU's network id and amount are unsigned 64-bit integers")
+    script = channel_hash if isinstance(channel_hash, bytes) else channel_hash.payload
     fields = (
         _cbor_bytes(IOU_DOMAIN)
         + _cbor_head(0, network_id)
-        + _cbor_bytes(channel_hash.payload)
+        + _cbor_bytes(script)
         + _cbor_bytes(channel)
         + _cbor_head(0, amount)
     )
@@ -129,7 +144,7 @@ def _cbor_bytes(data: bytes) -> bytes:
     return _cbor_head(2, len(data)) + data
 
 
-def sign(key: SigningKey | ExtendedSigningKey, payload: bytes) -> bytes:
+def sign(key: PayloadSigner, payload: bytes) -> bytes:
     """An ed25519 signature over `payload`, as `verify_ed25519_signature` checks it on chain."""
     return key.sign(payload)
 

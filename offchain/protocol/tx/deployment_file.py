@@ -3,26 +3,24 @@ reads, so the provider, consumer and market all build against the same reference
 
 The file names the reference UTxOs and the parameters; the scripts themselves are read back
 from the chain, so a file from another chain (a fresh devnet) is refused, as is one whose
-scripts are not the validators this version of Unchained builds transactions for.
+scripts are not the validators this version of Unchained builds transactions for. The chain
+and the validators are imported by `load` and `save`; a renter signing IOUs reads the file's
+network and channel script alone (`offchain.protocol.tx.deployment_channel`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pycardano import ChainContext, plutus_script_hash
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from offchain.chain.context import queries
-from offchain.chain.utxo import parse_out_ref, utxo_at
-from offchain.core.errors import UnchainedError
-from offchain.protocol.job.jobspec import describe
-from offchain.protocol.tx.deployment import Deployment, validators
-from offchain.protocol.tx.txbuild import out_ref
+from offchain.protocol.tx.deployment_channel import DeploymentFileError
 
+if TYPE_CHECKING:
+    from pycardano import ChainContext
 
-class DeploymentFileError(UnchainedError, ValueError):
-    """The deployment file cannot be used; the message says why and what to do."""
+    from offchain.protocol.tx.deployment import Deployment
 
 
 REFS = ("escrow_ref", "bond_ref", "settle_ref", "channel_ref", "claim_ref")
@@ -50,6 +48,8 @@ class DeploymentFile(BaseModel):
 
 
 def save(deployment: Deployment, path: Path) -> None:
+    from offchain.protocol.tx.txbuild import out_ref
+
     record = DeploymentFile(
         network_id=deployment.network_id,
         notice_ms=deployment.notice_ms,
@@ -72,6 +72,11 @@ def save(deployment: Deployment, path: Path) -> None:
 
 def load(path: Path, context: ChainContext) -> Deployment:
     """The deployment at `path`, its reference scripts read from the chain behind `context`."""
+    from offchain.chain.context import queries
+    from offchain.chain.utxo import parse_out_ref, utxo_at
+    from offchain.protocol.job.jobspec import describe
+    from offchain.protocol.tx.deployment import Deployment
+
     try:
         record = DeploymentFile.model_validate_json(path.read_text())
     except FileNotFoundError as exc:
@@ -107,6 +112,10 @@ def load(path: Path, context: ChainContext) -> Deployment:
 
 def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
     """The chain holds the scripts the file names, and they are this version's validators."""
+    from pycardano import plutus_script_hash
+
+    from offchain.protocol.tx.deployment import validators
+
     hashes = (
         deployment.settle_hash, deployment.escrow_hash, deployment.bond_hash,
         deployment.claim_hash, deployment.channel_hash,
