@@ -832,13 +832,37 @@ def wallet_fund(
 
 @command(wallet_app, "balance")
 def wallet_balance(env: Env, as_json: Json = False) -> None:
-    """What --key's address holds on chain, and what its open escrows lock."""
+    """What --key's address holds on chain, what its open escrows lock and what its open
+    channels hold."""
     from consumer.sdk.spend import locked_in_escrows
     from offchain.chain.ogmios import utxo_lovelace
 
-    address = str(request_key(env).address)
+    key = request_key(env)
+    address = str(key.address)
     lovelace = utxo_lovelace(env.ogmios_url, {"addresses": [address]})
     locked = locked_in_escrows(env.ogmios_url, JobStore(env.state_dir).all())
-    emit(as_json, {"address": address, "lovelace": lovelace, "locked_lovelace": locked},
+    channels = held_in_channels(env, key)
+    total = lovelace + locked + channels
+    emit(as_json, {"address": address, "lovelace": lovelace, "locked_lovelace": locked,
+                   "channels_lovelace": channels, "total_lovelace": total},
          f"{ada(lovelace)} spendable at {address}\n{ada(locked)} locked in open escrows "
-         "(your jobs recorded here, on chain now)")  # fmt: skip
+         f"(your jobs recorded here, on chain now)\n{ada(channels)} in open channels (yours "
+         f"recorded here, on chain now: what is not claimed comes back at the close)\n"
+         f"{ada(total)} in all")  # fmt: skip
+
+
+def held_in_channels(env: Env, key: "RequestKey | ConsumerKey") -> int:
+    """Lovelace on chain now in the channels recorded here that are not drained."""
+    from consumer.sdk.channel_store import ChannelStore
+    from consumer.sdk.request_key import RequestKey, bech32
+    from consumer.sdk.spend import in_channels
+    from offchain.protocol.tx.deployment_channel import channel_address_bytes, channel_script
+
+    ids = [r.channel_id for r in ChannelStore(env.state_dir).all() if not r.closed_tx_id]
+    if not ids:
+        return 0
+    network_id, channel_hash = channel_script(env.deployment)
+    renter = key.address_bytes if isinstance(key, RequestKey) else key.address.to_primitive()
+    script = channel_address_bytes(network_id, channel_hash, renter)
+    address = bech32("addr" if network_id == 1 else "addr_test", script)
+    return in_channels(env.ogmios_url, address, ids)

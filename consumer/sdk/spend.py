@@ -165,3 +165,17 @@ def locked_in_escrows(ogmios_url: str, records: Iterable[JobRecord]) -> int:
 
     refs = [ogmios_ref(r.escrow) for r in records if r.escrow]
     return utxo_lovelace(ogmios_url, {"outputReferences": refs}) if refs else 0
+
+
+def in_channels(ogmios_url: str, address: str, channel_ids: Iterable[str]) -> int:
+    """Lovelace in the channels `channel_ids` (hex) still unspent at their script address
+    `address` (bech32), the chain's word alone: one UTxO query. A channel is known by its
+    datum, whose `terms` field is the channel id (a CBOR byte string of 28 bytes)."""
+    from offchain.chain.ogmios import request_sync
+
+    wanted = [f"581c{channel_id}" for channel_id in channel_ids]
+    if not wanted:
+        return 0
+    utxos = request_sync(ogmios_url, "queryLedgerState/utxo", {"addresses": [address]})
+    return sum(int(utxo["value"]["ada"]["lovelace"]) for utxo in utxos
+               if any(tag in utxo.get("datum", "") for tag in wanted))  # fmt: skip

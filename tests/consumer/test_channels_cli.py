@@ -90,6 +90,9 @@ async def test_open_top_up_claim_close_and_drain(
 
     code, status = run_json(env, "channel", "status", channel_id, cwd=tmp_path)
     assert status["lovelace"] == locked - CLAIMED, status
+    code, held = run_json(env, "wallet", "balance", cwd=tmp_path)  # the channel counted
+    assert code == 0 and held["channels_lovelace"] == locked - CLAIMED, held
+    assert held["total_lovelace"] == balance(devnet, funded.address) + locked - CLAIMED
     assert status["claimed"] == status["signed"] == CLAIMED
     assert (status["deposit"], status["left"]) == (DEPOSIT + TOP_UP, DEPOSIT + TOP_UP - CLAIMED)
 
@@ -121,6 +124,8 @@ async def test_open_top_up_claim_close_and_drain(
     drain_fee = await tx_fee(devnet, drained["tx_id"], since)
     fees = open_fee + top_up_fee + close_fee + drain_fee
     assert balance(devnet, funded.address) == start - CLAIMED - fees  # to the lovelace
+    code, held = run_json(env, "wallet", "balance", cwd=tmp_path)
+    assert code == 0 and held["channels_lovelace"] == 0, held  # drained: back in the wallet
     code, again = run_json(env, "channel", "close", channel_id, cwd=tmp_path)
     assert code == 1 and "is not on chain: it was closed" in again["message"], again
 

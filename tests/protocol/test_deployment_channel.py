@@ -5,10 +5,17 @@ a file that names no such pair refused with what is wrong."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from pycardano import Address, Network, PaymentSigningKey, ScriptHash, StakeSigningKey
 
-from offchain.protocol.tx.deployment_channel import DeploymentFileError, channel_script
+from offchain.protocol.tx.deployment import Deployment
+from offchain.protocol.tx.deployment_channel import (
+    DeploymentFileError,
+    channel_address_bytes,
+    channel_script,
+)
 from tests.consumer.test_endpoint_cli import write_deployment
 
 
@@ -35,3 +42,16 @@ def test_a_file_naming_no_channel_script_is_refused(text: str | None, why: str, 
         path.write_text(text)
     with pytest.raises(DeploymentFileError, match=why):
         channel_script(path)
+
+
+@pytest.mark.parametrize("network", [Network.TESTNET, Network.MAINNET])
+@pytest.mark.parametrize("staked", [False, True])
+def test_a_renters_channel_address_is_the_one_pycardano_builds(network: Network, staked: bool):
+    payment, stake = PaymentSigningKey.generate(), StakeSigningKey.generate()
+    stake_part = stake.to_verification_key().hash() if staked else None
+    renter = Address(payment.to_verification_key().hash(), stake_part, network=network)
+    channel_hash = bytes(range(28))
+    deployment = SimpleNamespace(channel_hash=ScriptHash(channel_hash), network=network)
+    expected = Deployment.channel_address(deployment, renter)  # type: ignore[arg-type]
+    made = channel_address_bytes(network.value, channel_hash, renter.to_primitive())
+    assert made == expected.to_primitive()

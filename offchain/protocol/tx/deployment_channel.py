@@ -11,6 +11,8 @@ from pathlib import Path
 from offchain.core.errors import UnchainedError
 
 SCRIPT_HASH_BYTES = 28
+ENTERPRISE_BYTES = 1 + SCRIPT_HASH_BYTES  # a header and a payment credential: no stake part
+SCRIPT_UNSTAKED, SCRIPT_KEY_STAKED, SCRIPT_SCRIPT_STAKED = 0x70, 0x10, 0x30  # CIP-19 headers
 
 
 class DeploymentFileError(UnchainedError, ValueError):
@@ -33,3 +35,13 @@ def channel_script(path: Path) -> tuple[int, bytes]:
                                   f"{network_id!r}, channel_hash of {len(channel_hash)} bytes, "
                                   f"not {SCRIPT_HASH_BYTES}")  # fmt: skip
     return network_id, channel_hash
+
+
+def channel_address_bytes(network_id: int, channel_hash: bytes, renter: bytes) -> bytes:
+    """A renter's channel address (CIP-19 bytes): the channel script, staked as the renter's
+    address `renter` (its bytes) is, as `Deployment.channel_address` builds it."""
+    if len(renter) == ENTERPRISE_BYTES:
+        return bytes([SCRIPT_UNSTAKED | network_id]) + channel_hash
+    key_staked = renter[0] >> 4 in (0, 1)  # a base address whose stake part is a key's
+    header = SCRIPT_KEY_STAKED if key_staked else SCRIPT_SCRIPT_STAKED
+    return bytes([header | network_id]) + channel_hash + renter[ENTERPRISE_BYTES:]
