@@ -133,7 +133,8 @@ def test_wallet_balance_is_one_ogmios_query(tmp_path: Path):
         done, modules = imported("wallet", "balance", *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"address": str(made.address), "lovelace": 0,
-                                       "locked_lovelace": 0}  # fmt: skip
+                                       "locked_lovelace": 0, "channels_lovelace": 0,
+                                       "total_lovelace": 0}  # fmt: skip
     assert heavy(modules, CHAIN_READ) == []
 
 

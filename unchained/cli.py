@@ -47,6 +47,8 @@ COMPONENTS = {
     "pod": Component("consumer.cli.pod", "app", "Interactive GPU pods over SSH, paid per second "
                      "from a payment channel."),
     "wallet": Component("consumer.cli.main", "wallet_app", "The consumer's key and funds."),
+    "spend": Component("consumer.cli.spend", "app", "What your jobs and channels cost, to the "
+                       "lovelace: paid, fees, what came back."),
 }  # fmt: skip
 
 

@@ -124,9 +124,12 @@ class Env:
         return Network.MAINNET if self.network == "mainnet" else Network.TESTNET
 
 
-def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def command(
+    app: typer.Typer, name: str | None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(env, ..., as_json)` as a command taking the connection options after its
-    own, turning every UnchainedError (and a bad job spec) into its message and exit 1."""
+    own, turning every UnchainedError (and a bad job spec) into its message and exit 1; with
+    no `name`, as what `app` itself runs (a one-command component: `unchained spend`)."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for p in inspect.signature(fn).parameters.values() if p.name != "env"]
@@ -157,6 +160,8 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., Any]], Calla
 
         run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
         del run.__wrapped__  # typer reads the signature above, not the wrapped function's
+        if name is None:
+            return app.callback(invoke_without_command=True)(run)
         return app.command(name)(run)
 
     return register

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from pathlib import Path
 
 from pycardano import TransactionOutput
@@ -126,6 +127,19 @@ async def test_open_top_up_claim_close_and_drain(
     assert balance(devnet, funded.address) == start - CLAIMED - fees  # to the lovelace
     code, held = run_json(env, "wallet", "balance", cwd=tmp_path)
     assert code == 0 and held["channels_lovelace"] == 0, held  # drained: back in the wallet
+
+    # one money view: the channel's cost, from the market's index, is the wallet's difference
+    deadline = time.monotonic() + 60
+    while True:
+        code, spent = run_json(env, "spend", cwd=tmp_path)
+        assert code == 0, spent
+        (cost,) = spent["channels"]
+        if cost["state"] == "drained" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # the market's follower indexes the drain
+    assert (cost["put_in"], cost["fees"], cost["claimed"]) == (locked, fees, CLAIMED), cost
+    assert (cost["returned"], cost["held"]) == (locked - CLAIMED, 0), cost
+    assert cost["net_cost"] == spent["total"]["net_cost"] == start - balance(devnet, funded.address)
     code, again = run_json(env, "channel", "close", channel_id, cwd=tmp_path)
     assert code == 1 and "is not on chain: it was closed" in again["message"], again
 

@@ -92,7 +92,7 @@ async def run_the_story(env, state: Path, book: RentalBook, daemon, deployment, 
 
     started = await asyncio.to_thread(
         renter_cli, env, "pod", "start", "--ssh-key", f"{ssh_key}.pub", "--name", "lab",
-        "--cpu-cores", "1", "--memory-mib", "256", "--deposit", "50", "--json",
+        "--cpu-cores", "1", "--memory-mib", "256", "--deposit", "100", "--json",
     )  # fmt: skip
     assert started.returncode == 0, started.stdout + started.stderr
     status = json.loads(started.stdout)

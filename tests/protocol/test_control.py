@@ -30,10 +30,11 @@ def deploy(**changes: object) -> ControlRequest:
 
 
 def test_the_signed_bytes_and_their_checks() -> None:
-    request = deploy(issued_ms=1_000)
+    request = deploy(issued_ms=1_000, nonce="ab" * 16)
     assert request.payload(0) == CONTROL_DOMAIN + b"\x00" + canonical_json(
         {"action": "deploy", "name": "svc", "channel": CHANNEL.hex(), "spec": SPEC,
-         "issued_ms": 1_000})  # fmt: skip
+         "issued_ms": 1_000, "nonce": "ab" * 16})  # fmt: skip
+    assert deploy().nonce != deploy().nonce  # each request its own: a gateway takes it once
     signed = SignedControl.sign(KEY, 0, request)
     assert signed.key == VKEY and signed.signed(0) and not signed.signed(1)
     signed.check(0, VKEY, 1_000 + TOLERANCE_MS)
