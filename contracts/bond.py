@@ -22,6 +22,7 @@ def continuing(tx: TxInfoV3, index: int, own: InlineTxOut, datum: SomeOutputDatu
     assert out.address == own.address, "continuing output address"
     assert out.datum == datum, "continuing output datum"
     assert map_data(tokens(out.value)) == map_data(tokens(own.value)), "continuing tokens"
+    assert equals_data(out.reference_script, own.reference_script), "continuing reference script"
     return lovelace(out.value)
 
 

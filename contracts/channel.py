@@ -37,6 +37,7 @@ def continues(tx: TxInfoV3, index: int, own: InlineTxOut, datum: Anything) -> in
     assert out.address == own.address, "continuing address"
     assert equals_data(out.datum, datum), "continuing datum"
     assert map_data(tokens(out.value)) == map_data(tokens(own.value)), "continuing tokens"
+    assert equals_data(out.reference_script, own.reference_script), "continuing reference script"
     return lovelace(out.value)
 
 
@@ -70,6 +71,11 @@ def validator(claim_hash: bytes, context: ScriptContextV3) -> None:
         datum: ChannelDatum = purpose.datum.datum
         locked = lovelace(own.resolved.value)
         if isinstance(redeemer, ChannelTopUp):
+            # a top-up spends the channel UTxO: a stranger's, or the renter's once closing,
+            # would void the provider's pending (last) claim
+            terms = checked_terms(datum, redeemer.terms)
+            assert renter_signs(terms, tx.signatories), "renter signs"
+            assert datum.closing_at == -1, "already closing"
             added = continues(tx, redeemer.output, own.resolved, own.resolved.datum)
             assert added > locked, "top up adds"
         elif isinstance(redeemer, StartClose):

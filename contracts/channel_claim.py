@@ -68,6 +68,7 @@ def claim_channels(
     assert lovelace(out.value) == held - take and map_data(tokens(out.value)) == map_data(
         tokens(own.value)
     ), "continuing value"
+    assert equals_data(out.reference_script, own.reference_script), "continuing reference script"
     assert datum.closing_at < 0 or latest <= datum.closing_at, "claim after close"
     iou = Iou(b"UNCHAINED/iou/v1", network_id, script.credential_hash, datum.terms, amount)
     assert verify_ed25519_signature(

@@ -151,24 +151,31 @@ def _take() -> AST:
                     ),
                 ),
                 "continuing value",
-                let(
-                    [("closing", UnIData(V("closing_d")))],
-                    check(
-                        Ite(
-                            LessThanInteger(V("closing"), Integer(0)),
-                            TRUE,
-                            LessThanEqualsInteger(V("latest"), V("closing")),
-                        ),
-                        "claim after close",
-                        check(
-                            VerifyEd25519Signature(
-                                UnBData(V("vkey_d")), _iou(), UnBData(HeadList(V("sigs")))
-                            ),
-                            "iou signature",
-                            _paid(),
-                        ),
-                    ),
+                check(
+                    EqualsData(nth(V("c_f"), 3), nth(V("out_f"), 3)),
+                    "continuing reference script",
+                    _closing(),
                 ),
+            ),
+        ),
+    )
+
+
+def _closing() -> AST:
+    """A closing channel claimed by its close, then the IOU's signature and the payout."""
+    return let(
+        [("closing", UnIData(V("closing_d")))],
+        check(
+            Ite(
+                LessThanInteger(V("closing"), Integer(0)),
+                TRUE,
+                LessThanEqualsInteger(V("latest"), V("closing")),
+            ),
+            "claim after close",
+            check(
+                VerifyEd25519Signature(UnBData(V("vkey_d")), _iou(), UnBData(HeadList(V("sigs")))),
+                "iou signature",
+                _paid(),
             ),
         ),
     )

@@ -224,11 +224,13 @@ class ChannelClaim(PlutusData):
 
 @dataclass()
 class ChannelTopUp(PlutusData):
-    """Anyone adds lovelace: output `output` continues the channel, same address and datum."""
+    """The renter adds lovelace while the channel is open: output `output` continues the
+    channel, same address and datum."""
 
     CONSTR_ID = 1
     own_input: int
     output: int
+    terms: ChannelTerms
 
 
 @dataclass()
