@@ -56,10 +56,10 @@ def validator(claim_hash: bytes, context: ScriptContextV3) -> None:
     redeemer: ChannelRedeemer = context.redeemer
     if isinstance(redeemer, ChannelClaim):
         # the claim script refuses a transaction with any other withdrawal
-        withdrawal = fst_pair(head_list(un_map_data(tx.withdrawals)))
-        assert equals_data(withdrawal, ScriptCredential(claim_hash)), (
-            "claim needs the batch withdrawal"
-        )
+        withdrawals = un_map_data(tx.withdrawals)
+        assert not null_list(withdrawals) and equals_data(
+            fst_pair(head_list(withdrawals)), ScriptCredential(claim_hash)
+        ), "claim needs the batch withdrawal"
     elif isinstance(redeemer, MutualClose):
         mutual: ChannelDatum = purpose.datum.datum
         terms = checked_terms(mutual, redeemer.terms)

@@ -56,6 +56,10 @@ def claim_channels(
     assert equals_data(own.address.payment_credential, script), "one channel script"
     datum: ChannelDatum = own.datum.datum
     out: InlineTxOut = head_list(continuing)
+    # an inline datum, not a hash or none (read as one, those fail untraced); checked before
+    # the address, as the deployed version reads it first
+    kind: OutputDatum = head_list(tail_list(tail_list(fields(head_list(continuing)))))
+    assert isinstance(kind, SomeOutputDatum), "continuing datum"
     assert out.address == own.address, "continuing address"
     now: ChannelDatum = out.datum.datum
     amount = now.claimed

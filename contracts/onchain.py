@@ -553,6 +553,7 @@ def holds(out: Anything, amount: int) -> bool:
 
 def first_script(inputs: Anything) -> Anything:
     """The payment credential of the first script input."""
+    assert not null_list(inputs), "no script input"
     first: InputV3 = head_list(inputs)
     credential = first.resolved.address.payment_credential
     if isinstance(credential, ScriptCredential):

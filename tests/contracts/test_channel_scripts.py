@@ -412,10 +412,31 @@ UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing
     "a missing signature": lambda b: b.signatures.pop(),
     "a missing continuing output": lambda b: b.continuing.pop(),
     "first_continuing past the outputs": lambda b: setattr(b, "first_continuing", 99),
-    "a continuing output without a datum": continuing(
-        0, lambda c: Constr(0, (c.address, value(c.lovelace - c.amount), NO_DATUM, NOTHING))
-    ),
 }
+
+
+def no_channel_input(batch: Batch) -> None:
+    """The honest payees, signatures and outputs, but no channel spent."""
+    batch.payees = [c.payee for c in batch.ledger()]
+    batch.channels = []
+
+
+def datum_of(n: int, datum: Constr) -> Callable[[Batch], None]:
+    """Channel n's continuing output carrying `datum` (an OutputDatum) instead."""
+    return continuing(n, lambda c: Constr(0, (c.address, value(c.lovelace - c.amount), datum,
+                                               NOTHING)))  # fmt: skip
+
+
+CLAIM_ATTACKS.update(
+    {
+        "payees but no channel input": (no_channel_input, "no script input"),
+        "a continuing output without a datum": (datum_of(0, NO_DATUM), "continuing datum"),
+        "a continuing datum given as a hash": (
+            datum_of(2, Constr(1, (b"h" * 32,))),
+            "continuing datum",
+        ),
+    }
+)
 
 
 def test_both_claim_scripts_pass_the_honest_batch():
@@ -633,6 +654,11 @@ SPEND_ATTACKS = {  # (the honest spend, how it is broken, the trace that refuses
     "a claim without the claim script's withdrawal": (
         "claim",
         put(withdrawals=[Constr(1, (OTHER_SCRIPT,))]),
+        "claim needs the batch withdrawal",
+    ),
+    "a claim with no withdrawal at all": (
+        "claim",
+        put(withdrawals=[]),
         "claim needs the batch withdrawal",
     ),
     "a top up naming another input": (
