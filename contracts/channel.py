@@ -4,7 +4,9 @@ Parameter: claim_hash. A claim only asks for the claim script's withdrawal (the 
 one withdrawal), whose run checks every channel of the batch at once, reading only datums.
 Every other action shows the channel's terms in its redeemer, checked against the datum's
 hash of them. Continuing outputs keep the channel's full address and carry exactly the
-datum expected and the channel's tokens (none: nothing slips in or out); a recorded time
+datum expected, the channel's tokens (none: nothing slips in or out) and its reference script
+(none: nobody raises the fees of its later spends); a top-up is the renter's, and only while
+open (it spends the UTxO a provider's last claim names); a recorded time
 (a close's start) is the validity *upper* bound, which cannot be backdated. Payouts to the
 renter name the channel's out-ref and the action, so no output counts for two channels.
 Shaped for cost like escrow.py.
