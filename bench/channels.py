@@ -182,7 +182,7 @@ async def actions(actions: Actions) -> None:
     renter, provider = [await wallet(devnet) for _ in range(2)]
     channel, terms = await actions.open(renter, provider, DEPOSIT)
     channel = await actions.claim("claim", channel, renter, provider, CLAIM)
-    topped = channels.top_up(devnet.context(), deployment, channel, DEPOSIT, renter.address)
+    topped = channels.top_up(devnet.context(), deployment, channel, terms, DEPOSIT, renter.address)
     tx = await actions.run("top_up", renter.sign(topped))
     channel = channels.read_channel(deployment, output(tx, channels.CHANNEL_OUTPUT))
     closing = channels.start_close(devnet.context(), deployment, channel, terms, renter.address)

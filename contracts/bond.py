@@ -5,7 +5,8 @@ refunded in the same transaction and the provider's signed Acceptance of that es
 this bond script. The notice starts at the validity *upper* bound: the submitter picks both
 bounds, but only the upper one must lie in the future for the ledger to take the transaction.
 Every redeemer but Slash needs the provider's signature (a stranger's top-up would spend the
-bond UTxO a consumer's slash names). Shaped for cost like escrow.py: small functions,
+bond UTxO a consumer's slash names). Continuing outputs keep the bond's address, tokens and
+reference script. Shaped for cost like escrow.py: small functions,
 `assert`s over values, lists read by index.
 """
 
@@ -22,6 +23,7 @@ def continuing(tx: TxInfoV3, index: int, own: InlineTxOut, datum: SomeOutputDatu
     assert out.address == own.address, "continuing output address"
     assert out.datum == datum, "continuing output datum"
     assert map_data(tokens(out.value)) == map_data(tokens(own.value)), "continuing tokens"
+    assert equals_data(out.reference_script, own.reference_script), "continuing reference script"
     return lovelace(out.value)
 
 

@@ -4,7 +4,9 @@ Parameter: claim_hash. A claim only asks for the claim script's withdrawal (the 
 one withdrawal), whose run checks every channel of the batch at once, reading only datums.
 Every other action shows the channel's terms in its redeemer, checked against the datum's
 hash of them. Continuing outputs keep the channel's full address and carry exactly the
-datum expected and the channel's tokens (none: nothing slips in or out); a recorded time
+datum expected, the channel's tokens (none: nothing slips in or out) and its reference script
+(none: nobody raises the fees of its later spends); a top-up is the renter's, and only while
+open (it spends the UTxO a provider's last claim names); a recorded time
 (a close's start) is the validity *upper* bound, which cannot be backdated. Payouts to the
 renter name the channel's out-ref and the action, so no output counts for two channels.
 Shaped for cost like escrow.py.
@@ -37,6 +39,7 @@ def continues(tx: TxInfoV3, index: int, own: InlineTxOut, datum: Anything) -> in
     assert out.address == own.address, "continuing address"
     assert equals_data(out.datum, datum), "continuing datum"
     assert map_data(tokens(out.value)) == map_data(tokens(own.value)), "continuing tokens"
+    assert equals_data(out.reference_script, own.reference_script), "continuing reference script"
     return lovelace(out.value)
 
 
@@ -55,10 +58,10 @@ def validator(claim_hash: bytes, context: ScriptContextV3) -> None:
     redeemer: ChannelRedeemer = context.redeemer
     if isinstance(redeemer, ChannelClaim):
         # the claim script refuses a transaction with any other withdrawal
-        withdrawal = fst_pair(head_list(un_map_data(tx.withdrawals)))
-        assert equals_data(withdrawal, ScriptCredential(claim_hash)), (
-            "claim needs the batch withdrawal"
-        )
+        withdrawals = un_map_data(tx.withdrawals)
+        assert not null_list(withdrawals) and equals_data(
+            fst_pair(head_list(withdrawals)), ScriptCredential(claim_hash)
+        ), "claim needs the batch withdrawal"
     elif isinstance(redeemer, MutualClose):
         mutual: ChannelDatum = purpose.datum.datum
         terms = checked_terms(mutual, redeemer.terms)
@@ -70,6 +73,11 @@ def validator(claim_hash: bytes, context: ScriptContextV3) -> None:
         datum: ChannelDatum = purpose.datum.datum
         locked = lovelace(own.resolved.value)
         if isinstance(redeemer, ChannelTopUp):
+            # a top-up spends the channel UTxO: a stranger's, or the renter's once closing,
+            # would void the provider's pending (last) claim
+            terms = checked_terms(datum, redeemer.terms)
+            assert renter_signs(terms, tx.signatories), "renter signs"
+            assert datum.closing_at == -1, "already closing"
             added = continues(tx, redeemer.output, own.resolved, own.resolved.datum)
             assert added > locked, "top up adds"
         elif isinstance(redeemer, StartClose):

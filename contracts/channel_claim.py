@@ -56,6 +56,10 @@ def claim_channels(
     assert equals_data(own.address.payment_credential, script), "one channel script"
     datum: ChannelDatum = own.datum.datum
     out: InlineTxOut = head_list(continuing)
+    # an inline datum, not a hash or none (read as one, those fail untraced); checked before
+    # the address, as the deployed version reads it first
+    kind: OutputDatum = head_list(tail_list(tail_list(fields(head_list(continuing)))))
+    assert isinstance(kind, SomeOutputDatum), "continuing datum"
     assert out.address == own.address, "continuing address"
     now: ChannelDatum = out.datum.datum
     amount = now.claimed
@@ -68,6 +72,7 @@ def claim_channels(
     assert lovelace(out.value) == held - take and map_data(tokens(out.value)) == map_data(
         tokens(own.value)
     ), "continuing value"
+    assert equals_data(out.reference_script, own.reference_script), "continuing reference script"
     assert datum.closing_at < 0 or latest <= datum.closing_at, "claim after close"
     iou = Iou(b"UNCHAINED/iou/v1", network_id, script.credential_hash, datum.terms, amount)
     assert verify_ed25519_signature(

@@ -64,6 +64,7 @@ from contracts.settle_uplc import (
     nth,
     payees,
     script_inputs,
+    tag,
     tail,
     tail_n,
     withdrawal,
@@ -96,7 +97,14 @@ def _channel() -> AST:
             ("d", fields(HeadList(fields(nth(V("out_f"), 2))))),  # OutputDatum C2[d]: d's
             ("c_f", fields(HeadList(V("conts")))),
             ("c_datum", nth(V("c_f"), 2)),
-            ("amount_d", nth(fields(HeadList(fields(V("c_datum")))), 3)),
+            (  # read from an inline datum (OutputDatum C2) only: a hash's fails traced
+                "amount_d",
+                check(
+                    EqualsInteger(tag(V("c_datum")), Integer(2)),
+                    "continuing datum",
+                    nth(fields(HeadList(fields(V("c_datum")))), 3),
+                ),
+            ),
             ("d3", tail(V("d"), 3)),
             ("closing_d", nth(V("d3"), 1)),
             ("terms_d", nth(V("d"), 2)),
@@ -151,24 +159,31 @@ def _take() -> AST:
                     ),
                 ),
                 "continuing value",
-                let(
-                    [("closing", UnIData(V("closing_d")))],
-                    check(
-                        Ite(
-                            LessThanInteger(V("closing"), Integer(0)),
-                            TRUE,
-                            LessThanEqualsInteger(V("latest"), V("closing")),
-                        ),
-                        "claim after close",
-                        check(
-                            VerifyEd25519Signature(
-                                UnBData(V("vkey_d")), _iou(), UnBData(HeadList(V("sigs")))
-                            ),
-                            "iou signature",
-                            _paid(),
-                        ),
-                    ),
+                check(
+                    EqualsData(nth(V("c_f"), 3), nth(V("out_f"), 3)),
+                    "continuing reference script",
+                    _closing(),
                 ),
+            ),
+        ),
+    )
+
+
+def _closing() -> AST:
+    """A closing channel claimed by its close, then the IOU's signature and the payout."""
+    return let(
+        [("closing", UnIData(V("closing_d")))],
+        check(
+            Ite(
+                LessThanInteger(V("closing"), Integer(0)),
+                TRUE,
+                LessThanEqualsInteger(V("latest"), V("closing")),
+            ),
+            "claim after close",
+            check(
+                VerifyEd25519Signature(UnBData(V("vkey_d")), _iou(), UnBData(HeadList(V("sigs")))),
+                "iou signature",
+                _paid(),
             ),
         ),
     )

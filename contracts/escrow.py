@@ -55,10 +55,10 @@ def validator(settle_hash: bytes, refund_window_ms: int, context: ScriptContextV
     redeemer: EscrowRedeemer = context.redeemer
     if isinstance(redeemer, Settle):
         # the settle script refuses a transaction with any other withdrawal
-        withdrawal = fst_pair(head_list(un_map_data(tx.withdrawals)))
-        assert equals_data(withdrawal, ScriptCredential(settle_hash)), (
-            "settle needs the batch withdrawal"
-        )
+        withdrawals = un_map_data(tx.withdrawals)
+        assert not null_list(withdrawals) and equals_data(
+            fst_pair(head_list(withdrawals)), ScriptCredential(settle_hash)
+        ), "settle needs the batch withdrawal"
     else:
         own: InputV3 = head_list(skip_list(un_list_data(tx.inputs), redeemer.own_input))
         assert own.out_ref == purpose.tx_out_ref, "own_input is not the spent escrow"

@@ -224,11 +224,13 @@ class ChannelClaim(PlutusData):
 
 @dataclass()
 class ChannelTopUp(PlutusData):
-    """Anyone adds lovelace: output `output` continues the channel, same address and datum."""
+    """The renter adds lovelace while the channel is open: output `output` continues the
+    channel, same address and datum."""
 
     CONSTR_ID = 1
     own_input: int
     output: int
+    terms: ChannelTerms
 
 
 @dataclass()
@@ -551,6 +553,7 @@ def holds(out: Anything, amount: int) -> bool:
 
 def first_script(inputs: Anything) -> Anything:
     """The payment credential of the first script input."""
+    assert not null_list(inputs), "no script input"
     first: InputV3 = head_list(inputs)
     credential = first.resolved.address.payment_credential
     if isinstance(credential, ScriptCredential):

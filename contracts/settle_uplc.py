@@ -344,12 +344,16 @@ def first_script() -> AST:
     credential = HeadList(fields(HeadList(fields(nth(fields(HeadList(V("inputs"))), 1)))))
     return recursive(
         ["inputs"],
-        let(
-            [("credential", credential)],
-            Ite(
-                EqualsInteger(tag(V("credential")), Integer(1)),
-                V("credential"),
-                call(V("self"), TailList(V("inputs"))),
+        check(
+            not_null(V("inputs")),
+            "no script input",
+            let(
+                [("credential", credential)],
+                Ite(
+                    EqualsInteger(tag(V("credential")), Integer(1)),
+                    V("credential"),
+                    call(V("self"), TailList(V("inputs"))),
+                ),
             ),
         ),
     )
@@ -650,33 +654,34 @@ def _body() -> AST:
                     NOBODY,
                 ),
             ),
-            ("script", call(first_script(), V("inputs"))),
-            ("walk", walk()),
         ],
         check(
             not_null(V("items")),
             "empty batch",
-            call(
-                V("walk"),
-                V("inputs"),
-                V("items"),
-                UnMapData(nth(V("tx"), 9)),
-                UnListData(nth(V("redeemer_f"), 2)),
-                EMPTY,
-                call(repeat(), V("claim_specs"), ListData(EMPTY)),
-                Integer(0),
-                Ite(
-                    LessThanInteger(Integer(0), V("first_refund")),
-                    call(
-                        payees(),
-                        TailList(V("outputs")),
-                        SubtractInteger(V("first_refund"), Integer(1)),
-                    ),
+            let(
+                [("script", call(first_script(), V("inputs"))), ("walk", walk())],
+                call(
+                    V("walk"),
+                    V("inputs"),
+                    V("items"),
+                    UnMapData(nth(V("tx"), 9)),
+                    UnListData(nth(V("redeemer_f"), 2)),
                     EMPTY,
+                    call(repeat(), V("claim_specs"), ListData(EMPTY)),
+                    Integer(0),
+                    Ite(
+                        LessThanInteger(Integer(0), V("first_refund")),
+                        call(
+                            payees(),
+                            TailList(V("outputs")),
+                            SubtractInteger(V("first_refund"), Integer(1)),
+                        ),
+                        EMPTY,
+                    ),
+                    NOBODY,
+                    Integer(0),
+                    tail_n(V("outputs"), V("first_refund")),
                 ),
-                NOBODY,
-                Integer(0),
-                tail_n(V("outputs"), V("first_refund")),
             ),
         ),
     )

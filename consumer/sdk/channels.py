@@ -193,7 +193,7 @@ class Channels:
         if channel.datum.closing_at >= 0:
             raise NothingToDo(f"channel {record.channel_id} is closing: a top-up would only "
                               "come back at the drain")  # fmt: skip
-        tx = await self.built(channels.top_up, channel, lovelace, self.key.address,
+        tx = await self.built(channels.top_up, channel, record.terms, lovelace, self.key.address,
                               spends=lovelace)  # fmt: skip
         signed = await self.submit(tx)
         record = dataclasses.replace(record, funded=record.funded + lovelace)

@@ -47,8 +47,9 @@ def blake2b_224(data: bytes) -> bytes:
 
 async def opened(
     devnet, deployment: Deployment, renter: Wallet, provider: Wallet
-) -> tuple[UTxO, ChannelDatum]:
-    """A channel of renter to provider, locked by hand (the builders' open is tests/protocol's)."""
+) -> tuple[UTxO, ChannelDatum, ChannelTerms]:
+    """A channel of renter to provider, locked by hand (the builders' open is tests/protocol's);
+    its datum and terms."""
     nonce = devnet.context().utxos(renter.address)[0].input
     terms = ChannelTerms(
         to_plutus(renter.address), to_plutus(provider.address), provider.vkey, 60_000,
@@ -61,14 +62,14 @@ async def opened(
     builder.add_output(TransactionOutput(deployment.channel_address(renter.address), DEPOSIT,
                                          datum=datum))  # fmt: skip
     tx = await confirm(devnet, renter.sign(build(builder, renter.address)))
-    return output(tx, 0), datum
+    return output(tx, 0), datum, terms
 
 
 async def test_a_channel_is_claimed_in_a_batch_and_topped_up(devnet):
     deployer, renter, provider = await wallet(devnet), await wallet(devnet), await wallet(devnet)
     tx, deployment = deploy(devnet.context(), deployer.address, 0, 30_000, 2_500, 10_000)
     await confirm(devnet, deployer.sign(tx))
-    channel, datum = await opened(devnet, deployment, renter, provider)
+    channel, datum, terms = await opened(devnet, deployment, renter, provider)
 
     context = devnet.context()
     amount = 3 * ADA
@@ -97,8 +98,9 @@ async def test_a_channel_is_claimed_in_a_batch_and_topped_up(devnet):
     builder = new_builder(context)
     builder.add_script_input(
         continuing, script=script_source(builder, deployment.channel_ref),
-        redeemer=Redeemer(ChannelTopUp(own, 0)),
+        redeemer=Redeemer(ChannelTopUp(own, 0, terms)),
     )  # fmt: skip
+    builder.required_signers = [renter.address.payment_part]  # the renter's top-up
     builder.add_output(
         TransactionOutput(channel.output.address, DEPOSIT - amount + ADA, datum=claimed)
     )

@@ -400,6 +400,10 @@ CLAIM_ATTACKS = {  # an honest batch broken one way, and the check that refuses 
         tampered(0, claimed=5_000_001),
         "continuing value",
     ),
+    "a continuing output given a reference script (the renter's later fees rise)": (
+        continuing(1, lambda c: with_script(c.continuing())),
+        "continuing reference script",
+    ),
 }
 
 UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing in one at least)
@@ -408,10 +412,31 @@ UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing
     "a missing signature": lambda b: b.signatures.pop(),
     "a missing continuing output": lambda b: b.continuing.pop(),
     "first_continuing past the outputs": lambda b: setattr(b, "first_continuing", 99),
-    "a continuing output without a datum": continuing(
-        0, lambda c: Constr(0, (c.address, value(c.lovelace - c.amount), NO_DATUM, NOTHING))
-    ),
 }
+
+
+def no_channel_input(batch: Batch) -> None:
+    """The honest payees, signatures and outputs, but no channel spent."""
+    batch.payees = [c.payee for c in batch.ledger()]
+    batch.channels = []
+
+
+def datum_of(n: int, datum: Constr) -> Callable[[Batch], None]:
+    """Channel n's continuing output carrying `datum` (an OutputDatum) instead."""
+    return continuing(n, lambda c: Constr(0, (c.address, value(c.lovelace - c.amount), datum,
+                                               NOTHING)))  # fmt: skip
+
+
+CLAIM_ATTACKS.update(
+    {
+        "payees but no channel input": (no_channel_input, "no script input"),
+        "a continuing output without a datum": (datum_of(0, NO_DATUM), "continuing datum"),
+        "a continuing datum given as a hash": (
+            datum_of(2, Constr(1, (b"h" * 32,))),
+            "continuing datum",
+        ),
+    }
+)
 
 
 def test_both_claim_scripts_pass_the_honest_batch():
@@ -546,6 +571,15 @@ def kept(c: Channel, lovelace: int = 0, tokens: int | None = None, **datum: Data
     return Constr(0, (c.address, held, Constr(2, (c.datum(**datum),)), NOTHING))
 
 
+A_SCRIPT = Constr(0, (b"\x5c" * 28,))  # Just a reference script's hash
+
+
+def with_script(made: Constr) -> Constr:
+    """Output `made` carrying a reference script (whose size raises the fee of every
+    transaction that spends it)."""
+    return Constr(0, (*made.fields[:3], A_SCRIPT))
+
+
 def tagged(kind: int, channel_ref: tuple[bytes, int]) -> Constr:
     return Constr(2, (Constr(0, (kind, Constr(0, channel_ref))),))
 
@@ -565,7 +599,7 @@ def spend(name: str) -> Spend:
     if name == "claim":
         return Spend(c, CLAIM, [], withdrawals=[Constr(1, (CLAIM_HASH,))])
     if name == "top up":
-        return Spend(c, Constr(1, (0, 0)), [kept(c, 1_000_000)])
+        return Spend(c, Constr(1, (0, 0, terms)), [kept(c, 1_000_000)], [signer("alice")])
     if name == "start close":
         made = Spend(c, Constr(2, (0, 0, terms)), [kept(c, closing_at=NOW + PERIOD)])
         made.signatories, made.lower, made.upper = [signer("alice")], NOW - 600_000, NOW
@@ -622,7 +656,45 @@ SPEND_ATTACKS = {  # (the honest spend, how it is broken, the trace that refuses
         put(withdrawals=[Constr(1, (OTHER_SCRIPT,))]),
         "claim needs the batch withdrawal",
     ),
-    "a top up naming another input": ("top up", redeemer(1, 0), "own_input is not the spent"),
+    "a claim with no withdrawal at all": (
+        "claim",
+        put(withdrawals=[]),
+        "claim needs the batch withdrawal",
+    ),
+    "a top up naming another input": (
+        "top up",
+        redeemer(1, 0, alice().terms()),
+        "own_input is not the spent",
+    ),
+    "a top up by a stranger (the renter did not sign)": (
+        "top up",
+        put(signatories=[signer("mallory")]),
+        "renter signs",
+    ),
+    "a top up signed by the provider alone": (
+        "top up",
+        put(signatories=[signer("p1")]),
+        "renter signs",
+    ),
+    "a top up with other terms": ("top up", redeemer(0, 0, OTHER_TERMS), "terms"),
+    "a top up of a closing channel (it would void the provider's last claim)": (
+        "top up",
+        both(
+            lambda s: setattr(s.channel, "closing_at", NOW),
+            output(lambda c: kept(c, 1_000_000)),
+        ),
+        "already closing",
+    ),
+    "a top up giving the channel a reference script": (
+        "top up",
+        output(lambda c: with_script(kept(c, 1_000_000))),
+        "continuing reference script",
+    ),
+    "a close giving the channel a reference script": (
+        "start close",
+        output(lambda c: with_script(kept(c, closing_at=CLOSING))),
+        "continuing reference script",
+    ),
     "a top up adding nothing": ("top up", output(lambda c: kept(c)), "top up adds"),
     "a top up moving the channel (another stake)": (
         "top up",

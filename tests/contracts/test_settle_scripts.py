@@ -427,6 +427,15 @@ TRACED = {  # an honest batch broken one way, and the check that refuses it
     "a claimed escrow taking a receipt's place": (escrow(1, signer=0), "receipt signature"),
 }
 
+
+def no_escrow_input(batch: Batch) -> None:
+    """The honest items, but no escrow spent: a batch that would only withdraw."""
+    items(lambda made: made)(batch)
+    batch.escrows = []
+
+
+TRACED["items but no escrow input"] = (no_escrow_input, "no script input")
+
 UNTRACED = {  # shapes a builder never makes: refused by both (a builtin failing in one at least)
     "no claims": lambda b: b.claims.clear(),
     "no receipts": lambda b: b.receipts.clear(),

@@ -337,13 +337,13 @@ async def test_batch_settle(world: World):
 
 
 async def test_settle_spend_without_the_settle_withdrawal_fails(world: World):
-    """No withdrawal at all: the escrow's read of the first fails (no trace to give)."""
+    """No withdrawal at all: refused by the escrow's own trace, not a failing read."""
     deadline, window = far_close(world)
     [escrow] = await lock_escrows(world, escrow_datum(world, deadline, window), 20 * ADA, 1)
     builder = world.builder()
     builder.add_script_input(escrow, script=world.escrow_ref, redeemer=Redeemer(Settle(), FIXED))
     builder.add_output(TransactionOutput(world.provider.address, 19 * ADA))
-    await refused(world, sign(world, builder), "spend", None)
+    await refused(world, sign(world, builder), "spend", "settle needs the batch withdrawal")
 
 
 async def wait_until(world: World, posix_ms: int) -> None:

@@ -60,7 +60,7 @@ async def test_a_channels_life_through_the_explorer(
                       seconds_run=25)  # fmt: skip
             reported = await provider.send("POST", REPORT_PATH, {"deployments": [pod]})
             assert reported.status_code == 200, reported.text
-            topped, channel = await top_up(devnet, deployment, renter, channel, 7 * ADA)
+            topped, channel = await top_up(devnet, deployment, renter, channel, terms, 7 * ADA)
             closing = channels.start_close(
                 devnet.context(), deployment, channel, terms, renter.address
             )

@@ -12,6 +12,7 @@ import httpx
 from pycardano import Transaction
 
 from devnet.process import DevnetProcess
+from offchain.protocol.ledger.types import ChannelTerms
 from offchain.protocol.tx import channel as channels
 from offchain.protocol.tx.channel import Channel
 from offchain.protocol.tx.deployment import Deployment
@@ -37,10 +38,16 @@ async def claim(
 
 
 async def top_up(
-    devnet: DevnetProcess, deployment: Deployment, payer: Wallet, channel: Channel, lovelace: int
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    renter: Wallet,
+    channel: Channel,
+    terms: ChannelTerms,
+    lovelace: int,
 ) -> tuple[Transaction, Channel]:
-    built = channels.top_up(devnet.context(), deployment, channel, lovelace, payer.address)
-    tx = await confirm(devnet, payer.sign(built))
+    """The renter's top-up (its key signs) of `lovelace`."""
+    built = channels.top_up(devnet.context(), deployment, channel, terms, lovelace, renter.address)
+    tx = await confirm(devnet, renter.sign(built))
     return tx, left(deployment, tx)
 
 

@@ -56,9 +56,9 @@ def rows(follower: ChainFollower) -> tuple[list[Channel], list[ChannelEvent]]:
 
 async def test_moves_within_one_block_and_a_rollback_before_it(devnet, market_deployment, follower):
     renter, provider = [await wallet(devnet) for _ in range(2)]
-    channel, _, opened = await open_on(devnet, market_deployment, renter, provider)
+    channel, terms, opened = await open_on(devnet, market_deployment, renter, provider)
     claimed, channel = await claim(devnet, market_deployment, renter, provider, channel, ADA)
-    topped, channel = await top_up(devnet, market_deployment, renter, channel, 2 * ADA)
+    topped, channel = await top_up(devnet, market_deployment, renter, channel, terms, 2 * ADA)
     follower.roll_forward(one_block(10, renter.sign(opened)))
     follower.roll_forward(one_block(11))
     follower.roll_forward(one_block(12, claimed, topped))

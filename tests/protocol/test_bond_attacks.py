@@ -8,7 +8,7 @@ import dataclasses
 from functools import partial
 
 import pytest
-from pycardano import Address, TransactionOutput, UTxO, Value
+from pycardano import Address, ScriptPubkey, TransactionOutput, UTxO, Value
 
 from offchain.protocol.ledger.addresses import to_plutus
 from offchain.protocol.ledger.split import slash_share
@@ -162,9 +162,12 @@ async def test_a_slash_takes_no_more_than_the_share(devnet, deployment):
     reset = layout(consumer.address, escrow, bond)  # and restart the provider's notice
     datum = dataclasses.replace(bonds.bond_datum(deployment, bond), unbonding_since=Just(0))
     reset[2] = continuing(bond, datum=datum)
+    scripted = layout(consumer.address, escrow, bond)  # the provider's later fees rise
+    scripted[2].script = ScriptPubkey(consumer.key_hash)
     for outputs, reason in (
         (greedy, "traces: slash takes at most the share"),
         (reset, "traces: continuing output datum"),
+        (scripted, "traces: continuing reference script"),
     ):
         attack = slash(devnet, deployment, consumer, escrow, [bond], signature, outputs)
         await rejected(devnet, attack, SCRIPT_FAILED, reason)

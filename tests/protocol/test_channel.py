@@ -13,6 +13,7 @@ from pycardano import (
     MultiAsset,
     Network,
     PaymentSigningKey,
+    ScriptPubkey,
     TransactionOutput,
     UTxO,
     Value,
@@ -51,11 +52,18 @@ TERMS = ChannelTerms(
 TOKENS = MultiAsset.from_primitive({bytes(28): {b"dust": 1}})
 
 
-def moved(channel: Channel, address: Address | None = None, value: Value | None = None) -> Channel:
-    """`channel` as if its UTxO sat at `address` or held `value` (nothing checks that off
-    chain but the provider's check)."""
+def moved(
+    channel: Channel,
+    address: Address | None = None,
+    value: Value | None = None,
+    script: ScriptPubkey | None = None,
+) -> Channel:
+    """`channel` as if its UTxO sat at `address`, held `value` or carried `script` (nothing
+    checks that off chain but the provider's check)."""
     made = channel.utxo.output
-    out = TransactionOutput(address or made.address, value or made.amount, datum=made.datum)
+    out = TransactionOutput(
+        address or made.address, value or made.amount, datum=made.datum, script=script
+    )
     return dataclasses.replace(channel, utxo=UTxO(channel.utxo.input, out))
 
 
@@ -114,6 +122,8 @@ async def test_a_provider_serves_only_a_channel_that_pays_it_enough_for_long_eno
         # anyone can lock anything at the script: another stake part, tokens beside the deposit
         Refusal.NOT_AT_SCRIPT: dict(channel=moved(channel, deployment.channel_address(staker))),
         Refusal.TOKENS: dict(channel=moved(channel, value=Value(channel.lovelace, TOKENS))),
+        # the channel script keeps a reference script on every continuing output
+        Refusal.REFERENCE_SCRIPT: dict(channel=moved(channel, script=ScriptPubkey(other.key_hash))),
     }
     honest = dict(
         deployment=deployment, channel=channel, terms=terms, own_vkey=provider.vkey,
@@ -208,18 +218,28 @@ async def test_the_claim_builder_refuses_what_the_claim_script_would(devnet, dep
     await claimed(devnet, deployment, provider, [(channel, iou(deployment, renter, channel, most))])
 
 
-async def test_anyone_tops_a_channel_up_and_nothing_else_changes(devnet, deployment):
+async def test_the_renter_tops_a_channel_up_and_nothing_else_changes(devnet, deployment):
+    """A friend may pay, but the renter's key signs too (a top-up spends the channel UTxO:
+    PROTOCOL.md); once the channel is closing, the builder refuses (the script would)."""
     renter, provider, friend = [await wallet(devnet) for _ in range(3)]
-    channel, _, _ = await open_on(devnet, deployment, renter, provider)
+    channel, terms, _ = await open_on(devnet, deployment, renter, provider)
     before = balance(devnet, friend.address)
-    topped = channels.top_up(devnet.context(), deployment, channel, 7 * ADA, friend.address)
-    tx = await confirm(devnet, friend.sign(topped))
+    topped = channels.top_up(devnet.context(), deployment, channel, terms, 7 * ADA, friend.address)
+    assert topped.transaction_body.required_signers == [renter.address.payment_part]
+    tx = await confirm(devnet, sign_tx(topped, friend.key, renter.key))
     after = left(deployment, tx)
     assert after.lovelace == channel.lovelace + 7 * ADA
     assert (after.datum, after.utxo.output.address) == (channel.datum, channel.utxo.output.address)
     assert balance(devnet, friend.address) == before - 7 * ADA - fee(tx)
     with pytest.raises(BuildError, match="must add lovelace"):
-        channels.top_up(devnet.context(), deployment, after, 0, friend.address)
+        channels.top_up(devnet.context(), deployment, after, terms, 0, friend.address)
+    other_terms = dataclasses.replace(terms, close_period_ms=1)
+    with pytest.raises(BuildError, match="not those of channel"):
+        channels.top_up(devnet.context(), deployment, after, other_terms, ADA, renter.address)
+    close = channels.start_close(devnet.context(), deployment, after, terms, renter.address)
+    closing = left(deployment, await confirm(devnet, renter.sign(close)))
+    with pytest.raises(BuildError, match=r"is closing since .*: no top-up"):
+        channels.top_up(devnet.context(), deployment, closing, terms, ADA, renter.address)
 
 
 async def test_a_close_gives_the_provider_the_close_period_then_the_renter_drains(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pycardano import Address, Network, TransactionOutput, Value
+from pycardano import Address, Network, ScriptPubkey, TransactionOutput, Value
 
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.types import (
@@ -88,6 +88,12 @@ def taking(plan: ClaimPlan, channel: Channel, lovelace: int) -> ClaimPlan:
     """`plan` (of `channel` alone) paying its provider `lovelace` out of the channel."""
     plan = revalue(plan, 0, lovelace)
     return revalue(plan, plan.continuing(channel), channel.lovelace - lovelace)
+
+
+def a_script(owner: Wallet) -> ScriptPubkey:
+    """A reference script for a continuing output: every later spend of the output pays for
+    its bytes."""
+    return ScriptPubkey(owner.key_hash)
 
 
 def elsewhere(address: Address, stake: Wallet) -> Address:
@@ -178,8 +184,12 @@ async def test_the_continuing_output_keeps_the_channels_address_datum_and_tokens
     moved = TransactionOutput(elsewhere(made.address, market), made.amount, datum=made.datum)
     policy, tokens = junk_tokens(market, 1)
     dusted = revalue(honest, at, Value(made.amount.coin, tokens))
+    scripted = TransactionOutput(
+        made.address, made.amount, datum=made.datum, script=a_script(market)
+    )
     attacks = [
         (honest.reoutput(at, moved), "continuing address"),  # the stake part redirected
+        (honest.reoutput(at, scripted), "continuing reference script"),  # the renter's fees rise
         (reoutput_datum(honest, channel, payee=bytes(28)), "continuing datum"),
         (reoutput_datum(honest, channel, terms=bytes(28)), "continuing datum"),
         (reoutput_datum(honest, channel, renter_vkey=market.vkey), "continuing datum"),
@@ -359,41 +369,68 @@ async def test_a_close_runs_from_its_upper_bound_and_cannot_be_backdated(devnet,
     await refused(devnet, twice, "already closing")
 
 
-async def test_a_top_up_only_adds_lovelace(devnet, deployment):
-    """Anyone may top a channel up, so the continuing output is all the channel script
-    checks: same address, same datum (which names one channel: two channels cannot share
-    one continuing output), more lovelace, the same tokens."""
+async def test_a_top_up_is_the_renters_and_only_adds_lovelace(devnet, deployment):
+    """A top-up spends the channel UTxO, so it needs the renter's signature: a stranger's
+    (one lovelace is enough) would void the provider's pending claim. Beyond that the
+    continuing output is all the channel script checks: same address, same datum (which
+    names one channel: two channels cannot share one continuing output), more lovelace, the
+    same tokens, no reference script slipped in."""
     renter, provider, market = [await wallet(devnet) for _ in range(3)]
-    channel, _, _ = await open_on(devnet, deployment, renter, provider)
-    other, _, _ = await open_on(devnet, deployment, renter, provider)
+    channel, terms, _ = await open_on(devnet, deployment, renter, provider)
+    other, other_terms, _ = await open_on(devnet, deployment, renter, provider)
     address = channel.utxo.output.address
     policy, tokens = junk_tokens(market, 1)
 
-    def topped(outputs, **extra):
+    def topped(outputs, signers=(renter.key,), redeemer_terms=terms, **extra):
         return by_hand(
-            devnet, deployment, market, channel, lambda own: ChannelTopUp(own, 0), outputs,
-            **extra,
+            devnet, deployment, market, channel,
+            lambda own: ChannelTopUp(own, 0, redeemer_terms), outputs, signers=signers, **extra,
         )  # fmt: skip
 
     more = channel.lovelace + 5 * ADA
     changed = dataclasses.replace(channel.datum, claimed=channel.datum.claimed + 1)
     shared = TransactionOutput(address, more + other.lovelace, datum=channel.datum)
+    honest_output = TransactionOutput(address, more, datum=channel.datum)
+    scripted = TransactionOutput(address, more, datum=channel.datum, script=a_script(market))
     for attack, reason in (
+        (topped([TransactionOutput(address, channel.lovelace + 1, datum=channel.datum)],
+                signers=()), "renter signs"),  # a stranger's lovelace races the claim
+        (topped([honest_output], signers=(market.key,)), "renter signs"),
+        (topped([honest_output], signers=(provider.key,)), "renter signs"),
+        (topped([honest_output], redeemer_terms=other_terms), "terms"),
         (topped([TransactionOutput(address, more, datum=changed)]), "continuing datum"),
         (topped([TransactionOutput(elsewhere(address, market), more, datum=channel.datum)]),
          "continuing address"),
         (topped([TransactionOutput(address, Value(more, tokens), datum=channel.datum)],
                 native=(tokens, policy)), "continuing tokens"),
+        (topped([scripted]), "continuing reference script"),
         (topped([TransactionOutput(address, channel.lovelace, datum=channel.datum)]),
          "top up adds"),
         (topped([shared], spends=[Spend(other.utxo, deployment.channel_ref,
-                                        lambda own: ChannelTopUp(own, 0))]),
+                                        lambda own: ChannelTopUp(own, 0, other_terms))]),
          "continuing datum"),  # one output for two channels: it carries one's datum
     ):  # fmt: skip
         await refused(devnet, attack, reason)
-    honest = topped([TransactionOutput(address, more, datum=channel.datum)])
+    honest = topped([honest_output])
     await confirm(devnet, honest)
     assert left(deployment, honest).lovelace == more
+
+
+async def test_the_renter_cannot_race_the_providers_last_claim_with_a_top_up(devnet, deployment):
+    """Once the renter starts the close, a top-up (even its own, signed) is refused: it would
+    spend the channel UTxO the provider's last claim names, and a renter resubmitting one
+    just before `closing_at` could void every claim until the drain. The claim then lands."""
+    renter, provider, market = [await wallet(devnet) for _ in range(3)]
+    channel, terms = await closing(devnet, deployment, renter, provider)
+    address = channel.utxo.output.address
+    top_up = by_hand(
+        devnet, deployment, renter, channel, lambda own: ChannelTopUp(own, 0, terms),
+        [TransactionOutput(address, channel.lovelace + 1, datum=channel.datum)],
+        signers=[renter.key],
+    )  # fmt: skip
+    await refused(devnet, top_up, "already closing")
+    claim = claim_plan([(channel, provider, iou(deployment, renter, channel, TAKE))])
+    await confirm_gains(devnet, claim.claim(devnet, deployment, market), claim.gains)
 
 
 async def test_an_end_needs_the_provider_and_a_mutual_close_both(devnet, deployment):

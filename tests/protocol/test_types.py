@@ -79,7 +79,7 @@ CASES = [
         onchain.ChannelDatum,
     ),
     ("channel", "channel.spend", "redeemer", types.ChannelClaim(), onchain.ChannelClaim),
-    ("channel", "channel.spend", "redeemer", types.ChannelTopUp(0, 1), onchain.ChannelTopUp),
+    ("channel", "channel.spend", "redeemer", types.ChannelTopUp(0, 1, TERMS), onchain.ChannelTopUp),
     ("channel", "channel.spend", "redeemer", types.StartClose(1, 0, TERMS), onchain.StartClose),
     ("channel", "channel.spend", "redeemer", types.Drain(0, 2, TERMS), onchain.Drain),
     ("channel", "channel.spend", "redeemer", types.ProviderEnd(2, 0, TERMS), onchain.ProviderEnd),

@@ -166,12 +166,12 @@ async def test_a_top_up_is_seen_and_raises_what_an_iou_may_be(
 ) -> None:
     provider = await wallet(devnet)
     book = book_at(tmp_path / "channels.sqlite", deployment)
-    renter, channel, _ = await opened(devnet, deployment, provider, book)
+    renter, channel, terms = await opened(devnet, deployment, provider, book)
     capacity = book.get(channel.id).view.capacity
     assert capacity == DEPOSIT  # the open's return deposit keeps the continuing output
     with pytest.raises(IouAboveChannel):
         book.accept(iou(deployment, renter, channel, DEPOSIT + ADA))
-    tx = channels.top_up(devnet.context(), deployment, channel, 5 * ADA, renter.address)
+    tx = channels.top_up(devnet.context(), deployment, channel, terms, 5 * ADA, renter.address)
     await confirm(devnet, renter.sign(tx))
     chain = chain_of(devnet, deployment, provider)
 

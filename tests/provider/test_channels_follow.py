@@ -65,7 +65,7 @@ async def test_a_topped_up_and_closing_channel_is_followed_past_a_copy_and_claim
     assert real.datum.claimed == 1_000_000
     copy = await forged(devnet, renter, real, claimed=0)
     book.accept(iou(deployment, renter, channel, 1_700_000))
-    top_up = channels.top_up(devnet.context(), deployment, real, 5 * ADA, renter.address)
+    top_up = channels.top_up(devnet.context(), deployment, real, terms, 5 * ADA, renter.address)
     await confirm(devnet, renter.sign(top_up))
     close = channels.start_close(
         devnet.context(), deployment, left(deployment, top_up), terms, renter.address

@@ -400,7 +400,8 @@ def top_up(
                        "the drain", "channel_id")  # fmt: skip
     context = checked_funds(chain, body.funds, party)
     tx = _built("top-up", "utxos", lambda: channels.top_up(
-        context, chain.deployment, channel.channel, body.lovelace, context.payer))  # fmt: skip
+        context, chain.deployment, channel.channel, channel.terms, body.lovelace,
+        context.payer))  # fmt: skip
     return unsigned(tx, channel_id=channel.row.id)
 
 

@@ -32,6 +32,7 @@ class Refusal(StrEnum):
     NO_DATUM = "no datum"
     MALFORMED_DATUM = "datum of the wrong shape"
     TOKENS = "native tokens in the value"
+    REFERENCE_SCRIPT = "a reference script, whose bytes every spend pays for"
     KEY_LENGTH = "provider key is not 32 bytes"
     JOB_ID_LENGTH = "job id is not 32 bytes"
     RANGE = "a number out of range"
@@ -71,6 +72,8 @@ def script_datum(utxo: UTxO, kind: type[D], script: ScriptHash, error: type[Refu
         raise error(utxo, Refusal.NOT_AT_SCRIPT, f"its payment credential is not {script}")
     if output.amount.multi_asset:
         raise error(utxo, Refusal.TOKENS, "whoever spends it takes them; lovelace only")
+    if output.script is not None:  # the scripts keep it on every continuing output
+        raise error(utxo, Refusal.REFERENCE_SCRIPT, "the fee of each spend would pay for it")
     if output.datum_hash is not None and output.datum is None:
         raise error(utxo, Refusal.DATUM_HASH, f"{output.datum_hash}: scripts need it inline")
     if output.datum is None:

@@ -317,6 +317,7 @@ class ChannelTopUp(PlutusData):
     CONSTR_ID = 1
     own_input: int
     output: int
+    terms: ChannelTerms
 
 
 @dataclass

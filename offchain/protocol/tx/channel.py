@@ -302,19 +302,32 @@ def _continue(
 
 
 def top_up(
-    context: ChainContext, deployment: Deployment, channel: Channel, lovelace: int, payer: Address
+    context: ChainContext,
+    deployment: Deployment,
+    channel: Channel,
+    terms: ChannelTerms,
+    lovelace: int,
+    payer: Address,
 ) -> Transaction:
-    """Add `lovelace` from `payer`'s address to the channel; nothing else changes. Anyone may
-    (the payer signs for its own inputs)."""
+    """Add `lovelace` from `payer`'s address to the open channel; nothing else changes. The
+    renter's key signs (PROTOCOL.md: a top-up spends the channel UTxO, so anyone else's, or
+    one once the channel is closing, would void the provider's pending claim); `payer`
+    pays and signs for its own inputs (the renter's address, usually)."""
     if lovelace <= 0:
         raise BuildError("a top-up must add lovelace")
+    _check_terms(channel, terms)
+    if channel.closing:
+        raise BuildError(
+            f"{out_ref(channel.utxo)} is closing since {iso(channel.datum.closing_at)}: no top-up"
+        )
     fee = fee_inputs(context, payer, lovelace + FEE_RESERVE)
     own = ledger_inputs([channel.utxo], fee).index(channel.utxo.input)
     builder = new_builder(context)
     value = copy.deepcopy(channel.utxo.output.amount)
     value.coin += lovelace
     add_output(builder, TransactionOutput(channel.utxo.output.address, value, datum=channel.datum))
-    _spend(builder, deployment, channel, ChannelTopUp(own, CHANNEL_OUTPUT))
+    _spend(builder, deployment, channel, ChannelTopUp(own, CHANNEL_OUTPUT, terms))
+    builder.required_signers = [_renter_key(terms)]
     add_inputs(builder, fee)
     return build(builder, payer)
 
