@@ -101,7 +101,8 @@ class ChannelStatus:
     provider may claim in all (the deposit and every top-up), `left` what is not signed yet."""
 
     record: ChannelRecord
-    state: str  # open, closing, drainable (the close period passed) or closed (not on chain)
+    state: str  # open, closing, drainable (the close period passed), then as the explorer
+    # says it once gone: drained (by this renter) or ended (by its provider, or both)
     utxo: str | None
     lovelace: int  # held on chain now
     deposit: int
@@ -271,8 +272,9 @@ class Channels:
     def status_of(self, record: ChannelRecord, live: dict[str, channels.Channel]) -> ChannelStatus:
         amount = self.store.signed(record.channel_id)
         channel = live.get(record.channel_id)
-        if channel is None:
-            return ChannelStatus(record, "closed", None, 0, record.funded, None, amount, None)
+        if channel is None:  # gone: drained from here, else its provider (or both) ended it
+            gone = "drained" if record.closed_tx_id else "ended"
+            return ChannelStatus(record, gone, None, 0, record.funded, None, amount, None)
         datum = channel.datum
         like = TransactionOutput(channel.utxo.output.address, 0, datum=datum)  # a read datum
         closing_at = None if datum.closing_at < 0 else datum.closing_at

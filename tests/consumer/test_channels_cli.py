@@ -144,10 +144,11 @@ async def test_open_top_up_claim_close_and_drain(
     assert code == 1 and "is not on chain: it was closed" in again["message"], again
 
     code, (listed,) = run_json(env, "channel", "list", cwd=tmp_path)
-    assert code == 0 and listed["state"] == "closed" and listed["claimed"] is None, listed
+    assert code == 0 and listed["state"] == "drained" and listed["claimed"] is None, listed
+    assert cost["state"] == "drained"  # the explorer's word for it, as the CLI's
     assert listed["closed_tx_id"] == drained["tx_id"] and listed["signed"] == CLAIMED
     table = run(env, "channel", "list", cwd=tmp_path).stdout
-    assert channel_id[:16] in table and "closed" in table, table
+    assert channel_id[:16] in table and "drained" in table, table
 
 
 async def test_mistakes_are_explained_and_lock_nothing(market, provider, devnet, tmp_path: Path):

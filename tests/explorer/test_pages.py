@@ -394,7 +394,7 @@ def test_the_channel_page_shows_its_terms_amounts_close_and_every_transaction(cl
         ("start-close", 0, TX),
     ]
     text = seen(client.get(f"/explorer/channels/{CHANNEL}").text)
-    assert "Deposit 10.000000 ADA" in text and "Claimed 3.000000 ADA" in text
+    assert "Put in 10.000000 ADA" in text and "Claimed 3.000000 ADA" in text
     assert "Remaining 7.000000 ADA" in text
     tip = client.get("/api/explorer").json()["tip"]["time_ms"]  # its countdowns' now
     assert f"Closing at {when(CLOSING_AT)} (in {duration(CLOSING_AT - tip)}, chain time)" in text
