@@ -428,8 +428,8 @@ async def follow(consumer: "Consumer", job_id: str, until_settled: bool = True) 
 
     from rich.console import Console
 
-    from consumer.cli.progress import FINAL, SETTLE_NEXT, watch
-    from offchain.protocol.job.job_state import JobState
+    from consumer.cli.progress import FINAL, watch
+    from offchain.protocol.job.job_state import SETTLE_NEXT, JobState
 
     stop_at = frozenset(FINAL if until_settled else {*FINAL, JobState.COMPLETED})
     try:
@@ -624,8 +624,7 @@ def cancel(
             step = (lambda _: None) if as_json else typer.echo
             return await cancel_job(consumer, job_id, wait_s, step)
 
-    from consumer.cli.progress import SETTLE_NEXT
-    from offchain.protocol.job.job_state import JobState
+    from offchain.protocol.job.job_state import SETTLE_NEXT, JobState
 
     done = run_sync(go())
     waited = "" if done.blocks is None else f", {done.blocks} block(s) after the request"

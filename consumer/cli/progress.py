@@ -31,10 +31,6 @@ from offchain.protocol.ledger.amounts import ada
 FINAL = {JobState.SETTLED, JobState.REFUNDED, JobState.SLASHED, JobState.FAILED,
          JobState.EXPIRED, JobState.CANCELLED}  # fmt: skip
 POLL_S = 1
-SETTLE_NEXT = ("its settlement is next: the market settles a payout at or above the ledger's "
-               "minimum UTxO in its next batch, and the provider a smaller one itself within "
-               "about a minute (its small-payout wait); your lock comes back then, less the "
-               "cost and the fee allowance")  # fmt: skip
 TAIL_LINES = 8
 
 

@@ -37,6 +37,7 @@ from offchain.market.models import (
 )
 from offchain.market.services.chain import parse_ref
 from offchain.market.services.jobs import now_ms
+from offchain.protocol.job.job_state import SETTLE_NEXT
 from offchain.protocol.ledger.payloads import receipt_payload, sign
 from tests.explorer.conftest import START_MS, explorer_over
 
@@ -494,3 +495,15 @@ def test_a_cpu_provider_shows_its_bundle_and_price_and_no_blank_gpu_row(client):
     assert page["cpu_bundles"] == [{"cpu_cores": 4, "memory_mib": 8192, "price_per_unit": 50}]
     shown = seen(client.get(f"/explorer/providers/{cpu}").text)
     assert "CPU bundles 4 cores, 8192 MiB at 0.180000 ADA per hour" in shown, shown
+
+
+def test_a_completed_job_says_what_is_left_to_happen(client):
+    with Session(client.app.state.engine) as session:
+        job = session.get(Job, f"{0:032x}")
+        job.state = JobState.COMPLETED
+        session.add(job)
+        session.commit()
+    text = seen(client.get(f"/explorer/jobs/{0:032x}").text)
+    assert f"Completed: its receipt is signed; {SETTLE_NEXT}." in text, text
+    other = seen(client.get(f"/explorer/jobs/{1:032x}").text)  # failed: no such line
+    assert "its settlement is next" not in other

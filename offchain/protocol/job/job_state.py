@@ -31,3 +31,10 @@ class CancelState(StrEnum):
     SIGNED = "signed"  # the provider's witness is in: the renter adds its own and submits
     STOPPING = "stopping"  # the job had started: stopped, billed for the units it used
     REFUSED = "refused"  # the provider would not sign that transaction (`cancel_refusal`)
+
+
+# What is left once a job is `completed` (its receipt signed), as every surface says it.
+SETTLE_NEXT = ("its settlement is next: the market settles a payout at or above the ledger's "
+               "minimum UTxO in its next batch, and the provider a smaller one itself within "
+               "about a minute (its small-payout wait); the renter's lock comes back then, less "
+               "the cost and the fee allowance")  # fmt: skip
