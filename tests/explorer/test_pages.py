@@ -507,3 +507,8 @@ def test_a_completed_job_says_what_is_left_to_happen(client):
     assert f"Completed: its receipt is signed; {SETTLE_NEXT}." in text, text
     other = seen(client.get(f"/explorer/jobs/{1:032x}").text)  # failed: no such line
     assert "its settlement is next" not in other
+
+
+def test_table_amounts_show_their_lovelace_on_hover(client):
+    page = client.get("/explorer/channels").text
+    assert '<span title="7,000,000 lovelace">7.000000 ADA</span>' in page  # each one's put in

@@ -9,6 +9,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from markupsafe import Markup
+
 from offchain.protocol.job.job_state import SETTLE_NEXT
 from offchain.protocol.job.outcome import describe
 from offchain.protocol.ledger.amounts import ada as exact_ada
@@ -26,6 +28,13 @@ def ada(lovelace: int | None) -> str:
     """`12.500000 ADA` from 12_500_000, as the CLI and the dApp write it: whole ADA with
     thousands, all 6 decimals (every amount in a column lines up, to the lovelace)."""
     return "—" if lovelace is None else exact_ada(lovelace)
+
+
+def amount(lovelace: int | None) -> Markup:
+    """A table's amount: ADA with its 6 decimals, the lovelace on hover (its title)."""
+    if lovelace is None:
+        return Markup("—")
+    return Markup('<span title="{:,} lovelace">{}</span>').format(lovelace, ada(lovelace))
 
 
 def when(posix_ms: int | None) -> str:
@@ -159,7 +168,7 @@ def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, Any]]:
     return bars
 
 
-FILTERS = {"ada": ada, "when": when, "when_left": when_left, "per_hour": per_hour,
+FILTERS = {"ada": ada, "amount": amount, "when": when, "when_left": when_left, "per_hour": per_hour,
            "duration": duration, "short": short, "percent": percent}  # fmt: skip
 GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars, "ended": describe,
            "settle_next": SETTLE_NEXT,
