@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from consumer.cli.main import Env, Json, command, emit, write_example
+from consumer.cli.example import EXAMPLE_SERVICE_SPEC
+from consumer.cli.main import Env, Json, command, emit, init_command
 from consumer.sdk.errors import ConsumerError
 from offchain.protocol.ledger.amounts import ada
 
@@ -168,18 +169,7 @@ def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False
                                 rows))  # fmt: skip
 
 
-@app.command("init")
-def init(
-    path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
-        "svc.yaml"
-    ),
-    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
-    as_json: Json = False,
-) -> None:
-    """Write a commented example service spec to edit."""
-    from consumer.cli.example import EXAMPLE_SERVICE_SPEC
-
-    write_example(path, EXAMPLE_SERVICE_SPEC, force, as_json, "endpoint deploy")
+init_command(app, "service", "svc.yaml", EXAMPLE_SERVICE_SPEC, "endpoint deploy")
 
 
 @command(app, "deploy")

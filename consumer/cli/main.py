@@ -256,28 +256,33 @@ def request_key(env: Env) -> "RequestKey | ConsumerKey":
 # --- job -----------------------------------------------------------------------------------
 
 
-@job_app.command("init")
-def init(
-    path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
-        "job.yaml"
-    ),
-    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
-    as_json: Json = False,
-) -> None:
-    """Write a commented example job spec to edit."""
-    write_example(path, EXAMPLE_SPEC, force, as_json, "job submit")
+def init_command(app: typer.Typer, what: str, default: str, text: str, then: str) -> None:
+    """Register `init` on `app`: it writes the commented example `what` spec `text` (to
+    `default` unless told), not over a file unless --force, and says the command (`then`)
+    that takes it next."""
+
+    def init(
+        path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
+            default
+        ),
+        force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+        as_json: Json = False,
+    ) -> None:
+        if path.exists() and not force:
+            fail(as_json, "FileExists", f"{path} exists (use --force to replace it)",
+                 path=str(path))  # fmt: skip
+        try:
+            path.write_text(text)
+        except OSError as exc:
+            file_error(as_json, exc)
+        emit(as_json, {"path": str(path)},
+             f"wrote {path}: edit it, then `unchained {then} {path}`")  # fmt: skip
+
+    init.__doc__ = f"Write a commented example {what} spec to edit."
+    app.command("init")(init)
 
 
-def write_example(path: Path, text: str, force: bool, as_json: bool, then: str) -> None:
-    """Write the example spec `text` to `path` (not over a file unless `force`); say the
-    command (`then`) that takes it next."""
-    if path.exists() and not force:
-        fail(as_json, "FileExists", f"{path} exists (use --force to replace it)", path=str(path))
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        file_error(as_json, exc)
-    emit(as_json, {"path": str(path)}, f"wrote {path}: edit it, then `unchained {then} {path}`")
+init_command(job_app, "job", "job.yaml", EXAMPLE_SPEC, "job submit")
 
 
 def quote_summary(quote: "CheckedQuote", lock_fee: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from provider.images.recipes import BUSYBOX_REPOSITORY
 from provider.sandbox.runner import Runner
 from tests.provider.chain import deployed
 from tests.provider.fake_nvml import fake_nvml  # noqa: F401  (a fixture of the provider's tests)
+from tests.provider.test_gateway_support import serving, upstream
 from tests.registry import LocalRegistry
 
 
@@ -91,3 +92,10 @@ def fake_mps(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("PATH", f"{FAKE_MPS}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_MPS_LOG", str(log))
     return log
+
+
+@pytest.fixture(scope="module")
+def upstream_url() -> Iterator[str]:
+    """A plain service under uvicorn (`test_gateway_support.upstream`) for a module's gateway."""
+    with serving(upstream) as url:
+        yield url

@@ -24,17 +24,10 @@ from tests.provider.test_gateway_support import (
     iou,
     running,
     serving,
-    upstream,
 )
 
 PRICE = 1_000
 MAX_BODY = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def upstream_url() -> Iterator[str]:
-    with serving(upstream) as url:
-        yield url
 
 
 @pytest.fixture

@@ -34,7 +34,6 @@ from tests.provider.test_gateway_support import (
     iou,
     running,
     serving,
-    upstream,
 )
 
 PRICE = 1_000
@@ -42,12 +41,6 @@ VICTIM = PaymentSigningKey.generate()
 VICTIM_CHANNEL = b"\x03" * 28
 ENDPOINT_SLOTS, RENTER_SLOTS = 8, 12
 LOOSE = ConnectionLimits(header_timeout_s=30, total=1000, per_address=1000)
-
-
-@pytest.fixture(scope="module")
-def upstream_url() -> Iterator[str]:
-    with serving(upstream) as url:
-        yield url
 
 
 @pytest.fixture

@@ -36,7 +36,6 @@ from tests.provider.test_gateway_support import (
     iou,
     running,
     serving,
-    upstream,
 )
 
 PRICE = 1_000
@@ -48,12 +47,6 @@ SPEC: dict[str, Any] = {
     "price_per_request": PRICE, "resources": {"cpu_cores": 1, "memory_mib": 256},
 }  # fmt: skip
 UNKNOWN_CHANNEL = b"\x0a" * 28
-
-
-@pytest.fixture(scope="module")
-def upstream_url() -> Iterator[str]:
-    with serving(upstream) as url:
-        yield url
 
 
 @pytest.fixture
