@@ -505,6 +505,7 @@ def test_a_completed_job_says_what_is_left_to_happen(client):
         session.commit()
     text = seen(client.get(f"/explorer/jobs/{0:032x}").text)
     assert f"Completed: its receipt is signed; {SETTLE_NEXT}." in text, text
+    assert client.get(f"/api/explorer/jobs/{0:032x}").json()["job"]["next"] == SETTLE_NEXT
     other = seen(client.get(f"/explorer/jobs/{1:032x}").text)  # failed: no such line
     assert "its settlement is next" not in other
 

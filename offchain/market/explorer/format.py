@@ -11,7 +11,6 @@ from typing import Any
 
 from markupsafe import Markup
 
-from offchain.protocol.job.job_state import SETTLE_NEXT
 from offchain.protocol.job.outcome import describe
 from offchain.protocol.ledger.amounts import ada as exact_ada
 
@@ -171,5 +170,4 @@ def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, Any]]:
 FILTERS = {"ada": ada, "amount": amount, "when": when, "when_left": when_left, "per_hour": per_hour,
            "duration": duration, "short": short, "percent": percent}  # fmt: skip
 GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars, "ended": describe,
-           "settle_next": SETTLE_NEXT,
            "chart_w": CHART_W, "chart_h": CHART_H, "label_h": LABEL_H}  # fmt: skip

@@ -43,6 +43,7 @@ from offchain.market.services.id_prefix import full_id
 from offchain.market.services.offers import SLICED, slice_terms
 from offchain.market.services.storage import blob_path
 from offchain.protocol.checks.bond_check import covers_before
+from offchain.protocol.job.job_state import SETTLE_NEXT
 from offchain.protocol.job.metering import MeteringRecord
 from offchain.protocol.ledger.split import settle_split
 from offchain.protocol.tx.deployment import Deployment
@@ -497,6 +498,8 @@ def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> di
             "escrow_ref": job.escrow_ref, "settle_tx": job.settle_tx,
             "result_sha256": job.result_sha256, "cancel": _cancel(job, events),
             "never_ran": _never_ran(job),
+            # what is left to happen, where the job waits on no one's action
+            "next": SETTLE_NEXT if job.state == S.COMPLETED else None,
         },
         "events": [_event_row(e) for e in events],
         "receipt": _receipt(job, ctx.scripts),

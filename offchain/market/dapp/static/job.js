@@ -24,6 +24,7 @@ async function refresh() {
   document.getElementById("state").textContent = job.state;
   document.getElementById("outcome").textContent =
     job.outcome ? `${job.outcome}${job.exit_code === null ? "" : ` (exit ${job.exit_code})`}` : "—";
+  document.getElementById("next").textContent = job.next || "—"; // e.g. the settle after completed
   document.getElementById("escrow").textContent = job.escrow_ref || "—";
   document.getElementById("result").textContent = job.result_sha256 || "—";
   document.getElementById("download").hidden = !(connected && receipt && job.result_sha256);
