@@ -49,11 +49,15 @@ async def test_wallet_balance_and_offers_search(market, provider, devnet, tmp_pa
     env = cli_env(market, devnet, key, tmp_path / "state")
     code, shown = run_json(env, "wallet", "balance", cwd=tmp_path)
     assert code == 0 and shown == {"address": str(funded.address), "lovelace": 12_345_678,
-                                   "locked_lovelace": 0}  # fmt: skip
+                                   "locked_lovelace": 0, "channels_lovelace": 0,
+                                   "total_lovelace": 12_345_678}  # fmt: skip
     done = run(env, "wallet", "balance", cwd=tmp_path)
     assert done.stdout.strip().splitlines() == [
         f"12.345678 ADA spendable at {funded.address}",
         "0.000000 ADA locked in open escrows (your jobs recorded here, on chain now)",
+        "0.000000 ADA in open channels (yours recorded here, on chain now: what is not claimed "
+        "comes back at the close)",
+        "12.345678 ADA in all",
     ]
 
     offer = await provider.offer()
