@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from offchain.core.serving import KEEP_ALIVE_S
+
 # A spawned worker answers the supervisor's health check only once it has imported the app
 # (pycardano and all): uvicorn's 5 s default kills it as hung on a busy machine.
 WORKER_START_S = 120
@@ -52,7 +54,13 @@ def serve(
         raise typer.Exit(2) from exc
     host, port = settings.host, settings.port
     if workers == 1:
-        uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log)
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            access_log=access_log,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
         return
     engine = make_engine(settings)
     upgrade(engine)  # once, before the workers start (each would race to create the tables)
@@ -60,4 +68,4 @@ def serve(
     os.environ[SETTINGS_ENV] = settings.model_dump_json()  # each worker's app factory reads it
     uvicorn.run(f"{from_environment.__module__}:{from_environment.__name__}", factory=True,
                 workers=workers, timeout_worker_healthcheck=WORKER_START_S, host=host, port=port,
-                access_log=access_log)  # fmt: skip
+                access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from offchain.core.serving import KEEP_ALIVE_S
 from offchain.protocol.job.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.capacity import slots_of
 from provider.cli.bond import app as bond_app
@@ -375,5 +376,5 @@ def gateway(
 
     forwarding = with_tcp_forwarder(app, host.strip("[]"))
     http = guarded_protocol(ConnectionLimits())  # slowloris, connections per address
-    uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning",
-                http=http, loop="uvloop", access_log=False)  # fmt: skip
+    uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning", http=http,
+                loop="uvloop", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip

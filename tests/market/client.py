@@ -16,6 +16,7 @@ import uvicorn
 from pycardano import Network, PaymentSigningKey
 
 from devnet.process import free_port
+from offchain.core.serving import KEEP_ALIVE_S
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
 from offchain.protocol.api.signed_request import RequestFields, sign_request
@@ -26,7 +27,13 @@ from offchain.protocol.tx.txbuild import Wallet
 def serve(settings: MarketSettings) -> Iterator[str]:
     """The market on a free local port for the duration; yields its base URL."""
     port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

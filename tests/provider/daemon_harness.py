@@ -26,6 +26,7 @@ import uvicorn
 
 from devnet.process import DevnetProcess, free_port
 from offchain.chain.utxo import format_out_ref
+from offchain.core.serving import KEEP_ALIVE_S
 from offchain.market.app import create_app
 from offchain.market.settings import MarketSettings
 from offchain.protocol.api.wire import EscrowParameters
@@ -245,7 +246,13 @@ class MarketServer:
 
     def start(self) -> MarketServer:
         app = create_app(self.settings)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
