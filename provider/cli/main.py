@@ -319,6 +319,7 @@ def status(
     )  # fmt: skip
     from provider.gpu import share as gpu_share
     from provider.money.channel_book import ChannelBook
+    from provider.money.own_transactions import OwnTransactions
 
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
@@ -331,7 +332,8 @@ def status(
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
         gpus = host_gpu_processes(inventory, renter_containers())  # the operator's too
-        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book, gpus)
+        own = OwnTransactions.in_state_dir(state)
+        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book, own, gpus)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))
 
 
