@@ -69,13 +69,14 @@ def deploy_command(
 
     from offchain.chain.context import chain_context, quiet_chain_clients
     from offchain.chain.submit import UNREACHABLE, submit_confirmed
+    from offchain.core.sealed_keys import read_key_text
     from offchain.protocol.tx import deployment_file
     from offchain.protocol.tx.deployment import deploy
     from offchain.protocol.tx.txbuild import Wallet
 
     quiet_chain_clients()
     try:
-        key = PaymentSigningKey.load(str(wallet))
+        key = PaymentSigningKey.from_json(read_key_text(wallet))  # sealed or plain
     except (OSError, ValueError, KeyError, CBORError, PyCardanoException) as exc:
         raise fail(f"no signing key at {wallet} ({exc}); pass one with --wallet") from exc
     try:

@@ -285,13 +285,16 @@ def run(
 ) -> None:
     """Run the provider daemon: offer this machine on the market, take and run jobs, deliver
     results and receipts, settle unsettled receipts itself; SIGTERM stops it gracefully."""
+    from offchain.core.sealed_keys import plain_key_warning
     from provider.daemon.chain import Chain
     from provider.daemon.main import Daemon
+    from provider.keys import key_path
 
     given_flags = given(flags.state_dir, market_url=market_url, market_identity=market_identity)
     settings, inventory = provider_config(flags.config, given_flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
+    plain_key_warning(key_path(settings.runner.state_dir))
     context, made = open_deployment(flags.ogmios_url, flags.deployment)
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
