@@ -300,9 +300,7 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
     plain_key_warning(key_path(settings.runner.state_dir))
-    context, made = open_deployment(
-        flags.ogmios_url, flags.deployment, flags.network, follows=True
-    )
+    context, made = open_deployment(flags.ogmios_url, flags.deployment, flags.network, follows=True)
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         asyncio.run(Daemon(settings, inventory, chain).run())
