@@ -27,7 +27,7 @@ def test_versions_read_as_ogmios_and_our_devnet_write_them():
     assert parse_version("v6.14.0") == OgmiosVersion(6, 14, 0)
     assert parse_version("v6.14.0 (unchained devnet)") == OgmiosVersion(6, 14, 0)
     assert parse_version("6.9") == OgmiosVersion(6, 9, 0)
-    with pytest.raises(OgmiosSetupError, match="'nightly', which names no version: run Ogmios 6.x"):
+    with pytest.raises(OgmiosSetupError, match=r"'nightly', which names no version: run"):
         parse_version("nightly")
     assert health_url("ws://node:1337") == "http://node:1337/health"
     assert health_url("wss://ogmios.example/v6/") == "https://ogmios.example/v6/health"
