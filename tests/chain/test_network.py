@@ -30,9 +30,10 @@ def test_the_setting_names_a_known_network_or_a_magic():
     assert parse_network("devnet") == parse_network("42") == ChainNetwork(42)
     custom = parse_network("4242")
     assert (custom.name, str(custom), custom.network_id) == ("magic 4242", "magic 4242", 0)
-    assert parse_network("mainnet").pycardano is Network.MAINNET and str(
-        parse_network("mainnet")
-    ) == "mainnet (magic 764824073)"
+    assert (
+        parse_network("mainnet").pycardano is Network.MAINNET
+        and str(parse_network("mainnet")) == "mainnet (magic 764824073)"
+    )
     assert parse_network("preprod").pycardano is Network.TESTNET
 
 
