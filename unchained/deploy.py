@@ -60,8 +60,8 @@ def deploy_command(
     ] = REFUND_WINDOW_MS,
     network: NetworkOption = DEFAULT_NETWORK,
 ) -> None:
-    """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT. Nothing
-    is signed before the node is found to run the network `--network` names."""
+    """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
+    # nothing is signed before the node is found to run the network `--network` names
     if notice_ms <= refund_window_ms:
         # a bond covers jobs closing before its notice's end less the refund window: none
         raise fail(
