@@ -77,8 +77,8 @@ def deploy_command(
     from offchain.chain.follower import tip_point
     from offchain.chain.startup import check_start
     from offchain.chain.submit import UNREACHABLE, submit_confirmed
-    from offchain.core.sealed_keys import read_key_text
     from offchain.core.errors import UnchainedError
+    from offchain.core.sealed_keys import read_key_text
     from offchain.protocol.tx import deployment_file
     from offchain.protocol.tx.deployment import deploy
     from offchain.protocol.tx.txbuild import Wallet

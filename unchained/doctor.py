@@ -125,12 +125,13 @@ def wallet(setup: Setup) -> str | None:
     from pycardano.exception import PyCardanoException
 
     from offchain.chain.ogmios import utxo_lovelace
+    from offchain.core.sealed_keys import read_key_text
     from offchain.protocol.tx.txbuild import Wallet
 
     if setup.wallet is None:
         return None
     try:
-        key = PaymentSigningKey.load(str(setup.wallet))
+        key = PaymentSigningKey.from_json(read_key_text(setup.wallet))  # sealed or plain
     except (OSError, ValueError, KeyError, CBORError, PyCardanoException) as exc:
         raise Problem(f"no signing key at {setup.wallet} ({exc})") from exc
     address = str(Wallet.of(key, setup.network.pycardano).address)
