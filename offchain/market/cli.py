@@ -52,6 +52,7 @@ def serve(
     except MarketRefusal as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
+    checked_chain(settings.ogmios_url, settings.deployment)
     host, port = settings.host, settings.port
     if workers == 1:
         uvicorn.run(
@@ -69,3 +70,20 @@ def serve(
     uvicorn.run(f"{from_environment.__module__}:{from_environment.__name__}", factory=True,
                 workers=workers, timeout_worker_healthcheck=WORKER_START_S, host=host, port=port,
                 access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+
+
+def checked_chain(url: str, deployment: Path) -> None:
+    """Before serving: the node runs the deployment's network, Ogmios is a supported version
+    and sends transactions' CBOR (the follower reads them); exit 1 saying what to change."""
+    from offchain.chain.ogmios import UNREACHABLE
+    from offchain.core.errors import UnchainedError
+    from offchain.protocol.tx.deployment_start import check_follower
+
+    try:
+        check_follower(url, deployment)
+    except UnchainedError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    except UNREACHABLE as exc:
+        typer.echo(f"cannot reach Ogmios at {url}: {exc}", err=True)
+        raise typer.Exit(1) from exc

@@ -83,3 +83,22 @@ def test_the_renters_cli_says_the_mismatch_and_exits_1(devnet, tmp_path):
                                       "mainnet", "--state-dir", str(tmp_path)])  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "but the network setting is mainnet (magic 764824073)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("stand_in", "said"),
+    [
+        (StandIn("v6.14.0", include_cbor=False), "restart Ogmios with --include-cbor"),
+        (StandIn("v7.0.0"), "Ogmios 7.0.0 is newer than Unchained supports"),
+        (StandIn("v6.14.0", magic=2), "was deployed on devnet (magic 42), but the node runs "
+         "preview (magic 2): pass the deployment made on preview"),
+    ],
+)  # fmt: skip
+def test_the_market_refuses_to_serve_on_a_chain_it_cannot_follow(stand_in, said, tmp_path):
+    path = deployment_at(tmp_path / "deployment.json")
+    with Running(stand_in) as ogmios:
+        result = CliRunner().invoke(app, ["market", "serve", "--ogmios-url", ogmios.url,
+                                          "--deployment", str(path), "--data-dir",
+                                          str(tmp_path / "market")])  # fmt: skip
+    assert result.exit_code == 1 and said in result.stderr, result.output
+    assert not (tmp_path / "market").exists()  # refused before any database was made

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from offchain.chain.network import ChainNetwork, check_deployment
+from offchain.chain.network import ChainNetwork, check_deployment, node_network
 from offchain.chain.startup import check_start
 from offchain.protocol.tx import deployment_file
 
@@ -29,3 +29,15 @@ def open_checked(
     check_start(url, network, record.published_after if follows else None)
     context = chain_context(url, network.pycardano)
     return context, deployment_file.load(path, context)
+
+
+def check_follower(url: str, path: Path) -> ChainNetwork:
+    """The start-up checks of a process that follows the chain for a deployment and has no
+    network setting of its own (the market): the file was made on the node's network, Ogmios
+    is in the version window and sends transactions' CBOR. Returns the node's network; raises
+    as `open_checked`."""
+    record = deployment_file.read_record(path)
+    node = node_network(url)
+    check_deployment(node, record.network_id, record.network_magic, path, "the node runs")
+    check_start(url, node, record.published_after)
+    return node
