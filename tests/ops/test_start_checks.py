@@ -5,11 +5,12 @@ stand-in of tests/chain/ogmios_standin.py) are refused with what to change."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import typer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from consumer.cli.main import Env, on_chain
 from offchain.chain.network import NetworkMismatch, NetworkSettingError
@@ -102,3 +103,17 @@ def test_the_market_refuses_to_serve_on_a_chain_it_cannot_follow(stand_in, said,
                                           str(tmp_path / "market")])  # fmt: skip
     assert result.exit_code == 1 and said in result.stderr, result.output
     assert not (tmp_path / "market").exists()  # refused before any database was made
+
+
+def test_the_renters_wallet_is_made_for_the_network_set_and_a_bad_setting_is_refused(tmp_path):
+    def wallet(*args: str) -> Result:
+        return CliRunner().invoke(app, ["wallet", *args, "--json"])
+
+    made = wallet("new", "--key", str(tmp_path / "main.skey"), "--network", "mainnet")
+    assert made.exit_code == 0 and json.loads(made.stdout)["address"].startswith("addr1")
+    made = wallet("address", "--key", str(tmp_path / "main.skey"), "--network", "preprod")
+    assert json.loads(made.stdout)["address"].startswith("addr_test1")
+    refused = wallet("new", "--key", str(tmp_path / "other.skey"), "--network", "prepod")
+    assert refused.exit_code == 1 and not (tmp_path / "other.skey").exists()
+    error = json.loads(refused.stdout)
+    assert error["error"] == "NetworkSettingError" and "'prepod' is not one of" in error["message"]
