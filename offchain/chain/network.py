@@ -114,12 +114,16 @@ def check_deployment(
     """NetworkMismatch when the deployment file at `path` was made for another network than
     `setting` (its magic when it records one, else its network id)."""
     if magic is not None and magic != setting.magic:
-        made = ChainNetwork(magic)
+        where = str(ChainNetwork(magic))
     elif network_id != setting.network_id:
-        made = ChainNetwork(MAINNET_MAGIC) if network_id == 1 else None
+        mainnet = network_id == 1
+        where = (
+            str(ChainNetwork(MAINNET_MAGIC))
+            if mainnet
+            else f"a test network (network id {network_id})"
+        )
     else:
         return
-    where = str(made) if made else f"a test network (network id {network_id})"
     raise NetworkMismatch(
         f"{path} was deployed on {where}, but {setting_is} {setting}: pass the "
         f"deployment made on {setting.name}, or deploy there"
