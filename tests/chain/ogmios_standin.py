@@ -30,11 +30,12 @@ TX_CBOR = "84a0a0f5f6"  # what the server would add under --include-cbor (shape,
 
 @dataclasses.dataclass
 class StandIn:
-    """One stand-in Ogmios: its version, its node's network magic, its CBOR flag, and the
-    rewards it holds per script credential (hex)."""
+    """One stand-in Ogmios: its version, its node's network magic and synchronization (as
+    `/health` reports it), its CBOR flag, and the rewards it holds per script credential."""
 
     version: str
     magic: int = 42
+    synchronization: float = 1.0
     include_cbor: bool = True
     rewards: dict[str, int] = dataclasses.field(default_factory=dict)
     port: int = dataclasses.field(default_factory=free_port)
@@ -53,7 +54,7 @@ class StandIn:
         if request.path != "/health":
             return None  # a WebSocket handshake
         document = {"version": self.version, "connectionStatus": "connected",
-                    "networkSynchronization": 1.0}  # fmt: skip
+                    "networkSynchronization": self.synchronization}  # fmt: skip
         return connection.respond(HTTPStatus.OK, json.dumps(document))
 
     async def session(self, ws: ServerConnection) -> None:

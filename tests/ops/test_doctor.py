@@ -1,7 +1,9 @@
 """`unchained doctor` and `unchained deploy`'s network check against real set-ups: the devnet
 with a deployment and a funded wallet (all good), and each misfit made real here: a wrong
 network setting, a dead Ogmios port, a deployment file from another chain, an empty wallet,
-a chain whose clock runs ahead of this machine's (devnet time travel)."""
+a chain whose clock runs ahead of this machine's (devnet time travel). A node still syncing
+and an Ogmios 7 cannot run here: the labelled stand-in of tests/chain/ogmios_standin.py serves
+them."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typer.testing import CliRunner, Result
 from devnet.process import free_port
 from offchain.chain.ogmios import request, utxo_lovelace
 from offchain.protocol.tx import deployment_file
+from tests.chain.ogmios_standin import Running, StandIn
 from unchained.cli import app
 
 CHECKS = ("ogmios", "version", "node", "network", "deployment", "cbor", "wallet", "clock")
@@ -122,3 +125,27 @@ def test_deploy_refuses_another_networks_node_before_signing(devnet, tmp_path):
     assert "runs devnet (magic 42), but the network setting is mainnet" in result.stderr
     assert not path.exists()
     assert utxo_lovelace(devnet.url, {"addresses": [payer]}) == before
+
+
+def test_doctor_on_a_node_still_syncing_and_before_the_deploy(tmp_path):
+    """A fresh preprod node (served by the labelled stand-in: no real node runs here) half
+    synced, and no deployment file yet: what a newcomer meets first."""
+    with Running(StandIn("v6.14.0", magic=1, synchronization=0.5)) as ogmios:
+        result = doctor(ogmios.url, tmp_path / "deployment.json", "--network", "preprod")
+    assert result.exit_code == 1
+    found = findings(result)
+    assert found["node"] == ("FAIL", "the node is 50.00% synced: wait until it reaches the "
+                             "tip before deploying or serving")  # fmt: skip
+    assert found["network"] == ("ok", "the node runs preprod (magic 1)")
+    status, detail = found["deployment"]
+    assert status == "FAIL" and "deploy the contracts first" in detail
+    assert found["clock"] == ("skip", "needs node") and found["wallet"][0] == "skip"
+
+
+def test_doctor_on_an_ogmios_7_says_which_to_run(tmp_path):
+    with Running(StandIn("v7.0.0")) as ogmios:
+        result = doctor(ogmios.url, tmp_path / "deployment.json")
+    found = findings(result)
+    assert result.exit_code == 1 and found["version"][0] == "FAIL"
+    assert "run Ogmios 6.x" in found["version"][1]
+    assert found["deployment"] == ("skip", "needs version")
