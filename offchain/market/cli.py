@@ -54,6 +54,7 @@ def serve(
         "deployment": deployment, "identity": identity, "host": host, "port": port,
     }  # fmt: skip
     settings = settings_of(config, flags)
+    checked_chain(settings.ogmios_url, settings.deployment)
     host, port = settings.host, settings.port
     if workers == 1:
         uvicorn.run(
@@ -108,3 +109,20 @@ def migrate_once(settings: MarketSettings) -> None:
         upgrade(engine)
     finally:
         engine.dispose()
+
+
+def checked_chain(url: str, deployment: Path) -> None:
+    """Before serving: the node runs the deployment's network, Ogmios is a supported version
+    and sends transactions' CBOR (the follower reads them); exit 1 saying what to change."""
+    from offchain.chain.ogmios import UNREACHABLE
+    from offchain.core.errors import UnchainedError
+    from offchain.protocol.tx.deployment_start import check_follower
+
+    try:
+        check_follower(url, deployment)
+    except UnchainedError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    except UNREACHABLE as exc:
+        typer.echo(f"cannot reach Ogmios at {url}: {exc}", err=True)
+        raise typer.Exit(1) from exc

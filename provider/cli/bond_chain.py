@@ -38,7 +38,7 @@ class ProviderOnChain(ProviderBonds):
 
 
 def provider_on_chain(flags: ChainFlags) -> ProviderOnChain:
-    context, deployment = open_deployment(flags.ogmios_url, flags.deployment)
+    context, deployment = open_deployment(flags.ogmios_url, flags.deployment, flags.network)
     key = load_key(flags.state)
     wallet = Wallet.of(key, deployment.network)
     own = OwnTransactions.in_state_dir(flags.state)
