@@ -68,8 +68,8 @@ def request_job(
             job, offer = match(session, settings, chain.deployment, now, signed, request)
             owner = offers.provider(session, offer.provider_id)
         with suppress_type_checks():  # QUIET_CBOR
-            quote_terms.fit_allowance(chain, settings, job)
-            acceptance.refuse(chain, settings, job, offer, owner, request.spec, now)
+            datum = quote_terms.fit_allowance(chain, settings, job)
+            acceptance.refuse(chain, settings, job, offer, owner, request.spec, now, datum)
     except UnchainedError:
         with writing(engine), engine.begin() as connection:
             nonce.spend(connection)
