@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, or_
 from sqlmodel import Session, col, select
 
 from offchain.market.errors import Conflict
@@ -27,12 +26,18 @@ def images_of(body: str) -> ImageSupply:
     return ImageSupply.of(images, terms.get("pulls_images", False))
 
 
-def may_run(image: str) -> ColumnElement[bool]:
-    """What the body of an offer that runs `image` contains (necessary when it names the image
-    as docker does, as daemons do; the search decides)."""
-    body = col(Offer.body)
-    return or_(body.contains(normal_image(image), autoescape=True),
-               body.contains('"pulls_images":true'))  # fmt: skip
+ESCAPE = "/"  # the LIKE escape of `named`
+PULLS = '"pulls_images":true'  # in the body of an offer that pulls what it lacks
+
+
+def named(image: str) -> str:
+    """`image` as docker names it (as daemons do), its LIKE wildcards escaped with ESCAPE: what
+    the body of an offer that runs it contains (necessary, unless it pulls: the search
+    decides). SQLAlchemy's autoescape, for a value bound per query."""
+    text = normal_image(image)
+    for special in (ESCAPE, "%", "_"):
+        text = text.replace(special, ESCAPE + special)
+    return text
 
 
 def first_running(

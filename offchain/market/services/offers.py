@@ -17,12 +17,13 @@ when none does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pycardano import Address, PaymentVerificationKey
-from sqlalchemy import ColumnElement, and_, case, func, or_
+from sqlalchemy import ColumnElement, Select, Subquery, and_, bindparam, case, func, or_
 from sqlmodel import Session, col, select
 
 from offchain.market import db
@@ -203,13 +204,16 @@ def records(
     offer), freshest provider first; with `limit`, the cheapest `limit` of those meeting
     `where`, in the order a job's search sorts them (price, then freshest). With `slices`,
     each offer's GPU slices follow it as records of their own (its body is read then)."""
-    busy = (
-        select(Job.provider_id, Job.gpu_model, func.count().label("jobs"),
-               func.sum(case((SLICED, 1), else_=0)).label("sliced"))
-        .where(col(Job.state).in_(BUSY))
-        .group_by(col(Job.provider_id), col(Job.gpu_model))
-        .subquery()
-    )  # fmt: skip
+    query = records_query(where, cheapest=limit is not None, slices=slices).limit(limit)
+    return read_records(session, query, {}, availability, slices)
+
+
+def records_query(
+    where: Sequence[ColumnElement[bool]], cheapest: bool, slices: bool
+) -> Select[Any]:
+    """`records`' statement: active offers meeting `where`, with what holds their slots
+    (`busy`), freshest provider first or, `cheapest`, by price first."""
+    busy = _busy()
     same = and_(busy.c.provider_id == Offer.provider_id, busy.c.gpu_model == Offer.gpu_model)
     sliced = func.coalesce(busy.c.sliced, 0)
     columns = [getattr(Offer, name) for name in TERMS] + [
@@ -218,16 +222,35 @@ def records(
         *([Offer.body] if slices else []),
     ]  # fmt: skip
     order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
-    query = (
+    return (
         select(*columns)
         .join(Provider, col(Offer.provider_id) == col(Provider.id))
         .outerjoin(busy, same)
         .where(col(Offer.active), *where)
-        .order_by(*([col(Offer.price_per_unit)] if limit else []), *order)
-        .limit(limit)
+        .order_by(*([col(Offer.price_per_unit)] if cheapest else []), *order)
     )
+
+
+@functools.cache
+def _busy() -> Subquery:
+    """Each provider's jobs holding a slot, per GPU model, and how many of them hold a slice
+    (one subquery for every statement: it has no parameter of its own)."""
+    return (
+        select(Job.provider_id, Job.gpu_model, func.count().label("jobs"),
+               func.sum(case((SLICED, 1), else_=0)).label("sliced"))
+        .where(col(Job.state).in_(BUSY))
+        .group_by(col(Job.provider_id), col(Job.gpu_model))
+        .subquery()
+    )  # fmt: skip
+
+
+def read_records(
+    session: Session, query: Select[Any], params: Mapping[str, Any], availability: Availability,
+    slices: bool,
+) -> list[OfferRecord]:  # fmt: skip
+    """The rows of a `records_query` as search records (a core read: no ORM objects)."""
     found = []
-    for row in session.exec(query):
+    for row in session.connection().execute(query, dict(params)):
         offer = row._mapping
         away = availability.away(offer)
         terms = {name: offer[name] for name in TERMS}
@@ -256,20 +279,43 @@ def slice_records(
     ]  # fmt: skip
 
 
-def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[bool]]:
-    """What any offer that can take `spec` has (necessary, not sufficient: the search decides):
-    the bundle, a price within the job's max, a fresh heartbeat, and its image named."""
-    wanted = spec.resources
-    return [
-        col(Offer.gpu_count) >= wanted.gpus,
-        col(Offer.vram_mib) >= wanted.min_vram_mib,
-        col(Offer.cpu_cores) >= wanted.cpu_cores,
-        col(Offer.memory_mib) >= wanted.memory_mib,
-        col(Offer.disk_mib) >= wanted.disk_mib,
-        col(Offer.price_per_unit) * spec.max_duration_s <= spec.max_price_lovelace,
-        col(Provider.last_heartbeat_ms) >= availability.since_ms,
-        offer_images.may_run(spec.image),
+@functools.cache
+def _likely_query() -> Select[Any]:
+    """The cheapest offers that could take a job (`could_take` binds its values): built once,
+    as its SQL is compiled once, rather than per quote."""
+    image = or_(col(Offer.body).contains(bindparam("image"), escape=offer_images.ESCAPE),
+                col(Offer.body).contains(offer_images.PULLS))  # fmt: skip
+    could = [
+        col(Offer.gpu_count) >= bindparam("gpus"),
+        col(Offer.vram_mib) >= bindparam("vram_mib"),
+        col(Offer.cpu_cores) >= bindparam("cpu_cores"),
+        col(Offer.memory_mib) >= bindparam("memory_mib"),
+        col(Offer.disk_mib) >= bindparam("disk_mib"),
+        col(Offer.price_per_unit) * bindparam("max_units") <= bindparam("max_price"),
+        col(Provider.last_heartbeat_ms) >= bindparam("since_ms"),
+        image,
     ]
+    return records_query(could, cheapest=True, slices=False).limit(bindparam("limit"))
+
+
+def could_take(spec: JobSpec, availability: Availability) -> dict[str, int | str]:
+    """What any offer that can take `spec` has (necessary, not sufficient: the search decides),
+    as `_likely_query`'s parameters: the bundle, a price within the job's max, a fresh
+    heartbeat, and its image named (or pulling)."""
+    wanted = spec.resources
+    return {
+        "gpus": wanted.gpus, "vram_mib": wanted.min_vram_mib, "cpu_cores": wanted.cpu_cores,
+        "memory_mib": wanted.memory_mib, "disk_mib": wanted.disk_mib,
+        "max_units": spec.max_duration_s, "max_price": spec.max_price_lovelace,
+        "since_ms": availability.since_ms, "image": offer_images.named(spec.image),
+        "limit": LIKELY,
+    }  # fmt: skip
+
+
+def likely(session: Session, spec: JobSpec, availability: Availability) -> list[OfferRecord]:
+    """The cheapest LIKELY offers that could take `spec`, in a job's search order."""
+    return read_records(session, _likely_query(), could_take(spec, availability), availability,
+                        slices=False)  # fmt: skip
 
 
 def search(session: Session, query: OfferQuery, availability: Availability) -> Search:
@@ -291,8 +337,8 @@ def best_offer(
     query = OfferQuery.for_job(spec, gpu_model)
     first = None  # a fraction's price is its slice's, no column's: every offer is read
     if not query.slices:
-        likely = records(session, availability, could_take(spec, availability), LIKELY)
-        first, _ = offer_images.first_running(session, query.search(likely).offers, spec.image)
+        cheapest = likely(session, spec, availability)
+        first, _ = offer_images.first_running(session, query.search(cheapest).offers, spec.image)
     if first is None:
         found = search(session, query, availability)
         if not found.offers:
