@@ -5,7 +5,7 @@ that keeps the offers that run a job's image."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlmodel import Session, col, select
 
@@ -41,15 +41,19 @@ def named(image: str) -> str:
 
 
 def first_running(
-    session: Session, found: Sequence[OfferRecord], image: str
-) -> tuple[OfferRecord | None, set[str]]:
+    session: Session, found: Sequence[OfferRecord], image: str,
+    known: Mapping[int | None, str] | None = None,
+) -> tuple[OfferRecord | None, set[str]]:  # fmt: skip
     """The first of `found` (in their order) whose offer runs `image`, and the images the
-    offers before it have."""
+    offers before it have; the bodies not `known` (by offer id) are read here."""
     offered: set[str] = set()
+    bodies: dict[int | None, str] = dict(known or {})
     for start in range(0, len(found), BODIES_AT_ONCE):
         chunk = found[start : start + BODIES_AT_ONCE]
-        read = select(Offer.id, Offer.body).where(col(Offer.id).in_([r.id for r in chunk]))
-        bodies = {offer_id: body for offer_id, body in session.exec(read)}
+        missing = [record.id for record in chunk if record.id not in bodies]
+        if missing:
+            read = select(Offer.id, Offer.body).where(col(Offer.id).in_(missing))
+            bodies.update((offer_id, body) for offer_id, body in session.exec(read))
         for record in chunk:
             supply = images_of(bodies[record.id])
             if supply.runs(image):

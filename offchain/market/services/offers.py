@@ -25,6 +25,7 @@ from typing import Any
 from pycardano import Address, PaymentVerificationKey
 from sqlalchemy import ColumnElement, Select, Subquery, and_, bindparam, case, func, or_
 from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import Select as ModelSelect
 
 from offchain.market import db
 from offchain.market.errors import Conflict, Invalid
@@ -209,17 +210,18 @@ def records(
 
 
 def records_query(
-    where: Sequence[ColumnElement[bool]], cheapest: bool, slices: bool
+    where: Sequence[ColumnElement[bool]], cheapest: bool, slices: bool, bodies: bool = False
 ) -> Select[Any]:
     """`records`' statement: active offers meeting `where`, with what holds their slots
-    (`busy`), freshest provider first or, `cheapest`, by price first."""
+    (`busy`), freshest provider first or, `cheapest`, by price first; each offer's body too
+    where `slices` or `bodies` needs it."""
     busy = _busy()
     same = and_(busy.c.provider_id == Offer.provider_id, busy.c.gpu_model == Offer.gpu_model)
     sliced = func.coalesce(busy.c.sliced, 0)
     columns = [getattr(Offer, name) for name in TERMS] + [
         Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
         (func.coalesce(busy.c.jobs, 0) - sliced).label("busy"), sliced.label("sliced"),
-        *([Offer.body] if slices else []),
+        *([Offer.body] if slices or bodies else []),
     ]  # fmt: skip
     order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
     return (
@@ -246,12 +248,15 @@ def _busy() -> Subquery:
 
 def read_records(
     session: Session, query: Select[Any], params: Mapping[str, Any], availability: Availability,
-    slices: bool,
+    slices: bool, bodies: dict[int | None, str] | None = None,
 ) -> list[OfferRecord]:  # fmt: skip
-    """The rows of a `records_query` as search records (a core read: no ORM objects)."""
+    """The rows of a `records_query` as search records (a core read: no ORM objects); each
+    offer's body kept in `bodies` where given."""
     found = []
     for row in session.connection().execute(query, dict(params)):
-        offer = row._mapping
+        offer = row._asdict()
+        if bodies is not None:
+            bodies[offer["id"]] = offer["body"]
         away = availability.away(offer)
         terms = {name: offer[name] for name in TERMS}
         whole = OfferRecord(**terms, online=away is None, away=away or "")
@@ -295,7 +300,7 @@ def _likely_query() -> Select[Any]:
         col(Provider.last_heartbeat_ms) >= bindparam("since_ms"),
         image,
     ]
-    return records_query(could, cheapest=True, slices=False).limit(bindparam("limit"))
+    return records_query(could, cheapest=True, slices=False, bodies=True).limit(bindparam("limit"))
 
 
 def could_take(spec: JobSpec, availability: Availability) -> dict[str, int | str]:
@@ -312,10 +317,20 @@ def could_take(spec: JobSpec, availability: Availability) -> dict[str, int | str
     }  # fmt: skip
 
 
-def likely(session: Session, spec: JobSpec, availability: Availability) -> list[OfferRecord]:
-    """The cheapest LIKELY offers that could take `spec`, in a job's search order."""
-    return read_records(session, _likely_query(), could_take(spec, availability), availability,
-                        slices=False)  # fmt: skip
+def likely(
+    session: Session, spec: JobSpec, availability: Availability
+) -> tuple[list[OfferRecord], dict[int | None, str]]:
+    """The cheapest LIKELY offers that could take `spec`, in a job's search order, and their
+    bodies by id (read in the same statement: the image check reads them next)."""
+    bodies: dict[int | None, str] = {}
+    params = could_take(spec, availability)
+    return read_records(session, _likely_query(), params, availability, False, bodies), bodies
+
+
+@functools.cache
+def _chosen_query() -> ModelSelect[Offer, Provider]:
+    """The chosen offer and its provider as ORM rows (built once, its id bound)."""
+    return select(Offer, Provider).join(Provider).where(Offer.id == bindparam("id"))
 
 
 def search(session: Session, query: OfferQuery, availability: Availability) -> Search:
@@ -337,8 +352,9 @@ def best_offer(
     query = OfferQuery.for_job(spec, gpu_model)
     first = None  # a fraction's price is its slice's, no column's: every offer is read
     if not query.slices:
-        cheapest = likely(session, spec, availability)
-        first, _ = offer_images.first_running(session, query.search(cheapest).offers, spec.image)
+        cheapest, bodies = likely(session, spec, availability)
+        matched = query.search(cheapest).offers
+        first, _ = offer_images.first_running(session, matched, spec.image, bodies)
     if first is None:
         found = search(session, query, availability)
         if not found.offers:
@@ -346,6 +362,6 @@ def best_offer(
         first, offered = offer_images.first_running(session, found.offers, spec.image)
         if first is None:
             raise offer_images.no_image(spec.image, offered, len(found.offers))
-    chosen = select(Offer, Provider).join(Provider).where(Offer.id == first.id)
-    offer, owner = session.exec(chosen).one()  # read in this session a moment ago
+    chosen = session.exec(_chosen_query(), params={"id": first.id})
+    offer, owner = chosen.one()  # read in this session a moment ago
     return offer, owner
