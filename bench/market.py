@@ -9,7 +9,8 @@
   all its workers; not wall time, which a busy shared machine stretches) per signed request
   under load and one at a time. A CPU time per submission above CPU_MS_PER_SUBMISSION_MAX (or
   the --cpu-ceiling given) fails the bench (exit 1, after the results are written): the
-  request path's cost regressed;
+  request path's cost regressed (idle_cpu_ms_per_s: what the market spends with no request,
+  its follower and scheduler, included in both);
 - by_workers: signed submissions/s, p99 and CPU ms per submission with each of --worker-sweep
   API processes (the same database and offers, the market restarted for each);
 - settled_escrows_per_min: escrows locked on the devnet, each job funded by the market's chain
@@ -89,6 +90,7 @@ LAG_SAMPLE_S = 0.02
 # here rather than in a reader's eyes.
 CPU_MS_PER_SUBMISSION_MAX = 15.0
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+IDLE_S = 3  # the market's CPU with no request, measured this long (its follower, scheduler)
 
 
 def key(name: str) -> Wallet:
@@ -391,6 +393,9 @@ async def submissions(
                                                                           next(n)))
                   for i in range(quotes)]  # fmt: skip
     before = cpu_seconds(pid)
+    await asyncio.sleep(IDLE_S)
+    idle_cpu_ms_per_s = (cpu_seconds(pid) - before) * 1000 / IDLE_S
+    before = cpu_seconds(pid)
     _, quote_ms, statuses = await load(port, sequential, 1)
     quote_cpu_ms = (cpu_seconds(pid) - before) * 1000 / quotes
     assert set(statuses) == {201}, statuses
@@ -413,6 +418,7 @@ async def submissions(
         "online_offers": len(providers),
         "cpu_ms_per_submission": round(submit_cpu_ms, 2),
         "cpu_ms_per_quote": round(quote_cpu_ms, 2),
+        "idle_cpu_ms_per_s": round(idle_cpu_ms_per_s, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -679,7 +685,7 @@ async def worker_sweep(
             market.port, pid, providers, 50, args.submissions, args.concurrency, first=first
         )
         keep = ("signed_submissions_per_s", "submit_p50_ms", "submit_p99_ms",
-                "cpu_ms_per_submission", "load_average_1m")  # fmt: skip
+                "cpu_ms_per_submission", "idle_cpu_ms_per_s", "load_average_1m")  # fmt: skip
         figures[str(workers)] = {k: measured[k] for k in keep}
     return figures
 
