@@ -28,6 +28,7 @@ from offchain.market.explorer import routes as explorer
 from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
 from offchain.market.services.leadership import Background
+from offchain.market.services.storage import import_disk_blobs
 from offchain.market.settings import MarketSettings
 from offchain.protocol.api import signed_request
 
@@ -187,6 +188,7 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         to_thread.current_default_thread_limiter().total_tokens = POOL_SIZE
         ready = upgrade if settings.migrate else check_at_head  # `market migrate` ran it
         await run_in_threadpool(ready, app.state.engine)
+        await run_in_threadpool(import_disk_blobs, app.state.engine, settings.blob_dir)
         app.state.chain = chain or await run_in_threadpool(
             Chain.connect, settings.ogmios_url, settings.deployment
         )

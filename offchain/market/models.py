@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from pycardano import TransactionInput
-from sqlalchemy import BigInteger, Column, Index, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from offchain.chain.utxo import parse_out_ref
@@ -155,6 +155,7 @@ class Job(SQLModel, table=True):
     state: JobState = _name(JobState.REQUESTED)
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
+    results_forgotten: bool = False  # its files and logs deleted after the retention
 
     # Columns a job has from its quote or its lock on, typed for code that runs past that
     # point (the API's `jobs.expect` checked the state): reading one sooner is a bug.
@@ -229,10 +230,21 @@ class LogLine(SQLModel, table=True):
 
 
 class Blob(SQLModel, table=True):
-    """A stored file, content-addressed: its bytes lie under the data dir at its sha256."""
+    """A stored file, content-addressed: its bytes are its `BlobChunk` rows, in the database,
+    so whichever host of the market a request reaches serves it."""
 
     sha256: str = Field(primary_key=True, max_length=64)
     size: int = _big()
+
+
+class BlobChunk(SQLModel, table=True):
+    """One piece of a stored file (`storage.CHUNK_BYTES`, the last one shorter), in order."""
+
+    __tablename__ = "blob_chunk"
+
+    sha256: str = Field(foreign_key="blob.sha256", primary_key=True, max_length=64)
+    seq: int = Field(primary_key=True)
+    data: bytes = Field(sa_type=LargeBinary)
 
 
 class ChainPoint(SQLModel, table=True):

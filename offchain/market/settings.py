@@ -54,6 +54,11 @@ class MarketSettings(LayeredSettings):
         "PostgreSQL advisory lock). False where `unchained market migrate` runs them once, "
         "before the hosts start.",
     )  # fmt: skip
+    result_retention_ms: int = Field(
+        30 * 24 * 3600_000, ge=0, description="A job's result archive, metering record and logs "
+        "are deleted this long after it ended (settled, refunded, cancelled or expired); 0 "
+        "keeps them.",
+    )  # fmt: skip
     quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
     settle_window_ms: int = Field(
         60 * 60_000, ge=1000, description="Each escrow's time to settle after its deadline."

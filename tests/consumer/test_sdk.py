@@ -10,14 +10,14 @@ import json
 import tarfile
 
 import pytest
+from sqlalchemy import update
 from sqlmodel import Session, select
 
 from consumer.sdk.errors import NotRefundableYet, QuoteRejected, ResultMismatch
 from consumer.sdk.session import Consumer
 from offchain.chain.utxo import format_out_ref
 from offchain.market.db import make_engine
-from offchain.market.models import Job, Offer
-from offchain.market.services import storage
+from offchain.market.models import BlobChunk, Job, Offer
 from offchain.protocol.api.market_errors import MarketRefused
 from offchain.protocol.job.jobspec import parse_jobspec
 from offchain.protocol.ledger.payloads import sign
@@ -112,9 +112,13 @@ async def test_a_tampered_archive_and_a_receipt_by_another_key_are_caught(
     await provider.run(job, ["running"])
     await provider.deliver(job, archive({"out.txt": b"the real result"}), UNITS)
     status = await consumer.status(job_id)
-    blob = storage.blob_path(market.settings.blob_dir, status.result_sha256)
-    blob.chmod(0o644)
-    blob.write_bytes(archive({"out.txt": b"something else"}))  # a market that lies
+    lie = archive({"out.txt": b"something else"})  # a market that lies: other bytes stored
+    engine = make_engine(market.settings)
+    with Session(engine) as session:
+        session.execute(update(BlobChunk).where(BlobChunk.sha256 == status.result_sha256)
+                        .values(data=lie))  # fmt: skip
+        session.commit()
+    engine.dispose()
     into = tmp_path / "results"
     with pytest.raises(ResultMismatch) as mismatch:
         await consumer.results(job_id, into)

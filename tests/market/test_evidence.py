@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 
+from sqlmodel import Session
+
+from offchain.market.db import make_engine
 from offchain.market.models import Blob
 from offchain.market.services import delivery, storage
 from offchain.protocol.api.market_link import MarketLink
@@ -74,13 +77,16 @@ async def test_only_the_record_the_receipt_signed_is_kept(
     assert blobs(settings) == before
     for refused_body in (other, pretty):
         sha256 = hashlib.sha256(refused_body).hexdigest()
-        assert not storage.blob_path(settings.blob_dir, sha256).exists()
+        assert sha256 not in blobs(settings)
     shown = (await http.get(f"/api/explorer/jobs/{locked.job}")).json()
     assert shown["metering"] is None and shown["job"]["state"] == "completed"
 
     taken = await provider.send("PUT", path, raw=body)
     assert taken.status_code == 200, taken.text
-    assert storage.blob_path(settings.blob_dir, record.digest()).read_bytes() == body
+    engine = make_engine(settings)
+    with Session(engine) as session:
+        assert storage.blob_bytes(session, record.digest()) == body
+    engine.dispose()
     again = await provider.send("PUT", path, raw=body)  # a retry after a lost answer
     assert again.status_code == 200, again.text
     shown = (await http.get(f"/api/explorer/jobs/{locked.job}")).json()["metering"]

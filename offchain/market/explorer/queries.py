@@ -10,7 +10,6 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from pycardano import ScriptHash
@@ -21,7 +20,6 @@ from offchain.chain.time import ChainTime, PastHorizon
 from offchain.chain.utxo import format_out_ref, out_ref_of
 from offchain.market.errors import Invalid, NotFound
 from offchain.market.models import (
-    Blob,
     Bond,
     CancelState,
     Cause,
@@ -41,7 +39,7 @@ from offchain.market.services import health, job_ids
 from offchain.market.services import jobs as job_states
 from offchain.market.services.id_prefix import full_id
 from offchain.market.services.offers import SLICED, slice_terms
-from offchain.market.services.storage import blob_path
+from offchain.market.services.storage import blob_bytes
 from offchain.protocol.checks.bond_check import covers_before
 from offchain.protocol.job.job_state import SETTLE_NEXT
 from offchain.protocol.job.metering import MeteringRecord
@@ -442,14 +440,12 @@ def job_list(session: Session, filters: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _metering(session: Session, job: Job, blob_root: Path) -> dict[str, Any] | None:
+def _metering(session: Session, job: Job) -> dict[str, Any] | None:
     """The metering record the receipt's evidence hash names, if its provider stored it here."""
-    if not job.receipt_evidence_hash or session.get(Blob, job.receipt_evidence_hash) is None:
+    stored = blob_bytes(session, job.receipt_evidence_hash) if job.receipt_evidence_hash else None
+    if stored is None:
         return None
-    path = blob_path(blob_root, job.receipt_evidence_hash)
-    if not path.exists():
-        return None
-    record = MeteringRecord.model_validate_json(path.read_bytes())
+    record = MeteringRecord.model_validate_json(stored)
     return {
         "record": record.model_dump(mode="json"),
         "matches": record.digest() == job.receipt_evidence_hash,
@@ -480,7 +476,7 @@ def _split(session: Session, job: Job) -> dict[str, int] | None:
     return {"provider": split.provider, "consumer": split.consumer, "fee": split.fee}
 
 
-def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> dict[str, Any]:
+def job_page(session: Session, ctx: Context, job_id: str) -> dict[str, Any]:
     """The job `job_id` names (its id, a unique prefix, its escrow ref or spec digest)."""
     job = job_ids.resolve(session, job_id)
     events = job_states.events(session, job.id)
@@ -504,7 +500,7 @@ def job_page(session: Session, ctx: Context, job_id: str, blob_root: Path) -> di
         "events": [_event_row(e) for e in events],
         "receipt": _receipt(job, ctx.scripts),
         "split": _split(session, job),
-        "metering": _metering(session, job, blob_root),
+        "metering": _metering(session, job),
     }  # fmt: skip
 
 

@@ -164,8 +164,7 @@ def job_list(
 @router.get("/explorer/jobs/{job_id}", response_class=HTMLResponse)
 @router.get("/api/explorer/jobs/{job_id}")
 def job_page(request: Request, job_id: str, session: SnapshotDep, ctx: ContextDep) -> Response:
-    blobs = request.app.state.settings.blob_dir
-    return render(request, "job.html", lambda: queries.job_page(session, ctx, job_id, blobs))
+    return render(request, "job.html", lambda: queries.job_page(session, ctx, job_id))
 
 
 @router.get("/explorer/providers", response_class=HTMLResponse)

@@ -1,7 +1,7 @@
 """The leader's scheduled work (APScheduler): quote expiry, the settlement batcher, the deadline
-watch, provider liveness and forgetting stale nonces. Each job runs alone (one instance,
-missed runs coalesced) in a worker thread, with its own database session; chain time comes
-from the chain's tip.
+watch, provider liveness, forgetting stale nonces and finished jobs' results past retention.
+Each job runs alone (one instance, missed runs coalesced) in a worker thread, with its own
+database session; chain time comes from the chain's tip.
 
 All of the market's work on a timer runs here, none as an asyncio loop: every step of it is
 synchronous database and chain work, which on the event loop would need a thread hop each.
@@ -12,18 +12,21 @@ starts and stops this scheduler, and the event feed that wakes live streams.
 
 from __future__ import annotations
 
+import logging
+
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from offchain.chain.time import iso
 from offchain.market.models import Cause, JobEvent, JobState, Provider
-from offchain.market.services import jobs, nonces
+from offchain.market.services import jobs, nonces, storage
 from offchain.market.services.chain import Chain
 from offchain.market.services.settlement import Batcher
 from offchain.market.settings import MarketSettings
 
 S = JobState
+log = logging.getLogger("unchained.market")
 NOT_DELIVERED = (S.FUNDED, S.ACCEPTED, S.RUNNING)  # past the deadline, these failed
 
 
@@ -88,6 +91,13 @@ def forget_nonces(engine: Engine) -> None:
     nonces.forget_stale(engine, jobs.now_ms())
 
 
+def forget_results(engine: Engine, retention_ms: int) -> None:
+    """Finished jobs' files and logs past their retention (`storage.forget_results`)."""
+    forgotten = storage.forget_results(engine, retention_ms, jobs.now_ms())
+    if forgotten:
+        log.info("deleted the results and logs of %d job(s) past their retention", forgotten)
+
+
 def start_scheduler(
     engine: Engine, chain: Chain, settings: MarketSettings, batcher: Batcher | None
 ) -> BackgroundScheduler:
@@ -100,6 +110,8 @@ def start_scheduler(
     scheduler.add_job(watch_deadlines, "interval", (engine, chain), seconds=every_s)
     scheduler.add_job(check_liveness, "interval", (engine, settings.online_ms), seconds=every_s)
     scheduler.add_job(forget_nonces, "interval", (engine,), seconds=every_s)
+    retention = (engine, settings.result_retention_ms)
+    scheduler.add_job(forget_results, "interval", retention, seconds=every_s)
     if batcher is not None:
         scheduler.add_job(batcher.run, "interval", seconds=settings.settle_every_ms / 1000)
     scheduler.start()

@@ -216,7 +216,8 @@ async def _receive(
         if check is not None:
             check(sha256, upload)
 
-    return await storage.receive_blob(blob_dir, request.stream(), limit, checked)
+    engine = request.app.state.engine
+    return await storage.receive_blob(engine, blob_dir, request.stream(), limit, checked)
 
 
 async def _recorded(
