@@ -25,6 +25,7 @@ from offchain.market.api.routes import app_wallet, jobs, offers, providers
 from offchain.market.dapp import routes as renter_app
 from offchain.market.db import POOL_SIZE, check_at_head, make_engine, upgrade
 from offchain.market.explorer import routes as explorer
+from offchain.market.ops import routes as ops
 from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
 from offchain.market.services.leadership import Background
@@ -217,14 +218,8 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     app_wallet.mount(app)  # what the browser pages call with a CIP-30 wallet
     explorer.mount(app)  # the explorer's pages, JSON and static files (offchain/market/explorer)
     renter_app.mount(app)  # the renter's wallet pages (offchain/market/dapp)
-
-    @app.get("/health", tags=["service"])
-    def health() -> dict[str, int | bool]:
-        """Whether this process leads (follows the chain, runs the scheduled work), and how
-        many blocks its follower is behind the chain's tip."""
-        background = app.state.background
-        return {"leader": background.leading, "follower_lag_blocks": background.follower.lag_blocks}
-
+    ops.mount(app)  # /health, /ready, /metrics (offchain/market/ops)
+    ops.instrument(app)  # outermost: every request counted and timed
     return app
 
 

@@ -40,6 +40,7 @@ from offchain.chain.time import iso
 from offchain.core.sealed_keys import plain_key_warning, read_key_text
 from offchain.market.models import Cause, Job, JobState, Settlement
 from offchain.market.models import SettlementState as Sent
+from offchain.market.ops import metrics as market_metrics
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.services.crash import crash_point
@@ -210,6 +211,7 @@ class Batcher:
             return None
         crash_point(self.settings, "settlement-submitted")
         self._mark(settlement.tx_id, Sent.SUBMITTED)
+        market_metrics.batch_submitted(len(batch), tx.transaction_body.fee)
         self.batch_max = self.settings.settle_batch_max
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
         return settlement
@@ -339,6 +341,7 @@ class Batcher:
         """A batch that could not be built or was refused is halved until the job at fault is
         alone; a job that fails alone is left out (and logged) for this process's life, or for
         good (`_leave`) when the reason lasts."""
+        market_metrics.batch_failed()
         if len(batch) > 1:
             self.batch_max = max(1, len(batch) // 2)
             log.warning("a batch of %d failed (%s); trying %d", len(batch), why, self.batch_max)
