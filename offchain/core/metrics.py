@@ -18,6 +18,7 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
+    start_http_server,
 )
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -105,3 +106,24 @@ def exposition(*collectors: CollectorRegistry | Collector) -> bytes:
 
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def serve(listen: str, *collectors: CollectorRegistry | Collector) -> Callable[[], None]:
+    """Serve `collectors` at http://`listen`/metrics (HOST:PORT) from a thread of its own,
+    for a process that has no HTTP server of its own to answer a scrape (the provider
+    daemon) or should not answer it to the world (the gateway); returns what stops it.
+    Raises ValueError for a `listen` that is no HOST:PORT, OSError when it cannot bind."""
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"metrics listen address {listen!r}: not HOST:PORT")
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    server, thread = start_http_server(int(port), host.strip("[]"), registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+    return stop

@@ -360,6 +360,8 @@ def gateway(
     import docker
     import uvicorn
 
+    from offchain.core.metrics import RequestMetrics
+    from provider import metrics
     from provider.capacity import slots_of
     from provider.gateway.app import gateway_app
     from provider.gateway.control import DeployTerms
@@ -385,6 +387,8 @@ def gateway(
     from provider.gateway.tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
 
     forwarding = with_tcp_forwarder(app, host.strip("[]"))
+    metered = RequestMetrics(forwarding, metrics.GATEWAY_HTTP, metrics.gateway_route)
+    metrics.serving(settings.daemon.gateway_metrics_listen, metrics.channel_book(book))
     http = guarded_protocol(ConnectionLimits())  # slowloris, connections per address
-    uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning", http=http,
+    uvicorn.run(metered, host=host.strip("[]"), port=int(port), log_level="warning", http=http,
                 loop="uvloop", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip

@@ -26,9 +26,7 @@ from tests.protocol.onchain import fund
 WAIT_S = 60
 
 
-async def ready_until(
-    http: httpx.AsyncClient, wanted: Callable[[dict], bool], what: str
-) -> dict:
+async def ready_until(http: httpx.AsyncClient, wanted: Callable[[dict], bool], what: str) -> dict:
     """/ready's answer once `wanted` holds for it (polled: the evidence, not a clock)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WAIT_S
@@ -146,5 +144,3 @@ def _settings():
     from offchain.market.settings import MarketSettings
 
     return MarketSettings()
-
-
