@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Histogram,
@@ -105,7 +104,8 @@ def exposition(*collectors: CollectorRegistry | Collector) -> bytes:
     return generate_latest(scrape)
 
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+# the text format every Prometheus 2 reads (what `generate_latest` writes)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def serve(listen: str, *collectors: CollectorRegistry | Collector) -> Callable[[], None]:

@@ -24,6 +24,9 @@ from tests.market.relay import Relay
 from tests.protocol.onchain import fund
 
 WAIT_S = 60
+# the SQLite file: the chain, the wallet and the follower are the same on every database, and
+# the PostgreSQL test stops a server of its own
+ONE_DATABASE = pytest.mark.parametrize("database_url", [""])
 
 
 async def ready_until(http: httpx.AsyncClient, wanted: Callable[[dict], bool], what: str) -> dict:
@@ -48,11 +51,10 @@ def only(*names: str) -> Callable[[dict], bool]:
     return lambda body: failing(body) == set(names)
 
 
+@ONE_DATABASE
 async def test_ready_names_the_chain_and_the_settlers_funds(devnet, settings, tmp_path):
     """SQLite. An empty settler's wallet fails settler_funds until it is funded; a cut chain
     link fails chain (and follower: unknown) until it is mended. /health stays 200."""
-    if settings.database_url:
-        pytest.skip("the chain and the wallet are the same on every database")
     relay = Relay(devnet.port).start()
     key = PaymentSigningKey.generate()
     key.save(str(tmp_path / "settler.skey"))
@@ -77,13 +79,12 @@ async def test_ready_names_the_chain_and_the_settlers_funds(devnet, settings, tm
             await ready_until(http, lambda body: body["ready"], "the chain back")
 
 
+@ONE_DATABASE
 async def test_ready_fails_while_the_follower_stalls(devnet, settings):
     """A process that holds the leader's lock but does not follow (here: the test itself)
     leaves the follower behind: /ready fails once the chain is more than
     ready_follower_lag_blocks ahead of the block the market followed last, and recovers
     once the lock is let go and this market leads and catches up."""
-    if settings.database_url:
-        pytest.skip("the SQLite leader's lock is a file the test can hold")
     settings = served_at_head(settings.model_copy(update={**FAST, "ready_follower_lag_blocks": 2}))
     address = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET).address
     with serve(settings) as url:  # it leads and follows, then stops
@@ -107,11 +108,10 @@ async def test_ready_fails_while_the_follower_stalls(devnet, settings):
         lock.release()
 
 
+@ONE_DATABASE  # replaced by a PostgreSQL of the test's own
 async def test_ready_fails_while_postgresql_is_down(devnet, settings):
     """PostgreSQL stopped under a serving market: database fails (and the follower, whose
     height it holds, is unknown); started again, the market is ready again by itself."""
-    if not settings.database_url:
-        pytest.skip("a SQLite file cannot go down")
     bin_dir = server_bin()
     assert bin_dir is not None
     cluster = Cluster(bin_dir).start()  # its own: the session's stays up for the others
