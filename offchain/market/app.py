@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from offchain.core import logs
 from offchain.core.errors import UnchainedError
 from offchain.market import errors
 from offchain.market.api.routes import app_wallet, jobs, offers, providers
@@ -228,5 +229,7 @@ SETTINGS_ENV = "UNCHAINED_MARKET_SETTINGS_JSON"  # how `serve --workers N` hands
 
 def from_environment() -> FastAPI:
     """The app factory each worker process of `unchained market serve --workers N` calls:
-    the settings the command resolved, as JSON in the environment."""
+    the settings the command resolved, as JSON in the environment (and its logging, set up
+    again in each worker process)."""
+    logs.configure("market")
     return create_app(MarketSettings.model_validate_json(os.environ[SETTINGS_ENV]))
