@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
@@ -37,6 +37,18 @@ CONTAINER_STARTS = Counter(
 CONTAINER_FAILURES = Counter(
     "unchained_provider_container_start_failures", "Job containers that could not be made or "
     "started (an image, an input, the engine).", registry=REGISTRY,
+)  # fmt: skip
+JOB_CPU = Counter(
+    "unchained_provider_job_cpu_seconds", "CPU time the jobs' cgroups used, all jobs together "
+    "(its rate: the cores they keep busy).", registry=REGISTRY,
+)  # fmt: skip
+GPU_SM = Gauge(
+    "unchained_provider_gpu_sm_percent", "The busiest job process's share of a GPU's SMs at "
+    "the last sample (0 when no job runs on it).", ["gpu"], registry=REGISTRY,
+)  # fmt: skip
+GPU_MEMORY = Gauge(
+    "unchained_provider_gpu_job_memory_bytes", "GPU memory held by the job's processes at the "
+    "last sample (0 when no job runs on it).", ["gpu"], registry=REGISTRY,
 )  # fmt: skip
 GATEWAY_ROUTES = ("/endpoints", "/deployments")
 
