@@ -109,9 +109,10 @@ async def test_ready_fails_while_the_follower_stalls(devnet, settings):
 
 
 @ONE_DATABASE  # replaced by a PostgreSQL of the test's own
-async def test_ready_fails_while_postgresql_is_down(devnet, settings):
+async def test_ready_fails_while_postgresql_is_down(devnet, settings, caplog):
     """PostgreSQL stopped under a serving market: database fails (and the follower, whose
-    height it holds, is unknown); started again, the market is ready again by itself."""
+    height it holds, is unknown; leadership is lost); started again, the market is ready again
+    by itself, its bids for leadership made while the database was down no obstacle."""
     bin_dir = server_bin()
     assert bin_dir is not None
     cluster = Cluster(bin_dir).start()  # its own: the session's stays up for the others
@@ -126,6 +127,11 @@ async def test_ready_fails_while_postgresql_is_down(devnet, settings):
                 )
                 assert "the database does not answer" in body["checks"]["database"]["detail"]
                 assert (await http.get("/health")).status_code == 200
+
+                def failed_bid(body: dict) -> bool:  # leadership lost, a bid made meanwhile
+                    return "no bid for leadership" in caplog.text and "leader" in failing(body)
+
+                await ready_until(http, failed_bid, "a bid for leadership made while down")
                 cluster.resume()
                 await ready_until(http, lambda body: body["ready"], "the database back")
     finally:
