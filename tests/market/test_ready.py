@@ -109,6 +109,7 @@ async def test_ready_fails_while_the_follower_stalls(devnet, settings):
 
 
 @ONE_DATABASE  # replaced by a PostgreSQL of the test's own
+@pytest.mark.postgres
 async def test_ready_fails_while_postgresql_is_down(devnet, settings, caplog):
     """PostgreSQL stopped under a serving market: database fails (and the follower, whose
     height it holds, is unknown; leadership is lost); started again, the market is ready again

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from devnet.process import free_port
 from offchain.market.models import JobState
@@ -63,6 +64,7 @@ def query(prom: httpx.Client, expression: str) -> list[dict]:
     return answer["data"]["result"]
 
 
+@pytest.mark.docker  # the daemon and the gateway open the engine
 async def test_prometheus_scrapes_market_daemon_and_gateway(devnet, tmp_path):
     deployment_file, _, settings = await quiet_market(devnet, tmp_path)
     targets = {"unchained-provider": f"127.0.0.1:{free_port()}",
