@@ -18,7 +18,9 @@ from tests.market.processes import MarketProcess
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
 
-@pytest.mark.parametrize("database_url", [""])  # the log is the same on every database
+@pytest.mark.parametrize(
+    "database_url", [""], ids=["sqlite"]
+)  # the log is the same on every database
 async def test_serve_logs_json_lines_with_our_info_and_uvicorns(settings, tmp_path, monkeypatch):
     monkeypatch.setenv(logs.FORMAT_VARIABLE, "json")
     market = MarketProcess(settings, tmp_path / "market.log").start()

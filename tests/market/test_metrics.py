@@ -24,7 +24,9 @@ from tests.market.flow import (
     wait_for,
 )
 
-ONE_DATABASE = pytest.mark.parametrize("database_url", [""])  # the counts are plain SQL
+ONE_DATABASE = pytest.mark.parametrize(
+    "database_url", [""], ids=["sqlite"]
+)  # the counts are plain SQL
 
 
 async def scrape(http: httpx.AsyncClient) -> dict[tuple[str, tuple], float]:

@@ -26,7 +26,7 @@ from tests.protocol.onchain import fund
 WAIT_S = 60
 # the SQLite file: the chain, the wallet and the follower are the same on every database, and
 # the PostgreSQL test stops a server of its own
-ONE_DATABASE = pytest.mark.parametrize("database_url", [""])
+ONE_DATABASE = pytest.mark.parametrize("database_url", [""], ids=["sqlite"])
 
 
 async def ready_until(http: httpx.AsyncClient, wanted: Callable[[dict], bool], what: str) -> dict:
@@ -108,7 +108,7 @@ async def test_ready_fails_while_the_follower_stalls(devnet, settings):
         lock.release()
 
 
-@ONE_DATABASE  # replaced by a PostgreSQL of the test's own
+@pytest.mark.parametrize("database_url", [""], ids=["own-postgresql"])  # replaced below
 @pytest.mark.postgres
 async def test_ready_fails_while_postgresql_is_down(devnet, settings, caplog):
     """PostgreSQL stopped under a serving market: database fails (and the follower, whose
