@@ -189,6 +189,7 @@ class Batcher:
         try:
             tx = self._build([receipt for _, receipt in batch], busy)
         except BuildError as exc:
+            market_metrics.batch_failed()
             self._failed([job for job, _ in batch], str(exc), lasting=isinstance(exc, TooDear))
             return None
         settlement = self._record(tx, [job for job, _ in batch])
@@ -200,6 +201,7 @@ class Batcher:
             self._submit(tx.to_cbor())
         except OgmiosError as exc:  # never in a mempool: nobody can land it, release now
             settlement.state = Sent.REFUSED
+            market_metrics.batch_failed()
             self._release(settlement, f"the ledger refused {settlement.tx_id}: {exc.message}")
             if self.budgets.declared:  # maybe only the remembered units: evaluate it again
                 self.budgets.forget()
@@ -341,7 +343,6 @@ class Batcher:
         """A batch that could not be built or was refused is halved until the job at fault is
         alone; a job that fails alone is left out (and logged) for this process's life, or for
         good (`_leave`) when the reason lasts."""
-        market_metrics.batch_failed()
         if len(batch) > 1:
             self.batch_max = max(1, len(batch) // 2)
             log.warning("a batch of %d failed (%s); trying %d", len(batch), why, self.batch_max)
