@@ -49,10 +49,20 @@ class HttpMetrics:
             buckets=LATENCY_BUCKETS_S, registry=registry,
         )  # fmt: skip
 
+        # each label set's children, looked up once: `labels()` takes a lock and checks its
+        # values on every call, most of what a request would cost (bounded: labels are)
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        method = method if method in METHODS else "other"
-        self.requests.labels(method, route, str(status)).inc()
-        self.duration.labels(method, route).observe(seconds)
+        named = method if method in METHODS else "other"
+        key = (named, route, status)  # bounded, all three: the cache is too
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(named, route, str(status)),
+                        self.duration.labels(named, route))  # fmt: skip
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 class RequestMetrics:
