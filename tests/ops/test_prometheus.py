@@ -1,7 +1,8 @@
 """A real Prometheus scrapes the three services as an operator runs them: the market (uvicorn
 in this process), `unchained provider run` and `unchained provider gateway` (processes of
 their own), each target seen up through its API, a metric of each read back by a query, and
-the project's alert rules loaded and evaluated."""
+the project's alert rules loaded and evaluated; the daemon killed, its offline alert seen
+pending."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -21,9 +23,10 @@ from tests.ops.prometheus import prometheus
 from tests.provider.daemon_harness import daemon_on_market, quiet_market
 
 WAIT_S = 60
+T = TypeVar("T")
 
 
-def until(what: str, found: Callable[[], object]) -> object:
+def until(what: str, found: Callable[[], T]) -> T:
     """`found()` once it is truthy (polled: the evidence, not a clock)."""
     deadline = time.monotonic() + WAIT_S
     while not (value := found()):
@@ -57,7 +60,7 @@ def _get(url: str) -> int | None:
         return None
 
 
-def query(prom: httpx.Client, expression: str) -> list[dict]:
+def query(prom: httpx.Client, expression: str) -> list[dict[str, Any]]:
     """The instant vector `expression` evaluates to now (empty until scraped)."""
     answer = prom.get("/api/v1/query", params={"query": expression}).json()
     assert answer["status"] == "success", answer
@@ -90,7 +93,7 @@ async def test_prometheus_scrapes_market_daemon_and_gateway(devnet, tmp_path):
                         prom, 'unchained_provider_slots{job="unchained-provider",state="free"}'
                     ),
                 )
-                assert free[0]["value"][1] == "2"  # type: ignore[index]
+                assert free[0]["value"][1] == "2"
                 listed = until(
                     "the gateway's requests",
                     lambda: query(
@@ -98,15 +101,15 @@ async def test_prometheus_scrapes_market_daemon_and_gateway(devnet, tmp_path):
                         'unchained_gateway_http_requests_total{route="/endpoints",status="200"}',
                     ),
                 )
-                assert float(listed[0]["value"][1]) >= 1  # type: ignore[index]
+                assert float(listed[0]["value"][1]) >= 1
                 offers = until(
                     "the daemon's offer at the market",
                     lambda: query(prom, 'unchained_market_http_requests_total{method="POST"}'),
                 )
-                routes = {series["metric"]["route"] for series in offers}  # type: ignore[attr-defined]
+                routes = {series["metric"]["route"] for series in offers}
                 assert "/offers" in routes, routes  # a template: never a raw path
                 jobs = until("jobs by state", lambda: query(prom, "unchained_market_jobs"))
-                states = {j["metric"]["state"]: j["value"][1] for j in jobs}  # type: ignore[attr-defined]
+                states = {j["metric"]["state"]: j["value"][1] for j in jobs}
                 assert states == {state.value: "0" for state in JobState}  # no job yet
 
                 def rules() -> dict[str, str]:
@@ -117,3 +120,14 @@ async def test_prometheus_scrapes_market_daemon_and_gateway(devnet, tmp_path):
                 assert set(rules()) == {"UnchainedFollowerStalled", "UnchainedSettlerWalletLow",
                                         "UnchainedSettleBatchesFailing",
                                         "UnchainedProviderDaemonOffline"}  # fmt: skip
+
+                daemon.stop()  # SIGKILL: its scrape fails, the offline alert goes pending
+
+                def daemon_alert() -> list[dict[str, Any]]:
+                    alerts = prom.get("/api/v1/alerts").json()["data"]["alerts"]
+                    name = "UnchainedProviderDaemonOffline"
+                    return [a for a in alerts if a["labels"]["alertname"] == name]
+
+                (alert,) = until("the daemon offline alert", daemon_alert)
+                assert alert["state"] == "pending"  # for 2 minutes before it fires
+                assert alert["labels"]["instance"] == targets["unchained-provider"]
