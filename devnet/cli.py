@@ -8,7 +8,6 @@ override protocol parameters).
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -41,11 +40,11 @@ def devnet(
 
     from devnet.params import ProtocolParameters
     from devnet.settings import DevnetSettings
+    from offchain.core import logs
     from offchain.core.settings import SettingsFileError
     from offchain.protocol.job.jobspec import describe
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("websockets").setLevel(logging.WARNING)  # no line per connection
+    logs.configure("devnet")
     given = {"host": host, "port": port, "data_dir": data_dir, "slot_length": slot_length}
     try:
         settings = DevnetSettings.load(config, given, file="required")

@@ -262,6 +262,14 @@ class DaemonSettings(_Section):
         "reach this provider's gateway (`unchained provider gateway`), shown in its offer: "
         "http(s)://HOST:PORT; unset: it takes no deployments",
     )  # fmt: skip
+    metrics_listen: str = Field(
+        "127.0.0.1:9481", max_length=255, description="HOST:PORT where `provider run` serves "
+        "its Prometheus metrics at /metrics (\"\": none)",
+    )  # fmt: skip
+    gateway_metrics_listen: str = Field(
+        "127.0.0.1:9482", max_length=255, description="HOST:PORT where `provider gateway` "
+        "serves its Prometheus metrics at /metrics, apart from renters (\"\": none)",
+    )  # fmt: skip
 
 
 class ProviderSettings(LayeredSettings):

@@ -28,6 +28,10 @@ fi
 if ! command -v ssh >/dev/null 2>&1 || ! command -v ssh-keygen >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client
 fi
+# Debian's Prometheus and promtool: the metrics and alert rules tests (tests/ops) run them.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.installed-$(cat pyproject.toml contracts/toolchain.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then

@@ -19,12 +19,14 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from offchain.core import logs
 from offchain.core.errors import UnchainedError
 from offchain.market import errors
 from offchain.market.api.routes import app_wallet, jobs, offers, providers
 from offchain.market.dapp import routes as renter_app
 from offchain.market.db import POOL_SIZE, check_at_head, make_engine, upgrade
 from offchain.market.explorer import routes as explorer
+from offchain.market.ops import routes as ops
 from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
 from offchain.market.services.leadership import Background
@@ -219,14 +221,8 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     app_wallet.mount(app)  # what the browser pages call with a CIP-30 wallet
     explorer.mount(app)  # the explorer's pages, JSON and static files (offchain/market/explorer)
     renter_app.mount(app)  # the renter's wallet pages (offchain/market/dapp)
-
-    @app.get("/health", tags=["service"])
-    def health() -> dict[str, int | bool]:
-        """Whether this process leads (follows the chain, runs the scheduled work), and how
-        many blocks its follower is behind the chain's tip."""
-        background = app.state.background
-        return {"leader": background.leading, "follower_lag_blocks": background.follower.lag_blocks}
-
+    ops.mount(app)  # /health, /ready, /metrics (offchain/market/ops)
+    ops.instrument(app)  # outermost: every request counted and timed
     return app
 
 
@@ -235,5 +231,7 @@ SETTINGS_ENV = "UNCHAINED_MARKET_SETTINGS_JSON"  # how `serve --workers N` hands
 
 def from_environment() -> FastAPI:
     """The app factory each worker process of `unchained market serve --workers N` calls:
-    the settings the command resolved, as JSON in the environment."""
+    the settings the command resolved, as JSON in the environment (and its logging, set up
+    again in each worker process)."""
+    logs.configure("market")
     return create_app(MarketSettings.model_validate_json(os.environ[SETTINGS_ENV]))

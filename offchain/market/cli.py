@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from offchain.core import logs
 from offchain.core.serving import KEEP_ALIVE_S
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def serve(
     settings = settings_of(config, flags)
     checked_chain(settings.ogmios_url, settings.deployment)
     host, port = settings.host, settings.port
+    logs.configure("market")
     if workers == 1:
         uvicorn.run(
             create_app(settings),
@@ -63,6 +65,7 @@ def serve(
             port=port,
             access_log=access_log,
             timeout_keep_alive=KEEP_ALIVE_S,
+            log_config=None,  # uvicorn's loggers reach ours (offchain/core/logs.py)
         )
         return
     if settings.migrate:
@@ -71,7 +74,8 @@ def serve(
     os.environ[SETTINGS_ENV] = workers_settings.model_dump_json()  # each worker's factory reads it
     uvicorn.run(f"{from_environment.__module__}:{from_environment.__name__}", factory=True,
                 workers=workers, timeout_worker_healthcheck=WORKER_START_S, host=host, port=port,
-                access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+                access_log=access_log, timeout_keep_alive=KEEP_ALIVE_S,
+                log_config=None)  # fmt: skip
 
 
 @app.command()

@@ -137,6 +137,17 @@ class MarketSettings(LayeredSettings):
         "an image: for a market beside its registry (tests, a demo); off, a renter cannot make "
         "the market probe its own machine's ports.",
     )  # fmt: skip
+    ready_follower_lag_blocks: int = Field(
+        10, ge=0, description="/ready fails while the follower is more blocks than this "
+        "behind the chain's tip.",
+    )  # fmt: skip
+    ready_wallet_min_lovelace: int = Field(
+        20_000_000, ge=0, description="/ready fails while the settler's wallet holds less "
+        "(a settle's fee UTxO is 10 ADA).",
+    )  # fmt: skip
+    ready_timeout_ms: int = Field(
+        2000, ge=50, description="How long /ready and /metrics wait for each dependency."
+    )
     crash_at: CRASH_POINTS = Field("", description="Tests only: SIGKILL this process there.")
 
     @model_validator(mode="after")

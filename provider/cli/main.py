@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import secrets
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import typer
 from pydantic import ValidationError
 
 from offchain.chain.network import DEFAULT_NETWORK
+from offchain.core.logs import configure as configure_logs
 from offchain.core.serving import KEEP_ALIVE_S
 from offchain.protocol.job.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.capacity import slots_of
@@ -297,8 +297,7 @@ def run(
 
     given_flags = given(flags.state_dir, market_url=market_url, market_identity=market_identity)
     settings, inventory = provider_config(flags.config, given_flags)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
+    configure_logs("provider")
     plain_key_warning(key_path(settings.runner.state_dir))
     context, made = open_deployment(flags.ogmios_url, flags.deployment, flags.network, follows=True)
     with reported():
@@ -360,6 +359,8 @@ def gateway(
     import docker
     import uvicorn
 
+    from offchain.core.metrics import RequestMetrics
+    from provider import metrics
     from provider.capacity import slots_of
     from provider.gateway.app import gateway_app
     from provider.gateway.control import DeployTerms
@@ -371,6 +372,7 @@ def gateway(
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise fail(f"--listen {listen}: not HOST:PORT")
+    configure_logs("gateway")
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, made = open_deployment(flags.ogmios_url, flags.deployment, flags.network)
     state = settings.runner.state_dir
@@ -385,6 +387,9 @@ def gateway(
     from provider.gateway.tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
 
     forwarding = with_tcp_forwarder(app, host.strip("[]"))
+    metered = RequestMetrics(forwarding, metrics.GATEWAY_HTTP, metrics.gateway_route)
+    metrics.serving(settings.daemon.gateway_metrics_listen, metrics.channel_book(book))
     http = guarded_protocol(ConnectionLimits())  # slowloris, connections per address
-    uvicorn.run(forwarding, host=host.strip("[]"), port=int(port), log_level="warning", http=http,
-                loop="uvloop", access_log=False, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+    uvicorn.run(metered, host=host.strip("[]"), port=int(port), log_level="warning", http=http,
+                loop="uvloop", access_log=False, timeout_keep_alive=KEEP_ALIVE_S,
+                log_config=None)  # fmt: skip

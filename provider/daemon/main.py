@@ -21,6 +21,7 @@ from offchain.protocol.api.market_errors import MarketError, MarketRefused
 from offchain.protocol.api.market_link import MarketLink
 from offchain.protocol.api.signed_request import KeySigner
 from offchain.protocol.api.wire import Assignment, parse
+from provider import metrics
 from provider.capacity import Capacity, slots_of
 from provider.config import ProviderConfig
 from provider.daemon.bond import BondManager
@@ -93,6 +94,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
+        stop_metrics = metrics.serving(self.settings.metrics_listen,
+                                       metrics.slots(self.worker.capacity),
+                                       metrics.channel_book(self.channels))  # fmt: skip
         await recover(self.worker)
         heartbeat = asyncio.create_task(self._every(self.settings.heartbeat_ms, self._heartbeat))
         loops = [
@@ -116,6 +120,7 @@ class Daemon:
             await self.link.aclose()
             self.channels.close()
             self.endpoints.close()
+            stop_metrics()
         log.info("provider daemon stopped")
 
     def stop(self) -> None:

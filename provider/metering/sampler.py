@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 
 from offchain.protocol.job.metering import GpuSample, Sample
+from provider import metrics
 from provider.metering.cgroups import JobCgroup
 from provider.metering.gpu import GpuMeter
 
@@ -60,6 +61,8 @@ class Sampler:
         self.pids_peak = 0
         self.thread_cpu_ns = 0  # the sampler's own CPU time, for the benchmark
         self._ticks = 0
+        self._cpu_ns = 0  # the cgroup's CPU time at the last tick (exported as it grows)
+        self._gpus: set[str] = set()  # GPUs a sample named (their gauges cleared at the end)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="metering", daemon=True)
         self._t0 = time.monotonic_ns()
@@ -77,6 +80,20 @@ class Sampler:
         """Stop sampling (again is fine)."""
         self._stop.set()
         self._thread.join()
+        for uuid in self._gpus:  # no job of this sampler holds them now
+            metrics.GPU_SM.labels(uuid).set(0)
+            metrics.GPU_MEMORY.labels(uuid).set(0)
+
+    def _export(self, cpu_ns: int, gpu_samples: list[GpuSample]) -> None:
+        """Every tick into the provider's metrics: the CPU time since the last tick, and each
+        GPU's latest use."""
+        metrics.JOB_CPU.inc(max(0, cpu_ns - self._cpu_ns) / 1e9)
+        self._cpu_ns = max(self._cpu_ns, cpu_ns)
+        for gpu in gpu_samples:
+            self._gpus.add(gpu.uuid)
+            if gpu.sm_percent is not None:
+                metrics.GPU_SM.labels(gpu.uuid).set(gpu.sm_percent)
+            metrics.GPU_MEMORY.labels(gpu.uuid).set(gpu.memory_bytes)
 
     def _loop(self) -> None:
         period = self.base_interval_ms / 1000
@@ -104,6 +121,7 @@ class Sampler:
         keep = self._ticks % self.stride == 0
         self._ticks += 1
         gpu_samples = self.gpu.sample(t_ms) if self.gpu is not None else []
+        self._export(sample.cpu_ns, gpu_samples)
         if not keep:
             return
         self.samples.append(sample)

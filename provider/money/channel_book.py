@@ -28,6 +28,7 @@ from offchain.chain.follower import Point
 from offchain.core.errors import UnchainedError
 from offchain.protocol.ledger.iou import SignedIou
 from offchain.protocol.tx.channel import OPEN
+from provider import metrics as provider_metrics
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS channel (
@@ -186,6 +187,7 @@ class ChannelBook:
         the group commit's): each one's refusal, None where it was taken."""
         refusals: list[IouRefused | None] = [self._refusal(iou) for iou in ious]
         if all(refusal is not None for refusal in refusals):
+            provider_metrics.IOUS.labels("refused").inc(len(ious))
             return refusals
         with self._write() as db:
             for index, iou in enumerate(ious):
@@ -205,6 +207,9 @@ class ChannelBook:
                 else:
                     db.execute("UPDATE channel SET iou_amount = ?, iou_signature = ? WHERE id = ?",
                                (iou.amount, iou.signature, iou.channel))  # fmt: skip
+        refused = sum(refusal is not None for refusal in refusals)
+        provider_metrics.IOUS.labels("refused").inc(refused)
+        provider_metrics.IOUS.labels("accepted").inc(len(ious) - refused)
         return refusals
 
     def _refusal(self, iou: SignedIou) -> IouRefused | None:

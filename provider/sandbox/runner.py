@@ -29,6 +29,7 @@ from offchain.core.errors import UnchainedError
 from offchain.protocol.job.gpu_slices import GpuSlice
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.metering import MeteringRecord
+from provider import metrics as provider_metrics
 from provider.config import RunnerSettings
 from provider.gpu.mps import MpsDaemon
 from provider.images import recipes as images
@@ -137,10 +138,12 @@ class Runner:
             try:
                 container = self._start(job_id, job, cgroup, workspace)
             except (JobStartError, DockerException) as exc:
+                provider_metrics.CONTAINER_FAILURES.inc()
                 reason = engine_reason(exc)
                 return self._save(
                     RunResult(job_id=job_id, status="error", error=reason, escrow=escrow)
                 )
+            provider_metrics.CONTAINER_STARTS.inc()
             if job_id in self.stopped:  # stopped while its container was being made
                 _kill(container)
             deadline = time.monotonic() + spec.max_duration_s

@@ -81,6 +81,15 @@ class Cluster:
             raise RuntimeError(f"the throwaway PostgreSQL did not start: {exc}\n{detail}") from exc
         return self
 
+    def halt(self) -> None:
+        """Stop the server at once, keeping its files (`resume` starts it again): the
+        database gone from under its clients, as when its host dies."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def resume(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
+                  "-w", "-t", "60", "start")  # fmt: skip
+
     def stop(self) -> None:
         """Stop at once (nothing in it matters) and remove every file."""
         if (self.data / "postmaster.pid").exists():

@@ -42,6 +42,7 @@ from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, parse_out_ref, tx_id_of
 from offchain.market.models import Bond, Cause, ChainPoint, Job, JobState, Provider, Settlement
 from offchain.market.models import SettlementState as Sent
+from offchain.market.ops import metrics as market_metrics
 from offchain.market.services import chain_index, channel_index, jobs, offers, undo
 from offchain.market.services.chain import escrow_problems
 from offchain.market.services.undo import BlockAt
@@ -223,6 +224,8 @@ class ChainFollower:
             ours = settlement.tx_id == tx_id
             settlement.state = Sent.CONFIRMED if ours else Sent.CONFLICTED
             session.add(settlement)
+            if ours:
+                market_metrics.settle_confirmed(session, job.id, jobs.now_ms())
 
     @staticmethod
     def _pending_settlements(session: Session, escrow_ref: str) -> list[Settlement]:

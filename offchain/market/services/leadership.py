@@ -123,12 +123,21 @@ class Background:
         """Try to lead every `leader_poll_ms`; lead until the lock is lost or the task ends."""
         poll_s = self.settings.leader_poll_ms / 1000
         while True:
-            if await asyncio.to_thread(self.lock.acquire):
+            if await self._bid():
                 try:
                     await self._lead(poll_s)
                 finally:
                     await asyncio.to_thread(self.lock.release)
             await asyncio.sleep(poll_s)
+
+    async def _bid(self) -> bool:
+        """Try to take the lock; a database that does not answer is a lost bid, tried again
+        at the next poll (raised, it would end the bidding for the life of the process)."""
+        try:
+            return await asyncio.to_thread(self.lock.acquire)
+        except DBAPIError as exc:
+            log.warning("no bid for leadership, the database does not answer: %s", exc)
+            return False
 
     async def _lead(self, poll_s: float) -> None:
         log.info("this process leads: following the chain, running the scheduled work")

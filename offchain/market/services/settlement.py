@@ -40,6 +40,7 @@ from offchain.chain.time import iso
 from offchain.core.sealed_keys import plain_key_warning, read_key_text
 from offchain.market.models import Cause, Job, JobState, Settlement
 from offchain.market.models import SettlementState as Sent
+from offchain.market.ops import metrics as market_metrics
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.services.crash import crash_point
@@ -188,6 +189,7 @@ class Batcher:
         try:
             tx = self._build([receipt for _, receipt in batch], busy)
         except BuildError as exc:
+            market_metrics.batch_failed()
             self._failed([job for job, _ in batch], str(exc), lasting=isinstance(exc, TooDear))
             return None
         settlement = self._record(tx, [job for job, _ in batch])
@@ -199,6 +201,7 @@ class Batcher:
             self._submit(tx.to_cbor())
         except OgmiosError as exc:  # never in a mempool: nobody can land it, release now
             settlement.state = Sent.REFUSED
+            market_metrics.batch_failed()
             self._release(settlement, f"the ledger refused {settlement.tx_id}: {exc.message}")
             if self.budgets.declared:  # maybe only the remembered units: evaluate it again
                 self.budgets.forget()
@@ -210,6 +213,7 @@ class Batcher:
             return None
         crash_point(self.settings, "settlement-submitted")
         self._mark(settlement.tx_id, Sent.SUBMITTED)
+        market_metrics.batch_submitted(len(batch), tx.transaction_body.fee)
         self.batch_max = self.settings.settle_batch_max
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
         return settlement

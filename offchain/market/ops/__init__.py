@@ -1,0 +1,1 @@
+"""What an operator watches: the market's Prometheus metrics, /health and /ready."""
