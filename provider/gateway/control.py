@@ -51,7 +51,7 @@ from offchain.protocol.api.control import (
     ControlRefused,
     SignedControl,
 )
-from offchain.protocol.job.channel_job import CHANNEL_JOB, parse_channel_job
+from offchain.protocol.job.channel_job import CHANNEL_JOB, JOB_NAME, parse_channel_job
 from offchain.protocol.job.jobspec import Bundle, JobSpecError, parse_spec
 from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
 from provider.gateway.job_routes import ended_job, send_archive
@@ -241,6 +241,9 @@ class ControlRoutes:
         else:  # the daemon admits it on chain and compares its renter key with this one
             self._check(signed, signed.key)
         spec, kind = self._vetted(request.spec)
+        if kind == JOB and not JOB_NAME.fullmatch(request.name):
+            raise ControlRefused(400, f"name {request.name!r}: a job's name is lower-case "
+                                 "letters, digits and '_' (a letter or digit first)")  # fmt: skip
         if kind == JOB and entry is not None and not entry.ended:
             self._job_fits(spec, entry.view.capacity, request.channel_id)
         endpoint = Rental(

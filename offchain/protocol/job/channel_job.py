@@ -14,6 +14,7 @@ so such a receipt can never settle an escrow; it is evidence for the renter, and
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Literal
 
 from pycardano import TransactionId, TransactionInput
@@ -30,6 +31,9 @@ from offchain.protocol.job.jobspec import (
 
 CHANNEL_JOB = "job"  # the deploy spec's `kind` and the provider's deployment kind
 RECEIPT_REF_DOMAIN = b"UNCHAINED/channel-job-receipt/v1"
+# A job's deployment name is its job id on the provider's machine (cgroup, container, results
+# folder): lower-case letters, digits and '_' only, as an escrowed job's id
+JOB_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")
 
 
 class ChannelJobSpec(_Spec):
