@@ -7,9 +7,9 @@ second, and no pod agent signing on it now (one signer per channel). Otherwise, 
 `--escrow`, it takes the escrow path, and the screen says why.
 
 Over a channel: the job is deployed on the provider's gateway (`consumer.sdk.channel_jobs`),
-then paid while it runs with the pod agent's rounds (`consumer.cli.pod_agent.PodAgent`: the
-exact due, never above this renter's count of seconds), in this process, which holds the
-channel's agent lock throughout; once it ended the last due is paid (its billing frozen at the
+then paid while it runs (`consumer.sdk.channel_jobs.JobPayer`: the exact due, never above
+this renter's count of seconds), in this process, which holds the channel's agent lock
+throughout (one signer per channel); once it ended the last due is paid (its billing frozen at the
 receipt's whole seconds) and its receipt and results are fetched and verified. A due above the
 renter's count is not signed: the job is stopped (the provider stops it anyway when the IOUs
 lag), and the renter owes at most the provider's credit."""
@@ -91,8 +91,8 @@ def run_over_channel(
 ) -> tuple[dict[str, Any], VerifiedResult]:  # fmt: skip
     """Deploy the job on the chosen channel, pay it while it runs, fetch and verify what it
     left; its final status and the verified result. `say(line)` shows progress."""
-    from consumer.cli.pod_agent import PodAgent, holding
-    from consumer.sdk.channel_jobs import deploy_job, job_results
+    from consumer.cli.pod_agent import holding
+    from consumer.sdk.channel_jobs import JobPayer, deploy_job, job_results
     from consumer.sdk.endpoint_client import EndpointRefused, GatewayControl
     from consumer.sdk.iou_signer import IouNotSigned
     from consumer.sdk.rental_store import RentalStore
@@ -113,28 +113,26 @@ def run_over_channel(
                          chosen.gateway_url, admission)  # fmt: skip
         say(f"job {name} deployed on {chosen.gateway_url}, paid on channel {channel_id[:16]} at "
             f"{chosen.spec.price_per_second:,} lovelace per second")  # fmt: skip
-        agent = PodAgent(control, channels.signer(channel_id), lambda: store.on_channel(channel_id))
+        payer = JobPayer(control, channels.signer(channel_id), job)
         seen = ""
         while True:
             try:
-                done = agent.round()
+                final = payer.round()
             except (EndpointRefused, IouNotSigned) as exc:
                 control.stop(name, bytes.fromhex(channel_id))
                 raise ConsumerError(f"job {name} stopped: not paying {exc}", job=name) from exc
-            state = done.states.get(name, "gone")
-            if state != seen:
-                say(f"  {state} (channel signed {ada(done.signed)})")
-                seen = state
-            if state in ENDED or state == "gone":
+            if final["state"] != seen:
+                say(f"  {final['state']} (channel signed {ada(payer.signer.signed)})")
+                seen = final["state"]
+            if final["state"] in ENDED:
                 break
             time.sleep(ROUND_S)
-        final = control.status(name, bytes.fromhex(channel_id))
         if final["state"] == "failed":
             raise ConsumerError(f"job {name} failed on the provider: {final['reason']}; nothing "
                                 "is owed for it", job=name, reason=final["reason"])  # fmt: skip
         result = job_results(control, job, record, channels.deployment,
                              out or Path("results") / name)  # fmt: skip
-    final["signed"] = agent.signer.signed
+    final["signed"] = payer.signer.signed
     return final, result
 
 

@@ -56,7 +56,6 @@ class Round:
 
     live: list[str]  # the channel's pods still pending or running
     signed: int  # the channel's last IOU after the round
-    states: dict[str, str]  # each deployment's state as the round read it (a job's end too)
 
 
 class PodAgent:
@@ -94,8 +93,7 @@ class PodAgent:
                     raise
         live = sorted(name for name, status in statuses.items()
                       if status["kind"] == POD and status["state"] in LIVE)  # fmt: skip
-        states = {name: str(status["state"]) for name, status in statuses.items()}
-        return Round(live, self.signer.signed, states)
+        return Round(live, self.signer.signed)
 
 
 def agent_dir(state_dir: Path) -> Path:

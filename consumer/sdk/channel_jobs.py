@@ -8,17 +8,25 @@ archive are fetched with signed requests and verified exactly as an escrowed job
 record, the archive's sha256 the receipt's.
 
 A job whose most cost (price per second x max duration) is above what the channel has left
-is refused here, before anything is signed (`ChannelJobRefused`)."""
+is refused here, before anything is signed (`ChannelJobRefused`).
+
+While it runs, `JobPayer` pays its seconds (two requests a round, whatever else the channel
+paid for before: the pod agent's `pay_due` asks the status of every deployment on the
+channel, which grows with each job run on it): what the channel owes may be at most what was
+signed when the job was deployed (everything before it was paid) plus the job's price for the
+seconds it ran by the renter's own clock, one second of slack."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from consumer.sdk.channel_store import ChannelRecord
-from consumer.sdk.endpoint_client import GatewayControl
+from consumer.sdk.endpoint_client import EndpointRefused, GatewayControl, seconds_run
 from consumer.sdk.errors import ConsumerError
+from consumer.sdk.iou_signer import IouSigner
 from consumer.sdk.rental_store import RentalRecord, RentalStore
 from consumer.sdk.session import VerifiedResult
 from consumer.sdk.verified import RECEIPT_FILE, RESULT_FILE, kept_archive, signed_receipt
@@ -80,6 +88,44 @@ def deploy_job(
         store.forget(name)
         raise
     return record
+
+
+PAY_ATTEMPTS = 3  # a 402 when a second passed between reading the due and paying it
+PAYMENT_REQUIRED = 402
+
+
+class JobPayer:
+    """Pays what one channel job's channel owes, round by round, up to the renter's count."""
+
+    def __init__(self, control: GatewayControl, signer: IouSigner, job: RentalRecord) -> None:
+        self.control, self.signer, self.job = control, signer, job
+        self.channel = bytes.fromhex(job.channel_id)
+        self.baseline = signer.signed  # the channel's IOUs before the job: all it owed then
+
+    def round(self) -> dict[str, Any]:
+        """Pay the due the gateway names (if it grew) and return the job's status read for it;
+        EndpointRefused (nothing signed) when the due is above the renter's count."""
+        for attempt in range(PAY_ATTEMPTS):
+            status = self.control.status(self.job.name, self.channel)
+            due = int(status["due"])
+            now = time.time_ns() // 1_000_000
+            seconds = seconds_run(status, self.job.created_ms, now) + 1
+            ceiling = self.baseline + self.job.price_per_second * seconds
+            if due > ceiling:
+                raise EndpointRefused(
+                    f"the gateway asks for {ada(due)} on channel {self.job.channel_id[:16]}, "
+                    f"more than the {ada(ceiling)} counted here for job {self.job.name}: not "
+                    "signed", due=due, ceiling=ceiling,
+                )  # fmt: skip
+            if due <= self.signer.signed:
+                return status
+            try:
+                self.control.pay(self.job.name, self.signer.pay(due, due))
+                return status
+            except ConsumerError as exc:
+                if exc.details.get("status") != PAYMENT_REQUIRED or attempt == PAY_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def job_results(

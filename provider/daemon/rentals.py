@@ -150,7 +150,8 @@ class Rentals:
 
     async def _ran_to_end(self, deployment: Rental) -> bool:
         """Whether `deployment` ended by itself (a batch job that exited): then `stopped`,
-        its receipt signed and kept, its billing frozen at the receipt's whole seconds."""
+        its receipt signed and kept, its billing frozen at the receipt's whole seconds, its
+        slots free (the renter's next job may start at once)."""
         finished = getattr(self.starter(deployment.kind), "finished", None)
         if finished is None:
             return False
@@ -164,6 +165,7 @@ class Rentals:
         reason = ended_reason(result, spec_of(deployment).job.max_duration_s)
         log.info("deployment %s ended: %s, %d s billed", deployment.name, reason, seconds)
         self.book.finish(deployment.name, STOPPED, reason, deployment.started_ms + seconds * 1000)
+        await self._remove(deployment.name, deployment.kind)  # its slot is free at once
         return True
 
     def _finish_channel(self, channel: bytes, reason: str) -> None:
