@@ -27,7 +27,6 @@ import logging
 import statistics
 import tempfile
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from consumer.sdk.channel_jobs import channel_job
 from consumer.sdk.channel_store import ChannelStore
 from consumer.sdk.channels import Channels
 from consumer.sdk.keys import load_key
-from devnet.process import DevnetProcess, free_port
+from devnet.process import DevnetProcess
 from offchain.chain.follower import tip_point
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.ledger.amounts import ADA
@@ -47,11 +46,11 @@ from offchain.protocol.tx import channel as channels
 from provider.images import recipes as images
 from provider.money.channel_book import ChannelBook
 from provider.rentals.book import RentalBook, due_of
-from tests.consumer.cli import cli_env, funded_key, run_json, tx_fee
-from tests.consumer.test_endpoint_deploy import gateway_process
+from tests.consumer.cli import run_json, tx_fee
 from tests.protocol.onchain import travel_to
-from tests.provider.daemon_harness import CORE_PRICE, IDENTITY, daemon_on_market, quiet_market
+from tests.provider.daemon_harness import CORE_PRICE
 from tests.provider.daemon_harness import spec as job_spec
+from tests.provider.gateway_market import gateway_market
 from tests.provider.test_channels_daemon import claimed
 
 RESULTS = Path(__file__).parent / "results" / "channel_jobs.json"
@@ -72,82 +71,69 @@ async def measure(jobs: int, workdir: Path) -> dict[str, Any]:
 
 async def on_market(devnet: DevnetProcess, jobs: int, workdir: Path) -> dict[str, Any]:
     busybox = images.busybox_image(docker.from_env())
-    deployment_file, deployment, settings = await quiet_market(devnet, workdir)
-    port = free_port()
-    async with daemon_on_market(
-        devnet, workdir, deployment_file, settings, gateway_url=f"http://127.0.0.1:{port}",
-        bundles=2, channel_credit_lovelace=3 * PRICE,
-    ) as (daemon, provider, market_url):  # fmt: skip
-        gateway = gateway_process(daemon, deployment_file, devnet.url, port, workdir / "gw.log")
-        try:
-            _, key = await funded_key(devnet, workdir, (jobs * PRICE) * 2 + 200 * ADA)
-            market = types.SimpleNamespace(url=market_url, deployment_path=deployment_file)
-            state = workdir / "renter"
-            env = cli_env(market, devnet, key, state, identity=IDENTITY)
+    renter_lovelace = (jobs * PRICE) * 2 + 200 * ADA
+    settings = {"bundles": 2, "channel_credit_lovelace": 3 * PRICE}
+    async with gateway_market(devnet, workdir, renter_lovelace, **settings) as on:
+        daemon, deployment, state, provider = on.daemon, on.deployment, on.state, on.provider
 
-            def cli(*args: str) -> dict[str, Any]:
-                code, answer = run_json(env, *args, cwd=workdir)
-                assert code == 0, answer
-                return dict(answer)
+        def cli(*args: str) -> dict[str, Any]:
+            code, answer = run_json(on.env, *args, cwd=workdir)
+            assert code == 0, answer
+            return dict(answer)
 
-            spec_file = workdir / "one_second.json"
-            spec_file.write_text(json.dumps(job_spec(busybox, "echo ok > /out/r", MAX_S)))
-            provider_id = (await asyncio.to_thread(cli, "offers", "search"))["offers"][0][
-                "provider_id"
-            ]
-            escrowed = await asyncio.to_thread(
-                cli, "job", "submit", str(spec_file), "--escrow", "--yes", "--detach"
-            )
-            deposit = jobs * PRICE + MAX_S * PRICE  # every job's second and one's most cost
-            since = await tip_point(devnet.url)
-            opened = await asyncio.to_thread(
-                cli, "channel", "open", "--provider", provider_id, "--deposit",
-                str(deposit // ADA), "--close-period", CLOSE_PERIOD, "--yes",
+        spec_file = workdir / "one_second.json"
+        spec_file.write_text(json.dumps(job_spec(busybox, "echo ok > /out/r", MAX_S)))
+        provider_id = (await asyncio.to_thread(cli, "offers", "search"))["offers"][0]["provider_id"]
+        escrowed = await asyncio.to_thread(
+            cli, "job", "submit", str(spec_file), "--escrow", "--yes", "--detach"
+        )
+        deposit = jobs * PRICE + MAX_S * PRICE  # every job's second and one's most cost
+        since = await tip_point(devnet.url)
+        opened = await asyncio.to_thread(
+            cli, "channel", "open", "--provider", provider_id, "--deposit",
+            str(deposit // ADA), "--close-period", CLOSE_PERIOD, "--yes",
+        )  # fmt: skip
+        open_fee = await tx_fee(devnet, opened["tx_id"], since)
+        sdk = Channels(load_key(on.key), devnet.context(), devnet.url, deployment,
+                       ChannelStore(state))  # fmt: skip
+        wanted = channel_job(JobSpec.model_validate_json(spec_file.read_text()), PRICE)
+        record = sdk.store.get(opened["channel_id"])
+        gateway_url = on.gateway_url
+        walls, names = [], []
+        for n in range(jobs):
+            start = time.perf_counter()
+            chosen = ChannelRoute(record, sdk.status(record.channel_id), gateway_url, wanted)
+            final, result = await asyncio.to_thread(
+                run_over_channel, sdk, chosen, state, workdir / "results" / str(n),
+                lambda line: None,
             )  # fmt: skip
-            open_fee = await tx_fee(devnet, opened["tx_id"], since)
-            sdk = Channels(load_key(key), devnet.context(), devnet.url, deployment,
-                           ChannelStore(state))  # fmt: skip
-            wanted = channel_job(JobSpec.model_validate_json(spec_file.read_text()), PRICE)
-            record = sdk.store.get(opened["channel_id"])
-            gateway_url = f"http://127.0.0.1:{port}"
-            walls, names = [], []
-            for n in range(jobs):
-                start = time.perf_counter()
-                chosen = ChannelRoute(record, sdk.status(record.channel_id), gateway_url, wanted)
-                final, result = await asyncio.to_thread(
-                    run_over_channel, sdk, chosen, state, workdir / "results" / str(n),
-                    lambda line: None,
-                )  # fmt: skip
-                assert final["state"] == "stopped" and result.units == 1, final
-                walls.append(time.perf_counter() - start)
-                names.append(final["name"])
-            book = RentalBook.in_state_dir(daemon.state_dir)
-            billed = sum(due_of(row, row.stopped_ms) for row in map(book.get, names) if row)
-            book.close()
-            signed = sdk.store.signed(record.channel_id)
-            assert billed == signed == jobs * PRICE, (billed, signed)
-            live = sdk.live(record)
-            iou = sdk.signer(record.channel_id).last
-            assert iou is not None
-            claim = channels.claim_channels(
-                devnet.context(), deployment, [(live, iou)], provider.address
-            )
-            claim_fee = (await cost(devnet, provider.sign(claim)))["fee_lovelace"]
-            started = await asyncio.to_thread(cli, "channel", "close", record.channel_id)
-            book = ChannelBook.in_state_dir(daemon.state_dir, deployment.network_id,
-                                            deployment.channel_hash, 0)  # fmt: skip
-            await claimed(book, bytes.fromhex(record.channel_id), signed, timeout_s=120)
-            book.close()  # the provider claimed it: the drain races nothing
-            await travel_to(devnet, int(started["closing_at"]) + 1)
-            drained = await asyncio.to_thread(cli, "channel", "close", record.channel_id)
-            results = daemon.state_dir / "results" / escrowed["job_id"] / "result.json"
-            for _ in range(300):  # the escrowed job runs before the daemon stops
-                if results.exists():
-                    break
-                await asyncio.sleep(0.2)
-        finally:
-            gateway.terminate()
-            gateway.wait(timeout=30)
+            assert final["state"] == "stopped" and result.units == 1, final
+            walls.append(time.perf_counter() - start)
+            names.append(final["name"])
+        book = RentalBook.in_state_dir(daemon.state_dir)
+        billed = sum(due_of(row, row.stopped_ms) for row in map(book.get, names) if row)
+        book.close()
+        signed = sdk.store.signed(record.channel_id)
+        assert billed == signed == jobs * PRICE, (billed, signed)
+        live = sdk.live(record)
+        iou = sdk.signer(record.channel_id).last
+        assert iou is not None
+        claim = channels.claim_channels(
+            devnet.context(), deployment, [(live, iou)], provider.address
+        )
+        claim_fee = (await cost(devnet, provider.sign(claim)))["fee_lovelace"]
+        started = await asyncio.to_thread(cli, "channel", "close", record.channel_id)
+        book = ChannelBook.in_state_dir(daemon.state_dir, deployment.network_id,
+                                        deployment.channel_hash, 0)  # fmt: skip
+        await claimed(book, bytes.fromhex(record.channel_id), signed, timeout_s=120)
+        book.close()  # the provider claimed it: the drain races nothing
+        await travel_to(devnet, int(started["closing_at"]) + 1)
+        drained = await asyncio.to_thread(cli, "channel", "close", record.channel_id)
+        results = daemon.state_dir / "results" / escrowed["job_id"] / "result.json"
+        for _ in range(300):  # the escrowed job runs before the daemon stops
+            if results.exists():
+                break
+            await asyncio.sleep(0.2)
     settle_fee = json.loads(CONTRACTS.read_text())["settle_fee_per_escrow_lovelace"]
     return figures(jobs, escrowed, settle_fee, open_fee, claim_fee, started["fee"],
                    drained["fee"], walls)  # fmt: skip
@@ -162,6 +148,8 @@ def figures(
     compute = jobs * PRICE
     escrow_fees = jobs * (lock_fee + allowance)
     channel_fees = open_fee + claim_fee + close_fee + drain_fee
+    renter_fees = open_fee + close_fee + drain_fee  # the provider pays its claim's fee
+    per_job = -(-renter_fees // jobs)
     return {
         "jobs": jobs,
         "price_per_second_lovelace": PRICE,
@@ -181,14 +169,14 @@ def figures(
             "start_close_fee_lovelace": close_fee,
             "drain_fee_lovelace": drain_fee,
             "fees_lovelace": channel_fees,
-            "per_job_beyond_compute_lovelace": -(-channel_fees // jobs),
-            "renter_pays_lovelace": compute + open_fee + close_fee + drain_fee,
+            "per_job_beyond_compute_lovelace": per_job,
+            "renter_pays_lovelace": compute + renter_fees,
             "chain_fees_lovelace": channel_fees,
             "transactions": "1 open + 1 claim + start close + drain",
             "job_wall_s_median": round(statistics.median(walls), 3),
             "job_wall_s_max": round(max(walls), 3),
         },
-        "saved_per_job_lovelace": (lock_fee + allowance) - -(-channel_fees // jobs),
+        "saved_per_job_lovelace": lock_fee + allowance - per_job,  # the renter's
     }
 
 

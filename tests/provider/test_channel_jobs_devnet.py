@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import types
 from pathlib import Path
 
 import docker
@@ -25,17 +24,17 @@ from consumer.sdk.channel_store import ChannelStore
 from consumer.sdk.endpoint_client import GatewayControl
 from consumer.sdk.keys import load_key
 from consumer.sdk.rental_store import RentalStore
-from devnet.process import free_port
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.ledger.amounts import ADA
 from provider.config import RunnerSettings
 from provider.money.channel_book import ChannelBook
 from provider.rentals.book import RentalBook, due_of
 from provider.sandbox.runner import Runner
-from tests.consumer.cli import cli_env, funded_key, run_json
-from tests.consumer.test_endpoint_deploy import gateway_process
-from tests.provider.daemon_harness import CORE_PRICE, IDENTITY, daemon_on_market, quiet_market
+from tests.consumer.cli import run_json
+from tests.consumer.test_pods_devnet import until
+from tests.provider.daemon_harness import CORE_PRICE
 from tests.provider.daemon_harness import spec as job_spec
+from tests.provider.gateway_market import gateway_market
 from tests.provider.test_channels_daemon import claimed
 
 PRICE = CORE_PRICE  # per second: the offer's one-core bundle
@@ -43,14 +42,6 @@ CREDIT = 3 * PRICE
 PROVIDER = {"bundles": 2, "channel_credit_lovelace": CREDIT, "channel_claim_interval_s": 2}
 DEPOSIT_ADA = 30
 JOBS = 3
-
-
-async def until(condition, timeout_s: float = 60, what: str = "") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.2)
 
 
 @pytest.fixture
@@ -62,20 +53,11 @@ def renter_cli(tmp_path: Path):
 
 
 async def test_jobs_over_a_channel_on_the_devnet_market(devnet, tmp_path, busybox, renter_cli):
-    deployment_file, deployment, settings = await quiet_market(devnet, tmp_path)
-    port = free_port()
-    async with daemon_on_market(
-        devnet, tmp_path, deployment_file, settings, gateway_url=f"http://127.0.0.1:{port}",
-        **PROVIDER,
-    ) as (daemon, _, market_url):  # fmt: skip
-        _, key = await funded_key(devnet, tmp_path, 300 * ADA)
-        market = types.SimpleNamespace(url=market_url, deployment_path=deployment_file)
-        state = tmp_path / "renter"
-        env = cli_env(market, devnet, key, state, identity=IDENTITY)
+    async with gateway_market(devnet, tmp_path, 300 * ADA, **PROVIDER) as on:
+        daemon, deployment, state, env = on.daemon, on.deployment, on.state, on.env
         book = RentalBook.in_state_dir(daemon.state_dir)
         channels = ChannelBook.in_state_dir(daemon.state_dir, deployment.network_id,
                                             deployment.channel_hash, CREDIT)  # fmt: skip
-        gateway = gateway_process(daemon, deployment_file, devnet.url, port, tmp_path / "gw.log")
         try:
             code, offers = await asyncio.to_thread(renter_cli, env, "offers", "search")
             assert code == 0, offers
@@ -127,10 +109,9 @@ async def test_jobs_over_a_channel_on_the_devnet_market(devnet, tmp_path, busybo
                 await until(lambda job=escrowed: (results / job / "result.json").exists(),
                             timeout_s=90, what=f"escrowed job {escrowed} never ran")  # fmt: skip
 
-            await refused_and_unpaid(state, key, deployment, channel, book, busybox, owed, daemon)
+            await refused_and_unpaid(state, on.key, deployment, channel, book, busybox, owed,
+                                     daemon)  # fmt: skip
         finally:
-            gateway.terminate()
-            gateway.wait(timeout=30)
             channels.close()
             book.close()
 
