@@ -9,6 +9,7 @@ and still gets its receipt."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import tarfile
@@ -22,10 +23,16 @@ import httpx
 import pytest
 from pycardano import PaymentSigningKey
 
+from consumer.sdk.channel_jobs import JobPayer, channel_job, deploy_job
+from consumer.sdk.channel_store import ChannelRecord, ChannelStore
+from consumer.sdk.endpoint_client import EndpointRefused, GatewayControl
+from consumer.sdk.iou_signer import IouSigner
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.rental_store import RentalStore
 from offchain.chain.utxo import format_out_ref
 from offchain.protocol.api.control import ControlRequest, SignedControl
 from offchain.protocol.job.channel_job import receipt_ref
-from offchain.protocol.job.jobspec import Bundle, Resources
+from offchain.protocol.job.jobspec import Bundle, JobSpec, Resources
 from offchain.protocol.job.receipt import Receipt
 from provider.capacity import Capacity, Slot
 from provider.config import DaemonSettings, RunnerSettings
@@ -43,6 +50,7 @@ from tests.provider.test_gateway_support import (
     SCRIPT,
     book_with_channels,
     iou,
+    running,
     serving,
 )
 
@@ -176,3 +184,35 @@ async def test_a_job_whose_ious_lag_is_stopped_and_still_gets_its_receipt(
     record = gateway.post("/deployments/lag/receipt", json=signed("receipt", "lag")).json()
     assert record["status"] == "cancelled" and record["units"] >= 2
     assert running.started_ms == stopped.started_ms and world.capacity.free() == 2
+
+
+async def test_the_renter_pays_a_jobs_seconds_and_never_signs_above_its_own_count(
+    world: World, gateway: httpx.Client, busybox: str, tmp_path: Path
+) -> None:
+    renter = ConsumerKey(RENTER)
+    store = ChannelStore(tmp_path / "renter")
+    record = ChannelRecord(CHANNEL.hex(), "00", "ab" * 28, "addr_test1", CAPACITY, 3_600_000, 0,
+                           "cd" * 32)  # fmt: skip
+    store.save(record)
+    control = GatewayControl(str(gateway.base_url), renter, NETWORK, gateway)
+    spec = channel_job(JobSpec.model_validate(job(busybox, "sleep 2")["job"]), PRICE)
+    rentals = RentalStore(tmp_path / "renter")
+    deployed_job = deploy_job(control, rentals, "paid", spec, record, CAPACITY,
+                              str(gateway.base_url), None)  # fmt: skip
+    payer = JobPayer(control, IouSigner(renter, NETWORK, SCRIPT, record, store), deployed_job)
+    while (status := payer.round())["state"] not in ("stopped", "failed"):
+        await world.loop.tick()
+        await asyncio.sleep(0.1)
+    payer.round()  # the last due, frozen at the receipt's seconds
+    row = world.book.get("paid")
+    assert row is not None and row.reason == "job succeeded: exit code 0", status
+    owed = due_of(row, row.stopped_ms)
+    assert payer.signer.signed == owed == PRICE * ((row.stopped_ms - row.started_ms) // 1000)
+    assert store.signed(CHANNEL.hex()) == owed and owed >= 2 * PRICE
+
+    # the provider's book names more than this renter counted for the job: nothing is signed
+    world.book.add(running("extra", "http://127.0.0.1:9", PRICE))
+    world.book.charge("extra", 5 * PRICE)
+    with pytest.raises(EndpointRefused, match=r"more than the .* counted here for job paid"):
+        payer.round()
+    assert store.signed(CHANNEL.hex()) == owed
