@@ -45,7 +45,7 @@ from offchain.protocol.ledger.amounts import ADA
 from offchain.protocol.tx import channel as channels
 from provider.images import recipes as images
 from provider.money.channel_book import ChannelBook
-from provider.rentals.book import RentalBook, due_of
+from provider.rentals.book import RentalBook, due_of, qualified
 from tests.consumer.cli import run_json, tx_fee
 from tests.protocol.onchain import travel_to
 from tests.provider.daemon_harness import CORE_PRICE
@@ -111,7 +111,9 @@ async def on_market(devnet: DevnetProcess, jobs: int, workdir: Path) -> dict[str
             walls.append(time.perf_counter() - start)
             names.append(final["name"])
         book = RentalBook.in_state_dir(daemon.state_dir)
-        billed = sum(due_of(row, row.stopped_ms) for row in map(book.get, names) if row)
+        renter = load_key(on.key).vkey
+        rows = [book.get(qualified(renter, name)) for name in names]
+        billed = sum(due_of(row, row.stopped_ms) for row in rows if row)
         book.close()
         signed = sdk.store.signed(record.channel_id)
         assert billed == signed == jobs * PRICE, (billed, signed)

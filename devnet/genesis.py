@@ -22,13 +22,14 @@ from pycardano import (
 )
 
 from devnet.view import SlotConfig
+from offchain.chain.network import MAGICS
 from offchain.protocol.ledger.amounts import ADA
 
 DEMO_WALLETS = ("alice", "bob", "consumer", "provider", "market")
 DEMO_WALLET_LOVELACE = 100_000 * ADA
 FAUCET_WALLET = "faucet"
 FAUCET_LOVELACE = 30_000_000_000 * ADA
-NETWORK_MAGIC = 42
+NETWORK_MAGIC = MAGICS["devnet"]  # the network setting `devnet` names it
 EPOCH_LENGTH = 432_000
 SECURITY_PARAMETER = 2160
 ACTIVE_SLOTS_COEFFICIENT = "1/20"

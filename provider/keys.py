@@ -1,6 +1,7 @@
 """The provider's signing key: one ed25519 key in the state directory, as a cardano-cli `.skey`
 envelope (PaymentSigningKeyShelley_ed25519), so the operator can inspect or move it with the
-usual Cardano tools. It signs acceptances, receipts and the bond's transactions.
+usual Cardano tools, or that envelope sealed with a passphrase (`unchained key seal`,
+`offchain.core.sealed_keys`). It signs acceptances, receipts and the bond's transactions.
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ from cbor2 import CBORError
 from pycardano import PaymentSigningKey
 from pycardano.exception import InvalidKeyTypeException
 
-from offchain.core.errors import UnchainedError
+from offchain.core.sealed_keys import KeyFileError, read_key_text
 
 KEY_FILE = "provider.skey"
 SEED_BYTES = 32
-
-
-class KeyFileError(UnchainedError, ValueError):
-    """The provider key is missing or unreadable; the message says what to do."""
 
 
 def key_path(state_dir: Path) -> Path:
@@ -44,7 +41,7 @@ def ensure_key(state_dir: Path) -> tuple[PaymentSigningKey, bool]:
 def load_key(state_dir: Path) -> PaymentSigningKey:
     path = key_path(state_dir)
     try:
-        text = path.read_text()
+        text = read_key_text(path)  # sealed or plain
     except FileNotFoundError as exc:
         raise KeyFileError(
             f"no provider key at {path}: run `unchained provider init` first"

@@ -27,7 +27,6 @@ from unchained.demo.services import CALLS, REQUEST_PRICE
 pytestmark = [pytest.mark.devnet, pytest.mark.docker]
 
 RUN_TIMEOUT_S = 300
-TOOK_S = 150  # measured about 95 s on a busy 2-core machine, its images cached
 RENTERS = ["renter-1", "renter-2", "renter-3"]
 
 
@@ -105,4 +104,3 @@ def test_the_services_demo_claims_every_channel_in_one_transaction(built, tmp_pa
     parties = ["provider", *RENTERS, "market"]
     printed = {party: balances(out, party)[1] for party in parties}
     assert chain_balances(data_dir, out, parties) == printed
-    assert took_s < TOOK_S, f"the services demo took {took_s:.0f} s"

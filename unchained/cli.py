@@ -34,6 +34,8 @@ COMPONENTS = {
                            "The OpShin validators and their committed artifacts."),
     "deploy": Component("unchained.deploy", "app", "Publish the escrow and bond validators as "
                         "reference scripts; write DEPLOYMENT."),
+    "doctor": Component("unchained.doctor", "app", "Check this set-up (Ogmios, node, network, "
+                        "deployment, wallet, clock); say what to fix."),
     "provider": Component("provider.cli.main", "app",
                           "The provider node: its key, offer, self-test, job runner and bond."),
     "market": Component("offchain.market.cli", "app", "The marketplace and settlement service."),
@@ -49,6 +51,7 @@ COMPONENTS = {
     "wallet": Component("consumer.cli.main", "wallet_app", "The consumer's key and funds."),
     "spend": Component("consumer.cli.spend", "app", "What your jobs and channels cost, to the "
                        "lovelace: paid, fees, what came back."),
+    "key": Component("unchained.key", "app", "Seal a key file with a passphrase, or unseal it."),
 }  # fmt: skip
 
 

@@ -10,13 +10,16 @@ from typing import Annotated
 
 import typer
 
+from offchain.chain.network import DEFAULT_NETWORK
 from offchain.chain.ogmios import DEFAULT_OGMIOS_URL
 from offchain.protocol.ledger.amounts import ada
 from provider.cli.options import (
     DEFAULT_DEPLOYMENT,
     DeploymentOption,
+    NetworkOption,
     OgmiosOption,
     fail,
+    network_setting,
     reported,
 )
 
@@ -55,46 +58,59 @@ def deploy_command(
         int,
         typer.Option(min=0, help="After an escrow's close, how long only its consumer refunds."),
     ] = REFUND_WINDOW_MS,
+    network: NetworkOption = DEFAULT_NETWORK,
 ) -> None:
     """Publish the escrow and bond validators as reference scripts; write DEPLOYMENT."""
+    # nothing is signed before the node is found to run the network `--network` names
     if notice_ms <= refund_window_ms:
         # a bond covers jobs closing before its notice's end less the refund window: none
         raise fail(
             f"--notice-ms {notice_ms} must be longer than --refund-window-ms {refund_window_ms}: "
             "a bond covers only jobs closing more than the refund window before its notice ends"
         )
+    chain = network_setting(network)
     from cbor2 import CBORError
     from pycardano import PaymentSigningKey
     from pycardano.exception import PyCardanoException
 
     from offchain.chain.context import chain_context, quiet_chain_clients
+    from offchain.chain.follower import tip_point
+    from offchain.chain.startup import check_start
     from offchain.chain.submit import UNREACHABLE, submit_confirmed
+    from offchain.core.errors import UnchainedError
+    from offchain.core.sealed_keys import read_key_text
     from offchain.protocol.tx import deployment_file
     from offchain.protocol.tx.deployment import deploy
     from offchain.protocol.tx.txbuild import Wallet
 
     quiet_chain_clients()
     try:
-        key = PaymentSigningKey.load(str(wallet))
+        key = PaymentSigningKey.from_json(read_key_text(wallet))  # sealed or plain
     except (OSError, ValueError, KeyError, CBORError, PyCardanoException) as exc:
         raise fail(f"no signing key at {wallet} ({exc}); pass one with --wallet") from exc
     try:
-        context = chain_context(ogmios_url)
+        context = chain_context(ogmios_url, chain.pycardano)
     except ValueError as exc:
         raise fail(str(exc)) from exc
-    payer = Wallet.of(key, context.network)  # the network the deployment is made for
+    payer = Wallet.of(key, chain.pycardano)  # the network the deployment is made for
     with reported():
         try:
+            check_start(ogmios_url, chain)
+            before = asyncio.run(tip_point(ogmios_url))
             unsigned, made = deploy(
-                context, payer.address, context.network.value, notice_ms, slash_share_bps,
+                context, payer.address, chain.network_id, notice_ms, slash_share_bps,
                 refund_window_ms,
             )  # fmt: skip
+        except UnchainedError as exc:  # another network's node, an unsupported Ogmios
+            raise fail(str(exc), code=1) from exc
         except UNREACHABLE as exc:
             raise fail(f"cannot reach Ogmios at {ogmios_url}: {exc}", code=1) from exc
         tx = payer.sign(unsigned)
         height = asyncio.run(submit_confirmed(ogmios_url, tx))
-    deployment_file.save(made, deployment)
-    typer.echo(f"deployed: tx {tx.id} in block {height} (fee {ada(tx.transaction_body.fee)})")
+    since = before if isinstance(before, dict) else None  # "origin": a chain with no block yet
+    deployment_file.save(made, deployment, chain.magic, since)
+    fee = ada(tx.transaction_body.fee)
+    typer.echo(f"deployed on {chain}: tx {tx.id} in block {height} (fee {fee})")
     typer.echo(f"escrow script {made.escrow_hash.payload.hex()}")
     typer.echo(f"settle script {made.settle_hash.payload.hex()}")
     typer.echo(f"bond script   {made.bond_hash.payload.hex()}")

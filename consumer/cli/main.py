@@ -26,6 +26,7 @@ from consumer.cli.example import EXAMPLE_SPEC
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.store import JobStore, local_time
 from offchain.chain import DEFAULT_OGMIOS_URL
+from offchain.chain.network import DEFAULT_NETWORK, SETTING_HELP, ChainNetwork, parse_network
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.outcome import describe
 from offchain.protocol.ledger.amounts import ada, parse_lovelace, per_hour
@@ -109,19 +110,22 @@ class Env:
         ),
     )
     network: str = dataclasses.field(
-        default="testnet", metadata=connection("UNCHAINED_NETWORK", "testnet or mainnet.")
+        default=DEFAULT_NETWORK, metadata=connection("UNCHAINED_NETWORK", SETTING_HELP)
     )
+
+    @property
+    def chain(self) -> ChainNetwork:
+        """The network the setting names (NetworkSettingError, a message, when none)."""
+        return parse_network(self.network)
 
     @property
     def network_id(self) -> int:
         """The network id an address carries: 1 on mainnet, 0 on a test network."""
-        return 1 if self.network == "mainnet" else 0
+        return self.chain.network_id
 
     @property
     def pycardano_network(self) -> "Network":
-        from pycardano import Network
-
-        return Network.MAINNET if self.network == "mainnet" else Network.TESTNET
+        return self.chain.pycardano
 
 
 def command(
@@ -207,12 +211,11 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
 def on_chain(env: Env) -> tuple["ConsumerKey", "OgmiosContext", "Deployment"]:
     """The key, the chain and the deployment checked on it (blocking: it reads the chain)."""
     from consumer.sdk.keys import load_key
-    from offchain.chain.context import chain_context, quiet_chain_clients
-    from offchain.protocol.tx import deployment_file
+    from offchain.chain.context import quiet_chain_clients
+    from offchain.protocol.tx.deployment_start import open_checked
 
     quiet_chain_clients()
-    context = chain_context(env.ogmios_url, env.pycardano_network)
-    deployment = deployment_file.load(env.deployment, context)
+    context, deployment = open_checked(env.ogmios_url, env.deployment, env.chain)
     return load_key(env.key, deployment.network), context, deployment
 
 
@@ -835,11 +838,11 @@ def wallet_fund(
     as_json: Json = False,
 ) -> None:
     """On the devnet only: pay ADDRESS from the devnet's faucet (a real transaction; its
-    `devnet/fund` method). Refused on mainnet and by any other chain's Ogmios."""
+    `devnet/fund` method). Refused on any other network and by any other chain's Ogmios."""
     from offchain.chain.ogmios import METHOD_NOT_FOUND, OgmiosError, request
 
-    if env.network == "mainnet":
-        fail(as_json, "NotADevnet", "wallet fund works on the devnet only, not on mainnet")
+    if env.chain.name != "devnet":
+        fail(as_json, "NotADevnet", f"wallet fund works on the devnet only, not on {env.chain}")
     try:
         lovelace = parse_lovelace(f"{ada_amount}ADA")
     except ValueError as exc:

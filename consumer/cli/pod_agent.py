@@ -37,6 +37,7 @@ from consumer.sdk.endpoint_client import EndpointRefused, GatewayControl, pay_du
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.iou_signer import IouNotSigned, IouSigner
 from consumer.sdk.rental_store import RentalRecord, RentalStore
+from offchain.chain.network import DEFAULT_NETWORK
 
 log = logging.getLogger("unchained.pod_agent")
 
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--key", type=Path, required=True)
     parser.add_argument("--deployment", type=Path, required=True)
-    parser.add_argument("--network", default="testnet")
+    parser.add_argument("--network", default=DEFAULT_NETWORK)
     parser.add_argument("--channel", required=True)
     parser.add_argument("--interval", type=float, default=INTERVAL_S)
     flags = parser.parse_args(argv)

@@ -17,6 +17,7 @@ import cbor2
 from nacl.signing import SigningKey
 
 from consumer.sdk.errors import WalletError
+from offchain.core.sealed_keys import KeyFileError, read_key_text
 from offchain.protocol.api.signed_request import KEY_HASH_BYTES, RequestFields, headers_of
 
 PLAIN_KEY_TYPE = "PaymentSigningKeyShelley_ed25519"
@@ -73,9 +74,12 @@ class RequestKey:
 
 
 def key_text(path: Path) -> str:
-    """What the key file holds; WalletError saying what to do when there is none."""
+    """What the key file holds (unsealed: `offchain.core.sealed_keys`); WalletError saying what
+    to do when there is none or it cannot be unsealed."""
     try:
-        return path.read_text()
+        return read_key_text(path)
+    except KeyFileError as exc:
+        raise WalletError(str(exc), path=str(path)) from exc
     except FileNotFoundError as exc:
         raise WalletError(
             f"no key at {path}: run `unchained wallet new` (or pass --key FILE)", path=str(path)

@@ -11,6 +11,7 @@ from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain import DEFAULT_OGMIOS_URL
 from offchain.chain.ogmios import request_sync
+from offchain.chain.ogmios_window import reward_balances
 from offchain.chain.time import ChainTime, read_chain_time
 
 
@@ -59,15 +60,15 @@ class OgmiosContext(OgmiosV6ChainContext):
             "queryLedgerState/rewardAccountSummaries",
             {"scripts": [script.payload.hex()]},
         )
-        if not summaries:
-            return None
-        return int(summaries[0]["rewards"]["ada"]["lovelace"])
+        return reward_balances(summaries).get(script.payload.hex())
 
 
 def chain_context(
     url: str = DEFAULT_OGMIOS_URL, network: Network = Network.TESTNET
 ) -> OgmiosContext:
-    """An Ogmios v6 context for `ws://host:port[/path]` (or `wss://`)."""
+    """An Ogmios v6 context for `ws://host:port[/path]` (or `wss://`). Its `network` is the
+    one addresses are built for: a command passes its network setting's (`ChainNetwork`), after
+    `offchain.chain.network.connect` checked the node runs it; the default suits the devnet."""
     parsed = urlparse(url)
     if parsed.scheme not in ("ws", "wss") or not parsed.hostname:
         raise ValueError(f"expected an Ogmios URL like ws://127.0.0.1:1337, got {url!r}")

@@ -23,7 +23,7 @@ from offchain.core.errors import UnchainedError
 from offchain.market import errors
 from offchain.market.api.routes import app_wallet, jobs, offers, providers
 from offchain.market.dapp import routes as renter_app
-from offchain.market.db import POOL_SIZE, make_engine, upgrade
+from offchain.market.db import POOL_SIZE, check_at_head, make_engine, upgrade
 from offchain.market.explorer import routes as explorer
 from offchain.market.services.chain import Chain
 from offchain.market.services.crash import crash_point
@@ -185,7 +185,8 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
         app.state.engine = make_engine(settings)
         # As many worker threads as database connections: a thread never waits for one.
         to_thread.current_default_thread_limiter().total_tokens = POOL_SIZE
-        await run_in_threadpool(upgrade, app.state.engine)
+        ready = upgrade if settings.migrate else check_at_head  # `market migrate` ran it
+        await run_in_threadpool(ready, app.state.engine)
         app.state.chain = chain or await run_in_threadpool(
             Chain.connect, settings.ogmios_url, settings.deployment
         )

@@ -13,19 +13,23 @@ from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine
 
-from offchain.market.errors import NotFound
+from offchain.market.errors import MarketRefusal, NotFound
 from offchain.market.settings import MarketSettings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Connections per process; the API's thread pool is sized to match (`app.py`), so a request
 # thread never waits for a connection while holding a slot of the pool.
 POOL_SIZE = 16
-RECYCLE_S = 1800  # a PostgreSQL connection is replaced after this long (no ping per checkout)
+RECYCLE_S = 1800  # a PostgreSQL connection is replaced after this long
+# One key for every market process: the migrations run under this PostgreSQL advisory lock
+MIGRATION_LOCK = 0x756E636861696E  # "unchain"
 _WRITERS: dict[str, _Writers] = {}
 _WRITERS_GUARD = threading.Lock()
 Row = TypeVar("Row", bound=SQLModel)
@@ -39,9 +43,12 @@ def make_engine(settings: MarketSettings) -> Engine:
     loses nothing, a power cut may lose the last commits but never corrupts the file."""
     url = settings.sqlalchemy_url
     if not url.startswith("sqlite"):
+        # pre-ping: a connection the server dropped (a restart, a failover) is replaced when
+        # it is checked out, not found dead by the request that uses it
         return create_engine(
-            url, pool_size=POOL_SIZE, max_overflow=POOL_SIZE, pool_recycle=RECYCLE_S
-        )
+            url, pool_size=POOL_SIZE, max_overflow=POOL_SIZE, pool_recycle=RECYCLE_S,
+            pool_pre_ping=True,
+        )  # fmt: skip
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
         url, connect_args={"check_same_thread": False, "timeout": 30},
@@ -110,8 +117,31 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def upgrade(engine: Engine) -> None:
-    """Bring the schema to the newest migration (a no-op when it is there)."""
-    command.upgrade(alembic_config(engine), "head")
+    """Bring the schema to the newest migration (a no-op when it is there). On PostgreSQL
+    under an advisory lock: markets on several hosts starting at once migrate one at a time,
+    the later ones finding the schema at head."""
+    if engine.dialect.name != "postgresql":
+        command.upgrade(alembic_config(engine), "head")  # one file, one host
+        return
+    with engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+        try:
+            command.upgrade(alembic_config(engine), "head")
+        finally:
+            holder.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+
+
+def check_at_head(engine: Engine) -> None:
+    """MarketRefusal unless the database is at the newest migration (a market started with
+    `migrate = false` before `unchained market migrate` ran, or after a newer version's)."""
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_heads()
+    newest = ScriptDirectory.from_config(alembic_config(engine)).get_heads()
+    if set(current) != set(newest):
+        raise MarketRefusal(
+            f"the database is at migration {', '.join(current) or 'none'}, not "
+            f"{', '.join(newest)}: run `unchained market migrate` (or set migrate = true)"
+        )
 
 
 def sessions(engine: Engine) -> Iterator[Session]:

@@ -49,6 +49,11 @@ class MarketSettings(LayeredSettings):
     result_limit_bytes: int = Field(
         1024 * MIB, ge=1, description="A job's result archive past it: 413."
     )
+    migrate: bool = Field(
+        True, description="Bring the database to the newest migration at start (under a "
+        "PostgreSQL advisory lock). False where `unchained market migrate` runs them once, "
+        "before the hosts start.",
+    )  # fmt: skip
     quote_ttl_ms: int = Field(10 * 60_000, ge=1000, description="How long a quote may be locked.")
     settle_window_ms: int = Field(
         60 * 60_000, ge=1000, description="Each escrow's time to settle after its deadline."

@@ -21,6 +21,7 @@ from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
 from provider.cli.options import ChainFlags, fail, open_deployment
 from provider.keys import load_key
 from provider.money.bonding import ProviderBonds, withdrawable_slot
+from provider.money.own_transactions import OwnTransactions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,18 +29,20 @@ class ProviderOnChain(ProviderBonds):
     """One provider on one chain: what every bond command starts from."""
 
     url: str
+    own: OwnTransactions  # its fee counts in `provider status`'s net income
 
     def submit(self, tx: Transaction, what: str) -> None:
         height = asyncio.run(submit_confirmed(self.url, tx))
+        self.own.record(tx, "bond")
         typer.echo(f"{what}: tx {tx.id} in block {height} (fee {tx.transaction_body.fee} lovelace)")
 
 
 def provider_on_chain(flags: ChainFlags) -> ProviderOnChain:
-    context, deployment = open_deployment(flags.ogmios_url, flags.deployment)
+    context, deployment = open_deployment(flags.ogmios_url, flags.deployment, flags.network)
     key = load_key(flags.state)
-    return ProviderOnChain(
-        context, deployment, Wallet.of(key, deployment.network), flags.ogmios_url
-    )
+    wallet = Wallet.of(key, deployment.network)
+    own = OwnTransactions.in_state_dir(flags.state)
+    return ProviderOnChain(context, deployment, wallet, flags.ogmios_url, own)
 
 
 def standing(deployment: Deployment, datum: BondDatum, clock: Clock) -> str:

@@ -35,7 +35,7 @@ def open_book(flags: ChainFlags) -> tuple[ChainContext, Deployment, ProviderSett
     from provider.money.channel_book import ChannelBook
 
     settings = settings_of(flags.config, given(flags.state_dir))
-    context, deployment = open_deployment(flags.ogmios_url, flags.deployment)
+    context, deployment = open_deployment(flags.ogmios_url, flags.deployment, flags.network)
     book = ChannelBook.in_state_dir(
         settings.runner.state_dir, deployment.network_id, deployment.channel_hash,
         settings.daemon.channel_credit_lovelace,

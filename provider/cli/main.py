@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from offchain.chain.network import DEFAULT_NETWORK
 from offchain.core.serving import KEEP_ALIVE_S
 from offchain.protocol.job.jobspec import JobSpec, JobSpecError, describe, load_jobspec
 from provider.capacity import slots_of
@@ -27,10 +28,12 @@ from provider.cli.options import (
     DEFAULT_CONFIG,
     ChainFlags,
     ConfigOption,
+    NetworkOption,
     StateDirOption,
     chain_command,
     fail,
     given,
+    network_setting,
     open_deployment,
     reported,
     settings_of,
@@ -62,7 +65,7 @@ def provider_config(path: Path, flags: dict[str, Any]) -> tuple[ProviderConfig, 
 
 
 def escrow_job(
-    ref: str, url: str, deployment_path: Path, state_dir: Path, spec: JobSpec, price: int
+    ref: str, flags: ChainFlags, state_dir: Path, spec: JobSpec, price: int
 ) -> EscrowJob:
     """The escrow at `ref` as the chain has it, checked as an acceptance is before the job runs
     (`check_acceptable`: this deployment's, for this spec at this provider's price, key and
@@ -76,7 +79,8 @@ def escrow_job(
         wanted = parse_out_ref(ref)
     except ValueError as exc:
         raise fail(str(exc)) from exc
-    context, deployment = open_deployment(url, deployment_path)
+    url = flags.ogmios_url
+    context, deployment = open_deployment(url, flags.deployment, flags.network)
     with reported():
         key = load_key(state_dir)
         escrow = utxo_at(context, wanted)
@@ -137,7 +141,7 @@ def exec_job(
     signed_for = None
     if escrow is not None:
         state = settings.runner.state_dir
-        signed_for = escrow_job(escrow, flags.ogmios_url, flags.deployment, state, spec, price)
+        signed_for = escrow_job(escrow, flags, state, spec, price)
     gpus = settings.offer.fitting_gpus(spec, inventory)[: spec.resources.gpus]
     runner = Runner(docker.from_env(), settings.runner)
     job = job_id or f"exec_{secrets.token_hex(6)}"
@@ -213,14 +217,15 @@ def init(
     price_disk_gib: Annotated[
         int | None, typer.Option(help="Lovelace per disk GiB-second.")
     ] = None,
+    network: NetworkOption = DEFAULT_NETWORK,
 ) -> None:
     """Write a provider config offering this machine (all of it unless flags say less) and
-    make the provider's signing key (an existing key is kept, even with --force)."""
-    from pycardano import Network
-
+    make the provider's signing key (an existing key is kept, even with --force); print its
+    address on the network `--network` names."""
     from offchain.protocol.tx.txbuild import Wallet
     from provider.keys import KeyFileError, ensure_key, key_path
 
+    chain = network_setting(network)
     if config.exists() and not force:
         raise fail(f"{config} exists; use --force to overwrite it")
     settings = settings_of(config, given(state_dir), fresh=True).runner
@@ -259,7 +264,7 @@ def init(
     typer.echo(f"gpus: {', '.join(chosen) if chosen else inventory.gpu.note or 'none offered'}")
     typer.echo(f"cores {offer.cpu_cores}, memory {offer.memory_mib} MiB, disk {offer.disk_mib} MiB")
     typer.echo(f"{'made' if made else 'kept'} the provider key {key_path(settings.state_dir)}")
-    typer.echo(f"provider address (testnet): {Wallet.of(key, Network.TESTNET).address}")
+    typer.echo(f"provider address ({chain}): {Wallet.of(key, chain.pycardano).address}")
     typer.echo(f"provider vkey: {key.to_verification_key().payload.hex()}")
 
 
@@ -285,14 +290,17 @@ def run(
 ) -> None:
     """Run the provider daemon: offer this machine on the market, take and run jobs, deliver
     results and receipts, settle unsettled receipts itself; SIGTERM stops it gracefully."""
+    from offchain.core.sealed_keys import plain_key_warning
     from provider.daemon.chain import Chain
     from provider.daemon.main import Daemon
+    from provider.keys import key_path
 
     given_flags = given(flags.state_dir, market_url=market_url, market_identity=market_identity)
     settings, inventory = provider_config(flags.config, given_flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise
-    context, made = open_deployment(flags.ogmios_url, flags.deployment)
+    plain_key_warning(key_path(settings.runner.state_dir))
+    context, made = open_deployment(flags.ogmios_url, flags.deployment, flags.network, follows=True)
     with reported():
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         asyncio.run(Daemon(settings, inventory, chain).run())
@@ -319,10 +327,11 @@ def status(
     )  # fmt: skip
     from provider.gpu import share as gpu_share
     from provider.money.channel_book import ChannelBook
+    from provider.money.own_transactions import OwnTransactions
 
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
     _, slots = slots_of(settings.offer, inventory, gpu_share.isolator)
-    context, made = open_deployment(flags.ogmios_url, flags.deployment)
+    context, made = open_deployment(flags.ogmios_url, flags.deployment, flags.network)
     state = settings.runner.state_dir
     book = ChannelBook.in_state_dir(
         state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace
@@ -331,7 +340,8 @@ def status(
         chain = Chain.of(flags.ogmios_url, context, made, settings)
         bond = BondManager(chain, settings.daemon.bond_minimum_lovelace).refresh()
         gpus = host_gpu_processes(inventory, renter_containers())  # the operator's too
-        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book, gpus)
+        own = OwnTransactions.in_state_dir(state)
+        now = provider_status(Journal(state), slots, chain.now_ms(), bond, book, own, gpus)
     typer.echo(json.dumps(now, indent=2) if as_json else "\n".join(status_lines(now)))
 
 
@@ -363,7 +373,7 @@ def gateway(
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise fail(f"--listen {listen}: not HOST:PORT")
     settings, inventory = provider_config(flags.config, given(flags.state_dir))
-    _, made = open_deployment(flags.ogmios_url, flags.deployment)
+    _, made = open_deployment(flags.ogmios_url, flags.deployment, flags.network)
     state = settings.runner.state_dir
     book = ChannelBook.in_state_dir(
         state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace

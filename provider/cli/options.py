@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from offchain.chain import DEFAULT_OGMIOS_URL
+from offchain.chain.network import DEFAULT_NETWORK, SETTING_HELP
 from provider.config import ConfigError, ProviderSettings, load_config, load_settings
 
 if TYPE_CHECKING:
     from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
+    from offchain.chain.network import ChainNetwork
     from offchain.protocol.tx.deployment import Deployment
 
 DEFAULT_CONFIG = Path("data/provider/provider.toml")
@@ -59,6 +61,9 @@ StateDirOption = Annotated[
 OgmiosOption = Annotated[
     str, typer.Option("--ogmios-url", envvar="UNCHAINED_OGMIOS_URL", help="The chain's Ogmios.")
 ]
+NetworkOption = Annotated[
+    str, typer.Option("--network", envvar="UNCHAINED_NETWORK", help=f"The chain: {SETTING_HELP}")
+]
 DeploymentOption = Annotated[
     Path,
     typer.Option(
@@ -79,6 +84,7 @@ class ChainFlags:
     deployment: Path
     config: Path
     state_dir: Path | None
+    network: str = DEFAULT_NETWORK
 
     @property
     def state(self) -> Path:
@@ -93,21 +99,21 @@ _CHAIN_OPTIONS = [
         ("deployment", DeploymentOption, DEFAULT_DEPLOYMENT),
         ("config", ConfigOption, DEFAULT_CONFIG),
         ("state_dir", StateDirOption, None),
+        ("network", NetworkOption, DEFAULT_NETWORK),
     )
 ]
 
 
 def chain_command(command: Callable[..., None]) -> Callable[..., None]:
     """`command`, whose first parameter is `flags: ChainFlags`, as typer sees it: taking the
-    four options of `ChainFlags` in its place, after its own (typer has no option groups, so
-    the signature it reads is rewritten: the options are declared once, here)."""
+    options of `ChainFlags` in its place, after its own (typer has no option groups, so the
+    signature it reads is rewritten: the options are declared once, here)."""
     own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+    names = [option.name for option in _CHAIN_OPTIONS]
 
     @functools.wraps(command)
-    def with_flags(
-        *, ogmios_url: str, deployment: Path, config: Path, state_dir: Path | None, **options: Any
-    ) -> None:
-        command(ChainFlags(ogmios_url, deployment, config, state_dir), **options)
+    def with_flags(**options: Any) -> None:
+        command(ChainFlags(**{name: options.pop(name) for name in names}), **options)
 
     parameters = [*own, *_CHAIN_OPTIONS]
     signature = inspect.Signature(parameters, return_annotation=None)
@@ -142,18 +148,35 @@ def state_dir_of(config: Path, state_dir: Path | None) -> Path:
     return settings_of(config, given(state_dir)).runner.state_dir
 
 
-def open_deployment(url: str, path: Path) -> tuple[OgmiosV6ChainContext, Deployment]:
-    """A chain context for `url` and the deployment file at `path`, read against that chain."""
-    from offchain.chain.context import chain_context, quiet_chain_clients
-    from offchain.chain.submit import UNREACHABLE
-    from offchain.protocol.tx import deployment_file
+def network_setting(text: str) -> ChainNetwork:
+    """The network `--network` (or UNCHAINED_NETWORK) names; exit 2 saying what is accepted."""
+    from offchain.chain.network import NetworkSettingError, parse_network
 
+    try:
+        return parse_network(text)
+    except NetworkSettingError as exc:
+        raise fail(str(exc)) from exc
+
+
+def open_deployment(
+    url: str, path: Path, network: str = DEFAULT_NETWORK, *, follows: bool = False
+) -> tuple[OgmiosV6ChainContext, Deployment]:
+    """A chain context for `url` and the deployment file at `path`, read against that chain
+    once the start-up checks passed (`deployment_start`; `follows`: the daemon, which reads
+    transactions' CBOR). A bad file or setting exits 2, a refusing chain 1."""
+    from offchain.chain.context import quiet_chain_clients
+    from offchain.chain.submit import UNREACHABLE
+    from offchain.core.errors import UnchainedError
+    from offchain.protocol.tx.deployment_start import open_checked
+
+    chosen = network_setting(network)
     quiet_chain_clients()
     try:
-        context = chain_context(url)
-        return context, deployment_file.load(path, context)
+        return open_checked(url, path, chosen, follows=follows)
     except ValueError as exc:  # a malformed URL or an unusable deployment file
         raise fail(str(exc)) from exc
+    except UnchainedError as exc:  # another network's node or file, an unsupported Ogmios
+        raise fail(str(exc), code=1) from exc
     except UNREACHABLE as exc:
         raise fail(f"cannot reach Ogmios at {url}: {exc}", code=1) from exc
 

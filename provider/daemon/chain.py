@@ -13,17 +13,19 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pycardano import UTxO
+from pycardano import Transaction, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
 from offchain.chain.ogmios import request_sync
+from offchain.chain.submit import submit_confirmed
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.core.errors import UnchainedError
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
 from provider.keys import load_key
+from provider.money.own_transactions import Kind, OwnTransactions
 
 T = TypeVar("T")
 log = logging.getLogger("unchained.provider")
@@ -44,6 +46,7 @@ class Chain:
     context: OgmiosV6ChainContext
     deployment: Deployment
     wallet: Wallet
+    own: OwnTransactions | None = None  # where its submissions are recorded (the daemon's)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     seen: tuple[int, float] = (0, 0.0)  # the last tip's ms and the monotonic time it was read
 
@@ -57,7 +60,15 @@ class Chain:
     ) -> Chain:
         """The provider's chain: its key's wallet on the deployment's network."""
         key = load_key(config.runner.state_dir)
-        return cls(url, context, deployment, Wallet.of(key, deployment.network))
+        own = OwnTransactions.in_state_dir(config.runner.state_dir)
+        return cls(url, context, deployment, Wallet.of(key, deployment.network), own)
+
+    async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> int:
+        """Submit the wallet's `tx`, wait for its block (its height), and record it."""
+        height = await submit_confirmed(self.url, tx)
+        if self.own is not None:
+            self.own.record(tx, kind, allowances)
+        return height
 
     async def call(self, work: Callable[..., T], *args: object) -> T:
         """`work(*args)` on a worker thread, holding the context alone."""

@@ -28,7 +28,7 @@ from pycardano import (
     UTxO,
 )
 
-from offchain.chain.submit import ChainError, submit_confirmed
+from offchain.chain.submit import ChainError
 from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
 from offchain.protocol.checks.refusal import script_datum
 from offchain.protocol.ledger.iou import SignedIou
@@ -174,7 +174,7 @@ class ChannelClaimer:
         total = sum(iou.amount - channel.datum.claimed for channel, iou in claims)
         log.info("claiming %d channel(s), %d lovelace: tx %s fee %d lovelace",
                  len(claims), total, tx.id, tx.transaction_body.fee)  # fmt: skip
-        await submit_confirmed(chain.url, tx)
+        await chain.submit(tx, "claim")
         await chain.call(self._continued, tx, {channel.id for channel, _ in claims})
 
     def _continued(self, tx: Transaction, ids: set[bytes]) -> None:

@@ -18,11 +18,12 @@ import logging
 import shutil
 from pathlib import Path
 
-from offchain.chain.submit import ChainError, submit_confirmed
+from offchain.chain.submit import ChainError
 from offchain.chain.utxo import parse_out_ref
 from offchain.protocol.job.outcome import Outcome
 from offchain.protocol.ledger.claim import Claim
 from offchain.protocol.tx import batch
+from offchain.protocol.tx.escrow import escrow_datum
 from offchain.protocol.tx.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
@@ -111,12 +112,12 @@ class PayoutWatcher:
             settle, self.chain.context, deployment, receipts, wallet.address
         )
         tx = wallet.sign(unsigned)
-        refs = [escrow.input for escrow, _ in receipts] + [
-            utxo.input for utxos, _ in claims for utxo in utxos
-        ]
+        spent = [escrow for escrow, _ in receipts] + [u for utxos, _ in claims for u in utxos]
+        refs = [escrow.input for escrow in spent]
         log.info("settling %d receipt(s) the market left unsettled: tx %s fee %d lovelace",
                  len(refs), tx.id, tx.transaction_body.fee)  # fmt: skip
-        await submit_confirmed(self.chain.url, tx)
+        allowances = sum(escrow_datum(deployment, escrow).fee_allowance for escrow in spent)
+        await self.chain.submit(tx, "settle", allowances)  # the submitter keeps what they leave
         by_escrow = {parse_out_ref(entry.escrow): entry for entry in self.journal.entries()}
         for ref in refs:
             entry = by_escrow[ref]

@@ -42,7 +42,7 @@ def seconds_run(deployed: Rental, now_ms: int) -> int:
 def report_row(deployed: Rental, now_ms: int) -> RentalRow:
     """The row the market reads (ValidationError for one it would refuse)."""
     return RentalRow(
-        name=deployed.name, kind=deployed.kind, channel=deployed.channel.hex(),  # type: ignore[arg-type]
+        name=deployed.public_name, kind=deployed.kind, channel=deployed.channel.hex(),  # type: ignore[arg-type]
         image_digest=deployed.image_digest, state=deployed.state,  # type: ignore[arg-type]
         reason=deployed.reason[:MAX_REASON], price_per_request=deployed.price_per_request,
         price_per_second=deployed.price_per_second, created_ms=deployed.created_ms,

@@ -2,9 +2,9 @@
 (never from the daemon itself, so it answers while the daemon is down): each slot free or
 busy with which job, running jobs with their elapsed chain time and metered units so far,
 earnings settled and pending, the payment channels it serves (claimed on chain, and what
-their latest IOUs hold beyond), the bond, and each compute process on the machine's GPUs, a
-job's or the operator's own (metered, never billed); as lines in ADA, or with `--json` as data
-in lovelace."""
+their latest IOUs hold beyond), the net income (`provider.money.own_transactions`), the bond,
+and each compute process on the machine's GPUs, a job's or the operator's own (metered, never
+billed); as lines in ADA, or with `--json` as data in lovelace."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from provider.metering.cgroups import in_any_job
 from provider.metering.gpu import GpuProcess, gpu_processes
 from provider.metering.sampler import billable_units
 from provider.money.channel_book import ChannelBook
+from provider.money.own_transactions import OwnTransactions
 from provider.sandbox.hardening import LABEL_RUNNER
 
 PENDING = ("finished", "delivered")
@@ -56,7 +57,7 @@ def renter_containers() -> set[str]:
 
 def provider_status(
     journal: Journal, slots: list[Slot], now_ms: int, bond: BondView, book: ChannelBook,
-    gpus: list[GpuProcess] | None = None,
+    own: OwnTransactions, gpus: list[GpuProcess] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The status as data (`provider status --json`): lovelace and chain-time ms, integers."""
     entries = journal.entries()
@@ -77,18 +78,22 @@ def provider_status(
         }
         for slot in slots
     ]
+    settled = sum(e.settled_lovelace or 0 for e in entries if e.stage == "settled")
+    channels = channels_status(book)
+    income = own.income(settled, channels["claimed_lovelace"])
     return {
         "chain_time_ms": now_ms,
         "slots": slot_rows,
         "running": jobs,
-        "settled_lovelace": sum(e.settled_lovelace or 0 for e in entries if e.stage == "settled"),
+        "settled_lovelace": settled,
         "refunded_jobs": [e.job_id for e in entries if e.stage == "refunded"],
         "pending_lovelace": sum(e.earned for e in pending),
         "pending": [
             {"job_id": e.job_id, "lovelace": e.earned, "escrow": e.escrow, "close_ms": e.close_ms}
             for e in pending
         ],
-        "channels": channels_status(book),
+        "channels": channels,
+        "income": {**dataclasses.asdict(income), "net": income.net},
         "bond": dataclasses.asdict(bond),
         "gpu_processes": [
             {**dataclasses.asdict(p), "owner": "job" if p.job else "operator"} for p in gpus or []
@@ -137,6 +142,11 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     lines.append(f"channels: {channels['open']} open, {channels['closing']} closing; claimed "
                  f"{ada(channels['claimed_lovelace'])}, IOUs not yet claimed "
                  f"{ada(channels['unclaimed_lovelace'])}")  # fmt: skip
+    income = status["income"]
+    lines.append(f"net income: {ada(income['net'])} = settled {ada(income['payouts'])} + "
+                 f"claimed {ada(income['claimed'])} + fee allowances "
+                 f"{ada(income['allowances'])} - fees {ada(income['fees'])} (your wallet's "
+                 "change, less what went into your bond)")  # fmt: skip
     for process in status["gpu_processes"]:
         sm = "?" if process["sm_percent"] is None else f"{process['sm_percent']}%"
         billed = "a job's" if process["job"] else "the operator's own, not billed"

@@ -39,6 +39,7 @@ from provider.gateway.control import (
     Receive,
     Scope,
     Send,
+    header_iou,
     iou_of,
     payment_required,
     reply,
@@ -132,7 +133,7 @@ class Gateway:
         path: str = scope["path"]
         if path.rstrip("/") == PREFIX and scope["method"] in ("GET", "HEAD"):
             listed = [
-                {"name": e.name, "price_per_request": e.price_per_request,
+                {"name": e.public_name, "price_per_request": e.price_per_request,
                  "price_per_second": e.price_per_second}
                 for e in self.endpoints.list() if e.kind == "endpoint" and e.state == RUNNING
             ]  # fmt: skip
@@ -145,15 +146,15 @@ class Gateway:
             await reply(send, 404, {"error": f"no route {path}: try {PREFIX}/<name>/<path>"})
             return
         name, _, rest = path[len(PREFIX) + 1 :].partition("/")
-        endpoint = self.endpoints.get(name)
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        endpoint = self.paid_for(name, headers)
         if endpoint is None or endpoint.kind != "endpoint":
-            await reply(send, 404, {"error": f"no endpoint named {name!r}"})
+            await reply(send, 404, {"error": f"no endpoint named {name!r} on your channel"})
             return
         if endpoint.state != RUNNING:
             why = f": {endpoint.reason}" if endpoint.reason else ""
             await reply(send, 409, {"error": f"endpoint {name} is {endpoint.state}{why}"})
             return
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
             declared = _content_length(headers)
         except ValueError as error:
@@ -227,6 +228,20 @@ class Gateway:
                     f"requests in flight (at most {self._renter_slots.per_key}), or the "
                     f"gateway its {self._renter_slots.total}: try again in a moment")  # fmt: skip
         return ""
+
+    def paid_for(self, name: str, headers: list[tuple[bytes, bytes]]) -> Rental | None:
+        """The deployment a request for `name` is for: names are per renter, and a paid
+        request's IOU names its channel, so the renter's own. Else (no readable IOU, or one on
+        a channel without it) the only deployment of that name, if only one renter has one:
+        its 402 then says which channel pays for it."""
+        try:
+            mine = self.endpoints.named_on(header_iou(headers).channel, name)
+        except ValueError:
+            mine = None
+        if mine is not None:
+            return mine
+        named = [e for e in self.endpoints.list() if e.public_name == name]
+        return named[0] if len(named) == 1 else None
 
     def due(self, channel: bytes) -> int:
         """What `channel` owes now, requests in flight included: every deployment on it."""

@@ -9,8 +9,8 @@ the renter key of the channel that pays (`offchain.protocol.api.control`).
   request: the daemon admits it on chain as `unchained provider channel admit` does.
 - `POST /deployments/check`: `{"name", "spec", "renter"}` (the renter's key, hex), unsigned:
   would a deploy of `spec` as `name` by that renter be taken? 200 `{"name", "comes_back"}` or
-  the refusal the deploy would get (its spec, the prices and bundle, the name). Nothing is
-  stored: a renter asks before it opens and funds a channel for the deploy.
+  the refusal the deploy would get (its spec, the prices and bundle, its own name taken).
+  Nothing is stored: a renter asks before it opens and funds a channel for the deploy.
 - `POST /deployments/<name>/status`: a signed ask for its state (no spec, no key; its
   upstream and ports are the renter's alone) and what its channel owes now.
 - `POST /deployments/<name>/stop`: a signed stop; per-second billing ends now, the daemon
@@ -22,14 +22,18 @@ the renter key of the channel that pays (`offchain.protocol.api.control`).
   its channel owes now (per-second billing between requests; a pod's agent calls it). 402 as
   for a request.
 
+Names are per renter (`provider.rentals.book.qualified`): a signed request acts on its
+signer's deployment of that name, a check asks for the renter it names, a pay for the one on
+its IOU's channel.
+
 Every signed request is taken once: its nonce is kept until its time window ends
 (`SeenRequests`), so a captured request replayed is refused 409; a renter coming back to its
 stopped pod signs a deploy made after the stop (a deploy signed before it restarts nothing).
 
 Refusals are `{"error": reason}` with 400 (malformed, invalid spec), 401 (bad signature),
 403 (not the renter's key, out of time, unknown channel, below the prices or above the bundle),
-404 (no such deployment), 408 (a body too slow), 409 (name taken, a replay), 429 (too many
-requests of one renter in a window).
+404 (no such deployment of the renter's), 408 (a body too slow), 409 (the renter's name taken,
+a replay), 429 (too many requests of one renter in a window).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
 from provider.gateway.job_routes import ended_job, send_archive
 from provider.gateway.limits import BodyRefused, ClientGone, read_body
 from provider.money.channel_book import IouRefused
-from provider.rentals.book import ENDED, ENDPOINT, JOB, PENDING, POD, STOPPED, Rental
+from provider.rentals.book import ENDED, ENDPOINT, JOB, PENDING, POD, STOPPED, Rental, qualified
 
 if TYPE_CHECKING:
     from provider.capacity import Bundle as OfferBundle
@@ -130,6 +134,7 @@ def public(endpoint: Rental, due: int) -> dict[str, Any]:
     its channel owes now (every deployment on it)."""
     shown = dataclasses.asdict(endpoint)
     del shown["spec_json"], shown["renter_vkey"]
+    shown["name"] = endpoint.public_name
     shown["channel"] = endpoint.channel.hex()
     shown["due"] = due
     return shown
@@ -247,7 +252,8 @@ class ControlRoutes:
         if kind == JOB and entry is not None and not entry.ended:
             self._job_fits(spec, entry.view.capacity, request.channel_id)
         endpoint = Rental(
-            name=request.name, kind=kind, channel=request.channel_id, renter_vkey=signed.key,
+            name=qualified(signed.key, request.name), kind=kind, channel=request.channel_id,
+            renter_vkey=signed.key,
             spec_json=spec.canonical_json().decode(), state=PENDING, reason="",  # type: ignore[attr-defined]
             image_digest="", upstream="", public_port=0,
             price_per_request=getattr(spec, "price_per_request", 0),
@@ -258,7 +264,10 @@ class ControlRoutes:
             book.add(endpoint)
         except ValueError as error:
             if not self._came_back(endpoint, request.issued_ms):
-                raise ControlRefused(409, f"name {request.name} is taken: {error}") from error
+                raise ControlRefused(
+                    409,
+                    f"you have a deployment named {request.name} here already: choose another name",
+                ) from error
         if entry is None or entry.ended:
             book.note_admission(request.channel_id, request.channel_utxo or "",
                                 request.channel_terms or "")  # fmt: skip
@@ -292,10 +301,12 @@ class ControlRoutes:
         if not isinstance(renter, str) or not re.fullmatch(r"[0-9a-f]{64}", renter):
             raise ControlRefused(400, "renter: the renter key, 64 lower-case hex digits")
         _, kind = self._vetted(wire["spec"])
-        old = self.gateway.endpoints.get(name)
+        renter_vkey = bytes.fromhex(renter)
+        old = self.gateway.endpoints.get(qualified(renter_vkey, name))
         comes_back = old is not None and (old.kind, kind) == (POD, POD) and old.state in ENDED
-        if old is not None and not (comes_back and old.renter_vkey.hex() == renter):
-            raise ControlRefused(409, f"name {name} is taken on this gateway: choose another")
+        if old is not None and not (comes_back and old.renter_vkey == renter_vkey):
+            raise ControlRefused(409, f"you have a deployment named {name} on this gateway "
+                                 "already: choose another name")  # fmt: skip
         await reply(send, 200, {"name": name, "comes_back": old is not None})
 
     def _came_back(self, pod: Rental, issued_ms: int) -> bool:
@@ -303,17 +314,17 @@ class ControlRoutes:
         channel, whose workspace is kept: the renter comes back to it (what the old one earned
         stays due on the channel) with a deploy signed after the stop (`issued_ms`). 409
         naming the channel when only the channel differs."""
-        old = self.gateway.endpoints.get(pod.name)
+        old = self.gateway.endpoints.get(pod.name)  # the same renter's of that name
         if old is None or (old.kind, pod.kind) != (POD, POD) or old.state not in ENDED:
             return False
         if old.renter_vkey != pod.renter_vkey:
             return False
         if issued_ms <= old.stopped_ms:
-            raise ControlRefused(409, f"{pod.name} stopped at {old.stopped_ms}: a come-back "
+            raise ControlRefused(409, f"{pod.public_name} stopped at {old.stopped_ms}: a come-back "
                                  f"is a deploy signed after that, not at {issued_ms}")  # fmt: skip
         if old.channel != pod.channel:
             where = old.channel.hex()
-            raise ControlRefused(409, f"{pod.name} is your stopped pod on channel {where}: "
+            raise ControlRefused(409, f"{pod.public_name} is your stopped pod on channel {where}: "
                                  "come back to it on that channel")  # fmt: skip
         return self.gateway.endpoints.revive(pod, old)
 
@@ -324,14 +335,15 @@ class ControlRoutes:
         if (request.action, request.name) != (action, name):
             raise ControlRefused(400, f"this route takes a {action} of {name}, not a "
                                  f"{request.action} of {request.name}")  # fmt: skip
-        endpoint = self._deployment(name)
+        endpoint = self._deployment(qualified(signed.key, name), name)  # the signer's
         if request.channel_id != endpoint.channel:
             raise ControlRefused(403, f"{name} is paid on channel {endpoint.channel.hex()}")
         self._check(signed, endpoint.renter_vkey)
         if action in ("stop", "status"):
             if action == "stop" and endpoint.state not in ENDED:
-                self.gateway.endpoints.finish(name, STOPPED, "stopped by its renter", self._now())
-            shown = self._deployment(name)
+                book = self.gateway.endpoints
+                book.finish(endpoint.name, STOPPED, "stopped by its renter", self._now())
+            shown = self._deployment(endpoint.name, name)
             await reply(send, 200, public(shown, self.gateway.due(shown.channel)))
             return
         if action == "receipt":
@@ -340,7 +352,7 @@ class ControlRoutes:
         if action == "results":
             ended_job(self.files, endpoint)  # the archive of a job that ended, with a receipt
             assert self.files is not None
-            await send_archive(send, self.files.archive(name))
+            await send_archive(send, self.files.archive(endpoint.name))
             return
         if self.logs is None:
             raise ControlRefused(403, "this gateway shows no logs")
@@ -348,7 +360,9 @@ class ControlRoutes:
         await reply(send, 200, {"name": name, "logs": text})
 
     async def _pay(self, name: str, headers: list[tuple[bytes, bytes]], send: Send) -> None:
-        endpoint = self._deployment(name)
+        endpoint = self.gateway.paid_for(name, headers)
+        if endpoint is None:
+            raise ControlRefused(404, f"no deployment named {name!r} on the IOU's channel")
         due = self.gateway.due(endpoint.channel)
         try:
             iou = iou_of(headers, endpoint.channel, due, f"deployment {name}", 0)
@@ -358,10 +372,11 @@ class ControlRoutes:
             return
         await reply(send, 200, {"name": name, "due": due, "acknowledged": iou.amount})
 
-    def _deployment(self, name: str) -> Rental:
-        endpoint = self.gateway.endpoints.get(name)
+    def _deployment(self, stored: str, name: str) -> Rental:
+        """The book's deployment `stored` (the renter's `name`), or 404."""
+        endpoint = self.gateway.endpoints.get(stored)
         if endpoint is None:
-            raise ControlRefused(404, f"no deployment named {name!r}")
+            raise ControlRefused(404, f"you have no deployment named {name!r}")
         return endpoint
 
 
@@ -391,11 +406,9 @@ async def _json_body(receive: Receive) -> object:
         raise ControlRefused(400, f"the body is not JSON: {error}") from error
 
 
-def iou_of(
-    headers: Iterable[tuple[bytes, bytes]], channel: bytes, due: int, what: str, price: int
-) -> SignedIou:
-    """The request's IOU if it may pay `due` on `channel` (`what` it pays for, at `price`
-    this request); ValueError saying why not."""
+def header_iou(headers: Iterable[tuple[bytes, bytes]]) -> SignedIou:
+    """The IOU in the request's header, unchecked; ValueError when there is none, or more than
+    one, or it cannot be read."""
     wanted = IOU_HEADER.lower().encode()
     found = [v for k, v in headers if k == wanted]
     if not found:
@@ -403,9 +416,17 @@ def iou_of(
     if len(found) > 1:
         raise ValueError(f"more than one {IOU_HEADER} header")
     try:
-        iou = SignedIou.from_header(found[0].decode("ascii"))
+        return SignedIou.from_header(found[0].decode("ascii"))
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"malformed {IOU_HEADER} header: {error}") from error
+
+
+def iou_of(
+    headers: Iterable[tuple[bytes, bytes]], channel: bytes, due: int, what: str, price: int
+) -> SignedIou:
+    """The request's IOU if it may pay `due` on `channel` (`what` it pays for, at `price`
+    this request); ValueError saying why not."""
+    iou = header_iou(headers)
     if iou.channel != channel:
         raise ValueError(f"IOU on channel {iou.channel.hex()}: {what} is paid on channel "
                          f"{channel.hex()}")  # fmt: skip

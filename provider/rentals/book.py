@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS admission (
 """
 # A name is one URL path segment, readable in logs: no slash, no percent-encoding needed.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Names are per renter: the book stores `qualified` ones, the renter's key's first bytes before
+# the name it chose (a docker name too). Two renters' "llm" never meet; a key sharing those 8
+# bytes with another's (2^64 tries) could only take a name, never act on a deployment: every
+# control request is checked against the row's whole key.
+RENTER_TAG_BYTES = 8
 ONE_UPSTREAM = r"https?://[^/?#\s,]+"
 # "" until running; a replicated endpoint lists one upstream per replica, comma-separated
 UPSTREAM = re.compile(rf"(?:{ONE_UPSTREAM}(?:,{ONE_UPSTREAM})*)?")
@@ -94,7 +99,7 @@ class Rental:
     served: int = 0  # lovelace charged for requests (the per-second part is `due_of`'s)
 
     def __post_init__(self) -> None:
-        if not NAME.fullmatch(self.name):
+        if not NAME.fullmatch(self.public_name):
             raise ValueError(f"deployment name {self.name!r}: letters, digits, '.', '_', '-' "
                              "(a letter or digit first), at most 64")  # fmt: skip
         if self.kind not in KINDS:
@@ -113,9 +118,23 @@ class Rental:
                              "negative")  # fmt: skip
 
     @property
+    def public_name(self) -> str:
+        """The name its renter chose (the book's `name` is `qualified` by the renter's key)."""
+        return self.name.removeprefix(renter_tag(self.renter_vkey))
+
+    @property
     def upstreams(self) -> list[str]:
         """One upstream URL per replica (none until running)."""
         return self.upstream.split(",") if self.upstream else []
+
+
+def renter_tag(renter_vkey: bytes) -> str:
+    return renter_vkey[:RENTER_TAG_BYTES].hex() + "."
+
+
+def qualified(renter_vkey: bytes, name: str) -> str:
+    """The book's name of the renter's deployment `name`."""
+    return renter_tag(renter_vkey) + name
 
 
 def due_of(endpoint: Rental, now_ms: int) -> int:
@@ -228,13 +247,23 @@ class RentalBook:
 
     def due_on(self, channel: bytes, now_ms: int) -> int:
         """`channel_due`: `due_of` of each deployment on `channel`, summed."""
+        return sum(due_of(endpoint, now_ms) for endpoint in self._kept_on(channel))
+
+    def named_on(self, channel: bytes, public_name: str) -> Rental | None:
+        """The deployment its renter named `public_name` on `channel` (a paid request names
+        its channel in its IOU: whose endpoint it calls)."""
+        found = (e for e in self._kept_on(channel) if e.public_name == public_name)
+        return next(found, None)
+
+    def _kept_on(self, channel: bytes) -> builtins.list[Rental]:
+        """The rows on `channel`, read once while no other connection commits."""
         with self._lock:
             self._fresh()
             on_channel = self._by_channel.get(channel)
             if on_channel is None:
                 rows = self._db.execute("SELECT * FROM deployment WHERE channel = ?", (channel,))
                 on_channel = self._by_channel[channel] = [Rental(*row) for row in rows]
-            return sum(due_of(endpoint, now_ms) for endpoint in on_channel)
+            return on_channel
 
     def set_running(self, name: str, upstream: str, image_digest: str, started_ms: int) -> None:
         """A pending deployment answers now at `upstream`: billed per second from `started_ms`.

@@ -3,7 +3,7 @@ daemon signs when one ends (`JobReceipts`) and what the gateway serves of it (`J
 
 A channel job is an escrowed job's JobSpec run the same way (`provider.sandbox.runner.Runner`:
 the hardened container, metering from its cgroup, the /out archive and log kept under
-`<state_dir>/results/<name>`), paid per second by its renter's IOUs as a pod is, with no
+`<state_dir>/results/<job id>`, `job_id`), paid per second by its renter's IOUs as a pod is, with no
 escrow, lock or settle. It runs in a thread of its own: `start_deployment` answers once the
 container started (per-second billing counts from then), and the daemon asks `finished` each
 round; once the run ended (it exited, hit its max duration, or was stopped) the daemon signs the
@@ -38,6 +38,12 @@ ARCHIVE_FILE = "out.tar"
 RESULT_FILE = "result.json"
 STOP_WAIT_S = 120.0  # a stopped job's results are packed before its slot is free
 LOST = "the provider restarted while it ran and its run could not be recovered"
+
+
+def job_id(name: str) -> str:
+    """The runner's job id of the deployment the book names `name` (`<renter tag>.<name>`): its
+    cgroup, container label and results folder take no '.'."""
+    return name.replace(".", "_")
 
 
 def spec_of(deployment: Rental) -> ChannelJobSpec:
@@ -79,13 +85,13 @@ class ChannelJobs:
         """Run the job in a thread of its own; answers once its container started (or the
         run ended first: a job of a few milliseconds). JobStartError if it never started."""
         spec = spec_of(deployment)
-        name = deployment.name
+        name, job = deployment.name, job_id(deployment.name)
         started = threading.Event()
         run: Future[RunResult] = Future()
 
         def work() -> None:
             try:
-                run.set_result(self.runner.run(name, spec.job, gpu_uuids, on_start=started.set))
+                run.set_result(self.runner.run(job, spec.job, gpu_uuids, on_start=started.set))
             except BaseException as exc:  # the run's own crash: the daemon reads it in `finished`
                 run.set_exception(exc)
             finally:
@@ -116,13 +122,14 @@ class ChannelJobs:
             try:
                 return run.result()
             except Exception as exc:  # the run crashed: it ends with the reason
-                return RunResult(job_id=name, status="error", error=f"{type(exc).__name__}: {exc}")
-        saved = self.results_dir / name / RESULT_FILE
+                return RunResult(job_id=job_id(name), status="error",
+                                 error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        saved = self.results_dir / job_id(name) / RESULT_FILE
         if saved.exists():
             return RunResult.model_validate_json(saved.read_text())
         if self._containers(name):  # the runner's recovery supervises it
             return None
-        return RunResult(job_id=name, status="reaped", error=LOST)
+        return RunResult(job_id=job_id(name), status="reaped", error=LOST)
 
     def stop(self, name: str) -> None:
         """Kill the job's container (a run ends metered, "cancelled") and wait for its results
@@ -130,7 +137,7 @@ class ChannelJobs:
         run = self._runs.get(name)
         if run is None or run.done():
             return
-        self.runner.stop(name)
+        self.runner.stop(job_id(name))
         try:
             run.result(timeout=STOP_WAIT_S)
         except Exception:  # `finished` reads what happened (a timeout too)
@@ -138,7 +145,7 @@ class ChannelJobs:
 
     def logs(self, name: str, lines: int) -> str:
         """The last `lines` lines of the job's output: its saved log once it ended."""
-        saved = self.results_dir / name / "log.txt"
+        saved = self.results_dir / job_id(name) / "log.txt"
         if saved.exists():
             return "\n".join(saved.read_text(errors="replace").splitlines()[-lines:])
         for container in self._containers(name):
@@ -149,7 +156,8 @@ class ChannelJobs:
         return ""
 
     def _containers(self, name: str) -> list[Any]:
-        labels = [f"{LABEL_RUNNER}={runner_id(self.settings.state_dir)}", f"{LABEL_JOB}={name}"]
+        runner = runner_id(self.settings.state_dir)
+        labels = [f"{LABEL_RUNNER}={runner}", f"{LABEL_JOB}={job_id(name)}"]
         return list(self.client.containers.list(all=True, filters={"label": labels}))
 
 
@@ -166,13 +174,13 @@ class JobReceipts:
     def keep(self, deployment: Rental, result: RunResult) -> dict[str, Any] | None:
         """The receipt's record for `deployment`'s run (None: it never ran, nothing is billed
         and nothing signed); an existing one is kept as it is."""
-        path = self.results_dir / deployment.name / RECEIPT_FILE
+        path = self.results_dir / job_id(deployment.name) / RECEIPT_FILE
         if path.exists():
             return dict(json.loads(path.read_text()))
         if result.record is None:
             return None
         fields = receipt_fields(result)
-        ref = receipt_ref(deployment.channel, deployment.name)
+        ref = receipt_ref(deployment.channel, deployment.public_name)  # as its renter names it
         receipt = Receipt.sign(self.key, self.network_id, self.settle_hash, ref, fields.units,
                                fields.result_hash, fields.evidence_hash)  # fmt: skip
         record = {
@@ -199,11 +207,12 @@ class JobFiles:
         return cls(settings.state_dir / "results")
 
     def receipt(self, name: str) -> dict[str, Any] | None:
-        path = self.results_dir / name / RECEIPT_FILE
+        """The receipt of the job the book names `name`, once signed."""
+        path = self.results_dir / job_id(name) / RECEIPT_FILE
         return dict(json.loads(path.read_text())) if path.exists() else None
 
     def archive(self, name: str) -> Path | None:
         """The result archive the receipt hashed (None: the run left none: its hash is of
         no bytes)."""
-        path = self.results_dir / name / ARCHIVE_FILE
+        path = self.results_dir / job_id(name) / ARCHIVE_FILE
         return path if path.exists() else None

@@ -25,7 +25,7 @@ from consumer.sdk.channel_store import ChannelStore
 from devnet.process import free_port
 from offchain.protocol.ledger.amounts import ADA
 from provider.money.channel_book import ChannelBook
-from provider.rentals.book import RentalBook
+from provider.rentals.book import RentalBook, qualified
 from provider.rentals.services import LABEL_SERVICE
 from samples import images as sample_images
 from tests.consumer.cli import cli_env, funded_key, run, run_json
@@ -106,13 +106,15 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
             wallet_before = balance(devnet, renter.address)
             again = run(env, "endpoint", "deploy", "svc.yaml", "--deposit", "1000", "--name",
                         "sample", cwd=tmp_path)  # fmt: skip
-            assert again.returncode != 0 and "name sample is taken" in again.stderr, again
+            taken = "you have a deployment named sample on this gateway already"
+            assert again.returncode != 0 and taken in again.stderr, again
             assert balance(devnet, renter.address) == wallet_before
             assert [c.channel_id for c in ChannelStore(tmp_path / "state").all()] == [channel]
 
             client = docker.from_env()
             deadline = time.monotonic() + 30
-            while client.containers.list(all=True, filters={"label": f"{LABEL_SERVICE}=sample"}):
+            sample = qualified(renter.vkey, "sample")  # the book's name: names are per renter
+            while client.containers.list(all=True, filters={"label": f"{LABEL_SERVICE}={sample}"}):
                 assert time.monotonic() < deadline, daemon.log()
                 time.sleep(0.2)
             book = ChannelBook.in_state_dir(daemon.state_dir, deployment.network_id,
@@ -125,7 +127,7 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
                 int(f) for f in re.findall(r"claiming 1 channel\(s\).* fee (\d+)", daemon.log())
             ]
             assert fees and balance(devnet, provider.address) - before == CALLS * PRICE - sum(fees)
-            row = RentalBook.in_state_dir(daemon.state_dir).get("sample")
+            row = RentalBook.in_state_dir(daemon.state_dir).get(sample)
             assert row is not None and (row.requests, row.served) == (CALLS, CALLS * PRICE)
             assert row.image_digest == client.images.get(image).id
         finally:

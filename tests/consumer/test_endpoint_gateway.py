@@ -33,6 +33,7 @@ from tests.provider.test_gateway_support import (
     book_with_channels,
     running,
     serving,
+    stored,
     upstream,
 )
 
@@ -90,14 +91,14 @@ def test_requests_through_the_real_gateway(books, gateway, store):
             entry = book.get(CHANNEL)
             assert entry is not None and entry.iou is not None
             assert entry.iou.amount == n * PRICE == client.paid  # stored by the provider
-    served = endpoints.get("echo")
+    served = endpoints.get(stored("echo"))
     assert served is not None and (served.requests, served.served) == (3, 3 * PRICE)
 
     with EndpointClient(gateway, "echo", new_signer(store), PRICE) as again:  # a restart
         assert again.get("/predict").status_code == 200
         assert again.paid == 4 * PRICE
 
-    endpoints.charge("echo", 2 * PRICE)  # a provider counting a request never answered
+    endpoints.charge(stored("echo"), 2 * PRICE)  # a provider counting a request never answered
     with (
         EndpointClient(gateway, "echo", new_signer(store), PRICE) as greedy,
         pytest.raises(EndpointRefused, match=r"asks for 0\.010500 ADA in all") as refused,
@@ -116,7 +117,7 @@ def test_a_5xx_is_paid_only_if_the_real_gateway_charged_it(books, gateway, store
         for _ in range(3):  # the gateway's own 502, never charged: the same IOU each time
             assert client.post("/predict").status_code == 502
         assert (client.received, client.unsure, client.paid) == (0, 3 * PRICE, PRICE)
-    down = endpoints.get("down")
+    down = endpoints.get(stored("down"))
     assert down is not None and (down.requests, down.served) == (0, 0)
 
 
@@ -145,7 +146,9 @@ def test_per_second_dues_are_paid_up_to_the_renters_own_count(books, gateway, st
         assert iou is not None and iou.amount in {PER_SECOND * s for s in (5, 6)}  # 3 or 4 run
         assert book.get(CHANNEL).iou.amount == iou.amount  # type: ignore[union-attr]
         assert pay_due(control, signer, deployed) is None  # paid ahead: nothing owed yet
-        endpoints.charge("timed", 100 * PER_SECOND)  # a provider counting what it never served
+        endpoints.charge(
+            stored("timed"), 100 * PER_SECOND
+        )  # a provider counting what it never served
         with pytest.raises(EndpointRefused, match="more than the"):  # served <= signed
             pay_due(control, signer, deployed)
         with pytest.raises(EndpointRefused, match="more than the"):  # seconds by its clock

@@ -31,6 +31,7 @@ from tests.provider.test_gateway_support import (
     RENTER,
     book_with_channels,
     serving,
+    stored,
 )
 from tests.provider.test_gateway_support import (
     running as running_row,
@@ -60,7 +61,7 @@ def agent(books, tmp_path: Path) -> Iterator[PodAgent]:
         channels = ChannelStore(renter)
         channels.save(record(ConsumerKey(RENTER), CHANNEL.hex()))
         records = RentalStore(renter)
-        pod = endpoints.get("lab")
+        pod = endpoints.get(stored("lab"))
         for name in ("lab", "gone"):  # "gone": removed by the provider since
             records.save(RentalRecord(name, "pod", url, "ab" * 28, CHANNEL.hex(), {}, 0,
                                           PRICE, pod.started_ms - 200))  # fmt: skip
@@ -79,9 +80,9 @@ def test_each_round_pays_the_exact_due_and_the_last_the_seconds_run(books, agent
     assert first.live == ["lab"]
     assert first.signed in (PRICE * 3, PRICE * 4)  # 3 s run, a fourth if one passed meanwhile
     assert acknowledged(book) == first.signed  # stored by the provider
-    pod = endpoints.get("lab")
+    pod = endpoints.get(stored("lab"))
     stopped_ms = time.time_ns() // 1_000_000  # the renter's stop, now
-    endpoints.finish("lab", "stopped", "stopped by its renter", stopped_ms)
+    endpoints.finish(stored("lab"), "stopped", "stopped by its renter", stopped_ms)
     owed = PRICE * ((stopped_ms - pod.started_ms) // 1000)
     last = agent.round()
     assert (last.live, last.signed, acknowledged(book)) == ([], owed, owed)  # to the lovelace
@@ -91,7 +92,7 @@ def test_each_round_pays_the_exact_due_and_the_last_the_seconds_run(books, agent
 def test_a_due_above_the_renters_count_is_not_signed(books, agent):
     book, endpoints = books
     paid = agent.round().signed
-    endpoints.charge("lab", 50 * PRICE)  # a provider counting what never ran
+    endpoints.charge(stored("lab"), 50 * PRICE)  # a provider counting what never ran
     with pytest.raises(EndpointRefused, match=r"more than the .* counted here: not signed"):
         agent.round()
     assert agent.signer.signed == paid == acknowledged(book)

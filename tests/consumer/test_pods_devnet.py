@@ -11,6 +11,7 @@ and its port closed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ from offchain.protocol.ledger.amounts import ADA
 from provider.config import RunnerSettings
 from provider.images.pod import pod_image
 from provider.money.channel_book import ChannelBook
-from provider.rentals.book import RentalBook
+from provider.rentals.book import Rental, RentalBook, qualified
 from provider.rentals.pods import Pods
 from tests.consumer.cli import cli_env, funded_key, run
 from tests.consumer.test_endpoint_deploy import gateway_process
@@ -67,7 +68,7 @@ async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, 
         devnet, tmp_path, deployment_file, settings, gateway_url=f"http://127.0.0.1:{port}",
         **PROVIDER,
     ) as (daemon, _, market_url):  # fmt: skip
-        _, key = await funded_key(devnet, tmp_path, 200 * ADA)
+        renter, key = await funded_key(devnet, tmp_path, 200 * ADA)
         market = types.SimpleNamespace(url=market_url, deployment_path=deployment_file)
         state = tmp_path / "renter"
         env = cli_env(market, devnet, key, state, identity=IDENTITY)
@@ -75,7 +76,8 @@ async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, 
         pods = Pods(docker.from_env(), RunnerSettings(state_dir=daemon.state_dir))
         gateway = gateway_process(daemon, deployment_file, devnet.url, port, tmp_path / "gw.log")
         try:
-            await run_the_story(env, state, book, daemon, deployment, ssh_key, tmp_path)
+            rows = RenterRows(book, renter.vkey)
+            await run_the_story(env, state, rows, daemon, deployment, ssh_key, tmp_path)
         finally:
             gateway.terminate()
             gateway.wait(timeout=30)
@@ -86,7 +88,18 @@ async def test_a_pod_on_the_devnet_market_from_start_to_claim(devnet, tmp_path, 
             assert pods.leftovers() == {"containers": [], "networks": [], "workspaces": []}
 
 
-async def run_the_story(env, state: Path, book: RentalBook, daemon, deployment, ssh_key, cwd):
+@dataclasses.dataclass(frozen=True)
+class RenterRows:
+    """The provider's book rows of one renter, by the names it chose (names are per renter)."""
+
+    book: RentalBook
+    vkey: bytes
+
+    def get(self, name: str) -> Rental | None:
+        return self.book.get(qualified(self.vkey, name))
+
+
+async def run_the_story(env, state: Path, book: RenterRows, daemon, deployment, ssh_key, cwd):
     def renter_cli(env: dict[str, str], *args: str):
         return run(env, *args, cwd=cwd)
 
@@ -152,4 +165,5 @@ async def run_the_story(env, state: Path, book: RentalBook, daemon, deployment, 
     pods = Pods(docker.from_env(), RunnerSettings(state_dir=daemon.state_dir))
     await until(lambda: pods.leftovers()["containers"] == [], timeout_s=10,
                 what="the daemon left a stopped pod's container")  # fmt: skip
-    assert pods.leftovers()["workspaces"] == ["lab", "lag"]  # kept: workspace_keep_s is an hour
+    kept = [qualified(book.vkey, name) for name in ("lab", "lag")]  # the book's names
+    assert pods.leftovers()["workspaces"] == kept  # kept: workspace_keep_s is an hour

@@ -13,10 +13,12 @@ from typer.testing import CliRunner
 
 from devnet.genesis import ADA
 from offchain.chain.time import iso
+from offchain.core.sealed_keys import PASSPHRASE_FILE_VARIABLE, PASSPHRASE_VARIABLE
 from offchain.protocol.ledger.types import Just, Nothing
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
-from provider.keys import load_key
+from provider.keys import key_path, load_key
+from provider.money.own_transactions import OwnTransactions
 from tests.protocol.onchain import balance, confirm, fund, travel_to
 from tests.provider.chain import NOTICE_MS
 from unchained.cli import app
@@ -42,7 +44,7 @@ async def provider(devnet, deployment, deployment_path, tmp_path):
         assert result.exit_code == code, result.output
         return result
 
-    return wallet, bond
+    return wallet, bond, OwnTransactions.in_state_dir(state), state
 
 
 def on_chain(devnet, deployment, wallet):
@@ -56,7 +58,7 @@ def fee(output: str) -> int:
 
 
 async def test_a_bond_lives_from_create_to_withdraw_through_the_cli(devnet, deployment, provider):
-    wallet, bond = provider
+    wallet, bond, own, _ = provider
     assert "no bond: post one with" in (await bond("show")).stdout
 
     created = await bond("create", "400ADA")
@@ -68,7 +70,7 @@ async def test_a_bond_lives_from_create_to_withdraw_through_the_cli(devnet, depl
     refused = await bond("create", "10ADA", code=1)
     assert f"already has a bond ({out_ref(utxo)}, 400.000000 ADA)" in refused.stderr
 
-    await bond("top-up", "50.5ada")
+    topped = await bond("top-up", "50.5ada")
     [utxo] = on_chain(devnet, deployment, wallet)
     assert utxo.output.amount.coin == 450_500_000
     assert "is not unbonding: give notice" in (await bond("withdraw", code=1)).stderr
@@ -97,10 +99,38 @@ async def test_a_bond_lives_from_create_to_withdraw_through_the_cli(devnet, depl
     assert on_chain(devnet, deployment, wallet) == []
     assert balance(devnet, wallet.address) - before == 450_500_000 - fee(withdrawn.stdout)
     assert "no bond" in (await bond("show")).stdout
+    # the four moves' fees, and only they, count against the net income (the deposit came back)
+    fees = [fee(result.stdout) for result in (created, topped, unbonding, withdrawn)]
+    assert [(t.kind, t.fee) for t in own.all()] == [("bond", f) for f in fees]
+    assert own.income(payouts=0, claimed=0).net == -sum(fees)
+
+
+async def test_a_sealed_provider_key_signs_only_with_its_passphrase(
+    devnet, deployment, provider, tmp_path, monkeypatch
+):
+    """The provider's key sealed by `unchained key seal`: without the passphrase a bond command
+    is refused before anything is signed; with it in a file (a service's credential) the bond
+    is posted from that key."""
+    wallet, bond, _, state = provider
+    secret = tmp_path / "passphrase"
+    secret.write_text("a provider's passphrase\n")
+    monkeypatch.setenv(PASSPHRASE_FILE_VARIABLE, str(secret))
+    sealed = cli.invoke(app, ["key", "seal", str(key_path(state)), "--strength", "interactive"])
+    assert sealed.exit_code == 0, sealed.output
+    assert wallet.key.to_json() not in key_path(state).read_text()
+
+    monkeypatch.delenv(PASSPHRASE_FILE_VARIABLE)
+    refused = await bond("create", "100ADA", code=1)
+    assert f"set {PASSPHRASE_VARIABLE} or {PASSPHRASE_FILE_VARIABLE}" in refused.stderr
+    assert on_chain(devnet, deployment, wallet) == []
+    monkeypatch.setenv(PASSPHRASE_FILE_VARIABLE, str(secret))
+    await bond("create", "100ADA")
+    [utxo] = on_chain(devnet, deployment, wallet)
+    assert bonds.bond_datum(deployment, utxo).provider_vkey == wallet.vkey
 
 
 async def test_with_two_bonds_a_command_asks_which_one(devnet, deployment, provider):
-    wallet, bond = provider
+    wallet, bond, _, _ = provider
     await bond("create", "100ADA")
     # a second bond, posted past the CLI's one-bond rule with the protocol builder itself
     created = bonds.create(devnet.context(), deployment, wallet.address, wallet.vkey, 20 * ADA)
@@ -118,7 +148,7 @@ async def test_with_two_bonds_a_command_asks_which_one(devnet, deployment, provi
 async def test_amounts_need_their_unit_and_the_chain_and_files_must_answer(
     devnet, deployment_path, provider, tmp_path
 ):
-    _, bond = provider
+    _, bond, _, _ = provider
     for amount, message in (
         ("400", "expected an amount with its unit, like 400ADA"),
         ("1.0000001ADA", "amounts are 6 decimals of ADA at most"),

@@ -28,7 +28,7 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.ledger.amounts import ADA
 from provider.config import RunnerSettings
 from provider.money.channel_book import ChannelBook
-from provider.rentals.book import RentalBook, due_of
+from provider.rentals.book import RentalBook, due_of, qualified
 from provider.sandbox.runner import Runner
 from tests.consumer.cli import run_json
 from tests.consumer.test_pods_devnet import until
@@ -85,7 +85,8 @@ async def test_jobs_over_a_channel_on_the_devnet_market(devnet, tmp_path, busybo
                 assert ran["reason"] == "job succeeded: exit code 0" and ran["units"] == 1
                 assert (tmp_path / ran["unpacked"] / "r.txt").read_text() == "done\n"
                 names.append(ran["job"])
-            rows = [book.get(name) for name in names]
+            renter = load_key(on.key).vkey
+            rows = [book.get(qualified(renter, name)) for name in names]
             owed = sum(due_of(row, row.stopped_ms) for row in rows)  # the provider's book
             assert owed == PRICE * JOBS == ChannelStore(state).signed(channel)
             await claimed(channels, bytes.fromhex(channel), owed)  # on chain, to the lovelace
@@ -131,13 +132,15 @@ async def refused_and_unpaid(state: Path, key: Path, deployment, channel: str, b
         above = channel_job(JobSpec.model_validate(job_spec(busybox, "true", seconds=60)), PRICE)
         with pytest.raises(ChannelJobRefused, match="nothing was signed"):
             deploy_job(control, rentals, "above", above, record, left, gateway_url, None)
-        assert book.get("above") is None and store.signed(channel) == signed
+        renter = load_key(key).vkey
+        assert book.get(qualified(renter, "above")) is None and store.signed(channel) == signed
 
         unpaid = channel_job(JobSpec.model_validate(job_spec(busybox, "sleep 60", 20)), PRICE)
         deploy_job(control, rentals, "unpaid", unpaid, record, left, gateway_url, None)
-        await until(lambda: (row := book.get("unpaid")) is not None and row.state == "stopped",
+        unpaid_row = qualified(renter, "unpaid")
+        await until(lambda: (row := book.get(unpaid_row)) is not None and row.state == "stopped",
                     timeout_s=60, what="the provider did not stop the unpaid job")  # fmt: skip
-    row = book.get("unpaid")
+    row = book.get(unpaid_row)
     assert row.reason.startswith("IOUs lag: "), row
     owes = due_of(row, row.stopped_ms)
     assert 0 < owes <= CREDIT + PRICE  # the credit, and the second in which it lagged

@@ -2,7 +2,7 @@
 it shares with the process that takes IOUs (here the test, as the gateway will): the first IOU
 is claimed at the next round, and when the renter starts a close the next one is claimed at
 once, an hour before the next round that claims all; the provider gains the IOUs less the
-claims' fees, to the lovelace, and `provider status` counts them."""
+claims' fees, to the lovelace, and `provider status` counts them: its net income is that gain."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import re
 from typer.testing import CliRunner
 
 from offchain.chain.utxo import parse_out_ref, utxo_at
+from offchain.protocol.ledger.amounts import ada
 from offchain.protocol.tx import channel as channels
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
@@ -70,10 +71,17 @@ async def test_the_daemon_claims_the_latest_iou_and_a_closing_channel_at_once(de
         assert len(fees) == 2
         assert balance(devnet, provider.address) - before == 1_700_000 - sum(fees)
 
-        shown = CliRunner().invoke(app, [
-            "provider", "status", "--json", "--config", str(daemon.config), "--ogmios-url",
-            devnet.url, "--deployment", str(daemon.deployment_file)])  # fmt: skip
-        assert shown.exit_code == 0, shown.output
-        assert json.loads(shown.output)["channels"] == {
+        command = ["provider", "status", "--config", str(daemon.config), "--ogmios-url",
+                   devnet.url, "--deployment", str(daemon.deployment_file)]  # fmt: skip
+        shown, read = (CliRunner().invoke(app, command + flag) for flag in (["--json"], []))
+        assert shown.exit_code == read.exit_code == 0, shown.output + read.output
+        status = json.loads(shown.output)
+        assert status["channels"] == {
             "open": 0, "closing": 1, "claimed_lovelace": 1_700_000, "unclaimed_lovelace": 0,
         }  # fmt: skip
+        assert status["income"] == {
+            "payouts": 0, "claimed": 1_700_000, "allowances": 0, "fees": sum(fees),
+            "net": balance(devnet, provider.address) - before,
+        }  # fmt: skip
+        net = ada(status["income"]["net"])
+        assert f"net income: {net} = settled 0.000000 ADA + claimed 1.700000 ADA" in read.output

@@ -24,6 +24,7 @@ from tests.provider.test_gateway_support import (
     iou,
     running,
     serving,
+    stored,
 )
 
 PRICE = 1_000
@@ -75,7 +76,7 @@ def test_requests_paid_by_iou_are_proxied_charged_and_their_ious_stored(
         assert IOU_HEADER.lower() not in echoed["headers"]  # the IOU stays with the gateway
         entry = book.get(CHANNEL)
         assert entry is not None and entry.iou is not None and entry.iou.amount == n * PRICE
-    endpoint = endpoints.get("echo")
+    endpoint = endpoints.get(stored("echo"))
     assert endpoint is not None and (endpoint.requests, endpoint.served) == (3, 3 * PRICE)
 
 
@@ -118,7 +119,7 @@ def test_402_for_a_stale_iou_and_a_forged_one(
     assert_402(gateway.get("/endpoints/echo/", headers={IOU_HEADER: header}), PRICE,
                "not signed by its renter")  # fmt: skip
     assert book.get(CHANNEL).iou.amount == 10 * PRICE  # type: ignore[union-attr]
-    assert endpoints.get("echo").requests == 0  # type: ignore[union-attr]
+    assert endpoints.get(stored("echo")).requests == 0  # type: ignore[union-attr]
 
 
 def test_a_closing_channel_is_served_no_more(
@@ -152,7 +153,7 @@ def test_oversized_bodies_are_refused_whatever_their_framing(
 
     chunked = gateway.post("/endpoints/echo/", content=chunks(), headers=paid(PRICE))
     assert chunked.status_code == 413, chunked.text
-    assert endpoints.get("echo").requests == 0  # type: ignore[union-attr]  # not charged
+    assert endpoints.get(stored("echo")).requests == 0  # type: ignore[union-attr]  # not charged
     exact = gateway.post("/endpoints/echo/", content=big[:MAX_BODY], headers=paid(PRICE))
     assert exact.status_code == 200 and exact.json()["size"] == MAX_BODY
 
@@ -181,7 +182,7 @@ def test_an_upstream_that_does_not_answer_is_not_charged(
     with serving(gateway_app(book, endpoints)) as url:
         response = httpx.get(f"{url}/endpoints/gone/", headers=paid(PRICE))
         assert response.status_code == 502 and "upstream did not answer" in response.text
-        assert endpoints.get("gone").served == 0  # type: ignore[union-attr]
+        assert endpoints.get(stored("gone")).served == 0  # type: ignore[union-attr]
         # the IOU stored pays the next request: the same amount is due again
         assert httpx.get(f"{url}/endpoints/echo/", headers=paid(PRICE)).status_code == 200
 

@@ -30,11 +30,13 @@ from tests.provider.test_gateway_support import (
     CAPACITY,
     NETWORK,
     POINT,
+    RENTER,
     SCRIPT,
     book_with_channels,
     iou,
     running,
     serving,
+    stored,
 )
 
 PRICE = 1_000
@@ -54,8 +56,7 @@ def books(tmp_path: Path, upstream_url: str) -> Iterator[tuple[ChannelBook, Rent
     endpoints = RentalBook(tmp_path / "endpoints.sqlite")
     endpoints.add(running("mine", upstream_url, PRICE))
     endpoints.add(running("mine2", upstream_url, PRICE))
-    theirs = running("theirs", upstream_url, PRICE, channel=VICTIM_CHANNEL)
-    endpoints.add(dataclasses.replace(theirs, renter_vkey=victim_vkey))
+    endpoints.add(running("theirs", upstream_url, PRICE, channel=VICTIM_CHANNEL, renter=VICTIM))
     yield book, endpoints
     book.close()
     endpoints.close()
@@ -125,7 +126,8 @@ def test_one_renters_slow_bodies_hold_its_own_slots_and_no_one_elses(
             assert b"the body stopped after 1 bytes" in got
         for sock in slow:
             sock.close()
-    assert [endpoints.get(n).requests for n in ("mine", "mine2", "theirs")] == [0, 0, 1]  # type: ignore[union-attr]
+    renters = (("mine", RENTER), ("mine2", RENTER), ("theirs", VICTIM))
+    assert [endpoints.get(stored(n, k)).requests for n, k in renters] == [0, 0, 1]  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("opening", [b"", b"GET /endpoints HTTP/1.1\r\nhost: x\r\nx-slow: 1\r\n"])
@@ -202,4 +204,4 @@ def test_an_upstream_that_resets_while_the_body_is_sent_is_502_and_charges_nothi
                                 headers={IOU_HEADER: iou(PRICE).to_header()})  # fmt: skip
             assert answer.status_code == 502, answer.text
             assert "upstream did not answer" in answer.json()["error"]
-    assert endpoints.get("resets").requests == 0  # type: ignore[union-attr]
+    assert endpoints.get(stored("resets")).requests == 0  # type: ignore[union-attr]

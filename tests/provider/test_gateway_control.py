@@ -22,20 +22,25 @@ from pydantic import ValidationError
 
 from offchain.protocol.api.control import ControlRefused, ControlRequest, SignedControl
 from offchain.protocol.job.jobspec import Bundle, ServiceSpec, describe
-from offchain.protocol.ledger.iou import IOU_HEADER
+from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
+from offchain.protocol.tx.channel import OPEN
 from provider.gateway.app import gateway_app
 from provider.gateway.control import DeployTerms, SeenRequests
-from provider.money.channel_book import ChannelBook
+from provider.money.channel_book import ChannelBook, ChannelView
 from provider.rentals.book import RentalBook
 from tests.provider.test_gateway_support import (
+    CAPACITY,
     CHANNEL,
     NETWORK,
     OTHER_CHANNEL,
+    POINT,
     RENTER,
+    SCRIPT,
     book_with_channels,
     iou,
     running,
     serving,
+    stored,
 )
 
 PRICE = 1_000
@@ -60,7 +65,7 @@ def books(tmp_path: Path) -> Iterator[tuple[ChannelBook, RentalBook]]:
 
 @pytest.fixture
 def gateway(books: tuple[ChannelBook, RentalBook]) -> Iterator[httpx.Client]:
-    app = gateway_app(*books, terms=TERMS, logs=lambda d, n: f"{d.name}: {n} lines\n")
+    app = gateway_app(*books, terms=TERMS, logs=lambda d, n: f"{d.public_name}: {n} lines\n")
     with serving(app) as url, httpx.Client(base_url=url) as client:
         yield client
 
@@ -93,9 +98,9 @@ def test_a_signed_deploy_is_stored_pending_and_shown(
     assert (shown["name"], shown["kind"], shown["state"], shown["channel"]) == (
         "svc", "endpoint", "pending", CHANNEL.hex())  # fmt: skip
     assert "spec_json" not in shown and "renter_vkey" not in shown and shown["due"] == 0
-    stored = books[1].get("svc")
-    assert stored is not None and stored.renter_vkey == RENTER.to_verification_key().payload
-    assert stored.spec_json == ServiceSpec.model_validate(SPEC).canonical_json().decode()
+    kept = books[1].get(stored("svc"))
+    assert kept is not None and kept.renter_vkey == RENTER.to_verification_key().payload
+    assert kept.spec_json == ServiceSpec.model_validate(SPEC).canonical_json().decode()
     assert status_of(gateway, "svc").json() == shown
     refused(status_of(gateway, "nope"), 404, "no deployment named 'nope'")
     refused(gateway.get("/endpoints/svc/predict"), 409, "endpoint svc is pending")
@@ -147,8 +152,9 @@ def test_a_status_is_the_renters_alone(gateway: httpx.Client, upstream_url: str)
     """Its upstream's local address and its ports are not for anyone who asks."""
     assert gateway.post("/deployments", json=signed()).status_code == 201
     refused(gateway.get("/deployments/svc"), 401, "POST a signed status request")
-    stranger = signed("status", "svc", key=PaymentSigningKey.generate())
-    refused(gateway.post("/deployments/svc/status", json=stranger), 403, "not the renter key")
+    stranger = signed("status", "svc", key=PaymentSigningKey.generate())  # names are per renter
+    refused(gateway.post("/deployments/svc/status", json=stranger), 404,
+            "you have no deployment named 'svc'")  # fmt: skip
     assert status_of(gateway, "svc").json()["upstream"] == ""  # pending: none yet
 
 
@@ -200,8 +206,8 @@ def test_stop_logs_and_pay(
     book, endpoints = books
     started = time.time_ns() // 1_000_000 - 5_500
     endpoints.add(running("web", upstream_url, PRICE, PER_SECOND, started_ms=started))
-    stranger = signed("stop", "web", key=PaymentSigningKey.generate())
-    refused(gateway.post("/deployments/web/stop", json=stranger), 403, "not the renter key")
+    stranger = signed("stop", "web", key=PaymentSigningKey.generate())  # names are per renter
+    refused(gateway.post("/deployments/web/stop", json=stranger), 404, "no deployment named")
     refused(gateway.post("/deployments/web/stop", json=signed("stop", "other")), 400,
             "takes a stop of web, not a stop of other")  # fmt: skip
     elsewhere = signed("stop", "web", channel=OTHER_CHANNEL)
@@ -256,7 +262,7 @@ def test_the_due_counts_each_second_run(
     assert due in {PRICE + PER_SECOND * s for s in (10, elapsed)}  # the second may turn
     ahead = {IOU_HEADER: iou(due + PER_SECOND).to_header()}  # a second ahead: the clock turns
     assert gateway.get("/endpoints/timed/", headers=ahead).is_success
-    assert dataclasses.asdict(endpoints.get("timed"))["served"] == PRICE  # type: ignore[arg-type]
+    assert dataclasses.asdict(endpoints.get(stored("timed")))["served"] == PRICE  # type: ignore[arg-type]
 
 
 POD_SPEC: dict[str, Any] = {
@@ -276,8 +282,10 @@ def test_a_renter_comes_back_to_its_stopped_pod_and_owes_what_it_ran(
     _, endpoints = books
     assert gateway.post("/deployments", json=signed(name="lab", spec=POD_SPEC)).status_code == 201
     now = time.time_ns() // 1_000_000
-    endpoints.set_running("lab", "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 12_000)
-    endpoints.finish("lab", "stopped", "stopped by its renter", now)
+    endpoints.set_running(
+        stored("lab"), "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 12_000
+    )
+    endpoints.finish(stored("lab"), "stopped", "stopped by its renter", now)
     owed = (PER_SECOND + UNIT) * 12
     assert status_of(gateway, "lab").json()["due"] == owed
 
@@ -291,13 +299,14 @@ def test_a_renter_comes_back_to_its_stopped_pod_and_owes_what_it_ran(
     back = gateway.post("/deployments", json=signed(name="lab", spec=POD_SPEC))
     assert back.status_code == 201, back.text
     assert (back.json()["state"], back.json()["due"]) == ("pending", owed)
-    revived = endpoints.get("lab")
+    revived = endpoints.get(stored("lab"))
     assert revived is not None and (revived.started_ms, revived.stopped_ms) == (0, 0)
     assert revived.served == owed  # carried: the channel's due never drops
 
     assert gateway.post("/deployments", json=signed(name="svc")).status_code == 201
-    endpoints.finish("svc", "stopped", "stopped by its renter", now)
-    refused(gateway.post("/deployments", json=signed(name="svc")), 409, "name svc is taken")
+    endpoints.finish(stored("svc"), "stopped", "stopped by its renter", now)
+    refused(gateway.post("/deployments", json=signed(name="svc")), 409,
+            "you have a deployment named svc here already")  # fmt: skip
 
 
 def test_a_captured_deploy_replayed_after_the_stop_revives_nothing(
@@ -312,14 +321,16 @@ def test_a_captured_deploy_replayed_after_the_stop_revives_nothing(
     with serving(app) as url, httpx.Client(base_url=url) as gateway:
         assert gateway.post("/deployments", json=captured).status_code == 201
         now = time.time_ns() // 1_000_000
-        endpoints.set_running("lab", "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 3_000)
+        endpoints.set_running(
+            stored("lab"), "http://127.0.0.1:2222", "sha256:" + "1" * 64, now - 3_000
+        )
         stop = gateway.post("/deployments/lab/stop", json=signed("stop", "lab"))
         assert stop.json()["state"] == "stopped"
         refused(gateway.post("/deployments", json=captured), 409, "was taken already")
     with serving(gateway_app(*books, terms=TERMS)) as url:  # restarted: no nonce kept
         refused(httpx.post(f"{url}/deployments", json=captured), 409,
                 "a come-back is a deploy signed after that")  # fmt: skip
-    lab = endpoints.get("lab")
+    lab = endpoints.get(stored("lab"))
     assert lab is not None and lab.state == "stopped"  # nothing restarted, nothing billed
 
 
@@ -327,8 +338,9 @@ def test_a_deploy_is_checked_before_any_money_moves(
     gateway: httpx.Client, books: tuple[ChannelBook, RentalBook]
 ) -> None:
     """What a deploy would be refused for is said before the renter opens and funds a
-    channel for it: its name taken (by another renter, or an endpoint's), its spec, its
-    prices; a renter's own stopped pod is a come-back. Nothing is stored."""
+    channel for it: its name taken by its own deployment (names are per renter: another
+    renter's is free), its spec, its prices; a renter's own stopped pod is a come-back.
+    Nothing is stored."""
     _, endpoints = books
     mine = RENTER.to_verification_key().payload[:32].hex()
 
@@ -337,14 +349,50 @@ def test_a_deploy_is_checked_before_any_money_moves(
                                                         "renter": renter})  # fmt: skip
 
     assert check("lab", POD_SPEC).json() == {"name": "lab", "comes_back": False}
-    assert endpoints.get("lab") is None
+    assert endpoints.get(stored("lab")) is None
     assert gateway.post("/deployments", json=signed(name="lab", spec=POD_SPEC)).status_code == 201
-    refused(check("lab", POD_SPEC), 409, "name lab is taken on this gateway")
-    endpoints.finish("lab", "stopped", "stopped by its renter", time.time_ns() // 1_000_000)
+    refused(check("lab", POD_SPEC), 409, "you have a deployment named lab on this gateway")
+    endpoints.finish(stored("lab"), "stopped", "stopped by its renter", time.time_ns() // 1_000_000)
     assert check("lab", POD_SPEC).json() == {"name": "lab", "comes_back": True}
-    refused(check("lab", POD_SPEC, "ab" * 32), 409, "name lab is taken")  # not theirs
-    refused(check("lab", SPEC), 409, "name lab is taken")  # an endpoint never comes back
+    assert check("lab", POD_SPEC, "ab" * 32).json() == {"name": "lab", "comes_back": False}
+    refused(check("lab", SPEC), 409, "a deployment named lab")  # an endpoint never comes back
     refused(check("svc", {**SPEC, "price_per_request": PRICE - 1}), 403, "below this provider's")
     refused(check("svc", {**SPEC, "kind": "batch"}), 400, "kind must be one of")
     refused(check("bad name", SPEC), 400, "letters, digits")
     refused(gateway.post("/deployments/check", json={"name": "svc"}), 400, '{"name", "spec"')
+
+
+def test_names_are_per_renter(
+    gateway: httpx.Client, books: tuple[ChannelBook, RentalBook], upstream_url: str
+) -> None:
+    """Two renters both deploy an endpoint named "llm" on one gateway: each call reaches the
+    caller's own (its IOU's channel says whose) and is charged there; a stop, a status and a
+    check are each renter's alone; and a renter still cannot take one name twice."""
+    book, endpoints = books
+    other = PaymentSigningKey.generate()
+    other_channel = b"\x0b" * 28
+    vkey = other.to_verification_key().payload
+    view = ChannelView(other_channel, "cd" * 32 + "#0", "addr_test1other", vkey, 0, CAPACITY, OPEN)
+    book.open(view, POINT)
+    now = time.time_ns() // 1_000_000
+    for key, channel in ((RENTER, CHANNEL), (other, other_channel)):
+        deployed = gateway.post("/deployments", json=signed(name="llm", key=key, channel=channel))
+        assert deployed.status_code == 201, deployed.text
+        endpoints.set_running(stored("llm", key), upstream_url, "sha256:" + "2" * 64, now)
+
+    mine = gateway.get("/endpoints/llm/", headers={IOU_HEADER: iou(PRICE).to_header()})
+    theirs_iou = SignedIou.sign(other, NETWORK, SCRIPT, other_channel, PRICE)
+    theirs = gateway.get("/endpoints/llm/", headers={IOU_HEADER: theirs_iou.to_header()})
+    assert mine.status_code == theirs.status_code == 200
+    charged = [endpoints.get(stored("llm", key)) for key in (RENTER, other)]
+    assert [(e.channel, e.requests) for e in charged if e] == [(CHANNEL, 1), (other_channel, 1)]
+    unpaid = gateway.get("/endpoints/llm/")  # two renters' "llm": only an IOU says whose
+    assert unpaid.status_code == 404 and "on your channel" in unpaid.json()["error"]
+
+    stop = signed("stop", "llm", key=other, channel=other_channel)
+    assert gateway.post("/deployments/llm/stop", json=stop).json()["state"] == "stopped"
+    assert status_of(gateway, "llm").json()["state"] == "running"  # RENTER's own
+    refused(gateway.post("/deployments", json=signed(name="llm")), 409,
+            "you have a deployment named llm here already")  # fmt: skip
+    listed = gateway.get("/endpoints").json()
+    assert [e["name"] for e in listed] == ["llm"]  # the running one, by the name its renter chose

@@ -24,7 +24,7 @@ from provider.rentals.book import RentalBook
 from tests.protocol.channels import iou
 from tests.protocol.onchain import balance, wallet
 from tests.provider.test_channels_claims import SETTINGS, chain_of, opened
-from tests.provider.test_gateway_support import running, serving
+from tests.provider.test_gateway_support import running, serving, stored
 from tests.provider.test_payout_watcher import settled_fee
 
 PRICE = 250_000  # lovelace a request
@@ -76,7 +76,7 @@ async def test_requests_paid_by_ious_through_the_gateway_are_claimed_to_the_love
         refused = gateway.get("/endpoints/web/index.html", headers={IOU_HEADER: stale.to_header()})
         assert refused.json()["due"] == (REQUESTS + 1) * PRICE
 
-    served = endpoints.get("web")
+    served = endpoints.get(stored("web"))
     assert served is not None and (served.requests, served.served) == (REQUESTS, REQUESTS * PRICE)
     before = balance(devnet, provider.address)
     since = await tip_point(devnet.url)

@@ -19,7 +19,7 @@ from pycardano import PaymentSigningKey, ScriptHash
 from offchain.protocol.ledger.iou import SignedIou
 from offchain.protocol.tx.channel import OPEN
 from provider.money.channel_book import ChannelBook, ChannelView
-from provider.rentals.book import RUNNING, Rental
+from provider.rentals.book import RUNNING, Rental, qualified
 
 NETWORK = 0
 SCRIPT = ScriptHash(b"\x0c" * 28)
@@ -37,6 +37,11 @@ def book_with_channels(path: Path, credit: int = 0) -> ChannelBook:
                               RENTER.to_verification_key().payload, 0, CAPACITY, OPEN),
                   POINT)  # fmt: skip
     return book
+
+
+def stored(name: str, renter: PaymentSigningKey = RENTER) -> str:
+    """The book's name of `renter`'s deployment `name` (names are per renter)."""
+    return qualified(renter.to_verification_key().payload, name)
 
 
 def iou(amount: int, channel: bytes = CHANNEL) -> SignedIou:
@@ -113,12 +118,13 @@ async def upstream(scope: Any, receive: Any, send: Any) -> None:
 
 def running(
     name: str, upstream: str, price_per_request: int, price_per_second: int = 0,
-    channel: bytes = CHANNEL, started_ms: int | None = None,
+    channel: bytes = CHANNEL, started_ms: int | None = None, renter: PaymentSigningKey = RENTER,
 ) -> Rental:  # fmt: skip
-    """An endpoint running at `upstream`, paid on `channel` by RENTER, as the daemon leaves
+    """An endpoint running at `upstream`, paid on `channel` by `renter`, as the daemon leaves
     one it started (billed per second from `started_ms`, now if not given)."""
+    vkey = renter.to_verification_key().payload
     return Rental(
-        name, "endpoint", channel, RENTER.to_verification_key().payload, "{}", RUNNING, "",
+        stored(name, renter), "endpoint", channel, vkey, "{}", RUNNING, "",
         "sha256:" + "0" * 64, upstream, 0, price_per_request, price_per_second,
         created_ms=0, started_ms=time.time_ns() // 1_000_000 if started_ms is None else started_ms,
     )  # fmt: skip

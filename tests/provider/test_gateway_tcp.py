@@ -22,7 +22,7 @@ from offchain.protocol.api.control import ControlRequest, SignedControl
 from provider.gateway.app import gateway_app
 from provider.gateway.tcp import TcpForwarder, with_tcp_forwarder
 from provider.rentals.book import Rental, RentalBook
-from tests.provider.test_gateway_support import NETWORK, book_with_channels, serving
+from tests.provider.test_gateway_support import NETWORK, book_with_channels, serving, stored
 from tests.provider.test_gateway_support import RENTER as RENTER_KEY
 
 CHANNEL = b"\x01" * 28
@@ -186,10 +186,12 @@ def test_the_real_gateway_under_uvicorn_forwards_while_it_runs(tmp_path, upstrea
     channels = book_with_channels(tmp_path / "channels.sqlite")
     app = with_tcp_forwarder(gateway_app(channels, endpoints), "127.0.0.1")
     with serving(app) as url:
-        running(endpoints, upstream_thread, renter_vkey=RENTER_KEY.to_verification_key().payload)
+        lab = stored("lab", RENTER_KEY)  # deployed by RENTER_KEY: the name is its own
+        vkey = RENTER_KEY.to_verification_key().payload
+        running(endpoints, upstream_thread, name=lab, renter_vkey=vkey)
         port = 0
         for _ in range(200):
-            port = endpoints.get("lab").public_port
+            port = endpoints.get(lab).public_port
             if port:
                 break
             time.sleep(0.02)
@@ -199,7 +201,7 @@ def test_the_real_gateway_under_uvicorn_forwards_while_it_runs(tmp_path, upstrea
         ask = SignedControl.sign(RENTER_KEY, NETWORK, ControlRequest.of("status", "lab", CHANNEL))
         status = httpx.post(f"{url}/deployments/lab/status", json=ask.to_wire()).json()
         assert status["public_port"] == port  # shown to its renter
-    assert endpoints.get("lab").public_port == 0  # the gateway stopped: so did the forwarder
+    assert endpoints.get(lab).public_port == 0  # the gateway stopped: so did the forwarder
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
     channels.close()

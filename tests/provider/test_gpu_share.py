@@ -20,6 +20,7 @@ from provider.gpu import mps
 from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory, gpu_inventory
 from provider.gpu.share import GpuIsolation, MigInstance, choose, isolation_of, isolator
 from provider.metering.gpu import GpuMeter, GpuProcess, gpu_processes
+from provider.money.own_transactions import OwnTransactions
 from provider.sandbox.hardening import JobMounts, container_options
 from provider.selftest.checks import job
 from tests.provider import fake_nvml as fake
@@ -233,7 +234,8 @@ def test_fake_nvml_status_shows_the_operators_gpu_work_apart_from_jobs(
     fake_nvml.samples[H100] = [fake.utilization(OTHER_PID, 2**62, 64)]
     gpus = status.host_gpu_processes(gpu_inventory_host())
     book = ChannelBook.in_state_dir(tmp_path, 0, ScriptHash(bytes(28)), 0)
-    now = status.provider_status(Journal(tmp_path), [], 0, BondView(None, 0, None), book, gpus)
+    own = OwnTransactions.in_state_dir(tmp_path)
+    now = status.provider_status(Journal(tmp_path), [], 0, BondView(None, 0, None), book, own, gpus)
     assert [(p["pid"], p["owner"]) for p in now["gpu_processes"]] == [
         (JOB_PID, "job"), (OTHER_PID, "operator"),
     ]  # fmt: skip

@@ -36,7 +36,29 @@ def test_init_makes_a_signing_key_and_prints_its_address_and_vkey(tmp_path):
     vkey = key.to_verification_key().payload
     assert f"made the provider key {path}" in out
     assert f"provider vkey: {vkey.hex()}" in out and len(vkey) == 32
-    assert f"provider address (testnet): {Wallet.of(key, Network.TESTNET).address}" in out
+    devnet = Wallet.of(key, Network.TESTNET).address
+    assert f"provider address (devnet (magic 42)): {devnet}" in out
+
+
+def test_init_prints_the_address_of_the_network_it_is_told(tmp_path):
+    """A mainnet operator gets a mainnet address (addr1...), not the test networks' one."""
+    out = init(tmp_path, "--network", "mainnet")
+    key = PaymentSigningKey.load(str(tmp_path / "state" / KEY_FILE))
+    mainnet = Wallet.of(key, Network.MAINNET).address
+    assert str(mainnet).startswith("addr1")
+    assert f"provider address (mainnet (magic 764824073)): {mainnet}" in out
+    out = init(tmp_path, "--force", "--network", "preprod")
+    assert f"provider address (preprod (magic 1)): {Wallet.of(key, Network.TESTNET).address}" in out
+
+
+def test_init_refuses_a_network_it_does_not_know_before_writing_anything(tmp_path):
+    args = ["provider", "init", "--config", str(tmp_path / "provider.toml"),
+            "--state-dir", str(tmp_path / "state"), "--network", "testnet"]  # fmt: skip
+    result = cli.invoke(app, args)
+    assert result.exit_code == 2
+    assert "network 'testnet' is not one of: mainnet, preprod, preview, devnet" in result.stderr
+    assert "testnet names no single network" in result.stderr
+    assert not (tmp_path / "provider.toml").exists() and not (tmp_path / "state").exists()
 
 
 def test_init_force_rewrites_the_config_but_never_the_key(tmp_path):

@@ -25,7 +25,7 @@ from provider.rentals.services import Services, service_container_name
 from samples import images as sample_images
 from samples import onnx_model
 from tests.provider import test_services
-from tests.provider.test_gateway_support import book_with_channels, iou, running, serving
+from tests.provider.test_gateway_support import book_with_channels, iou, running, serving, stored
 from tests.provider.test_services import spec_of
 
 services = test_services.services  # its fixture, used here too
@@ -102,7 +102,7 @@ def test_the_onnx_service_answers_numpys_forward_pass_through_the_gateway(
         assert refused.json() == {"error": "inputs must all be numbers within float32's range"}
     overflow = paid(8, {"inputs": [[3e38] * onnx_model.INPUTS]})
     assert overflow.json() == {"error": "the model's outputs overflow float32 for these inputs"}
-    served = book.get("mlp")
+    served = book.get(stored("mlp"))
     assert served is not None and (served.requests, served.served) == (8, 8 * PRICE)
     container = client.containers.get(service_container_name(services.runner_id, "mlp", 0))
     logged = services.logs("mlp", 100).splitlines()

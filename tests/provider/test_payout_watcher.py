@@ -19,6 +19,7 @@ from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
 from provider.daemon.journal import JobEntry, Journal
 from provider.daemon.payouts import PayoutWatcher
+from provider.money.own_transactions import OwnTransactions
 from tests.market.test_lifecycle import SPEC
 from tests.protocol.onchain import (
     ALLOWANCE,
@@ -83,7 +84,8 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     )
     journal = Journal(tmp_path / "state")
     journal.save(refused)
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    own = OwnTransactions.in_state_dir(tmp_path / "state")
+    chain = Chain(devnet.url, devnet.context(), deployment, provider, own)
     watcher = PayoutWatcher(chain, journal, tmp_path / "results", NEAR_CLOSE)
     before = balance(devnet, consumer.address), balance(devnet, provider.address)
     since = await tip_point(devnet.url)
@@ -95,6 +97,8 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     assert balance(devnet, consumer.address) - before[0] == LOCKED - ALLOWANCE
     fee = await settled_fee(devnet, settled.settle_tx, since)
     assert balance(devnet, provider.address) - before[1] == ALLOWANCE - fee
+    income = own.income(payouts=0, claimed=0)  # what `provider status` shows
+    assert (income.allowances, income.fees, income.net) == (ALLOWANCE, fee, ALLOWANCE - fee)
 
 
 async def settled_fee(devnet, tx_id: str, since) -> int:
@@ -109,12 +113,13 @@ async def test_small_payouts_are_settled_by_their_provider_without_waiting_for_t
     a full batch (settle_batch_max 2, the wait far off), with the second both settle in one
     transaction from the provider's wallet, long before the close. No top-up: each renter
     gets all but the job's price and the allowance, the provider its pay and the allowances
-    less the fee."""
+    less the fee: the net income `provider status` shows, to the lovelace."""
     deployment = await deployed(devnet, tmp_path / "deployment.json")
     consumer, provider = await wallet(devnet), await wallet(devnet)
     assert 0 < PRICE * SMALL < batch.payout_minimum(devnet.context(), provider.address)
     journal = Journal(tmp_path / "state")
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    own = OwnTransactions.in_state_dir(tmp_path / "state")
+    chain = Chain(devnet.url, devnet.context(), deployment, provider, own)
     settings = DaemonSettings(payout_margin_ms=0, settle_batch_max=2, small_payout_wait_ms=10**9)
     watcher = PayoutWatcher(chain, journal, tmp_path / "results", settings)
     escrows_made = [await lock(devnet, deployment, consumer, provider) for _ in range(2)]
@@ -133,6 +138,8 @@ async def test_small_payouts_are_settled_by_their_provider_without_waiting_for_t
     fee = await settled_fee(devnet, first.settle_tx, since)
     assert balance(devnet, consumer.address) - before[0] == 2 * (LOCKED - PRICE * SMALL - ALLOWANCE)
     assert balance(devnet, provider.address) - before[1] == 2 * (PRICE * SMALL + ALLOWANCE) - fee
+    income = own.income(payouts=first.settled_lovelace + second.settled_lovelace, claimed=0)
+    assert income.net == balance(devnet, provider.address) - before[1]
 
 
 async def test_a_cancelled_jobs_small_payout_is_settled_at_once(devnet, tmp_path):
@@ -140,7 +147,8 @@ async def test_a_cancelled_jobs_small_payout_is_settled_at_once(devnet, tmp_path
     deployment = await deployed(devnet, tmp_path / "deployment.json")
     consumer, provider = await wallet(devnet), await wallet(devnet)
     journal = Journal(tmp_path / "state")
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    own = OwnTransactions.in_state_dir(tmp_path / "state")
+    chain = Chain(devnet.url, devnet.context(), deployment, provider, own)
     settings = DaemonSettings(payout_margin_ms=0, settle_batch_max=9, small_payout_wait_ms=10**9)
     watcher = PayoutWatcher(chain, journal, tmp_path / "results", settings)
     escrow = await lock(devnet, deployment, consumer, provider)

@@ -37,6 +37,7 @@ from sqlmodel import Session, col, select, update
 from offchain.chain.ogmios import OgmiosError
 from offchain.chain.submit import UNREACHABLE, submit_sync
 from offchain.chain.time import iso
+from offchain.core.sealed_keys import plain_key_warning, read_key_text
 from offchain.market.models import Cause, Job, JobState, Settlement
 from offchain.market.models import SettlementState as Sent
 from offchain.market.services import jobs
@@ -60,7 +61,8 @@ def market_wallet(settings: MarketSettings, chain: Chain) -> Wallet | None:
     """The market's own wallet from its key file, or None when none is configured."""
     if settings.wallet_key is None:
         return None
-    key = PaymentSigningKey.load(str(settings.wallet_key))
+    plain_key_warning(settings.wallet_key)
+    key = PaymentSigningKey.from_json(read_key_text(settings.wallet_key))  # sealed or plain
     return Wallet.of(key, chain.deployment.network)
 
 

@@ -6,9 +6,10 @@ The receipt is the escrowed job's own `Receipt` (units, result and evidence hash
 the provider key over the settle script's ClaimPayload), so the renter verifies it with the
 same code. A receipt must name an escrow's out-ref; a channel job has none, so it names
 `receipt_ref(channel, name)`: a transaction id that is blake2b-256 of `RECEIPT_REF_DOMAIN`,
-the channel id and the deployment's name. No transaction has that id (a transaction id is the
-hash of a CBOR transaction body, a map, and these bytes begin with 0x55, no map's header),
-so such a receipt can never settle an escrow; it is evidence for the renter, and the IOUs pay.
+the channel id and the job's name as its renter gave it. No transaction has that id (a
+transaction id is the hash of a CBOR transaction body, a map, and these bytes begin with 0x55,
+no map's header), so such a receipt can never settle an escrow; it is evidence for the
+renter, and the IOUs pay.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from offchain.protocol.job.jobspec import (
 
 CHANNEL_JOB = "job"  # the deploy spec's `kind` and the provider's deployment kind
 RECEIPT_REF_DOMAIN = b"UNCHAINED/channel-job-receipt/v1"
-# A job's deployment name is its job id on the provider's machine (cgroup, container, results
-# folder): lower-case letters, digits and '_' only, as an escrowed job's id
-JOB_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,63}")
+# A job's deployment name makes its job id on the provider's machine (cgroup, container,
+# results folder: the gateway's name for it, the renter's key tag and this name, joined by '_',
+# at most 64): lower-case letters, digits and '_' only, as an escrowed job's id
+JOB_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,46}")
 
 
 class ChannelJobSpec(_Spec):

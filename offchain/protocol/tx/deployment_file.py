@@ -45,12 +45,25 @@ class DeploymentFile(BaseModel):
     settle_hash: str
     channel_hash: str
     claim_hash: str
+    # Written by `unchained deploy` (older files lack them): the network's magic, which tells
+    # test networks apart where the id cannot, and a chain point {"slot", "id"} before the
+    # deployment's transaction, from where chain-sync reaches it in a few blocks (the start-up
+    # check that Ogmios sends transactions' CBOR reads it there).
+    network_magic: int | None = None
+    published_after: dict[str, int | str] | None = None
 
 
-def save(deployment: Deployment, path: Path) -> None:
+def save(
+    deployment: Deployment,
+    path: Path,
+    network_magic: int | None = None,
+    published_after: dict[str, int | str] | None = None,
+) -> None:
     from offchain.protocol.tx.txbuild import out_ref
 
     record = DeploymentFile(
+        network_magic=network_magic,
+        published_after=published_after,
         network_id=deployment.network_id,
         notice_ms=deployment.notice_ms,
         slash_share_bps=deployment.slash_share_bps,
@@ -74,17 +87,11 @@ def load(path: Path, context: ChainContext) -> Deployment:
     """The deployment at `path`, its reference scripts read from the chain behind `context`."""
     from offchain.chain.context import queries
     from offchain.chain.utxo import parse_out_ref, utxo_at
-    from offchain.protocol.job.jobspec import describe
     from offchain.protocol.tx.deployment import Deployment
 
-    try:
-        record = DeploymentFile.model_validate_json(path.read_text())
-    except FileNotFoundError as exc:
-        raise DeploymentFileError(
-            f"no deployment file at {path}: deploy the contracts first (or pass --deployment)"
-        ) from exc
-    except ValidationError as exc:
-        raise DeploymentFileError(f"{path}:\n{describe(exc)}") from exc
+    record = read_record(path)
+    if record.network_magic is not None:
+        _check_network(record, path, context)
     refs = []
     for name in REFS:
         text = getattr(record, name)
@@ -108,6 +115,32 @@ def load(path: Path, context: ChainContext) -> Deployment:
     except ValueError as exc:
         raise DeploymentFileError(f"{path}: {exc}") from exc
     return deployment
+
+
+def read_record(path: Path) -> DeploymentFile:
+    """The file's fields as written, not checked against any chain (a start-up check reads
+    its network and its chain point before it connects)."""
+    try:
+        return DeploymentFile.model_validate_json(path.read_text())
+    except FileNotFoundError as exc:
+        raise DeploymentFileError(
+            f"no deployment file at {path}: deploy the contracts first (or pass --deployment)"
+        ) from exc
+    except ValidationError as exc:
+        from offchain.protocol.job.jobspec import describe
+
+        raise DeploymentFileError(f"{path}:\n{describe(exc)}") from exc
+
+
+def _check_network(record: DeploymentFile, path: Path, context: ChainContext) -> None:
+    """The chain behind `context` is the network the file was deployed on."""
+    from offchain.chain.network import ChainNetwork, NetworkMismatch, check_deployment
+
+    chain = ChainNetwork(context.genesis_param.network_magic)
+    try:
+        check_deployment(chain, record.network_id, record.network_magic, path, "this chain is")
+    except NetworkMismatch as exc:
+        raise DeploymentFileError(str(exc)) from exc
 
 
 def _check_scripts(deployment: Deployment, record: DeploymentFile) -> None:
