@@ -164,6 +164,7 @@ async def try_channel(env: Any, consumer: Any, quote: CheckedQuote, as_json: boo
     final, result = await asyncio.to_thread(
         run_over_channel, channels, chosen, env.state_dir, None, say
     )
+    consumer.store.forget(quote.job_id)  # its quote was never locked: the channel paid
     data = {
         "path": "channel", "job": final["name"], "channel_id": chosen.record.channel_id,
         "state": final["state"], "reason": final["reason"], "units": result.units,

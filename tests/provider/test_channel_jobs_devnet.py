@@ -24,6 +24,7 @@ from consumer.sdk.channel_store import ChannelStore
 from consumer.sdk.endpoint_client import GatewayControl
 from consumer.sdk.keys import load_key
 from consumer.sdk.rental_store import RentalStore
+from consumer.sdk.store import JobStore
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.ledger.amounts import ADA
 from provider.config import RunnerSettings
@@ -89,6 +90,7 @@ async def test_jobs_over_a_channel_on_the_devnet_market(devnet, tmp_path, busybo
             rows = [book.get(qualified(renter, name)) for name in names]
             owed = sum(due_of(row, row.stopped_ms) for row in rows)  # the provider's book
             assert owed == PRICE * JOBS == ChannelStore(state).signed(channel)
+            assert JobStore(state).all() == []  # their quotes, never locked, are no spend
             await claimed(channels, bytes.fromhex(channel), owed)  # on chain, to the lovelace
 
             # above the room: the escrow path, saying why; --escrow locks one whatever the room
