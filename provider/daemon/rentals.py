@@ -112,7 +112,8 @@ class Rentals:
         for deployment in deployments:
             name = deployment.name
             if deployment.state == PENDING and name not in self._starting:
-                self._starting[name] = asyncio.create_task(self._start(deployment))
+                if self._still_pending(name):  # not started by a task that ended this round
+                    self._starting[name] = asyncio.create_task(self._start(deployment))
             elif deployment.state == RUNNING and deployment.channel not in stopped_channels:
                 if await self._ran_to_end(deployment):
                     continue
@@ -125,6 +126,12 @@ class Rentals:
         for name, kind in list(self._live.items()):  # removed from the book by the operator
             if self.book.get(name) is None:
                 await self._remove(name, kind)
+
+    def _still_pending(self, name: str) -> bool:
+        """Whether `name` is pending in the book now: the round's rows were read before its
+        awaits, during which a start task may have run it and ended (its row moved on)."""
+        fresh = self.book.get(name)
+        return fresh is not None and fresh.state == PENDING
 
     async def aclose(self) -> None:
         """Cancel starts in progress (their rows stay pending: the next daemon starts them)."""

@@ -217,3 +217,20 @@ async def test_the_renter_pays_a_jobs_seconds_and_never_signs_above_its_own_coun
     with pytest.raises(EndpointRefused, match=r"more than the .* counted here for job paid"):
         payer.round()
     assert store.signed(CHANNEL.hex()) == owed
+
+
+async def test_a_job_started_while_a_round_awaited_is_not_started_again(
+    world: World, gateway: httpx.Client, busybox: str
+) -> None:
+    deployed(gateway, "once", job(busybox, "sleep 1"))
+    stale = world.book.list()  # the round's rows, read before its awaits
+    await world.loop.tick()
+    await asyncio.gather(*world.loop._starting.values())  # the start ran meanwhile: running
+    assert world.book.get(stored("once")).state == "running"
+    # the interleaving made deterministic: a round whose rows were read before the start ended
+    world.book.list = lambda: stale  # type: ignore[method-assign]
+    await world.loop.tick()
+    del world.book.list  # the book's own again
+    assert not world.loop._starting  # not started twice (it would fail: "already run here")
+    ended = await world.until(stored("once"), lambda d: d.state != "running")
+    assert ended.reason == "job succeeded: exit code 0", ended
