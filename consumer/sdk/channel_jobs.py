@@ -29,7 +29,7 @@ from consumer.sdk.errors import ConsumerError
 from consumer.sdk.iou_signer import IouSigner
 from consumer.sdk.rental_store import RentalRecord, RentalStore
 from consumer.sdk.session import VerifiedResult
-from consumer.sdk.verified import RECEIPT_FILE, RESULT_FILE, kept_archive, signed_receipt
+from consumer.sdk.verified import RESULT_FILE, kept_archive, signed_receipt
 from offchain.protocol.job.channel_job import (
     CHANNEL_JOB,
     ChannelJobSpec,
@@ -144,11 +144,11 @@ def job_results(
     into.mkdir(parents=True, exist_ok=True)
     partial = into / f".{RESULT_FILE}.part"
     arrived = control.download(record.name, channel_id, partial)
-    archive, unpacked = kept_archive(partial, arrived, receipt, into, unpack)
     kept = {**receipt.record(deployment), "job": record.name, "provider_vkey": vkey.hex(),
             "channel_id": record.channel_id, "status": body.get("status"),
             "exit_code": body.get("exit_code")}  # fmt: skip
-    (into / RECEIPT_FILE).write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(kept, indent=2, sort_keys=True) + "\n"
+    archive, unpacked = kept_archive(partial, arrived, receipt, into, unpack, text)
     units = receipt.units
     return VerifiedResult(record.name, archive, unpacked, arrived, archive.stat().st_size, units,
                           record.price_per_second * units)  # fmt: skip

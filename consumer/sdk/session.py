@@ -37,7 +37,7 @@ from consumer.sdk.job_record import JobRecord
 from consumer.sdk.keys import ConsumerKey
 from consumer.sdk.quote import CheckedQuote, check_quote, locked_spec
 from consumer.sdk.store import JobStore, local_time
-from consumer.sdk.verified import RECEIPT_FILE, RESULT_FILE, kept_archive, signed_receipt
+from consumer.sdk.verified import RESULT_FILE, kept_archive, signed_receipt
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
 from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
@@ -232,8 +232,8 @@ class Consumer:
         into.mkdir(parents=True, exist_ok=True)
         partial = into / f".{RESULT_FILE}.part"
         arrived = await self.market.download_result(job_id, partial)
-        archive, unpacked = kept_archive(partial, arrived, receipt, into, unpack)
-        (into / RECEIPT_FILE).write_text(kept_receipt(record, receipt, self.deployment))
+        kept = kept_receipt(record, receipt, self.deployment)
+        archive, unpacked = kept_archive(partial, arrived, receipt, into, unpack, kept)
         units = receipt.units
         return VerifiedResult(
             job_id, archive, unpacked, arrived, archive.stat().st_size, units,

@@ -43,11 +43,12 @@ def signed_receipt(
 
 
 def kept_archive(
-    partial: Path, arrived: str, receipt: Receipt, into: Path, unpack: bool
+    partial: Path, arrived: str, receipt: Receipt, into: Path, unpack: bool, kept: str
 ) -> tuple[Path, Path | None]:
-    """The downloaded `partial` (sha256 `arrived`, hex) kept as `into/result.tar` and unpacked
-    into `into/out` (with `unpack`) once it is the archive `receipt` names; ResultMismatch
-    otherwise, the download removed."""
+    """The downloaded `partial` (sha256 `arrived`, hex) kept as `into/result.tar`, `kept` (the
+    receipt as kept beside it) written to `into/receipt.json`, then unpacked into `into/out`
+    (with `unpack`: an archive refused there leaves both verified files), once it is the
+    archive `receipt` names; ResultMismatch otherwise, the download removed."""
     expected = receipt.result_hash.hex()
     if arrived != expected:
         partial.unlink()
@@ -58,4 +59,5 @@ def kept_archive(
         )  # fmt: skip
     archive = into / RESULT_FILE
     partial.replace(archive)
+    (into / RECEIPT_FILE).write_text(kept)
     return archive, unpack_archive(archive, into / "out") if unpack else None
