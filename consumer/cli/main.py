@@ -362,6 +362,14 @@ def submit(
     min_bond: Annotated[
         str | None, typer.Option(envvar="UNCHAINED_CONSUMER_MIN_BOND", help=MIN_BOND_HELP)
     ] = None,
+    force_escrow: Annotated[
+        bool,
+        typer.Option(
+            "--escrow",
+            help="Lock an escrow even when an open channel to the quoted provider has room "
+            "(without it such a channel pays per second: no lock fee, no settle).",
+        ),
+    ] = False,
     again: Annotated[
         bool,
         typer.Option(
@@ -372,7 +380,10 @@ def submit(
     ] = False,
     as_json: Json = False,
 ) -> None:
-    """Quote a job, show the quote, lock its escrow (after asking), then show live progress."""
+    """Quote a job; run it over an open channel to the quoted provider when one has room (paid
+    per second by IOU), else show the quote, lock its escrow (after asking) and show live
+    progress."""
+    from consumer.cli.channel_job import try_channel
     from offchain.protocol.job.jobspec import load_jobspec
 
     spec = load_jobspec(spec_path)
@@ -395,10 +406,16 @@ def submit(
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
             quote = await consumer.quote(spec, gpu_model)
+            why = "--escrow" if force_escrow else "an unsigned lock was asked for"
+            if not force_escrow and unsigned_tx is None:
+                why = await try_channel(env, consumer, quote, as_json)
+                if why is None:
+                    return None
             unsigned = await consumer.build_lock(quote.job_id)
             lock_fee = unsigned.transaction_body.fee
             summary = quote_summary(quote, lock_fee)
             if not as_json:
+                typer.echo(f"escrow path: {why}")
                 typer.echo(quote_text(quote, lock_fee))
             if unsigned_tx is not None:
                 unsigned_tx.write_text(unsigned.to_cbor_hex() + "\n")
@@ -413,7 +430,8 @@ def submit(
                     typer.echo("nothing locked")
                     return None
             escrow = await consumer.submit_lock(quote.job_id, consumer.key.sign(unsigned))
-            emit(as_json, {**summary, "escrow": escrow, "lock_tx": unsigned.id.payload.hex()},
+            emit(as_json, {**summary, "path": "escrow", "why_escrow": why, "escrow": escrow,
+                           "lock_tx": unsigned.id.payload.hex()},
                  f"escrow {escrow} locked and funded")  # fmt: skip
             if as_json or detach:
                 return None

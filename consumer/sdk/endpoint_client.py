@@ -24,8 +24,10 @@ then pays or refuses. For parallel throughput, open one channel per stream of re
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -240,6 +242,33 @@ class GatewayControl:
     def logs(self, name: str, channel: bytes) -> str:
         request = self.signed("logs", name, channel)
         return str(self.sent("POST", f"{self.base}/{name}/logs", request, {200})["logs"])
+
+    def receipt(self, name: str, channel: bytes) -> dict[str, Any]:
+        """A batch job's receipt, as its provider signed it, once the job ended."""
+        request = self.signed("receipt", name, channel)
+        return self.sent("POST", f"{self.base}/{name}/receipt", request, {200})
+
+    def download(self, name: str, channel: bytes, into: Path) -> str:
+        """Stream a batch job's result archive into `into`, hashing as it arrives; its sha256
+        (hex). ConsumerError carries the gateway's refusal."""
+        url = f"{self.base}/{name}/results"
+        digest = hashlib.sha256()
+        try:
+            with self.client.stream("POST", url, json=self.signed("results", name, channel)) as got:
+                if got.status_code != 200:
+                    got.read()
+                    error = got.json().get("error") if got.headers.get("content-type") == (
+                        "application/json") else got.text[:200]  # fmt: skip
+                    raise ConsumerError(f"POST {url}: {got.status_code}: {error}",
+                                        status=got.status_code)  # fmt: skip
+                with into.open("wb") as file:
+                    for chunk in got.iter_bytes():
+                        digest.update(chunk)
+                        file.write(chunk)
+        except httpx.HTTPError as exc:
+            raise ConsumerError(f"cannot reach the gateway at {url} ({exc or type(exc).__name__})",
+                                gateway=url) from exc  # fmt: skip
+        return digest.hexdigest()
 
     def pay(self, name: str, iou: SignedIou) -> dict[str, Any]:
         """Hand the gateway `iou` for what the deployment's channel owes (a 402 is an error)."""

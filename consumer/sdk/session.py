@@ -23,7 +23,6 @@ from typing import Any
 from pycardano import Address, Transaction, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
-from consumer.sdk.archive import unpack_archive
 from consumer.sdk.client import MarketClient
 from consumer.sdk.errors import (
     ConsumerError,
@@ -38,13 +37,14 @@ from consumer.sdk.job_record import JobRecord
 from consumer.sdk.keys import ConsumerKey
 from consumer.sdk.quote import CheckedQuote, check_quote, locked_spec
 from consumer.sdk.store import JobStore, local_time
+from consumer.sdk.verified import RESULT_FILE, kept_archive, signed_receipt
 from offchain.chain.submit import submit_confirmed
 from offchain.chain.time import iso
 from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
 from offchain.protocol.api.wire import EventPublic, JobPublic, LogPublic, SignedEvidence
 from offchain.protocol.checks.bond_check import BondRefused, check_bond
 from offchain.protocol.job.jobspec import JobSpec
-from offchain.protocol.job.receipt import Receipt, ReceiptFormatError
+from offchain.protocol.job.receipt import Receipt
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.amounts import ADA, ada
 from offchain.protocol.ledger.payloads import verify
@@ -54,8 +54,6 @@ from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import BuildError, Clock
 
 LOCK_FEE_MARGIN = 2 * ADA  # the lock's fee and a change output's min-UTxO, at most
-RESULT_FILE = "result.tar"
-RECEIPT_FILE = "receipt.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,18 +232,8 @@ class Consumer:
         into.mkdir(parents=True, exist_ok=True)
         partial = into / f".{RESULT_FILE}.part"
         arrived = await self.market.download_result(job_id, partial)
-        expected = signed.receipt_result_hash
-        if arrived != expected:
-            partial.unlink()
-            raise ResultMismatch(
-                f"the result archive is not the one the provider signed for: expected sha256 "
-                f"{expected}, arrived {arrived}; nothing was unpacked (removed the download)",
-                expected=expected, arrived=arrived,
-            )  # fmt: skip
-        archive = into / RESULT_FILE
-        partial.replace(archive)
-        (into / RECEIPT_FILE).write_text(kept_receipt(record, receipt, self.deployment))
-        unpacked = unpack_archive(archive, into / "out") if unpack else None
+        kept = kept_receipt(record, receipt, self.deployment)
+        archive, unpacked = kept_archive(partial, arrived, receipt, into, unpack, kept)
         units = receipt.units
         return VerifiedResult(
             job_id, archive, unpacked, arrived, archive.stat().st_size, units,
@@ -259,19 +247,10 @@ class Consumer:
             raise ResultMismatch(
                 f"the receipt is for escrow {signed.escrow}, not this job's {record.escrow}"
             )
-        try:
-            body = signed.model_dump()
-            receipt = Receipt.from_body(parse_out_ref(record.escrow), body, prefix="receipt_")
-        except ReceiptFormatError as exc:
-            raise ResultMismatch(f"the market served no valid receipt: {exc}") from exc
+        ref = parse_out_ref(record.escrow)
         vkey = record.datum.provider_vkey
-        if not receipt.signed_by(vkey, self.deployment.network_id, self.deployment.settle_hash):
-            raise ResultMismatch(
-                f"the receipt is not signed by the escrow's provider key {vkey.hex()}: "
-                "nothing was downloaded or unpacked",
-                provider_vkey=vkey.hex(),
-            )
-        return receipt
+        whose = "the escrow's provider key"
+        return signed_receipt(ref, signed.model_dump(), vkey, self.deployment, "receipt_", whose)
 
     # --- money back ---------------------------------------------------------------------
 

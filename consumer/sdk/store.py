@@ -40,6 +40,11 @@ class JobStore:
     def save(self, record: JobRecord) -> None:
         write_whole(self.dir / f"{record.job_id}.json", record.model_dump_json(indent=2) + "\n")
 
+    def forget(self, job_id: str) -> None:
+        """Drop a quote never locked (a job that ran over a channel instead): nothing of it is
+        owed, so it is no job of this renter's spend."""
+        (self.dir / f"{job_id}.json").unlink(missing_ok=True)
+
     def get(self, job_id: str) -> JobRecord:
         path = self.dir / f"{job_id}.json"
         if not path.exists():

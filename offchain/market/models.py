@@ -408,7 +408,7 @@ class Rental(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     provider_id: str = Field(foreign_key="provider.id", max_length=56)
     name: str = Field(max_length=64)
-    kind: str = Field(max_length=16, description="endpoint | pod")
+    kind: str = Field(max_length=16, description="endpoint | pod | job")
     channel: str = Field(max_length=56, description="the channel id that pays for it, hex")
     image_digest: str = Field(max_length=255)
     state: str = Field(max_length=16, description="pending -> running -> stopped | failed")

@@ -367,6 +367,7 @@ def gateway(
     from provider.gateway.guard import ConnectionLimits, guarded_protocol
     from provider.money.channel_book import ChannelBook
     from provider.rentals.book import RentalBook
+    from provider.rentals.jobs import JobFiles
     from provider.rentals.starters import engine_logs
 
     host, _, port = listen.rpartition(":")
@@ -382,7 +383,8 @@ def gateway(
     bundle, _ = slots_of(settings.offer, inventory)
     terms = DeployTerms.of(bundle, settings.offer.request_price)
     logs = engine_logs(docker.from_env(), settings.runner)
-    app = gateway_app(book, RentalBook.in_state_dir(state), terms=terms, logs=logs)
+    app = gateway_app(book, RentalBook.in_state_dir(state), terms=terms, logs=logs,
+                      job_files=JobFiles.of(settings.runner))  # fmt: skip
     typer.echo(f"gateway on http://{listen}/endpoints and /deployments", err=True)
     from provider.gateway.tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
 

@@ -42,6 +42,7 @@ from provider.gpu.inventory import HostInventory
 from provider.images.recipes import local_images
 from provider.money.channel_book import ChannelBook
 from provider.rentals.book import RentalBook
+from provider.rentals.jobs import JobReceipts
 from provider.sandbox.runner import Runner
 from provider.selftest.checks import load_slice_results
 
@@ -87,6 +88,8 @@ class Daemon:
         self.deployments = Rentals(
             self.chain, self.channels, self.endpoints, runner.client, config.runner,
             self.settings, self.worker.capacity,
+            JobReceipts(key, chain.deployment.network_id, chain.deployment.settle_hash,
+                        runner.results_dir),
         )  # fmt: skip
         self.stopping = asyncio.Event()
 

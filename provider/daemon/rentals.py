@@ -8,6 +8,11 @@ what must stop, every `TICK_MS`.
   take too: the machine is never promised twice), and its kind's Starter
   (`provider.rentals.starters`) starts it: `running`, billed per second from then. Any refusal or
   failed start: `failed`, with the reason.
+- A `running` one whose Starter says it ran to its end by itself (`finished`: a batch job,
+  `provider.rentals.jobs`) is `stopped` with the reason (its exit code, or its max duration),
+  its receipt signed (`JobReceipts`) and its billing frozen at the receipt's whole seconds.
+  A job asks no more than its channel has room for (its deposit less what it owes): refused
+  `failed` before it starts otherwise.
 - A `running` one stops when its channel's IOUs lag (`ChannelBook.may_serve` of what the
   channel owes, every deployment on it, is false), when the channel's renter started a close,
   or when the channel ended: `stopped` with the reason (every deployment on that channel).
@@ -41,6 +46,7 @@ from provider.money.channel_book import ChannelBook
 from provider.rentals.book import (
     ENDED,
     FAILED,
+    JOB,
     PENDING,
     RUNNING,
     STOPPED,
@@ -49,6 +55,7 @@ from provider.rentals.book import (
     Starter,
     channel_due,
 )
+from provider.rentals.jobs import JobReceipts, ended_reason, spec_of
 from provider.rentals.starters import STARTERS, starter_of
 
 log = logging.getLogger("unchained.provider")
@@ -74,8 +81,12 @@ class Rentals:
         runner: RunnerSettings,
         settings: DaemonSettings,
         capacity: Capacity,
+        receipts: JobReceipts | None = None,
     ) -> None:
+        """`receipts`: how a batch job's receipt is signed (None: this daemon runs no jobs
+        over channels; each is refused with that reason)."""
         self.chain = chain
+        self.receipts = receipts
         self.channels = channels
         self.book = book
         self.client = client
@@ -101,8 +112,11 @@ class Rentals:
         for deployment in deployments:
             name = deployment.name
             if deployment.state == PENDING and name not in self._starting:
-                self._starting[name] = asyncio.create_task(self._start(deployment))
+                if self._still_pending(name):  # not started by a task that ended this round
+                    self._starting[name] = asyncio.create_task(self._start(deployment))
             elif deployment.state == RUNNING and deployment.channel not in stopped_channels:
+                if await self._ran_to_end(deployment):
+                    continue
                 reason = self._must_stop(deployment.channel)
                 if reason is not None:
                     stopped_channels.add(deployment.channel)
@@ -112,6 +126,12 @@ class Rentals:
         for name, kind in list(self._live.items()):  # removed from the book by the operator
             if self.book.get(name) is None:
                 await self._remove(name, kind)
+
+    def _still_pending(self, name: str) -> bool:
+        """Whether `name` is pending in the book now: the round's rows were read before its
+        awaits, during which a start task may have run it and ended (its row moved on)."""
+        fresh = self.book.get(name)
+        return fresh is not None and fresh.state == PENDING
 
     async def aclose(self) -> None:
         """Cancel starts in progress (their rows stay pending: the next daemon starts them)."""
@@ -134,6 +154,26 @@ class Rentals:
             return f"channel {channel.hex()} cannot pay the {due} lovelace owed"
         return (f"IOUs lag: {due} lovelace owed on channel {channel.hex()}, {acknowledged} "
                 f"acknowledged, credit {self.channels.credit}")  # fmt: skip
+
+    async def _ran_to_end(self, deployment: Rental) -> bool:
+        """Whether `deployment` ended by itself (a batch job that exited): then `stopped`,
+        its receipt signed and kept, its billing frozen at the receipt's whole seconds, its
+        slots free (the renter's next job may start at once)."""
+        finished = getattr(self.starter(deployment.kind), "finished", None)
+        if finished is None:
+            return False
+        result = await asyncio.to_thread(finished, deployment)
+        if result is None:
+            return False
+        seconds = 0
+        if self.receipts is not None:
+            record = await asyncio.to_thread(self.receipts.keep, deployment, result)
+            seconds = 0 if record is None else int(record["units"])
+        reason = ended_reason(result, spec_of(deployment).job.max_duration_s)
+        log.info("deployment %s ended: %s, %d s billed", deployment.name, reason, seconds)
+        self.book.finish(deployment.name, STOPPED, reason, deployment.started_ms + seconds * 1000)
+        await self._remove(deployment.name, deployment.kind)  # its slot is free at once
+        return True
 
     def _finish_channel(self, channel: bytes, reason: str) -> None:
         for deployment in self.book.on_channel(channel):
@@ -165,6 +205,8 @@ class Rentals:
             except CHAIN_DOWN as exc:  # still pending: the next round tries again
                 log.warning("deployment %s waits for the chain: %r", name, exc)
                 return
+            if deployment.kind == JOB:
+                self._job_fits(deployment)
             gpus = self._take_slots(deployment)
             try:
                 started = await asyncio.to_thread(
@@ -212,6 +254,20 @@ class Rentals:
         if entry.view.closing_at != OPEN:
             raise ValueError(f"channel {channel.hex()} is closing")
 
+    def _job_fits(self, deployment: Rental) -> None:
+        """ValueError unless this daemon signs job receipts and the job's most cost fits its
+        channel's room: what the channel can pay in all less what it owes now."""
+        if self.receipts is None:
+            raise ValueError("this provider runs no jobs over channels")
+        entry = self.channels.get(deployment.channel)
+        assert entry is not None  # admitted just now
+        cost = spec_of(deployment).max_cost
+        due = channel_due(self.book, deployment.channel, now_ms())
+        room = entry.view.capacity - due
+        if cost > room:
+            raise ValueError(f"the job may cost {cost} lovelace, more than channel "
+                             f"{deployment.channel.hex()} has room for ({room})")  # fmt: skip
+
     def _take_slots(self, deployment: Rental) -> list[str]:
         """A slot per replica, held under the deployment's name; the GPUs its spec asks of
         each. ValueError if the machine has not that many free."""
@@ -233,9 +289,21 @@ class Rentals:
             return
         if deployment.name in self._live:
             await self._remove(deployment.name, deployment.kind)
+            await self._stopped_job(deployment)
         forget = getattr(self.starter(deployment.kind), "forget", None)
         if forget is not None and await asyncio.to_thread(forget, deployment, now_ms()):
             self.book.remove(deployment.name)
+
+    async def _stopped_job(self, deployment: Rental) -> None:
+        """A batch job stopped before it ended (by its renter, or its IOUs lagged): its run
+        ended with the stop; its receipt is signed for what was metered (billing ended at the
+        stop)."""
+        finished = getattr(self.starter(deployment.kind), "finished", None)
+        if finished is None or self.receipts is None:
+            return
+        result = await asyncio.to_thread(finished, deployment)
+        if result is not None:
+            await asyncio.to_thread(self.receipts.keep, deployment, result)
 
     async def _remove(self, name: str, kind: str) -> None:
         await asyncio.to_thread(self.starter(kind).stop, name)
@@ -254,4 +322,7 @@ def _replicas(deployment: Rental) -> int:
 
 
 def _gpus(deployment: Rental) -> int:
-    return int(_spec(deployment).get("resources", {}).get("gpus", 0))
+    spec = _spec(deployment)
+    if deployment.kind == JOB:  # its job's bundle
+        spec = spec.get("job", {})
+    return int(spec.get("resources", {}).get("gpus", 0))

@@ -48,6 +48,7 @@ from provider.gateway.limits import BodyRefused, ClientGone, Quota, read_body
 from provider.gateway.upstream import PoolTimeout, UpstreamError, UpstreamPool
 from provider.money.channel_book import ChannelBook, IouRefused
 from provider.rentals.book import RUNNING, Rental, RentalBook, channel_due
+from provider.rentals.jobs import JobFiles
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Gateway:
         upstream_timeout_s: float,
         terms: DeployTerms | None,
         logs: LogReader | None,
+        job_files: JobFiles | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.book = book
@@ -103,7 +105,7 @@ class Gateway:
         # by channel: the next IOU on it must cover them too
         self._in_flight: dict[bytes, int] = {}
         self._turns: dict[str, int] = {}  # requests routed, by endpoint: picks its replica
-        self.control = ControlRoutes(self, terms, logs)
+        self.control = ControlRoutes(self, terms, logs, job_files)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -337,15 +339,18 @@ def gateway_app(
     upstream_timeout_s: float = UPSTREAM_TIMEOUT_S,
     terms: DeployTerms | None = None,
     logs: LogReader | None = None,
+    job_files: JobFiles | None = None,
 ) -> Gateway:
     """The gateway over `book` (IOUs) and `endpoints` (where and at what price), for uvicorn;
     `terms`: what this provider deploys and at what prices (None: it takes no deploy),
-    `logs`: how it reads a deployment's output (None: it shows none)."""
+    `logs`: how it reads a deployment's output (None: it shows none), `job_files`: where a
+    channel job's receipt and results are (None: it serves none)."""
     return Gateway(
         book, endpoints, max_request_bytes=max_request_bytes,
         max_response_bytes=max_response_bytes,
         max_upstream_connections=max_upstream_connections, endpoint_slots=endpoint_slots,
         renter_slots=renter_slots, upstream_timeout_s=upstream_timeout_s, terms=terms, logs=logs,
+        job_files=job_files,
     )  # fmt: skip
 
 

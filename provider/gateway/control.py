@@ -16,6 +16,8 @@ the renter key of the channel that pays (`offchain.protocol.api.control`).
 - `POST /deployments/<name>/stop`: a signed stop; per-second billing ends now, the daemon
   removes its containers.
 - `POST /deployments/<name>/logs`: a signed ask for the last lines its containers wrote.
+- `POST /deployments/<name>/receipt`, `.../results`: a signed ask for a batch job's signed
+  receipt (JSON) and result archive (a tar), once it ended (`provider.gateway.job_routes`).
 - `POST /deployments/<name>/pay`: no body, an IOU in the `Unchained-Iou` header covering what
   its channel owes now (per-second billing between requests; a pod's agent calls it). 402 as
   for a request.
@@ -53,15 +55,18 @@ from offchain.protocol.api.control import (
     ControlRefused,
     SignedControl,
 )
+from offchain.protocol.job.channel_job import CHANNEL_JOB, JOB_NAME, parse_channel_job
 from offchain.protocol.job.jobspec import Bundle, JobSpecError, parse_spec
 from offchain.protocol.ledger.iou import IOU_HEADER, SignedIou
+from provider.gateway.job_routes import ended_job, send_archive
 from provider.gateway.limits import BodyRefused, ClientGone, read_body
 from provider.money.channel_book import IouRefused
-from provider.rentals.book import ENDED, ENDPOINT, PENDING, POD, STOPPED, Rental, qualified
+from provider.rentals.book import ENDED, ENDPOINT, JOB, PENDING, POD, STOPPED, Rental, qualified
 
 if TYPE_CHECKING:
     from provider.capacity import Bundle as OfferBundle
     from provider.gateway.app import Gateway
+    from provider.rentals.jobs import JobFiles
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -75,7 +80,9 @@ MAX_CONTROL_BYTES = 64 * 1024  # a signed request with its spec
 LOG_LINES = 200
 SEEN_PER_RENTER = 1_000  # signed requests of one renter key kept at once (one window's)
 SEEN_IN_ALL = 100_000
-KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD}  # a spec's `kind` -> the deployment's
+# a spec's `kind` -> the deployment's
+KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD, CHANNEL_JOB: JOB}
+SIGNED_ACTIONS = ("stop", "logs", "status", "receipt", "results")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,10 +181,14 @@ class SeenRequests:
 class ControlRoutes:
     """`/deployments...` for one gateway (its books, IOU store and due rule)."""
 
-    def __init__(self, gateway: Gateway, terms: DeployTerms | None, logs: LogReader | None) -> None:
+    def __init__(
+        self, gateway: Gateway, terms: DeployTerms | None, logs: LogReader | None,
+        files: JobFiles | None = None,
+    ) -> None:  # fmt: skip
         self.gateway = gateway
         self.terms = terms
         self.logs = logs
+        self.files = files
         self.seen = SeenRequests()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -195,7 +206,7 @@ class ControlRoutes:
                                      f"status request to {where}")  # fmt: skip
             elif route[:2] == ("POST", 2) and parts[1] == "pay":
                 await self._pay(parts[0], scope["headers"], send)
-            elif route[:2] == ("POST", 2) and parts[1] in ("stop", "logs", "status"):
+            elif route[:2] == ("POST", 2) and parts[1] in SIGNED_ACTIONS:
                 await self._signed_action(parts[0], parts[1], await _signed(receive), send)
             else:
                 await reply(send, 404, {"error": f"no route {method} {scope['path']}"})
@@ -235,6 +246,11 @@ class ControlRoutes:
         else:  # the daemon admits it on chain and compares its renter key with this one
             self._check(signed, signed.key)
         spec, kind = self._vetted(request.spec)
+        if kind == JOB and not JOB_NAME.fullmatch(request.name):
+            raise ControlRefused(400, f"name {request.name!r}: a job's name is lower-case "
+                                 "letters, digits and '_' (a letter or digit first)")  # fmt: skip
+        if kind == JOB and entry is not None and not entry.ended:
+            self._job_fits(spec, entry.view.capacity, request.channel_id)
         endpoint = Rental(
             name=qualified(signed.key, request.name), kind=kind, channel=request.channel_id,
             renter_vkey=signed.key,
@@ -256,6 +272,15 @@ class ControlRoutes:
             book.note_admission(request.channel_id, request.channel_utxo or "",
                                 request.channel_terms or "")  # fmt: skip
         await reply(send, 201, public(endpoint, self.gateway.due(endpoint.channel)))
+
+    def _job_fits(self, spec: BaseModel, capacity: int, channel: bytes) -> None:
+        """ControlRefused (403) when a job's most cost is above its channel's room (what it
+        can pay in all less what it owes now); the daemon checks it again before it starts."""
+        cost = int(getattr(spec, "max_cost"))  # noqa: B009 - a ChannelJobSpec's
+        room = capacity - self.gateway.due(channel)
+        if cost > room:
+            raise ControlRefused(403, f"the job may cost {cost} lovelace, more than channel "
+                                 f"{channel.hex()} has room for ({room})")  # fmt: skip
 
     def _vetted(self, spec_wire: object) -> tuple[BaseModel, str]:
         """The spec and the deployment kind it asks for, if this gateway takes it."""
@@ -321,6 +346,14 @@ class ControlRoutes:
             shown = self._deployment(endpoint.name, name)
             await reply(send, 200, public(shown, self.gateway.due(shown.channel)))
             return
+        if action == "receipt":
+            await reply(send, 200, ended_job(self.files, endpoint))
+            return
+        if action == "results":
+            ended_job(self.files, endpoint)  # the archive of a job that ended, with a receipt
+            assert self.files is not None
+            await send_archive(send, self.files.archive(endpoint.name))
+            return
         if self.logs is None:
             raise ControlRefused(403, "this gateway shows no logs")
         text = await asyncio.to_thread(self.logs, endpoint, LOG_LINES)
@@ -354,7 +387,7 @@ def _spec_of(spec: object) -> BaseModel:
         raise ControlRefused(400, f"spec: kind must be one of {', '.join(KIND_OF_SPEC)}, not "
                              f"{kind!r}")  # fmt: skip
     try:
-        return parse_spec(spec)
+        return parse_channel_job(spec) if kind == CHANNEL_JOB else parse_spec(spec)
     except JobSpecError as error:
         raise ControlRefused(400, f"spec:\n{error}") from error
 

@@ -1,7 +1,8 @@
 """The provider's book of deployments: each a container it runs for one renter, paid by IOUs
-on one of that renter's channels, reached only through its gateway. Two kinds: an `endpoint`
-(a `kind: service` spec, HTTP at `/endpoints/<name>/...`, per request and/or per second) and a
-`pod` (a `kind: pod` spec, SSH through the gateway's TCP forwarder, per second).
+on one of that renter's channels, reached only through its gateway. Three kinds: an `endpoint`
+(a `kind: service` spec, HTTP at `/endpoints/<name>/...`, per request and/or per second), a
+`pod` (a `kind: pod` spec, SSH through the gateway's TCP forwarder, per second) and a `job` (a
+batch job, `provider.rentals.jobs`: per second until it exits, then its receipt and results).
 
 One channel may pay for several deployments and its IOUs are cumulative, so what a channel
 owes is summed over every deployment on it (`channel_due`): each due check is channel-wide.
@@ -29,7 +30,7 @@ from typing import Protocol
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS deployment (
     name TEXT PRIMARY KEY,          -- unique: the path segment after /endpoints/
-    kind TEXT NOT NULL,             -- endpoint | pod
+    kind TEXT NOT NULL,             -- endpoint | pod | job
     channel BLOB NOT NULL,          -- the renter's channel that pays for it
     renter_vkey BLOB NOT NULL,      -- the channel's renter key: signs its control requests
     spec_json TEXT NOT NULL,        -- the spec's canonical JSON, as the renter signed it
@@ -66,8 +67,8 @@ RENTER_TAG_BYTES = 8
 ONE_UPSTREAM = r"https?://[^/?#\s,]+"
 # "" until running; a replicated endpoint lists one upstream per replica, comma-separated
 UPSTREAM = re.compile(rf"(?:{ONE_UPSTREAM}(?:,{ONE_UPSTREAM})*)?")
-ENDPOINT, POD = "endpoint", "pod"
-KINDS = (ENDPOINT, POD)
+ENDPOINT, POD, JOB = "endpoint", "pod", "job"
+KINDS = (ENDPOINT, POD, JOB)
 PENDING, RUNNING, STOPPED, FAILED = "pending", "running", "stopped", "failed"
 STATES = (PENDING, RUNNING, STOPPED, FAILED)
 ENDED = (STOPPED, FAILED)
@@ -80,7 +81,7 @@ class Rental:
     """One deployment (an endpoint or a pod): the book's row, field for column."""
 
     name: str
-    kind: str  # "endpoint" | "pod"
+    kind: str  # "endpoint" | "pod" | "job"
     channel: bytes  # the renter's channel id: blake2b_224 of its terms
     renter_vkey: bytes  # 32 bytes: signs the control requests for it
     spec_json: str  # the ServiceSpec/PodSpec canonical JSON the renter signed

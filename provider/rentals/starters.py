@@ -12,6 +12,7 @@ import docker
 
 from provider.config import RunnerSettings
 from provider.rentals.book import Rental, Starter
+from provider.rentals.jobs import ChannelJobs
 from provider.rentals.pods import Pods
 from provider.rentals.services import Services
 
@@ -20,6 +21,7 @@ StarterFactory = Callable[[docker.DockerClient, RunnerSettings], Starter]
 STARTERS: dict[str, StarterFactory] = {
     "endpoint": Services,
     "pod": Pods,
+    "job": ChannelJobs,
 }
 
 

@@ -111,10 +111,12 @@ class Runner:
         on_log: LogSink | None = None,
         escrow: str | None = None,
         gpu_slice: GpuSlice | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> RunResult:
         """Run `spec` to the end (or its max duration) and return what happened; `escrow`
         (TXID#IX) is kept with the job so that a run recovered after a crash can be paid.
-        `gpu_slice`: the job runs on that slice of a shared GPU (and on no whole GPU)."""
+        `gpu_slice`: the job runs on that slice of a shared GPU (and on no whole GPU).
+        `on_start`: called once its container started (a job paid per second from then)."""
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
@@ -146,6 +148,8 @@ class Runner:
             provider_metrics.CONTAINER_STARTS.inc()
             if job_id in self.stopped:  # stopped while its container was being made
                 _kill(container)
+            if on_start is not None:
+                on_start()
             deadline = time.monotonic() + spec.max_duration_s
             return self._supervise(job_id, job, container, cgroup, deadline, on_log)
         finally:

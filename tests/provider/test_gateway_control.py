@@ -121,8 +121,10 @@ def test_control_requests_that_are_refused(gateway: httpx.Client) -> None:
     with pytest.raises(ValidationError) as error:
         ServiceSpec.model_validate(bad_spec)
     refused(gateway.post("/deployments", json=signed(spec=bad_spec)), 400, describe(error.value))
+    refused(gateway.post("/deployments", json=signed(spec={**SPEC, "kind": "batch"})), 400,
+            "spec: kind must be one of service, pod, job, not 'batch'")  # fmt: skip
     refused(gateway.post("/deployments", json=signed(spec={**SPEC, "kind": "job"})), 400,
-            "spec: kind must be one of service, pod")  # fmt: skip
+            "spec:\nprice_per_second: required field is missing")  # fmt: skip
     cheap = {**SPEC, "price_per_request": PRICE - 1}
     refused(gateway.post("/deployments", json=signed(spec=cheap)), 403,
             f"price_per_request: {PRICE - 1} lovelace is below this provider's")  # fmt: skip
@@ -355,7 +357,7 @@ def test_a_deploy_is_checked_before_any_money_moves(
     assert check("lab", POD_SPEC, "ab" * 32).json() == {"name": "lab", "comes_back": False}
     refused(check("lab", SPEC), 409, "a deployment named lab")  # an endpoint never comes back
     refused(check("svc", {**SPEC, "price_per_request": PRICE - 1}), 403, "below this provider's")
-    refused(check("svc", {**SPEC, "kind": "job"}), 400, "kind must be one of")
+    refused(check("svc", {**SPEC, "kind": "batch"}), 400, "kind must be one of")
     refused(check("bad name", SPEC), 400, "letters, digits")
     refused(gateway.post("/deployments/check", json={"name": "svc"}), 400, '{"name", "spec"')
 

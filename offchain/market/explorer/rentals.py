@@ -55,7 +55,7 @@ def deployment_list(session: Session, filters: dict[str, str]) -> dict[str, Any]
     return {
         "filters": shown,
         "states": list(RANK),
-        "kinds": ["endpoint", "pod"],
+        "kinds": ["endpoint", "pod", "job"],
         "deployments": _rows(session, page),
         "next": more,
     }

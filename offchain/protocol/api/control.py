@@ -1,5 +1,6 @@
 """Control requests: a renter asks a provider's gateway directly to deploy, stop or show the
-logs of a deployment (an endpoint or a pod) paid on one of its channels.
+logs of a deployment (an endpoint, a pod or a batch job) paid on one of its channels, and a
+job's receipt and results.
 
 A request is signed with the channel's renter key (the key that signs its IOUs, named in the
 channel's datum), ed25519 over `CONTROL_DOMAIN + network id byte + canonical JSON of the
@@ -36,7 +37,7 @@ CHANNEL_HEX = re.compile(r"[0-9a-f]{56}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # as provider.rentals.book.NAME
 MAX_TIMESTAMP_MS = 2**63 - 1
 NONCE_BYTES = 16
-Action = Literal["deploy", "stop", "logs", "status"]
+Action = Literal["deploy", "stop", "logs", "status", "receipt", "results"]
 
 
 class ControlRefused(UnchainedError, ValueError):
@@ -57,7 +58,9 @@ class ControlRequest(BaseModel):
     action: Action
     name: str
     channel: str = Field(description="The channel's id, 56 lower-case hex digits.")
-    spec: dict[str, Any] | None = Field(None, description="deploy only: a service or pod spec.")
+    spec: dict[str, Any] | None = Field(
+        None, description="deploy only: a service, pod or channel job spec."
+    )
     issued_ms: int = Field(ge=0, le=MAX_TIMESTAMP_MS, description="POSIX ms it was made.")
     nonce: str = Field(pattern=rf"^[0-9a-f]{{{2 * NONCE_BYTES}}}$",
                        description="Random hex: the gateway takes a request once.")  # fmt: skip

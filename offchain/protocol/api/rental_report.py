@@ -1,8 +1,9 @@
-"""What a provider's daemon tells the market of its deployments (the endpoints and pods it runs
-for renters, each paid on one of that renter's channels): one row per deployment as its book
-holds it, minus what is private (the spec, the renter's key, the container's address). The
-market shows them on its explorer; it holds no IOU and can check none of it but the channel's
-provider, so the rows are the provider's word, signed by its key like its other requests.
+"""What a provider's daemon tells the market of its deployments (the endpoints, pods and batch
+jobs it runs for renters, each paid on one of that renter's channels): one row per deployment
+as its book holds it, minus what is private (the spec, the renter's key, the container's
+address). The market shows them on its explorer; it holds no IOU and can check none of it but
+the channel's provider, so the rows are the provider's word, signed by its key like its other
+requests.
 
 A row may only move forward between reports: pending -> running -> stopped | failed, its
 counters never decrease, and what the renter signed (kind, channel, prices) never changes. A
@@ -49,7 +50,7 @@ class RentalRow(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: str = Field(pattern=NAME_PATTERN)
-    kind: Literal["endpoint", "pod"]
+    kind: Literal["endpoint", "pod", "job"]  # a job: a batch job paid over the channel
     channel: str = Field(pattern=CHANNEL_PATTERN, description="The channel that pays for it.")
     image_digest: str = Field("", pattern=IMAGE_PATTERN)
     state: State
