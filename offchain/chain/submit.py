@@ -89,10 +89,18 @@ async def submit_and_wait(
 async def submit_confirmed(url: str, tx: Transaction, timeout_s: float = CONFIRM_TIMEOUT_S) -> int:
     """Submit `tx` and wait until it is in a block; returns the block height. Refusals and
     timeouts come back as ChainError in words an operator can act on."""
+    return int((await submit_confirmed_block(url, tx, timeout_s))["height"])
+
+
+async def submit_confirmed_block(
+    url: str, tx: Transaction, timeout_s: float = CONFIRM_TIMEOUT_S
+) -> dict[str, Any]:
+    """`submit_confirmed`, answering the block that holds `tx` ({slot, id, height}): where a
+    caller that counts its depth later looks for it."""
     try:
         block = await submit_and_wait(url, tx, timeout_s=timeout_s)
     except OgmiosError as exc:
         raise ChainError(f"the ledger refused transaction {tx.id}: {exc.message}") from exc
     except ConfirmationTimeout as exc:
         raise ChainError(f"{exc}; it may still land, look again before retrying") from exc
-    return int(block["height"])
+    return {key: block[key] for key in ("slot", "id", "height")}

@@ -160,7 +160,8 @@ class ChannelClaimer:
             if utxo is not None:
                 return read_channel(chain.deployment, utxo)
             # each output it went to was made after the point: the same search start holds
-            ref = channel_moved(await spending_transaction(chain.url, ref, entry.unspent_at), ref)
+            since = [entry.unspent_at] if entry.unspent_at else []
+            ref = channel_moved((await spending_transaction(chain.url, ref, since)).tx, ref)
         return None
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:
