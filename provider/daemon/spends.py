@@ -45,10 +45,12 @@ class Spend:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """A spending transaction and the block ({slot, id, height}) that holds it."""
+    """A spending transaction, the block ({slot, id, height}) that holds it, and the point
+    the search started after (the newest resume point on chain, or "origin")."""
 
     tx: Transaction
     block: Block
+    after: Point
 
 
 async def spending_transaction(url: str, ref: TransactionInput, since: list[Point]) -> Found:
@@ -60,13 +62,15 @@ async def spending_transaction(url: str, ref: TransactionInput, since: list[Poin
     async def search() -> Found:
         tip = await tip_point(url)
         assert isinstance(tip, dict), "a chain with no block has spent nothing"
+        after: Point = "origin"
         async for event in follow(url, points):
             if not isinstance(event, RollForward):
+                after = event.point  # the first event: the intersection
                 continue
             for tx in event.block.get("transactions", []):
                 if ref in _spent(tx):
                     block = {key: event.block[key] for key in ("slot", "id", "height")}
-                    return Found(Transaction.from_cbor(tx["cbor"]), block)
+                    return Found(Transaction.from_cbor(tx["cbor"]), block, after)
             if event.block["slot"] >= tip["slot"]:
                 break
         raise LookupError(f"no transaction spending {format_out_ref(ref)} found after "
