@@ -46,6 +46,8 @@ from offchain.protocol.tx.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
 from provider.daemon.chain import Chain
+from provider.daemon.confirmations import Confirmations
+from provider.daemon.resume import with_point
 from provider.daemon.spends import channel_moved, spending_transaction
 from provider.money.channel_book import BookEntry, ChannelBook, ChannelView
 
@@ -75,9 +77,11 @@ def admit(
 ) -> ChannelView:
     """Serve the channel at `ref` with these terms: read from the chain and checked (this
     deployment, this provider's key and address, open, deposit and close period at least the
-    settings'), then in the book. ChannelRefused says why not; LookupError: no output there.
-    The tip is read first: an output unspent after it was unspent there, so the search for
-    the transaction that spends it may start there."""
+    settings'), then in the book, once the output is `confirm_blocks` deep (this waits for
+    the chain). ChannelRefused says why not; LookupError: no output there (or a fork took it
+    away while waiting). The tip is read first: an output unspent after it was unspent
+    there, so the search for the transaction that spends it may start there."""
+    Confirmations(chain, settings.confirm_blocks).wait(format_out_ref(ref))
     at = chain.tip_point()
     utxo = utxo_at(chain.context, ref)
     if utxo is None:
@@ -128,8 +132,8 @@ class ChannelClaimer:
 
     async def refresh(self, entries: Sequence[BookEntry]) -> dict[bytes, Channel]:
         """Each channel of `entries` as the chain holds it now, recorded in the book with the
-        tip read before (each output read after it was unspent there); one whose spend cannot
-        be read yet is left for the next round."""
+        tip read before among its resume points (each output read after it was unspent
+        there; `resume.py`); one whose spend cannot be read yet is left for the next round."""
         chain = self.chain
         at = await chain.call(chain.tip_point)
         found: dict[bytes, Channel] = {}
@@ -144,7 +148,8 @@ class ChannelClaimer:
                 log.info("channel %s has ended on chain", entry.view.id.hex())
                 self.book.ended(entry.view.id)
                 continue
-            self.book.seen(await chain.call(view_of, chain.context, channel), at)
+            points = with_point(entry.resume_points, at)
+            self.book.seen(await chain.call(view_of, chain.context, channel), None, points)
             found[channel.id] = channel
         return found
 
@@ -160,8 +165,8 @@ class ChannelClaimer:
             if utxo is not None:
                 return read_channel(chain.deployment, utxo)
             # each output it went to was made after the point: the same search start holds
-            since = [entry.unspent_at] if entry.unspent_at else []
-            ref = channel_moved((await spending_transaction(chain.url, ref, since)).tx, ref)
+            found = await spending_transaction(chain.url, ref, entry.search_from)
+            ref = channel_moved(found.tx, ref)
         return None
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:

@@ -7,17 +7,24 @@ starts the count again; one that takes the output away ends it (LookupError)."""
 
 from __future__ import annotations
 
+import time
+
 from provider.daemon.chain import Chain
 from provider.daemon.resume import Block, depth
 
+PAUSE_S = 1.0  # between two looks at the chain while waiting for depth
+
 
 class Confirmations:
+    """Each output's first sight; its methods read the chain (call them through
+    `Chain.call`, which holds the chain's context)."""
+
     def __init__(self, chain: Chain, blocks: int) -> None:
         self.chain = chain
         self.blocks = blocks
         self.sighted: dict[str, Block] = {}  # TXID#IX -> the tip it was first seen unspent at
 
-    async def deep_enough(self, ref: str) -> bool:
+    def deep_enough(self, ref: str) -> bool:
         """True once the output at `ref` (TXID#IX) has been on chain `blocks` deep; False
         while it is not yet, or was seen and is gone (a fork may bring it back): ask again
         later. LookupError: never seen, and not on chain."""
@@ -25,17 +32,23 @@ class Confirmations:
             return True  # in a block: the caller's own read of the output says so
         chain = self.chain
         seen = self.sighted.pop(ref, None)
-        deep = None if seen is None else await depth(chain.url, seen)
-        before = await chain.call(chain.tip_point)
-        if await chain.call(chain.utxo, ref) is None:
+        deep = None if seen is None else depth(chain.url, seen)
+        before = chain.tip_point()
+        if chain.utxo(ref) is None:
             if seen is None:
                 raise LookupError(f"no unspent output {ref} on chain")
             return False  # rolled back (or spent): counted anew if it comes back
         if deep is None:  # first sight, or the tip it was seen at is orphaned: count anew
-            if await chain.call(chain.tip_point) == before:  # no block between: it was there
+            if chain.tip_point() == before:  # no block between the reads: it was there
                 self.sighted[ref] = before
             return False
         if deep >= self.blocks:
             return True
         self.sighted[ref] = seen
         return False
+
+    def wait(self, ref: str) -> None:
+        """Return once the output at `ref` is deep enough, following the chain (no clock
+        decides); LookupError once it is gone for good."""
+        while not self.deep_enough(ref):
+            time.sleep(PAUSE_S)

@@ -143,7 +143,7 @@ class Worker:
             raise Refusal(f"not a job spec: {exc}") from exc
         ref = assignment.escrow
         try:
-            deep = await self.confirmations.deep_enough(ref)
+            deep = await self.chain.call(self.confirmations.deep_enough, ref)
         except LookupError as exc:
             raise Refusal(f"no unspent escrow {ref} on chain") from exc
         if not deep:

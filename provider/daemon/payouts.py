@@ -178,7 +178,7 @@ class PayoutWatcher:
         results go. Its block orphaned: the escrow, unspent again, is open again (settled
         again when due, never counted as earned), or its spend is looked for anew."""
         assert entry.spent_in is not None
-        deep = await depth(self.chain.url, entry.spent_in)
+        deep = await self.chain.call(depth, self.chain.url, entry.spent_in)
         if deep is not None:
             if deep >= self.settings.finality_blocks:
                 self.journal.save(entry.model_copy(update={"final": True}))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from offchain.chain.follower import Point
-from offchain.chain.ogmios import OgmiosError, request, request_sync
+from offchain.chain.ogmios import OgmiosError, request_sync
 
 Block = dict[str, Any]  # {"slot", "id", "height"}: a point with its block's height
 INTERSECTION_NOT_FOUND = 1000  # Ogmios: none of the points is on the chain
@@ -41,10 +41,10 @@ def with_point(points: list[Block], newest: Block) -> list[Block]:
     return [kept[span] for span in sorted(kept)]
 
 
-async def depth(url: str, block: Block) -> int | None:
+def depth(url: str, block: Block) -> int | None:
     """How many blocks deep `block` is now (1: the tip), None once it is off the chain."""
     try:
-        found = await request(url, "findIntersection", {"points": [point_of(block)]})
+        found = request_sync(url, "findIntersection", {"points": [point_of(block)]})
     except OgmiosError as exc:
         if exc.code == INTERSECTION_NOT_FOUND:
             return None

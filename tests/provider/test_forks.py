@@ -4,10 +4,14 @@ rollback undid is settled again, the job's results kept until the spend is `fina
 deep; the search for a spend whose newest resume point was orphaned starts at the next point
 back, not at the chain's origin; an escrow counts as deep enough only once it stayed
 `confirm_blocks` deep, and one whose lock is rolled back before that is never accepted by the
-daemon (nothing signed, nothing sent to the market)."""
+daemon (nothing signed, nothing sent to the market); a channel is admitted once its open is
+that deep, and never when its open is rolled back while the admission waits."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from pycardano import TransactionInput
 
 from offchain.chain.ogmios import request
@@ -18,11 +22,14 @@ from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.txbuild import Clock, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
+from provider.daemon.channel_claims import admit
 from provider.daemon.confirmations import Confirmations
 from provider.daemon.journal import Journal
 from provider.daemon.payouts import PayoutWatcher
 from provider.daemon.resume import point_of
 from provider.daemon.spends import spending_transaction
+from provider.money.channel_book import ChannelBook
+from tests.protocol.channels import open_on
 from tests.protocol.onchain import ALLOWANCE, EVIDENCE, PRICE, RESULT, balance, lock, to_settle
 from tests.protocol.onchain import wallet as funded
 from tests.provider.chain import deployed
@@ -34,6 +41,7 @@ from tests.provider.daemon_harness import (
     safe_terms,
     spec,
 )
+from tests.provider.test_channels_claims import SETTINGS
 from tests.provider.test_payout_watcher import NEAR_CLOSE, UNITS, entry
 
 FINAL = 3  # blocks
@@ -137,11 +145,11 @@ async def test_an_escrow_counts_once_it_stayed_confirm_blocks_deep(own_devnet, t
     gate = Confirmations(chain, FINAL)
     escrow = out_ref(await lock(devnet, deployment, consumer, provider))
 
-    assert not await gate.deep_enough(escrow)  # first seen: counted from here
+    assert not gate.deep_enough(escrow)  # first seen: counted from here
     await blocks(devnet, FINAL - 2)
-    assert not await gate.deep_enough(escrow)
+    assert not gate.deep_enough(escrow)
     await blocks(devnet, 1)
-    assert await gate.deep_enough(escrow)
+    assert gate.deep_enough(escrow)
 
 
 async def test_an_escrow_rolled_back_before_its_depth_is_never_accepted(own_devnet, tmp_path):
@@ -174,3 +182,34 @@ async def test_an_escrow_rolled_back_before_its_depth_is_never_accepted(own_devn
             daemon.stop()
     assert Journal(daemon.state_dir).entries() == []
     assert not any("/jobs/job_f" in line for line in seen), seen
+
+
+async def channel_admission(devnet, tmp_path):
+    """A provider, a renter's channel just opened to it, and its admission to a fresh book
+    (`confirm_blocks` 2) running in a thread: (devnet, the channel, the book, the task)."""
+    deployment = await deployed(devnet, tmp_path / "deployment.json")
+    provider, renter = await funded(devnet), await funded(devnet)
+    channel, terms, _ = await open_on(devnet, deployment, renter, provider)
+    book = ChannelBook(tmp_path / "channels.sqlite", deployment.network_id,
+                       deployment.channel_hash, credit=0)  # fmt: skip
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    settings = SETTINGS.model_copy(update={"confirm_blocks": 2})
+    ref = channel.utxo.input
+    admitting = asyncio.create_task(asyncio.to_thread(admit, chain, book, ref, terms, settings))
+    return channel, book, admitting
+
+
+async def test_a_channel_is_admitted_once_its_open_is_deep_enough(own_devnet, tmp_path):
+    channel, book, admitting = await channel_admission(own_devnet, tmp_path)
+    while not admitting.done():  # each block a chance; the admission follows the chain
+        await blocks(own_devnet, 1)
+        await asyncio.wait([admitting], timeout=2)
+    assert (await admitting).id == channel.id and book.get(channel.id) is not None
+
+
+async def test_a_channel_whose_open_is_rolled_back_is_never_admitted(own_devnet, tmp_path):
+    channel, book, admitting = await channel_admission(own_devnet, tmp_path)
+    await roll_back_until_gone(own_devnet, channel.utxo.input)
+    with pytest.raises(LookupError, match="no unspent output"):
+        await admitting
+    assert book.get(channel.id) is None
