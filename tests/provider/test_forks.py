@@ -5,7 +5,8 @@ deep; the search for a spend whose newest resume point was orphaned starts at th
 back, not at the chain's origin; an escrow counts as deep enough only once it stayed
 `confirm_blocks` deep, and one whose lock is rolled back before that is never accepted by the
 daemon (nothing signed, nothing sent to the market); a channel is admitted once its open is
-that deep, and never when its open is rolled back while the admission waits."""
+that deep, and never when its open is rolled back while the admission waits. Block times: a
+wait for a transaction gives up once the chain passes its ttl without it, not on a clock."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ import pytest
 from pycardano import TransactionInput
 
 from offchain.chain.ogmios import request
-from offchain.chain.submit import submit_confirmed
+from offchain.chain.submit import (
+    ConfirmationTimeout,
+    submit_confirmed,
+    tip_point,
+    wait_for_confirmations,
+)
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.protocol.tx import batch
 from offchain.protocol.tx import escrow as escrows
@@ -213,3 +219,16 @@ async def test_a_channel_whose_open_is_rolled_back_is_never_admitted(own_devnet,
     with pytest.raises(LookupError, match="no unspent output"):
         await admitting
     assert book.get(channel.id) is None
+
+
+async def test_a_wait_for_a_transaction_gives_up_once_the_chain_passes_its_ttl(own_devnet):
+    since = await tip_point(own_devnet.url)
+    never = "00" * 32  # no transaction has this id
+    waiting = asyncio.create_task(wait_for_confirmations(
+        own_devnet.url, never, since, timeout_s=None, ttl=since["slot"] + 3,
+    ))  # fmt: skip
+    while not waiting.done():  # however long the chain takes: each block is evidence
+        await blocks(own_devnet, 1)
+        await asyncio.wait([waiting], timeout=2)
+    with pytest.raises(ConfirmationTimeout, match="not on chain by its ttl"):
+        await waiting
