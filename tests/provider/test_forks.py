@@ -71,20 +71,27 @@ async def roll_back_past(devnet, height: int) -> None:
         await request(devnet.url, "devnet/rollback", {"blocks": tip - height + 1})
 
 
-async def test_a_settle_rolled_back_is_settled_again_and_the_results_kept_until_final(
-    own_devnet, tmp_path
-):
-    devnet = own_devnet
+async def delivered(devnet, tmp_path):
+    """A job delivered on an escrow locked to a new provider, its receipt in the journal:
+    (deployment, provider, escrow, the receipt to settle, the provider's chain, journal)."""
     deployment = await deployed(devnet, tmp_path / "deployment.json")
     consumer, provider = await funded(devnet), await funded(devnet)
     escrow = await lock(devnet, deployment, consumer, provider)
     signed = to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
     journal = Journal(tmp_path / "state")
     journal.save(entry("job", signed, escrows.escrow_datum(deployment, escrow).close))
+    chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    return deployment, provider, escrow, signed, chain, journal
+
+
+async def test_a_settle_rolled_back_is_settled_again_and_the_results_kept_until_final(
+    own_devnet, tmp_path
+):
+    devnet = own_devnet
+    _, provider, escrow, _, chain, journal = await delivered(devnet, tmp_path)
     results = tmp_path / "results" / "job"
     results.mkdir(parents=True)
     (results / "out.tar").write_bytes(b"the job's results")
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
     settings = NEAR_CLOSE.model_copy(update={"finality_blocks": FINAL})
     watcher = PayoutWatcher(chain, journal, results.parent, settings)
     before = balance(devnet, provider.address)
@@ -114,14 +121,8 @@ async def test_a_search_whose_newest_resume_point_is_orphaned_starts_at_the_next
     own_devnet, tmp_path
 ):
     devnet = own_devnet
-    deployment = await deployed(devnet, tmp_path / "deployment.json")
-    consumer, provider = await funded(devnet), await funded(devnet)
-    escrow = await lock(devnet, deployment, consumer, provider)
-    signed = to_settle(deployment, provider.key, escrow, UNITS, RESULT, EVIDENCE)
-    chain = Chain(devnet.url, devnet.context(), deployment, provider)
-    journal = Journal(tmp_path / "state")
-    accepted = entry("job", signed, escrows.escrow_datum(deployment, escrow).close)
-    journal.save(accepted.model_copy(update={"unspent_at": chain.tip_point()}))
+    deployment, provider, escrow, signed, chain, journal = await delivered(devnet, tmp_path)
+    journal.save(journal.get("job").model_copy(update={"unspent_at": chain.tip_point()}))
     not_due = DaemonSettings(payout_margin_ms=0)  # the watcher only watches
     watcher = PayoutWatcher(chain, journal, tmp_path / "results", not_due)
     for _ in range(3):
