@@ -157,16 +157,27 @@ class ChannelClaimer:
         """The channel's output now: the one the book had while it is unspent; else where the
         transaction that spent it sent it, by the redeemer its script checked (a copy of its
         datum, which anyone may pay to its address, is never followed), and so on; None once
-        a spend ended it."""
+        a spend ended it. The book's output neither unspent nor spent on chain was undone by
+        a fork (a claim rolled back): the book goes back to the output before it."""
         chain = self.chain
         ref: TransactionInput | None = parse_out_ref(entry.view.utxo)
+        earlier = list(entry.earlier)  # the book's output is off the chain: back to these
+        booked = True  # `ref` is the book's output (not one a spend on chain led to)
         while ref is not None:
             utxo = await chain.call(utxo_at, chain.context, ref)
             if utxo is not None:
                 return read_channel(chain.deployment, utxo)
             # each output it went to was made after the point: the same search start holds
-            found = await spending_transaction(chain.url, ref, entry.search_from)
-            ref = channel_moved(found.tx, ref)
+            try:
+                found = await spending_transaction(chain.url, ref, entry.search_from)
+            except LookupError:  # neither unspent nor spent: a fork undid the output
+                if not (booked and earlier):
+                    raise
+                log.warning("channel %s: its output %s was undone by a fork, back to %s",
+                            entry.view.id.hex(), format_out_ref(ref), earlier.pop(0))  # fmt: skip
+                ref = parse_out_ref(self.book.back(entry.view.id))
+                continue
+            ref, booked = channel_moved(found.tx, ref), False
         return None
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:

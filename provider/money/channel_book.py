@@ -53,7 +53,11 @@ MIGRATIONS = (
     # unspent at successive rounds, thinned by the daemon: searches start at the newest still
     # on chain after a fork, `unspent_at` behind them
     "ALTER TABLE channel ADD COLUMN resume_points TEXT NOT NULL DEFAULT '[]'",
+    # the outputs (TXID#IX, JSON, newest first) the channel was at before `utxo`: where the
+    # book goes back to when a fork undoes the transaction that made `utxo` (a claim)
+    "ALTER TABLE channel ADD COLUMN earlier TEXT NOT NULL DEFAULT '[]'",
 )
+EARLIER_MAX = 16  # outputs kept behind the current one
 
 
 class IouRefused(UnchainedError, ValueError):
@@ -99,6 +103,7 @@ class BookEntry:
     iou: SignedIou | None
     unspent_at: Point | None
     resume_points: list[Point] = dataclasses.field(default_factory=list)  # newest first
+    earlier: list[str] = dataclasses.field(default_factory=list)  # outputs before, newest first
 
     @property
     def search_from(self) -> list[Point]:
@@ -178,13 +183,28 @@ class ChannelBook:
         spend rightly (as for a claim the daemon submitted)."""
         points = None if resume_points is None else json.dumps(resume_points)
         with self._write() as db:
+            row = db.execute("SELECT utxo, earlier FROM channel WHERE id = ?", (view.id,))
+            (utxo, earlier), moved = row.fetchone(), []
+            if utxo != view.utxo:  # a new output: the one before is kept, for a fork
+                moved = [utxo, *json.loads(earlier)][:EARLIER_MAX]
             db.execute(
                 "UPDATE channel SET utxo = ?, claimed = ?, capacity = ?, closing_at = ?, "
                 "unspent_at = COALESCE(?, unspent_at), "
-                "resume_points = COALESCE(?, resume_points) WHERE id = ?",
+                "resume_points = COALESCE(?, resume_points), earlier = ? WHERE id = ?",
                 (view.utxo, view.claimed, view.capacity, view.closing_at,
-                 None if unspent_at is None else json.dumps(unspent_at), points, view.id),
+                 None if unspent_at is None else json.dumps(unspent_at), points,
+                 json.dumps(moved) if moved else earlier, view.id),
             )  # fmt: skip
+
+    def back(self, channel_id: bytes) -> str:
+        """A fork undid the transaction that made the channel's output: the book goes back
+        to the output before it (what the chain shows of it is read again); that output."""
+        with self._write() as db:
+            row = db.execute("SELECT earlier FROM channel WHERE id = ?", (channel_id,))
+            previous, *rest = json.loads(row.fetchone()[0])
+            db.execute("UPDATE channel SET utxo = ?, earlier = ? WHERE id = ?",
+                       (previous, json.dumps(rest), channel_id))  # fmt: skip
+        return str(previous)
 
     def ended(self, channel_id: bytes) -> None:
         """The chain holds the channel no more (drained, ended or closed by both)."""
@@ -266,8 +286,8 @@ class ChannelBook:
 
 
 def _entry(row: Any) -> BookEntry:
-    *chain, ended, amount, signature, unspent_at, resume_points = row
+    *chain, ended, amount, signature, unspent_at, resume_points, earlier = row
     view = ChannelView(*chain)
     iou = None if signature is None else SignedIou(view.id, amount, signature)
     point = None if unspent_at is None else json.loads(unspent_at)
-    return BookEntry(view, bool(ended), iou, point, json.loads(resume_points))
+    return BookEntry(view, bool(ended), iou, point, json.loads(resume_points), json.loads(earlier))

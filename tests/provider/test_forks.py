@@ -5,7 +5,8 @@ deep; the search for a spend whose newest resume point was orphaned starts at th
 back, not at the chain's origin; an escrow counts as deep enough only once it stayed
 `confirm_blocks` deep, and one whose lock is rolled back before that is never accepted by the
 daemon (nothing signed, nothing sent to the market); a channel is admitted once its open is
-that deep, and never when its open is rolled back while the admission waits. Block times: a
+that deep, and never when its open is rolled back while the admission waits; a claim rolled
+back is followed back and claimed again. Block times: a
 wait for a transaction gives up once the chain passes its ttl without it, not on a clock."""
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.txbuild import Clock, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.chain import Chain
-from provider.daemon.channel_claims import admit
+from provider.daemon.channel_claims import ChannelClaimer, admit
 from provider.daemon.confirmations import Confirmations
 from provider.daemon.journal import Journal
 from provider.daemon.payouts import PayoutWatcher
 from provider.daemon.resume import point_of
 from provider.daemon.spends import spending_transaction
 from provider.money.channel_book import ChannelBook
-from tests.protocol.channels import open_on
+from tests.protocol.channels import iou, open_on
 from tests.protocol.onchain import ALLOWANCE, EVIDENCE, PRICE, RESULT, balance, lock, to_settle
 from tests.protocol.onchain import wallet as funded
 from tests.provider.chain import deployed
@@ -191,15 +192,22 @@ async def test_an_escrow_rolled_back_before_its_depth_is_never_accepted(own_devn
     assert not any("/jobs/job_f" in line for line in seen), seen
 
 
-async def channel_admission(devnet, tmp_path):
-    """A provider, a renter's channel just opened to it, and its admission to a fresh book
-    (`confirm_blocks` 2) running in a thread: (devnet, the channel, the book, the task)."""
+async def channel_opened(devnet, tmp_path):
+    """A renter's channel just opened to a new provider, and the provider's empty book:
+    (deployment, renter, channel, terms, book, the provider's chain)."""
     deployment = await deployed(devnet, tmp_path / "deployment.json")
     provider, renter = await funded(devnet), await funded(devnet)
     channel, terms, _ = await open_on(devnet, deployment, renter, provider)
     book = ChannelBook(tmp_path / "channels.sqlite", deployment.network_id,
                        deployment.channel_hash, credit=0)  # fmt: skip
     chain = Chain(devnet.url, devnet.context(), deployment, provider)
+    return deployment, renter, channel, terms, book, chain
+
+
+async def channel_admission(devnet, tmp_path):
+    """A channel just opened, and its admission (`confirm_blocks` 2) running in a thread:
+    (the channel, the book, the task)."""
+    _, _, channel, terms, book, chain = await channel_opened(devnet, tmp_path)
     settings = SETTINGS.model_copy(update={"confirm_blocks": 2})
     ref = channel.utxo.input
     admitting = asyncio.create_task(asyncio.to_thread(admit, chain, book, ref, terms, settings))
@@ -233,3 +241,27 @@ async def test_a_wait_for_a_transaction_gives_up_once_the_chain_passes_its_ttl(o
         await asyncio.wait([waiting], timeout=2)
     with pytest.raises(ConfirmationTimeout, match="not on chain by its ttl"):
         await waiting
+
+
+async def test_a_claim_rolled_back_is_followed_back_and_claimed_again(own_devnet, tmp_path):
+    """The book moved to the claim's continuing output; a fork undoes the claim: that output
+    is neither unspent nor spent on chain, so the book goes back to the channel's output
+    before it (claimed nothing) and the next round claims the IOU again."""
+    deployment, renter, channel, terms, book, chain = await channel_opened(own_devnet, tmp_path)
+    settings = SETTINGS.model_copy(update={"channel_claim_interval_s": 1})
+    admit(chain, book, channel.utxo.input, terms, settings)
+    book.accept(iou(deployment, renter, channel, 2_000_000))
+    claimer = ChannelClaimer(chain, book, settings)
+    await claimer.tick()
+    claimed = book.get(channel.id).view
+    assert claimed.claimed == 2_000_000 and claimed.utxo != out_ref(channel.utxo)
+
+    await roll_back_until_gone(own_devnet, parse_out_ref(claimed.utxo))
+    await blocks(own_devnet, 2)  # the chain's clock past the claim interval again
+    await claimer.refresh(book.live())
+    back = book.get(channel.id)
+    assert back.view.utxo == out_ref(channel.utxo) and back.view.claimed == 0
+
+    await claimer.tick()
+    again = book.get(channel.id).view
+    assert again.claimed == 2_000_000 and utxo_at(own_devnet.context(), parse_out_ref(again.utxo))
