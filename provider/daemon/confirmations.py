@@ -44,6 +44,7 @@ class Confirmations:
             return False
         if deep >= self.blocks:
             return True
+        assert seen is not None  # a depth was read from it
         self.sighted[ref] = seen
         return False
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from pycardano import Transaction, TransactionInput
@@ -53,7 +54,7 @@ class Found:
     after: Point
 
 
-async def spending_transaction(url: str, ref: TransactionInput, since: list[Point]) -> Found:
+async def spending_transaction(url: str, ref: TransactionInput, since: Sequence[Point]) -> Found:
     """The transaction that spent `ref` after the newest of the resume points `since` still on
     chain (newest first; the chain's origin when none is), up to the tip; LookupError when
     none did."""
@@ -86,7 +87,7 @@ def _spent(tx: dict[str, Any]) -> list[TransactionInput]:
 
 
 async def find_spend(
-    url: str, escrow: TransactionInput, since: list[Point], price_per_unit: int
+    url: str, escrow: TransactionInput, since: Sequence[Point], price_per_unit: int
 ) -> tuple[Spend, Block]:
     """The transaction that spent `escrow` after `since`, read as a settle or not, and its
     block."""

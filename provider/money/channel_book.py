@@ -102,13 +102,13 @@ class BookEntry:
     ended: bool
     iou: SignedIou | None
     unspent_at: Point | None
-    resume_points: list[Point] = dataclasses.field(default_factory=list)  # newest first
+    resume_points: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # newest first
     earlier: list[str] = dataclasses.field(default_factory=list)  # outputs before, newest first
 
     @property
     def search_from(self) -> list[Point]:
         """Where the search for the spend of the view's output may start, newest first."""
-        return self.resume_points + ([self.unspent_at] if self.unspent_at else [])
+        return [*self.resume_points, *([self.unspent_at] if self.unspent_at else [])]
 
     @property
     def unclaimed(self) -> int:
@@ -174,7 +174,7 @@ class ChannelBook:
 
     def seen(
         self, view: ChannelView, unspent_at: Point | None = None,
-        resume_points: list[Point] | None = None,
+        resume_points: Sequence[dict[str, Any]] | None = None,
     ) -> None:  # fmt: skip
         """What the chain shows of a channel now: its output, claimed amount (a claim seen on
         chain), capacity (a top-up) and close; `unspent_at`, a chain point at which that
