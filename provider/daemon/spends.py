@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from pycardano import Transaction, TransactionInput
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
-from offchain.chain.utxo import format_out_ref, ogmios_out_ref
+from offchain.chain.utxo import format_out_ref, spent_by
 from offchain.protocol.ledger.types import (
     ChannelClaim,
     ChannelTopUp,
@@ -69,7 +68,7 @@ async def spending_transaction(url: str, ref: TransactionInput, since: Sequence[
                 after = event.point  # the first event: the intersection
                 continue
             for tx in event.block.get("transactions", []):
-                if ref in _spent(tx):
+                if ref in spent_by(tx):
                     block = {key: event.block[key] for key in ("slot", "id", "height")}
                     return Found(Transaction.from_cbor(tx["cbor"]), block, after)
             if event.block["slot"] >= tip["slot"]:
@@ -78,12 +77,6 @@ async def spending_transaction(url: str, ref: TransactionInput, since: Sequence[
                           f"{points[0]}")  # fmt: skip
 
     return await asyncio.wait_for(search(), FIND_TIMEOUT_S)
-
-
-def _spent(tx: dict[str, Any]) -> list[TransactionInput]:
-    """What an Ogmios transaction spent: its inputs, or only its collateral when its scripts
-    failed (its inputs are then untouched; `spends` says which)."""
-    return [ogmios_out_ref(spent) for spent in tx.get(tx.get("spends", "inputs"), [])]
 
 
 async def find_spend(

@@ -6,15 +6,16 @@ back, not at the chain's origin; an escrow counts as deep enough only once it st
 `confirm_blocks` deep, and one whose lock is rolled back before that is never accepted by the
 daemon (nothing signed, nothing sent to the market); a channel is admitted once its open is
 that deep, and never when its open is rolled back while the admission waits; a claim rolled
-back is followed back and claimed again. Block times: a
-wait for a transaction gives up once the chain passes its ttl without it, not on a clock."""
+back is followed back and claimed again. Block times: a wait for a transaction gives up on
+evidence, not on a clock: once the chain passes its ttl without it, or another transaction
+spent one of its inputs."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from pycardano import TransactionInput
+from pycardano import TransactionBuilder, TransactionInput
 
 from offchain.chain.ogmios import request
 from offchain.chain.submit import (
@@ -265,3 +266,19 @@ async def test_a_claim_rolled_back_is_followed_back_and_claimed_again(own_devnet
     await claimer.tick()
     again = book.get(channel.id).view
     assert again.claimed == 2_000_000 and utxo_at(own_devnet.context(), parse_out_ref(again.utxo))
+
+
+async def test_a_wait_gives_up_once_another_transaction_spends_its_input(own_devnet):
+    payer = await funded(own_devnet)
+    context = own_devnet.context()
+    (coin,) = context.utxos(payer.address)
+    since = await tip_point(own_devnet.url)
+    waiting = asyncio.create_task(wait_for_confirmations(
+        own_devnet.url, "00" * 32, since, timeout_s=None, inputs={coin.input},
+    ))  # fmt: skip
+    builder = TransactionBuilder(context)
+    builder.add_input(coin)
+    other = builder.build_and_sign([payer.key], change_address=payer.address)
+    await submit_confirmed(own_devnet.url, other)  # spends the coin the awaited one needs
+    with pytest.raises(ConfirmationTimeout, match=f"{other.id} spent an input"):
+        await waiting
