@@ -5,6 +5,14 @@
   with its own nonce) from an async load generator in this process, over keep-alive
   connections, with 1,000 online offers to match against (every request reads them all);
 - quote_p99_ms: the same request one at a time (a consumer waiting for its quote);
+- cpu_ms_per_submission, cpu_ms_per_quote: the market's processes' CPU time (user + system,
+  all its workers; not wall time, which a busy shared machine stretches) per signed request
+  under load and one at a time. A CPU time per submission above CPU_MS_PER_SUBMISSION_MAX (or
+  the --cpu-ceiling given) fails the bench (exit 1, after the results are written): the
+  request path's cost regressed (idle_cpu_ms_per_s: what the market spends with no request,
+  its follower and scheduler, included in both);
+- by_workers: signed submissions/s, p99 and CPU ms per submission with each of --worker-sweep
+  API processes (the same database and offers, the market restarted for each);
 - settled_escrows_per_min: escrows locked on the devnet, each job funded by the market's chain
   follower, accepted, started and holding a verified receipt; then the market is restarted
   with its wallet (the batcher starts) and timed until every job is settled on chain;
@@ -17,6 +25,7 @@
   evaluates the scripts) timed apart.
 
 Prints a table and writes bench/results/market.json. Run: .venv/bin/python -m bench.market
+(--submissions-only --worker-sweep 1 2 4: the request path alone, settlement figures kept)
 """
 
 from __future__ import annotations
@@ -76,6 +85,12 @@ LOCKS_PER_TX = 60
 # evaluated and its units remembered too.
 SETTLE_ROUNDS = 4
 LAG_SAMPLE_S = 0.02
+# The CPU a signed submission may cost the market (ms, all its processes). On the shared 2-core
+# machine at a load of 5-14: 7-12 ms after issue 37's fix, 17-20 ms with the code before it
+# (the issue's ~65 ms was wall time over throughput); a fall of that kind fails here.
+CPU_MS_PER_SUBMISSION_MAX = 15.0
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+IDLE_S = 3  # the market's CPU with no request, measured this long (its follower, scheduler)
 
 
 def key(name: str) -> Wallet:
@@ -87,6 +102,24 @@ def key(name: str) -> Wallet:
 
 def p99(values: Sequence[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` and every process below it now (uvicorn's
+    workers), read from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            child = int(stat.parent.name)
+            parents[child] = int(fields[1])
+            spent[child] = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    tree, grown = {pid}, True
+    while grown:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree, grown = tree | below, bool(below)
+    return sum(spent.get(member, 0.0) for member in tree)
 
 
 # --- a lean HTTP/1.1 client: the generator must not need more CPU than the server ----------------
@@ -345,9 +378,11 @@ def profiled(profile: tuple[str, int, Path] | None) -> Iterator[None]:
 
 
 async def submissions(
-    port: int, providers: Sequence[Wallet], quotes: int, count: int, concurrency: int,
-    profile: tuple[str, int, Path] | None = None, first: int = 0,
+    port: int, pid: int, providers: Sequence[Wallet], quotes: int, count: int,
+    concurrency: int, profile: tuple[str, int, Path] | None = None, first: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
+    """Signed submissions under load and quotes one at a time, with the market's CPU time
+    (process `pid` and its workers) for each."""
     consumers = [key(f"consumer/{i}") for i in range(64)]
     await heartbeat_all(port, providers)  # every offer online, heartbeats fresh
     n = iter(range(first, 10**9))
@@ -357,12 +392,19 @@ async def submissions(
     sequential = [signed(consumers[i % 64], "POST", "/jobs", job_request(consumers[i % 64],
                                                                           next(n)))
                   for i in range(quotes)]  # fmt: skip
+    before = cpu_seconds(pid)
+    await asyncio.sleep(IDLE_S)
+    idle_cpu_ms_per_s = (cpu_seconds(pid) - before) * 1000 / IDLE_S
+    before = cpu_seconds(pid)
     _, quote_ms, statuses = await load(port, sequential, 1)
+    quote_cpu_ms = (cpu_seconds(pid) - before) * 1000 / quotes
     assert set(statuses) == {201}, statuses
     blast = [signed(consumers[i % 64], "POST", "/jobs", job_request(consumers[i % 64], next(n)))
              for i in range(count)]  # fmt: skip
     with profiled(profile):
+        before = cpu_seconds(pid)
         rate, submit_ms, statuses = await load(port, blast, concurrency)
+        submit_cpu_ms = (cpu_seconds(pid) - before) * 1000 / count
     assert set(statuses) == {201}, sorted(set(statuses))
     return {
         "signed_submissions_per_s": round(rate, 1),
@@ -374,6 +416,10 @@ async def submissions(
         "quote_p99_ms": round(p99(quote_ms), 2),
         "quotes": quotes,
         "online_offers": len(providers),
+        "cpu_ms_per_submission": round(submit_cpu_ms, 2),
+        "cpu_ms_per_quote": round(quote_cpu_ms, 2),
+        "idle_cpu_ms_per_s": round(idle_cpu_ms_per_s, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -586,24 +632,29 @@ async def one_database(
     lag: list[int] = []
     try:
         await wait_leading(market.port)
+        assert market.process is not None
         few = await seed_offers(market.port, args.few_offers)
-        measured = await submissions(market.port, few, 50, args.submissions // 2,
-                                     args.concurrency, first=10**8)  # fmt: skip
+        pid = market.process.pid
+        measured = await submissions(
+            market.port, pid, few, 50, args.submissions // 2, args.concurrency, first=10**8
+        )
         print(f"  {name}, {args.few_offers} offers: {measured}")
-        keep = ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms")
+        keep = ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms",
+                "cpu_ms_per_submission")  # fmt: skip
         baseline = {f"{k}_{args.few_offers}_offers": measured[k] for k in keep}
         t = time.perf_counter()
         providers = await seed_offers(market.port, args.offers)
         print(f"  {name}: {args.offers} offers seeded in {time.perf_counter() - t:.1f} s")
-        assert market.process is not None
         profile = None
         if args.py_spy:
             profile = (args.py_spy, market.process.pid, Path(args.profile_dir) / f"{name}.spy")
-        measured = await submissions(
-            market.port, providers, args.quotes, args.submissions, args.concurrency, profile
-        )
+        measured = await submissions(market.port, market.process.pid, providers, args.quotes,
+                                     args.submissions, args.concurrency, profile)  # fmt: skip
         print(f"  {name}: {measured}")
         measured |= baseline | {"market_workers": args.workers}
+        if args.worker_sweep:
+            measured["by_workers"] = await worker_sweep(market, providers, args)
+            print(f"  {name}, by workers: {measured['by_workers']}")
         if args.submissions_only:
             return measured
         spy = None
@@ -616,6 +667,42 @@ async def one_database(
     measured["follower_lag_blocks_max"] = max(lag, default=None)
     measured["follower_lag_samples"] = len(lag)
     return measured
+
+
+async def worker_sweep(
+    market: Market, providers: Sequence[Wallet], args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    """Signed submissions with each of `args.worker_sweep` API processes: the market restarted
+    on the same database for each, its offers kept."""
+    figures = {}
+    for i, workers in enumerate(args.worker_sweep):
+        market.stop()
+        market.start(workers)
+        await wait_leading(market.port)
+        assert market.process is not None
+        pid, first = market.process.pid, 10**7 * (i + 1)
+        measured = await submissions(
+            market.port, pid, providers, 50, args.submissions, args.concurrency, first=first
+        )
+        keep = ("signed_submissions_per_s", "submit_p50_ms", "submit_p99_ms",
+                "cpu_ms_per_submission", "idle_cpu_ms_per_s", "load_average_1m")  # fmt: skip
+        figures[str(workers)] = {k: measured[k] for k in keep}
+    return figures
+
+
+def over_ceiling(results: dict[str, Any], ceiling: float) -> list[str]:
+    """Each measured CPU time per signed submission above `ceiling` ms, said as a line."""
+    found = []
+    for db in ("sqlite", "postgresql"):
+        runs = {"": results.get(db, {})} | {
+            f" with {w} workers": figures
+            for w, figures in results.get(db, {}).get("by_workers", {}).items()
+        }
+        for label, figures in runs.items():
+            spent = figures.get("cpu_ms_per_submission")
+            if spent is not None and spent > ceiling:
+                found.append(f"{db}{label}: {spent} CPU ms per signed submission > {ceiling} ms")
+    return found
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -650,10 +737,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-KEYS = ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms", "settled_escrows_per_min",
-        "follower_lag_blocks_p99")  # fmt: skip
+KEYS = ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms", "cpu_ms_per_submission",
+        "cpu_ms_per_quote", "settled_escrows_per_min", "follower_lag_blocks_p99")  # fmt: skip
 TARGETS = {"signed_submissions_per_s": ">= 500", "submit_p99_ms": "< 100",
-           "quote_p99_ms": "< 50", "settled_escrows_per_min": ">= 1000",
+           "quote_p99_ms": "< 50", "cpu_ms_per_submission": f"<= {CPU_MS_PER_SUBMISSION_MAX}",
+           "cpu_ms_per_quote": "", "settled_escrows_per_min": ">= 1000",
            "follower_lag_blocks_p99": "<= 1"}  # fmt: skip
 
 
@@ -675,9 +763,12 @@ def table(results: dict[str, Any]) -> str:
     for k in KEYS:
         lines.append(f"{k:<34}" + "".join(f"{results[db].get(k)!s:>14}" for db in dbs)
                      + f"{TARGETS[k]:>12}")  # fmt: skip
-    for k in ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms"):
+    for k in ("signed_submissions_per_s", "submit_p99_ms", "quote_p99_ms", "cpu_ms_per_submission"):
         name = f"{k}_10_offers"
         lines.append(f"{name:<34}" + "".join(f"{results[db].get(name)!s:>14}" for db in dbs))
+    for db in dbs:
+        for workers, figures in results[db].get("by_workers", {}).items():
+            lines.append(f"{db}, {workers} workers: {figures}")
     if "devnet_settle_tx" in results:
         lines.append(f"devnet, one settle tx: {results['devnet_settle_tx']}")
     return "\n".join(lines)
@@ -697,6 +788,15 @@ def main() -> None:
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"])
     parser.add_argument("--workers", type=int, default=1, help="market API processes")
     parser.add_argument(
+        "--worker-sweep",
+        type=int,
+        nargs="*",
+        default=[],
+        help="then measure submissions again with each of these worker counts",
+    )
+    parser.add_argument("--cpu-ceiling", type=float, default=CPU_MS_PER_SUBMISSION_MAX,
+                        help="fail (exit 1) above this CPU ms per signed submission")  # fmt: skip
+    parser.add_argument(
         "--submissions-only", action="store_true",
         help="measure submissions and quotes only; keep the settlement and follower figures "
         "of the results file (marked as from an earlier run)",
@@ -710,6 +810,10 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")
+    over = over_ceiling(results, args.cpu_ceiling)
+    if over:
+        sys.exit("FAIL: the market's request path costs more CPU than it may (issue 37):\n  "
+                 + "\n  ".join(over))  # fmt: skip
 
 
 if __name__ == "__main__":

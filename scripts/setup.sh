@@ -29,9 +29,9 @@ if ! command -v ssh >/dev/null 2>&1 || ! command -v ssh-keygen >/dev/null 2>&1; 
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml contracts/toolchain.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -c contracts/toolchain.txt -e '.[dev]'
   touch "$stamp"
 fi

@@ -5,6 +5,7 @@ escrows, not only the demo's own."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -81,6 +82,7 @@ def deploy_command(
     from offchain.core.sealed_keys import read_key_text
     from offchain.protocol.tx import deployment_file
     from offchain.protocol.tx.deployment import deploy
+    from offchain.protocol.tx.deployment_blueprint import deployment_blueprint
     from offchain.protocol.tx.txbuild import Wallet
 
     quiet_chain_clients()
@@ -116,4 +118,11 @@ def deploy_command(
     typer.echo(f"bond script   {made.bond_hash.payload.hex()}")
     typer.echo(f"channel script {made.channel_hash.payload.hex()}")
     typer.echo(f"claim script   {made.claim_hash.payload.hex()}")
-    typer.echo(f"wrote {deployment}")
+    blueprint = blueprint_path(deployment)
+    blueprint.write_text(json.dumps(deployment_blueprint(made), indent=2) + "\n")
+    typer.echo(f"wrote {deployment} and its CIP-57 blueprint {blueprint}")
+
+
+def blueprint_path(deployment: Path) -> Path:
+    """Where `deploy` publishes the deployment's blueprint: beside its file."""
+    return deployment.with_name(f"{deployment.stem}.plutus.json")

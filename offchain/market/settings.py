@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
@@ -86,6 +86,19 @@ class MarketSettings(LayeredSettings):
         None, description="The market's own payment key (.skey): it pays settlement fees and "
         "takes the fee allowances back as change. None: the market settles nothing itself.",
     )  # fmt: skip
+    sweep_to: str | None = Field(
+        None, description="A cold address (bech32, the deployment's network) the settlement "
+        "wallet sends its surplus to: past sweep_above_lovelace, all but sweep_keep_lovelace. "
+        "None: no sweep.",
+    )  # fmt: skip
+    sweep_above_lovelace: int = Field(
+        1_000_000_000, ge=0, description="The settlement wallet's free balance past which it "
+        "sweeps (with sweep_to).",
+    )  # fmt: skip
+    sweep_keep_lovelace: int = Field(
+        100_000_000, ge=0, description="What a sweep leaves in the settlement wallet for the "
+        "next fees (its own fee comes out of it).",
+    )  # fmt: skip
     settle_batch_max: int = Field(
         SETTLE_BATCH_MAX, ge=1, description="Escrows per settle transaction (the contract's "
         "measured maximum).",
@@ -120,6 +133,13 @@ class MarketSettings(LayeredSettings):
         "the market probe its own machine's ports.",
     )  # fmt: skip
     crash_at: CRASH_POINTS = Field("", description="Tests only: SIGKILL this process there.")
+
+    @model_validator(mode="after")
+    def _sweep_keeps_less_than_it_leaves(self) -> MarketSettings:
+        if self.sweep_to is not None and self.sweep_keep_lovelace >= self.sweep_above_lovelace:
+            raise ValueError("sweep_keep_lovelace must be below sweep_above_lovelace: a sweep "
+                             "leaves the wallet with what it keeps")  # fmt: skip
+        return self
 
     @property
     def sqlalchemy_url(self) -> str:

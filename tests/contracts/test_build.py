@@ -5,6 +5,9 @@ contracts.artifacts applies parameters to them (without a compiler) exactly as o
 from __future__ import annotations
 
 import json
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
 import pluthon
 import pytest
@@ -27,6 +30,8 @@ from contracts.artifacts import (
 )
 from contracts.scripts import CONTRACTS, build_artifacts
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def committed(name: str) -> PlutusV3Script:
     return PlutusV3Script(bytes.fromhex((BUILD_DIR / name / SCRIPT_FILE).read_text()))
@@ -42,6 +47,22 @@ def apply_parameters(name: str, *parameters: int | bytes) -> PlutusV3Script:
 
 @pytest.mark.slow  # the OpShin compiler, five validators, and pluthon's two: minutes
 @pytest.mark.timeout(900)  # about four on a loaded machine, past the suite's 300 s default
+def test_the_installed_toolchain_is_the_locked_one():
+    """The compilers that made the committed scripts are the ones installed (a rebuild with
+    another version would not prove the deployed hashes come from this source)."""
+    lock = ROOT / "contracts" / "toolchain.txt"
+    locked = dict(
+        line.split("==") for line in lock.read_text().splitlines() if line and line[0] != "#"
+    )
+    assert set(locked) == {"opshin", "pluthon", "uplc"}
+    assert {name: metadata.version(name) for name in locked} == locked
+    pinned = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {f"{n}=={v}" for n, v in locked.items()} & set(pinned) == {
+        f"opshin=={locked['opshin']}",
+        f"uplc=={locked['uplc']}",
+    }
+
+
 def test_a_rebuild_equals_the_committed_artifacts():
     assert build_artifacts(check=True) == []
 

@@ -13,17 +13,19 @@ from offchain.market.settings import MarketSettings
 from offchain.protocol.checks.acceptance import Offered, describe, refusals
 from offchain.protocol.checks.bond_check import covers_before
 from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.ledger.types import EscrowDatum
 from offchain.protocol.tx import escrow as escrows
 
 
 def refuse(
     chain: Chain, settings: MarketSettings, job: Job, offer: Offer, provider: Provider,
-    spec: JobSpec, now_ms: int,
+    spec: JobSpec, now_ms: int, datum: EscrowDatum | None = None,
 ) -> None:  # fmt: skip
     """Conflict with the acceptance check's reasons (the first one's field) when the offer's
-    provider would refuse the job on its quoted terms; its bond, when it has one (or bonds
-    are required), is taken as active: covering jobs closing a notice from now."""
-    datum = quoted_escrow(job)
+    provider would refuse the job on its quoted terms (`datum`, the job's quoted escrow, where
+    the caller built it already); its bond, when it has one (or bonds are required), is taken
+    as active: covering jobs closing a notice from now."""
+    datum = datum or quoted_escrow(job)
     bonded = provider.bond_state == ACTIVE_BOND or settings.min_bond_lovelace > 0
     deployment = chain.deployment
     covers = (covers_before(deployment.notice_ms, deployment.refund_window_ms, None, now_ms)

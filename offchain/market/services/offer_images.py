@@ -5,9 +5,8 @@ that keeps the offers that run a job's image."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import ColumnElement, or_
 from sqlmodel import Session, col, select
 
 from offchain.market.errors import Conflict
@@ -27,24 +26,34 @@ def images_of(body: str) -> ImageSupply:
     return ImageSupply.of(images, terms.get("pulls_images", False))
 
 
-def may_run(image: str) -> ColumnElement[bool]:
-    """What the body of an offer that runs `image` contains (necessary when it names the image
-    as docker does, as daemons do; the search decides)."""
-    body = col(Offer.body)
-    return or_(body.contains(normal_image(image), autoescape=True),
-               body.contains('"pulls_images":true'))  # fmt: skip
+ESCAPE = "/"  # the LIKE escape of `named`
+PULLS = '"pulls_images":true'  # in the body of an offer that pulls what it lacks
+
+
+def named(image: str) -> str:
+    """`image` as docker names it (as daemons do), its LIKE wildcards escaped with ESCAPE: what
+    the body of an offer that runs it contains (necessary, unless it pulls: the search
+    decides). SQLAlchemy's autoescape, for a value bound per query."""
+    text = normal_image(image)
+    for special in (ESCAPE, "%", "_"):
+        text = text.replace(special, ESCAPE + special)
+    return text
 
 
 def first_running(
-    session: Session, found: Sequence[OfferRecord], image: str
-) -> tuple[OfferRecord | None, set[str]]:
+    session: Session, found: Sequence[OfferRecord], image: str,
+    known: Mapping[int | None, str] | None = None,
+) -> tuple[OfferRecord | None, set[str]]:  # fmt: skip
     """The first of `found` (in their order) whose offer runs `image`, and the images the
-    offers before it have."""
+    offers before it have; the bodies not `known` (by offer id) are read here."""
     offered: set[str] = set()
+    bodies: dict[int | None, str] = dict(known or {})
     for start in range(0, len(found), BODIES_AT_ONCE):
         chunk = found[start : start + BODIES_AT_ONCE]
-        read = select(Offer.id, Offer.body).where(col(Offer.id).in_([r.id for r in chunk]))
-        bodies = {offer_id: body for offer_id, body in session.exec(read)}
+        missing = [record.id for record in chunk if record.id not in bodies]
+        if missing:
+            read = select(Offer.id, Offer.body).where(col(Offer.id).in_(missing))
+            bodies.update((offer_id, body) for offer_id, body in session.exec(read))
         for record in chunk:
             supply = images_of(bodies[record.id])
             if supply.runs(image):

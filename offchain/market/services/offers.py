@@ -17,13 +17,15 @@ when none does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pycardano import Address, PaymentVerificationKey
-from sqlalchemy import ColumnElement, and_, case, func, or_
+from sqlalchemy import ColumnElement, Select, Subquery, and_, bindparam, case, func, or_
 from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import Select as ModelSelect
 
 from offchain.market import db
 from offchain.market.errors import Conflict, Invalid
@@ -203,32 +205,58 @@ def records(
     offer), freshest provider first; with `limit`, the cheapest `limit` of those meeting
     `where`, in the order a job's search sorts them (price, then freshest). With `slices`,
     each offer's GPU slices follow it as records of their own (its body is read then)."""
-    busy = (
+    query = records_query(where, cheapest=limit is not None, slices=slices).limit(limit)
+    return read_records(session, query, {}, availability, slices)
+
+
+def records_query(
+    where: Sequence[ColumnElement[bool]], cheapest: bool, slices: bool, bodies: bool = False
+) -> Select[Any]:
+    """`records`' statement: active offers meeting `where`, with what holds their slots
+    (`busy`), freshest provider first or, `cheapest`, by price first; each offer's body too
+    where `slices` or `bodies` needs it."""
+    busy = _busy()
+    same = and_(busy.c.provider_id == Offer.provider_id, busy.c.gpu_model == Offer.gpu_model)
+    sliced = func.coalesce(busy.c.sliced, 0)
+    columns = [getattr(Offer, name) for name in TERMS] + [
+        Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
+        (func.coalesce(busy.c.jobs, 0) - sliced).label("busy"), sliced.label("sliced"),
+        *([Offer.body] if slices or bodies else []),
+    ]  # fmt: skip
+    order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
+    return (
+        select(*columns)
+        .join(Provider, col(Offer.provider_id) == col(Provider.id))
+        .outerjoin(busy, same)
+        .where(col(Offer.active), *where)
+        .order_by(*([col(Offer.price_per_unit)] if cheapest else []), *order)
+    )
+
+
+@functools.cache
+def _busy() -> Subquery:
+    """Each provider's jobs holding a slot, per GPU model, and how many of them hold a slice
+    (one subquery for every statement: it has no parameter of its own)."""
+    return (
         select(Job.provider_id, Job.gpu_model, func.count().label("jobs"),
                func.sum(case((SLICED, 1), else_=0)).label("sliced"))
         .where(col(Job.state).in_(BUSY))
         .group_by(col(Job.provider_id), col(Job.gpu_model))
         .subquery()
     )  # fmt: skip
-    same = and_(busy.c.provider_id == Offer.provider_id, busy.c.gpu_model == Offer.gpu_model)
-    sliced = func.coalesce(busy.c.sliced, 0)
-    columns = [getattr(Offer, name) for name in TERMS] + [
-        Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
-        (func.coalesce(busy.c.jobs, 0) - sliced).label("busy"), sliced.label("sliced"),
-        *([Offer.body] if slices else []),
-    ]  # fmt: skip
-    order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
-    query = (
-        select(*columns)
-        .join(Provider, col(Offer.provider_id) == col(Provider.id))
-        .outerjoin(busy, same)
-        .where(col(Offer.active), *where)
-        .order_by(*([col(Offer.price_per_unit)] if limit else []), *order)
-        .limit(limit)
-    )
+
+
+def read_records(
+    session: Session, query: Select[Any], params: Mapping[str, Any], availability: Availability,
+    slices: bool, bodies: dict[int | None, str] | None = None,
+) -> list[OfferRecord]:  # fmt: skip
+    """The rows of a `records_query` as search records (a core read: no ORM objects); each
+    offer's body kept in `bodies` where given."""
     found = []
-    for row in session.exec(query):
-        offer = row._mapping
+    for row in session.connection().execute(query, dict(params)):
+        offer = row._asdict()
+        if bodies is not None:
+            bodies[offer["id"]] = offer["body"]
         away = availability.away(offer)
         terms = {name: offer[name] for name in TERMS}
         whole = OfferRecord(**terms, online=away is None, away=away or "")
@@ -256,20 +284,53 @@ def slice_records(
     ]  # fmt: skip
 
 
-def could_take(spec: JobSpec, availability: Availability) -> list[ColumnElement[bool]]:
-    """What any offer that can take `spec` has (necessary, not sufficient: the search decides):
-    the bundle, a price within the job's max, a fresh heartbeat, and its image named."""
-    wanted = spec.resources
-    return [
-        col(Offer.gpu_count) >= wanted.gpus,
-        col(Offer.vram_mib) >= wanted.min_vram_mib,
-        col(Offer.cpu_cores) >= wanted.cpu_cores,
-        col(Offer.memory_mib) >= wanted.memory_mib,
-        col(Offer.disk_mib) >= wanted.disk_mib,
-        col(Offer.price_per_unit) * spec.max_duration_s <= spec.max_price_lovelace,
-        col(Provider.last_heartbeat_ms) >= availability.since_ms,
-        offer_images.may_run(spec.image),
+@functools.cache
+def _likely_query() -> Select[Any]:
+    """The cheapest offers that could take a job (`could_take` binds its values): built once,
+    as its SQL is compiled once, rather than per quote."""
+    image = or_(col(Offer.body).contains(bindparam("image"), escape=offer_images.ESCAPE),
+                col(Offer.body).contains(offer_images.PULLS))  # fmt: skip
+    could = [
+        col(Offer.gpu_count) >= bindparam("gpus"),
+        col(Offer.vram_mib) >= bindparam("vram_mib"),
+        col(Offer.cpu_cores) >= bindparam("cpu_cores"),
+        col(Offer.memory_mib) >= bindparam("memory_mib"),
+        col(Offer.disk_mib) >= bindparam("disk_mib"),
+        col(Offer.price_per_unit) * bindparam("max_units") <= bindparam("max_price"),
+        col(Provider.last_heartbeat_ms) >= bindparam("since_ms"),
+        image,
     ]
+    return records_query(could, cheapest=True, slices=False, bodies=True).limit(bindparam("limit"))
+
+
+def could_take(spec: JobSpec, availability: Availability) -> dict[str, int | str]:
+    """What any offer that can take `spec` has (necessary, not sufficient: the search decides),
+    as `_likely_query`'s parameters: the bundle, a price within the job's max, a fresh
+    heartbeat, and its image named (or pulling)."""
+    wanted = spec.resources
+    return {
+        "gpus": wanted.gpus, "vram_mib": wanted.min_vram_mib, "cpu_cores": wanted.cpu_cores,
+        "memory_mib": wanted.memory_mib, "disk_mib": wanted.disk_mib,
+        "max_units": spec.max_duration_s, "max_price": spec.max_price_lovelace,
+        "since_ms": availability.since_ms, "image": offer_images.named(spec.image),
+        "limit": LIKELY,
+    }  # fmt: skip
+
+
+def likely(
+    session: Session, spec: JobSpec, availability: Availability
+) -> tuple[list[OfferRecord], dict[int | None, str]]:
+    """The cheapest LIKELY offers that could take `spec`, in a job's search order, and their
+    bodies by id (read in the same statement: the image check reads them next)."""
+    bodies: dict[int | None, str] = {}
+    params = could_take(spec, availability)
+    return read_records(session, _likely_query(), params, availability, False, bodies), bodies
+
+
+@functools.cache
+def _chosen_query() -> ModelSelect[Offer, Provider]:
+    """The chosen offer and its provider as ORM rows (built once, its id bound)."""
+    return select(Offer, Provider).join(Provider).where(Offer.id == bindparam("id"))
 
 
 def search(session: Session, query: OfferQuery, availability: Availability) -> Search:
@@ -291,8 +352,9 @@ def best_offer(
     query = OfferQuery.for_job(spec, gpu_model)
     first = None  # a fraction's price is its slice's, no column's: every offer is read
     if not query.slices:
-        likely = records(session, availability, could_take(spec, availability), LIKELY)
-        first, _ = offer_images.first_running(session, query.search(likely).offers, spec.image)
+        cheapest, bodies = likely(session, spec, availability)
+        matched = query.search(cheapest).offers
+        first, _ = offer_images.first_running(session, matched, spec.image, bodies)
     if first is None:
         found = search(session, query, availability)
         if not found.offers:
@@ -300,6 +362,6 @@ def best_offer(
         first, offered = offer_images.first_running(session, found.offers, spec.image)
         if first is None:
             raise offer_images.no_image(spec.image, offered, len(found.offers))
-    chosen = select(Offer, Provider).join(Provider).where(Offer.id == first.id)
-    offer, owner = session.exec(chosen).one()  # read in this session a moment ago
+    chosen = session.exec(_chosen_query(), params={"id": first.id})
+    offer, owner = chosen.one()  # read in this session a moment ago
     return offer, owner

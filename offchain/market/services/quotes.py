@@ -22,7 +22,7 @@ from offchain.core.errors import UnchainedError
 from offchain.market import schemas
 from offchain.market.db import writing
 from offchain.market.errors import Conflict, Invalid
-from offchain.market.models import Blob, Cause, Job, JobState, Offer
+from offchain.market.models import Blob, Cause, Job, JobState, Offer, Provider
 from offchain.market.services import acceptance, image_pins, jobs, offers, quote_terms
 from offchain.market.services.chain import Chain, escrow_problems, parse_ref, quoted_escrow
 from offchain.market.services.nonces import PendingNonce
@@ -65,11 +65,10 @@ def request_job(
         request = image_pins.pinned(settings, request)
         now = chain.now_ms(TIP_AGE_S)
         with Session(engine) as session:
-            job, offer = match(session, settings, chain.deployment, now, signed, request)
-            owner = offers.provider(session, offer.provider_id)
+            job, offer, owner = match(session, settings, chain.deployment, now, signed, request)
         with suppress_type_checks():  # QUIET_CBOR
-            quote_terms.fit_allowance(chain, settings, job)
-            acceptance.refuse(chain, settings, job, offer, owner, request.spec, now)
+            datum = quote_terms.fit_allowance(chain, settings, job)
+            acceptance.refuse(chain, settings, job, offer, owner, request.spec, now, datum)
     except UnchainedError:
         with writing(engine), engine.begin() as connection:
             nonce.spend(connection)
@@ -87,10 +86,11 @@ def match(
     chain_now_ms: int,
     signed: SignedRequest,
     request: schemas.JobRequest,
-) -> tuple[Job, Offer]:
+) -> tuple[Job, Offer, Provider]:
     """The job the request asks for, quoted on the cheapest online offer (not stored: the
-    caller writes it); Conflict saying why when no offer can take it, or when bonds are
-    required and no bond could back a job closing that late (`check_bonded_close`)."""
+    caller writes it), that offer and its provider; Conflict saying why when no offer can
+    take it, or when bonds are required and no bond could back a job closing that late
+    (`check_bonded_close`)."""
     consumer_vkey = signed.vkey.payload
     consumer_id = signed.key_hash
     consumer = Address.from_primitive(request.consumer_address)
@@ -115,7 +115,7 @@ def match(
         settle_window_ms=settings.settle_window_ms,
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
-    return job, offer
+    return job, offer, provider
 
 
 def check_bonded_close(

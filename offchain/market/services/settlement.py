@@ -43,6 +43,7 @@ from offchain.market.models import SettlementState as Sent
 from offchain.market.services import jobs
 from offchain.market.services.chain import Chain, parse_ref
 from offchain.market.services.crash import crash_point
+from offchain.market.services.sweep import sweeper_of
 from offchain.market.settings import MarketSettings
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.split import settle_split
@@ -78,6 +79,7 @@ class Batcher:
         self.waiting: set[str] = set()  # job ids whose provider payout is below the minimum
         self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
         self.spends: dict[str, frozenset[TransactionInput]] = {}  # in flight: tx id -> inputs
+        self.sweeper = sweeper_of(settings, chain, wallet)  # None: the surplus stays here
 
     def run(self) -> None:
         """One round: reconcile what is in flight, then build batches while there is room."""
@@ -92,6 +94,8 @@ class Batcher:
             elif settlement.state in IN_FLIGHT:
                 self._resubmit(settlement)
         in_flight = [s for s in pending if s.state in IN_FLIGHT and tip < s.ttl_slot]
+        if self.sweeper is not None:
+            self.sweeper.sweep(self._spent_by(in_flight))
         while len(in_flight) < self.settings.settle_in_flight_max:
             busy = self._spent_by(in_flight)
             if in_flight and not self._can_pay(busy):
@@ -102,9 +106,11 @@ class Batcher:
             in_flight.append(sent)
 
     def _spent_by(self, in_flight: Sequence[Settlement]) -> frozenset[TransactionInput]:
-        """The wallet UTxOs the transactions in flight spend (their inputs and collateral)."""
+        """The wallet UTxOs the transactions in flight spend (their inputs and collateral, and
+        a sweep's not landed yet)."""
         self.spends = {s.tx_id: self.spends.get(s.tx_id) or _spends(s.tx_cbor) for s in in_flight}
-        return frozenset().union(*self.spends.values())
+        swept = frozenset() if self.sweeper is None else self.sweeper.busy()
+        return swept.union(*self.spends.values())
 
     def _can_pay(self, busy: frozenset[TransactionInput]) -> bool:
         """Whether the wallet holds a fee UTxO that no transaction in flight spends."""

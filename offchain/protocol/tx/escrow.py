@@ -45,6 +45,8 @@ from offchain.protocol.tx.txbuild import (
     add_output,
     at_least_min_utxo,
     build,
+    datum_cbor,
+    datum_min_utxo,
     fee_inputs,
     ledger_inputs,
     new_builder,
@@ -152,13 +154,18 @@ def refund_deposit(context: ChainContext, deployment: Deployment, consumer: Plut
     return at_least_min_utxo(context, TransactionOutput(to, 0), 0)
 
 
-def lock_lovelace(context: ChainContext, deployment: Deployment, datum: EscrowDatum) -> int:
+def lock_lovelace(
+    context: ChainContext, deployment: Deployment, datum: EscrowDatum, encoded: bytes | None = None
+) -> int:
     """What a lock of `datum` holds: the whole job, its fee allowance and the return deposit
     (`lock_amount`), raised to the escrow output's own minimum UTxO (a cheap job's sum is below
-    it). All of it but the job's price and the allowance comes back to the consumer."""
+    it). All of it but the job's price and the allowance comes back to the consumer. `encoded`:
+    the datum's `datum_cbor` where the caller has it (a quote hashes it), not encoded again."""
     deposit = refund_deposit(context, deployment, datum.consumer)
     needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance, deposit)
-    return escrow_output(context, deployment, datum, needed).amount.coin
+    address = deployment.escrow_address(from_plutus(datum.consumer, deployment.network))
+    least = datum_min_utxo(context, address, datum_cbor(datum) if encoded is None else encoded)
+    return max(needed, least)
 
 
 def acceptance_terms(

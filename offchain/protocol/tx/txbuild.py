@@ -17,6 +17,7 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import TypeVar
 
+import cbor2
 from pycardano import (
     Address,
     ChainContext,
@@ -37,6 +38,8 @@ from pycardano import (
     min_lovelace_post_alonzo,
 )
 from pycardano.exception import UTxOSelectionException
+from pycardano.plutus import Datum
+from pycardano.serialization import RawCBOR, default_encoder
 from typeguard import suppress_type_checks
 
 from offchain.chain.context import queries
@@ -132,14 +135,41 @@ def script_source(builder: TransactionBuilder, ref: UTxO) -> UTxO | PlutusScript
 
 def at_least_min_utxo(context: ChainContext, output: TransactionOutput, owed: int) -> int:
     """`owed`, raised to the output's min-UTxO (the top-up comes from the fee budget)."""
-    if output.datum is None and output.script is None:  # tokens are not priced here either
-        per_byte = context.protocol_param.coins_per_utxo_byte
-        return max(owed, _plain_min_utxo(bytes(output.address), per_byte))
+    if output.script is None and output.datum_hash is None:  # tokens are not priced here either
+        if output.datum is None:
+            per_byte = context.protocol_param.coins_per_utxo_byte
+            return max(owed, _plain_min_utxo(bytes(output.address), per_byte))
+        return max(owed, datum_min_utxo(context, output.address, datum_cbor(output.datum)))
     probe = TransactionOutput(output.address, 2**40, datum=output.datum, script=output.script)
     return max(owed, min_lovelace_post_alonzo(probe, context))
 
 
 MIN_UTXO_OVERHEAD = 160  # the ledger's constant bytes per output (Babbage's min-UTxO rule)
+MIN_UTXO_PROBE = 2**40  # the coin an output is priced with: the largest a lock ever holds
+
+
+def datum_cbor(datum: Datum) -> bytes:
+    """An inline datum's bytes as an output carries them, encoded as pycardano's `to_cbor`
+    does (a protocol type validated first) by cbor2's C encoder."""
+    return cbor2.dumps(datum, default=default_encoder)
+
+
+def datum_min_utxo(context: ChainContext, address: Address, encoded: bytes) -> int:
+    """The min-UTxO of an ADA-only output to `address` whose inline datum is `encoded` (its
+    `datum_cbor`). The output's size depends on the address and the datum's length alone, so
+    each (address, length) is priced once per byte price: a caller that has the datum's bytes
+    already (a quote hashes them) encodes nothing more here."""
+    per_byte = context.protocol_param.coins_per_utxo_byte
+    return _datum_min_utxo(bytes(address), len(encoded), per_byte)
+
+
+@functools.lru_cache(maxsize=4096)
+def _datum_min_utxo(address: bytes, datum_bytes: int, coins_per_utxo_byte: int) -> int:
+    filler = RawCBOR(bytes(datum_bytes))  # written as is: only its length counts
+    probe = TransactionOutput(
+        Address.from_primitive(address), MIN_UTXO_PROBE, datum=filler, post_alonzo=True
+    )
+    return (MIN_UTXO_OVERHEAD + len(probe.to_cbor())) * coins_per_utxo_byte
 
 
 @functools.lru_cache(maxsize=1024)
@@ -147,7 +177,7 @@ def _plain_min_utxo(address: bytes, coins_per_utxo_byte: int) -> int:
     """The min-UTxO of an ADA-only output to `address` (no datum, no script): it depends on the
     address and the price of a byte alone, and serializing an output is most of what a quote
     costs, so each address is priced once per parameter value."""
-    probe = TransactionOutput(Address.from_primitive(address), 2**40, post_alonzo=True)
+    probe = TransactionOutput(Address.from_primitive(address), MIN_UTXO_PROBE, post_alonzo=True)
     return (MIN_UTXO_OVERHEAD + len(probe.to_cbor())) * coins_per_utxo_byte
 
 
