@@ -238,6 +238,17 @@ class DaemonSettings(_Section):
         "UTxO (which the market leaves to its provider) is settled by the daemon once "
         "settle_batch_max such wait or the oldest has waited this long",
     )  # fmt: skip
+    finality_blocks: int = Field(
+        3, ge=1, description="a payout (a settle of an escrow) counts as final, and the job's "
+        "results are deleted, once its transaction is this many blocks deep; until then a "
+        "rollback that undoes it has it settled again. Cardano's security parameter is 2160 "
+        "blocks; on mainnet 15-30 is the usual choice",
+    )  # fmt: skip
+    confirm_blocks: int = Field(
+        1, ge=1, description="money is accepted (an escrow signed for, a channel admitted) "
+        "only once the transaction that made it is this many blocks deep (1: in a block), so "
+        "a fork cannot take it back after the work is promised; mainnet: 3-10",
+    )  # fmt: skip
     bond_minimum_lovelace: int = Field(0, ge=0, description="the market's minimum bond")
     channel_credit_lovelace: int = Field(
         1_000_000, ge=0, description="a payment channel is served while what was served "

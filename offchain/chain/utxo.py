@@ -60,6 +60,12 @@ def ogmios_out_ref(json_input: dict[str, Any]) -> TransactionInput:
     return out_ref_of(json_input["transaction"]["id"], json_input["index"])
 
 
+def spent_by(tx: dict[str, Any]) -> list[TransactionInput]:
+    """What an Ogmios transaction spent: its inputs, or only its collateral when its scripts
+    failed (its inputs are then untouched; `spends` says which)."""
+    return [ogmios_out_ref(spent) for spent in tx.get(tx.get("spends", "inputs"), [])]
+
+
 def tx_id_of(ref: TransactionInput) -> str:
     """The id, in hex, of the transaction that made the output."""
     return ref.transaction_id.payload.hex()

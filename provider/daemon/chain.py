@@ -11,19 +11,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pycardano import Transaction, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
-from offchain.chain.ogmios import request_sync
-from offchain.chain.submit import submit_confirmed
+from offchain.chain.submit import submit_confirmed_block
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.core.errors import UnchainedError
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
+from provider.daemon.resume import Block, tip_block
 from provider.keys import load_key
 from provider.money.own_transactions import Kind, OwnTransactions
 
@@ -63,12 +63,12 @@ class Chain:
         own = OwnTransactions.in_state_dir(config.runner.state_dir)
         return cls(url, context, deployment, Wallet.of(key, deployment.network), own)
 
-    async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> int:
-        """Submit the wallet's `tx`, wait for its block (its height), and record it."""
-        height = await submit_confirmed(self.url, tx)
+    async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> Block:
+        """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it."""
+        block = await submit_confirmed_block(self.url, tx)
         if self.own is not None:
             self.own.record(tx, kind, allowances)
-        return height
+        return block
 
     async def call(self, work: Callable[..., T], *args: object) -> T:
         """`work(*args)` on a worker thread, holding the context alone."""
@@ -105,10 +105,10 @@ class Chain:
         tip_ms, at = self.seen
         return tip_ms + int((time.monotonic() - at) * 1000)
 
-    def tip_point(self) -> dict[str, Any]:
-        """The tip as a chain-sync point ({slot, id}): where a later search may start."""
-        tip = request_sync(self.url, "queryNetwork/tip")
-        return {"slot": tip["slot"], "id": tip["id"]}
+    def tip_point(self) -> Block:
+        """The tip as a chain-sync point with its height ({slot, id, height}): where a later
+        search may start (`resume.py`)."""
+        return tip_block(self.url)
 
     def utxo(self, ref: str) -> UTxO | None:
         """The unspent output at TXID#IX, None once spent (call through `call`)."""

@@ -46,6 +46,8 @@ from offchain.protocol.tx.txbuild import BuildError, out_ref
 from provider.config import DaemonSettings
 from provider.daemon.apart import apart
 from provider.daemon.chain import Chain
+from provider.daemon.confirmations import Confirmations
+from provider.daemon.resume import with_point
 from provider.daemon.spends import channel_moved, spending_transaction
 from provider.money.channel_book import BookEntry, ChannelBook, ChannelView
 
@@ -75,9 +77,11 @@ def admit(
 ) -> ChannelView:
     """Serve the channel at `ref` with these terms: read from the chain and checked (this
     deployment, this provider's key and address, open, deposit and close period at least the
-    settings'), then in the book. ChannelRefused says why not; LookupError: no output there.
-    The tip is read first: an output unspent after it was unspent there, so the search for
-    the transaction that spends it may start there."""
+    settings'), then in the book, once the output is `confirm_blocks` deep (this waits for
+    the chain). ChannelRefused says why not; LookupError: no output there (or a fork took it
+    away while waiting). The tip is read first: an output unspent after it was unspent
+    there, so the search for the transaction that spends it may start there."""
+    Confirmations(chain, settings.confirm_blocks).wait(format_out_ref(ref))
     at = chain.tip_point()
     utxo = utxo_at(chain.context, ref)
     if utxo is None:
@@ -128,8 +132,8 @@ class ChannelClaimer:
 
     async def refresh(self, entries: Sequence[BookEntry]) -> dict[bytes, Channel]:
         """Each channel of `entries` as the chain holds it now, recorded in the book with the
-        tip read before (each output read after it was unspent there); one whose spend cannot
-        be read yet is left for the next round."""
+        tip read before among its resume points (each output read after it was unspent
+        there; `resume.py`); one whose spend cannot be read yet is left for the next round."""
         chain = self.chain
         at = await chain.call(chain.tip_point)
         found: dict[bytes, Channel] = {}
@@ -144,7 +148,8 @@ class ChannelClaimer:
                 log.info("channel %s has ended on chain", entry.view.id.hex())
                 self.book.ended(entry.view.id)
                 continue
-            self.book.seen(await chain.call(view_of, chain.context, channel), at)
+            points = with_point(entry.resume_points, at)
+            self.book.seen(await chain.call(view_of, chain.context, channel), None, points)
             found[channel.id] = channel
         return found
 
@@ -152,15 +157,27 @@ class ChannelClaimer:
         """The channel's output now: the one the book had while it is unspent; else where the
         transaction that spent it sent it, by the redeemer its script checked (a copy of its
         datum, which anyone may pay to its address, is never followed), and so on; None once
-        a spend ended it."""
+        a spend ended it. The book's output neither unspent nor spent on chain was undone by
+        a fork (a claim rolled back): the book goes back to the output before it."""
         chain = self.chain
         ref: TransactionInput | None = parse_out_ref(entry.view.utxo)
+        earlier = list(entry.earlier)  # the book's output is off the chain: back to these
+        booked = True  # `ref` is the book's output (not one a spend on chain led to)
         while ref is not None:
             utxo = await chain.call(utxo_at, chain.context, ref)
             if utxo is not None:
                 return read_channel(chain.deployment, utxo)
             # each output it went to was made after the point: the same search start holds
-            ref = channel_moved(await spending_transaction(chain.url, ref, entry.unspent_at), ref)
+            try:
+                found = await spending_transaction(chain.url, ref, entry.search_from)
+            except LookupError:  # neither unspent nor spent: a fork undid the output
+                if not (booked and earlier):
+                    raise
+                log.warning("channel %s: its output %s was undone by a fork, back to %s",
+                            entry.view.id.hex(), format_out_ref(ref), earlier.pop(0))  # fmt: skip
+                ref = parse_out_ref(self.book.back(entry.view.id))
+                continue
+            ref, booked = channel_moved(found.tx, ref), False
         return None
 
     async def _claim(self, claims: list[tuple[Channel, SignedIou]]) -> None:

@@ -1,10 +1,11 @@
-"""The job loop's work on one assignment: check the escrow on chain (never the market's word),
-sign and send the acceptance, run the job with the hardened runner while its log streams to
-the market, then sign the receipt and deliver the result archive and the receipt, retrying
-until the market takes them or the escrow is about to close (the payout watcher then settles
-the receipt itself). Every step is in the journal before it is taken. An unreachable chain
-never ends a job: an assignment waits for it, a running job runs on, and its receipt and
-delivery retry until the escrow nears its close."""
+"""The job loop's work on one assignment: check the escrow on chain (never the market's word)
+once it is `confirm_blocks` deep (a fork cannot take it back then), sign and send the
+acceptance, run the job with the hardened runner while its log streams to the market, then
+sign the receipt and deliver the result archive and the receipt, retrying until the market
+takes them or the escrow is about to close (the payout watcher then settles the receipt
+itself). Every step is in the journal before it is taken. An unreachable chain never ends a
+job: an assignment waits for it, a running job runs on, and its receipt and delivery retry
+until the escrow nears its close."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from provider.config import DaemonSettings
 from provider.daemon import evidence
 from provider.daemon.bond import BondManager
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
+from provider.daemon.confirmations import Confirmations
 from provider.daemon.journal import JobEntry, Journal
 from provider.images.recipes import local_images
 from provider.money.receipts import EscrowJob, ReceiptError, accept, receipt_for
@@ -63,6 +65,10 @@ class Refusal(UnchainedError):
     """This daemon will not take the assignment; the message says why."""
 
 
+class Shallow(UnchainedError):
+    """The assignment's escrow is not `confirm_blocks` deep yet: it is taken once it is."""
+
+
 # why a refused assignment's escrow is not released: not there, not ours, or no chain
 UNRELEASED: tuple[type[BaseException], ...] = (
     ValidationError,
@@ -87,6 +93,10 @@ class Worker:
     seen: set[str] = dataclasses.field(default_factory=set)
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     freed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    confirmations: Confirmations = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.confirmations = Confirmations(self.chain, self.settings.confirm_blocks)
 
     # -- taking an assignment ------------------------------------------------------------
 
@@ -95,7 +105,7 @@ class Worker:
         (it stays assigned, to be taken once one is). A refusal is logged, and its escrow
         released by a zero-unit receipt when the escrow itself is sound (`_refuse`).
         ChainUnavailable: the escrow cannot be checked now; the assignment stays, to be taken
-        once the chain is back."""
+        once the chain is back. Shallow: likewise, until its escrow is deep enough."""
         job_id = assignment.job_id
         if job_id in self.seen:
             return True
@@ -111,6 +121,10 @@ class Worker:
             log.warning("job %s refused: %s", job_id, exc)
             self.spawn(self._refuse(job_id, assignment, f"refused by the provider: {exc}"))
             return True
+        except Shallow:
+            self.release(job_id)
+            self.seen.discard(job_id)
+            raise
         except CHAIN_DOWN as exc:
             self.release(job_id)
             self.seen.discard(job_id)
@@ -128,6 +142,13 @@ class Worker:
         except ValidationError as exc:
             raise Refusal(f"not a job spec: {exc}") from exc
         ref = assignment.escrow
+        try:
+            deep = await self.chain.call(self.confirmations.deep_enough, ref)
+        except LookupError as exc:
+            raise Refusal(f"no unspent escrow {ref} on chain") from exc
+        if not deep:
+            needed = self.settings.confirm_blocks
+            raise Shallow(f"job {job_id}: escrow {ref} is not {needed} blocks deep yet")
         entry, signature = await self.chain.call(self._check_and_sign, job_id, ref, spec, slot)
         self.journal.save(entry)  # signed: from here on the bond is at stake
         await self.link.send(

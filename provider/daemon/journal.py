@@ -44,8 +44,13 @@ class JobEntry(BaseModel):
     exit_code: int | None = None  # the program's, handed in with the receipt (not signed)
     receipt_sent: bool = False  # the market has the receipt
     unspent_at: dict[str, Any] | None = None  # a chain point where the escrow was unspent
+    # blocks ({slot, id, height}) where the payout watcher saw the escrow unspent, newest
+    # first, thinned (`resume.with_point`): where the search for its spend starts after a fork
+    resume_points: list[dict[str, Any]] = []
     settle_tx: str | None = None  # the transaction that spent the escrow, once it is spent
     settled_lovelace: int | None = None  # what that transaction paid this provider (settle)
+    spent_in: dict[str, Any] | None = None  # the block holding settle_tx, while not final
+    final: bool = False  # settle_tx is `finality_blocks` deep: the results are gone
     reason: str | None = None  # why it failed
 
     @property
@@ -53,6 +58,12 @@ class JobEntry(BaseModel):
         """Lovelace the receipt claims for this provider (0 without one); what a settlement
         really paid is `settled_lovelace`."""
         return self.receipt.units * self.price_per_unit if self.receipt else 0
+
+    @property
+    def search_from(self) -> list[dict[str, Any]]:
+        """Where the search for the escrow's spend may start, newest first: the points the
+        payout watcher saw it unspent at, then the tip at acceptance."""
+        return self.resume_points + ([self.unspent_at] if self.unspent_at else [])
 
     @field_validator("receipt", mode="before")
     @classmethod

@@ -28,7 +28,7 @@ from provider.daemon.bond import BondManager
 from provider.daemon.cancels import answer_cancel
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable
 from provider.daemon.channel_claims import ChannelClaimer
-from provider.daemon.jobs import Worker
+from provider.daemon.jobs import Shallow, Worker
 from provider.daemon.journal import Journal
 from provider.daemon.offers import GatewayTerms, OfferKeeper
 from provider.daemon.payouts import PayoutWatcher
@@ -160,14 +160,22 @@ class Daemon:
                 log.warning("assignments: %s", exc)
                 await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
                 continue
+            shallow = False  # an escrow not deep enough: the next poll waits a while
             try:
                 for assignment in handed(found):
                     if assignment.cancel_tx:
                         await answer_cancel(worker, assignment)
-                    elif self.stopping.is_set() or not await worker.take(assignment):
-                        break
+                        continue
+                    try:
+                        if self.stopping.is_set() or not await worker.take(assignment):
+                            break
+                    except Shallow as exc:  # still assigned: taken once deep enough
+                        log.info("%s", exc)
+                        shallow = True
             except ChainUnavailable as exc:  # the market keeps it assigned: taken once back
                 log.warning("assignments wait for the chain: %s", exc)
+                shallow = True
+            if shallow:
                 await self._until_stop_or(asyncio.sleep(POLL_RETRY_S))
 
     async def _until_stop_or(self, awaitable: Awaitable[T], *other: Awaitable[object]) -> T | None:

@@ -1,7 +1,7 @@
 """How an output the daemon watches was spent: only the spending transaction tells, and only
 its redeemers, which the scripts checked, can be trusted (anyone can pay a script address an
-output that looks like another). It is found by following the chain from a point where the
-daemon last saw the output unspent.
+output that looks like another). It is found by following the chain from the newest of the points
+where the daemon saw the output unspent that is still on chain (`resume.py`).
 
 An escrow the daemon signed a receipt for may have been settled, or refunded (or cancelled)
 to its consumer: it counts as earnings only if it was spent with Settle for units. A settle's
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from collections.abc import Sequence
 
 from pycardano import Transaction, TransactionInput
 
 from offchain.chain.follower import Point, RollForward, follow, tip_point
-from offchain.chain.utxo import format_out_ref, ogmios_out_ref
+from offchain.chain.utxo import format_out_ref, spent_by
 from offchain.protocol.ledger.types import (
     ChannelClaim,
     ChannelTopUp,
@@ -31,6 +31,7 @@ from offchain.protocol.ledger.types import (
     StartClose,
 )
 from offchain.protocol.tx.tx_reader import Script, TxReader
+from provider.daemon.resume import Block, point_of
 
 FIND_TIMEOUT_S = 120.0
 
@@ -42,39 +43,49 @@ class Spend:
     settled: bool
 
 
-async def spending_transaction(url: str, ref: TransactionInput, since: Point | None) -> Transaction:
-    """The transaction that spent `ref` after `since` (None: from the chain's start), up to
-    the tip; LookupError when none did."""
-    points: list[Point] = [since, "origin"] if since else ["origin"]
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A spending transaction, the block ({slot, id, height}) that holds it, and the point
+    the search started after (the newest resume point on chain, or "origin")."""
 
-    async def search() -> Transaction:
+    tx: Transaction
+    block: Block
+    after: Point
+
+
+async def spending_transaction(url: str, ref: TransactionInput, since: Sequence[Point]) -> Found:
+    """The transaction that spent `ref` after the newest of the resume points `since` still on
+    chain (newest first; the chain's origin when none is), up to the tip; LookupError when
+    none did."""
+    points = [point_of(point) for point in since] + ["origin"]
+
+    async def search() -> Found:
         tip = await tip_point(url)
         assert isinstance(tip, dict), "a chain with no block has spent nothing"
+        after: Point = "origin"
         async for event in follow(url, points):
             if not isinstance(event, RollForward):
+                after = event.point  # the first event: the intersection
                 continue
             for tx in event.block.get("transactions", []):
-                if ref in _spent(tx):
-                    return Transaction.from_cbor(tx["cbor"])
+                if ref in spent_by(tx):
+                    block = {key: event.block[key] for key in ("slot", "id", "height")}
+                    return Found(Transaction.from_cbor(tx["cbor"]), block, after)
             if event.block["slot"] >= tip["slot"]:
                 break
-        raise LookupError(f"no transaction spending {format_out_ref(ref)} found after {since}")
+        raise LookupError(f"no transaction spending {format_out_ref(ref)} found after "
+                          f"{points[0]}")  # fmt: skip
 
     return await asyncio.wait_for(search(), FIND_TIMEOUT_S)
 
 
-def _spent(tx: dict[str, Any]) -> list[TransactionInput]:
-    """What an Ogmios transaction spent: its inputs, or only its collateral when its scripts
-    failed (its inputs are then untouched; `spends` says which)."""
-    return [ogmios_out_ref(spent) for spent in tx.get(tx.get("spends", "inputs"), [])]
-
-
 async def find_spend(
-    url: str, escrow: TransactionInput, since: Point | None, price_per_unit: int
-) -> Spend:
-    """The transaction that spent `escrow` after `since`, read as a settle or not."""
-    tx = await spending_transaction(url, escrow, since)
-    return read_spend(tx, escrow, price_per_unit)
+    url: str, escrow: TransactionInput, since: Sequence[Point], price_per_unit: int
+) -> tuple[Spend, Block]:
+    """The transaction that spent `escrow` after `since`, read as a settle or not, and its
+    block."""
+    found = await spending_transaction(url, escrow, since)
+    return read_spend(found.tx, escrow, price_per_unit), found.block
 
 
 def read_spend(tx: Transaction, escrow: TransactionInput, price_per_unit: int) -> Spend:

@@ -50,7 +50,15 @@ MIGRATIONS = (
     # a chain point ({slot, id} as JSON) at which `utxo` was unspent: where the search for the
     # transaction that spent it starts. NULL: unknown (the search starts at the chain's origin)
     "ALTER TABLE channel ADD COLUMN unspent_at TEXT",
+    # chain points (newest first, JSON) at which the claim schedule saw the channel's output
+    # unspent at successive rounds, thinned by the daemon: searches start at the newest still
+    # on chain after a fork, `unspent_at` behind them
+    "ALTER TABLE channel ADD COLUMN resume_points TEXT NOT NULL DEFAULT '[]'",
+    # the outputs (TXID#IX, JSON, newest first) the channel was at before `utxo`: where the
+    # book goes back to when a fork undoes the transaction that made `utxo` (a claim)
+    "ALTER TABLE channel ADD COLUMN earlier TEXT NOT NULL DEFAULT '[]'",
 )
+EARLIER_MAX = 16  # outputs kept behind the current one
 
 
 class IouRefused(UnchainedError, ValueError):
@@ -95,6 +103,13 @@ class BookEntry:
     ended: bool
     iou: SignedIou | None
     unspent_at: Point | None
+    resume_points: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # newest first
+    earlier: list[str] = dataclasses.field(default_factory=list)  # outputs before, newest first
+
+    @property
+    def search_from(self) -> list[Point]:
+        """Where the search for the spend of the view's output may start, newest first."""
+        return [*self.resume_points, *([self.unspent_at] if self.unspent_at else [])]
 
     @property
     def unclaimed(self) -> int:
@@ -158,18 +173,39 @@ class ChannelBook:
                        "closing_at = excluded.closing_at, unspent_at = excluded.unspent_at",
                        (*dataclasses.astuple(view), json.dumps(unspent_at)))  # fmt: skip
 
-    def seen(self, view: ChannelView, unspent_at: Point | None = None) -> None:
+    def seen(
+        self, view: ChannelView, unspent_at: Point | None = None,
+        resume_points: Sequence[dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         """What the chain shows of a channel now: its output, claimed amount (a claim seen on
         chain), capacity (a top-up) and close; `unspent_at`, a chain point at which that
-        output was unspent. None keeps the last point: one from before the output was made
-        still starts a search for its spend rightly (as for a claim the daemon submitted)."""
+        output was unspent, and `resume_points`, the points to search from first. None keeps
+        the last ones: a point from before the output was made still starts a search for its
+        spend rightly (as for a claim the daemon submitted)."""
+        points = None if resume_points is None else json.dumps(resume_points)
         with self._write() as db:
+            row = db.execute("SELECT utxo, earlier FROM channel WHERE id = ?", (view.id,))
+            (utxo, earlier), moved = row.fetchone(), []
+            if utxo != view.utxo:  # a new output: the one before is kept, for a fork
+                moved = [utxo, *json.loads(earlier)][:EARLIER_MAX]
             db.execute(
                 "UPDATE channel SET utxo = ?, claimed = ?, capacity = ?, closing_at = ?, "
-                "unspent_at = COALESCE(?, unspent_at) WHERE id = ?",
+                "unspent_at = COALESCE(?, unspent_at), "
+                "resume_points = COALESCE(?, resume_points), earlier = ? WHERE id = ?",
                 (view.utxo, view.claimed, view.capacity, view.closing_at,
-                 None if unspent_at is None else json.dumps(unspent_at), view.id),
+                 None if unspent_at is None else json.dumps(unspent_at), points,
+                 json.dumps(moved) if moved else earlier, view.id),
             )  # fmt: skip
+
+    def back(self, channel_id: bytes) -> str:
+        """A fork undid the transaction that made the channel's output: the book goes back
+        to the output before it (what the chain shows of it is read again); that output."""
+        with self._write() as db:
+            row = db.execute("SELECT earlier FROM channel WHERE id = ?", (channel_id,))
+            previous, *rest = json.loads(row.fetchone()[0])
+            db.execute("UPDATE channel SET utxo = ?, earlier = ? WHERE id = ?",
+                       (previous, json.dumps(rest), channel_id))  # fmt: skip
+        return str(previous)
 
     def ended(self, channel_id: bytes) -> None:
         """The chain holds the channel no more (drained, ended or closed by both)."""
@@ -255,7 +291,8 @@ class ChannelBook:
 
 
 def _entry(row: Any) -> BookEntry:
-    *chain, ended, amount, signature, unspent_at = row
+    *chain, ended, amount, signature, unspent_at, resume_points, earlier = row
     view = ChannelView(*chain)
     iou = None if signature is None else SignedIou(view.id, amount, signature)
-    return BookEntry(view, bool(ended), iou, None if unspent_at is None else json.loads(unspent_at))
+    point = None if unspent_at is None else json.loads(unspent_at)
+    return BookEntry(view, bool(ended), iou, point, json.loads(resume_points), json.loads(earlier))
