@@ -36,8 +36,10 @@ PROMPT_S = 5  # "not stalled": measured well under a second, where it once took 
 class Stream:
     """One live stream over a raw socket: its status and what it has sent."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes = b""
+    ) -> None:
+        self.reader, self.writer, self.head = reader, writer, head
 
     @classmethod
     async def open(
@@ -49,12 +51,15 @@ class Stream:
         writer.write(head("GET", path, headers or {}))
         async with asyncio.timeout(30):
             answer = await reader.readuntil(b"\r\n\r\n")
-        return int(answer.split()[1]), cls(reader, writer)
+        return int(answer.split()[1]), cls(reader, writer, answer)
 
     async def refusal(self) -> dict:
-        """The JSON body of a refused stream (its head already read)."""
+        """The JSON body of a refused stream (its head already read; its connection may stay
+        open for the next request, so the body is read by its length)."""
+        lines = self.head.decode("latin-1").lower().split("\r\n")
+        (length,) = [int(line.split(":")[1]) for line in lines if "content-length:" in line]
         async with asyncio.timeout(10):
-            return json.loads(await self.reader.read())
+            return json.loads(await self.reader.readexactly(length))
 
     async def sees(self, text: bytes, timeout_s: float = 60) -> None:
         async with asyncio.timeout(timeout_s):

@@ -8,13 +8,14 @@ them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pycardano import PaymentSigningKey
 from typer.testing import CliRunner, Result
 
-from devnet.process import free_port
+from devnet.process import DevnetProcess, free_port
 from offchain.chain.ogmios import request, utxo_lovelace
 from offchain.protocol.tx import deployment_file
 from tests.chain.ogmios_standin import Running, StandIn
@@ -31,6 +32,15 @@ def findings(result: Result) -> dict[str, tuple[str, str]]:
     """check -> (status, detail), from doctor's lines."""
     rows = [line.split(None, 2) for line in result.stdout.splitlines()[:-1]]
     return {check: (status, detail) for status, check, detail in rows}
+
+
+@pytest.fixture(scope="module")
+def devnet(tmp_path_factory) -> Iterator[DevnetProcess]:
+    """A chain of this module's own: other tests time-travel the session's, whose clock the
+    doctor's clock check would then find ahead of this machine's."""
+    process = DevnetProcess(tmp_path_factory.mktemp("doctor-devnet") / "data").start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture(scope="module")
