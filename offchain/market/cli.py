@@ -4,6 +4,7 @@ then the TOML file)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -92,7 +93,7 @@ def migrate(
     typer.echo("the database is at the newest migration")
 
 
-def settings_of(config: Path, flags: dict[str, object]) -> MarketSettings:
+def settings_of(config: Path, flags: Mapping[str, object]) -> MarketSettings:
     """The market's settings from `flags`, the environment and the file; exit 2 naming what
     is wrong."""
     from offchain.market.errors import MarketRefusal

@@ -222,8 +222,9 @@ def init(
     """Write a provider config offering this machine (all of it unless flags say less) and
     make the provider's signing key (an existing key is kept, even with --force); print its
     address on the network `--network` names."""
+    from offchain.core.sealed_keys import KeyFileError
     from offchain.protocol.tx.txbuild import Wallet
-    from provider.keys import KeyFileError, ensure_key, key_path
+    from provider.keys import ensure_key, key_path
 
     chain = network_setting(network)
     if config.exists() and not force:

@@ -188,9 +188,9 @@ def reported() -> Iterator[None]:
     from ogmios.errors import ResponseError
 
     from offchain.chain.submit import UNREACHABLE, ChainError
+    from offchain.core.sealed_keys import KeyFileError
     from offchain.protocol.checks.refusal import Refused
     from offchain.protocol.tx.txbuild import BuildError
-    from provider.keys import KeyFileError
     from provider.money.receipts import ReceiptError
 
     try:
