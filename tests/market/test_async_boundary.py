@@ -25,6 +25,8 @@ ASYNC_ROUTES = {
     ("PUT", "/jobs/{job_id}/metering"): "streams the upload to disk with no session open",
     ("GET", "/explorer/live"): "a live stream of the explorer's home page",
     ("GET", "/explorer/jobs/{job_id}/live"): "a live stream of a job's page",
+    ("GET", "/ready"): "its probes at once, each bounded in time, the database's in threads",
+    ("GET", "/metrics"): "the readiness probes, then the database's counts in a thread",
 }
 
 

@@ -139,7 +139,7 @@ def test_a_name_is_taken_once(tmp_path: Path) -> None:
         ({"name": ""}, "deployment name"),
         ({"name": "-x"}, "deployment name"),
         ({"name": "x" * 65}, "deployment name"),
-        ({"kind": "job"}, "kind 'job'"),
+        ({"kind": "batch"}, "kind 'batch'"),
         ({"state": "gone"}, "state 'gone'"),
         ({"channel": b"\x01"}, "channel id is 28 bytes"),
         ({"renter_vkey": b""}, "renter key 32"),
