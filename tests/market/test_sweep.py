@@ -14,12 +14,13 @@ from pydantic import ValidationError
 
 from devnet.genesis import ADA
 from offchain.chain.follower import tip_point
+from offchain.chain.ogmios import request
 from offchain.market.db import make_engine
 from offchain.market.errors import MarketRefusal
-from offchain.market.services import settlement
+from offchain.market.services import settlement, sweep
 from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
-from offchain.protocol.tx.txbuild import Wallet
+from offchain.protocol.tx.txbuild import Clock, Wallet
 from tests.consumer.cli import tx_fee
 from tests.market.database import served_at_head
 from tests.market.flow import leader_settings
@@ -67,6 +68,38 @@ async def test_the_settlement_wallet_sweeps_its_surplus_to_a_cold_address(
 
     await asyncio.to_thread(batcher.run)  # below the threshold now: nothing moves
     assert balance(devnet, cold) == held - KEEP and len(devnet.context().utxos(cold)) == 1
+    engine.dispose()
+
+
+async def test_a_lost_sweep_frees_the_wallet_at_its_ttl_and_is_made_again(
+    devnet, settings, tmp_path, monkeypatch
+):
+    """A sweep the node drops (stood in for here by a submit that sends nothing: the one fake)
+    holds the wallet's UTxOs as busy only until its ttl passes at the chain's tip; the next
+    round sweeps again, for real, to the lovelace."""
+    cold = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET).address
+    made, market = await leader_settings(
+        served_at_head(settings), devnet, tmp_path, sweep_to=str(cold),
+        sweep_above_lovelace=100 * ADA, sweep_keep_lovelace=KEEP,
+    )  # fmt: skip
+    held = balance(devnet, market.address)
+    engine = make_engine(made)
+    batcher = settlement.Batcher(engine, Chain.connect(made.ogmios_url, made.deployment),
+                                 market, made)  # fmt: skip
+    sweeper = batcher.sweeper
+    assert sweeper is not None
+    monkeypatch.setattr(sweep, "submit_sync", lambda url, tx: str(tx.id))  # dropped
+    await asyncio.to_thread(batcher.run)
+    assert sweeper.pending and balance(devnet, market.address) == held
+    assert sweeper.busy() == sweeper.pending  # its inputs wait while it could still land
+    monkeypatch.undo()
+    while Clock.now(batcher.chain.context).tip_slot < sweeper.pending_ttl:  # the chain's time
+        await request(devnet.url, "devnet/advanceTime", {"slots": 1000})
+    since = await tip_point(devnet.url)
+    await asyncio.to_thread(batcher.run)  # past its ttl: the wallet is free, swept anew
+    fee = await tx_fee(devnet, await swept_to(devnet, cold), since)
+    assert balance(devnet, cold) == held - KEEP
+    assert balance(devnet, market.address) == KEEP - fee
     engine.dispose()
 
 

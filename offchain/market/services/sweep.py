@@ -5,7 +5,8 @@ key sits on the market's host, so above `sweep_above_lovelace` the leader sends 
 A sweep spends the wallet's UTxOs that no settle transaction in flight spends, pays the cold
 address exactly the surplus and keeps `keep - fee` as change, in one transaction. Until its
 inputs have left the wallet (it landed) they count as busy, so no settle is built on them; a
-sweep rolled back or lost is simply made again from what the wallet then holds."""
+sweep lost or rolled back is made again from what the wallet then holds once its ttl has
+passed at the chain's tip (the evidence that it can no longer land)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from offchain.chain.submit import UNREACHABLE, submit_sync
 from offchain.market.errors import MarketRefusal
 from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
-from offchain.protocol.tx.txbuild import BuildError, Wallet, add_inputs, build
+from offchain.protocol.tx.txbuild import TTL_MS, BuildError, Clock, Wallet, add_inputs, build
 
 log = logging.getLogger("unchained.market")
 
@@ -39,12 +40,18 @@ class Sweeper:
     wallet: Wallet
     rule: SweepRule
     pending: frozenset[TransactionInput] = frozenset()  # the last sweep's inputs, until spent
+    pending_ttl: int = 0  # its ttl slot: past it at the tip, it can no longer land
 
     def busy(self) -> frozenset[TransactionInput]:
-        """The inputs of a sweep that has not landed yet (empty once they left the wallet)."""
+        """The inputs of a sweep that has not landed yet: empty once they left the wallet, or
+        once its ttl passed at the chain's tip without it (lost or rolled back: made again)."""
         if self.pending:
             held = {u.input for u in self.chain.context.utxos(self.wallet.address)}
             self.pending = self.pending & held
+            if self.pending and Clock.now(self.chain.context).tip_slot >= self.pending_ttl:
+                log.warning("the sweep of %s was not seen before its ttl: made again",
+                            self.wallet.address)  # fmt: skip
+                self.pending = frozenset()
         return self.pending
 
     def sweep(self, busy: Collection[TransactionInput]) -> str | None:
@@ -68,11 +75,13 @@ class Sweeper:
         if balance <= self.rule.above:
             return None
         builder = TransactionBuilder(self.chain.context)
+        clock = Clock.now(self.chain.context)
+        builder.ttl = clock.ttl_until(clock.tip_ms + TTL_MS)
         add_inputs(builder, free)
         builder.add_output(TransactionOutput(self.rule.to, balance - self.rule.keep))
         tx = self.wallet.sign(build(builder, self.wallet.address))
         tx_id = submit_sync(self.url, tx)
-        self.pending = frozenset(u.input for u in free)
+        self.pending, self.pending_ttl = frozenset(u.input for u in free), builder.ttl
         log.info("swept %d lovelace of the settlement wallet to %s: tx %s fee %d",
                  balance - self.rule.keep, self.rule.to, tx_id,
                  tx.transaction_body.fee)  # fmt: skip
