@@ -31,6 +31,19 @@ def devnet(
     data_dir: Annotated[Path | None, typer.Option(help="Where the chain lives.")] = None,
     reset: Annotated[bool, typer.Option(help="Discard the stored chain and start fresh.")] = False,
     slot_length: Annotated[int | None, typer.Option(help="Slot length, ms.")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="instant (a block when transactions wait) or realistic.")
+    ] = None,
+    active_slot_coeff: Annotated[
+        str | None, typer.Option(help="realistic: share of slots with a block, e.g. 1/20.")
+    ] = None,
+    fork_rate: Annotated[
+        str | None, typer.Option(help="realistic: share of blocks a fork takes back, e.g. 1/20.")
+    ] = None,
+    fork_depth_max: Annotated[
+        int | None, typer.Option(help="realistic: a fork's greatest depth, blocks.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="realistic: the seed of every draw.")] = None,
     config: Annotated[
         Path | None, typer.Option(envvar="UNCHAINED_DEVNET_CONFIG", help="A TOML settings file.")
     ] = None,
@@ -45,7 +58,9 @@ def devnet(
     from offchain.protocol.job.jobspec import describe
 
     logs.configure("devnet")
-    given = {"host": host, "port": port, "data_dir": data_dir, "slot_length": slot_length}
+    given = {"host": host, "port": port, "data_dir": data_dir, "slot_length": slot_length,
+             "profile": profile, "active_slot_coeff": active_slot_coeff, "fork_rate": fork_rate,
+             "fork_depth_max": fork_depth_max, "seed": seed}  # fmt: skip
     try:
         settings = DevnetSettings.load(config, given, file="required")
     except SettingsFileError as exc:
@@ -66,7 +81,13 @@ async def _serve(settings: DevnetSettings, reset: bool, params: ProtocolParamete
     from devnet.server import run
 
     data_dir = settings.data_dir
-    node = Devnet(data_dir, slot_length_ms=settings.slot_length, params=params, reset=reset)
+    node = Devnet(
+        data_dir,
+        slot_length_ms=settings.slot_length,
+        params=params,
+        reset=reset,
+        praos=settings.praos(),
+    )
     if node.genesis.slot_length_ms != settings.slot_length:
         typer.echo(
             f"note: this chain was created with {node.genesis.slot_length_ms} ms slots; "

@@ -2,8 +2,9 @@
 
 One `Devnet` owns the ledger. Submissions are checked (phase 1, then scripts off the event
 loop) against the confirmed state plus the mempool, and wait in the mempool for the next
-block, which lands on a new slot. Everything here runs on one asyncio loop; only script
-evaluation leaves it (a process pool in `phase2.ScriptRunner`).
+block, which lands on a new slot: at once (profile `instant`) or in the next slot Praos gives
+a leader, with forks now and then (profile `realistic`, `devnet.praos`). Everything here runs
+on one asyncio loop; only script evaluation leaves it (a process pool in `phase2.ScriptRunner`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from devnet.genesis import Genesis, create_genesis
 from devnet.ledger import BlockUndo, LedgerState, PendingState, UtxoOverlay
 from devnet.ogmios_json import output_reference_json
 from devnet.params import ProtocolParameters
+from devnet.praos import Praos
 from devnet.store import ChainStore, StoredBlock
 from devnet.txdecode import DecodedTx, decode_tx
 from devnet.view import LedgerView
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 
 EMPTY_BLOCK_EVERY_SLOTS = 20
 OVERLAPPING_ADDITIONAL_UTXO = 3002
+# Praos: after a stall (a busy machine, a suspended process) only the latest slots are
+# checked for leadership, so the devnet does not forge a burst of blocks to catch up.
+PRAOS_CATCH_UP_SLOTS = 100
 
 
 @dataclasses.dataclass
@@ -68,9 +73,12 @@ class Devnet:
         params: ProtocolParameters | None = None,
         reset: bool = False,
         script_workers: int | None = None,
+        praos: Praos | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.params = params or ProtocolParameters()
+        self.praos = praos  # None: instant blocks, no forks
+        self._fork_depth = 0  # blocks the next leader's chain takes back (realistic profile)
         self.store = ChainStore(data_dir / "chain.sqlite")
         if reset:
             self.store.wipe()
@@ -112,8 +120,10 @@ class Devnet:
         return self.slots.posix_ms_to_slot(now_ms) + self.clock_offset_slots
 
     def next_block_slot(self) -> int:
-        """The slot of the block the mempool's transactions will go into."""
-        if self._pending_slot is not None:
+        """The slot of the block the mempool's transactions will go into. Under Praos the
+        leader is not known ahead: transactions are checked for the next slot, as a node's
+        mempool checks them for the current one, and again for the slot of their block."""
+        if self._pending_slot is not None and self.praos is None:
             return self._pending_slot
         return max(self.current_slot() + 1, self.max_slot_ever + 1)
 
@@ -128,7 +138,9 @@ class Devnet:
     # --- views ---------------------------------------------------------------------------
 
     def view(
-        self, extra_utxo: Mapping[TransactionInput, TransactionOutput] | None = None
+        self,
+        extra_utxo: Mapping[TransactionInput, TransactionOutput] | None = None,
+        slot: int | None = None,
     ) -> LedgerView:
         utxo: Mapping[TransactionInput, TransactionOutput] = self.pending.utxo
         if extra_utxo:
@@ -138,7 +150,7 @@ class Devnet:
         return LedgerView(
             utxo=utxo,
             params=self.params,
-            slot=self.next_block_slot(),
+            slot=self.next_block_slot() if slot is None else slot,
             slots=self.slots,
             reward_accounts=self.pending.reward_accounts,
         )
@@ -186,10 +198,13 @@ class Devnet:
 
     # --- blocks ----------------------------------------------------------------------------
 
-    def _produce(self, slot: int, txs: list[DecodedTx]) -> Block:
+    def _produce(self, slot: int, txs: list[DecodedTx], issuer: bytes = b"") -> Block:
+        """Append a block; `issuer` tells apart blocks a fork puts in the same slot."""
         ancestor = self.blocks[-1].id if self.blocks else None
         height = len(self.blocks) + 1
-        header = b"".join([ancestor or b"", slot.to_bytes(8, "big"), height.to_bytes(8, "big")])
+        header = b"".join(
+            [ancestor or b"", slot.to_bytes(8, "big"), height.to_bytes(8, "big"), issuer]
+        )
         block_id = hashlib.blake2b(header + b"".join(tx.id for tx in txs), digest_size=32).digest()
         stored = StoredBlock(height, slot, block_id, ancestor, [tx.cbor for tx in txs])
         block = Block(stored, txs, self.state.apply_block(txs))
@@ -219,26 +234,95 @@ class Devnet:
     async def produce_block(self, slot: int | None = None) -> Block:
         """Forge the next block with what fits from the mempool; the rest waits."""
         async with self._commit_lock:
-            slot = max(slot or self.next_block_slot(), self.max_slot_ever + 1)
-            taken = self._take_block_txs()
-            leftover = self.pending.txs[len(taken) :]
-            block = self._produce(slot, taken)
+            block = self._forge(max(slot or self.next_block_slot(), self.max_slot_ever + 1))
+        await self._notify()
+        return block
+
+    def _forge(self, slot: int, issuer: bytes = b"") -> Block:
+        """A block at `slot` with what fits from the mempool and is valid in that slot."""
+        if not all(_valid_in(dtx, slot) for dtx in self.pending.txs):
+            self._revalidate(list(self.pending.txs), slot)
+        taken = self._take_block_txs()
+        leftover = self.pending.txs[len(taken) :]
+        block = self._produce(slot, taken, issuer)
+        self._pending_slot = None
+        next_slot = self.next_block_slot()
+        if all(_valid_in(dtx, next_slot) for dtx in leftover):
             self.pending.reset()
-            self._pending_slot = None
             for dtx in leftover:
-                if _still_valid_at(dtx, self.next_block_slot()):
-                    self.pending.add(dtx)
-            if self.pending.txs:
-                self._pending_slot = self.next_block_slot()
+                self.pending.add(dtx)
+        else:
+            self._revalidate(leftover, next_slot)
+        if self.pending.txs:
+            self._pending_slot = self.next_block_slot()
+        return block
+
+    def _revalidate(self, txs: list[DecodedTx], slot: int) -> None:
+        """Make the mempool `txs` again, as a node does when its tip changes: each is checked
+        again (phase 1) for `slot` on the new state, and dropped if it fails now (its ttl
+        passed, an input is gone, the transaction it spends from was dropped). Its scripts
+        need no second run: their result depends only on the transaction and the outputs it
+        spends, and an output reference names one output forever."""
+        self.pending.reset()
+        for dtx in txs:
+            try:
+                view = self.view(slot=slot)
+                rules.check_phase1(dtx, view, vkey_hashes=rules.verified_vkey_hashes(dtx))
+            except LedgerError as exc:
+                log.info("mempool: %s dropped at slot %d: %s", dtx.id_hex, slot, exc.message)
+                continue
+            self.pending.add(dtx)
+
+    def _orphan(self, count: int) -> list[Block]:
+        """Take the top `count` blocks off the chain (followers roll back); them, oldest first."""
+        orphaned = [self.blocks.pop() for _ in range(count)]
+        for block in orphaned:
+            self.state.undo_block(block.undo)
+        self.store.truncate_above(self.tip.height)
+        self.tip_changed_ns = time.time_ns()
+        self.generation += 1
+        self.rollbacks.append(Rollback(self.generation, self.tip.height))
+        return orphaned[::-1]
+
+    def _switch_fork(self, depth: int, slot: int) -> Block:
+        """Adopt a longer competing chain: the top `depth` blocks are orphaned, another
+        leader's block (empty) takes each of their slots and this slot's block follows. The
+        orphaned blocks' transactions go back to the mempool, ahead of what waits there, as
+        the network's other mempools still hold them: those still valid land in this block
+        or a later one, the others are dropped."""
+        waiting = list(self.pending.txs)
+        orphaned = self._orphan(depth)
+        self._revalidate([dtx for block in orphaned for dtx in block.txs] + waiting, slot)
+        issuer = self.generation.to_bytes(8, "big")
+        for block in orphaned:  # empty blocks change no state: the mempool stays valid
+            self._produce(block.slot, [], issuer)
+        return self._forge(slot, issuer)
+
+    async def lead(self, slot: int) -> Block | None:
+        """Forge the block of a slot Praos gave us (after a fork, on its competing chain);
+        None if the chain is past `slot` already (time travel forged there)."""
+        assert self.praos is not None
+        async with self._commit_lock:
+            if slot <= self.max_slot_ever:
+                return None
+            depth = min(self._fork_depth, len(self.blocks) - 1)
+            block = self._switch_fork(depth, slot) if depth else self._forge(slot)
+            self._fork_depth = self.praos.fork_depth(slot, len(self.blocks))
         await self._notify()
         return block
 
     async def run_block_production(self) -> None:
-        """Forge a block on each slot that has transactions waiting, and empty ones now and then."""
+        """Forge a block on each slot that has transactions waiting, and empty ones now and
+        then; under Praos, a block (empty or not) in each slot it leads instead."""
+        checked = self.current_slot()
         while True:
             slot_ms = self.slots.slot_length_ms
             await asyncio.sleep((slot_ms - int(time.time() * 1000) % slot_ms) / 1000)
             now = self.current_slot()
+            if self.praos is not None:
+                await self._lead_slots(max(checked + 1, now - PRAOS_CATCH_UP_SLOTS), now)
+                checked = now
+                continue
             try:
                 if self.pending.txs and now >= (self._pending_slot or now):
                     await self.produce_block()
@@ -246,6 +330,16 @@ class Devnet:
                     await self.produce_block(now)
             except Exception:  # a bug must not stop the chain; it is logged loudly instead
                 log.exception("block production failed at slot %d", now)
+
+    async def _lead_slots(self, first: int, last: int) -> None:
+        assert self.praos is not None
+        for slot in range(first, last + 1):
+            if not self.praos.leads(slot):
+                continue
+            try:
+                await self.lead(slot)
+            except Exception:  # as above: logged, and the next leader slot tries again
+                log.exception("block production failed at slot %d", slot)
 
     # --- devnet-only operations -------------------------------------------------------------
 
@@ -258,22 +352,28 @@ class Devnet:
 
     async def rollback(self, count: int) -> Block:
         """Drop the last `count` blocks (their transactions are discarded) and the mempool."""
+        self._check_depth(count)
+        async with self._commit_lock:
+            self._orphan(count)
+            self.pending.reset()
+            self._pending_slot = None
+        await self._notify()
+        return self.tip
+
+    async def fork(self, depth: int) -> Block:
+        """Switch now to a competing chain that orphans the top `depth` blocks, as a Praos
+        fork does: their transactions go back to the mempool (`_switch_fork`)."""
+        self._check_depth(depth)
+        async with self._commit_lock:
+            block = self._switch_fork(depth, max(self.next_block_slot(), self.max_slot_ever + 1))
+        await self._notify()
+        return block
+
+    def _check_depth(self, count: int) -> None:
         if not 0 < count < len(self.blocks):
             raise LedgerError(
                 -32602, f"Can roll back between 1 and {len(self.blocks) - 1} blocks, not {count}."
             )
-        async with self._commit_lock:
-            for _ in range(count):
-                block = self.blocks.pop()
-                self.state.undo_block(block.undo)
-            self.store.truncate_above(self.tip.height)
-            self.tip_changed_ns = time.time_ns()
-            self.pending.reset()
-            self._pending_slot = None
-            self.generation += 1
-            self.rollbacks.append(Rollback(self.generation, self.tip.height))
-        await self._notify()
-        return self.tip
 
     async def reset(self) -> Block:
         """Back to genesis: every block and the mempool are dropped (slots keep increasing)."""
@@ -318,6 +418,8 @@ class Devnet:
         self.store.close()
 
 
-def _still_valid_at(dtx: DecodedTx, slot: int) -> bool:
-    ttl = dtx.tx.transaction_body.ttl
-    return ttl is None or slot < ttl
+def _valid_in(dtx: DecodedTx, slot: int) -> bool:
+    """Whether `slot` lies inside the transaction's validity interval."""
+    body = dtx.tx.transaction_body
+    start = body.validity_start
+    return (body.ttl is None or slot < body.ttl) and (start is None or start <= slot)

@@ -1,6 +1,13 @@
 """Protocol parameters, cost models and their Ogmios v6 JSON form.
 
-Defaults are mainnet's (Conway). Ratios are `Fraction`s, never floats; amounts are lovelace.
+Defaults are mainnet's current ones (Conway, protocol version 10), in both devnet profiles;
+each field says where its value comes from. The TOML settings' `[protocol_parameters]`
+replace any of them (`devnet.settings`), e.g. 14M / 62M memory for the limits before the
+2026 update. Ratios are `Fraction`s, never floats; amounts are lovelace.
+
+Sources: the mainnet genesis files (shelley-genesis.json, alonzo-genesis.json,
+conway-genesis.json) and the parameter updates since, as `queryLedgerState/protocolParameters`
+answers on mainnet.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ PLUTUS_LANGUAGES = ("plutus:v1", "plutus:v2", "plutus:v3")
 
 
 def _uplc_cost_models() -> dict[str, list[int]]:
-    """The published cost models shipped with `uplc`, as Ogmios-ordered arrays per language."""
+    """The published cost models shipped with `uplc` (its merged mainnet file), as
+    Ogmios-ordered arrays per language, at mainnet's lengths (166, 175 and 297 parameters)."""
     files = resources.files("uplc").joinpath("cost_model_files")
     latest = max(
         (entry for entry in files.iterdir() if entry.is_dir() and entry.name[:1].isdigit()),
@@ -56,12 +64,17 @@ class ReferenceScriptFee:
 
 @dataclasses.dataclass(frozen=True)
 class ProtocolParameters:
+    # Fees: shelley-genesis minFeeA / minFeeB.
     min_fee_coefficient: int = 44
     min_fee_constant: int = 155_381
+    # Sizes: block body raised to 90,112 B (88 KiB) by the 2022 updates; header and tx sizes
+    # are Shelley's; maxValueSize from alonzo-genesis.
     max_block_body_size: int = 90_112
     max_block_header_size: int = 1_100
     max_tx_size: int = 16_384
     max_value_size: int = 5_000
+    # Staking: shelley-genesis keyDeposit, poolDeposit, eMax, a0, rho, tau; nOpt raised to 500
+    # (epoch 234); minPoolCost lowered from 340 to 170 ADA by a Conway parameter change.
     key_deposit: int = 2_000_000
     pool_deposit: int = 500_000_000
     pool_retirement_epoch_bound: int = 18
@@ -70,18 +83,27 @@ class ProtocolParameters:
     monetary_expansion: Fraction = Fraction(3, 1000)
     treasury_expansion: Fraction = Fraction(1, 5)
     min_pool_cost: int = 170_000_000
+    # Babbage: coinsPerUTxOByte 4,310 (Alonzo's 34,482 per 8-byte word, per byte).
     coins_per_utxo_byte: int = 4_310
+    # Plutus prices: alonzo-genesis executionPrices as lowered in 2022 (prMem, prSteps).
     price_memory: Fraction = Fraction(577, 10_000)
     price_steps: Fraction = Fraction(721, 10_000_000)
-    max_tx_memory: int = 14_000_000
+    # Execution limits: memory 16.5M per tx and 72M per block since the 2026 parameter update
+    # (14M and 62M before it); steps 10B per tx and 20B per block since 2022.
+    max_tx_memory: int = 16_500_000
     max_tx_steps: int = 10_000_000_000
-    max_block_memory: int = 62_000_000
+    max_block_memory: int = 72_000_000
     max_block_steps: int = 20_000_000_000
+    # Collateral: alonzo-genesis collateralPercentage and maxCollateralInputs.
     collateral_percentage: int = 150
     max_collateral_inputs: int = 3
+    # Plomin hard fork (January 2025): protocol version 10.0.
     protocol_version: tuple[int, int] = (10, 0)
+    # Reference scripts: Conway's ledger constants (200 KiB per tx, 15 lovelace/B in 25,600 B
+    # tiers, x1.2 per tier; minFeeRefScriptCostPerByte in conway-genesis).
     max_reference_scripts_size: int = 204_800
     reference_script_fee: ReferenceScriptFee = ReferenceScriptFee()
+    # Governance: conway-genesis govActionDeposit (100k ADA) and dRepDeposit (500 ADA).
     governance_action_deposit: int = 100_000_000_000
     drep_deposit: int = 500_000_000
     cost_models: dict[str, list[int]] = dataclasses.field(default_factory=_uplc_cost_models)
@@ -143,6 +165,8 @@ class ProtocolParameters:
             "version": {"major": self.protocol_version[0], "minor": self.protocol_version[1]},
             "stakePoolVotingThresholds": _POOL_THRESHOLDS,
             "delegateRepresentativeVotingThresholds": _DREP_THRESHOLDS,
+            # conway-genesis: committeeMinSize, committeeMaxTermLength, govActionLifetime,
+            # dRepActivity; the voting thresholds below are conway-genesis's too.
             "constitutionalCommitteeMinSize": 7,
             "constitutionalCommitteeMaxTermLength": 146,
             "governanceActionLifetime": 6,

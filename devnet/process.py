@@ -14,6 +14,10 @@ from pycardano import Address, Network, PaymentSigningKey, PaymentVerificationKe
 
 from offchain.chain.context import OgmiosContext, chain_context
 
+# The realistic profile with time scaled down 40 times for tests and the demo: 25 ms slots, so
+# Praos's one block in 20 slots comes every 0.5 s on average (mainnet: 20 s), forks included.
+SCALED_SLOT_LENGTH_MS = 25
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -31,11 +35,18 @@ class DevnetProcess:
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> None:
+        """`extra_args` go to `unchained devnet` (e.g. `realistic()` for Praos blocks)."""
         self.data_dir = data_dir
         self.slot_length_ms = slot_length_ms
         self.port = port or free_port()
         self.extra_args = extra_args
         self.process: subprocess.Popen[str] | None = None
+
+    @classmethod
+    def realistic(cls, data_dir: Path, *extra_args: str) -> DevnetProcess:
+        """A devnet of the realistic profile on scaled time (`SCALED_SLOT_LENGTH_MS`)."""
+        args = ("--profile", "realistic", *extra_args)
+        return cls(data_dir, slot_length_ms=SCALED_SLOT_LENGTH_MS, extra_args=args)
 
     @property
     def url(self) -> str:

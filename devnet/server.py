@@ -111,6 +111,7 @@ class OgmiosServer:
                 "devnet/fund": self.fund,
                 "devnet/advanceTime": self.advance_time,
                 "devnet/rollback": self.rollback,
+                "devnet/fork": self.fork,
                 "devnet/reset": self.reset,
                 "devnet/reward": self.reward,
                 "devnet/wallets": self.wallets,
@@ -447,6 +448,10 @@ class OgmiosServer:
     async def rollback(self, session: Session, params: dict) -> dict[str, Any]:
         blocks = _positive_int(params, "blocks")
         return {"tip": oj.tip_json(await self.devnet.rollback(blocks))}
+
+    async def fork(self, session: Session, params: dict) -> dict[str, Any]:
+        blocks = _positive_int(params, "blocks")
+        return {"tip": oj.tip_json(await self.devnet.fork(blocks))}
 
     async def reset(self, session: Session, params: dict) -> dict[str, Any]:
         return {"tip": oj.tip_json(await self.devnet.reset())}
