@@ -13,6 +13,8 @@ from pathlib import Path
 from pycardano import Address, Network, PaymentSigningKey, PaymentVerificationKey
 
 from offchain.chain.context import OgmiosContext, chain_context
+from offchain.chain.ogmios import request
+from offchain.chain.submit import confirmed_after
 
 # The realistic profile with time scaled down 40 times for tests and the demo: 25 ms slots, so
 # Praos's one block in 20 slots comes every 0.5 s on average (mainnet: 20 s), forks included.
@@ -25,6 +27,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+async def funded(url: str, address: str, lovelace: int, timeout_s: float = 60) -> str:
+    """`devnet/fund`, confirmed: the transaction's id once it is in a block (through forks)."""
+    sent: list[str] = []
+
+    async def send() -> str:
+        answer = await request(url, "devnet/fund", {"address": address, "lovelace": lovelace})
+        sent.append(answer["transaction"]["id"])
+        return sent[0]
+
+    await confirmed_after(url, send, timeout_s=timeout_s)
+    return sent[0]
+
+
 class DevnetProcess:
     """A devnet server process with its own data directory."""
 
@@ -34,19 +49,20 @@ class DevnetProcess:
         slot_length_ms: int = 100,
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
+        profile: str = "instant",
     ) -> None:
-        """`extra_args` go to `unchained devnet` (e.g. `realistic()` for Praos blocks)."""
+        """`extra_args` go to `unchained devnet` (`realistic()` for Praos's blocks)."""
         self.data_dir = data_dir
+        self.profile = profile
         self.slot_length_ms = slot_length_ms
         self.port = port or free_port()
         self.extra_args = extra_args
         self.process: subprocess.Popen[str] | None = None
 
     @classmethod
-    def realistic(cls, data_dir: Path, *extra_args: str) -> DevnetProcess:
+    def realistic(cls, data_dir: Path, *extra_args: str, port: int | None = None) -> DevnetProcess:
         """A devnet of the realistic profile on scaled time (`SCALED_SLOT_LENGTH_MS`)."""
-        args = ("--profile", "realistic", *extra_args)
-        return cls(data_dir, slot_length_ms=SCALED_SLOT_LENGTH_MS, extra_args=args)
+        return cls(data_dir, SCALED_SLOT_LENGTH_MS, port, extra_args, profile="realistic")
 
     @property
     def url(self) -> str:
@@ -62,6 +78,8 @@ class DevnetProcess:
         ]  # fmt: skip
         if reset:
             command.append("--reset")
+        if self.profile != "instant":  # else the settings' (a --config file's) profile holds
+            command += ["--profile", self.profile]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "devnet.log", "a")  # noqa: SIM115 - the child writes to it
         self.process = subprocess.Popen(

@@ -6,7 +6,9 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
-from offchain.chain.ogmios import Ogmios
+from offchain.chain.ogmios import Ogmios, OgmiosError
+
+INTERSECTION_NOT_FOUND = 1000  # Ogmios's findIntersection error: no point is on the chain
 
 Point = dict[str, Any] | str  # {"slot", "id"} or "origin"
 
@@ -39,12 +41,36 @@ async def follow(url: str, points: list[Point] | None = None) -> AsyncIterator[C
     """
     async with Ogmios(url) as ogmios:
         await ogmios.request("findIntersection", {"points": points or ["origin"]})
+        async for event in _events(ogmios):
+            yield event
+
+
+async def follow_from_tip(url: str) -> AsyncIterator[ChainEvent]:
+    """`follow` from the tip as it is now. A tip read first and followed later may be gone by
+    then (a fork orphaned it: no intersection); here the intersection is found on the same
+    connection, again with a fresh tip if a fork came in between, and later forks come as
+    RollBackward events. The first event, a RollBackward to the tip, says it is in place."""
+    async with Ogmios(url) as ogmios:
         while True:
-            result = await ogmios.request("nextBlock")
-            if result["direction"] == "forward":
-                yield RollForward(result["block"], result["tip"])
-            else:
-                yield RollBackward(result["point"], result["tip"])
+            tip = await ogmios.request("queryNetwork/tip")
+            try:
+                await ogmios.request("findIntersection", {"points": [tip]})
+            except OgmiosError as exc:
+                if exc.code != INTERSECTION_NOT_FOUND:
+                    raise
+                continue
+            break
+        async for event in _events(ogmios):
+            yield event
+
+
+async def _events(ogmios: Ogmios) -> AsyncIterator[ChainEvent]:
+    while True:
+        result = await ogmios.request("nextBlock")
+        if result["direction"] == "forward":
+            yield RollForward(result["block"], result["tip"])
+        else:
+            yield RollBackward(result["point"], result["tip"])
 
 
 async def tip_point(url: str) -> Point:

@@ -5,12 +5,14 @@ uses `submit_confirmed`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 from pycardano import Transaction, TransactionInput
 
-from offchain.chain.follower import Point, RollForward, follow, tip_point
+from offchain.chain.follower import ChainEvent, Point, RollForward, follow, follow_from_tip
+from offchain.chain.follower import tip_point as tip_point  # where its users import it from
 from offchain.chain.ogmios import UNREACHABLE as UNREACHABLE  # where its users import it from
 from offchain.chain.ogmios import Ogmios, OgmiosError, request_sync
 from offchain.chain.utxo import spent_by
@@ -63,10 +65,23 @@ async def wait_for_confirmations(
     clock at all, however long the chain goes without a block); likewise once another
     transaction spent one of its `inputs`.
     """
+    async with contextlib.aclosing(follow(url, [since])) as events:
+        return await _confirmations(events, tx_id, confirmations, timeout_s, ttl, inputs)
+
+
+async def _confirmations(
+    events: AsyncIterator[ChainEvent],
+    tx_id: str,
+    confirmations: int,
+    timeout_s: float | None,
+    ttl: int | None,
+    inputs: Collection[TransactionInput],
+) -> dict[str, Any]:
+    """`wait_for_confirmations` on a follower in place."""
 
     async def wait() -> dict[str, Any]:
         holder: dict[str, Any] | None = None
-        async for event in follow(url, [since]):
+        async for event in events:
             if not isinstance(event, RollForward):
                 point = event.point  # "origin", the only point that is no dict, or a block's
                 if holder and (isinstance(point, str) or holder["slot"] > point["slot"]):
@@ -112,13 +127,30 @@ async def submit_and_wait(
     inputs: Collection[TransactionInput] = (),
 ) -> dict[str, Any]:
     """Submit, then wait for confirmations (`wait_for_confirmations`); returns the block
-    holding the transaction.
+    holding the transaction."""
+    send = lambda: submit(url, tx)  # noqa: E731 - one call, named for what it does
+    return await confirmed_after(url, send, confirmations, timeout_s, ttl, inputs)
 
-    The tip is read before submitting, so the block that takes the transaction is never missed.
+
+async def confirmed_after(
+    url: str,
+    send: Callable[[], Awaitable[str]],
+    confirmations: int = 1,
+    timeout_s: float | None = 60.0,
+    ttl: int | None = None,
+    inputs: Collection[TransactionInput] = (),
+) -> dict[str, Any]:
+    """Call `send` (it submits a transaction, or has one submitted, and answers its id), then
+    wait for confirmations (`wait_for_confirmations`); returns the block holding it.
+
+    The follower is in place at the tip before `send`, so the block that takes the
+    transaction is never missed, and a fork that orphans that tip meanwhile comes as a
+    rollback instead of a point the chain no longer knows.
     """
-    since = await tip_point(url)
-    tx_id = await submit(url, tx)
-    return await wait_for_confirmations(url, tx_id, since, confirmations, timeout_s, ttl, inputs)
+    async with contextlib.aclosing(follow_from_tip(url)) as events:
+        await anext(events)  # the intersection: in place
+        tx_id = await send()
+        return await _confirmations(events, tx_id, confirmations, timeout_s, ttl, inputs)
 
 
 async def submit_confirmed(url: str, tx: Transaction, timeout_s: float = CONFIRM_TIMEOUT_S) -> int:

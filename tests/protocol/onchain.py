@@ -38,9 +38,9 @@ from pycardano import (
 )
 
 from devnet.genesis import ADA
-from devnet.process import DevnetProcess
+from devnet.process import DevnetProcess, funded
 from offchain.chain.ogmios import OgmiosError, request
-from offchain.chain.submit import submit, submit_and_wait, tip_point, wait_for_confirmations
+from offchain.chain.submit import submit, submit_and_wait
 from offchain.protocol.job.receipt import Receipt
 from offchain.protocol.ledger.addresses import from_plutus, to_plutus
 from offchain.protocol.ledger.payloads import acceptance_payload, claim_payload, receipt_note, sign
@@ -115,11 +115,7 @@ def staked(key: PaymentSigningKey) -> Wallet:
 
 async def fund(devnet: DevnetProcess, address: Address, lovelace: int) -> None:
     """One more UTxO of `lovelace` at `address` from the faucet, confirmed."""
-    since = await tip_point(devnet.url)
-    funding = await request(
-        devnet.url, "devnet/fund", {"address": str(address), "lovelace": lovelace}
-    )
-    await wait_for_confirmations(devnet.url, funding["transaction"]["id"], since, timeout_s=30)
+    await funded(devnet.url, str(address), lovelace, timeout_s=30)
 
 
 def balance(devnet: DevnetProcess, address: Address) -> int:

@@ -52,11 +52,20 @@ def demo(
         bool,
         typer.Option("--exit", help="Stop once settled [default when not in a terminal]."),
     ] = False,
+    realistic: Annotated[
+        bool,
+        typer.Option(
+            "--realistic",
+            help="A devnet that makes blocks as mainnet does (Praos: a block in one slot of "
+            "20, on 25 ms slots, so every 0.5 s on average) and forks now and then.",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole market locally: devnet, market + explorer, provider, consumers."""
     from offchain.chain.context import quiet_chain_clients
     from unchained.demo import services as services_demo
     from unchained.demo.children import DemoFailed
+    from unchained.demo.stage import demo_chain
     from unchained.demo.story import run
 
     quiet_chain_clients()
@@ -64,11 +73,12 @@ def demo(
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     stay = not exit_ and sys.stdin.isatty() and sys.stdout.isatty()
     data_dir.mkdir(parents=True, exist_ok=True)
+    chain = demo_chain(data_dir, port, realistic)
     try:
         if services:
-            services_demo.run(data_dir, port, stay)
+            services_demo.run(data_dir, chain, stay)
         else:
-            run(data_dir, port, jobs, stay)
+            run(data_dir, chain, jobs, stay)
     except (DemoFailed, UnchainedError) as exc:
         typer.echo(f"\nthe demo failed: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -25,8 +25,7 @@ from consumer.cli.progress import FINAL
 from consumer.sdk.job_record import JobRecord
 from consumer.sdk.keys import ConsumerKey, load_key, new_wallet
 from consumer.sdk.store import JobStore
-from offchain.chain.ogmios import request
-from offchain.chain.submit import tip_point, wait_for_confirmations
+from devnet.process import funded
 from offchain.protocol.job.jobspec import JobSpec, Resources
 from offchain.protocol.ledger.amounts import ADA
 from offchain.protocol.ledger.split import SettleSplit
@@ -149,11 +148,7 @@ def open_consumers(data_dir: Path, count: int, image: str, ogmios_url: str, depl
 
 async def fund(ogmios_url: str, address: str) -> str:
     """FUNDS from the devnet's faucet, confirmed; the transaction id."""
-    since = await tip_point(ogmios_url)
-    answer = await request(ogmios_url, "devnet/fund", {"address": address, "lovelace": FUNDS})
-    tx_id = answer["transaction"]["id"]
-    await wait_for_confirmations(ogmios_url, tx_id, since, timeout_s=60)
-    return tx_id
+    return await funded(ogmios_url, address, FUNDS)
 
 
 async def explorer(http: httpx.AsyncClient, path: str) -> dict[str, Any]:

@@ -43,7 +43,6 @@ from unchained.demo import children
 from unchained.demo.children import Child, DemoFailed
 from unchained.demo.consumers import explorer, party, run_cli
 from unchained.demo.stage import (
-    SLOT_LENGTH_MS,
     Stage,
     balance,
     fresh,
@@ -89,7 +88,7 @@ class Renter:
         return await run_cli(self.name, self.env, *args, as_json=as_json)
 
 
-def run(data_dir: Path, port: int | None, stay: bool) -> None:
+def run(data_dir: Path, chain: DevnetProcess, stay: bool) -> None:
     """The whole services demo: its devnet, market, provider daemon and gateway stop when it
     returns or fails."""
     started = time.monotonic()
@@ -125,7 +124,7 @@ def run(data_dir: Path, port: int | None, stay: bool) -> None:
     offered = (f"{SLOTS} bundle(s) of 1 core, 512 MiB; endpoints at {ada(REQUEST_PRICE)} a "
                f"request, its gateway {gateway_url}")  # fmt: skip
     try:
-        with staged(data_dir, port, provider_state, 1, provider, offered) as stage:
+        with staged(data_dir, chain, provider_state, 1, provider, offered) as stage:
             (gateway,) = gateways
             gateway.wait_for(lambda: children.gateway_up(gateway_url), "answer")
             say(f"   provider gateway {gateway_url} (log {gateway.log}): renters reach its "
@@ -451,7 +450,8 @@ async def close(
     slots = clock.time.posix_ms_to_slot(last) + 1 - clock.tip_slot
     if slots > 0:
         await request(devnet.url, "devnet/advanceTime", {"slots": slots})
-    say(f"   the devnet's clock moves {slots * SLOT_LENGTH_MS // 1000} s ahead, past the close "
+    moved_s = slots * devnet.slot_length_ms // 1000
+    say(f"   the devnet's clock moves {moved_s} s ahead, past the close "
         "periods (`endpoint deploy` opened each channel with the providers' default hour; a "
         "real chain waits it out, and 2 minutes more: the close transaction's validity "
         "window)")  # fmt: skip

@@ -81,17 +81,27 @@ class Stage:
     provider_address: Address
 
 
+def demo_chain(data_dir: Path, port: int | None, realistic: bool) -> DevnetProcess:
+    """The demo's devnet (not started): instant blocks, or with `realistic` Praos's, forks
+    included, on scaled time."""
+    if realistic:
+        return DevnetProcess.realistic(data_dir / "devnet", port=port)
+    return DevnetProcess(data_dir / "devnet", slot_length_ms=SLOT_LENGTH_MS, port=port)
+
+
 @contextlib.contextmanager
 def staged(
-    data_dir: Path, port: int | None, provider_state: Path, batch: int, provider: ProviderChild,
-    offered: str,
+    data_dir: Path, devnet: DevnetProcess, provider_state: Path, batch: int,
+    provider: ProviderChild, offered: str,
 ) -> Iterator[Stage]:  # fmt: skip
     """Steps 2 to 4: the devnet, the validators, the market (settling `batch` escrows at once)
     and the provider daemon, whose published offer is `offered`; all stopped on the way out."""
     step("2. A fresh local Cardano chain (devnet)")
-    devnet = DevnetProcess(data_dir / "devnet", slot_length_ms=SLOT_LENGTH_MS, port=port)
     with stopped_at_exit(devnet.start(reset=True)):
-        say(f"   {devnet.url}, its chain in {devnet.data_dir} (log devnet.log there)")
+        say(
+            f"   {devnet.url} ({devnet.profile} blocks), its chain in {devnet.data_dir} "
+            "(log devnet.log there)"
+        )
         deployment = deployed(devnet, data_dir / "deployment.json")
         market_port = free_port()
         market_url = f"http://127.0.0.1:{market_port}"

@@ -46,7 +46,7 @@ from unchained.demo.stage import (
 TRADE_TIMEOUT_S = 600  # the job's 120 s at most, its settlement, and a loaded machine
 
 
-def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
+def run(data_dir: Path, chain: DevnetProcess, jobs: int, stay: bool) -> None:
     """The whole demo: its devnet, market and provider stop when it returns or fails. One job
     in a terminal: the consumer CLI shows its own live display there."""
     started = time.monotonic()
@@ -66,7 +66,7 @@ def run(data_dir: Path, port: int | None, jobs: int, stay: bool) -> None:
         return children.provider(data_dir, provider_state, ogmios_url, deployment, market_url,
                                  jobs)  # fmt: skip
 
-    with staged(data_dir, port, provider_state, jobs, provider, offered) as stage:
+    with staged(data_dir, chain, provider_state, jobs, provider, offered) as stage:
         consumers = open_consumers(data_dir, jobs, image, stage.devnet.url, stage.deployment,
                                    stage.market_url)  # fmt: skip
         parties = {"provider": stage.provider_address,

@@ -37,7 +37,7 @@ from pycardano import Address, PlutusData, Transaction, TransactionInput, UTxO
 from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
-from offchain.chain.follower import Point, RollForward, follow, tip_point
+from offchain.chain.follower import Point, RollForward, follow, follow_from_tip
 from offchain.chain.time import ChainTime, PastHorizon, read_chain_time
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, parse_out_ref, tx_id_of
 from offchain.market.models import Bond, Cause, ChainPoint, Job, JobState, Provider, Settlement
@@ -416,12 +416,10 @@ class ChainFollower:
         while True:
             try:
                 points = await asyncio.to_thread(self.points)
-                if not points:
-                    tip = await tip_point(url)
-                    points = [
-                        tip if isinstance(tip, str) else {"slot": tip["slot"], "id": tip["id"]}
-                    ]
-                async for event in follow(url, points):
+                # the tip on a first start, found on the follower's own connection: a tip read
+                # before and orphaned by a fork meanwhile would be no intersection
+                events = follow(url, points) if points else follow_from_tip(url)
+                async for event in events:
                     if isinstance(event, RollForward):
                         await asyncio.to_thread(self.roll_forward, event.block)
                         self.lag_blocks = event.tip["height"] - event.block["height"]
