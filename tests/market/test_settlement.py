@@ -39,7 +39,7 @@ from tests.market.flow import (
     wait_for,
 )
 from tests.market.test_lifecycle import PRICE, SPEC
-from tests.protocol.onchain import balance, fund
+from tests.protocol.onchain import balance, fund, height_on_chain
 
 
 @pytest.fixture
@@ -86,9 +86,10 @@ async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
         assert status["settle_tx"] in {s.tx_id for s in settlements}
         assert devnet.context().utxo_by_tx_id(deal.lock.id.payload.hex(), 0) is None
         events = timeline(settings, deal.job)
-        funded = next(e for e in events if e.to_state == "funded")
+        funded = [e for e in events if e.to_state == "funded"][-1]  # the last, after forks
         assert funded.cause == Cause.CHAIN and funded.tx_id == deal.lock.id.payload.hex()
-        assert funded.block_height == deal.block["height"] + 1  # one block on top
+        lock_height = await height_on_chain(devnet, funded.tx_id, deal.block)
+        assert funded.block_height == lock_height + 1  # one block on top
         assert events[-1].cause == Cause.CHAIN and events[-1].tx_id == status["settle_tx"]
 
     lovelace = deals[0].escrow.output.amount.coin

@@ -3,6 +3,7 @@ travel, and hand-made script transactions for attacks and their honest twins."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from pycardano import (
 
 from devnet.genesis import ADA
 from devnet.process import DevnetProcess, funded
+from offchain.chain.follower import RollForward, follow, tip_point
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.chain.submit import submit, submit_and_wait
 from offchain.protocol.job.receipt import Receipt
@@ -116,6 +118,25 @@ def staked(key: PaymentSigningKey) -> Wallet:
 async def fund(devnet: DevnetProcess, address: Address, lovelace: int) -> None:
     """One more UTxO of `lovelace` at `address` from the faucet, confirmed."""
     await funded(devnet.url, str(address), lovelace, timeout_s=30)
+
+
+async def height_on_chain(devnet: DevnetProcess, tx_id: str, seen_in: dict) -> int:
+    """The height of the block that holds `tx_id` on the chain now: the block `seen_in`
+    (where it was seen) unless a fork took that block, else found again from the start (on
+    a forking chain a transaction may land in another block than first)."""
+    tip = await tip_point(devnet.url)
+    point = {"slot": seen_in["slot"], "id": seen_in["id"]}
+    async with contextlib.aclosing(follow(devnet.url, [point, "origin"])) as events:
+        async for event in events:
+            if not isinstance(event, RollForward):
+                if event.point == point:
+                    return int(seen_in["height"])
+                continue
+            if any(tx["id"] == tx_id for tx in event.block["transactions"]):
+                return int(event.block["height"])
+            if event.block["slot"] >= tip["slot"]:
+                break
+    raise AssertionError(f"transaction {tx_id} is not on the chain")
 
 
 def balance(devnet: DevnetProcess, address: Address) -> int:
