@@ -7,13 +7,12 @@ child process) sets its `pytestmark`."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from devnet.process import DevnetProcess
+from tests.chains import chain_under_test, running
 from tests.registry import LocalRegistry, local_registry
 
 # marker: the fixtures that start it (a fixture used through another counts)
@@ -52,42 +51,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("docker")
 
 
-# UNCHAINED_TEST_CHAIN=realistic: the devnets below make blocks as Praos does (one in 20
-# slots on average, on scaled time) and fork now and then, so that the end-to-end tests run
-# on a chain that behaves like mainnet's; the default, instant, makes a block at once.
-TEST_CHAIN = os.environ.get("UNCHAINED_TEST_CHAIN", "instant")
-if TEST_CHAIN not in ("instant", "realistic"):
-    raise pytest.UsageError(f"UNCHAINED_TEST_CHAIN is instant or realistic, not {TEST_CHAIN!r}")
-# Its forks: one block in 10 taken back, up to 2 deep (below the parties' finality depths).
-REALISTIC_FORKS = ("--fork-rate", "1/10", "--fork-depth-max", "2")
-
-
-def chain_under_test(data_dir: Path) -> DevnetProcess:
-    """A devnet of the profile UNCHAINED_TEST_CHAIN names, not started."""
-    if TEST_CHAIN == "realistic":
-        return DevnetProcess.realistic(data_dir, *REALISTIC_FORKS)
-    return DevnetProcess(data_dir)
-
-
 @pytest.fixture(scope="session")
 def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevnetProcess]:
     """One devnet shared by the tests that only add transactions (no rollback, no reset)."""
-    process = chain_under_test(tmp_path_factory.mktemp("devnet") / "data").start()
-    yield process
-    process.stop()
+    yield from running(chain_under_test(tmp_path_factory.mktemp("devnet") / "data"))
 
 
 @pytest.fixture
 def own_devnet(tmp_path) -> Iterator[DevnetProcess]:
     """A devnet of the test's own, for rollbacks, resets and restarts."""
-    process = chain_under_test(tmp_path / "data").start()
-    yield process
-    process.stop()
+    yield from running(chain_under_test(tmp_path / "data"))
 
 
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
     """A real registry (Debian's docker-registry) on a free local port, empty; stopped at the
     end. `LocalRegistry.push` puts a locally built image in it."""
-    with local_registry(tmp_path_factory.mktemp("registry")) as running:
-        yield running
+    with local_registry(tmp_path_factory.mktemp("registry")) as started:
+        yield started

@@ -18,6 +18,7 @@ from devnet.process import DevnetProcess
 from offchain.market.settings import MarketSettings
 from offchain.protocol.tx import deployment_file
 from offchain.protocol.tx.deployment import Deployment
+from tests.chains import confirmations
 from tests.consumer.scripted import ScriptedProvider
 from tests.market.client import serve
 from tests.market.database import served_at_head
@@ -50,7 +51,8 @@ async def market(tmp_path, devnet, consumer_deployment) -> AsyncIterator[Market]
     # on a busy machine
     settings = MarketSettings(
         data_dir=tmp_path / "market", ogmios_url=devnet.url, deployment=path, identity=IDENTITY,
-        confirmations=1, wallet_key=tmp_path / "market.skey", settle_every_ms=300,
+        confirmations=confirmations(devnet), wallet_key=tmp_path / "market.skey",
+        settle_every_ms=300,
         schedule_every_ms=300, leader_poll_ms=200, quote_ttl_ms=120_000,
         settle_window_ms=SETTLE_WINDOW_MS, result_limit_bytes=256 << 20,
     )  # fmt: skip

@@ -28,6 +28,7 @@ from offchain.protocol.ledger.types import EscrowDatum
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Wallet
+from tests.chains import confirmations
 from tests.market.client import Party
 from tests.market.test_lifecycle import job_request, offer_terms
 from tests.protocol.onchain import output, wallet
@@ -40,10 +41,12 @@ FAST = {"settle_every_ms": 300, "schedule_every_ms": 300, "leader_poll_ms": 200,
 async def leader_settings(
     settings: MarketSettings, devnet, tmp_path, **changes
 ) -> tuple[MarketSettings, Wallet]:
-    """`settings` with a funded market wallet, one confirmation and quick scheduled work."""
+    """`settings` with a funded market wallet, the chain's confirmations (one on an instant
+    chain) and quick scheduled work."""
     market = await wallet(devnet)
     market.key.save(str(tmp_path / "market.skey"))
-    update = {"wallet_key": tmp_path / "market.skey", "confirmations": 1, **FAST, **changes}
+    update = {"wallet_key": tmp_path / "market.skey", "confirmations": confirmations(devnet),
+              **FAST, **changes}  # fmt: skip
     return settings.model_copy(update=update), market
 
 

@@ -89,7 +89,7 @@ async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
         funded = [e for e in events if e.to_state == "funded"][-1]  # the last, after forks
         assert funded.cause == Cause.CHAIN and funded.tx_id == deal.lock.id.payload.hex()
         lock_height = await height_on_chain(devnet, funded.tx_id, deal.block)
-        assert funded.block_height == lock_height + 1  # one block on top
+        assert funded.block_height == lock_height + settings.confirmations  # blocks on top
         assert events[-1].cause == Cause.CHAIN and events[-1].tx_id == status["settle_tx"]
 
     lovelace = deals[0].escrow.output.amount.coin

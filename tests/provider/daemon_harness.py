@@ -38,6 +38,7 @@ from offchain.protocol.tx.txbuild import Wallet
 from provider.config import RunnerSettings
 from provider.sandbox.hardening import LABEL_JOB, LABEL_RUNNER
 from provider.sandbox.runner import Runner
+from tests.chains import confirmations
 from tests.market.client import Party, serve
 from tests.market.flow import FAST
 from tests.protocol.onchain import confirm, wallet
@@ -64,7 +65,8 @@ def market_settings(
     """The market on `devnet`; with `market_key` it settles receipts from that wallet."""
     return MarketSettings(
         data_dir=tmp_path / "market", ogmios_url=devnet.url, deployment=deployment_file,
-        identity=IDENTITY, confirmations=1, wallet_key=market_key, **FAST, **changes,
+        identity=IDENTITY, confirmations=confirmations(devnet), wallet_key=market_key, **FAST,
+        **changes,
     )  # fmt: skip
 
 
@@ -224,6 +226,7 @@ async def new_provider(
     state_dir.mkdir()
     provider.key.save(str(state_dir / "provider.skey"))
     config = tmp_path / "provider.toml"
+    daemon = {"confirm_blocks": confirmations(devnet), **daemon}  # before money counts
     config.write_text(provider_toml(state_dir, market_url, bundles, disk_mib, offer_lines,
                                     **daemon))  # fmt: skip
     log = tmp_path / "daemon.log"
