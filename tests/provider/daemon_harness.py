@@ -428,9 +428,10 @@ def safe_terms(
 async def lock_escrow(
     devnet: DevnetProcess, deployment: Deployment, consumer: Wallet, terms: dict[str, Any]
 ) -> str:
-    """Lock an escrow with `terms` on the devnet; its TXID#IX."""
+    """Lock an escrow with `terms` on the devnet; its TXID#IX, once as deep as the daemon
+    wants it (a fake market hands an assignment out once)."""
     datum = escrows.new_escrow(**terms)
     lovelace = escrows.lock_lovelace(devnet.context(), deployment, datum)
     unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
-    tx = await confirm(devnet, consumer.sign(unsigned))
+    tx = await confirm(devnet, consumer.sign(unsigned), confirmations(devnet))
     return format_out_ref(escrows.lock_escrow(tx.id))
