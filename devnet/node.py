@@ -292,7 +292,10 @@ class Devnet:
         or a later one, the others are dropped."""
         waiting = list(self.pending.txs)
         orphaned = self._orphan(depth)
-        self._revalidate([dtx for block in orphaned for dtx in block.txs] + waiting, slot)
+        back = [dtx for block in orphaned for dtx in block.txs]
+        log.info("fork at slot %d: %d block(s) orphaned, %d transaction(s) back in the mempool",
+                 slot, depth, len(back))  # fmt: skip
+        self._revalidate(back + waiting, slot)
         issuer = self.generation.to_bytes(8, "big")
         for block in orphaned:  # empty blocks change no state: the mempool stays valid
             self._produce(block.slot, [], issuer)

@@ -4,7 +4,8 @@
 # training job, follows it live, verifies its result; the market settles it. In a terminal the
 # explorer stays up until Ctrl-C; otherwise (or with --exit) it stops once the job is settled.
 # Its arguments go to `unchained demo`: --services shows endpoints and a pod paid over payment
-# channels instead of jobs, --jobs N, --exit, --data-dir, --port.
+# channels instead of jobs, --jobs N, --exit, --data-dir, --port, --realistic (Praos blocks
+# and forks on the devnet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
