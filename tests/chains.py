@@ -32,9 +32,10 @@ def chain_under_test(data_dir: Path) -> DevnetProcess:
 
 
 def confirmations(devnet: DevnetProcess) -> int:
-    """The blocks a party waits on `devnet` before money counts (the market's confirmations,
-    the daemon's confirm_blocks): one on an instant chain; on a realistic one more than its
-    deepest fork, as an operator on mainnet chooses them."""
+    """The blocks the market waits on `devnet` before it funds a job: one on an instant
+    chain; on a realistic one more than its deepest fork, as an operator on mainnet chooses
+    them. (The daemons keep `confirm_blocks` 1 in the tests: the fake markets hand an
+    assignment out once, and the daemon counts depth from its first sight.)"""
     return FORK_DEPTH_MAX + 1 if devnet.profile == "realistic" else 1
 
 

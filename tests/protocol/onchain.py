@@ -95,9 +95,8 @@ SCRIPT_FAILED = 3136  # Ogmios: declared valid, but a script failed
 UNBOUNDED = -1  # a validity bound left out of a hand-made transaction
 
 
-async def confirm(devnet: DevnetProcess, tx: Transaction, depth: int = 1) -> Transaction:
-    """Submit `tx` and wait until it is `depth` blocks deep."""
-    await submit_and_wait(devnet.url, tx, confirmations=depth, timeout_s=30)
+async def confirm(devnet: DevnetProcess, tx: Transaction) -> Transaction:
+    await submit_and_wait(devnet.url, tx, timeout_s=30)
     return tx
 
 

@@ -226,7 +226,6 @@ async def new_provider(
     state_dir.mkdir()
     provider.key.save(str(state_dir / "provider.skey"))
     config = tmp_path / "provider.toml"
-    daemon = {"confirm_blocks": confirmations(devnet), **daemon}  # before money counts
     config.write_text(provider_toml(state_dir, market_url, bundles, disk_mib, offer_lines,
                                     **daemon))  # fmt: skip
     log = tmp_path / "daemon.log"
@@ -428,10 +427,9 @@ def safe_terms(
 async def lock_escrow(
     devnet: DevnetProcess, deployment: Deployment, consumer: Wallet, terms: dict[str, Any]
 ) -> str:
-    """Lock an escrow with `terms` on the devnet; its TXID#IX, once as deep as the daemon
-    wants it (a fake market hands an assignment out once)."""
+    """Lock an escrow with `terms` on the devnet; its TXID#IX."""
     datum = escrows.new_escrow(**terms)
     lovelace = escrows.lock_lovelace(devnet.context(), deployment, datum)
     unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
-    tx = await confirm(devnet, consumer.sign(unsigned), confirmations(devnet))
+    tx = await confirm(devnet, consumer.sign(unsigned))
     return format_out_ref(escrows.lock_escrow(tx.id))
