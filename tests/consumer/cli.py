@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from offchain.chain.submit import wait_for_confirmations
 from offchain.protocol.tx.txbuild import Wallet
 from tests.consumer.conftest import IDENTITY
 from tests.consumer.test_sdk import SPEC
+from tests.protocol.onchain import tx_fee as tx_fee  # where its users import it from
 from tests.protocol.onchain import wallet
 
 UNCHAINED = [sys.executable, "-m", "unchained.cli"]
@@ -42,13 +42,6 @@ def run(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProce
 def run_json(env: dict[str, str], *args: str, cwd: Path) -> tuple[int, Any]:
     done = run(env, *args, "--json", cwd=cwd)
     return done.returncode, json.loads(done.stdout)
-
-
-async def tx_fee(devnet, tx_id: str, since) -> int:
-    """The fee a confirmed transaction paid, read from the block that holds it."""
-    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
-    (tx,) = [t for t in block["transactions"] if t["id"] == tx_id]
-    return tx["fee"]["ada"]["lovelace"]
 
 
 async def funded_key(devnet, tmp_path: Path, lovelace: int) -> tuple[Wallet, Path]:

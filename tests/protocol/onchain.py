@@ -3,11 +3,13 @@ travel, and hand-made script transactions for attacks and their honest twins."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import pytest
 from pycardano import (
@@ -40,7 +42,7 @@ from pycardano import (
 
 from devnet.genesis import ADA
 from devnet.process import DevnetProcess, funded
-from offchain.chain.follower import RollForward, follow, tip_point
+from offchain.chain.follower import Point, RollForward, follow
 from offchain.chain.ogmios import OgmiosError, request
 from offchain.chain.submit import submit, submit_and_wait
 from offchain.protocol.job.receipt import Receipt
@@ -120,23 +122,40 @@ async def fund(devnet: DevnetProcess, address: Address, lovelace: int) -> None:
     await funded(devnet.url, str(address), lovelace, timeout_s=30)
 
 
-async def height_on_chain(devnet: DevnetProcess, tx_id: str, seen_in: dict) -> int:
+async def holding_block(
+    devnet: DevnetProcess, tx_id: str, since: Point, timeout_s: float = 30
+) -> dict[str, Any]:
+    """The block that holds `tx_id`, followed from `since` (waiting for it up to `timeout_s`),
+    or from the chain's start when a fork took `since` away: on a forking chain a point a
+    test read earlier may be orphaned, and a transaction may land in another block than
+    first."""
+    async with contextlib.aclosing(follow(devnet.url, [since, "origin"])) as events:
+        async with asyncio.timeout(timeout_s):
+            async for event in events:
+                if isinstance(event, RollForward) and any(
+                    tx["id"] == tx_id for tx in event.block["transactions"]
+                ):
+                    return event.block
+    raise AssertionError("a chain follower never ends")
+
+
+async def tx_fee(devnet: DevnetProcess, tx_id: str, since: Point) -> int:
+    """The fee a transaction confirmed after `since` paid, read from the block that holds it."""
+    block = await holding_block(devnet, tx_id, since)
+    (tx,) = [t for t in block["transactions"] if t["id"] == tx_id]
+    return int(tx["fee"]["ada"]["lovelace"])
+
+
+async def height_on_chain(devnet: DevnetProcess, tx_id: str, seen_in: dict[str, Any]) -> int:
     """The height of the block that holds `tx_id` on the chain now: the block `seen_in`
-    (where it was seen) unless a fork took that block, else found again from the start (on
-    a forking chain a transaction may land in another block than first)."""
-    tip = await tip_point(devnet.url)
+    (where it was seen) unless a fork took that block."""
     point = {"slot": seen_in["slot"], "id": seen_in["id"]}
-    async with contextlib.aclosing(follow(devnet.url, [point, "origin"])) as events:
-        async for event in events:
-            if not isinstance(event, RollForward):
-                if event.point == point:
-                    return int(seen_in["height"])
-                continue
-            if any(tx["id"] == tx_id for tx in event.block["transactions"]):
-                return int(event.block["height"])
-            if event.block["slot"] >= tip["slot"]:
-                break
-    raise AssertionError(f"transaction {tx_id} is not on the chain")
+    try:
+        async with contextlib.aclosing(follow(devnet.url, [point])) as events:
+            await anext(events)  # the intersection: still on chain
+        return int(seen_in["height"])
+    except OgmiosError:  # orphaned
+        return int((await holding_block(devnet, tx_id, "origin"))["height"])
 
 
 def balance(devnet: DevnetProcess, address: Address) -> int:

@@ -23,9 +23,8 @@ from provider.daemon.chain import Chain
 from provider.daemon.channel_claims import ChannelClaimer, admit
 from provider.money.channel_book import ChannelBook, IouAboveChannel
 from tests.protocol.channels import CLOSE_MS, DEPOSIT, iou, open_on
-from tests.protocol.onchain import balance, confirm, travel_to, wallet
+from tests.protocol.onchain import balance, confirm, travel_to, tx_fee, wallet
 from tests.provider.chain import deployed
-from tests.provider.test_payout_watcher import settled_fee
 
 HOUR_S = 3600
 SETTINGS = DaemonSettings(
@@ -78,7 +77,7 @@ async def test_the_schedule_claims_every_latest_iou_in_one_transaction(
     assert one.unclaimed == two.unclaimed == 0
     claim_tx = one.view.utxo.split("#")[0]
     assert two.view.utxo.split("#")[0] == claim_tx  # one transaction claimed both
-    fee = await settled_fee(devnet, claim_tx, since)
+    fee = await tx_fee(devnet, claim_tx, since)
     assert balance(devnet, provider.address) - before == 6_500_000 - fee
     for entry, (_, channel, _) in ((one, first), (two, second)):
         on_chain = read_channel(deployment, chain.utxo(entry.view.utxo))
@@ -114,7 +113,7 @@ async def test_a_closing_channel_is_claimed_at_once_and_a_drained_one_leaves_the
     entry = book.get(channel.id)
     assert entry.view.claimed == 1_500_000 and entry.view.closing_at >= 0
     assert not book.may_serve(channel.id, 1_500_000)  # no more service once it closes
-    fee = await settled_fee(devnet, entry.view.utxo.split("#")[0], since)
+    fee = await tx_fee(devnet, entry.view.utxo.split("#")[0], since)
     assert balance(devnet, provider.address) - before == 1_500_000 - fee
 
     await travel_to(devnet, entry.view.closing_at + 1)

@@ -22,10 +22,9 @@ from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Wallet, add_output, build, new_builder
 from provider.daemon.channel_claims import ChannelClaimer
 from tests.protocol.channels import iou, left
-from tests.protocol.onchain import balance, confirm, travel_to, wallet
+from tests.protocol.onchain import balance, confirm, travel_to, tx_fee, wallet
 from tests.provider.chain import deployed
 from tests.provider.test_channels_claims import SETTINGS, book_at, chain_of, opened
-from tests.provider.test_payout_watcher import settled_fee
 
 COPY_LOVELACE = 3 * ADA
 
@@ -81,7 +80,7 @@ async def test_a_topped_up_and_closing_channel_is_followed_past_a_copy_and_claim
     entry = book.get(channel.id)
     assert entry.view.closing_at == closing_at and entry.view.claimed == 1_700_000
     claim_tx = entry.view.utxo.split("#")[0]
-    fee = await settled_fee(devnet, claim_tx, since)
+    fee = await tx_fee(devnet, claim_tx, since)
     assert balance(devnet, provider.address) - before == 700_000 - fee
     claimed = on_chain(devnet, deployment, parse_out_ref(entry.view.utxo))
     assert claimed.datum.closing_at == closing_at  # claimed before its close, by the script

@@ -22,10 +22,9 @@ from provider.gateway.app import gateway_app
 from provider.money.channel_book import ChannelBook
 from provider.rentals.book import RentalBook
 from tests.protocol.channels import iou
-from tests.protocol.onchain import balance, wallet
+from tests.protocol.onchain import balance, tx_fee, wallet
 from tests.provider.test_channels_claims import SETTINGS, chain_of, opened
 from tests.provider.test_gateway_support import running, serving, stored
-from tests.provider.test_payout_watcher import settled_fee
 
 PRICE = 250_000  # lovelace a request
 REQUESTS = 12
@@ -85,5 +84,5 @@ async def test_requests_paid_by_ious_through_the_gateway_are_claimed_to_the_love
 
     entry = book.get(channel.id)
     assert entry is not None and entry.view.claimed == REQUESTS * PRICE and entry.unclaimed == 0
-    fee = await settled_fee(devnet, entry.view.utxo.split("#")[0], since)
+    fee = await tx_fee(devnet, entry.view.utxo.split("#")[0], since)
     assert balance(devnet, provider.address) - before == REQUESTS * PRICE - fee

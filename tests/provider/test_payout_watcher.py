@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pycardano import PaymentSigningKey
 
-from offchain.chain.submit import tip_point, wait_for_confirmations
+from offchain.chain.submit import tip_point
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.outcome import Outcome
 from offchain.protocol.job.receipt import EMPTY_HASH
@@ -30,6 +30,7 @@ from tests.protocol.onchain import (
     balance,
     lock,
     to_settle,
+    tx_fee,
     wallet,
 )
 from tests.provider.chain import deployed
@@ -95,15 +96,10 @@ async def test_the_watcher_settles_a_zero_unit_receipt_the_market_left(devnet, t
     settled = journal.get("refused")
     assert settled is not None and settled.stage == "refunded" and settled.settled_lovelace == 0
     assert balance(devnet, consumer.address) - before[0] == LOCKED - ALLOWANCE
-    fee = await settled_fee(devnet, settled.settle_tx, since)
+    fee = await tx_fee(devnet, settled.settle_tx, since)
     assert balance(devnet, provider.address) - before[1] == ALLOWANCE - fee
     income = own.income(payouts=0, claimed=0)  # what `provider status` shows
     assert (income.allowances, income.fees, income.net) == (ALLOWANCE, fee, ALLOWANCE - fee)
-
-
-async def settled_fee(devnet, tx_id: str, since) -> int:
-    block = await wait_for_confirmations(devnet.url, tx_id, since, timeout_s=30)
-    return next(t for t in block["transactions"] if t["id"] == tx_id)["fee"]["ada"]["lovelace"]
 
 
 async def test_small_payouts_are_settled_by_their_provider_without_waiting_for_the_close(
@@ -135,7 +131,7 @@ async def test_small_payouts_are_settled_by_their_provider_without_waiting_for_t
     first, second = journal.get("first"), journal.get("second")
     assert first.stage == second.stage == "settled" and first.settle_tx == second.settle_tx
     assert first.settled_lovelace == second.settled_lovelace == PRICE * SMALL
-    fee = await settled_fee(devnet, first.settle_tx, since)
+    fee = await tx_fee(devnet, first.settle_tx, since)
     assert balance(devnet, consumer.address) - before[0] == 2 * (LOCKED - PRICE * SMALL - ALLOWANCE)
     assert balance(devnet, provider.address) - before[1] == 2 * (PRICE * SMALL + ALLOWANCE) - fee
     income = own.income(payouts=first.settled_lovelace + second.settled_lovelace, claimed=0)
