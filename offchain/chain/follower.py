@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from offchain.chain.ogmios import Ogmios, OgmiosError
@@ -32,7 +32,7 @@ class RollBackward:
 ChainEvent = RollForward | RollBackward
 
 
-async def follow(url: str, points: list[Point] | None = None) -> AsyncIterator[ChainEvent]:
+async def follow(url: str, points: list[Point] | None = None) -> AsyncGenerator[ChainEvent, None]:
     """Yield chain events forever, starting after the newest of `points` found on chain.
 
     Pass the points you stored (newest first, ending with "origin" to fall back to the
@@ -45,7 +45,7 @@ async def follow(url: str, points: list[Point] | None = None) -> AsyncIterator[C
             yield event
 
 
-async def follow_from_tip(url: str) -> AsyncIterator[ChainEvent]:
+async def follow_from_tip(url: str) -> AsyncGenerator[ChainEvent, None]:
     """`follow` from the tip as it is now. A tip read first and followed later may be gone by
     then (a fork orphaned it: no intersection); here the intersection is found on the same
     connection, again with a fresh tip if a fork came in between, and later forks come as
@@ -64,7 +64,7 @@ async def follow_from_tip(url: str) -> AsyncIterator[ChainEvent]:
             yield event
 
 
-async def _events(ogmios: Ogmios) -> AsyncIterator[ChainEvent]:
+async def _events(ogmios: Ogmios) -> AsyncGenerator[ChainEvent, None]:
     while True:
         result = await ogmios.request("nextBlock")
         if result["direction"] == "forward":
