@@ -16,9 +16,12 @@ from devnet.process import DevnetProcess
 TEST_CHAIN = os.environ.get("UNCHAINED_TEST_CHAIN", "instant")
 if TEST_CHAIN not in ("instant", "realistic"):
     raise pytest.UsageError(f"UNCHAINED_TEST_CHAIN is instant or realistic, not {TEST_CHAIN!r}")
-# The forks of a realistic test chain: one block in 10 taken back, up to 2 deep.
+# The forks of a realistic test chain: one block in 10 taken back, up to 2 deep. Every
+# chain starts at the same slot, so a seed gives each the same leader slots and forks:
+# UNCHAINED_TEST_CHAIN_SEED picks another schedule.
 FORK_DEPTH_MAX = 2
-REALISTIC_FORKS = ("--fork-rate", "1/10", "--fork-depth-max", str(FORK_DEPTH_MAX))
+SEED = os.environ.get("UNCHAINED_TEST_CHAIN_SEED", "0")
+REALISTIC_FORKS = ("--fork-rate", "1/10", "--fork-depth-max", str(FORK_DEPTH_MAX), "--seed", SEED)
 
 
 def realistic_chain(data_dir: Path) -> DevnetProcess:
