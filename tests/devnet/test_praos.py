@@ -111,6 +111,7 @@ async def test_a_fork_drops_orphaned_transactions_whose_ttl_passed(slow_devnet):
     assert lovelace_at(devnet, receiver) == 0 and mempool["tip"]["height"] == adopted["height"] + 1
 
 
+@pytest.mark.devnet  # starts one of its own
 async def test_the_realistic_profile_forks_onto_longer_chains_and_keeps_every_payment(tmp_path):
     devnet = DevnetProcess.realistic(tmp_path / "data", "--fork-rate", "1/3", "--seed", "3")
     devnet.start()
@@ -143,3 +144,14 @@ async def test_the_realistic_profile_forks_onto_longer_chains_and_keeps_every_pa
         assert lovelace_at(devnet, receiver) == sum(amounts)  # each payment exactly once
     finally:
         devnet.stop()
+
+
+@pytest.mark.devnet  # starts one of its own
+def test_a_fork_rate_without_the_realistic_profile_is_refused_with_its_reason(tmp_path):
+    devnet = DevnetProcess(tmp_path / "data", extra_args=("--fork-rate", "1/2"))
+    with pytest.raises(RuntimeError, match="devnet exited"):
+        devnet.start()
+    assert (
+        "fork_rate apply to profile 'realistic' only"
+        in (devnet.data_dir / "devnet.log").read_text()
+    )
