@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from pycardano import Transaction, UTxO
+from pycardano import Transaction, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
@@ -49,6 +49,8 @@ class Chain:
     own: OwnTransactions | None = None  # where its submissions are recorded (the daemon's)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     seen: tuple[int, float] = (0, 0.0)  # the last tip's ms and the monotonic time it was read
+    # the inputs (collateral too) of its transactions submitted and not yet in a block, by id
+    pending: dict[str, frozenset[TransactionInput]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(
@@ -64,11 +66,23 @@ class Chain:
         return cls(url, context, deployment, Wallet.of(key, deployment.network), own)
 
     async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> Block:
-        """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it."""
-        block = await submit_confirmed_block(self.url, tx)
+        """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it.
+        Until then its inputs are `busy`: the daemon's next transaction (a claim beside a
+        settle) pays its fee from other UTxOs, not from one the ledger would see spent twice."""
+        tx_id = str(tx.id)
+        body = tx.transaction_body
+        self.pending[tx_id] = frozenset([*body.inputs, *(body.collateral or [])])
+        try:
+            block = await submit_confirmed_block(self.url, tx)
+        finally:
+            del self.pending[tx_id]
         if self.own is not None:
             self.own.record(tx, kind, allowances)
         return block
+
+    def busy(self) -> frozenset[TransactionInput]:
+        """The UTxOs its transactions in flight spend: none of them pays another's fee."""
+        return frozenset().union(*self.pending.values())
 
     async def call(self, work: Callable[..., T], *args: object) -> T:
         """`work(*args)` on a worker thread, holding the context alone."""

@@ -16,6 +16,7 @@ kept in memory that a restart would need: the book is the state.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -184,9 +185,8 @@ class ChannelClaimer:
         """Claim `claims` in one transaction from the provider's wallet, then record it."""
         chain = self.chain
         wallet = chain.wallet
-        unsigned = await chain.call(
-            claim_channels, chain.context, chain.deployment, claims, wallet.address
-        )
+        claim = functools.partial(claim_channels, busy=chain.busy())
+        unsigned = await chain.call(claim, chain.context, chain.deployment, claims, wallet.address)
         tx = wallet.sign(unsigned)
         total = sum(iou.amount - channel.datum.claimed for channel, iou in claims)
         log.info("claiming %d channel(s), %d lovelace: tx %s fee %d lovelace",

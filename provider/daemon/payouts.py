@@ -126,7 +126,7 @@ class PayoutWatcher:
             claim = Claim.sign(wallet.key, network, settle_hash, units)
             claims = [([escrow for escrow, _ in own], claim)]
             receipts = [pair for pair in receipts if pair not in own]
-        settle = functools.partial(batch.settle, claims=claims)
+        settle = functools.partial(batch.settle, claims=claims, busy=self.chain.busy())
         unsigned = await self.chain.call(
             settle, self.chain.context, deployment, receipts, wallet.address
         )

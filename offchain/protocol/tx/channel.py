@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pycardano import (
     Address,
@@ -25,6 +25,7 @@ from pycardano import (
     Redeemer,
     Transaction,
     TransactionBuilder,
+    TransactionInput,
     TransactionOutput,
     UTxO,
     Value,
@@ -220,11 +221,13 @@ def claim_channels(
     claims: Sequence[tuple[Channel, SignedIou]],
     submitter: Address,
     payees: Sequence[Address] = (),
+    busy: Collection[TransactionInput] = (),
 ) -> Transaction:
     """Claim each channel's IOU in one transaction: each provider is paid once (one output
     holding what all its channels take), each channel continues with the rest and `claimed`
     raised to its IOU's amount. A channel's provider address is the submitter's or one of
-    `payees` (its datum holds only the hash). The submitter pays the fee and signs."""
+    `payees` (its datum holds only the hash). The submitter pays the fee, from UTxOs outside
+    `busy` (its transactions in flight), and signs."""
     if not claims:
         raise BuildError("nothing to claim: no IOUs")
     ordered = sorted(claims, key=lambda claim: ledger_key(claim[0].utxo))
@@ -255,7 +258,7 @@ def claim_channels(
     withdraw_zero(
         context, builder, deployment.claim_ref, deployment.claim_reward_address, Redeemer(batch)
     )
-    add_inputs(builder, fee_inputs(context, submitter))
+    add_inputs(builder, fee_inputs(context, submitter, busy=busy))
     return build(builder, submitter)
 
 
