@@ -48,6 +48,7 @@ from offchain.protocol.tx.budgets import ExecutionBudgets
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.escrow import escrow_datum
 from offchain.protocol.tx.txbuild import (
+    SIZE_MARGIN,
     BuildError,
     Clock,
     add_inputs,
@@ -167,7 +168,7 @@ def settle(
         raise BuildError(f"the settle window closed at {iso(close)}")
     withdraw_zero(context, builder, deployment.settle_ref, deployment.reward_address, redeemers[-1])
     add_inputs(builder, fee)
-    tx = build(builder, submitter)
+    tx = build(builder, submitter, SIZE_MARGIN)
     budgets.learn([key for key, _ in keyed], redeemers)
     return tx
 

@@ -62,6 +62,7 @@ from offchain.protocol.tx.batch import pay_providers, withdraw_zero
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import (
     FEE_RESERVE,
+    SIZE_MARGIN,
     TTL_MS,
     BuildError,
     Clock,
@@ -259,7 +260,7 @@ def claim_channels(
         context, builder, deployment.claim_ref, deployment.claim_reward_address, Redeemer(batch)
     )
     add_inputs(builder, fee_inputs(context, submitter, busy=busy))
-    return build(builder, submitter)
+    return build(builder, submitter, SIZE_MARGIN)
 
 
 def _take(
