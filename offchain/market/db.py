@@ -15,8 +15,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg.errors import ReadOnlySqlTransaction
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -64,6 +66,18 @@ def make_engine(settings: MarketSettings) -> Engine:
         cursor.close()
 
     return engine
+
+
+def unreachable(exc: DBAPIError) -> bool:
+    """Whether `exc` says the database cannot be used now rather than that the request is
+    wrong: no connection (refused, dropped, the server shutting down or failing over, SQLite's
+    file locked past its timeout), or a session that cannot write (a standby reached where the
+    primary was). The API answers these 503, to be tried again, never 500."""
+    return (
+        isinstance(exc, OperationalError)
+        or exc.connection_invalidated
+        or isinstance(exc.orig, ReadOnlySqlTransaction)
+    )
 
 
 class _Writers:
