@@ -27,6 +27,9 @@ def engine_url(database_url: str) -> str:
         params = {k: str(v) for k, v in conninfo_to_dict(database_url).items()}
     except ProgrammingError as exc:
         raise ValueError(f"not a PostgreSQL connection URL: {exc}") from exc
+    ports = params.get("port", "").split(",")
+    if not all(port.isdigit() or not port for port in ports):
+        raise ValueError(f"a port is not a number: {params['port']}")
     url = URL.create(
         DRIVER,
         username=params.pop("user", None),

@@ -170,7 +170,7 @@ class MarketSettings(LayeredSettings):
         if value:
             try:
                 make_url(engine_url(value))
-            except ArgumentError as exc:
+            except (ArgumentError, ValueError) as exc:
                 raise ValueError(f"not a database URL: {exc}") from exc
         return value
 
