@@ -19,21 +19,9 @@ from pycardano import Address, Transaction
 
 from offchain.market.models import Settlement, SettlementState
 from offchain.protocol.ledger.split import settle_split
+from tests.market import flow
 from tests.market.client import Party
-from tests.market.flow import (
-    UNITS,
-    Locked,
-    deliver,
-    escrow_terms,
-    job_status,
-    leader_settings,
-    lock,
-    provider_with_offer,
-    quote,
-    quote_and_lock,
-    stored,
-    wait_for,
-)
+from tests.market.flow import Locked
 from tests.market.postgres import server_bin
 from tests.market.processes import MarketProcess
 from tests.market.replication import ReplicatedPair
@@ -66,25 +54,25 @@ async def test_the_market_rides_a_failover_losing_no_job_and_settling_each_once(
     devnet, market_deployment, settings, tmp_path, pair
 ):
     shared = settings.model_copy(update={"database_url": pair.new_database()})
-    made, market = await leader_settings(shared, devnet, tmp_path)
+    made, market = await flow.leader_settings(shared, devnet, tmp_path)
     market_before = balance(devnet, market.address)
     served = MarketProcess(made, tmp_path / "market.log").start()
     assert served.process is not None
     try:
         async with httpx.AsyncClient(base_url=served.url, timeout=60) as http:
-            provider = await provider_with_offer(devnet, http, made.identity)
+            provider = await flow.provider_with_offer(devnet, http, made.identity)
             provider_before = balance(devnet, provider.wallet.address)
-            delivered = [await quote_and_lock(devnet, market_deployment, http, made.identity)
+            delivered = [await flow.quote_and_lock(devnet, market_deployment, http, made.identity)
                          for _ in range(2)]  # fmt: skip
-            waiting = await quote_and_lock(devnet, market_deployment, http, made.identity)
+            waiting = await flow.quote_and_lock(devnet, market_deployment, http, made.identity)
             renters = {d.job: balance(devnet, d.consumer.wallet.address)
                        for d in (*delivered, waiting)}  # fmt: skip
-            consumer, job = await quote(devnet, http, made.identity)  # locked in the outage
-            terms = await escrow_terms(consumer, job)
+            consumer, job = await flow.quote(devnet, http, made.identity)  # locked in the outage
+            terms = await flow.escrow_terms(consumer, job)
             for deal in (*delivered, waiting):
-                await wait_for(deal.consumer, deal.job, "funded")
+                await flow.wait_for(deal.consumer, deal.job, "funded")
             for deal in delivered:
-                await deliver(provider, market_deployment, deal)
+                await flow.deliver(provider, market_deployment, deal)
             first = delivered[0]
             recorded = await settle_recorded(first)  # on the standby too: it was committed
 
@@ -98,25 +86,25 @@ async def test_the_market_rides_a_failover_losing_no_job_and_settling_each_once(
                 assert refused.status_code == 503, refused.text
                 assert refused.headers["retry-after"] == "5"
                 assert "the database cannot be used now" in refused.text
-            outage_lock = await lock(devnet, market_deployment, consumer, job, terms)
+            outage_lock = await flow.lock(devnet, market_deployment, consumer, job, terms)
             renters[job] = balance(devnet, consumer.wallet.address)
 
             pair.promote()
             body = await ready_until(http, lambda b: b["ready"], "the market on the new primary")
             assert body["checks"]["leader"]["detail"] == "this process leads"
             # every job the market was told of is there, as it was
-            assert (await job_status(waiting.consumer, waiting.job))["state"] == "funded"
-            assert (await job_status(first.consumer, first.job))["settle_tx"] == recorded
-            await wait_for(consumer, job, "funded")  # the follower found the outage's lock
-            fresh = await quote_and_lock(devnet, market_deployment, http, made.identity)
+            assert (await flow.job_status(waiting.consumer, waiting.job))["state"] == "funded"
+            assert (await flow.job_status(first.consumer, first.job))["settle_tx"] == recorded
+            await flow.wait_for(consumer, job, "funded")  # the follower found the outage's lock
+            fresh = await flow.quote_and_lock(devnet, market_deployment, http, made.identity)
             renters[fresh.job] = balance(devnet, fresh.consumer.wallet.address)
-            await wait_for(fresh.consumer, fresh.job, "funded")
+            await flow.wait_for(fresh.consumer, fresh.job, "funded")
             for deal in (waiting, outage_lock, fresh):
-                await deliver(provider, market_deployment, deal)
+                await flow.deliver(provider, market_deployment, deal)
             deals = [*delivered, waiting, outage_lock, fresh]
             settled = {}
             for deal in deals:
-                status = await wait_for(deal.consumer, deal.job, "settled", SETTLE_S)
+                status = await flow.wait_for(deal.consumer, deal.job, "settled", SETTLE_S)
                 settled[deal.ref] = status["settle_tx"]
             assert settled[first.ref] == recorded  # the settle that landed in the outage
         assert served.process.poll() is None  # the same process throughout: never restarted
@@ -133,7 +121,7 @@ async def settle_recorded(deal: Locked) -> str:
     settling, or settled already): it is then submitted whatever becomes of the database."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SETTLE_S
-    while (status := await job_status(deal.consumer, deal.job))["state"] not in (
+    while (status := await flow.job_status(deal.consumer, deal.job))["state"] not in (
         "settling", "settled"
     ):  # fmt: skip
         assert loop.time() < deadline, f"no settle of {deal.job} recorded"
@@ -152,7 +140,7 @@ def assert_settled_once(devnet, settings, deals: list[Locked], settled: dict[str
     """Each escrow is in exactly one settle transaction that could land (one the ledger
     refused, or one that expired, never could): the one its job shows, which the chain took,
     spending the escrow."""
-    rows = stored(settings, Settlement)  # read on the new primary, through the same URL
+    rows = flow.stored(settings, Settlement)  # read on the new primary, through the same URL
     shown = [(s.tx_id[:16], s.state, s.escrows) for s in rows]
     assert all(s.state != SettlementState.CONFLICTED for s in rows), shown
     for deal in deals:
@@ -183,7 +171,7 @@ def assert_paid_to_the_lovelace(
     after its lock), and the market's wallet took each fee allowance less the fees of the
     settles that landed."""
     splits = [
-        settle_split(d.escrow.output.amount.coin, PRICE, UNITS, SPEC["max_duration_s"],
+        settle_split(d.escrow.output.amount.coin, PRICE, flow.UNITS, SPEC["max_duration_s"],
                      d.fee_allowance)
         for d in deals
     ]  # fmt: skip
@@ -192,7 +180,8 @@ def assert_paid_to_the_lovelace(
     for deal, split in zip(deals, splits, strict=True):
         refunded = balance(devnet, deal.consumer.wallet.address) - renters[deal.job]
         assert refunded == split.consumer, deal.job
-    confirmed = [s for s in stored(settings, Settlement) if s.state == SettlementState.CONFIRMED]
+    rows = flow.stored(settings, Settlement)
+    confirmed = [s for s in rows if s.state == SettlementState.CONFIRMED]
     fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
                for s in confirmed)  # fmt: skip
     taken = sum(s.fee for s in splits) - fees
