@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -18,7 +19,7 @@ from alembic.script import ScriptDirectory
 from psycopg.errors import ReadOnlySqlTransaction
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -69,14 +70,14 @@ def make_engine(settings: MarketSettings) -> Engine:
 
 
 def unreachable(exc: DBAPIError) -> bool:
-    """Whether `exc` says the database cannot be used now rather than that the request is
-    wrong: no connection (refused, dropped, the server shutting down or failing over, SQLite's
-    file locked past its timeout), or a session that cannot write (a standby reached where the
-    primary was). The API answers these 503, to be tried again, never 500."""
-    return (
-        isinstance(exc, OperationalError)
-        or exc.connection_invalidated
-        or isinstance(exc.orig, ReadOnlySqlTransaction)
+    """Whether `exc` says the database cannot be used now rather than that the request or the
+    code is wrong: a dropped connection, PostgreSQL's operational errors (no connection, the
+    server shutting down or failing over, out of connections) or a session that cannot write
+    (a standby reached where the primary was). The API answers these 503, to be tried again,
+    never 500. SQLite's OperationalError is left out: it also means a missing table or a
+    syntax error, a bug to show as one."""
+    return exc.connection_invalidated or isinstance(
+        exc.orig, (psycopg.OperationalError, ReadOnlySqlTransaction)
     )
 
 
