@@ -17,6 +17,7 @@ from pycardano import Transaction, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
+from offchain.chain.context import track
 from offchain.chain.submit import submit_confirmed_block
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.core.errors import UnchainedError
@@ -79,6 +80,12 @@ class Chain:
         if self.own is not None:
             self.own.record(tx, kind, allowances)
         return block
+
+    def track(self) -> None:
+        """Its wallet's and its bond address's UTxOs from chain-sync from now on, not from the
+        node's slowest query at every heartbeat and payout (`UtxoTracker`)."""
+        address = self.wallet.address
+        track(self.context, [address, self.deployment.bond_address(address)])
 
     def busy(self) -> frozenset[TransactionInput]:
         """The UTxOs its transactions in flight spend: none of them pays another's fee."""

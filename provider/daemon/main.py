@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import docker
 
+from offchain.chain.context import untrack
 from offchain.protocol.api.market_errors import MarketError, MarketRefused
 from offchain.protocol.api.market_link import MarketLink
 from offchain.protocol.api.signed_request import KeySigner
@@ -100,6 +101,7 @@ class Daemon:
         stop_metrics = metrics.serving(self.settings.metrics_listen,
                                        metrics.slots(self.worker.capacity),
                                        metrics.channel_book(self.channels))  # fmt: skip
+        self.chain.track()
         await recover(self.worker)
         heartbeat = asyncio.create_task(self._every(self.settings.heartbeat_ms, self._heartbeat))
         loops = [
@@ -124,6 +126,7 @@ class Daemon:
             self.channels.close()
             self.endpoints.close()
             stop_metrics()
+            untrack(self.chain.context)
         log.info("provider daemon stopped")
 
     def stop(self) -> None:

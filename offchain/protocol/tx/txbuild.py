@@ -285,7 +285,13 @@ def add_inputs(builder: TransactionBuilder, utxos: Sequence[UTxO]) -> None:
 def build(builder: TransactionBuilder, payer: Address, margin: int = 0) -> Transaction:
     """Balance (change to `payer`) and evaluate the scripts: the unsigned transaction. Its
     fee already counts the witnesses of its key inputs and required signers; signed, it
-    leaves `margin` bytes under the ledger's maximum size (TooBig otherwise)."""
+    leaves `margin` bytes under the ledger's maximum size (TooBig otherwise). One with no
+    upper bound gets one `TTL_MS` away: a transaction valid forever could still land any time
+    after it was given up for lost, and its submitter can only wait on a clock; past its ttl
+    the chain itself says it never will (`submit.wait_for_confirmations`)."""
+    if builder.ttl is None:
+        clock = Clock.now(builder.context)
+        builder.ttl = clock.ttl_until(clock.tip_ms + TTL_MS)
     try:
         # pycardano type-checks the whole transaction at each of the many serialisations
         # balancing does: half of a 41-escrow settle's build. The finished transaction is
