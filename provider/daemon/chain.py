@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from pycardano import Transaction, UTxO
+from pycardano import Address, Transaction, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
@@ -24,7 +24,7 @@ from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
 from provider.daemon.resume import Block, tip_block
-from provider.keys import load_key
+from provider.keys import load_key, payout_address
 from provider.money.own_transactions import Kind, OwnTransactions
 
 T = TypeVar("T")
@@ -49,6 +49,13 @@ class Chain:
     own: OwnTransactions | None = None  # where its submissions are recorded (the daemon's)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     seen: tuple[int, float] = (0, 0.0)  # the last tip's ms and the monotonic time it was read
+    payout_to: Address | None = None  # where it is paid and who owns its bond; None: the wallet
+
+    @property
+    def payout(self) -> Address:
+        """The provider's payout address: its offers', its settlements', its channels', and
+        its bond's owner. The wallet (the hot key) only signs and pays fees."""
+        return self.payout_to or self.wallet.address
 
     @classmethod
     def of(
@@ -58,10 +65,13 @@ class Chain:
         deployment: Deployment,
         config: ProviderSettings,
     ) -> Chain:
-        """The provider's chain: its key's wallet on the deployment's network."""
+        """The provider's chain: its key's wallet on the deployment's network, paid at the
+        configured payout address (ConfigError: another network's)."""
         key = load_key(config.runner.state_dir)
         own = OwnTransactions.in_state_dir(config.runner.state_dir)
-        return cls(url, context, deployment, Wallet.of(key, deployment.network), own)
+        payout = payout_address(config.daemon.payout_address, key, deployment.network)
+        wallet = Wallet.of(key, deployment.network)
+        return cls(url, context, deployment, wallet, own, payout_to=payout)
 
     async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> Block:
         """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it."""

@@ -74,12 +74,16 @@ async def locked(devnet, deployment, consumer, provider, lovelace=LOCKED, /, **c
     return await lock_by_hand(devnet, deployment, consumer, provider, lovelace, datum)
 
 
-def escrow_job(devnet, deployment: Deployment, escrow: UTxO, spy: SigningSpy) -> EscrowJob:
-    """The job at `escrow` as the provider reads it: from the chain."""
+def escrow_job(
+    devnet, deployment: Deployment, escrow: UTxO, spy: SigningSpy, payout: Address | None = None
+) -> EscrowJob:
+    """The job at `escrow` as the provider reads it: from the chain; paid at `payout` (None:
+    the key's own address)."""
     context = devnet.context()
     on_chain = utxo_at(context, escrow.input)
     assert on_chain is not None
-    return EscrowJob(context, deployment, on_chain, SPEC, PRICE, spy.key)
+    paid = payout or Wallet.of(spy.key, deployment.network).address
+    return EscrowJob(context, deployment, on_chain, SPEC, PRICE, spy.key, paid)
 
 
 def refused(devnet, deployment, escrow, provider, reason, bond=None, error=EscrowRefused):
