@@ -1,8 +1,9 @@
 """A provider paid at a cold address (`daemon.payout_address`), on the session's devnet: its
 hot key signs acceptances, receipts and claims and its wallet pays the fees, while every
-lovelace it earns goes to the cold address, to the lovelace: a job the daemon settles itself
-(price x units), a small payout (raised to the minimum UTxO from the hot wallet), a channel's
-claim. Escrows and channels paying the hot address instead are refused, and the net income
+lovelace it earns goes to the cold address, to the lovelace: a job the market settles (the
+daemon's offer names the cold address; real market, real docker), a job the daemon settles
+itself (price x units), a small payout (raised to the minimum UTxO from the hot wallet), a
+channel's claim. Escrows and channels paying the hot address instead are refused, and the net income
 `provider status` shows is the change of the two addresses together. (Its acceptances:
 tests/protocol/test_escrow_check.py; its bond: tests/protocol/test_bond_owner.py.)"""
 
@@ -38,6 +39,16 @@ from tests.protocol.onchain import (
     wallet,
 )
 from tests.provider.chain import deployed
+from tests.provider.daemon_harness import (
+    CORE_PRICE,
+    consumer_of,
+    daemon_on_market,
+    provider_share,
+    request_and_lock,
+    settling_market,
+    spec,
+    wait_state,
+)
 from tests.provider.test_channels_claims import SETTINGS as CHANNELS
 from tests.provider.test_channels_claims import book_at
 from tests.provider.test_payout_watcher import NEAR_CLOSE, SMALL, UNITS, entry, settled_fee
@@ -144,3 +155,29 @@ async def test_a_channel_claim_pays_the_cold_address_and_the_hot_wallet_the_fee(
     assert balance(devnet, cold.address) - before[1] == 3_000_000
     assert balance(devnet, hot.address) - before[0] == -fee
     assert chain.own.income(payouts=0, claimed=3_000_000).net == 3_000_000 - fee
+
+
+async def test_the_daemon_offers_its_cold_address_and_a_settled_job_pays_it(
+    devnet, tmp_path, busybox
+):
+    """`provider run` with `daemon.payout_address`: its offer names the cold address, the
+    quote and the escrow pay it, the market settles, and the cold address receives exactly
+    price x units while the hot wallet, which only signed, is untouched (the market paid the
+    fee)."""
+    cold = cold_wallet()
+    deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
+    async with daemon_on_market(
+        devnet, tmp_path, deployment_file, settings, bundles=1, payout_address=str(cold.address)
+    ) as (daemon, hot, url):
+        published = next(line for line in daemon.log().splitlines() if "offer published" in line)
+        assert f"payout to {cold.address}" in published
+        before = balances(devnet, hot, cold)
+        async with consumer_of(devnet, url) as consumer:
+            script = "echo result > /out/answer"
+            job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
+            assert job.params["provider"] == str(cold.address)
+            assert job.params["provider_vkey"] == hot.vkey.hex()
+            status = await wait_state(consumer, job.job, {"settled"}, timeout_s=120)
+    units = status["receipt_units"]
+    assert units >= 1 and provider_share(job, units) == CORE_PRICE * units
+    assert balances(devnet, hot, cold) == [before[0], before[1] + CORE_PRICE * units]
