@@ -26,18 +26,9 @@ from provider.daemon.channel_claims import ChannelClaimer, admit
 from provider.daemon.journal import Journal
 from provider.daemon.payouts import PayoutWatcher
 from provider.money.own_transactions import OwnTransactions
+from tests.protocol import onchain
 from tests.protocol.channels import iou, open_on
-from tests.protocol.onchain import (
-    ALLOWANCE,
-    EVIDENCE,
-    LOCKED,
-    PRICE,
-    RESULT,
-    balance,
-    lock,
-    to_settle,
-    wallet,
-)
+from tests.protocol.onchain import ALLOWANCE, EVIDENCE, LOCKED, PRICE, RESULT, balance, wallet
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     CORE_PRICE,
@@ -77,9 +68,9 @@ async def test_a_job_the_daemon_settles_pays_the_cold_address_price_times_units(
     devnet, deployment, tmp_path
 ):
     consumer, hot, cold = await wallet(devnet), await wallet(devnet), cold_wallet()
-    escrow = await lock(devnet, deployment, consumer, hot, paid_at=cold.address)
+    escrow = await onchain.lock(devnet, deployment, consumer, hot, paid_at=cold.address)
     journal = Journal(tmp_path / "state")
-    signed = to_settle(deployment, hot.key, escrow, UNITS, RESULT, EVIDENCE)
+    signed = onchain.to_settle(deployment, hot.key, escrow, UNITS, RESULT, EVIDENCE)
     journal.save(entry("job", signed, escrows.escrow_datum(deployment, escrow).close))
     chain = chain_paid_at(devnet, deployment, hot, cold, tmp_path / "state")
     watcher = PayoutWatcher(chain, journal, tmp_path / "results", NEAR_CLOSE)
@@ -107,9 +98,9 @@ async def test_a_small_payout_to_the_cold_address_is_raised_from_the_hot_wallet(
     consumer, hot, cold = await wallet(devnet), await wallet(devnet), cold_wallet()
     least = batch.payout_minimum(devnet.context(), cold.address)
     assert 0 < PRICE * SMALL < least
-    escrow = await lock(devnet, deployment, consumer, hot, paid_at=cold.address)
+    escrow = await onchain.lock(devnet, deployment, consumer, hot, paid_at=cold.address)
     journal = Journal(tmp_path / "state")
-    signed = to_settle(deployment, hot.key, escrow, SMALL, RESULT, EVIDENCE)
+    signed = onchain.to_settle(deployment, hot.key, escrow, SMALL, RESULT, EVIDENCE)
     stopped = entry("stopped", signed, escrows.escrow_datum(deployment, escrow).close)
     journal.save(stopped.model_copy(update={"outcome": Outcome.CANCELLED}))  # settled at once
     chain = chain_paid_at(devnet, deployment, hot, cold, tmp_path / "state")
