@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from pycardano import Transaction, TransactionInput, UTxO
+from pycardano import Address, Transaction, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
@@ -25,7 +25,7 @@ from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
 from provider.daemon.resume import Block, tip_block
-from provider.keys import load_key
+from provider.keys import load_key, payout_address
 from provider.money.own_transactions import Kind, OwnTransactions
 
 T = TypeVar("T")
@@ -52,6 +52,13 @@ class Chain:
     seen: tuple[int, float] = (0, 0.0)  # the last tip's ms and the monotonic time it was read
     # the inputs (collateral too) of its transactions submitted and not yet in a block, by id
     pending: dict[str, frozenset[TransactionInput]] = dataclasses.field(default_factory=dict)
+    payout_to: Address | None = None  # where it is paid and who owns its bond; None: the wallet
+
+    @property
+    def payout(self) -> Address:
+        """The provider's payout address: its offers', its settlements', its channels', and
+        its bond's owner. The wallet (the hot key) only signs and pays fees."""
+        return self.payout_to or self.wallet.address
 
     @classmethod
     def of(
@@ -61,10 +68,13 @@ class Chain:
         deployment: Deployment,
         config: ProviderSettings,
     ) -> Chain:
-        """The provider's chain: its key's wallet on the deployment's network."""
+        """The provider's chain: its key's wallet on the deployment's network, paid at the
+        configured payout address (ConfigError: another network's)."""
         key = load_key(config.runner.state_dir)
         own = OwnTransactions.in_state_dir(config.runner.state_dir)
-        return cls(url, context, deployment, Wallet.of(key, deployment.network), own)
+        payout = payout_address(config.daemon.payout_address, key, deployment.network)
+        wallet = Wallet.of(key, deployment.network)
+        return cls(url, context, deployment, wallet, own, payout_to=payout)
 
     async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> Block:
         """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it.
@@ -84,8 +94,7 @@ class Chain:
     def track(self) -> None:
         """Its wallet's and its bond address's UTxOs from chain-sync from now on, not from the
         node's slowest query at every heartbeat and payout (`UtxoTracker`)."""
-        address = self.wallet.address
-        track(self.context, [address, self.deployment.bond_address(address)])
+        track(self.context, [self.wallet.address, self.deployment.bond_address(self.payout)])
 
     def busy(self) -> frozenset[TransactionInput]:
         """The UTxOs its transactions in flight spend: none of them pays another's fee."""

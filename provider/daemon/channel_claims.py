@@ -89,9 +89,8 @@ def admit(
         raise LookupError(f"no unspent output {format_out_ref(ref)} on chain")
     datum = script_datum(utxo, ChannelDatum, chain.deployment.channel_hash, ChannelRefused)
     channel = Channel(utxo, datum)
-    own = chain.wallet
     check_channel(
-        chain.deployment, channel, terms, own.vkey, own.address,
+        chain.deployment, channel, terms, chain.wallet.vkey, chain.payout,
         settings.channel_min_deposit_lovelace, settings.channel_min_close_period_ms,
     )  # fmt: skip
     view = view_of(chain.context, channel)
@@ -185,7 +184,7 @@ class ChannelClaimer:
         """Claim `claims` in one transaction from the provider's wallet, then record it."""
         chain = self.chain
         wallet = chain.wallet
-        claim = functools.partial(claim_channels, busy=chain.busy())
+        claim = functools.partial(claim_channels, own_payout=chain.payout, busy=chain.busy())
         unsigned = await chain.call(claim, chain.context, chain.deployment, claims, wallet.address)
         tx = wallet.sign(unsigned)
         total = sum(iou.amount - channel.datum.claimed for channel, iou in claims)

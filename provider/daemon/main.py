@@ -74,7 +74,7 @@ class Daemon:
         )  # fmt: skip
         gateway = self.settings.gateway_url
         self.offer = OfferKeeper(
-            self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
+            self.link, bundle, str(chain.payout), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
             GatewayTerms(gateway, config.offer.request_price) if gateway else None,
             functools.partial(load_slice_results, config.runner.state_dir),
