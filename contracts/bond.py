@@ -4,9 +4,12 @@ Parameters: network_id, escrow_hash, notice_ms, slash_share_bps. A slash needs t
 refunded in the same transaction and the provider's signed Acceptance of that escrow naming
 this bond script. The notice starts at the validity *upper* bound: the submitter picks both
 bounds, but only the upper one must lie in the future for the ledger to take the transaction.
-Every redeemer but Slash needs the provider's signature (a stranger's top-up would spend the
-bond UTxO a consumer's slash names). Continuing outputs keep the bond's address, tokens and
-reference script. Shaped for cost like escrow.py: small functions,
+The bond is owned by the key of its datum's `provider` address (the provider's payout
+address, a cold wallet's or the provider key's own): only the owner may begin unbonding or
+withdraw, so the provider key (hot: it lives on the daemon's machine) cannot take the bond
+away. A top-up needs the provider key's signature (the daemon may top up: a top-up only adds;
+a stranger's would spend the bond UTxO a consumer's slash names). Continuing outputs keep the
+bond's address, tokens and reference script. Shaped for cost like escrow.py: small functions,
 `assert`s over values, lists read by index.
 """
 
@@ -99,12 +102,15 @@ def validator(
         slash(network_id, escrow_hash, share, tx, own_ref, bond_hash, datum, redeemer)
         kept = continuing(tx, redeemer.bond_output, own, own.datum)
         assert kept >= locked - share, "slash takes at most the share"
-    else:
-        # a top-up too: a stranger's would spend the bond UTxO a consumer's slash names
+    elif isinstance(redeemer, TopUp):
+        # the provider key: a stranger's top-up would spend the bond UTxO a slash names
         assert blake2b_224(datum.provider_vkey) in tx.signatories, "provider must sign"
-        if isinstance(redeemer, TopUp):
-            assert continuing(tx, redeemer.bond_output, own, own.datum) > locked, "top up adds"
-        elif isinstance(redeemer, BeginUnbond):
+        assert continuing(tx, redeemer.bond_output, own, own.datum) > locked, "top up adds"
+    else:
+        owner = datum.provider.payment_credential
+        assert isinstance(owner, PubKeyCredential), "owner must be a key"
+        assert owner.credential_hash in tx.signatories, "owner must sign"
+        if isinstance(redeemer, BeginUnbond):
             unbonding = BondDatum(datum.provider, datum.provider_vkey, BoxedInt(upper_bound(tx)))
             kept = continuing(tx, redeemer.bond_output, own, SomeOutputDatum(unbonding))
             assert kept >= locked, "unbonding keeps the bond"

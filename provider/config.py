@@ -250,6 +250,12 @@ class DaemonSettings(_Section):
         "a fork cannot take it back after the work is promised; mainnet: 3-10",
     )  # fmt: skip
     bond_minimum_lovelace: int = Field(0, ge=0, description="the market's minimum bond")
+    payout_address: str | None = Field(
+        None, max_length=255, description="where the provider is paid (offers, settlements, "
+        "channel claims) and who owns its bond: a key's address (bech32) on the deployment's "
+        "network, a cold wallet's, whose key need not be on this machine; unset: the provider "
+        "key's own address",
+    )  # fmt: skip
     channel_credit_lovelace: int = Field(
         1_000_000, ge=0, description="a payment channel is served while what was served "
         "exceeds its renter's acknowledged IOUs by at most this much",
@@ -282,6 +288,16 @@ class DaemonSettings(_Section):
         "serves its Prometheus metrics at /metrics, apart from renters (\"\": none)",
     )  # fmt: skip
 
+    @field_validator("payout_address")
+    @classmethod
+    def _key_address(cls, text: str | None) -> str | None:
+        """An address a key owns: a bond's owner signs with it (PROTOCOL.md, bond)."""
+        from offchain.protocol.ledger.addresses import key_address  # pycardano: when one is set
+
+        if text is not None:
+            key_address(text)
+        return text
+
 
 class ProviderSettings(LayeredSettings):
     """The daemon's and the runner's settings: all a command needs but the offer."""
@@ -291,6 +307,7 @@ class ProviderSettings(LayeredSettings):
         "UNCHAINED_PROVIDER_STATE_DIR": "runner.state_dir",
         "UNCHAINED_PROVIDER_MARKET_URL": "daemon.market_url",
         "UNCHAINED_PROVIDER_MARKET_IDENTITY": "daemon.market_identity",
+        "UNCHAINED_PROVIDER_PAYOUT_ADDRESS": "daemon.payout_address",
     }
     defaults_beside_file = True  # the state directory: `state/` beside the config
 

@@ -1,7 +1,10 @@
 """The provider's signing key: one ed25519 key in the state directory, as a cardano-cli `.skey`
 envelope (PaymentSigningKeyShelley_ed25519), so the operator can inspect or move it with the
 usual Cardano tools, or that envelope sealed with a passphrase (`unchained key seal`,
-`offchain.core.sealed_keys`). It signs acceptances, receipts and the bond's transactions.
+`offchain.core.sealed_keys`). It signs acceptances, receipts, claims, settles and top-ups of
+the bond. The provider is paid at, and its bond is owned by, its payout address: the key's own
+by default, or a cold wallet's (`daemon.payout_address`) whose key never comes to this machine,
+so that a stolen hot key can neither redirect the earnings nor take the bond.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import os
 from pathlib import Path
 
 from cbor2 import CBORError
-from pycardano import PaymentSigningKey
+from pycardano import Address, Network, PaymentSigningKey
 from pycardano.exception import InvalidKeyTypeException
 
 from offchain.core.sealed_keys import KeyFileError, read_key_text
+from offchain.protocol.ledger.addresses import key_address
+from provider.config import ConfigError
 
 KEY_FILE = "provider.skey"
 SEED_BYTES = 32
@@ -39,13 +44,16 @@ def ensure_key(state_dir: Path) -> tuple[PaymentSigningKey, bool]:
 
 
 def load_key(state_dir: Path) -> PaymentSigningKey:
-    path = key_path(state_dir)
+    return load_key_file(key_path(state_dir), "run `unchained provider init` first")
+
+
+def load_key_file(path: Path, missing: str) -> PaymentSigningKey:
+    """The payment key in the file at `path` (sealed or plain); KeyFileError, with `missing`
+    (what to do) when there is no file."""
     try:
         text = read_key_text(path)  # sealed or plain
     except FileNotFoundError as exc:
-        raise KeyFileError(
-            f"no provider key at {path}: run `unchained provider init` first"
-        ) from exc
+        raise KeyFileError(f"no key at {path}: {missing}") from exc
     try:
         key = PaymentSigningKey.from_json(text, validate_type=True)
     except (InvalidKeyTypeException, CBORError, KeyError, ValueError) as exc:
@@ -53,3 +61,14 @@ def load_key(state_dir: Path) -> PaymentSigningKey:
     if len(key.payload) != SEED_BYTES:
         raise KeyFileError(f"{path} holds {len(key.payload)} bytes, not a {SEED_BYTES}-byte key")
     return key
+
+
+def payout_address(setting: str | None, key: PaymentSigningKey, network: Network) -> Address:
+    """Where the provider is paid on `network`: the `daemon.payout_address` setting, else the
+    key's own address; ConfigError when the setting is another network's address."""
+    if setting is None:
+        return Address(key.to_verification_key().hash(), network=network)
+    try:
+        return key_address(setting, network)
+    except ValueError as exc:
+        raise ConfigError(f"daemon.payout_address: {exc}") from exc

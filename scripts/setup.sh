@@ -12,7 +12,8 @@ fi
 if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
   apt-get update -qq && apt-get install -y -qq python3-venv
 fi
-# PostgreSQL for DATABASE_URL and the market's tests (they start throwaway clusters with it).
+# PostgreSQL for DATABASE_URL and the market's tests (they start throwaway clusters with it;
+# the failover test makes a streaming standby with its pg_basebackup, from postgresql-client).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
 fi

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlparse
 
-from pycardano import ChainContext, Network, ScriptHash, UTxO
+from pycardano import Address, ChainContext, Network, ScriptHash, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
 from offchain.chain import DEFAULT_OGMIOS_URL
 from offchain.chain.ogmios import request_sync
 from offchain.chain.ogmios_window import reward_balances
 from offchain.chain.time import ChainTime, read_chain_time
+from offchain.chain.utxo_tracker import UtxoTracker
 
 
 @runtime_checkable
@@ -49,7 +51,28 @@ def queries(context: ChainContext) -> ChainQueries:
 
 class OgmiosContext(OgmiosV6ChainContext):
     """pycardano's Ogmios v6 context, and the queries builders make beyond ChainContext
-    (`ChainQueries`) over the same Ogmios, synchronously."""
+    (`ChainQueries`) over the same Ogmios, synchronously. The UTxOs of addresses it `track`s
+    come from chain-sync (`UtxoTracker`) once it has caught up, not from the node's slowest
+    query."""
+
+    tracker: UtxoTracker | None = None
+
+    def track(self, addresses: Iterable[Address]) -> UtxoTracker:
+        """Follow the UTxOs at `addresses` from now on (one tracker a context: a new one
+        replaces the old); the caller stops it (`untrack`) when its work ends."""
+        self.untrack()
+        self.tracker = UtxoTracker(context_url(self), addresses, super().utxos).start()
+        return self.tracker
+
+    def untrack(self) -> None:
+        if self.tracker is not None:
+            self.tracker.stop()
+            self.tracker = None
+
+    def utxos(self, address: str | Address) -> list[UTxO]:
+        tracker = self.tracker
+        found = tracker.utxos(address) if tracker is not None else None
+        return found if found is not None else super().utxos(address)
 
     def chain_time(self) -> ChainTime:
         return read_chain_time(context_url(self))
@@ -61,6 +84,18 @@ class OgmiosContext(OgmiosV6ChainContext):
             {"scripts": [script.payload.hex()]},
         )
         return reward_balances(summaries).get(script.payload.hex())
+
+
+def track(context: ChainContext, addresses: Iterable[Address]) -> None:
+    """`context` answers the UTxOs at `addresses` from chain-sync (`OgmiosContext.track`);
+    any other context (a test's) goes on answering as it does."""
+    if isinstance(context, OgmiosContext):
+        context.track(addresses)
+
+
+def untrack(context: ChainContext) -> None:
+    if isinstance(context, OgmiosContext):
+        context.untrack()
 
 
 def chain_context(

@@ -153,10 +153,11 @@ async def confirmed_after(
         return await _confirmations(events, tx_id, confirmations, timeout_s, ttl, inputs)
 
 
-async def submit_confirmed(url: str, tx: Transaction, timeout_s: float = CONFIRM_TIMEOUT_S) -> int:
-    """Submit `tx` and wait until it is in a block; returns the block height. Refusals and
-    timeouts come back as ChainError in words an operator can act on."""
-    return int((await _confirmed(url, tx, timeout_s, None))["height"])
+async def submit_confirmed(url: str, tx: Transaction) -> int:
+    """Submit `tx` and wait until it is in a block (`submit_confirmed_block`); returns the
+    block height. Refusals and timeouts come back as ChainError in words an operator can act
+    on."""
+    return int((await submit_confirmed_block(url, tx))["height"])
 
 
 async def submit_confirmed_block(url: str, tx: Transaction) -> dict[str, Any]:

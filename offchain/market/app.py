@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,7 +26,7 @@ from offchain.core.errors import UnchainedError
 from offchain.market import errors
 from offchain.market.api.routes import app_wallet, jobs, offers, providers
 from offchain.market.dapp import routes as renter_app
-from offchain.market.db import POOL_SIZE, check_at_head, make_engine, upgrade
+from offchain.market.db import POOL_SIZE, check_at_head, make_engine, unreachable, upgrade
 from offchain.market.explorer import routes as explorer
 from offchain.market.ops import routes as ops
 from offchain.market.services.chain import Chain
@@ -33,6 +35,9 @@ from offchain.market.services.leadership import Background
 from offchain.market.services.storage import import_disk_blobs
 from offchain.market.settings import MarketSettings
 from offchain.protocol.api import signed_request
+
+log = logging.getLogger(__name__)
+RETRY_AFTER_S = 5  # what a 503 for an unreachable database tells the client to wait
 
 # The first kind an error is decides its status; any other UnchainedError is a 422.
 STATUS: dict[type[UnchainedError], int] = {
@@ -64,6 +69,21 @@ def error_response(exc: UnchainedError) -> JSONResponse:
 async def _unchained_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UnchainedError)
     return error_response(exc)
+
+
+async def _database_error(_request: Request, exc: Exception) -> JSONResponse:
+    """503 with Retry-After while the database cannot be used (down, restarting, failing over
+    to its standby): the client tries again, where a 500 would say the market is broken. Any
+    other database error is raised on, a 500 as before."""
+    assert isinstance(exc, DBAPIError)
+    if not unreachable(exc):
+        raise exc
+    log.warning("answered 503, the database cannot be used: %s", str(exc.orig).strip())
+    refusal = errors.Busy("the database cannot be used now (unreachable, restarting or failing "
+                          "over): try again shortly", "database")  # fmt: skip
+    response = error_response(refusal)
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 class _AsciiJSON(JSONResponse):
@@ -213,6 +233,7 @@ def create_app(settings: MarketSettings, chain: Chain | None = None) -> FastAPI:
     app.state.settings = settings
     app.add_exception_handler(UnchainedError, _unchained_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(DBAPIError, _database_error)
     app.add_middleware(BodyLimit, limit=settings.body_limit_bytes)
     if settings.crash_at == "receipt-received":
         app.add_middleware(CrashOnReceipt, settings=settings)

@@ -11,12 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg.errors import ReadOnlySqlTransaction
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -64,6 +67,18 @@ def make_engine(settings: MarketSettings) -> Engine:
         cursor.close()
 
     return engine
+
+
+def unreachable(exc: DBAPIError) -> bool:
+    """Whether `exc` says the database cannot be used now rather than that the request or the
+    code is wrong: a dropped connection, PostgreSQL's operational errors (no connection, the
+    server shutting down or failing over, out of connections) or a session that cannot write
+    (a standby reached where the primary was). The API answers these 503, to be tried again,
+    never 500. SQLite's OperationalError is left out: it also means a missing table or a
+    syntax error, a bug to show as one."""
+    return exc.connection_invalidated or isinstance(
+        exc.orig, (psycopg.OperationalError, ReadOnlySqlTransaction)
+    )
 
 
 class _Writers:

@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from contracts import SETTLE_BATCH_MAX
 from offchain.chain import DEFAULT_OGMIOS_URL
 from offchain.core.settings import LayeredSettings, SettingsFileError
+from offchain.market.database_url import engine_url
 from offchain.market.errors import Invalid
 from offchain.protocol.job.jobspec import describe
 
@@ -37,7 +40,10 @@ class MarketSettings(LayeredSettings):
     env_aliases: ClassVar[Mapping[str, str]] = {"DATABASE_URL": "database_url"}
 
     data_dir: Path = Field(Path("data/market"), description="SQLite file, blobs, logs.")
-    database_url: str = Field("", description="SQLAlchemy URL; empty: SQLite under data_dir.")
+    database_url: str = Field(
+        "", description="SQLAlchemy URL, or a libpq one (several hosts: whichever is the "
+        "primary, with target_session_attrs=read-write); empty: SQLite under data_dir.",
+    )  # fmt: skip
     ogmios_url: str = Field(DEFAULT_OGMIOS_URL, description="The chain: an Ogmios v6 WebSocket.")
     deployment: Path = Field(Path("data/deployment.json"), description="The protocol's file.")
     identity: str = Field(
@@ -157,9 +163,22 @@ class MarketSettings(LayeredSettings):
                              "leaves the wallet with what it keeps")  # fmt: skip
         return self
 
+    @field_validator("database_url")
+    @classmethod
+    def _readable_database_url(cls, value: str) -> str:
+        """Refused at start, naming the field, rather than at the first connection."""
+        if value:
+            try:
+                make_url(engine_url(value))
+            except (ArgumentError, ValueError) as exc:
+                raise ValueError(f"not a database URL: {exc}") from exc
+        return value
+
     @property
     def sqlalchemy_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.data_dir / 'market.db'}"
+        if self.database_url:
+            return engine_url(self.database_url)
+        return f"sqlite:///{self.data_dir / 'market.db'}"
 
     @property
     def blob_dir(self) -> Path:

@@ -39,7 +39,15 @@ from provider.cli.options import (
     settings_of,
     variable,
 )
-from provider.config import Offer, Prices, ProviderConfig, default_offer, to_toml
+from provider.config import (
+    DaemonSettings,
+    Offer,
+    Prices,
+    ProviderConfig,
+    ProviderSettings,
+    default_offer,
+    to_toml,
+)
 from provider.gpu.inventory import HostInventory, host_inventory
 
 if TYPE_CHECKING:
@@ -65,14 +73,15 @@ def provider_config(path: Path, flags: dict[str, Any]) -> tuple[ProviderConfig, 
 
 
 def escrow_job(
-    ref: str, flags: ChainFlags, state_dir: Path, spec: JobSpec, price: int
+    ref: str, flags: ChainFlags, settings: ProviderSettings, spec: JobSpec, price: int
 ) -> EscrowJob:
     """The escrow at `ref` as the chain has it, checked as an acceptance is before the job runs
     (`check_acceptable`: this deployment's, for this spec at this provider's price, key and
-    address, paying the whole max duration, with room to run and settle before it closes)."""
+    payout address, paying the whole max duration, with room to run and settle before it
+    closes)."""
     from offchain.chain.utxo import parse_out_ref, utxo_at
     from offchain.protocol.checks.escrow_check import check_acceptable
-    from provider.keys import load_key
+    from provider.keys import load_key, payout_address
     from provider.money.receipts import EscrowJob
 
     try:
@@ -82,11 +91,12 @@ def escrow_job(
     url = flags.ogmios_url
     context, deployment = open_deployment(url, flags.deployment, flags.network)
     with reported():
-        key = load_key(state_dir)
+        key = load_key(settings.runner.state_dir)
+        payout = payout_address(settings.daemon.payout_address, key, deployment.network)
         escrow = utxo_at(context, wanted)
         if escrow is None:
             raise fail(f"no unspent output {ref} on the chain at {url}", code=1)
-        job = EscrowJob(context, deployment, escrow, spec, price, key)
+        job = EscrowJob(context, deployment, escrow, spec, price, key, payout)
         check_acceptable(context, deployment, escrow, spec, job.offer, bond=None)
     return job
 
@@ -140,8 +150,7 @@ def exec_job(
     price = settings.offer.price_per_unit(spec)
     signed_for = None
     if escrow is not None:
-        state = settings.runner.state_dir
-        signed_for = escrow_job(escrow, flags, state, spec, price)
+        signed_for = escrow_job(escrow, flags, settings, spec, price)
     gpus = settings.offer.fitting_gpus(spec, inventory)[: spec.resources.gpus]
     runner = Runner(docker.from_env(), settings.runner)
     job = job_id or f"exec_{secrets.token_hex(6)}"
@@ -218,11 +227,19 @@ def init(
         int | None, typer.Option(help="Lovelace per disk GiB-second.")
     ] = None,
     network: NetworkOption = DEFAULT_NETWORK,
+    payout_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Be paid at, and have the bond owned by, this address (a cold "
+            "wallet's) [default: the provider key's address]."
+        ),
+    ] = None,
 ) -> None:
     """Write a provider config offering this machine (all of it unless flags say less) and
     make the provider's signing key (an existing key is kept, even with --force); print its
-    address on the network `--network` names."""
+    address on the network `--network` names, and where it is paid."""
     from offchain.core.sealed_keys import KeyFileError
+    from offchain.protocol.ledger.addresses import key_address
     from offchain.protocol.tx.txbuild import Wallet
     from provider.keys import ensure_key, key_path
 
@@ -253,20 +270,29 @@ def init(
             disk_mib=everything.disk_mib if disk_mib is None else disk_mib,
             prices=Prices(**{k: v for k, v in given_prices.items() if v is not None}),
         )
+        daemon = DaemonSettings(payout_address=payout_address)
     except ValidationError as exc:
         raise fail(describe(exc)) from exc
+    if payout_address is not None:
+        try:
+            key_address(payout_address, chain.pycardano)  # refused before anything is written
+        except ValueError as exc:
+            raise fail(f"--payout-address: {exc}") from exc
     try:
         key, made = ensure_key(settings.state_dir)
     except KeyFileError as exc:
         raise fail(str(exc)) from exc
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(to_toml(ProviderConfig(offer=offer, runner=settings)))
+    config.write_text(to_toml(ProviderConfig(offer=offer, runner=settings, daemon=daemon)))
     typer.echo(f"wrote {config}")
     typer.echo(f"gpus: {', '.join(chosen) if chosen else inventory.gpu.note or 'none offered'}")
     typer.echo(f"cores {offer.cpu_cores}, memory {offer.memory_mib} MiB, disk {offer.disk_mib} MiB")
     typer.echo(f"{'made' if made else 'kept'} the provider key {key_path(settings.state_dir)}")
     typer.echo(f"provider address ({chain}): {Wallet.of(key, chain.pycardano).address}")
     typer.echo(f"provider vkey: {key.to_verification_key().payload.hex()}")
+    if payout_address is not None:
+        typer.echo(f"paid at, and the bond owned by: {payout_address} (a cold wallet: its key "
+                   "stays off this machine)")  # fmt: skip
 
 
 MarketUrlOption = Annotated[

@@ -184,7 +184,7 @@ def open_deployment(
 @contextmanager
 def reported() -> Iterator[None]:
     """Turn what a chain command can run into (a refusal, the ledger's no, a lost connection)
-    into one line on stderr and exit code 1."""
+    into one line on stderr and exit code 1 (2: a setting that does not fit the chain)."""
     from ogmios.errors import ResponseError
 
     from offchain.chain.submit import UNREACHABLE, ChainError
@@ -195,6 +195,8 @@ def reported() -> Iterator[None]:
 
     try:
         yield
+    except ConfigError as exc:  # a setting read only against the chain (the payout's network)
+        raise fail(str(exc)) from exc
     except (BuildError, ChainError, KeyFileError, ReceiptError, Refused) as exc:
         raise fail(str(exc), code=1) from exc
     except ResponseError as exc:  # pycardano's Ogmios client: e.g. a script failed evaluation

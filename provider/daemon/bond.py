@@ -51,8 +51,8 @@ class BondManager:
         self.view = BondView(None, 0, None)
 
     def _bonds(self) -> list[tuple[UTxO, BondDatum]]:
-        wallet = self.chain.wallet
-        found = bonds_of(self.chain.context, self.chain.deployment, wallet.address, wallet.vkey)
+        chain = self.chain
+        found = bonds_of(chain.context, chain.deployment, chain.payout, chain.wallet.vkey)
         # the active bonds first, then those unbonding longest; the largest first among equals
         return sorted(found, key=lambda item: (
             isinstance(item[1].unbonding_since, Just),
@@ -93,14 +93,13 @@ class BondManager:
         bonds = self._bonds()
         if not bonds:
             return None
-        wallet = self.chain.wallet
+        chain = self.chain
+        vkey, payout = chain.wallet.vkey, chain.payout
         refusal: BondRefused | None = None
-        now = Clock.now(self.chain.context).tip_ms
+        now = Clock.now(chain.context).tip_ms
         for bond, _ in bonds:
             try:
-                check_bond(
-                    self.chain.deployment, bond, wallet.vkey, wallet.address, 0, close_ms, now
-                )
+                check_bond(chain.deployment, bond, vkey, payout, 0, close_ms, now)
                 return bond
             except BondRefused as exc:
                 refusal = refusal or exc

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from pycardano import Transaction, UTxO
+from pycardano import Address, Transaction, TransactionInput, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 from websockets.exceptions import WebSocketException
 
+from offchain.chain.context import track
 from offchain.chain.submit import submit_confirmed_block
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from offchain.core.errors import UnchainedError
@@ -24,7 +25,7 @@ from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
 from provider.config import ProviderSettings
 from provider.daemon.resume import Block, tip_block
-from provider.keys import load_key
+from provider.keys import load_key, payout_address
 from provider.money.own_transactions import Kind, OwnTransactions
 
 T = TypeVar("T")
@@ -49,6 +50,15 @@ class Chain:
     own: OwnTransactions | None = None  # where its submissions are recorded (the daemon's)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     seen: tuple[int, float] = (0, 0.0)  # the last tip's ms and the monotonic time it was read
+    # the inputs (collateral too) of its transactions submitted and not yet in a block, by id
+    pending: dict[str, frozenset[TransactionInput]] = dataclasses.field(default_factory=dict)
+    payout_to: Address | None = None  # where it is paid and who owns its bond; None: the wallet
+
+    @property
+    def payout(self) -> Address:
+        """The provider's payout address: its offers', its settlements', its channels', and
+        its bond's owner. The wallet (the hot key) only signs and pays fees."""
+        return self.payout_to or self.wallet.address
 
     @classmethod
     def of(
@@ -58,17 +68,37 @@ class Chain:
         deployment: Deployment,
         config: ProviderSettings,
     ) -> Chain:
-        """The provider's chain: its key's wallet on the deployment's network."""
+        """The provider's chain: its key's wallet on the deployment's network, paid at the
+        configured payout address (ConfigError: another network's)."""
         key = load_key(config.runner.state_dir)
         own = OwnTransactions.in_state_dir(config.runner.state_dir)
-        return cls(url, context, deployment, Wallet.of(key, deployment.network), own)
+        payout = payout_address(config.daemon.payout_address, key, deployment.network)
+        wallet = Wallet.of(key, deployment.network)
+        return cls(url, context, deployment, wallet, own, payout_to=payout)
 
     async def submit(self, tx: Transaction, kind: Kind, allowances: int = 0) -> Block:
-        """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it."""
-        block = await submit_confirmed_block(self.url, tx)
+        """Submit the wallet's `tx`, wait for its block ({slot, id, height}), and record it.
+        Until then its inputs are `busy`: the daemon's next transaction (a claim beside a
+        settle) pays its fee from other UTxOs, not from one the ledger would see spent twice."""
+        tx_id = str(tx.id)
+        body = tx.transaction_body
+        self.pending[tx_id] = frozenset([*body.inputs, *(body.collateral or [])])
+        try:
+            block = await submit_confirmed_block(self.url, tx)
+        finally:
+            del self.pending[tx_id]
         if self.own is not None:
             self.own.record(tx, kind, allowances)
         return block
+
+    def track(self) -> None:
+        """Its wallet's and its bond address's UTxOs from chain-sync from now on, not from the
+        node's slowest query at every heartbeat and payout (`UtxoTracker`)."""
+        track(self.context, [self.wallet.address, self.deployment.bond_address(self.payout)])
+
+    def busy(self) -> frozenset[TransactionInput]:
+        """The UTxOs its transactions in flight spend: none of them pays another's fee."""
+        return frozenset().union(*self.pending.values())
 
     async def call(self, work: Callable[..., T], *args: object) -> T:
         """`work(*args)` on a worker thread, holding the context alone."""

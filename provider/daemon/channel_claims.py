@@ -16,6 +16,7 @@ kept in memory that a restart would need: the book is the state.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -88,9 +89,8 @@ def admit(
         raise LookupError(f"no unspent output {format_out_ref(ref)} on chain")
     datum = script_datum(utxo, ChannelDatum, chain.deployment.channel_hash, ChannelRefused)
     channel = Channel(utxo, datum)
-    own = chain.wallet
     check_channel(
-        chain.deployment, channel, terms, own.vkey, own.address,
+        chain.deployment, channel, terms, chain.wallet.vkey, chain.payout,
         settings.channel_min_deposit_lovelace, settings.channel_min_close_period_ms,
     )  # fmt: skip
     view = view_of(chain.context, channel)
@@ -184,9 +184,8 @@ class ChannelClaimer:
         """Claim `claims` in one transaction from the provider's wallet, then record it."""
         chain = self.chain
         wallet = chain.wallet
-        unsigned = await chain.call(
-            claim_channels, chain.context, chain.deployment, claims, wallet.address
-        )
+        claim = functools.partial(claim_channels, own_payout=chain.payout, busy=chain.busy())
+        unsigned = await chain.call(claim, chain.context, chain.deployment, claims, wallet.address)
         tx = wallet.sign(unsigned)
         total = sum(iou.amount - channel.datum.claimed for channel, iou in claims)
         log.info("claiming %d channel(s), %d lovelace: tx %s fee %d lovelace",

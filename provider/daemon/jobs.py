@@ -206,6 +206,7 @@ class Worker:
             price = self.capacity.price_for(spec.resources, self.bundle.price_per_unit)
         return EscrowJob(
             self.chain.context, self.chain.deployment, escrow, spec, price, self.key,
+            self.chain.payout,
         )  # fmt: skip
 
     # -- running it ----------------------------------------------------------------------

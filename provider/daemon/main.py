@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import docker
 
+from offchain.chain.context import untrack
 from offchain.protocol.api.market_errors import MarketError, MarketRefused
 from offchain.protocol.api.market_link import MarketLink
 from offchain.protocol.api.signed_request import KeySigner
@@ -73,7 +74,7 @@ class Daemon:
         )  # fmt: skip
         gateway = self.settings.gateway_url
         self.offer = OfferKeeper(
-            self.link, bundle, str(chain.wallet.address), config.runner.state_dir,
+            self.link, bundle, str(chain.payout), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
             GatewayTerms(gateway, config.offer.request_price) if gateway else None,
             functools.partial(load_slice_results, config.runner.state_dir),
@@ -100,6 +101,7 @@ class Daemon:
         stop_metrics = metrics.serving(self.settings.metrics_listen,
                                        metrics.slots(self.worker.capacity),
                                        metrics.channel_book(self.channels))  # fmt: skip
+        self.chain.track()
         await recover(self.worker)
         heartbeat = asyncio.create_task(self._every(self.settings.heartbeat_ms, self._heartbeat))
         loops = [
@@ -124,6 +126,7 @@ class Daemon:
             self.channels.close()
             self.endpoints.close()
             stop_metrics()
+            untrack(self.chain.context)
         log.info("provider daemon stopped")
 
     def stop(self) -> None:

@@ -60,7 +60,7 @@ class PayoutWatcher:
             return
         now = await self.chain.call(self.chain.now_ms)
         at = await self.chain.call(self.chain.tip_point)  # each escrow read after it: unspent there
-        paid_at = self.chain.wallet.address  # its offers' payout address
+        paid_at = self.chain.payout  # its offers' payout address
         least = await self.chain.call(batch.payout_minimum, self.chain.context, paid_at)
         due: list[batch.ToSettle] = []
         small: dict[str, batch.ToSettle] = {}
@@ -126,7 +126,9 @@ class PayoutWatcher:
             claim = Claim.sign(wallet.key, network, settle_hash, units)
             claims = [([escrow for escrow, _ in own], claim)]
             receipts = [pair for pair in receipts if pair not in own]
-        settle = functools.partial(batch.settle, claims=claims)
+        settle = functools.partial(
+            batch.settle, claims=claims, own_payout=self.chain.payout, busy=self.chain.busy()
+        )
         unsigned = await self.chain.call(
             settle, self.chain.context, deployment, receipts, wallet.address
         )

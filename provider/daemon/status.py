@@ -145,8 +145,8 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     income = status["income"]
     lines.append(f"net income: {ada(income['net'])} = settled {ada(income['payouts'])} + "
                  f"claimed {ada(income['claimed'])} + fee allowances "
-                 f"{ada(income['allowances'])} - fees {ada(income['fees'])} (your wallet's "
-                 "change, less what went into your bond)")  # fmt: skip
+                 f"{ada(income['allowances'])} - fees {ada(income['fees'])} (the change of "
+                 "your wallet and payout address, less what went into your bond)")  # fmt: skip
     for process in status["gpu_processes"]:
         sm = "?" if process["sm_percent"] is None else f"{process['sm_percent']}%"
         billed = "a job's" if process["job"] else "the operator's own, not billed"

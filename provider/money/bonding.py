@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from pycardano import ChainContext, TransactionInput, UTxO
+from pycardano import Address, ChainContext, PaymentSigningKey, TransactionInput, UTxO
 
 from offchain.chain.utxo import format_out_ref
 from offchain.core.errors import UnchainedError
@@ -28,11 +28,18 @@ class BondNotChosen(BondError):
 
 @dataclasses.dataclass(frozen=True)
 class ProviderBonds:
-    """One provider's wallet and bonds on one chain."""
+    """One provider's wallet (its provider key's) and bonds on one chain; the bonds are
+    owned by its payout address (`owner`: the wallet's own, or a cold wallet's)."""
 
     context: ChainContext
     deployment: Deployment
     wallet: Wallet
+    owner: Address
+
+    @property
+    def cold(self) -> bool:
+        """Whether another key than the provider key owns the bond."""
+        return self.owner.payment_part != self.wallet.key_hash
 
     def balance(self) -> int:
         """Lovelace in the provider's wallet."""
@@ -48,7 +55,7 @@ class ProviderBonds:
             )
 
     def bonds(self) -> list[tuple[UTxO, BondDatum]]:
-        return bonds.bonds_of(self.context, self.deployment, self.wallet.address, self.wallet.vkey)
+        return bonds.bonds_of(self.context, self.deployment, self.owner, self.wallet.vkey)
 
     def bond(self, wanted: TransactionInput | None) -> tuple[UTxO, BondDatum]:
         """The bond a command acts on: the one named, or the only one."""
@@ -60,9 +67,7 @@ class ProviderBonds:
             named = format_out_ref(wanted)
             raise BondError(f"{named} is not a bond of this provider (see `bond show`)")
         if not found:
-            raise BondError(
-                f"no bond for {self.wallet.address}: post one with `bond create AMOUNT`"
-            )
+            raise BondError(f"no bond for {self.owner}: post one with `bond create AMOUNT`")
         if len(found) > 1:
             refs = ", ".join(out_ref(utxo) for utxo, _ in found)
             raise BondNotChosen(
@@ -90,6 +95,22 @@ class ProviderBonds:
         slot = withdrawable_slot(self.deployment, datum.unbonding_since.value, clock)
         if clock.tip_slot < slot:
             raise BondError(f"bond still unbonding: withdrawable at {clock.iso_slot(slot)}")
+
+
+def owner_wallet(bonds: ProviderBonds, owner_key: PaymentSigningKey | None) -> Wallet:
+    """The wallet that signs a bond's unbonding or withdrawal: the owner's key (`owner_key`,
+    read from a file the operator brings) or, when the provider key owns the bond, that key.
+    BondError when the key given is not the owner's, or none is given for a cold owner."""
+    if owner_key is None:
+        if bonds.cold:
+            raise BondError(
+                f"the bond is owned by {bonds.owner}, not by the provider key: sign with "
+                "--owner-key FILE (its key), or write --unsigned-tx FILE for its wallet"
+            )
+        return bonds.wallet
+    if owner_key.to_verification_key().hash() != bonds.owner.payment_part:
+        raise BondError(f"the key given does not own the bond: its owner is {bonds.owner}")
+    return Wallet(owner_key, bonds.owner)
 
 
 def check_no_open_jobs(open_job_ids: Sequence[str]) -> None:

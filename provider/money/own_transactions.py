@@ -34,8 +34,13 @@ class OwnTransaction:
 
 @dataclasses.dataclass(frozen=True)
 class Income:
-    """The provider's money over everything recorded, integer lovelace: `net` is its wallet's
-    change, less what it moved into its bond or back (the bond's own line)."""
+    """The provider's money over everything recorded, integer lovelace: `net` is the change of
+    its wallet (the provider key's) and its payout address together (one address unless the
+    payout address is a cold wallet's), less what it moved into its bond or back (the bond's
+    own line). Settlements and claims pay the payout address; fee allowances come to the
+    wallet, which pays the fees of what the daemon submits (an owner's unbond or withdrawal
+    fee comes from the owner's address). A small payout the daemon settles itself is raised to
+    the minimum UTxO from the wallet: lovelace moved between its own addresses, no income."""
 
     payouts: int  # escrow settlements paid to it, by anyone
     claimed: int  # from its payment channels

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pycardano import ChainContext, PaymentSigningKey, UTxO
+from pycardano import Address, ChainContext, PaymentSigningKey, UTxO
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.checks.escrow_check import check_acceptable, check_settleable
@@ -21,7 +21,6 @@ from offchain.protocol.job.offer import Offer
 from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.ledger.payloads import acceptance_payload, sign
 from offchain.protocol.tx.deployment import Deployment
-from offchain.protocol.tx.txbuild import Wallet
 from provider.sandbox.runner import RunResult
 
 
@@ -57,8 +56,9 @@ def receipt_fields(result: RunResult) -> ReceiptFields:
 
 @dataclasses.dataclass(frozen=True)
 class EscrowJob:
-    """One job at one escrow as this provider takes it. Its offer is built from the key, so
-    the key that signs is the key the escrow is checked against."""
+    """One job at one escrow as this provider takes it. Its offer is built from the key and
+    the payout address, so the key that signs and the address it is paid at are those the
+    escrow is checked against."""
 
     context: ChainContext
     deployment: Deployment
@@ -66,13 +66,13 @@ class EscrowJob:
     spec: JobSpec
     price_per_unit: int  # what this provider asks per second of the spec's bundle
     key: PaymentSigningKey
+    payout: Address  # the provider's payout address (`provider.keys.payout_address`)
 
     @property
     def offer(self) -> Offer:
-        """This provider's offer for the spec: its key, its address, its price."""
-        payout = Wallet.of(self.key, self.deployment.network).address
+        """This provider's offer for the spec: its key, its payout address, its price."""
         vkey = self.key.to_verification_key().payload
-        return Offer(vkey, payout, self.price_per_unit, self.spec.resources)
+        return Offer(vkey, self.payout, self.price_per_unit, self.spec.resources)
 
 
 def accept(job: EscrowJob, bond: UTxO | None) -> bytes:

@@ -95,9 +95,17 @@ async def quote(devnet: DevnetProcess, http: httpx.AsyncClient, identity: str) -
     return consumer, quoted.json()["job_id"]
 
 
-async def lock(devnet: DevnetProcess, deployment: Deployment, consumer: Party, job: str) -> Locked:
-    """Lock the job's escrow exactly as quoted, on chain only (the market is not told)."""
-    params = (await consumer.send("GET", f"/jobs/{job}/escrow")).json()
+async def lock(
+    devnet: DevnetProcess,
+    deployment: Deployment,
+    consumer: Party,
+    job: str,
+    params: dict[str, Any] | None = None,
+) -> Locked:
+    """Lock the job's escrow exactly as quoted, on chain only (the market is not told);
+    `params`: its escrow terms as the market gave them earlier (it may be down by now)."""
+    if params is None:
+        params = await escrow_terms(consumer, job)
     datum = EscrowParameters.model_validate(params).to_datum()
     unsigned = escrows.lock(
         devnet.context(), deployment, consumer.wallet.address, datum, params["lovelace"]
@@ -105,6 +113,13 @@ async def lock(devnet: DevnetProcess, deployment: Deployment, consumer: Party, j
     signed = consumer.wallet.sign(unsigned)
     block = await submit_and_wait(devnet.url, signed, timeout_s=30)
     return Locked(job, consumer, signed, block)
+
+
+async def escrow_terms(consumer: Party, job: str) -> dict[str, Any]:
+    """The escrow the market quoted for the job: what the consumer locks."""
+    answer = await consumer.send("GET", f"/jobs/{job}/escrow")
+    assert answer.status_code == 200, answer.text
+    return answer.json()
 
 
 async def quote_and_lock(

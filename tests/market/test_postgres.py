@@ -1,6 +1,7 @@
 """The throwaway PostgreSQL the market's tests run on: SQLAlchemy reaches it, it runs as a
 non-root user, each test gets its own database, and a session-level advisory lock is held by one
-connection at a time and freed when its holder goes (what leader election stands on)."""
+connection at a time and freed when its holder goes (what leader election stands on); a
+primary's synchronous standby has every commit and, promoted, takes the writes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import NullPool, create_engine, text
+
+from offchain.market.settings import MarketSettings
+from tests.market.postgres import server_bin
+from tests.market.replication import ReplicatedPair
 
 LEADER_LOCK = 0x756E6368  # any 64-bit key the contenders agree on
 
@@ -63,3 +68,29 @@ def test_an_advisory_lock_is_held_by_one_connection_until_it_goes(engine):
         for connection in (leader, follower):
             if connection is not None:
                 connection.close()
+
+
+@pytest.mark.postgres
+def test_a_standby_has_every_commit_and_once_promoted_takes_writes():
+    """The failover test's pair (tests/market/replication.py): a row committed on the primary
+    is on the standby when the primary dies; promoted, the standby takes writes through the
+    same multi-host URL (it waits for no standby of its own)."""
+    bin_dir = server_bin()
+    assert bin_dir is not None
+    pair = ReplicatedPair(bin_dir).start()
+    try:
+        url = pair.new_database()
+        engine = create_engine(MarketSettings(database_url=url).sqlalchemy_url, poolclass=NullPool)
+        with engine.begin() as connection:
+            connection.execute(text("CREATE TABLE t (lovelace BIGINT NOT NULL)"))
+            connection.execute(text("INSERT INTO t VALUES (1)"))
+        pair.stop_primary()
+        pair.promote()
+        with engine.begin() as connection:
+            connection.execute(text("INSERT INTO t VALUES (2)"))
+            port = connection.execute(text("SELECT current_setting('port')")).scalar_one()
+            rows = connection.execute(text("SELECT lovelace FROM t ORDER BY 1")).scalars().all()
+        engine.dispose()
+        assert (int(port), rows) == (pair.standby.port, [1, 2])
+    finally:
+        pair.stop()

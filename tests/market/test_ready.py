@@ -112,8 +112,9 @@ async def test_ready_fails_while_the_follower_stalls(devnet, settings):
 @pytest.mark.postgres
 async def test_ready_fails_while_postgresql_is_down(devnet, settings, caplog):
     """PostgreSQL stopped under a serving market: database fails (and the follower, whose
-    height it holds, is unknown; leadership is lost); started again, the market is ready again
-    by itself, its bids for leadership made while the database was down no obstacle."""
+    height it holds, is unknown; leadership is lost), a request that reads it is answered 503
+    to be tried again; started again, the market is ready again by itself, its bids for
+    leadership made while the database was down no obstacle."""
     bin_dir = server_bin()
     assert bin_dir is not None
     cluster = Cluster(bin_dir).start()  # its own: the session's stays up for the others
@@ -128,6 +129,8 @@ async def test_ready_fails_while_postgresql_is_down(devnet, settings, caplog):
                 )
                 assert "the database does not answer" in body["checks"]["database"]["detail"]
                 assert (await http.get("/health")).status_code == 200
+                offers = await http.get("/offers")  # a route that reads it: 503, not 500
+                assert offers.status_code == 503 and offers.headers["retry-after"], offers.text
 
                 def failed_bid(body: dict) -> bool:  # leadership lost, a bid made meanwhile
                     return "no bid for leadership" in caplog.text and "leader" in failing(body)

@@ -185,10 +185,14 @@ async def lock(
     consumer: Wallet,
     provider: Wallet,
     lovelace: int = LOCKED,
+    paid_at: Address | None = None,
     **changes,
 ) -> UTxO:
+    """An escrow for `provider`'s key, paying it at `paid_at` (None: its key's address)."""
     context = devnet.context()
     datum = escrow_terms(consumer, provider, Clock.now(context).tip_ms, **changes)
+    if paid_at is not None:
+        datum = dataclasses.replace(datum, provider=to_plutus(paid_at))
     tx = consumer.sign(escrows.lock(context, deployment, consumer.address, datum, lovelace))
     return output(await confirm(devnet, tx), escrows.ESCROW_OUTPUT)
 

@@ -199,7 +199,8 @@ async def test_the_bond_keeps_its_stake_part_and_only_grows_on_top_up(devnet, de
 
 
 async def test_only_the_provider_unbonds_keeping_the_bond_then_withdraws(devnet, deployment):
-    """Only the provider's signature unbonds and withdraws; its unbond may not take lovelace
+    """Only the provider's signature unbonds and withdraws (it owns the bond: its datum names
+    its key's address; test_bond_owner.py has a cold owner); its unbond may not take lovelace
     out of the bond on the way, and a bond that never gave notice does not withdraw."""
     provider, attacker = [await wallet(devnet) for _ in range(2)]
     bond = await post_bond(devnet, deployment, provider, BOND)
@@ -221,12 +222,12 @@ async def test_only_the_provider_unbonds_keeping_the_bond_then_withdraws(devnet,
         )
 
     await rejected(devnet, withdraw(provider, bond), SCRIPT_FAILED, "traces: not unbonding")
-    await rejected(devnet, unbond(attacker), SCRIPT_FAILED, "traces: provider must sign")
+    await rejected(devnet, unbond(attacker), SCRIPT_FAILED, "traces: owner must sign")
     taken = unbond(provider, BOND - 1)
     await rejected(devnet, taken, SCRIPT_FAILED, "traces: unbonding keeps the bond")
     bond = output(await confirm(devnet, unbond(provider)), 0)
     await travel_to(devnet, since + deployment.notice_ms)
-    await rejected(devnet, withdraw(attacker, bond), SCRIPT_FAILED, "traces: provider must sign")
+    await rejected(devnet, withdraw(attacker, bond), SCRIPT_FAILED, "traces: owner must sign")
     await confirm(devnet, withdraw(provider, bond))
 
 

@@ -29,12 +29,22 @@ from offchain.protocol.ledger.types import (
     PlutusAddress,
     PubKeyCredential,
 )
+from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.escrow import escrow_datum
 from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
 from provider.money.receipts import EscrowJob, accept
 from tests.protocol.evidence import SigningSpy, place
-from tests.protocol.onchain import escrow_terms, lock_by_hand, travel_to, wallet
+from tests.protocol.onchain import (
+    BOND,
+    confirm,
+    escrow_terms,
+    lock_by_hand,
+    output,
+    post_bond,
+    travel_to,
+    wallet,
+)
 
 SPEC = JobSpec(image="busybox:1.36", command=["true"], max_duration_s=60, max_price_lovelace=ADA)
 PRICE = ADA // 10  # lovelace per second of the bundle: the provider's due meets the min-UTxO
@@ -74,12 +84,16 @@ async def locked(devnet, deployment, consumer, provider, lovelace=LOCKED, /, **c
     return await lock_by_hand(devnet, deployment, consumer, provider, lovelace, datum)
 
 
-def escrow_job(devnet, deployment: Deployment, escrow: UTxO, spy: SigningSpy) -> EscrowJob:
-    """The job at `escrow` as the provider reads it: from the chain."""
+def escrow_job(
+    devnet, deployment: Deployment, escrow: UTxO, spy: SigningSpy, payout: Address | None = None
+) -> EscrowJob:
+    """The job at `escrow` as the provider reads it: from the chain; paid at `payout` (None:
+    the key's own address)."""
     context = devnet.context()
     on_chain = utxo_at(context, escrow.input)
     assert on_chain is not None
-    return EscrowJob(context, deployment, on_chain, SPEC, PRICE, spy.key)
+    paid = payout or Wallet.of(spy.key, deployment.network).address
+    return EscrowJob(context, deployment, on_chain, SPEC, PRICE, spy.key, paid)
 
 
 def refused(devnet, deployment, escrow, provider, reason, bond=None, error=EscrowRefused):
@@ -102,6 +116,37 @@ def accepted(devnet, deployment: Deployment, escrow: UTxO, provider: Wallet, bon
     assert spy.signed == [payload]
     assert verify(provider.vkey, payload, signature)
     return signature
+
+
+async def test_a_provider_paid_at_a_cold_address_accepts_only_escrows_paying_it(
+    devnet, deployment, consumer
+):
+    """Its offer names the cold address (`daemon.payout_address`): an escrow paying the hot
+    key's own address is another offer's, a bond the hot key owns is not the one its offer
+    backs; the escrow paying the cold address is accepted, signed by the hot key, backed by
+    the bond the cold key owns."""
+    provider = await wallet(devnet)  # its own: the bonds take most of a wallet
+    cold = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
+    context = devnet.context()
+    owned = bonds.create(context, deployment, cold.address, provider.vkey, BOND, provider.address)
+    cold_bond = output(await confirm(devnet, provider.sign(owned)), bonds.BOND_OUTPUT)
+    hot_bond = await post_bond(devnet, deployment, provider, BOND)
+    to_cold = await locked(devnet, deployment, consumer, provider, provider=to_plutus(cold.address))
+    to_hot = await locked(devnet, deployment, consumer, provider)
+    for escrow, bond, error, reason in (
+        (to_hot, cold_bond, EscrowRefused, Refusal.OTHER_ADDRESS),
+        (to_cold, hot_bond, BondRefused, Refusal.OTHER_ADDRESS),
+    ):
+        spy = SigningSpy(provider.key)
+        with pytest.raises(error) as refusal:
+            accept(escrow_job(devnet, deployment, escrow, spy, cold.address), bond)
+        assert refusal.value.reason is reason and spy.signed == [], refusal.value
+    spy = SigningSpy(provider.key)
+    signature = accept(escrow_job(devnet, deployment, to_cold, spy, cold.address), cold_bond)
+    payload = acceptance_payload(
+        0, deployment.escrow_hash, to_cold.input, SPEC.job_id(), deployment.bond_hash
+    )
+    assert spy.signed == [payload] and verify(provider.vkey, payload, signature)
 
 
 Changes = Callable[[int, Wallet], dict[str, Any]]  # (chain now, provider) -> lock arguments

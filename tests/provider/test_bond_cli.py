@@ -8,12 +8,13 @@ import json
 import re
 
 import pytest
-from pycardano import Network
+from pycardano import Address, Network, PaymentSigningKey, Transaction
 from typer.testing import CliRunner
 
 from devnet.genesis import ADA
 from offchain.chain.time import iso
 from offchain.core.sealed_keys import PASSPHRASE_FILE_VARIABLE, PASSPHRASE_VARIABLE
+from offchain.protocol.ledger.addresses import to_plutus
 from offchain.protocol.ledger.types import Just, Nothing
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx.txbuild import Clock, Wallet, out_ref
@@ -173,3 +174,76 @@ async def test_amounts_need_their_unit_and_the_chain_and_files_must_answer(
                    "--state-dir", str(tmp_path / state)]  # fmt: skip
         result = await asyncio.to_thread(cli.invoke, app, command)
         assert result.exit_code == code and message in result.stderr, result.output
+
+
+async def test_a_cold_owner_alone_unbonds_and_withdraws_through_the_cli(
+    devnet, deployment, deployment_path, tmp_path
+):
+    """`provider init --payout-address` names a cold wallet: the hot key posts and tops up
+    the bond (owned by the cold address), but only the cold key file given with `--owner-key`
+    gives notice and withdraws, to the cold address, each paying its own fee; `--unsigned-tx`
+    writes the notice for the cold wallet to sign instead. To the lovelace."""
+    cold = Wallet.of(PaymentSigningKey.generate(), Network.TESTNET)
+    await fund(devnet, cold.address, 10 * ADA)  # its own fees
+    config, state = tmp_path / "provider.toml", tmp_path / "state"
+    init = ["provider", "init", "--config", str(config), "--state-dir", str(state)]
+    mainnet = str(Address(cold.key_hash, network=Network.MAINNET))
+    for wrong, message in (("addr_test1nothing", "is not a Cardano address"),
+                           (mainnet, "is an address of mainnet, not of testnet")):  # fmt: skip
+        refused = cli.invoke(app, [*init, "--payout-address", wrong])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+        assert not config.exists()
+    made = cli.invoke(app, [*init, "--payout-address", str(cold.address)])
+    assert made.exit_code == 0, made.output
+    assert f'payout_address = "{cold.address}"' in config.read_text()
+    hot = Wallet.of(load_key(state), Network.TESTNET)
+    await fund(devnet, hot.address, 1_000 * ADA)
+    own = OwnTransactions.in_state_dir(state)
+
+    async def bond(*args: str, code: int = 0):
+        command = ["provider", "bond", *args, "--ogmios-url", devnet.url, "--deployment",
+                   str(deployment_path), "--config", str(config)]  # fmt: skip
+        result = await asyncio.to_thread(cli.invoke, app, command)
+        assert result.exit_code == code, result.output
+        return result
+
+    def the_bond():
+        [(utxo, datum)] = bonds.bonds_of(devnet.context(), deployment, cold.address, hot.vkey)
+        return utxo, datum
+
+    hot_start, cold_start = balance(devnet, hot.address), balance(devnet, cold.address)
+    created = await bond("create", "100ADA")
+    topped = await bond("top-up", "1ADA")
+    utxo, datum = the_bond()
+    assert datum.provider == to_plutus(cold.address) and utxo.output.amount.coin == 101 * ADA
+    assert utxo.output.address == deployment.bond_address(cold.address)
+    assert f"bond owner and payout address: {cold.address}" in (await bond("show")).stdout
+
+    refused = await bond("unbond", code=1)
+    assert f"the bond is owned by {cold.address}, not by the provider key" in refused.stderr
+    stranger = tmp_path / "stranger.skey"
+    stranger.write_text(PaymentSigningKey.generate().to_json())
+    refused = await bond("unbond", "--owner-key", str(stranger), code=1)
+    assert "the key given does not own the bond" in refused.stderr
+    written = tmp_path / "unbond.tx"
+    await bond("unbond", "--unsigned-tx", str(written))
+    unsigned = Transaction.from_cbor(written.read_text().strip())
+    assert unsigned.transaction_body.required_signers == [cold.key_hash]
+    assert the_bond()[1].unbonding_since == Nothing()  # written, not submitted
+
+    owner_key = tmp_path / "cold.skey"
+    owner_key.write_text(cold.key.to_json())
+    unbonding = await bond("unbond", "--owner-key", str(owner_key))
+    utxo, datum = the_bond()
+    assert isinstance(datum.unbonding_since, Just) and utxo.output.amount.coin == 101 * ADA
+    await travel_to(devnet, datum.unbonding_since.value + NOTICE_MS)
+    assert "the bond is owned by" in (await bond("withdraw", code=1)).stderr
+    withdrawn = await bond("withdraw", "--owner-key", str(owner_key))
+    assert f"withdrew 101.000000 ADA to {cold.address}" in withdrawn.stdout
+    assert bonds.bonds_of(devnet.context(), deployment, cold.address, hot.vkey) == []
+
+    hot_fees = fee(created.stdout) + fee(topped.stdout)
+    cold_fees = fee(unbonding.stdout) + fee(withdrawn.stdout)
+    assert balance(devnet, hot.address) - hot_start == -101 * ADA - hot_fees
+    assert balance(devnet, cold.address) - cold_start == 101 * ADA - cold_fees
+    assert own.income(payouts=0, claimed=0).net == -(hot_fees + cold_fees)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pycardano import Address, Network, PaymentSigningKey, ScriptHash
 
 from provider.config import (
     ConfigError,
@@ -12,12 +13,16 @@ from provider.config import (
     RunnerSettings,
     default_offer,
     load_config,
+    load_settings,
     to_toml,
 )
 from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory
+from provider.keys import payout_address
 from provider.selftest.checks import job
 
 GIB = 1 << 30
+TESTNET = Network.TESTNET
+MINIMAL = "[offer]\ncpu_cores = 1\nmemory_mib = 64\ndisk_mib = 1\n"
 BIG, SMALL = "GPU-0000000b-0000-4000-8000-000000000080", "GPU-0000000s-0000-4000-8000-000000000016"
 MACHINE = HostInventory(
     cpu_cores=32,
@@ -121,3 +126,30 @@ def test_a_missing_config_file_is_a_config_error(tmp_path):
 def test_unlimited_pids_are_not_an_option():
     with pytest.raises(ValueError, match="pids_limit"):
         RunnerSettings(pids_limit=0)
+
+
+def test_the_payout_address_is_a_keys_address_on_the_deployments_network(tmp_path):
+    """`daemon.payout_address` (a cold wallet's): a bond's owner must sign, so a script's or a
+    reward address is refused as the file is read, and another network's once the
+    deployment's network is known; unset, the provider key's own address."""
+    key = PaymentSigningKey.generate()
+    cold = Address(PaymentSigningKey.generate().to_verification_key().hash(), network=TESTNET)
+    path = tmp_path / "provider.toml"
+    script = Address(ScriptHash(bytes(28)), network=TESTNET)
+    reward = Address(staking_part=cold.payment_part, network=TESTNET)
+    for bad, message in (
+        ("addr_test1xyz", "is not a Cardano address (bech32)"),
+        (str(script), "is not paid to a key"),
+        (str(reward), "is not paid to a key"),
+    ):
+        path.write_text(f'{MINIMAL}[daemon]\npayout_address = "{bad}"\n')
+        with pytest.raises(ConfigError, match="payout_address") as refused:
+            load_config(path)
+        assert message in str(refused.value)
+    environ = {"UNCHAINED_PROVIDER_PAYOUT_ADDRESS": str(cold)}
+    assert load_settings(tmp_path / "none.toml", environ=environ).daemon.payout_address == str(cold)
+    assert payout_address(str(cold), key, TESTNET) == cold
+    own = Address(key.to_verification_key().hash(), network=TESTNET)
+    assert payout_address(None, key, TESTNET) == own
+    with pytest.raises(ConfigError, match="is an address of testnet, not of mainnet"):
+        payout_address(str(cold), key, Network.MAINNET)

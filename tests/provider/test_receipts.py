@@ -107,7 +107,8 @@ async def lock(devnet, deployment, consumer: Wallet, key: PaymentSigningKey, spe
 
 
 def escrow_job(devnet, deployment, escrow, spec, key: PaymentSigningKey) -> EscrowJob:
-    return EscrowJob(devnet.context(), deployment, escrow, spec, PRICE, key)
+    payout = Wallet.of(key, deployment.network).address
+    return EscrowJob(devnet.context(), deployment, escrow, spec, PRICE, key, payout)
 
 
 async def test_a_receipt_of_a_real_run_settles_a_real_escrow_to_the_lovelace(

@@ -20,6 +20,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from offchain.chain.context import track, untrack
 from offchain.market.services.chain import Chain
 from offchain.market.services.follower import ChainFollower
 from offchain.market.services.scheduler import start_scheduler
@@ -144,6 +145,8 @@ class Background:
         self.leading = True
         follower = asyncio.create_task(self.follower.run(self.settings.ogmios_url))
         scheduler: BackgroundScheduler | None = None
+        if self.batcher is not None:  # its wallet's UTxOs, read every run, from chain-sync
+            track(self.chain.context, [self.batcher.wallet.address])
         try:
             scheduler = await asyncio.to_thread(
                 start_scheduler, self.engine, self.chain, self.settings, self.batcher
@@ -158,3 +161,4 @@ class Background:
                 await follower
             if scheduler is not None:
                 await asyncio.to_thread(scheduler.shutdown)
+            untrack(self.chain.context)

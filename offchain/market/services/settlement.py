@@ -51,7 +51,7 @@ from offchain.protocol.ledger.split import settle_split
 from offchain.protocol.tx import batch as batches
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.budgets import ExecutionBudgets
-from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, fee_inputs
+from offchain.protocol.tx.txbuild import BuildError, Clock, TooBig, Wallet, fee_inputs
 
 log = logging.getLogger(__name__)
 S = JobState
@@ -76,6 +76,7 @@ class Batcher:
     ) -> None:
         self.engine, self.chain, self.wallet, self.settings = engine, chain, wallet, settings
         self.batch_max = settings.settle_batch_max
+        self.size_fits = settings.settle_batch_max  # escrows a batch holds under the size limit
         self.unsettleable: dict[str, str] = {}  # job id -> why a transaction of it alone failed
         self.waiting: set[str] = set()  # job ids whose provider payout is below the minimum
         self.budgets = ExecutionBudgets()  # batches of a shape seen before skip evaluation
@@ -188,6 +189,13 @@ class Batcher:
             return None
         try:
             tx = self._build([receipt for _, receipt in batch], busy)
+        except TooBig as exc:  # no failure: fewer escrows fit, found before anything is sent
+            if len(batch) > 1:
+                self.batch_max = self.size_fits = exc.fitting(len(batch))
+                log.info("a batch of %d: %s; trying %d", len(batch), exc, self.batch_max)
+            else:
+                self._failed([job for job, _ in batch], str(exc), lasting=True)
+            return None
         except BuildError as exc:
             market_metrics.batch_failed()
             self._failed([job for job, _ in batch], str(exc), lasting=isinstance(exc, TooDear))
@@ -214,7 +222,7 @@ class Batcher:
         crash_point(self.settings, "settlement-submitted")
         self._mark(settlement.tx_id, Sent.SUBMITTED)
         market_metrics.batch_submitted(len(batch), tx.transaction_body.fee)
-        self.batch_max = self.settings.settle_batch_max
+        self.batch_max = self.size_fits
         log.info("submitted %s settling %d escrow(s)", settlement.tx_id, len(batch))
         return settlement
 

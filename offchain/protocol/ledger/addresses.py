@@ -48,6 +48,21 @@ def from_plutus(data: PlutusAddress, network: Network) -> Address:
     return Address(_hash(data.payment), staking, network=network)
 
 
+def key_address(text: str, network: Network | None = None) -> Address:
+    """The bech32 address `text`, paid to a key (a verification key hash, not a script), on
+    `network` if one is named; ValueError saying what it is not."""
+    try:
+        address = Address.from_primitive(text)
+    except Exception as exc:  # pycardano raises several kinds for a bad address
+        raise ValueError(f"{text!r} is not a Cardano address (bech32)") from exc
+    if not isinstance(address.payment_part, VerificationKeyHash):
+        raise ValueError(f"{text} is not paid to a key (a script's or a reward address)")
+    if network is not None and address.network != network:
+        raise ValueError(f"{text} is an address of {address.network.name.lower()}, not of "
+                         f"{network.name.lower()}")  # fmt: skip
+    return address
+
+
 def _credential(part: VerificationKeyHash | ScriptHash) -> Credential:
     if isinstance(part, ScriptHash):
         return ScriptCredential(part.payload)

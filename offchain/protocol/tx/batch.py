@@ -6,8 +6,8 @@ each provider is paid once, in one output holding the sum its escrows earn; each
 escrows of one consumer (adjacent in ledger order) is refunded in one output. Payouts carry
 no datum. A party's payout is never topped up by the settler: a provider total below the
 ledger's minimum UTxO waits for a later batch (`SmallPayout`), unless the provider settles
-it itself (its own change raises its own output), and a consumer's refund always holds the
-return deposit its lock added (`escrow.refund_deposit`).
+it itself (its own change raises its own output, or its payout address's), and a consumer's
+refund always holds the return deposit its lock added (`escrow.refund_deposit`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from offchain.protocol.tx.budgets import ExecutionBudgets
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.escrow import escrow_datum
 from offchain.protocol.tx.txbuild import (
+    SIZE_MARGIN,
     BuildError,
     Clock,
     add_inputs,
@@ -107,6 +108,7 @@ def settle(
     budgets: ExecutionBudgets | None = None,
     busy: Collection[TransactionInput] = (),
     claims: Sequence[ClaimToSettle] = (),
+    own_payout: Address | None = None,
 ) -> Transaction:
     """Settle escrows by their receipts and claims in one transaction.
 
@@ -114,7 +116,9 @@ def settle(
     allowances leave after the fee goes to the submitter as change (the submitter pays the fee
     up front from its address and signs). With `budgets` (kept by a submitter that settles
     often), a batch of a shape already evaluated declares its execution units and skips
-    evaluateTransaction. The fee is paid from the submitter's UTxOs outside `busy`.
+    evaluateTransaction. The fee is paid from the submitter's UTxOs outside `busy`. A
+    provider settling its own receipts raises its small payout with its change: that at
+    `own_payout` (a cold address it is paid at; None: the submitter's own).
     """
     groups = sorted(
         (_claimed(deployment, utxos, claim) for utxos, claim in claims), key=lambda g: -len(g)
@@ -132,7 +136,7 @@ def settle(
     budgets = budgets if budgets is not None else ExecutionBudgets()
     clock = Clock.now(context)
     builder = new_builder(context)
-    payees = _pay_providers(context, builder, deployment, every, submitter)
+    payees = _pay_providers(context, builder, deployment, every, own_payout or submitter)
     first_refund = len(builder.outputs)
     ordered = sorted(every, key=lambda escrow: ledger_key(escrow.utxo))
     _refund_consumers(context, builder, deployment, ordered)
@@ -167,7 +171,7 @@ def settle(
         raise BuildError(f"the settle window closed at {iso(close)}")
     withdraw_zero(context, builder, deployment.settle_ref, deployment.reward_address, redeemers[-1])
     add_inputs(builder, fee)
-    tx = build(builder, submitter)
+    tx = build(builder, submitter, SIZE_MARGIN)
     budgets.learn([key for key, _ in keyed], redeemers)
     return tx
 
@@ -247,7 +251,7 @@ def _pay_providers(
     builder: TransactionBuilder,
     deployment: Deployment,
     escrows: Sequence[Escrow],
-    submitter: Address,
+    own: Address,
 ) -> dict[bytes, int]:
     """One output per provider address owed anything; their indices by address (Data)."""
     dues = [
@@ -259,19 +263,20 @@ def _pay_providers(
         for escrow in escrows
         if escrow.split.provider
     ]
-    return pay_providers(context, builder, dues, submitter)
+    return pay_providers(context, builder, dues, own)
 
 
 def pay_providers(
     context: ChainContext,
     builder: TransactionBuilder,
     dues: Sequence[tuple[K, Address, int]],
-    submitter: Address,
+    own: Address,
 ) -> dict[K, int]:
     """One output per provider (`dues`: its key, address and one amount it earns, for each
     item of a batch), holding its total, the provider with the most items first (it costs
     least at index 0); their indices by key. SmallPayout when a total is below the minimum
-    UTxO and its provider is not the submitter (whose own change raises its own output)."""
+    UTxO and its provider is not the submitter, paid at `own` (whose change raises its own
+    output: the submitter's address, or the payout address of a provider settling itself)."""
     owed: dict[K, list[int]] = {}
     addresses: dict[K, Address] = {}
     for key, to, amount in dues:
@@ -282,7 +287,7 @@ def pay_providers(
         to = addresses[key]
         output = TransactionOutput(to, sum(amounts))
         least = at_least_min_utxo(context, output, sum(amounts))
-        if least > sum(amounts) and submitter.payment_part != to.payment_part:
+        if least > sum(amounts) and own.payment_part != to.payment_part:
             small.append(f"{to} earns {sum(amounts)} lovelace in this batch, below the minimum "
                          f"UTxO ({least})")  # fmt: skip
             continue

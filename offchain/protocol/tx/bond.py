@@ -1,9 +1,12 @@
 """Bond transactions: create, top up, begin unbonding, withdraw, and slash (with a refund).
 
 The bond's continuing output keeps the bond's full address, so its stake part (and the
-staking rewards) cannot be redirected. Each builder returns an unsigned transaction; the
-provider signs create, top-up, begin-unbond and withdraw, a payer signs slash (the consumer,
-within the escrow's refund window).
+staking rewards) cannot be redirected. Each builder returns an unsigned transaction. A bond
+has an owner, the key of the address its datum names (`provider`: the provider's payout
+address), and a provider key (`provider_vkey`, which signs acceptances): the owner signs
+begin-unbond and withdraw, the provider key a top-up, whoever pays a create, a payer a slash
+(the consumer, within the escrow's refund window). The owner is the provider key itself when
+the provider is paid at its key's own address, or a cold key kept off the daemon's machine.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pycardano import (
     TransactionOutput,
     UTxO,
     Value,
+    VerificationKeyHash,
 )
 
 from offchain.chain.context import queries
@@ -68,14 +72,19 @@ def create(
     provider: Address,
     provider_vkey: bytes,
     lovelace: int,
+    payer: Address | None = None,
 ) -> Transaction:
-    """Post a bond from `provider`'s address backing the acceptances of `provider_vkey`,
-    staked like the provider's address."""
+    """Post a bond owned by `provider` (its payout address, a key's) backing the acceptances
+    of `provider_vkey`, staked like `provider`, paid from `payer`'s address (None: the
+    provider's own), whose key signs."""
+    if not isinstance(provider.payment_part, VerificationKeyHash):
+        raise BuildError(f"a bond's owner must be a key, and {provider} is not a key's address")
     datum = BondDatum(to_plutus(provider), provider_vkey, Nothing())
+    source = payer or provider
     builder = new_builder(context)
-    builder.add_input_address(provider)
+    builder.add_input_address(source)
     builder.add_output(TransactionOutput(deployment.bond_address(provider), lovelace, datum=datum))
-    return build(builder, provider)
+    return build(builder, source)
 
 
 def bond_datum(deployment: Deployment, bond: UTxO) -> BondDatum:
@@ -106,23 +115,26 @@ def top_up(
     provider: Address,
     lovelace: int,
 ) -> Transaction:
-    """Add `lovelace` from the provider's address to its bond; the provider signs (a
-    stranger's top-up would spend the bond UTxO a consumer's slash names)."""
+    """Add `lovelace` from the provider key's address `provider` to its bond; the provider
+    key signs (the daemon's hot key may: a top-up only adds, while a stranger's would spend
+    the bond UTxO a consumer's slash names)."""
     if lovelace <= 0:
         raise BuildError("a top-up must add lovelace")
-    datum = _provider_bond(deployment, bond, provider)
+    datum = bond_datum(deployment, bond)
+    _check_signer(provider, PaymentVerificationKey(datum.provider_vkey).hash(), "provider key")
     builder = _spend_bond(deployment, bond, TopUp(BOND_OUTPUT), context)
     _continue(builder, bond, datum, bond.output.amount.coin + lovelace)
-    return _signed_by_provider(builder, provider)
+    return _signed_by(builder, provider)
 
 
 def begin_unbond(
-    context: ChainContext, deployment: Deployment, bond: UTxO, provider: Address
+    context: ChainContext, deployment: Deployment, bond: UTxO, owner: Address
 ) -> Transaction:
-    """Start the notice period; withdraw after it (`Deployment.notice_ms`). The notice runs
-    from the transaction's validity upper bound (at most `TTL_MS` from now): the validator
-    takes no earlier time, as the submitter could backdate a lower bound."""
-    datum = _provider_bond(deployment, bond, provider)
+    """Start the notice period; withdraw after it (`Deployment.notice_ms`). The owner signs
+    and pays the fee from `owner` (an address of its key). The notice runs from the
+    transaction's validity upper bound (at most `TTL_MS` from now): the validator takes no
+    earlier time, as the submitter could backdate a lower bound."""
+    datum = _owned_bond(deployment, bond, owner)
     if isinstance(datum.unbonding_since, Just):
         raise BuildError(f"the bond is unbonding since {iso(datum.unbonding_since.value)}")
     clock = Clock.now(context)
@@ -131,14 +143,15 @@ def begin_unbond(
     since = clock.time.slot_to_posix_ms(builder.ttl)  # what the validator sees as the upper bound
     unbonding = BondDatum(datum.provider, datum.provider_vkey, Just(since))
     _continue(builder, bond, unbonding, bond.output.amount.coin)
-    return _signed_by_provider(builder, provider)
+    return _signed_by(builder, owner)
 
 
 def withdraw(
-    context: ChainContext, deployment: Deployment, bond: UTxO, provider: Address
+    context: ChainContext, deployment: Deployment, bond: UTxO, owner: Address
 ) -> Transaction:
-    """Take the bond back to the provider's address once the notice has run out."""
-    datum = _provider_bond(deployment, bond, provider)
+    """Take the bond back to `owner` (an address of the owner's key, which signs) once the
+    notice has run out."""
+    datum = _owned_bond(deployment, bond, owner)
     if not isinstance(datum.unbonding_since, Just):
         raise BuildError("the bond is not unbonding: begin unbonding first")
     clock = Clock.now(context)
@@ -147,7 +160,7 @@ def withdraw(
         raise BuildError(f"the unbonding notice runs until {clock.iso_slot(first)}")
     builder = _spend_bond(deployment, bond, Withdraw(), context)
     builder.validity_start = clock.tip_slot
-    return _signed_by_provider(builder, provider)
+    return _signed_by(builder, owner)
 
 
 def slash(
@@ -214,19 +227,32 @@ def current_bond(context: ChainContext, deployment: Deployment, bond: UTxO) -> U
     return max(found, key=lambda pair: pair[0].output.amount.coin)[0]
 
 
-def _provider_bond(deployment: Deployment, bond: UTxO, provider: Address) -> BondDatum:
+def bond_owner(deployment: Deployment, datum: BondDatum) -> Address:
+    """The address that owns a bond (its datum's `provider`), whose key alone may unbond and
+    withdraw it."""
+    return from_plutus(datum.provider, deployment.network)
+
+
+def _owned_bond(deployment: Deployment, bond: UTxO, owner: Address) -> BondDatum:
     datum = bond_datum(deployment, bond)
-    if provider.payment_part != PaymentVerificationKey(datum.provider_vkey).hash():
-        raise BuildError(f"{provider} is not the address of the bond's provider key")
+    wanted = bond_owner(deployment, datum).payment_part
+    if not isinstance(wanted, VerificationKeyHash):
+        raise BuildError("the bond's owner is a script: no key can unbond or withdraw it")
+    _check_signer(owner, wanted, "owner's key")
     return datum
 
 
-def _signed_by_provider(builder: TransactionBuilder, provider: Address) -> Transaction:
-    """The provider's own spend of its bond: the provider's key must sign it (the validator
-    requires it) and the provider's address pays the fee."""
-    builder.required_signers = [provider.payment_part]
-    builder.add_input_address(provider)
-    return build(builder, provider)
+def _check_signer(address: Address, key_hash: VerificationKeyHash, whose: str) -> None:
+    if address.payment_part != key_hash:
+        raise BuildError(f"{address} is not an address of the bond's {whose} ({key_hash})")
+
+
+def _signed_by(builder: TransactionBuilder, signer: Address) -> Transaction:
+    """A spend of the bond by the key of `signer` (the validator wants its signature), which
+    pays the fee from that address."""
+    builder.required_signers = [signer.payment_part]
+    builder.add_input_address(signer)
+    return build(builder, signer)
 
 
 def _spend_bond(

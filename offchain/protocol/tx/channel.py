@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pycardano import (
     Address,
@@ -25,6 +25,7 @@ from pycardano import (
     Redeemer,
     Transaction,
     TransactionBuilder,
+    TransactionInput,
     TransactionOutput,
     UTxO,
     Value,
@@ -61,6 +62,7 @@ from offchain.protocol.tx.batch import pay_providers, withdraw_zero
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import (
     FEE_RESERVE,
+    SIZE_MARGIN,
     TTL_MS,
     BuildError,
     Clock,
@@ -220,17 +222,22 @@ def claim_channels(
     claims: Sequence[tuple[Channel, SignedIou]],
     submitter: Address,
     payees: Sequence[Address] = (),
+    own_payout: Address | None = None,
+    busy: Collection[TransactionInput] = (),
 ) -> Transaction:
     """Claim each channel's IOU in one transaction: each provider is paid once (one output
     holding what all its channels take), each channel continues with the rest and `claimed`
-    raised to its IOU's amount. A channel's provider address is the submitter's or one of
-    `payees` (its datum holds only the hash). The submitter pays the fee and signs."""
+    raised to its IOU's amount. A channel's provider address is the submitter's, `own_payout`
+    (where a provider claiming for itself is paid, if not at the submitter's address) or one
+    of `payees` (its datum holds only the hash). The submitter pays the fee, from UTxOs
+    outside `busy` (its transactions in flight), and signs."""
     if not claims:
         raise BuildError("nothing to claim: no IOUs")
     ordered = sorted(claims, key=lambda claim: ledger_key(claim[0].utxo))
     if len({channel.utxo.input for channel, _ in ordered}) != len(ordered):
         raise BuildError("two IOUs for one channel")
-    addresses = {payee_hash(to_plutus(a)): a for a in (*payees, submitter)}
+    own = own_payout or submitter
+    addresses = {payee_hash(to_plutus(a)): a for a in (*payees, submitter, own)}
     takes = [_take(deployment, channel, iou, addresses) for channel, iou in ordered]
     clock = Clock.now(context)
     builder = new_builder(context)
@@ -238,7 +245,7 @@ def claim_channels(
         (c.datum.payee, addresses[c.datum.payee], take)
         for (c, _), take in zip(ordered, takes, strict=True)
     ]
-    outputs = pay_providers(context, builder, dues, submitter)
+    outputs = pay_providers(context, builder, dues, own)
     first_continuing = len(builder.outputs)
     for (channel, iou), take in zip(ordered, takes, strict=True):
         _continue(context, builder, channel, iou.amount, take)
@@ -255,8 +262,8 @@ def claim_channels(
     withdraw_zero(
         context, builder, deployment.claim_ref, deployment.claim_reward_address, Redeemer(batch)
     )
-    add_inputs(builder, fee_inputs(context, submitter))
-    return build(builder, submitter)
+    add_inputs(builder, fee_inputs(context, submitter, busy=busy))
+    return build(builder, submitter, SIZE_MARGIN)
 
 
 def _take(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import re
 from collections.abc import Collection, Sequence
 from typing import TypeVar
 
@@ -33,11 +34,12 @@ from pycardano import (
     TransactionInput,
     TransactionOutput,
     UTxO,
+    VerificationKey,
     VerificationKeyHash,
     VerificationKeyWitness,
     min_lovelace_post_alonzo,
 )
-from pycardano.exception import UTxOSelectionException
+from pycardano.exception import InvalidTransactionException, UTxOSelectionException
 from pycardano.plutus import Datum
 from pycardano.serialization import RawCBOR, default_encoder
 from typeguard import suppress_type_checks
@@ -56,10 +58,31 @@ TTL_MS = 15 * 60 * 1000  # how long a built transaction stays valid (at most)
 # Declared execution units over the evaluated ones. Scripts here read nothing the balancing
 # changes (fee, change), so evaluation is exact; pycardano's 20% would cost fees and batch size.
 EXECUTION_MARGIN = 0.02
+# Bytes a batch keeps free under the ledger's maximum transaction size. pycardano checks the
+# size while balancing, before the evaluated execution units replace its placeholders: a batch
+# of 127 escrows passed that check and came out 1-3 bytes over 16,384 (126 fit at 16,262).
+# `build` now checks the signed size itself, exactly; the margin keeps a batch clear of a
+# limit it would otherwise touch at its last item, whatever a later byte costs (a rebuilt
+# batch's units, a second signer). One-off transactions (a deploy's scripts) use the limit.
+SIZE_MARGIN = 128
 
 
 class BuildError(UnchainedError):
     """The transaction cannot be built (yet): the message says what is missing."""
+
+
+class TooBig(BuildError):
+    """The signed transaction would not fit the ledger's maximum size, less `margin` bytes to
+    spare: a batch builder takes fewer items (`fitting`)."""
+
+    def __init__(self, size: int, limit: int, margin: int = 0) -> None:
+        super().__init__(f"the transaction would take {size} bytes signed, over the "
+                         f"{limit} the ledger takes less a margin of {margin}")  # fmt: skip
+        self.size, self.limit, self.margin = size, limit, margin
+
+    def fitting(self, items: int) -> int:
+        """How many of `items` (alike in size) fit: a proportional guess, at least one fewer."""
+        return max(1, min(items - 1, items * (self.limit - self.margin) // self.size))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,9 +282,16 @@ def add_inputs(builder: TransactionBuilder, utxos: Sequence[UTxO]) -> None:
         builder.add_input(utxo)
 
 
-def build(builder: TransactionBuilder, payer: Address) -> Transaction:
+def build(builder: TransactionBuilder, payer: Address, margin: int = 0) -> Transaction:
     """Balance (change to `payer`) and evaluate the scripts: the unsigned transaction. Its
-    fee already counts the witnesses of its key inputs and required signers."""
+    fee already counts the witnesses of its key inputs and required signers; signed, it
+    leaves `margin` bytes under the ledger's maximum size (TooBig otherwise). One with no
+    upper bound gets one `TTL_MS` away: a transaction valid forever could still land any time
+    after it was given up for lost, and its submitter can only wait on a clock; past its ttl
+    the chain itself says it never will (`submit.wait_for_confirmations`)."""
+    if builder.ttl is None:
+        clock = Clock.now(builder.context)
+        builder.ttl = clock.ttl_until(clock.tip_ms + TTL_MS)
     try:
         # pycardano type-checks the whole transaction at each of the many serialisations
         # balancing does: half of a 41-escrow settle's build. The finished transaction is
@@ -270,8 +300,40 @@ def build(builder: TransactionBuilder, payer: Address) -> Transaction:
             body = builder.build(change_address=payer)
     except UTxOSelectionException as exc:
         raise BuildError(f"{payer} cannot pay for this transaction: {exc}") from exc
+    except InvalidTransactionException as exc:  # pycardano's own size check, while balancing
+        limit = builder.context.protocol_param.max_tx_size
+        size = re.search(r"size \((\d+)\)", str(exc))
+        if size is None:
+            raise
+        raise TooBig(int(size.group(1)), limit, margin) from exc
     witnesses = builder.build_witness_set(True)
-    return Transaction(body, witnesses, auxiliary_data=builder.auxiliary_data)
+    tx = Transaction(body, witnesses, auxiliary_data=builder.auxiliary_data)
+    check_size(tx, signers(builder), builder.context.protocol_param.max_tx_size, margin)
+    return tx
+
+
+def signers(builder: TransactionBuilder) -> int:
+    """How many key witnesses the transaction needs: its key inputs' (collateral too) and
+    required signers' keys."""
+    keys = {*(builder.required_signers or [])}
+    for utxo in [*builder.inputs, *builder.collaterals]:
+        if isinstance(utxo.output.address.payment_part, VerificationKeyHash):
+            keys.add(utxo.output.address.payment_part)
+    return len(keys)
+
+
+def check_size(tx: Transaction, witnesses: int, max_tx_size: int, margin: int = 0) -> int:
+    """The size of `tx` once `witnesses` keys have signed it; TooBig when that leaves less
+    than `margin` bytes under `max_tx_size`."""
+    stand_ins = [  # as large as any key's: a 32-byte key, a 64-byte signature; distinct
+        VerificationKeyWitness(VerificationKey.from_primitive(n.to_bytes(32, "big")), bytes(64))
+        for n in range(witnesses)
+    ]
+    signed = with_witnesses(tx, stand_ins) if witnesses else tx
+    size = len(signed.to_cbor())
+    if size > max_tx_size - margin:
+        raise TooBig(size, max_tx_size, margin)
+    return size
 
 
 def sign_tx(tx: Transaction, *keys: PaymentSigningKey | ExtendedSigningKey) -> Transaction:
