@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
@@ -213,12 +213,17 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
 def on_chain(env: Env) -> tuple["ConsumerKey", "OgmiosContext", "Deployment"]:
     """The key, the chain and the deployment checked on it (blocking: it reads the chain)."""
     from consumer.sdk.keys import load_key
+    from consumer.sdk.pending import AvoidingPending, PendingStore
     from offchain.chain.context import quiet_chain_clients
     from offchain.protocol.tx.deployment_start import open_checked
 
     quiet_chain_clients()
     context, deployment = open_checked(env.ogmios_url, env.deployment, env.chain)
-    return load_key(env.key, deployment.network), context, deployment
+    key = load_key(env.key, deployment.network)
+    busy = PendingStore(env.state_dir).busy()
+    if busy:  # the coins a wallet is signing for are not spent again
+        context = cast("OgmiosContext", AvoidingPending(context, key.address, busy))
+    return key, context, deployment
 
 
 @asynccontextmanager

@@ -3,7 +3,8 @@ that signs a transaction (`job submit`, `job refund`, `job slash`, `channel open
 top-up`, `channel close`) takes `--unsigned-tx FILE`: it writes the transaction unsigned and
 records it pending (`consumer.sdk.pending`). `tx submit TXID SIGNED` checks what the wallet
 gave back (the same transaction, a valid witness of your key), submits it, waits for its block
-and finishes the command as if it had signed it itself; `tx pending` lists them. (No `from
+and finishes the command as if it had signed it itself; `tx pending` lists them, `tx drop`
+forgets one the wallet will not sign. (No `from
 __future__ import annotations`: typer reads these annotations.)"""
 
 from pathlib import Path
@@ -68,6 +69,22 @@ def reporters() -> dict[str, Any]:
     return {"lock": report_lock, "refund": report_money_back, "slash": report_money_back,
             "channel-open": report_open, "channel-top-up": report_top_up,
             "channel-close": report_close, "channel-drain": report_close}  # fmt: skip
+
+
+@command(app, "drop")
+def drop(
+    env: Env,
+    tx_id: Annotated[str, typer.Argument(
+        metavar="TXID", help="The pending transaction's id (or a unique prefix of it).")],
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Forget a pending transaction your wallet will not sign: the coins it spends are free
+    for the next command (nothing was on chain, so nothing is lost)."""
+    from consumer.sdk.pending import PendingStore, describe
+
+    dropped = PendingStore(env.state_dir).drop(tx_id)
+    emit(as_json, {"tx_id": dropped.tx_id, "kind": dropped.kind},
+         f"dropped the pending {describe(dropped)} (transaction {dropped.tx_id})")  # fmt: skip
 
 
 @command(app, "pending")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pycardano import Address, Network, Transaction, TransactionOutput
+from pycardano import Address, Network, Transaction, TransactionInput, TransactionOutput, UTxO
 
 from consumer.sdk.channel_store import ChannelRecord, ChannelStore
 from consumer.sdk.errors import ConsumerError, InsufficientFunds, NothingToDo
@@ -32,6 +32,7 @@ from consumer.sdk.pending import Prepared, sign_here
 from consumer.sdk.quote import offer_signer
 from consumer.sdk.session import Wait
 from offchain.chain.ogmios import OgmiosError
+from offchain.chain.submit import submit_confirmed
 from offchain.chain.utxo import format_out_ref
 from offchain.protocol.api.wire import SignedOffer
 from offchain.protocol.ledger.addresses import from_plutus
@@ -165,13 +166,15 @@ class Channels:
         `provider`, closable after `close_period_ms`. The record is kept before the open is
         submitted, so a crash while it is in flight loses nothing."""
         prepared = await self.prepare_open(provider, deposit, close_period_ms)
+        signed = self.key.sign(prepared.tx)  # a key kept in a wallet is refused before
         record = ChannelRecord(**prepared.facts["record"])
         self.store.save(record)
         try:
-            return await self.run(prepared)
+            await submit_confirmed(self.ogmios_url, signed)
         except OgmiosError:  # the ledger refused it: no such channel
             self.store.forget(record.channel_id)
             raise
+        return self.finish(prepared.kind, prepared.facts, signed)
 
     async def prepare_open(
         self, provider: ProviderOffer, deposit: int, close_period_ms: int
@@ -256,8 +259,13 @@ class Channels:
             self.store.save(record)
             return record, signed
         if kind == "channel-close":
-            closed = signed.transaction_body.outputs[channels.CHANNEL_OUTPUT].datum  # as sent
-            return Closed(record.channel_id, "closing", tx_id, fee, closing_at=closed.closing_at)
+            output = channels.CHANNEL_OUTPUT  # its datum as sent, read back as the chain has it
+            closed = channels.read_channel(
+                self.deployment,
+                UTxO(TransactionInput(signed.id, output), signed.transaction_body.outputs[output]),
+            )
+            return Closed(record.channel_id, "closing", tx_id, fee,
+                          closing_at=closed.datum.closing_at)  # fmt: skip
         self.store.save(dataclasses.replace(record, closed_tx_id=tx_id))
         return Closed(record.channel_id, "drained", tx_id, fee, closing_at=facts["closing_at"],
                       returned=facts["returned"])  # fmt: skip

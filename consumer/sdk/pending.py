@@ -18,7 +18,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pycardano import Transaction, TransactionWitnessSet, VerificationKeyWitness
+from pycardano import (
+    Address,
+    Transaction,
+    TransactionInput,
+    TransactionWitnessSet,
+    UTxO,
+    VerificationKeyWitness,
+)
 
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.external import merged, whole_or_witnesses
@@ -27,6 +34,8 @@ from offchain.chain.submit import submit_confirmed
 from offchain.protocol.ledger.payloads import verify
 
 if TYPE_CHECKING:
+    from pycardano import ChainContext
+
     from consumer.sdk.keys import ConsumerKey
 
 
@@ -121,6 +130,25 @@ class PendingStore:
             )  # fmt: skip
         return pending, checked(pending, cbor, self.all())
 
+    def drop(self, given: str) -> PendingTx:
+        """Forget a pending transaction never submitted (its wallet will not sign it): the
+        renter's UTxOs it spends are free for the next one built."""
+        pending = self.get(given)
+        if pending.submitted_ms is not None:
+            raise AlreadySubmitted(f"transaction {pending.tx_id} is on chain already: nothing "
+                                   "to drop", tx=pending.tx_id)  # fmt: skip
+        (self.dir / f"{pending.tx_id}.json").unlink()
+        return pending
+
+    def busy(self) -> frozenset[TransactionInput]:
+        """The inputs the transactions still pending spend."""
+        return frozenset(
+            tx_input
+            for pending in self.all()
+            if pending.submitted_ms is None
+            for tx_input in pending.tx.transaction_body.inputs
+        )
+
     async def submit(self, ogmios_url: str, pending: PendingTx, signed: Transaction) -> None:
         """Submit `signed`, wait for its block, and mark it submitted (a replay is refused).
         A ledger refusal leaves it pending, so nothing is lost."""
@@ -183,6 +211,24 @@ def elsewhere(tx_id: bytes, others: list[PendingTx]) -> str:
             hint = f"`unchained tx submit {other.tx_id[:16]} FILE`"
             return f" (it is the pending {describe(other)}: {hint} takes it)"
     return ""
+
+
+class AvoidingPending:
+    """The chain as the renter's builders see it, less the renter's own UTxOs that its pending
+    transactions spend: a second transaction built while a wallet has the first does not
+    spend the same coins (both stay valid). Everything else is the context's own."""
+
+    def __init__(self, context: ChainContext, renter: Address, busy: frozenset[TransactionInput]):
+        self._context, self._renter, self._busy = context, str(renter), busy
+
+    def utxos(self, address: str | Address) -> list[UTxO]:
+        found = self._context.utxos(address)
+        if str(address) != self._renter:
+            return found
+        return [utxo for utxo in found if utxo.input not in self._busy]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
 
 
 async def sign_here(key: ConsumerKey, ogmios_url: str, prepared: Prepared) -> Transaction:
