@@ -658,6 +658,7 @@ def cancel(
             "--wait", min=1, help="Seconds to wait for the provider's answer and the money."
         ),
     ] = 120,
+    unsigned_tx: UnsignedTx = None,
     as_json: Json = False,
 ) -> None:
     """Take the job back: unlocked, it is dropped; not started, the escrow comes back now
@@ -667,11 +668,22 @@ def cancel(
     async def go() -> Any:
         async with opened(env) as consumer:
             step = (lambda _: None) if as_json else typer.echo
-            return await cancel_job(consumer, job_id, wait_s, step)
-
-    from offchain.protocol.job.job_state import SETTLE_NEXT, JobState
+            wallet = None  # or where the provider-signed Cancel goes for the wallet's witness
+            if unsigned_tx is not None:
+                wallet = functools.partial(defer, env, consumer.key, path=unsigned_tx,
+                                           as_json=as_json, job_id=job_id)  # fmt: skip
+            return await cancel_job(consumer, job_id, wait_s, step, wallet)
 
     done = run_sync(go())
+    if done.how != "pending":  # a pending one was told as it was written
+        report_cancel(as_json, "cancel", {"job_id": job_id}, done)
+
+
+def report_cancel(as_json: bool, kind: str, facts: dict[str, Any], done: Any) -> None:
+    """How a cancel ended (`consumer.sdk.cancel.Cancelled`)."""
+    from offchain.protocol.job.job_state import SETTLE_NEXT, JobState
+
+    job_id = facts["job_id"]
     waited = "" if done.blocks is None else f", {done.blocks} block(s) after the request"
     back = (f"{ada(done.returned)} back to you in transaction {done.tx_id}{waited}"
             if done.state == JobState.SETTLED else

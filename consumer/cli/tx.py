@@ -1,10 +1,10 @@
 """`unchained tx ...`: transactions your wallet signs outside this process. Each renter command
-that signs a transaction (`job submit`, `job refund`, `job slash`, `channel open`, `channel
-top-up`, `channel close`) takes `--unsigned-tx FILE`: it writes the transaction unsigned and
-records it pending (`consumer.sdk.pending`). `tx submit TXID SIGNED` checks what the wallet
-gave back (the same transaction, a valid witness of your key), submits it, waits for its block
-and finishes the command as if it had signed it itself; `tx pending` lists them, `tx drop`
-forgets one the wallet will not sign. (No `from
+that signs a transaction (`job submit`, `job refund`, `job slash`, `job cancel`, `channel
+open`, `channel top-up`, `channel close`) takes `--unsigned-tx FILE`: it writes the
+transaction unsigned and records it pending (`consumer.sdk.pending`). `tx submit TXID SIGNED`
+checks what the wallet gave back (the same transaction, a valid witness of your key), submits
+it, waits for its block and finishes the command as if it had signed it itself; `tx pending`
+lists them, `tx drop` forgets one the wallet will not sign. (No `from
 __future__ import annotations`: typer reads these annotations.)"""
 
 from pathlib import Path
@@ -54,6 +54,8 @@ def finish_pending(env: Env, given: str, signed: Path, as_json: bool) -> None:
             await store.submit(env.ogmios_url, pending, tx)
             return channels.finish(pending.kind, pending.facts, tx)
         async with opened(env) as consumer:
+            if pending.kind == "lock":  # its escrow is reported in a signed request
+                consumer.key.can_sign("report the escrow to the market")  # before the submit
             await store.submit(env.ogmios_url, pending, tx)
             return await consumer.finish(pending.kind, pending.facts, tx)
 
@@ -64,9 +66,10 @@ def finish_pending(env: Env, given: str, signed: Path, as_json: bool) -> None:
 def reporters() -> dict[str, Any]:
     """Each kind's report, the one its own command prints once signed here."""
     from consumer.cli.channel import report_close, report_open, report_top_up
-    from consumer.cli.main import report_lock, report_money_back
+    from consumer.cli.main import report_cancel, report_lock, report_money_back
 
     return {"lock": report_lock, "refund": report_money_back, "slash": report_money_back,
+            "cancel": report_cancel,
             "channel-open": report_open, "channel-top-up": report_top_up,
             "channel-close": report_close, "channel-drain": report_close}  # fmt: skip
 

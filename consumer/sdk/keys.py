@@ -71,6 +71,9 @@ class ConsumerKey:
     def sign(self, tx: Transaction) -> Transaction:
         return sign_tx(tx, self.key)
 
+    def can_sign(self, what: str) -> None:
+        """Nothing: this key signs here (a `WalletKey` refuses, saying `what` it cannot do)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class WalletKey(ConsumerKey):
@@ -94,6 +97,9 @@ class WalletKey(ConsumerKey):
 
     def sign(self, tx: Transaction) -> Transaction:
         raise self.refusal("sign a transaction: pass --unsigned-tx FILE and sign it there")
+
+    def can_sign(self, what: str) -> None:
+        raise self.refusal(what)
 
     def refusal(self, what: str) -> WalletError:
         return WalletError(

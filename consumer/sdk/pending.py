@@ -7,7 +7,8 @@ transaction built (same body), with a witness of the renter's key whose signatur
 only then is it submitted and the command's own bookkeeping done (the SDK's `finish`). The
 same `finish` runs after an in-process signature (`sign_here`), so both paths end alike.
 
-Kinds: `lock`, `refund`, `slash` (`consumer.sdk.session`), `channel-open`, `channel-top-up`,
+Kinds: `lock`, `refund`, `slash`, `cancel` (`consumer.sdk.session`; a cancel's unsigned
+transaction carries its provider's witness already), `channel-open`, `channel-top-up`,
 `channel-close`, `channel-drain` (`consumer.sdk.channels`)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pycardano import (
     Address,
+    NonEmptyOrderedSet,
     Transaction,
     TransactionInput,
     TransactionWitnessSet,
@@ -196,7 +198,10 @@ def checked(pending: PendingTx, cbor: bytes, others: list[PendingTx]) -> Transac
             f"transaction {pending.tx_id} carries no valid signature by the renter's key "
             f"(key hash {pending.signer}): sign it with that key's wallet", tx=pending.tx_id,
         )  # fmt: skip
-    return merged(TransactionWitnessSet(vkey_witnesses=valid), pending.unsigned_cbor)
+    held = pending.tx.transaction_witness_set.vkey_witnesses or []  # a co-signer's
+    added = [w for w in valid if w not in held]
+    return merged(TransactionWitnessSet(vkey_witnesses=NonEmptyOrderedSet(added)),
+                  pending.unsigned_cbor)  # fmt: skip
 
 
 def signs(witness: VerificationKeyWitness, tx_id: bytes) -> bool:

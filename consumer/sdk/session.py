@@ -196,9 +196,14 @@ class Consumer:
 
     async def finish(self, kind: str, facts: dict[str, Any], signed: Transaction) -> Any:
         """What follows a job transaction's block: a lock's escrow is recorded and reported
-        (the escrow); a refund or a slash needs nothing more (the transaction)."""
+        (the escrow); a cancel is told (`Cancelled`); a refund or a slash needs nothing more
+        (the transaction)."""
         if kind == "lock":
             return await self.locked(facts["job_id"], signed)
+        if kind == "cancel":
+            from consumer.sdk.cancel import cancelled  # it builds on this module
+
+            return cancelled(facts, signed)
         return signed
 
     # --- follow -------------------------------------------------------------------------

@@ -9,6 +9,8 @@ test_channels_cli.py, test_sdk.py); every wrong file refused with nothing moved.
 from __future__ import annotations
 
 import asyncio
+import json
+from asyncio.subprocess import PIPE
 from pathlib import Path
 
 from pycardano import (
@@ -28,7 +30,7 @@ from offchain.protocol.ledger.split import refund_amount, slash_share
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx import channel as channels
 from offchain.protocol.tx.txbuild import sign_tx
-from tests.consumer.cli import cli_env, funded_key, run_json, tx_fee
+from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run_json, tx_fee
 from tests.consumer.test_channels_cli import on_chain
 from tests.consumer.test_sdk import SPEC, travel_past
 from tests.consumer.test_wallet_flow import text_envelope, witness_set
@@ -268,3 +270,52 @@ async def locked(consumer) -> tuple[str, int]:
     await consumer.submit_lock(quote.job_id, signed)
     await asyncio.sleep(1.1)  # past pycardano's one-second cache of the tip: the change is read
     return quote.job_id, signed.transaction_body.fee
+
+
+async def test_cancels_signed_by_a_wallet(consumer, provider, market, devnet, tmp_path: Path):
+    state = tmp_path / "consumer"
+    signing = cli_env(market, devnet, tmp_path / "renter.skey", state)
+    consumer.key.key.save(str(tmp_path / "renter.skey"))  # the cancel's request is signed
+    env = wallet_env(signing, consumer.key.key, tmp_path)
+    await provider.offer(slots=4)
+    start = balance(devnet, consumer.key.address)
+    jobs = [await locked(consumer) for _ in range(2)]
+    fees = sum(fee for _, fee in jobs)
+    store = JobStore(state)
+    escrowed = sum(store.get(job).lovelace for job, _ in jobs)
+
+    for (job, _), form in zip(jobs, ("witness", "hex"), strict=True):
+        asked = await asyncio.create_subprocess_exec(
+            *UNCHAINED, "job", "cancel", job, "--unsigned-tx", f"{job}.cancel", "--json",
+            env=signing, cwd=tmp_path, stdout=PIPE, stderr=PIPE,
+        )  # fmt: skip
+        await provider_signs_the_cancel(provider, job)
+        out, err = await asyncio.wait_for(asked.communicate(), timeout=120)
+        assert asked.returncode == 0, (out, err)
+        built = json.loads(out)
+        assert (built["kind"], built["job_id"]) == ("cancel", job), built
+        unsigned = unsigned_at(tmp_path / f"{job}.cancel")
+        assert len(unsigned.transaction_witness_set.vkey_witnesses) == 1  # the provider's
+        assert balance(devnet, consumer.key.address) == start - fees - escrowed  # not yet
+        done = submit(env, tmp_path, built["tx_id"],
+                      sign_outside(tmp_path, f"{job}.cancel", consumer.key.key, form))  # fmt: skip
+        assert (done["how"], done["tx_id"], done["fee"]) == ("cancelled", built["tx_id"],
+                                                            built["fee"])  # fmt: skip
+        fees, escrowed = fees + done["fee"], escrowed - store.get(job).lovelace
+        assert done["returned"] == store.get(job).lovelace - done["fee"]
+        assert balance(devnet, consumer.key.address) == start - fees - escrowed
+    assert escrowed == 0 and balance(devnet, consumer.key.address) == start - fees
+
+
+async def provider_signs_the_cancel(provider, job: str) -> None:
+    """The provider's part, as its daemon plays it: the renter's standing Cancel, signed."""
+    async with asyncio.timeout(60):
+        while True:
+            view = await provider.send("GET", f"/jobs/{job}/cancel")
+            if view["state"] == "requested" and view["transaction"]:
+                break
+            await asyncio.sleep(0.2)
+    tx = Transaction.from_cbor(bytes.fromhex(view["transaction"]))
+    signature = provider.party.wallet.key.sign(tx.id.payload).hex()
+    await provider.send("POST", f"/jobs/{job}/cancel/answer",
+                        {"action": "signed", "signature": signature})  # fmt: skip
