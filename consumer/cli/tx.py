@@ -104,7 +104,6 @@ def pending(
     found = [p for p in PendingStore(env.state_dir).all() if every or p.submitted_ms is None]
     rows = [{"tx_id": p.tx_id, "kind": p.kind, "what": describe(p), "created_ms": p.created_ms,
              "submitted_ms": p.submitted_ms} for p in found]  # fmt: skip
-    lines = [[r["tx_id"][:16], r["what"], local_time(r["created_ms"]),
-              local_time(r["submitted_ms"]) if r["submitted_ms"] else "-"]
-             for r in rows]  # fmt: skip
+    lines = [[p.tx_id[:16], describe(p), local_time(p.created_ms),
+              local_time(p.submitted_ms) if p.submitted_ms else "-"] for p in found]  # fmt: skip
     emit(as_json, rows, render(("transaction", "what", "built", "submitted"), lines))

@@ -82,7 +82,7 @@ class WalletKey(ConsumerKey):
     that would sign here (a transaction, a market or gateway request, an IOU) is refused,
     saying so."""
 
-    key: PaymentVerificationKey  # type: ignore[assignment]  # no signing half here
+    key: PaymentVerificationKey  # no signing half here
 
     @property
     def verification_key(self) -> VerificationKey:
