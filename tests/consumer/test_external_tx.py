@@ -72,6 +72,17 @@ def submit(env: dict[str, str], folder: Path, tx_id: str, name: str) -> dict:
     return done
 
 
+def round_trip(
+    env: dict[str, str], folder: Path, key: PaymentSigningKey, form: str, name: str, kind: str,
+    *command: str,
+) -> tuple[dict, dict]:  # fmt: skip
+    """`command` with `--unsigned-tx name` (a `kind` transaction), signed outside in `form`
+    and submitted: what the command and `tx submit` said."""
+    code, built = run_json(env, *command, "--unsigned-tx", name, cwd=folder)
+    assert code == 0 and built["kind"] == kind, built
+    return built, submit(env, folder, built["tx_id"], sign_outside(folder, name, key, form))
+
+
 def refused(env: dict[str, str], folder: Path, tx_id: str, name: str, said: str) -> dict:
     code, error = run_json(env, "tx", "submit", tx_id[:16], name, cwd=folder)
     assert code == 1 and said in error["message"], (name, error)
@@ -162,11 +173,8 @@ async def test_channel_open_top_up_close_and_drain_signed_by_a_wallet(
 
     closing_at = {}
     for name, form in (("a", "witness"), ("b", "hex")):
-        code, built = run_json(env, "channel", "close", ids[name], "--unsigned-tx",
-                               f"{name}-close", cwd=tmp_path)  # fmt: skip
-        assert code == 0 and built["kind"] == "channel-close", built
-        done = submit(env, tmp_path, built["tx_id"], sign_outside(tmp_path, f"{name}-close", key,
-                                                                   form))  # fmt: skip
+        built, done = round_trip(env, tmp_path, key, form, f"{name}-close", "channel-close",
+                                 "channel", "close", ids[name])  # fmt: skip
         assert done["how"] == "closing" and done["fee"] == built["fee"], done
         code, status = run_json(env, "channel", "status", ids[name], cwd=tmp_path)
         assert status["state"] == "closing" and status["closing_at"] == done["closing_at"]
@@ -176,11 +184,8 @@ async def test_channel_open_top_up_close_and_drain_signed_by_a_wallet(
 
     await travel_past(devnet, max(closing_at.values()))
     for name, form in (("a", "witness"), ("b", "envelope")):
-        code, built = run_json(env, "channel", "close", ids[name], "--unsigned-tx",
-                               f"{name}-drain", cwd=tmp_path)  # fmt: skip
-        assert code == 0 and built["kind"] == "channel-drain", built
-        done = submit(env, tmp_path, built["tx_id"], sign_outside(tmp_path, f"{name}-drain", key,
-                                                                   form))  # fmt: skip
+        _, done = round_trip(env, tmp_path, key, form, f"{name}-drain", "channel-drain",
+                             "channel", "close", ids[name])  # fmt: skip
         assert done["how"] == "drained" and done["returned"] == put[name] + TOP_UP, done
         fees, held = fees + await tx_fee(devnet, done["tx_id"], since), held - done["returned"]
         assert balance(devnet, funded.address) == start - fees - held
