@@ -170,6 +170,20 @@ async def test_channel_open_top_up_close_and_drain_signed_by_a_wallet(
     assert replayed["error"] == "AlreadySubmitted"
     code, waiting = run_json(env, "tx", "pending", cwd=tmp_path)
     assert code == 0 and waiting == [], waiting
+    code, spare = run_json(env, "channel", "top-up", ids["a"], "--amount", "1", "--unsigned-tx",
+                           "spare", cwd=tmp_path)  # fmt: skip
+    code, dropped = run_json(env, "tx", "drop", spare["tx_id"][:16], cwd=tmp_path)
+    assert code == 0 and dropped["tx_id"] == spare["tx_id"], dropped
+    refused(
+        env,
+        tmp_path,
+        spare["tx_id"],
+        sign_outside(tmp_path, "spare", key, "witness"),
+        "no pending transaction",
+    )  # a wallet's late answer: nothing submitted
+    code, waiting = run_json(env, "tx", "pending", "--all", cwd=tmp_path)
+    assert len(waiting) == 4 and all(p["submitted_ms"] for p in waiting), waiting
+    assert balance(devnet, funded.address) == start - fees - held
 
     closing_at = {}
     for name, form in (("a", "witness"), ("b", "hex")):
