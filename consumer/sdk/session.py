@@ -32,9 +32,9 @@ from consumer.sdk.errors import (
     QuoteRejected,
     ResultMismatch,
 )
-from consumer.sdk.external import signed_lock
 from consumer.sdk.job_record import JobRecord
 from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.pending import Prepared, sign_here
 from consumer.sdk.quote import CheckedQuote, check_quote, locked_spec
 from consumer.sdk.store import JobStore, local_time
 from consumer.sdk.verified import RESULT_FILE, kept_archive, signed_receipt
@@ -47,7 +47,6 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.receipt import Receipt
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.amounts import ADA, ada
-from offchain.protocol.ledger.payloads import verify
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.deployment import Deployment
@@ -169,34 +168,18 @@ class Consumer:
                 f"{ada(max(needed - held, 0))} there and submit again. ({exc})",
                 address=str(self.key.address), needed=needed, held=held,
             ) from exc  # fmt: skip
-        record.lock_tx_id, record.lock_tx_cbor = tx.id.payload.hex(), tx.to_cbor_hex()
+        record.lock_tx_id = tx.id.payload.hex()
         self.store.save(record)
-        return tx
-
-    def accept_signed(self, job_id: str, cbor: bytes) -> Transaction:
-        """The lock as an external wallet signed it (a whole transaction, or a CIP-30 witness
-        set for the unsigned lock recorded): it must be the very transaction built for the job
-        (same id) and carry a valid witness of the consumer's key."""
-        record = self.store.get(job_id)
-        tx = signed_lock(cbor, record.lock_tx_cbor)
-        if tx.id.payload.hex() != record.lock_tx_id:
-            raise ConsumerError(
-                f"this is not the lock built for job {job_id} ({record.lock_tx_id}); sign the "
-                "unsigned transaction unchanged"
-            )
-        witnesses = tx.transaction_witness_set.vkey_witnesses or []
-        if not any(
-            w.vkey.hash().payload.hex() == self.key.key_hash
-            and verify(w.vkey.payload[:32], tx.id.payload, w.signature)
-            for w in witnesses
-        ):
-            raise ConsumerError(f"the lock carries no valid signature by {self.key.address}")
         return tx
 
     async def submit_lock(self, job_id: str, signed: Transaction) -> str:
         """Submit the signed lock, wait for its block, tell the market: the escrow `TXID#IX`."""
-        record = self.store.get(job_id)
         await submit_confirmed(self.ogmios_url, signed)
+        return await self.locked(job_id, signed)
+
+    async def locked(self, job_id: str, signed: Transaction) -> str:
+        """Once the signed lock is in a block: record its escrow `TXID#IX`, tell the market."""
+        record = self.store.get(job_id)
         record.escrow = format_out_ref(escrows.lock_escrow(signed.id))
         self.store.save(record)
         await self.market.report_escrow(job_id, record.escrow)
@@ -204,7 +187,24 @@ class Consumer:
 
     async def lock(self, job_id: str) -> str:
         """Build, sign with the consumer's key and submit the job's lock; the escrow."""
-        return await self.submit_lock(job_id, self.key.sign(await self.build_lock(job_id)))
+        return await self.run(Prepared("lock", await self.build_lock(job_id), {"job_id": job_id}))
+
+    async def run(self, prepared: Prepared) -> Any:
+        """`prepared` signed with the consumer's key, submitted, and finished (`finish`)."""
+        signed = await sign_here(self.key, self.ogmios_url, prepared)
+        return await self.finish(prepared.kind, prepared.facts, signed)
+
+    async def finish(self, kind: str, facts: dict[str, Any], signed: Transaction) -> Any:
+        """What follows a job transaction's block: a lock's escrow is recorded and reported
+        (the escrow); a cancel is told (`Cancelled`); a refund or a slash needs nothing more
+        (the transaction)."""
+        if kind == "lock":
+            return await self.locked(facts["job_id"], signed)
+        if kind == "cancel":
+            from consumer.sdk.cancel import cancelled  # it builds on this module
+
+            return cancelled(facts, signed)
+        return signed
 
     # --- follow -------------------------------------------------------------------------
 
@@ -257,15 +257,23 @@ class Consumer:
     async def refund(self, job_id: str) -> Transaction:
         """Refund the escrow to the consumer once deadline + settle window passed (chain
         time); the confirmed transaction."""
+        return await self.run(await self.prepare_refund(job_id))
+
+    async def prepare_refund(self, job_id: str) -> Prepared:
+        """The escrow's refund to the consumer, unsigned (NotRefundableYet says when)."""
         escrow = await asyncio.to_thread(self._refundable, job_id)
         tx = await asyncio.to_thread(
             escrows.refund, self.context, self.deployment, escrow, self.key.address
         )
-        return await self._submit(tx)
+        return Prepared("refund", tx, {"job_id": job_id})
 
     async def slash(self, job_id: str) -> Transaction:
         """Refund and take the slash share of the provider's bond in one transaction, with the
         provider's signed acceptance of the escrow; the confirmed transaction."""
+        return await self.run(await self.prepare_slash(job_id))
+
+    async def prepare_slash(self, job_id: str) -> Prepared:
+        """The refund with the bond's slash, unsigned (the acceptance read from the market)."""
         signed = await self.market.signatures(job_id)
         acceptance = signed.acceptance_signature
         if acceptance is None:
@@ -279,7 +287,7 @@ class Consumer:
             bonds.slash, self.context, self.deployment, escrow, bond, bytes.fromhex(acceptance),
             self.key.address,
         )  # fmt: skip
-        return await self._submit(tx)
+        return Prepared("slash", tx, {"job_id": job_id})
 
     def _refundable(self, job_id: str) -> UTxO:
         """The job's escrow UTxO if it can be refunded now; NotRefundableYet says when."""
@@ -311,11 +319,6 @@ class Consumer:
                 "returns the escrow"
             )
         return max(found, key=lambda pair: pair[0].output.amount.coin)[0]
-
-    async def _submit(self, unsigned: Transaction) -> Transaction:
-        signed = self.key.sign(unsigned)
-        await submit_confirmed(self.ogmios_url, signed)
-        return signed
 
 
 @dataclasses.dataclass(frozen=True)
