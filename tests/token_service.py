@@ -26,12 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import docker
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from offchain.protocol.job.registry_auth import Credentials
+from tests.registry import LocalRegistry, local_registry
 
 ISSUER = "unchained-test-issuer"
 SERVICE = "unchained-test-registry"
@@ -148,6 +150,34 @@ def token_service(folder: Path) -> Iterator[TokenService]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclasses.dataclass
+class GuardedRegistry:
+    """A local registry that reads only the tokens `tokens` issues."""
+
+    registry: LocalRegistry
+    tokens: TokenService
+
+    @property
+    def host(self) -> str:
+        return self.registry.host
+
+    def push(self, client: docker.DockerClient, image: str, repository: str) -> str:
+        """`LocalRegistry.push` as the test account (which may push anywhere)."""
+        return self.registry.push(client, image, repository, account_config())
+
+
+def account_config() -> dict[str, str]:
+    """The test account as docker's auth_config."""
+    return {"username": ACCOUNT.username, "password": ACCOUNT.password}
+
+
+@contextlib.contextmanager
+def guarded_registry(folder: Path) -> Iterator[GuardedRegistry]:
+    """A token service, and a local registry behind it; both stopped at the end."""
+    with token_service(folder) as tokens, local_registry(folder, auth_config(tokens)) as running:
+        yield GuardedRegistry(running, tokens)
 
 
 def auth_config(service: TokenService) -> str:

@@ -219,12 +219,16 @@ class PullError(UnchainedError):
     """What the registry served is not the image named."""
 
 
-def pull(client: docker.DockerClient, reference: str) -> str:
-    """Pull `reference` into the engine; its image id. One named by digest must come back with
-    that digest among the image's RepoDigests (docker checks the manifest against the digest
-    as it pulls; this checks that the engine filed it under that digest): otherwise the pulled
-    reference is dropped and PullError says so. The engine's refusals are DockerException."""
-    image = client.images.pull(reference)
+def pull(
+    client: docker.DockerClient, reference: str, auth: dict[str, str] | None = None
+) -> str:
+    """Pull `reference` into the engine, as the registry account `auth` (docker's auth_config:
+    a renter's, for its private image, given to this pull only) when there is one; its image
+    id. One named by digest must come back with that digest among the image's RepoDigests
+    (docker checks the manifest against the digest as it pulls; this checks that the engine
+    filed it under that digest): otherwise the pulled reference is dropped and PullError says
+    so. The engine's refusals are DockerException."""
+    image = client.images.pull(reference, auth_config=auth)
     if by_digest(reference) and not has_digest(image.attrs, reference):
         with suppress(DockerException):
             client.images.remove(reference)

@@ -1,0 +1,163 @@
+"""Images behind a registry's bearer-token challenge (Debian's docker-registry with `auth:
+token:`, trusting the test's own token service): public repositories read anonymously, a
+private one only with the renter's account, wrong credentials named as such, bare names read
+in the default registry as docker reads them, a registry contradicting the digest refused, and
+the provider pulling a private image with the renter's sealed account and nothing else."""
+
+from __future__ import annotations
+
+import docker
+import nacl.signing
+import pytest
+
+from offchain.protocol.job import registry
+from offchain.protocol.job.registry import (
+    Credentials,
+    NeedsCredentials,
+    RegistryError,
+    default_host,
+    pinned,
+    registry_host,
+    resolve,
+)
+from offchain.protocol.job.registry_auth import Challenge, RegistryAuthError, check_realm
+from offchain.protocol.job.registry_seal import SealError, for_image, seal, unseal
+from provider.config import RunnerSettings
+from provider.images.recipes import local_images
+from provider.sandbox.runner import Runner
+from provider.selftest.checks import job, log_text
+from tests.provider.conftest import assert_no_leftovers
+from tests.registry import forget, swapping_proxy
+from tests.token_service import ACCOUNT, GuardedRegistry
+
+
+@pytest.fixture(scope="module")
+def tag(busybox: str) -> str:
+    return busybox.rsplit(":", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def public(client, busybox: str, guarded: GuardedRegistry) -> str:
+    return guarded.push(client, busybox, "public/busybox")
+
+
+@pytest.fixture(scope="module")
+def private(client, busybox: str, guarded: GuardedRegistry) -> str:
+    return guarded.push(client, busybox, "private/busybox")
+
+
+@pytest.fixture(scope="module")
+def official(client, busybox: str, guarded: GuardedRegistry) -> str:
+    """busybox as a one-part name's image: `library/bbx:latest` in the registry."""
+    client.images.get(busybox).tag("unchained-test/bbx", "latest")
+    try:
+        return guarded.push(client, "unchained-test/bbx:latest", "library/bbx")
+    finally:
+        forget(client, "unchained-test/bbx:latest")
+
+
+def test_a_public_tag_resolves_with_an_anonymous_token(guarded, public, tag):
+    assert resolve(f"{guarded.host}/public/busybox:{tag}") == public
+    assert resolve(public) == public
+    last = guarded.tokens.issued[-1]
+    assert last["sub"] == "" and last["access"] == [
+        {"type": "repository", "name": "public/busybox", "actions": ["pull"]}
+    ]
+
+
+def test_a_private_tag_needs_the_renter_s_account(guarded, private, tag):
+    reference = f"{guarded.host}/private/busybox:{tag}"
+    with pytest.raises(NeedsCredentials, match="asks for credentials to read private/busybox"):
+        resolve(reference)
+    assert resolve(reference, credentials=ACCOUNT) == private
+    assert resolve(private, credentials=ACCOUNT) == private
+    wrong = Credentials(ACCOUNT.username, "not-the-password")
+    with pytest.raises(NeedsCredentials, match="refused user renter \\(wrong credentials"):
+        resolve(reference, credentials=wrong)
+    assert "not-the-password" not in repr(wrong)
+
+
+def test_bare_names_are_read_in_the_default_registry_as_docker_reads_them(
+    guarded, official, public, tag
+):
+    host = guarded.host
+    assert resolve("bbx", default_registry=host) == official
+    assert official.startswith(f"{host}/library/bbx@sha256:")
+    assert resolve("bbx:latest", default_registry=f"http://{host}/v1/") == official
+    assert resolve(f"public/busybox:{tag}", default_registry=host) == public
+    assert pinned(f"public/busybox:{tag}", default_registry=host) == public
+    # not in the default registry: a provider's own image, quoted as written
+    assert pinned("unchained/python-numpy:latest", default_registry=host) == (
+        "unchained/python-numpy:latest"
+    )
+    assert pinned("bbx") == "bbx"  # no default registry: as written
+    with pytest.raises(RegistryError, match="no default registry is set: set default_registry"):
+        resolve("bbx")
+
+
+def test_the_engine_s_default_registry_is_read_from_the_engine():
+    address = docker.from_env().info()["IndexServerAddress"]
+    host = default_host(registry.ENGINE)
+    assert host == registry_host(address) and host and "/" not in host
+    assert default_host("") is None
+    assert registry_host("https://registry.example:5000/v1/") == "registry.example:5000"
+
+
+def test_a_registry_that_contradicts_the_digest_is_refused(client, busybox, guarded, public):
+    """Asked for digest A, the registry serves image B's manifest (B's bytes, B's header)."""
+    holder = client.containers.create(busybox, ["true"])
+    try:
+        holder.commit(repository="unchained/other-token", tag="t", changes=['CMD ["true"]'])
+    finally:
+        holder.remove()
+    other = guarded.push(client, "unchained/other-token:t", "public/busybox")
+    forget(client, "unchained/other-token:t")
+    named, served = public.split("@")[1], other.split("@")[1]
+    with swapping_proxy(guarded.host, {named: served}) as host:
+        with pytest.raises(RegistryError, match=f"serves {served} for .*not the image named"):
+            resolve(f"{host}/public/busybox@{named}")
+
+
+def test_the_challenge_and_the_realm_are_checked():
+    found = Challenge.parse('Bearer realm="https://auth.example/token",service="s",scope="x"')
+    assert found == Challenge("https://auth.example/token", "s", "x")
+    assert Challenge.parse('Basic realm="x"') is None
+    check_realm("https://registry.example/v2/", "https://auth.example/token")
+    check_realm("http://127.0.0.1:5000/v2/", "http://127.0.0.1:5001/token")
+    with pytest.raises(RegistryAuthError, match="on this machine"):
+        check_realm("https://registry.example/v2/", "http://127.0.0.1:5001/token")
+    with pytest.raises(RegistryAuthError, match="plain http"):
+        check_realm("https://registry.example/v2/", "http://auth.example/token")
+
+
+def test_an_account_sealed_to_a_provider_opens_only_with_its_key():
+    provider, other = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
+    sealed = seal("127.0.0.1:5000", ACCOUNT, bytes(provider.verify_key))
+    assert ACCOUNT.password not in sealed and ACCOUNT.username not in sealed
+    assert unseal(sealed, bytes(provider)) == ("127.0.0.1:5000", ACCOUNT)
+    with pytest.raises(SealError):
+        unseal(sealed, bytes(other))
+    with pytest.raises(SealError):
+        unseal("not base64!", bytes(provider))
+    assert for_image("127.0.0.1:5000", "127.0.0.1:5000", ACCOUNT) == {
+        "username": ACCOUNT.username, "password": ACCOUNT.password,
+    }  # fmt: skip
+    assert for_image("127.0.0.1:5001", "127.0.0.1:5000", ACCOUNT) is None
+
+
+def test_the_provider_pulls_a_private_image_with_the_renter_s_account(client, tmp_path, private):
+    """Without the account the pull is refused and nothing runs; with it (unsealed by the
+    provider) the job pulls, runs and is listed by its digest."""
+    forget(client, private)
+    runner = Runner(client, RunnerSettings(state_dir=tmp_path / "state", pull_images=True))
+    refused = runner.run("no_account", job(private, ["echo", "never"]))
+    assert refused.status == "error" and "could not be pulled" in (refused.error or "")
+    key = nacl.signing.SigningKey.generate()
+    host, account = unseal(seal(private.split("/")[0], ACCOUNT, bytes(key.verify_key)), bytes(key))
+    auth = for_image(private.split("/")[0], host, account)
+    result = runner.run("with_account", job(private, ["echo", "private"]), pull_auth=auth)
+    assert result.status == "succeeded", result.error
+    assert "private" in log_text(result)
+    assert private in {image.reference for image in local_images(client)}
+    forget(client, private)
+    assert_no_leftovers(runner)
