@@ -95,14 +95,15 @@ def signed_token(key: rsa.RSAPrivateKey, user: str | None, scopes: list[str]) ->
         access.append({"type": kind, "name": repository, "actions": granted})
     now = int(time.time())
     claims = {"iss": ISSUER, "sub": user or "", "aud": SERVICE, "exp": now + TOKEN_S,
-              "nbf": now - 10, "iat": now, "jti": secrets.token_hex(8), "access": access}  # fmt: skip
+              "nbf": now - 10, "iat": now, "jti": secrets.token_hex(8),
+              "access": access}  # fmt: skip
     header = {"typ": "JWT", "alg": "RS256", "kid": libtrust_key_id(key.public_key())}
     signing = f"{b64url(json.dumps(header).encode())}.{b64url(json.dumps(claims).encode())}"
     signature = key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
     return {"token": f"{signing}.{b64url(signature)}", "claims": claims}
 
 
-def basic_user(header: str | None) -> str | None | bool:
+def basic_user(header: str | None) -> str | bool | None:
     """The user of a Basic `header` whose password is right; None without one; False when
     the credentials are wrong."""
     if not header:
@@ -123,7 +124,7 @@ def token_service(folder: Path) -> Iterator[TokenService]:
     issued: list[dict[str, object]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the handler's name
+        def do_GET(self) -> None:
             query = parse_qs(urlsplit(self.path).query)
             user = basic_user(self.headers.get("Authorization"))
             if user is False or query.get("service") != [SERVICE]:

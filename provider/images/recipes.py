@@ -219,9 +219,7 @@ class PullError(UnchainedError):
     """What the registry served is not the image named."""
 
 
-def pull(
-    client: docker.DockerClient, reference: str, auth: dict[str, str] | None = None
-) -> str:
+def pull(client: docker.DockerClient, reference: str, auth: dict[str, str] | None = None) -> str:
     """Pull `reference` into the engine, as the registry account `auth` (docker's auth_config:
     a renter's, for its private image, given to this pull only) when there is one; its image
     id. One named by digest must come back with that digest among the image's RepoDigests

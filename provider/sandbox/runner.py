@@ -199,9 +199,7 @@ class Runner:
             making_volume = pool.submit(
                 volume.create, spec.resources.disk_mib, self.settings.uid, self.settings.gid
             )
-            container = create_container(
-                self.client, options, self.settings.pull_images, pull_auth
-            )
+            container = create_container(self.client, options, self.settings.pull_images, pull_auth)
             making_volume.result()
         container.start()
         return container
