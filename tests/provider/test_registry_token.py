@@ -10,6 +10,10 @@ import docker
 import nacl.signing
 import pytest
 
+from offchain.market.errors import Conflict
+from offchain.market.schemas import JobRequest
+from offchain.market.services import image_pins
+from offchain.market.settings import MarketSettings
 from offchain.protocol.job import registry
 from offchain.protocol.job.registry import (
     Credentials,
@@ -161,3 +165,22 @@ def test_the_provider_pulls_a_private_image_with_the_renter_s_account(client, tm
     assert private in {image.reference for image in local_images(client)}
     forget(client, private)
     assert_no_leftovers(runner)
+
+
+def test_the_market_pins_bare_names_and_leaves_private_digests_as_written(
+    guarded, public, private, tag
+):
+    settings = MarketSettings(local_registries=True, default_registry=guarded.host)
+
+    def quoted(image: str, market: MarketSettings = settings) -> str:
+        request = JobRequest.model_construct(spec=job(image, ["true"]))  # only its spec is read
+        return image_pins.pinned(market, request).spec.image
+
+    assert quoted(f"public/busybox:{tag}") == public
+    assert quoted("unchained/python-numpy:latest") == "unchained/python-numpy:latest"
+    assert quoted(f"public/busybox:{tag}", MarketSettings()) == f"public/busybox:{tag}"
+    assert quoted(private) == private  # its renter pinned it; the market holds no account
+    with pytest.raises(Conflict, match="is private .*pin it to its digest with your registry"):
+        quoted(f"private/busybox:{tag}")
+    with pytest.raises(Conflict, match="reads no registry on its own machine"):
+        quoted(f"public/busybox:{tag}", MarketSettings(default_registry=guarded.host))

@@ -21,6 +21,7 @@ written; `resolve` says what to set.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from urllib.parse import urlsplit
@@ -100,9 +101,11 @@ def registry_host(address: str) -> str:
     return text.strip("/").split("/")[0]
 
 
+@functools.cache
 def engine_registry() -> str | None:
     """The default registry of the local docker engine (`IndexServerAddress`), or None when no
-    engine answers: docker's own default, read where docker keeps it."""
+    engine answers: docker's own default, read where docker keeps it (once a process: an
+    engine's default does not change while it runs)."""
     import docker
     from docker.errors import DockerException
 
