@@ -180,7 +180,7 @@ def test_the_market_pins_bare_names_and_leaves_private_digests_as_written(
     assert quoted("unchained/python-numpy:latest") == "unchained/python-numpy:latest"
     assert quoted(f"public/busybox:{tag}", MarketSettings()) == f"public/busybox:{tag}"
     assert quoted(private) == private  # its renter pinned it; the market holds no account
-    with pytest.raises(Conflict, match="is private .*pin it to its digest with your registry"):
+    with pytest.raises(Conflict, match=r"is private .*pin it to its digest with your registry"):
         quoted(f"private/busybox:{tag}")
     with pytest.raises(Conflict, match="reads no registry on its own machine"):
         quoted(f"public/busybox:{tag}", MarketSettings(default_registry=guarded.host))
