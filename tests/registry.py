@@ -137,11 +137,29 @@ def swapping_proxy(upstream: str, swaps: dict[str, str]) -> Iterator[str]:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving(Handler) as port:
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """`handler` served on a free 127.0.0.1 port (threads); the port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"127.0.0.1:{server.server_address[1]}"
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def another_image(client: docker.DockerClient, base: str, name: str) -> str:
+    """A local image other than `base` (its CMD changed): `name:t`, for a registry to serve in
+    its place."""
+    holder = client.containers.create(base, ["true"])
+    try:
+        holder.commit(repository=name, tag="t", changes=['CMD ["true"]'])
+    finally:
+        holder.remove()
+    return f"{name}:t"

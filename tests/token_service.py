@@ -20,7 +20,6 @@ import hashlib
 import http.server
 import json
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from offchain.protocol.job.registry_auth import Credentials
-from tests.registry import LocalRegistry, local_registry
+from tests.registry import LocalRegistry, local_registry, serving
 
 ISSUER = "unchained-test-issuer"
 SERVICE = "unchained-test-registry"
@@ -143,14 +142,8 @@ def token_service(folder: Path) -> Iterator[TokenService]:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield TokenService(f"http://127.0.0.1:{server.server_address[1]}/token", cert, issued)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as port:
+        yield TokenService(f"http://127.0.0.1:{port}/token", cert, issued)
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ from provider.images.recipes import local_images
 from provider.sandbox.runner import Runner
 from provider.selftest.checks import job, log_text
 from tests.provider.conftest import assert_no_leftovers
-from tests.registry import forget, swapping_proxy
+from tests.registry import another_image, forget, swapping_proxy
 from tests.token_service import ACCOUNT, GuardedRegistry
 
 
@@ -109,13 +109,9 @@ def test_the_engine_s_default_registry_is_read_from_the_engine():
 
 def test_a_registry_that_contradicts_the_digest_is_refused(client, busybox, guarded, public):
     """Asked for digest A, the registry serves image B's manifest (B's bytes, B's header)."""
-    holder = client.containers.create(busybox, ["true"])
-    try:
-        holder.commit(repository="unchained/other-token", tag="t", changes=['CMD ["true"]'])
-    finally:
-        holder.remove()
-    other = guarded.push(client, "unchained/other-token:t", "public/busybox")
-    forget(client, "unchained/other-token:t")
+    local = another_image(client, busybox, "unchained/other-token")
+    other = guarded.push(client, local, "public/busybox")
+    forget(client, local)
     named, served = public.split("@")[1], other.split("@")[1]
     refused = pytest.raises(RegistryError, match=f"serves {served} for .*not the image named")
     with swapping_proxy(guarded.host, {named: served}) as host, refused:
