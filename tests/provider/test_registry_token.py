@@ -20,6 +20,7 @@ from offchain.protocol.job.registry import (
     NeedsCredentials,
     RegistryError,
     default_host,
+    located,
     pinned,
     registry_host,
     resolve,
@@ -104,6 +105,9 @@ def test_the_engine_s_default_registry_is_read_from_the_engine():
     host = default_host(registry.ENGINE)
     assert host == registry_host(address) and host and "/" not in host
     assert default_host("") is None
+    canonical = located("registry.example/library/python:3", "https://index.registry.example/v1/")
+    assert canonical.host == "index.registry.example" and canonical.repository == "library/python"
+    assert located("other.example/a/b:1", "index.registry.example").host == "other.example"
     assert registry_host("https://registry.example:5000/v1/") == "registry.example:5000"
 
 

@@ -22,6 +22,7 @@ from offchain.protocol.job.registry import (
     RegistryError,
     default_host,
     is_loopback,
+    located,
     resolve,
 )
 
@@ -31,16 +32,18 @@ def pinned(settings: MarketSettings, request: schemas.JobRequest) -> schemas.Job
     image and why when the registry cannot say (nothing is quoted, so nothing is locked)."""
     image = request.spec.image
     name = ImageName.parse(image)
-    host = name.host or default_host(settings.default_registry)
-    if host is None:
+    default = default_host(settings.default_registry)
+    if name.host is None and default is None:
         return request
+    host = located(image, default).host
+    assert host is not None  # located names one when there is a default
     if is_loopback(host) and not settings.local_registries:
         raise Conflict(
             f"image {image}: this market reads no registry on its own machine ({host})",
             "spec.image",
         )
     try:
-        digest = resolve(image, settings.registry_timeout_ms / 1000, host)
+        digest = resolve(image, settings.registry_timeout_ms / 1000, default)
     except NotInRegistry as exc:
         if name.host is None:  # a provider's own image, as docker runs a local one
             return request

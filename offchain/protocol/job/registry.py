@@ -131,10 +131,15 @@ def default_host(setting: str | None) -> str | None:
 def located(reference: str, default_registry: str | None) -> ImageName:
     """`reference` with its registry host: its own, else the default registry's (one-part names
     under `library/`, as docker files them); RegistryError saying what to set when it names
-    none and no default registry is set."""
+    none and no default registry is set. A host that is the default registry's parent domain
+    (the canonical name docker writes for its default, whose index answers on a subdomain) is
+    read as the default registry."""
     name = ImageName.parse(reference)
     if name.host is not None:
-        return name
+        host = default_host(default_registry) if default_registry else None
+        if host is None or not host.endswith(f".{name.host}"):
+            return name
+        return ImageName(host, name.repository, name.tag, name.digest)
     host = default_host(default_registry)
     if host is None:
         raise RegistryError(
@@ -216,7 +221,7 @@ def pinned(
     stays as written, and so does one the default registry does not hold (an image a provider
     has on its machine, as docker runs a local image before it pulls one)."""
     if names_registry(reference):
-        return resolve(reference, timeout_s)
+        return resolve(reference, timeout_s, default_registry)
     host = default_host(default_registry)
     if host is None:
         return reference
