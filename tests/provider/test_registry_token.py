@@ -10,6 +10,7 @@ import docker
 import nacl.signing
 import pytest
 
+from devnet.process import free_port
 from offchain.market.errors import Conflict
 from offchain.market.schemas import JobRequest
 from offchain.market.services import image_pins
@@ -32,8 +33,8 @@ from provider.images.recipes import local_images
 from provider.sandbox.runner import Runner
 from provider.selftest.checks import job, log_text
 from tests.provider.conftest import assert_no_leftovers
-from tests.registry import another_image, forget, swapping_proxy
-from tests.token_service import ACCOUNT, GuardedRegistry
+from tests.registry import another_image, forget, local_registry, swapping_proxy
+from tests.token_service import ACCOUNT, GuardedRegistry, TokenService, auth_config
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +185,13 @@ def test_the_market_pins_bare_names_and_leaves_private_digests_as_written(
         quoted(f"private/busybox:{tag}")
     with pytest.raises(Conflict, match="reads no registry on its own machine"):
         quoted(f"public/busybox:{tag}", MarketSettings(default_registry=guarded.host))
+
+
+def test_a_token_service_that_does_not_answer_is_named_not_taken_for_a_private_image(
+    tmp_path, guarded
+):
+    silent = TokenService(f"http://127.0.0.1:{free_port()}/token", guarded.tokens.cert, [])
+    unreachable = pytest.raises(RegistryError, match=r"token service .* is unreachable")
+    with local_registry(tmp_path, auth_config(silent)) as behind, unreachable as raised:
+        resolve(f"{behind.host}/public/busybox:latest")
+    assert not isinstance(raised.value, NeedsCredentials)

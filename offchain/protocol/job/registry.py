@@ -30,7 +30,12 @@ import httpx
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job import registry_auth
-from offchain.protocol.job.registry_auth import Credentials, RegistryAuthError, is_loopback
+from offchain.protocol.job.registry_auth import (
+    Credentials,
+    CredentialsRefused,
+    RegistryAuthError,
+    is_loopback,
+)
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -173,10 +178,16 @@ def resolve(
     try:
         with httpx.Client(timeout=timeout_s, follow_redirects=False) as http:
             answer = registry_auth.request(http, "GET", url, headers, scope, credentials)
+            try:
+                digest = _body_digest(answer)
+            finally:
+                answer.close()
     except httpx.HTTPError as exc:
         raise RegistryError(f"registry {name.host} is unreachable ({url}): {exc}") from exc
-    except RegistryAuthError as exc:
+    except CredentialsRefused as exc:
         raise NeedsCredentials(f"registry {name.host}: {exc}") from exc
+    except RegistryAuthError as exc:
+        raise RegistryError(f"registry {name.host}: {exc}") from exc
     if answer.status_code == 404:
         raise NotInRegistry(f"registry {name.host} has no {what} of {name.repository}")
     if answer.status_code in (401, 403):
@@ -186,7 +197,6 @@ def resolve(
             else f"registry {name.host} asks for credentials to read {name.repository} (a "
             "private image): give the renter's registry credentials"
         )
-    digest = _body_digest(answer)
     if answer.status_code != 200 or not digest:
         raise RegistryError(
             f"{name.host} did not answer as a registry for {reference} (HTTP "
@@ -209,9 +219,8 @@ def _body_digest(answer: httpx.Response) -> str | None:
     kind = answer.headers.get("Content-Type", "").split(";")[0].strip()
     if answer.status_code != 200 or kind not in MANIFEST_TYPES:
         return None
-    if len(answer.content) > MAX_MANIFEST_BYTES:
-        return None
-    return "sha256:" + hashlib.sha256(answer.content).hexdigest()
+    body = registry_auth.bounded(answer, MAX_MANIFEST_BYTES)
+    return None if body is None else "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def pinned(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import re
 from urllib.parse import urlsplit
 
@@ -26,6 +27,10 @@ MAX_TOKEN_BYTES = 64 << 10  # a token answer is a JWT of a few KiB
 
 class RegistryAuthError(UnchainedError):
     """A registry's token could not be had; the message says why."""
+
+
+class CredentialsRefused(RegistryAuthError):
+    """The token service refused the reader (wrong credentials, or none where some are due)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,15 +70,29 @@ def request(
     credentials: Credentials | None = None,
 ) -> httpx.Response:
     """`method url`, answering a Bearer challenge once with a token for `scope` (the challenge's
-    own scope when it names one); the registry's answer, whatever its status."""
-    answer = http.request(method, url, headers=headers)
+    own scope when it names one); the registry's answer, whatever its status, streamed: the
+    caller reads at most what it needs (`bounded`) and closes it."""
+    answer = http.send(http.build_request(method, url, headers=headers), stream=True)
     if answer.status_code != 401:
         return answer
+    answer.close()
     challenge = Challenge.parse(answer.headers.get("WWW-Authenticate", ""))
     if challenge is None:
         return answer
     token = fetch_token(http, url, challenge, scope, credentials)
-    return http.request(method, url, headers={**headers, "Authorization": f"Bearer {token}"})
+    retry = http.build_request(method, url, headers={**headers, "Authorization": f"Bearer {token}"})
+    return http.send(retry, stream=True)
+
+
+def bounded(answer: httpx.Response, limit: int) -> bytes | None:
+    """A streamed answer's body, or None when it is longer than `limit` bytes (a registry or
+    token service cannot make the reader hold more)."""
+    body = bytearray()
+    for chunk in answer.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 def fetch_token(
@@ -91,20 +110,25 @@ def fetch_token(
         params["service"] = challenge.service
     auth = (credentials.username, credentials.password) if credentials else None
     try:
-        answer = http.get(challenge.realm, params=params, auth=auth)
+        asked = http.build_request("GET", challenge.realm, params=params)
+        answer = http.send(asked, auth=auth, stream=True)
+        try:
+            body = bounded(answer, MAX_TOKEN_BYTES) if answer.status_code == 200 else None
+        finally:
+            answer.close()
     except httpx.HTTPError as exc:
         raise RegistryAuthError(f"token service {challenge.realm} is unreachable: {exc}") from exc
     if answer.status_code in (401, 403):
         who = f"user {credentials.username}" if credentials else "an anonymous reader"
-        raise RegistryAuthError(f"token service {challenge.realm} refused {who} (wrong "
+        raise CredentialsRefused(f"token service {challenge.realm} refused {who} (wrong "
                                 f"credentials?) for {params['scope']}")  # fmt: skip
-    if answer.status_code != 200 or len(answer.content) > MAX_TOKEN_BYTES:
+    if body is None:
         raise RegistryAuthError(
             f"token service {challenge.realm} answered HTTP {answer.status_code}, not a token"
         )
     try:
-        body = answer.json()
-        token = body.get("token") or body.get("access_token")
+        fields = json.loads(body)
+        token = fields.get("token") or fields.get("access_token")
     except (ValueError, AttributeError):
         token = None
     if not isinstance(token, str) or not token:
