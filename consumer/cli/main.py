@@ -426,7 +426,10 @@ def submit(
             logins = RegistryLogins.read(registry_auth) if registry_auth else None
             quote = await consumer.quote(spec, gpu_model, logins)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"
-            if not force_escrow and unsigned_tx is None:
+            private = logins is not None and logins.for_image(spec.image, env.default_registry)
+            if private:  # its sealed account reaches the provider with the escrow's assignment
+                why = "a private image (--registry-auth) runs on the escrow path"
+            elif not force_escrow and unsigned_tx is None:
                 why = await try_channel(env, consumer, quote, as_json)
                 if why is None:
                     return None
