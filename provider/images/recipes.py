@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.offer import MAX_IMAGES, OfferedImage, normal_image
+from offchain.protocol.job.registry import familiar, registry_host
 
 BUSYBOX_REPOSITORY = "unchained/busybox"
 PYTHON_REPOSITORY = "unchained/python-numpy"
@@ -227,7 +228,8 @@ def pull(client: docker.DockerClient, reference: str, auth: dict[str, str] | Non
     filed it under that digest): otherwise the pulled reference is dropped and PullError says
     so. The engine's refusals are DockerException."""
     image = client.images.pull(reference, auth_config=auth)
-    if by_digest(reference) and not has_digest(image.attrs, reference):
+    default = registry_host(client.info().get("IndexServerAddress") or "")
+    if by_digest(reference) and not has_digest(image.attrs, reference, default or None):
         with suppress(DockerException):
             client.images.remove(reference)
         raise PullError(
@@ -241,9 +243,12 @@ def by_digest(reference: str) -> bool:
     return "@sha256:" in reference
 
 
-def has_digest(attrs: dict[str, Any], reference: str) -> bool:
-    """Whether an image's inspect `attrs` list `reference` (`repo@sha256:...`) as a digest."""
-    return normal_image(reference) in {normal_image(d) for d in attrs.get("RepoDigests") or ()}
+def has_digest(attrs: dict[str, Any], reference: str, default_host: str | None = None) -> bool:
+    """Whether an image's inspect `attrs` list `reference` (`repo@sha256:...`) as a digest; one
+    in the engine's default registry (`default_host`, its IndexServerAddress) is listed as
+    docker lists those, without the host (`familiar`)."""
+    wanted = normal_image(familiar(reference, default_host))
+    return wanted in {normal_image(d) for d in attrs.get("RepoDigests") or ()}
 
 
 def _unmount_below(root: Path) -> None:

@@ -21,6 +21,7 @@ from offchain.protocol.job.registry import (
     NeedsCredentials,
     RegistryError,
     default_host,
+    familiar,
     located,
     pinned,
     registry_host,
@@ -29,7 +30,7 @@ from offchain.protocol.job.registry import (
 from offchain.protocol.job.registry_auth import Challenge, RegistryAuthError, check_realm
 from offchain.protocol.job.registry_seal import SealError, for_image, seal, unseal
 from provider.config import RunnerSettings
-from provider.images.recipes import local_images
+from provider.images.recipes import has_digest, local_images
 from provider.sandbox.runner import Runner
 from provider.selftest.checks import job, log_text
 from tests.provider.conftest import assert_no_leftovers
@@ -110,6 +111,18 @@ def test_the_engine_s_default_registry_is_read_from_the_engine():
     assert canonical.host == "index.registry.example" and canonical.repository == "library/python"
     assert located("other.example/a/b:1", "index.registry.example").host == "other.example"
     assert registry_host("https://registry.example:5000/v1/") == "registry.example:5000"
+
+
+def test_a_pull_from_the_engine_s_default_registry_is_checked_as_docker_lists_it():
+    """docker lists such an image without its registry's host (`python@sha256:...`)."""
+    digest = "sha256:" + "ab" * 32
+    attrs = {"RepoDigests": [f"python@{digest}", f"team/model@{digest}"]}
+    default = "index.registry.example"
+    assert has_digest(attrs, f"{default}/library/python@{digest}", default)
+    assert has_digest(attrs, f"{default}/team/model@{digest}", default)
+    assert not has_digest(attrs, f"{default}/library/python@{digest}", None)
+    assert not has_digest(attrs, f"other.example/library/python@{digest}", default)
+    assert familiar(f"{default}/library/python:3", default) == "python:3"
 
 
 def test_a_registry_that_contradicts_the_digest_is_refused(client, busybox, guarded, public):

@@ -133,6 +133,15 @@ def default_host(setting: str | None) -> str | None:
     return engine_registry() if setting == ENGINE else registry_host(setting)
 
 
+def familiar(reference: str, default_host: str | None) -> str:
+    """`reference` as docker lists an image of its default registry (`default_host`): without
+    that host, and one-part names without `library/` (`host/library/python@...` is
+    `python@...`); any other reference as it is."""
+    if default_host and reference.startswith(f"{default_host}/"):
+        return reference.removeprefix(f"{default_host}/").removeprefix(OFFICIAL)
+    return reference
+
+
 def located(reference: str, default_registry: str | None) -> ImageName:
     """`reference` with its registry host: its own, else the default registry's (one-part names
     under `library/`, as docker files them); RegistryError saying what to set when it names
