@@ -17,6 +17,7 @@ image, and one named by digest only if the engine then holds exactly that digest
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import io
 import shutil
@@ -34,7 +35,7 @@ from pydantic import ValidationError
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.offer import MAX_IMAGES, OfferedImage, normal_image
-from offchain.protocol.job.registry import familiar, registry_host
+from offchain.protocol.job.registry import familiar, qualified, registry_host
 
 BUSYBOX_REPOSITORY = "unchained/busybox"
 PYTHON_REPOSITORY = "unchained/python-numpy"
@@ -202,13 +203,25 @@ def commit(
         holder.remove(force=True)
 
 
+@functools.cache
+def engine_default(client: docker.DockerClient) -> str | None:
+    """The engine's default registry (its IndexServerAddress), read once per client: an
+    offer's listing asks for it on every acceptance check, and it does not change."""
+    return registry_host(client.info().get("IndexServerAddress") or "") or None
+
+
 def local_images(client: docker.DockerClient) -> list[OfferedImage]:
     """The engine's tagged images and their registry digests (`host/repo@sha256:...`: a spec
     naming one runs without a pull) as an offer lists them, with the image id, sorted; a
-    reference an offer cannot carry (not one the job spec accepts) is left out."""
+    digest of the engine's default registry also as a market pins it, with that registry's
+    host (`qualified`); a reference an offer cannot carry (not one the job spec accepts) is
+    left out."""
+    default = engine_default(client)
     found = []
     for image in client.images.list():
-        for reference in (*image.tags, *image.attrs.get("RepoDigests", ())):
+        digests = image.attrs.get("RepoDigests") or ()
+        pinned = [qualified(d, default) for d in digests] if default else []
+        for reference in (*image.tags, *digests, *(p for p in pinned if p)):
             try:
                 found.append(OfferedImage(reference=reference, digest=image.id))
             except ValidationError:
@@ -228,8 +241,7 @@ def pull(client: docker.DockerClient, reference: str, auth: dict[str, str] | Non
     filed it under that digest): otherwise the pulled reference is dropped and PullError says
     so. The engine's refusals are DockerException."""
     image = client.images.pull(reference, auth_config=auth)
-    default = registry_host(client.info().get("IndexServerAddress") or "")
-    if by_digest(reference) and not has_digest(image.attrs, reference, default or None):
+    if by_digest(reference) and not has_digest(image.attrs, reference, engine_default(client)):
         with suppress(DockerException):
             client.images.remove(reference)
         raise PullError(

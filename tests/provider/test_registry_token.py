@@ -24,6 +24,7 @@ from offchain.protocol.job.registry import (
     familiar,
     located,
     pinned,
+    qualified,
     registry_host,
     resolve,
 )
@@ -123,6 +124,11 @@ def test_a_pull_from_the_engine_s_default_registry_is_checked_as_docker_lists_it
     assert not has_digest(attrs, f"{default}/library/python@{digest}", None)
     assert not has_digest(attrs, f"other.example/library/python@{digest}", default)
     assert familiar(f"{default}/library/python:3", default) == "python:3"
+    # and an offer lists such a digest also as a market pins it
+    assert qualified(f"python@{digest}", default) == f"{default}/library/python@{digest}"
+    assert qualified(f"team/model@{digest}", default) == f"{default}/team/model@{digest}"
+    assert qualified(f"127.0.0.1:5000/a@{digest}", default) is None
+    assert qualified("python:3", default) is None
 
 
 def test_a_registry_that_contradicts_the_digest_is_refused(client, busybox, guarded, public):

@@ -142,6 +142,16 @@ def familiar(reference: str, default_host: str | None) -> str:
     return reference
 
 
+def qualified(reference: str, default_host: str) -> str | None:
+    """A digest reference docker lists without a host (`python@sha256:...`: an image of its
+    default registry) written with `default_host`, as a market pins it
+    (`host/library/python@sha256:...`); None for any other reference."""
+    name = ImageName.parse(reference)
+    if name.host is not None or name.digest is None or name.tag is not None:
+        return None
+    return located(reference, default_host).pinned(name.digest)
+
+
 def located(reference: str, default_registry: str | None) -> ImageName:
     """`reference` with its registry host: its own, else the default registry's (one-part names
     under `library/`, as docker files them); RegistryError saying what to set when it names
