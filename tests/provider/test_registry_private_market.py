@@ -1,20 +1,23 @@
 """A private image's job on the devnet market, end to end, with a real provider daemon that
-pulls: the renter (the SDK) pins the image with its account from a docker config file and seals
-the account to the quoted provider's key; the market stores and hands on only ciphertext; the
-daemon opens it, pulls with it and runs the job, which is settled. Wrong credentials, and a
-private tag the renter did not pin, are refused before anything is locked. The account's
-password is nowhere in the market's database, its API answers, its explorer or the daemon's
-log; the sealed text is in no answer either."""
+pulls: the renter (`unchained job submit --registry-auth`, a real process) pins the image with
+its account from a docker config file and seals the account to the quoted provider's key; the
+market stores and hands on only ciphertext; the daemon opens it, pulls with it and runs the
+job, which is settled. Wrong credentials, and a private tag the renter did not pin, are refused
+before anything is locked (the SDK). The account's password is nowhere in the market's
+database, its API answers, its explorer or the daemon's log; the sealed text is in no answer
+either."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import os
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from consumer.sdk.client import MarketClient
 from consumer.sdk.keys import ConsumerKey
@@ -24,6 +27,7 @@ from consumer.sdk.store import JobStore
 from offchain.protocol.api.market_errors import MarketRefused
 from offchain.protocol.job.jobspec import parse_jobspec
 from offchain.protocol.job.registry import NeedsCredentials
+from tests.consumer.cli import run_json
 from tests.market.client import serve
 from tests.protocol.onchain import wallet
 from tests.provider.daemon_harness import IDENTITY, new_provider, settling_market, spec
@@ -57,15 +61,17 @@ async def test_a_private_image_job_runs_with_the_sealed_account_and_is_settled(
     settings = settings.model_copy(
         update={"local_registries": True, "default_registry": guarded.host}
     )
-    right = RegistryLogins.read(docker_config(tmp_path / "right.json", guarded.host,
-                                              ACCOUNT.username, ACCOUNT.password))  # fmt: skip
+    right = docker_config(tmp_path / "right.json", guarded.host, ACCOUNT.username,
+                          ACCOUNT.password)  # fmt: skip
     wrong = RegistryLogins.read(docker_config(tmp_path / "wrong.json", guarded.host,
                                               ACCOUNT.username, "not-it"))  # fmt: skip
     with serve(settings) as url:
         daemon, _provider = await new_provider(devnet, tmp_path, deployment_file, url, bundles=1)
         pulling = daemon.config.read_text().replace("[runner]\n", "[runner]\npull_images = true\n")
         daemon.config.write_text(pulling)
-        key = ConsumerKey((await wallet(devnet)).key)
+        renter = await wallet(devnet)
+        renter.key.save(str(tmp_path / "consumer.skey"))
+        key = ConsumerKey(renter.key)
         consumer = Consumer(
             key, MarketClient.open(url, IDENTITY, key), devnet.context(), devnet.url,
             deployment, JobStore(tmp_path / "consumer"), default_registry=guarded.host,
@@ -79,17 +85,26 @@ async def test_a_private_image_job_runs_with_the_sealed_account_and_is_settled(
                 await consumer.quote(job_spec)
             assert await consumer.market.my_jobs() == []  # nothing quoted, nothing locked
 
-            quote = await consumer.quote(job_spec, logins=right)
-            assert quote.image == private  # pinned by the renter, locked as such
-            await consumer.lock(quote.job_id)
-            assert await until_state(consumer, quote.job_id, {"settled", "failed"}) == "settled"
-            status = await consumer.status(quote.job_id)
+            (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec(bare, "echo ran privately")))
+            env = {**os.environ, "UNCHAINED_CONSUMER_MARKET_URL": url,
+                   "UNCHAINED_CONSUMER_MARKET_IDENTITY": IDENTITY, "UNCHAINED_OGMIOS_URL":
+                   devnet.url, "UNCHAINED_DEPLOYMENT": str(deployment_file),
+                   "UNCHAINED_CONSUMER_KEY": str(tmp_path / "consumer.skey"),
+                   "UNCHAINED_CONSUMER_STATE_DIR": str(tmp_path / "consumer"),
+                   "UNCHAINED_DEFAULT_REGISTRY": guarded.host}  # fmt: skip
+            code, submitted = run_json(env, "job", "submit", "job.yaml", "--yes",
+                                       "--registry-auth", str(right), cwd=tmp_path)  # fmt: skip
+            assert code == 0, submitted
+            assert submitted["image"] == private and submitted["path"] == "escrow", submitted
+            job = submitted["job_id"]
+            assert await until_state(consumer, job, {"settled", "failed"}) == "settled"
+            status = await consumer.status(job)
             assert status.exit_code == 0 and status.receipt_units and status.receipt_units > 0
-            logs = "".join(line.text for line in await consumer.logs(quote.job_id))
+            logs = "".join(line.text for line in await consumer.logs(job))
             assert "ran privately" in logs
 
             async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-                page = (await http.get(f"/explorer/jobs/{quote.job_id}")).text
+                page = (await http.get(f"/explorer/jobs/{job}")).text
             answers = [page, status.model_dump_json(), (await consumer.market.my_jobs())[0]
                        .model_dump_json()]  # fmt: skip
         finally:
@@ -97,7 +112,7 @@ async def test_a_private_image_job_runs_with_the_sealed_account_and_is_settled(
             daemon.reap()
             await consumer.market.aclose()
     stored = b"".join(p.read_bytes() for p in settings.data_dir.rglob("*") if p.is_file())
-    sealed = stored_account(settings.data_dir / "market.db", quote.job_id)
+    sealed = stored_account(settings.data_dir / "market.db", job)
     assert sealed and ACCOUNT.password not in sealed
     assert ACCOUNT.password.encode() not in stored
     assert base64.b64encode(f"{ACCOUNT.username}:{ACCOUNT.password}".encode()) not in stored
