@@ -114,6 +114,13 @@ class Env:
     network: str = dataclasses.field(
         default=DEFAULT_NETWORK, metadata=connection("UNCHAINED_NETWORK", SETTING_HELP)
     )
+    default_registry: str = dataclasses.field(
+        default="engine",
+        metadata=connection(
+            "UNCHAINED_DEFAULT_REGISTRY", "The registry a bare image name is read in: its "
+            "host[:port], `engine` (the local docker engine's) or empty (none).",
+        ),
+    )  # fmt: skip
 
     @property
     def chain(self) -> ChainNetwork:
@@ -237,7 +244,8 @@ async def opened(env: Env) -> AsyncIterator["Consumer"]:
     key, context, deployment = await asyncio.to_thread(on_chain, env)
     market = MarketClient.open(env.market_url, env.market_identity, key)
     try:
-        yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir))
+        yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir),
+                       default_registry=env.default_registry)  # fmt: skip
     finally:
         await market.aclose()
 
@@ -379,12 +387,22 @@ def submit(
             "before (without it: asked, or refused when nobody is asked).",
         ),
     ] = False,
+    registry_auth: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="UNCHAINED_REGISTRY_AUTH",
+            help="A docker config file (`auths`, as `docker login` writes) with your account "
+            "for a private image's registry: the image is pinned with it here and the account "
+            "sealed to the quoted provider's key (the market carries only ciphertext).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Quote a job; run it over an open channel to the quoted provider when one has room (paid
     per second by IOU), else show the quote, lock its escrow (after asking) and show live
     progress."""
     from consumer.cli.channel_job import try_channel
+    from consumer.sdk.registry_login import RegistryLogins
     from offchain.protocol.job.jobspec import load_jobspec
 
     spec = load_jobspec(spec_path)
@@ -406,9 +424,13 @@ def submit(
     async def go() -> str | None:
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
-            quote = await consumer.quote(spec, gpu_model)
+            logins = RegistryLogins.read(registry_auth) if registry_auth else None
+            quote = await consumer.quote(spec, gpu_model, logins)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"
-            if not force_escrow and unsigned_tx is None:
+            private = logins is not None and logins.for_image(spec.image, env.default_registry)
+            if private:  # its sealed account reaches the provider with the escrow's assignment
+                why = "a private image (--registry-auth) runs on the escrow path"
+            elif not force_escrow and unsigned_tx is None:
                 why = await try_channel(env, consumer, quote, as_json)
                 if why is None:
                     return None

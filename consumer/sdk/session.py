@@ -36,6 +36,7 @@ from consumer.sdk.job_record import JobRecord
 from consumer.sdk.keys import ConsumerKey
 from consumer.sdk.pending import Prepared, sign_here
 from consumer.sdk.quote import CheckedQuote, check_quote, locked_spec
+from consumer.sdk.registry_login import PrivateImage, RegistryLogins
 from consumer.sdk.store import JobStore, local_time
 from consumer.sdk.verified import RESULT_FILE, kept_archive, signed_receipt
 from offchain.chain.submit import submit_confirmed
@@ -77,20 +78,33 @@ class Consumer:
     deployment: Deployment
     store: JobStore
     min_bond_lovelace: int = 0  # refuse a provider whose counted bond is less (0: none needed)
+    default_registry: str = ""  # where a bare image name is read (`registry.default_host`)
 
     # --- quote and lock ---------------------------------------------------------------
 
-    async def quote(self, spec: JobSpec, gpu_model: str | None = None) -> CheckedQuote:
+    async def quote(
+        self, spec: JobSpec, gpu_model: str | None = None, logins: RegistryLogins | None = None
+    ) -> CheckedQuote:
         """Request the job and check the quote (the provider's signed offer, the escrow terms,
         the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
-        as locked, before anything is locked."""
+        as locked, before anything is locked. With `logins` holding an account for the
+        image's registry, the image is pinned here with it (a private image: the market has
+        no account) and the account sealed to the quoted provider's key goes to the market
+        before anything is locked."""
+        private = None
+        if logins is not None:
+            private = await asyncio.to_thread(
+                PrivateImage.pin, spec.image, logins, self.default_registry
+            )
+            if private is not None:
+                spec = spec.model_copy(update={"image": private.image})
         request: dict[str, Any] = {
             "spec": spec.model_dump(mode="json"), "consumer_address": str(self.key.address),
         }  # fmt: skip
         if gpu_model:
             request["gpu_model"] = gpu_model
         quote = await self.market.request_job(request)
-        spec = await asyncio.to_thread(locked_spec, spec, quote.image)
+        spec = await asyncio.to_thread(locked_spec, spec, quote.image, self.default_registry)
         params = await self.market.escrow_parameters(quote.job_id)
         clock = await asyncio.to_thread(Clock.now, self.context)
         lock = await asyncio.to_thread(
@@ -103,6 +117,9 @@ class Consumer:
         checked = dataclasses.replace(
             checked, bond_lovelace=await asyncio.to_thread(self.checked_bond, checked)
         )
+        if private is not None:
+            sealed = private.sealed(checked.datum.provider_vkey)
+            await self.market.registry_account(checked.job_id, sealed)
         self.store.save(JobRecord(
             job_id=checked.job_id, market_url=self.market.url, provider_id=checked.provider_id,
             gpu_model=checked.gpu_model, spec=spec.model_dump(mode="json"),
