@@ -227,7 +227,7 @@ def on_chain(env: Env) -> tuple["ConsumerKey", "OgmiosContext", "Deployment"]:
     quiet_chain_clients()
     context, deployment = open_checked(env.ogmios_url, env.deployment, env.chain)
     key = load_key(env.key, deployment.network)
-    busy = PendingStore(env.state_dir).busy()
+    busy = PendingStore(env.state_dir).busy(context.last_block_slot)
     if busy:  # the coins a wallet is signing for are not spent again
         context = cast("OgmiosContext", AvoidingPending(context, key.address, busy))
     return key, context, deployment

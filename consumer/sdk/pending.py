@@ -142,12 +142,13 @@ class PendingStore:
         (self.dir / f"{pending.tx_id}.json").unlink()
         return pending
 
-    def busy(self) -> frozenset[TransactionInput]:
-        """The inputs the transactions still pending spend."""
+    def busy(self, tip_slot: int) -> frozenset[TransactionInput]:
+        """The inputs the transactions still pending spend, of those that can still land: one
+        whose ttl the chain's tip (`tip_slot`) has reached never will, and frees its coins."""
         return frozenset(
             tx_input
             for pending in self.all()
-            if pending.submitted_ms is None
+            if pending.submitted_ms is None and _may_land(pending.tx, tip_slot)
             for tx_input in pending.tx.transaction_body.inputs
         )
 
@@ -156,6 +157,11 @@ class PendingStore:
         A ledger refusal leaves it pending, so nothing is lost."""
         await submit_confirmed(ogmios_url, signed)
         self.save(dataclasses.replace(pending, submitted_ms=time.time_ns() // 1_000_000))
+
+
+def _may_land(tx: Transaction, tip_slot: int) -> bool:
+    ttl = tx.transaction_body.ttl
+    return ttl is None or tip_slot < ttl
 
 
 def describe(pending: PendingTx) -> str:

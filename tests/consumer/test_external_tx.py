@@ -29,7 +29,7 @@ from offchain.protocol.ledger.amounts import ADA
 from offchain.protocol.ledger.split import refund_amount, slash_share
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx import channel as channels
-from offchain.protocol.tx.txbuild import sign_tx
+from offchain.protocol.tx.txbuild import Clock, sign_tx
 from tests.consumer.cli import UNCHAINED, cli_env, funded_key, run_json, tx_fee
 from tests.consumer.test_channels_cli import on_chain
 from tests.consumer.test_sdk import SPEC, travel_past
@@ -338,3 +338,36 @@ async def provider_signs_the_cancel(provider, job: str) -> None:
     signature = provider.party.wallet.key.sign(tx.id.payload).hex()
     await provider.send("POST", f"/jobs/{job}/cancel/answer",
                         {"action": "signed", "signature": signature})  # fmt: skip
+
+
+async def test_a_pending_transaction_past_its_ttl_frees_its_coins(
+    market, provider, devnet, consumer_deployment, tmp_path: Path
+):
+    """A renter's one coin is held by a channel open its wallet never signed; once the chain
+    passes that transaction's ttl it can never land, so the coin pays the next open, and the
+    late signature is refused with nothing moved."""
+    funded, _ = await funded_key(devnet, tmp_path, 100 * ADA)
+    key = funded.key
+    env = wallet_env(cli_env(market, devnet, tmp_path / "none", tmp_path / "state"), key,
+                     tmp_path)  # fmt: skip
+    offer = await provider.offer()
+    opening = ("channel", "open", "--provider", offer["provider_id"], "--deposit", "10",
+               "--close-period", "10min")  # fmt: skip
+    code, first = run_json(env, *opening, "--unsigned-tx", "first", cwd=tmp_path)
+    assert code == 0, first
+    code, error = run_json(env, *opening, "--unsigned-tx", "second", cwd=tmp_path)
+    assert code == 1, error  # its only coin waits for the wallet
+    late = unsigned_at(tmp_path / "first")
+    ttl = late.transaction_body.ttl
+    assert ttl is not None
+    await travel_past(devnet, Clock.now(devnet.context()).time.slot_to_posix_ms(ttl))
+
+    code, second = run_json(env, *opening, "--unsigned-tx", "second", cwd=tmp_path)
+    assert code == 0, second
+    again = unsigned_at(tmp_path / "second").transaction_body.inputs
+    assert set(again) & set(late.transaction_body.inputs)  # the coin the first one held
+    before = balance(devnet, funded.address)
+    signed = sign_outside(tmp_path, "first", key, "witness")
+    code, refusal = run_json(env, "tx", "submit", first["tx_id"][:16], signed, cwd=tmp_path)
+    assert code == 1, refusal
+    assert balance(devnet, funded.address) == before
