@@ -33,9 +33,7 @@ from pycardano import PaymentSigningKey, ScriptHash, Transaction, TransactionOut
 from pycardano.exception import PyCardanoException
 
 from bench.contracts import (
-    MAX_BYTES,
-    MAX_CPU,
-    MAX_MEMORY,
+    Limits,
     Measure,
     cost,
     cost_rows,
@@ -55,7 +53,15 @@ from offchain.protocol.tx import channel as channels
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.channel import Channel
 from offchain.protocol.tx.deployment import Deployment
-from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
+from offchain.protocol.tx.txbuild import (
+    SIZE_MARGIN,
+    BuildError,
+    Clock,
+    Wallet,
+    build,
+    new_builder,
+    sign_tx,
+)
 from tests.protocol.onchain import confirm, output, staked, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "channels.json"
@@ -260,6 +266,7 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
         devnet = DevnetProcess(Path(tmp) / "data").start()
         try:
             deployment = await deployed(devnet)
+            limits = Limits.of(devnet.context().protocol_param)
             done = Actions(devnet, deployment)
             await actions(done)
             session = await channel_session(done, claims)
@@ -273,10 +280,10 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
             def claiming(pool: list[tuple[Channel, Wallet]]) -> Measure:
                 return lambda n: claim_cost(devnet, deployment, provider, pool[:n])
 
-            size, batch, stop = await largest_batch(claiming(pools[0]), batch_limit)
-            costs = await profile(claiming(pools[0]), size)
+            size, batch, stop = await largest_batch(claiming(pools[0]), batch_limit, limits)
+            costs = await profile(claiming(pools[0]), size, limits)
             print("  renters at enterprise addresses (no stake part):")
-            enterprise = await largest_batch(claiming(pools[1]), batch_limit)
+            enterprise = await largest_batch(claiming(pools[1]), batch_limit, limits)
         finally:
             devnet.stop()
     fit = fit_memory(costs)
@@ -315,7 +322,7 @@ async def measure(batch_limit: int, claims: int, verify_seconds: float) -> dict[
         },
         "batch": batch,
         "actions": done.measured,
-        "limits": {"memory": MAX_MEMORY, "cpu": MAX_CPU, "tx_bytes": MAX_BYTES},
+        "limits": {**limits.tx, "size_margin_bytes": SIZE_MARGIN},
     }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import tempfile
@@ -37,6 +38,7 @@ from typing import Any
 from ogmios.errors import ResponseError
 from pycardano import (
     PaymentSigningKey,
+    ProtocolParameters,
     Transaction,
     TransactionOutput,
     UTxO,
@@ -52,13 +54,19 @@ from offchain.protocol.tx import batch as batches
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.deployment import Deployment, deploy
-from offchain.protocol.tx.txbuild import BuildError, Clock, Wallet, build, new_builder, sign_tx
+from offchain.protocol.tx.txbuild import (
+    SIZE_MARGIN,
+    BuildError,
+    Clock,
+    Wallet,
+    build,
+    new_builder,
+    sign_tx,
+)
 from tests.protocol.onchain import confirm, fund, output, staked, to_settle, travel_to
 
 RESULTS = Path(__file__).parent / "results" / "contracts.json"
 CONSUMER_RESULTS = RESULTS.with_name("consumer.json")
-MAX_MEMORY, MAX_CPU, MAX_BYTES = 14_000_000, 10_000_000_000, 16_384
-BLOCK_LIMITS = {"tx_bytes": 90_112, "memory": 62_000_000, "cpu": 20_000_000_000}  # mainnet
 BLOCKS_PER_MINUTE = 3  # one block per 20 s on average
 PRICE, MAX_UNITS, UNITS, ALLOWANCE = 2_000, 3_600, 1_000, 2 * ADA
 LOCKED = PRICE * MAX_UNITS + ALLOWANCE + 3 * ADA
@@ -148,32 +156,49 @@ async def batch_cost(
         return {"error": str(exc).splitlines()[0][:200]}
 
 
-def overflow(measured: dict[str, Any]) -> str | None:
-    """The limit a batch goes over (None if it fits); builders declare 2% over evaluation."""
-    if "error" in measured:
-        return measured["error"]
-    over = {
-        "memory": measured["memory"] * 1.02 > MAX_MEMORY,
-        "cpu": measured["cpu"] * 1.02 > MAX_CPU,
-        "tx_bytes": measured["tx_bytes"] > MAX_BYTES,
-    }
-    return ", ".join(limit for limit, exceeded in over.items() if exceeded) or None
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A transaction's and a block's limits, as the chain's protocol parameters give them (the
+    devnet's default profile: mainnet's); a batch keeps `SIZE_MARGIN` bytes under the size."""
+
+    tx: dict[str, int]
+    block: dict[str, int]
+
+    @classmethod
+    def of(cls, params: ProtocolParameters) -> Limits:
+        return cls(
+            {"memory": params.max_tx_ex_mem, "cpu": params.max_tx_ex_steps,
+             "tx_bytes": params.max_tx_size - SIZE_MARGIN},
+            {"memory": params.max_block_ex_mem, "cpu": params.max_block_ex_steps,
+             "tx_bytes": params.max_block_size},
+        )  # fmt: skip
+
+    def overflow(self, measured: dict[str, Any]) -> str | None:
+        """The limit a batch goes over (None if it fits); builders declare 2% over
+        evaluation."""
+        if "error" in measured:
+            return str(measured["error"])
+        declared = {"memory": 1.02, "cpu": 1.02, "tx_bytes": 1}
+        over = [name for name, cap in self.tx.items() if measured[name] * declared[name] > cap]
+        return ", ".join(over) or None
 
 
 Measure = Callable[[int], Awaitable[dict[str, Any]]]  # the cost of a batch of n, or its error
 
 
-async def largest_batch(measure: Measure, limit: int) -> tuple[int, dict[str, Any], str]:
+async def largest_batch(
+    measure: Measure, limit: int, limits: Limits
+) -> tuple[int, dict[str, Any], str]:
     """Binary search for the largest batch (of at most `limit`) that fits every limit; also
     what stops one more."""
     low, best = 1, await measure(1)
-    assert overflow(best) is None, "a batch of one must fit"
+    assert limits.overflow(best) is None, "a batch of one must fit"
     high = limit + 1  # first size known not to fit (or past the search)
     stop = f"more than {limit} not tried"
     while high - low > 1:
         middle = (low + high) // 2
         measured = await measure(middle)
-        reason = overflow(measured)
+        reason = limits.overflow(measured)
         print(f"  batch of {middle}: {reason or 'fits'}")
         if reason is None:
             low, best = middle, measured
@@ -182,11 +207,11 @@ async def largest_batch(measure: Measure, limit: int) -> tuple[int, dict[str, An
     return low, best, stop
 
 
-async def profile(measure: Measure, largest: int) -> dict[int, dict[str, Any]]:
+async def profile(measure: Measure, largest: int, limits: Limits) -> dict[int, dict[str, Any]]:
     """The cost of batches of several sizes up to the largest, for the fit and the block."""
     sizes = sorted({1, 2, largest // 4, largest // 2, 3 * largest // 4, largest} - {0})
     costs = {n: await measure(n) for n in sizes}
-    return {n: measured for n, measured in costs.items() if overflow(measured) is None}
+    return {n: measured for n, measured in costs.items() if limits.overflow(measured) is None}
 
 
 def fit_memory(costs: dict[int, dict[str, Any]]) -> dict[str, int]:
@@ -210,12 +235,12 @@ def fit_memory(costs: dict[int, dict[str, Any]]) -> dict[str, int]:
     return {"constant": a, "per_escrow": b, "per_escrow_squared": c}
 
 
-def per_block(costs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def per_block(costs: dict[int, dict[str, Any]], limits: Limits) -> dict[str, Any]:
     """The most escrows one mainnet block holds, filled with copies of one measured batch size
     (the best size), and the block limit that binds there."""
     best: dict[str, Any] = {"escrows": 0}
     for n, measured in costs.items():
-        room = {limit: cap // measured[limit] for limit, cap in BLOCK_LIMITS.items()}
+        room = {limit: cap // measured[limit] for limit, cap in limits.block.items()}
         batches = min(room.values())
         if batches * n > best["escrows"]:
             binding = min(room, key=lambda limit: room[limit])
@@ -291,6 +316,7 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         devnet = DevnetProcess(Path(tmp) / "data").start()
         try:
             deployment = await deployed(devnet)
+            limits = Limits.of(devnet.context().protocol_param)
             measured = await actions(devnet, deployment)
             provider, market = [await wallet(devnet, 100_000 * ADA) for _ in range(2)]
             pool = await lock_many(devnet, deployment, market, provider, batch_limit + 1)
@@ -300,9 +326,9 @@ async def measure(batch_limit: int) -> dict[str, Any]:
                     devnet, deployment, provider, market, pool[:n], receipts
                 )
 
-            size, batch, stop = await largest_batch(settling(False), batch_limit)
-            costs = await profile(settling(False), size)
-            by_receipts = await largest_batch(settling(True), batch_limit)
+            size, batch, stop = await largest_batch(settling(False), batch_limit, limits)
+            costs = await profile(settling(False), size, limits)
+            by_receipts = await largest_batch(settling(True), batch_limit, limits)
         finally:
             devnet.stop()
     settle = measured["settle"]
@@ -326,7 +352,7 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         "settle_fee_per_escrow_lovelace": -(-batch["fee_lovelace"] // size),
         "addresses": "payment + stake credential for every party",
         "batch_memory_fit": fit_memory(costs),
-        "escrows_per_block": per_block(costs),
+        "escrows_per_block": per_block(costs, limits),
         "receipts_batch": {  # each job its own receipt (a group of one): no batch claim
             "max_batch_settle": by_receipts[0],
             "memory_per_escrow": by_receipts[1]["memory"] // by_receipts[0],
@@ -339,7 +365,8 @@ async def measure(batch_limit: int) -> dict[str, Any]:
         },
         "batch": batch,
         "actions": measured,
-        "limits": {"memory": MAX_MEMORY, "cpu": MAX_CPU, "tx_bytes": MAX_BYTES},
+        "limits": {**limits.tx, "size_margin_bytes": SIZE_MARGIN},
+        "block_limits": limits.block,
     }
 
 

@@ -14,11 +14,12 @@ import pytest
 from devnet.process import DevnetProcess
 from tests.chains import chain_under_test, running
 from tests.registry import LocalRegistry, local_registry
+from tests.token_service import GuardedRegistry, guarded_registry
 
 # marker: the fixtures that start it (a fixture used through another counts)
 NEEDS = {
     "devnet": {"devnet", "own_devnet", "slow_devnet"},
-    "docker": {"busybox", "python", "runner", "registry"},
+    "docker": {"busybox", "python", "runner", "registry", "guarded"},
     "postgres": {"postgresql_cluster", "postgresql_url"},
     "browser": {"browser"},
 }
@@ -68,4 +69,12 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry
     """A real registry (Debian's docker-registry) on a free local port, empty; stopped at the
     end. `LocalRegistry.push` puts a locally built image in it."""
     with local_registry(tmp_path_factory.mktemp("registry")) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuardedRegistry]:
+    """A real registry behind a token service the test runs (`tests.token_service`): anyone
+    pulls outside `private/`, only its account inside."""
+    with guarded_registry(tmp_path_factory.mktemp("guarded")) as started:
         yield started

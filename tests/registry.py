@@ -30,15 +30,22 @@ class LocalRegistry:
     process: subprocess.Popen[bytes]
     log: Path
 
-    def push(self, client: docker.DockerClient, image: str, repository: str) -> str:
-        """Push the local `image` as `host/repository:TAG` (its local tag); its digest
-        reference `host/repository@sha256:...`. The engine keeps neither reference: only the
-        registry has the image under this name."""
+    def push(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        repository: str,
+        auth: dict[str, str] | None = None,
+    ) -> str:
+        """Push the local `image` as `host/repository:TAG` (its local tag), as the account in
+        `auth` (docker's auth_config) when the registry asks for one; its digest reference
+        `host/repository@sha256:...`. The engine keeps neither reference: only the registry
+        has the image under this name."""
         tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "latest"
         remote = f"{self.host}/{repository}"
         client.images.get(image).tag(remote, tag)
         digest = None
-        for line in client.images.push(remote, tag=tag, stream=True, decode=True):
+        for line in client.images.push(remote, tag=tag, stream=True, decode=True, auth_config=auth):
             assert "error" not in line, f"push of {remote}:{tag}: {line}"
             digest = line.get("aux", {}).get("Digest", digest)
         assert digest, f"push of {remote}:{tag} named no digest"
@@ -69,8 +76,9 @@ def forget(client: docker.DockerClient, *references: str) -> None:
 
 
 @contextlib.contextmanager
-def local_registry(root: Path) -> Iterator[LocalRegistry]:
-    """`docker-registry serve` on a free port, storing under `root`; stopped at the end."""
+def local_registry(root: Path, auth: str = "") -> Iterator[LocalRegistry]:
+    """`docker-registry serve` on a free port, storing under `root`, with the configuration's
+    `auth` section (`tests.token_service.auth_config`; none: open to all); stopped at the end."""
     binary = shutil.which("docker-registry")
     if binary is None:
         raise RuntimeError("docker-registry is not installed: run scripts/setup-docker.sh")
@@ -79,7 +87,7 @@ def local_registry(root: Path) -> Iterator[LocalRegistry]:
     config.write_text(
         "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
         f"storage:\n  filesystem:\n    rootdirectory: {root / 'storage'}\n"
-        f"  delete:\n    enabled: true\nhttp:\n  addr: {host}\n"
+        f"  delete:\n    enabled: true\nhttp:\n  addr: {host}\n{auth}"
     )
     log = root / "registry.log"
     with open(log, "ab") as out:
@@ -98,7 +106,7 @@ def local_registry(root: Path) -> Iterator[LocalRegistry]:
 
 def _answers(host: str) -> bool:
     try:
-        return httpx.get(f"http://{host}/v2/", timeout=1).status_code == 200
+        return httpx.get(f"http://{host}/v2/", timeout=1).status_code in (200, 401)
     except httpx.HTTPError:
         return False
 
@@ -129,11 +137,29 @@ def swapping_proxy(upstream: str, swaps: dict[str, str]) -> Iterator[str]:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving(Handler) as port:
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """`handler` served on a free 127.0.0.1 port (threads); the port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"127.0.0.1:{server.server_address[1]}"
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def another_image(client: docker.DockerClient, base: str, name: str) -> str:
+    """A local image other than `base` (its CMD changed): `name:t`, for a registry to serve in
+    its place."""
+    holder = client.containers.create(base, ["true"])
+    try:
+        holder.commit(repository=name, tag="t", changes=['CMD ["true"]'])
+    finally:
+        holder.remove()
+    return f"{name}:t"

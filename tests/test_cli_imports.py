@@ -171,7 +171,7 @@ def test_an_endpoint_call_signs_and_pays_with_its_http_client_alone(tmp_path: Pa
     assert heavy(modules, PAID_REQUEST) == []
 
 
-CHAIN_COMMANDS = [("job", "lock"), ("job", "submit"), ("provider", "status"),
+CHAIN_COMMANDS = [("job", "lock"), ("job", "submit"), ("tx", "submit"), ("provider", "status"),
                   ("provider", "bond", "unbond"), ("wallet", "fund")]  # fmt: skip
 
 
@@ -184,14 +184,13 @@ def test_a_chain_command_help_imports_nothing_heavy(command: tuple[str, ...], tm
 
 @pytest.mark.slow  # the child imports pycardano: seconds
 def test_a_chain_command_loads_the_committed_scripts_without_the_compiler(tmp_path: Path):
-    """`job lock` opens the chain and reads the deployment (here: there is none), importing
+    """`job refund` opens the chain and reads the deployment (here: there is none), importing
     what loads the validators, and neither the OpShin compiler nor `uplc`: they took seconds
     of every chain command."""
     new_wallet(tmp_path / "consumer.skey", mnemonic=False)
-    (tmp_path / "signed.hex").write_text("00")
     args = ["--key", "consumer.skey", "--state-dir", "state", "--deployment", "none.json",
             "--ogmios-url", "ws://127.0.0.1:9", "--json"]  # fmt: skip
-    done, modules = imported("job", "lock", "0" * 32, "signed.hex", *args, cwd=tmp_path)
+    done, modules = imported("job", "refund", "0" * 32, *args, cwd=tmp_path)
     assert done.returncode == 1 and "no deployment file at" in done.stdout, done.stdout
     assert {"pycardano", "contracts.artifacts", "offchain.protocol.tx.deployment_file"} <= modules
     compilers = ("opshin", "uplc", "pluthon", "contracts.scripts", "contracts.onchain")

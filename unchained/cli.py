@@ -51,6 +51,8 @@ COMPONENTS = {
     "wallet": Component("consumer.cli.main", "wallet_app", "The consumer's key and funds."),
     "spend": Component("consumer.cli.spend", "app", "What your jobs and channels cost, to the "
                        "lovelace: paid, fees, what came back."),
+    "tx": Component("consumer.cli.tx", "app", "Transactions signed by your wallet: submit them, "
+                    "list those pending."),
     "key": Component("unchained.key", "app", "Seal a key file with a passphrase, or unseal it."),
 }  # fmt: skip
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from consumer.cli.main import Env, Json, command, emit, market_reader, on_chain, run_sync
+from consumer.cli.unsigned import UnsignedTx, defer
 from consumer.sdk.channel_store import ChannelRecord, ChannelStore
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.store import local_time
@@ -68,10 +69,12 @@ def open_(
                                               "provider has for its last claim: 90s, 30min, "
                                               "1h, 2d.")] = "1h",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Lock without asking.")] = False,
+    unsigned_tx: UnsignedTx = None,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Open a channel to a provider: lock a deposit it is paid from, IOU by IOU, as you use its
-    service (its address and key come from its offer, whose signature is checked)."""
+    service (its address and key come from its offer, whose signature is checked). With
+    --unsigned-tx nothing is asked here: your wallet asks when it signs."""
     from consumer.sdk.channels import find_provider
 
     lovelace = lovelace_of("--deposit", deposit)
@@ -87,18 +90,28 @@ def open_(
             f"  close       {close_period}: after you start a close, the provider has this "
             "long for its last claim, then `channel close` again takes the rest",
         ]))  # fmt: skip
+    if unsigned_tx is not None:
+        prepared = run_sync(sdk.prepare_open(found, lovelace, period_ms))
+        defer(env, sdk.key, prepared, unsigned_tx, as_json,
+              channel_id=prepared.facts["record"]["channel_id"])  # fmt: skip
+        return
     if not yes:
         if as_json:
             raise ConsumerError("--json needs --yes: there is no one to ask")
         if not typer.confirm(f"lock {ada(lovelace)} in this channel?"):
             typer.echo("nothing locked")
             return
-    record, tx = run_sync(sdk.open(found, lovelace, period_ms))
+    report_open(as_json, "channel-open", {}, run_sync(sdk.open(found, lovelace, period_ms)))
+
+
+def report_open(as_json: bool, kind: str, facts: dict[str, Any], result: Any) -> None:
+    """What an open did, once in a block: `result` is the record kept and the transaction."""
+    record, tx = result
     locked = tx.transaction_body.outputs[0].amount.coin
     emit(as_json, {"channel_id": record.channel_id, "provider_id": record.provider_id,
                    "provider_address": record.provider_address, "deposit": record.funded,
-                   "locked": locked, "close_period_ms": period_ms, "tx_id": record.open_tx_id,
-                   "fee": tx.transaction_body.fee},
+                   "locked": locked, "close_period_ms": record.close_period_ms,
+                   "tx_id": record.open_tx_id, "fee": tx.transaction_body.fee},
          f"channel {record.channel_id} open: {ada(locked)} locked (transaction "
          f"{record.open_tx_id})")  # fmt: skip
 
@@ -108,12 +121,23 @@ def top_up(
     env: Env,
     channel_id: ChannelId,
     amount: Annotated[str, typer.Option(help="ADA to add, e.g. 5 or 0.5ADA.")],
+    unsigned_tx: UnsignedTx = None,
     as_json: Json = False,
 ) -> None:
     """Add funds to an open channel: its provider may claim that much more."""
     lovelace = lovelace_of("--amount", amount)
-    record, tx = run_sync(channel_sdk(env).top_up(channel_id, lovelace))
-    tx_id = tx.id.payload.hex()
+    sdk = channel_sdk(env)
+    prepared = run_sync(sdk.prepare_top_up(channel_id, lovelace))
+    if unsigned_tx is not None:
+        defer(env, sdk.key, prepared, unsigned_tx, as_json, **prepared.facts)
+        return
+    report_top_up(as_json, prepared.kind, prepared.facts, run_sync(sdk.run(prepared)))
+
+
+def report_top_up(as_json: bool, kind: str, facts: dict[str, Any], result: Any) -> None:
+    """What a top-up did, once in a block: `result` is the record counted and the transaction."""
+    record, tx = result
+    lovelace, tx_id = facts["lovelace"], tx.id.payload.hex()
     emit(as_json, {"channel_id": record.channel_id, "added": lovelace, "deposit": record.funded,
                    "tx_id": tx_id, "fee": tx.transaction_body.fee},
          f"channel {record.channel_id} topped up by {ada(lovelace)}: its provider may claim "
@@ -144,14 +168,25 @@ def status(env: Env, channel_id: ChannelId, as_json: Json = False) -> None:
 
 
 @command(app, "close")
-def close(env: Env, channel_id: ChannelId, as_json: Json = False) -> None:
+def close(
+    env: Env, channel_id: ChannelId, unsigned_tx: UnsignedTx = None, as_json: Json = False
+) -> None:
     """The close's next step: start it (the provider has the close period for its last
     claim), or once that period passed in chain time, take the rest back (drain)."""
+    sdk = channel_sdk(env)
+    prepared = run_sync(sdk.prepare_close(channel_id))
+    if unsigned_tx is not None:
+        defer(env, sdk.key, prepared, unsigned_tx, as_json, **prepared.facts)
+        return
+    report_close(as_json, prepared.kind, prepared.facts, run_sync(sdk.run(prepared)))
+
+
+def report_close(as_json: bool, kind: str, facts: dict[str, Any], done: Any) -> None:
+    """What a close's step did, once in a block (`Closed`)."""
     import dataclasses
 
     from offchain.chain.time import iso
 
-    done = run_sync(channel_sdk(env).close(channel_id))
     human = (
         f"closing: the provider may claim its last IOU until {iso(done.closing_at or 0)} chain "
         f"time; run `unchained channel close {done.channel_id}` after that to take the rest "

@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
 from consumer.cli.example import EXAMPLE_SPEC
+from consumer.cli.unsigned import UnsignedTx, defer
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.store import JobStore, local_time
 from offchain.chain import DEFAULT_OGMIOS_URL
@@ -83,7 +84,8 @@ class Env:
     key: Path = dataclasses.field(
         default=Path("data/consumer/consumer.skey"),
         metadata=connection("UNCHAINED_CONSUMER_KEY",
-                            "cardano-cli .skey file or BIP-39 mnemonic file.", path=True),
+                            "cardano-cli .skey file or BIP-39 mnemonic file (a wallet's .vkey "
+                            "for --unsigned-tx).", path=True),
     )  # fmt: skip
     market_url: str = dataclasses.field(
         default="http://127.0.0.1:8080",
@@ -112,6 +114,13 @@ class Env:
     network: str = dataclasses.field(
         default=DEFAULT_NETWORK, metadata=connection("UNCHAINED_NETWORK", SETTING_HELP)
     )
+    default_registry: str = dataclasses.field(
+        default="engine",
+        metadata=connection(
+            "UNCHAINED_DEFAULT_REGISTRY", "The registry a bare image name is read in: its "
+            "host[:port], `engine` (the local docker engine's) or empty (none).",
+        ),
+    )  # fmt: skip
 
     @property
     def chain(self) -> ChainNetwork:
@@ -211,12 +220,17 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
 def on_chain(env: Env) -> tuple["ConsumerKey", "OgmiosContext", "Deployment"]:
     """The key, the chain and the deployment checked on it (blocking: it reads the chain)."""
     from consumer.sdk.keys import load_key
+    from consumer.sdk.pending import AvoidingPending, PendingStore
     from offchain.chain.context import quiet_chain_clients
     from offchain.protocol.tx.deployment_start import open_checked
 
     quiet_chain_clients()
     context, deployment = open_checked(env.ogmios_url, env.deployment, env.chain)
-    return load_key(env.key, deployment.network), context, deployment
+    key = load_key(env.key, deployment.network)
+    busy = PendingStore(env.state_dir).busy(context.last_block_slot)
+    if busy:  # the coins a wallet is signing for are not spent again
+        context = cast("OgmiosContext", AvoidingPending(context, key.address, busy))
+    return key, context, deployment
 
 
 @asynccontextmanager
@@ -230,7 +244,8 @@ async def opened(env: Env) -> AsyncIterator["Consumer"]:
     key, context, deployment = await asyncio.to_thread(on_chain, env)
     market = MarketClient.open(env.market_url, env.market_identity, key)
     try:
-        yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir))
+        yield Consumer(key, market, context, env.ogmios_url, deployment, JobStore(env.state_dir),
+                       default_registry=env.default_registry)  # fmt: skip
     finally:
         await market.aclose()
 
@@ -344,13 +359,7 @@ def submit(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The job spec (YAML).")],
     gpu_model: Annotated[str | None, typer.Option(help="Only this exact GPU model.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Lock without asking.")] = False,
-    unsigned_tx: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the unsigned lock (CBOR hex) here for an external "
-            "wallet instead of signing; then `job lock JOB SIGNED`."
-        ),
-    ] = None,
+    unsigned_tx: UnsignedTx = None,
     detach: Annotated[bool, typer.Option(help="Return once funded; don't show progress.")] = False,
     wait: Annotated[
         WaitFor,
@@ -378,12 +387,22 @@ def submit(
             "before (without it: asked, or refused when nobody is asked).",
         ),
     ] = False,
+    registry_auth: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="UNCHAINED_REGISTRY_AUTH",
+            help="A docker config file (`auths`, as `docker login` writes) with your account "
+            "for a private image's registry: the image is pinned with it here and the account "
+            "sealed to the quoted provider's key (the market carries only ciphertext).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Quote a job; run it over an open channel to the quoted provider when one has room (paid
     per second by IOU), else show the quote, lock its escrow (after asking) and show live
     progress."""
     from consumer.cli.channel_job import try_channel
+    from consumer.sdk.registry_login import RegistryLogins
     from offchain.protocol.job.jobspec import load_jobspec
 
     spec = load_jobspec(spec_path)
@@ -405,9 +424,13 @@ def submit(
     async def go() -> str | None:
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
-            quote = await consumer.quote(spec, gpu_model)
+            logins = RegistryLogins.read(registry_auth) if registry_auth else None
+            quote = await consumer.quote(spec, gpu_model, logins)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"
-            if not force_escrow and unsigned_tx is None:
+            private = logins is not None and logins.for_image(spec.image, env.default_registry)
+            if private:  # its sealed account reaches the provider with the escrow's assignment
+                why = "a private image (--registry-auth) runs on the escrow path"
+            elif not force_escrow and unsigned_tx is None:
                 why = await try_channel(env, consumer, quote, as_json)
                 if why is None:
                     return None
@@ -418,10 +441,10 @@ def submit(
                 typer.echo(f"escrow path: {why}")
                 typer.echo(quote_text(quote, lock_fee))
             if unsigned_tx is not None:
-                unsigned_tx.write_text(unsigned.to_cbor_hex() + "\n")
-                emit(as_json, {**summary, "unsigned_tx": str(unsigned_tx)},
-                     f"unsigned lock written to {unsigned_tx}: sign it with your wallet, then "
-                     f"`unchained job lock {quote.job_id} SIGNED_FILE`")  # fmt: skip
+                from consumer.sdk.pending import Prepared
+
+                prepared = Prepared("lock", unsigned, {"job_id": quote.job_id})
+                defer(env, consumer.key, prepared, unsigned_tx, as_json, **summary)
                 return None
             if not yes:
                 if as_json:
@@ -486,17 +509,21 @@ def lock(
     ],
     as_json: Json = False,
 ) -> None:
-    """Submit the lock an external wallet signed (from `job submit --unsigned-tx`)."""
-    from consumer.sdk.external import signed_cbor
+    """Submit the lock an external wallet signed (from `job submit --unsigned-tx`): the same as
+    `unchained tx submit` with the lock's transaction id, kept for scripts that use it."""
+    from consumer.cli.tx import finish_pending
 
-    async def go() -> str:
-        async with opened(env) as consumer:
-            text = signed.read_bytes().decode(errors="replace")  # not text: not hex either
-            tx = consumer.accept_signed(job_id, signed_cbor(text))
-            return await consumer.submit_lock(job_id, tx)
+    tx_id = JobStore(env.state_dir).get(job_id).lock_tx_id
+    if tx_id is None:
+        raise ConsumerError(f"no lock was built for job {job_id} here: `unchained job submit "
+                            "SPEC --unsigned-tx FILE` builds one", job=job_id)  # fmt: skip
+    finish_pending(env, tx_id, signed, as_json)
 
-    escrow = run_sync(go())
-    emit(as_json, {"job_id": job_id, "escrow": escrow}, f"escrow {escrow} locked and funded")
+
+def report_lock(as_json: bool, kind: str, facts: dict[str, Any], escrow: str) -> None:
+    """What a lock signed elsewhere did, once in a block (`unchained tx submit`)."""
+    emit(as_json, {"job_id": facts["job_id"], "escrow": escrow},
+         f"escrow {escrow} locked and funded")  # fmt: skip
 
 
 @command(job_app, "status")
@@ -606,27 +633,41 @@ def results(
          + (f", unpacked in {result.unpacked}" if result.unpacked else ""))  # fmt: skip
 
 
-def money_back(env: Env, job_id: str, as_json: bool, slash: bool) -> None:
+def money_back(env: Env, job_id: str, as_json: bool, kind: str, unsigned_tx: Path | None) -> None:
+    """Refund or slash (`kind`): signed here, or left unsigned for a wallet."""
+
     async def go() -> Any:
         async with opened(env) as consumer:
-            return await (consumer.slash(job_id) if slash else consumer.refund(job_id))
+            build = consumer.prepare_slash if kind == "slash" else consumer.prepare_refund
+            prepared = await build(job_id)
+            if unsigned_tx is not None:
+                defer(env, consumer.key, prepared, unsigned_tx, as_json, job_id=job_id)
+                return None
+            return await consumer.run(prepared)
 
     tx = run_sync(go())
-    what = "refunded with a slash of the provider's bond" if slash else "refunded"
-    emit(as_json, {"job_id": job_id, "tx_id": tx.id.payload.hex(), "fee": tx.transaction_body.fee},
+    if tx is not None:
+        report_money_back(as_json, kind, {"job_id": job_id}, tx)
+
+
+def report_money_back(as_json: bool, kind: str, facts: dict[str, Any], tx: Any) -> None:
+    """What a refund or a slash did, once in a block."""
+    what = "refunded with a slash of the provider's bond" if kind == "slash" else "refunded"
+    emit(as_json, {"job_id": facts["job_id"], "tx_id": tx.id.payload.hex(),
+                   "fee": tx.transaction_body.fee},
          f"{what}: transaction {tx.id.payload.hex()}")  # fmt: skip
 
 
 @command(job_app, "refund")
-def refund(env: Env, job_id: JobId, as_json: Json = False) -> None:
+def refund(env: Env, job_id: JobId, unsigned_tx: UnsignedTx = None, as_json: Json = False) -> None:
     """Return the escrow to you once its deadline and settle window passed (chain time)."""
-    money_back(env, job_id, as_json, slash=False)
+    money_back(env, job_id, as_json, "refund", unsigned_tx)
 
 
 @command(job_app, "slash")
-def slash(env: Env, job_id: JobId, as_json: Json = False) -> None:
+def slash(env: Env, job_id: JobId, unsigned_tx: UnsignedTx = None, as_json: Json = False) -> None:
     """Refund and take a share of the provider's bond: it accepted the job and never delivered."""
-    money_back(env, job_id, as_json, slash=True)
+    money_back(env, job_id, as_json, "slash", unsigned_tx)
 
 
 @command(job_app, "cancel")
@@ -639,6 +680,7 @@ def cancel(
             "--wait", min=1, help="Seconds to wait for the provider's answer and the money."
         ),
     ] = 120,
+    unsigned_tx: UnsignedTx = None,
     as_json: Json = False,
 ) -> None:
     """Take the job back: unlocked, it is dropped; not started, the escrow comes back now
@@ -648,11 +690,22 @@ def cancel(
     async def go() -> Any:
         async with opened(env) as consumer:
             step = (lambda _: None) if as_json else typer.echo
-            return await cancel_job(consumer, job_id, wait_s, step)
-
-    from offchain.protocol.job.job_state import SETTLE_NEXT, JobState
+            wallet = None  # or where the provider-signed Cancel goes for the wallet's witness
+            if unsigned_tx is not None:
+                wallet = functools.partial(defer, env, consumer.key, path=unsigned_tx,
+                                           as_json=as_json, job_id=job_id)  # fmt: skip
+            return await cancel_job(consumer, job_id, wait_s, step, wallet)
 
     done = run_sync(go())
+    if done.how != "pending":  # a pending one was told as it was written
+        report_cancel(as_json, "cancel", {"job_id": job_id}, done)
+
+
+def report_cancel(as_json: bool, kind: str, facts: dict[str, Any], done: Any) -> None:
+    """How a cancel ended (`consumer.sdk.cancel.Cancelled`)."""
+    from offchain.protocol.job.job_state import SETTLE_NEXT, JobState
+
+    job_id = facts["job_id"]
     waited = "" if done.blocks is None else f", {done.blocks} block(s) after the request"
     back = (f"{ada(done.returned)} back to you in transaction {done.tx_id}{waited}"
             if done.state == JobState.SETTLED else

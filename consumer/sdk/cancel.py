@@ -17,6 +17,7 @@ from typing import Any
 from pycardano import Transaction
 
 from consumer.sdk.errors import ConsumerError, NothingToDo
+from consumer.sdk.pending import Prepared
 from consumer.sdk.session import Consumer
 from offchain.chain.ogmios import Ogmios
 from offchain.chain.submit import submit_confirmed
@@ -34,12 +35,14 @@ LOCKED = (S.FUNDED, S.ACCEPTED, S.RUNNING)
 STOPPED = (S.COMPLETED, S.SETTLING, S.FAILED)  # the provider's receipt is in (or its failure)
 POLL_S = 0.5
 Step = Callable[[str], None]
+Defer = Callable[[Prepared], None]
 
 
 @dataclasses.dataclass(frozen=True)
 class Cancelled:
     """How a cancel ended: `dropped` (nothing was locked), `cancelled` (the Cancel is on
-    chain) or `stopped` (the job ran: settled for the units it used)."""
+    chain), `pending` (signed by the provider, left for the renter's wallet) or `stopped` (the
+    job ran: settled for the units it used)."""
 
     job_id: str
     how: str
@@ -56,9 +59,13 @@ class ProviderSilent(ConsumerError):
     """The provider did not answer the cancel within the wait; the request stands."""
 
 
-async def cancel(consumer: Consumer, job_id: str, wait_s: float, step: Step) -> Cancelled:
+async def cancel(
+    consumer: Consumer, job_id: str, wait_s: float, step: Step, defer: Defer | None = None
+) -> Cancelled:
     """Cancel `job_id`, waiting up to `wait_s` for its provider (and, for a job that ran, for
-    the settlement); `step` hears each step in words."""
+    the settlement); `step` hears each step in words. With `defer`, the provider-signed Cancel
+    is handed to it for a wallet's witness (`consumer.sdk.pending`) instead of signed here:
+    `pending` then."""
     status = await consumer.market.job(job_id)
     state = status.state
     if state in UNLOCKED:
@@ -81,8 +88,12 @@ async def cancel(consumer: Consumer, job_id: str, wait_s: float, step: Step) -> 
     while loop.time() < until:
         view = await consumer.market.cancel_status(job_id)
         if view.state == CancelState.SIGNED and view.transaction is not None:
-            step("the provider signed the cancel: adding yours and submitting it")
-            return await _submit(consumer, job_id, unsigned, view.transaction, escrow, since)
+            step(
+                "the provider signed the cancel: "
+                + ("writing it for your wallet" if defer else "adding yours and submitting it")
+            )
+            return await _submit(consumer, job_id, unsigned, view.transaction, escrow, since,
+                                 defer)  # fmt: skip
         if view.state == CancelState.REFUSED:
             raise ConsumerError(
                 f"the provider refused to sign the cancel: {view.refusal}",
@@ -130,18 +141,28 @@ async def _height(ogmios_url: str) -> int:
 
 async def _submit(
     consumer: Consumer, job_id: str, unsigned: Transaction, signed_hex: str, escrow: Any,
-    since: int,
+    since: int, defer: Defer | None,
 ) -> Cancelled:  # fmt: skip
-    """Add the renter's witness to the provider-signed Cancel, if it is the one built here."""
+    """Add the renter's witness to the provider-signed Cancel, if it is the one built here (or
+    leave that to a wallet: `defer`)."""
     tx = Transaction.from_cbor(bytes.fromhex(signed_hex))
     if tx.id != unsigned.id:
         raise ConsumerError(f"the market served another transaction ({tx.id}) than the cancel "
                             f"built here ({unsigned.id}): nothing submitted")  # fmt: skip
-    height = await submit_confirmed(consumer.ogmios_url, consumer.key.sign(tx))
     fee = tx.transaction_body.fee
+    facts = {"job_id": job_id, "returned": escrow.output.amount.coin - fee}
+    if defer is not None:
+        defer(Prepared("cancel", tx, facts))
+        return Cancelled(job_id, "pending", tx_id=str(tx.id), returned=facts["returned"], fee=fee)
+    height = await submit_confirmed(consumer.ogmios_url, consumer.key.sign(tx))
+    return cancelled(facts, tx, height - since)
+
+
+def cancelled(facts: dict[str, Any], signed: Transaction, blocks: int | None = None) -> Cancelled:
+    """What a Cancel did once in a block (`blocks` after the request, when counted)."""
     return Cancelled(
-        job_id, "cancelled", tx_id=str(tx.id), returned=escrow.output.amount.coin - fee, fee=fee,
-        blocks=height - since, state=S.CANCELLED,
+        facts["job_id"], "cancelled", tx_id=str(signed.id), returned=facts["returned"],
+        fee=signed.transaction_body.fee, blocks=blocks, state=S.CANCELLED,
     )  # fmt: skip
 
 

@@ -22,12 +22,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pycardano import Address, Network, Transaction, TransactionOutput
+from pycardano import Address, Network, Transaction, TransactionInput, TransactionOutput, UTxO
 
 from consumer.sdk.channel_store import ChannelRecord, ChannelStore
 from consumer.sdk.errors import ConsumerError, InsufficientFunds, NothingToDo
 from consumer.sdk.iou_signer import IouSigner
 from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.pending import Prepared, sign_here
 from consumer.sdk.quote import offer_signer
 from consumer.sdk.session import Wait
 from offchain.chain.ogmios import OgmiosError
@@ -164,6 +165,21 @@ class Channels:
         """Lock `deposit` lovelace (all of it claimable: the output's own minimum is added) for
         `provider`, closable after `close_period_ms`. The record is kept before the open is
         submitted, so a crash while it is in flight loses nothing."""
+        prepared = await self.prepare_open(provider, deposit, close_period_ms)
+        signed = self.key.sign(prepared.tx)  # a key kept in a wallet is refused before
+        record = ChannelRecord(**prepared.facts["record"])
+        self.store.save(record)
+        try:
+            await submit_confirmed(self.ogmios_url, signed)
+        except OgmiosError:  # the ledger refused it: no such channel
+            self.store.forget(record.channel_id)
+            raise
+        return self.finish(prepared.kind, prepared.facts, signed)
+
+    async def prepare_open(
+        self, provider: ProviderOffer, deposit: int, close_period_ms: int
+    ) -> Prepared:
+        """The open, unsigned; its facts hold the record the renter keeps once it is in."""
         if deposit <= 0 or close_period_ms <= 0:
             raise ConsumerError("a channel's deposit and close period must be positive",
                                 deposit=deposit, close_period_ms=close_period_ms)  # fmt: skip
@@ -177,16 +193,13 @@ class Channels:
             funded=deposit, close_period_ms=close_period_ms,
             created_ms=time.time_ns() // 1_000_000, open_tx_id=tx.id.payload.hex(),
         )  # fmt: skip
-        self.store.save(record)
-        try:
-            signed = await self.submit(tx)
-        except OgmiosError:  # the ledger refused it: no such channel
-            self.store.forget(record.channel_id)
-            raise
-        return record, signed
+        return Prepared("channel-open", tx, {"record": dataclasses.asdict(record)})
 
     async def top_up(self, channel_id: str, lovelace: int) -> tuple[ChannelRecord, Transaction]:
         """Add `lovelace` to the channel: the provider may claim that much more."""
+        return await self.run(await self.prepare_top_up(channel_id, lovelace))
+
+    async def prepare_top_up(self, channel_id: str, lovelace: int) -> Prepared:
         if lovelace <= 0:
             raise ConsumerError("a top-up must be positive", lovelace=lovelace)
         record = self.store.get(channel_id)
@@ -196,23 +209,24 @@ class Channels:
                               "come back at the drain")  # fmt: skip
         tx = await self.built(channels.top_up, channel, record.terms, lovelace, self.key.address,
                               spends=lovelace)  # fmt: skip
-        signed = await self.submit(tx)
-        record = dataclasses.replace(record, funded=record.funded + lovelace)
-        self.store.save(record)
-        return record, signed
+        return Prepared("channel-top-up", tx,
+                        {"channel_id": record.channel_id, "lovelace": lovelace})  # fmt: skip
 
     async def close(self, channel_id: str) -> Closed:
         """The close's next step: start it (the provider has the close period to claim its
         last IOU), or once that passed in chain time, drain the rest back to the renter."""
+        return await self.run(await self.prepare_close(channel_id))
+
+    async def prepare_close(self, channel_id: str) -> Prepared:
+        """The close's next step, unsigned: `channel-close` or, once the close period passed
+        in chain time, `channel-drain` (NotDrainableYet says when before)."""
         record = self.store.get(channel_id)
         channel = await asyncio.to_thread(self.live, record)
         closing_at = channel.datum.closing_at
+        facts: dict[str, Any] = {"channel_id": record.channel_id}
         if closing_at < 0:
-            tx = await self.submit(await self.built(
-                channels.start_close, channel, record.terms, self.key.address))  # fmt: skip
-            closed = tx.transaction_body.outputs[channels.CHANNEL_OUTPUT].datum  # as submitted
-            return Closed(record.channel_id, "closing", tx.id.payload.hex(),
-                          tx.transaction_body.fee, closing_at=closed.closing_at)  # fmt: skip
+            tx = await self.built(channels.start_close, channel, record.terms, self.key.address)
+            return Prepared("channel-close", tx, facts)
         wait = Wait.after(await asyncio.to_thread(Clock.now, self.context), closing_at)
         if wait is not None:
             raise NotDrainableYet(
@@ -221,11 +235,40 @@ class Channels:
                 "rest.", drainable_at_ms=wait.at_ms, chain_now_ms=wait.chain_now_ms,
                 local_eta_ms=wait.local_ms,
             )  # fmt: skip
-        tx = await self.submit(await self.built(
-            channels.drain, channel, record.terms, self.key.address))  # fmt: skip
-        self.store.save(dataclasses.replace(record, closed_tx_id=tx.id.payload.hex()))
-        return Closed(record.channel_id, "drained", tx.id.payload.hex(), tx.transaction_body.fee,
-                      closing_at=closing_at, returned=channel.lovelace)  # fmt: skip
+        tx = await self.built(channels.drain, channel, record.terms, self.key.address)
+        return Prepared(
+            "channel-drain", tx, {**facts, "closing_at": closing_at, "returned": channel.lovelace}
+        )
+
+    async def run(self, prepared: Prepared) -> Any:
+        """`prepared` signed with the renter's key, submitted, and finished (`finish`)."""
+        signed = await sign_here(self.key, self.ogmios_url, prepared)
+        return self.finish(prepared.kind, prepared.facts, signed)
+
+    def finish(self, kind: str, facts: dict[str, Any], signed: Transaction) -> Any:
+        """What follows a channel transaction's block, as the renter records it: the open's
+        record kept, a top-up counted; a close told, a drain recorded (`Closed`)."""
+        tx_id, fee = signed.id.payload.hex(), signed.transaction_body.fee
+        if kind == "channel-open":
+            record = ChannelRecord(**facts["record"])
+            self.store.save(record)
+            return record, signed
+        record = self.store.get(facts["channel_id"])
+        if kind == "channel-top-up":
+            record = dataclasses.replace(record, funded=record.funded + facts["lovelace"])
+            self.store.save(record)
+            return record, signed
+        if kind == "channel-close":
+            output = channels.CHANNEL_OUTPUT  # its datum as sent, read back as the chain has it
+            closed = channels.read_channel(
+                self.deployment,
+                UTxO(TransactionInput(signed.id, output), signed.transaction_body.outputs[output]),
+            )
+            return Closed(record.channel_id, "closing", tx_id, fee,
+                          closing_at=closed.datum.closing_at)  # fmt: skip
+        self.store.save(dataclasses.replace(record, closed_tx_id=tx_id))
+        return Closed(record.channel_id, "drained", tx_id, fee, closing_at=facts["closing_at"],
+                      returned=facts["returned"])  # fmt: skip
 
     def status(self, channel_id: str) -> ChannelStatus:
         """The channel `channel_id` names, read from the chain now."""
@@ -304,8 +347,3 @@ class Channels:
 
     def balance(self) -> int:
         return sum(utxo.output.amount.coin for utxo in self.context.utxos(self.key.address))
-
-    async def submit(self, unsigned: Transaction) -> Transaction:
-        signed = self.key.sign(unsigned)
-        await submit_confirmed(self.ogmios_url, signed)
-        return signed

@@ -56,6 +56,11 @@ class MarketClient(MarketLink):
     async def escrow_parameters(self, job_id: str) -> EscrowParameters:
         return await self.answer(EscrowParameters, "GET", f"/jobs/{job_id}/escrow")
 
+    async def registry_account(self, job_id: str, sealed: str) -> None:
+        """Hand the market the renter's registry account sealed to the quoted provider."""
+        body = Body.of_json({"sealed": sealed})
+        await self.send("POST", f"/jobs/{job_id}/registry-account", body)
+
     async def report_escrow(self, job_id: str, escrow: str) -> JobPublic:
         body = Body.of_json({"escrow": escrow})
         return await self.answer(JobPublic, "POST", f"/jobs/{job_id}/escrow", body)

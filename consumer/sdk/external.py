@@ -1,7 +1,8 @@
-"""What an external wallet hands back for the unsigned lock, in the forms wallets give it:
-the signed transaction as CBOR hex, the same inside a cardano-cli TextEnvelope (`cborHex`),
-or only a witness set (what CIP-30 `signTx` returns), which is merged into the unsigned lock
-the consumer built. Whether the result is the right lock, rightly signed, is checked after."""
+"""What an external wallet hands back for an unsigned transaction, in the forms wallets give
+it: the signed transaction as CBOR hex, the same inside a cardano-cli TextEnvelope (`cborHex`),
+or only a witness set (what CIP-30 `signTx` returns), which is merged into the unsigned
+transaction the renter built. Whether the result is the right transaction, rightly signed, is
+checked after (`consumer.sdk.pending`)."""
 
 from __future__ import annotations
 
@@ -29,24 +30,32 @@ def signed_cbor(text: str) -> bytes:
         raise ConsumerError(f"not a signed transaction: expected {FORMS}") from exc
 
 
-def signed_lock(cbor: bytes, unsigned_hex: str | None) -> Transaction:
-    """The signed lock in `cbor`: a whole transaction, or a witness set whose key witnesses are
-    added to the unsigned lock `unsigned_hex` (CBOR hex, as written for the wallet)."""
+def whole_or_witnesses(cbor: bytes) -> Transaction | TransactionWitnessSet:
+    """What `cbor` is: a whole transaction or a witness set alone."""
     try:
         return Transaction.from_cbor(cbor)
     except Exception:  # pycardano raises several kinds for other bytes
         pass
     try:
-        witnesses = TransactionWitnessSet.from_cbor(cbor)
+        return TransactionWitnessSet.from_cbor(cbor)
     except Exception as exc:
         raise ConsumerError(f"not a signed transaction: expected {FORMS}") from exc
-    if unsigned_hex is None:
-        raise ConsumerError(
-            "a witness set alone needs the unsigned lock this state directory recorded, and "
-            "there is none: pass the whole signed transaction"
-        )
+
+
+def signed_tx(cbor: bytes, unsigned_hex: str) -> Transaction:
+    """The signed transaction in `cbor`: a whole transaction, or a witness set whose key
+    witnesses are added to the unsigned one `unsigned_hex` (CBOR hex, as written for the
+    wallet; witnesses it holds already, a co-signer's, are kept)."""
+    given = whole_or_witnesses(cbor)
+    if isinstance(given, Transaction):
+        return given
+    return merged(given, unsigned_hex)
+
+
+def merged(witnesses: TransactionWitnessSet, unsigned_hex: str) -> Transaction:
+    """The transaction `unsigned_hex` with the key witnesses of `witnesses` added."""
     unsigned = Transaction.from_cbor(bytes.fromhex(unsigned_hex))
-    merged = unsigned.transaction_witness_set
-    added = [*(merged.vkey_witnesses or []), *(witnesses.vkey_witnesses or [])]
-    merged.vkey_witnesses = NonEmptyOrderedSet(added) if added else None
-    return Transaction(unsigned.transaction_body, merged, unsigned.valid, unsigned.auxiliary_data)
+    kept = unsigned.transaction_witness_set
+    added = [*(kept.vkey_witnesses or []), *(witnesses.vkey_witnesses or [])]
+    kept.vkey_witnesses = NonEmptyOrderedSet(added) if added else None
+    return Transaction(unsigned.transaction_body, kept, unsigned.valid, unsigned.auxiliary_data)

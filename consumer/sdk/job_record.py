@@ -26,7 +26,7 @@ class JobRecord(BaseModel):
     lovelace: int
     created_ms: int
     lock_tx_id: str | None = None
-    lock_tx_cbor: str | None = None  # the unsigned lock, for a wallet's bare witness set
+    lock_tx_cbor: str | None = None  # read from records of older versions; now kept pending
     escrow: str | None = None
 
     @property

@@ -1,7 +1,9 @@
 """The consumer's key: a cardano-cli `.skey` envelope (normal or BIP32-extended) or a BIP-39
 mnemonic read through pycardano's HD wallet on the CIP-1852 payment path. The file's content
 says which, so one `--key` option takes either. Keys never leave this process: they sign
-requests and transactions here, and nothing else sees them."""
+requests and transactions here, and nothing else sees them. A key kept in a wallet is named by
+its verification key (a cardano-cli `.vkey`, `WalletKey`): it has an address and builds
+transactions, which the wallet signs (`consumer.sdk.pending`), and it signs nothing here."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pycardano import (
     Network,
     PaymentExtendedSigningKey,
     PaymentSigningKey,
+    PaymentVerificationKey,
     Transaction,
+    VerificationKey,
 )
 
 from consumer.sdk.errors import WalletError
@@ -39,17 +43,21 @@ class ConsumerKey:
     network: Network = Network.TESTNET
 
     @property
+    def verification_key(self) -> VerificationKey:
+        return self.key.to_verification_key()
+
+    @property
     def address(self) -> Address:
-        return Address(self.key.to_verification_key().hash(), network=self.network)
+        return Address(self.verification_key.hash(), network=self.network)
 
     @property
     def key_hash(self) -> str:
-        return self.key.to_verification_key().hash().payload.hex()
+        return self.verification_key.hash().payload.hex()
 
     @property
     def vkey(self) -> bytes:
         """The 32-byte Ed25519 verification key (an extended key's without its chain code)."""
-        return bytes(self.key.to_verification_key().payload[:32])
+        return bytes(self.verification_key.payload[:32])
 
     @property
     def payload_signer(self) -> SigningKey:
@@ -62,6 +70,43 @@ class ConsumerKey:
 
     def sign(self, tx: Transaction) -> Transaction:
         return sign_tx(tx, self.key)
+
+    def can_sign(self, what: str) -> None:
+        """Nothing: this key signs here (a `WalletKey` refuses, saying `what` it cannot do)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WalletKey(ConsumerKey):
+    """The renter's key as a wallet holds it: only its verification key is here (`--key` names
+    a `.vkey`). Transactions are built for it and signed outside (`--unsigned-tx`); anything
+    that would sign here (a transaction, a market or gateway request, an IOU) is refused,
+    saying so."""
+
+    key: PaymentVerificationKey  # no signing half here
+
+    @property
+    def verification_key(self) -> VerificationKey:
+        return self.key
+
+    @property
+    def payload_signer(self) -> SigningKey:
+        raise self.refusal("sign IOUs")
+
+    def sign_request(self, fields: RequestFields) -> dict[str, str]:
+        raise self.refusal(f"sign a request to {fields.path}")
+
+    def sign(self, tx: Transaction) -> Transaction:
+        raise self.refusal("sign a transaction: pass --unsigned-tx FILE and sign it there")
+
+    def can_sign(self, what: str) -> None:
+        raise self.refusal(what)
+
+    def refusal(self, what: str) -> WalletError:
+        return WalletError(
+            f"--key is a verification key (its signing key is in your wallet), so this cannot "
+            f"{what}; commands that sign requests or IOUs need the signing key",
+            address=str(self.address),
+        )
 
 
 def from_mnemonic(words: str, account: int = 0, index: int = 0) -> PaymentExtendedSigningKey:
@@ -79,14 +124,19 @@ def load_key(path: Path, network: Network = Network.TESTNET) -> ConsumerKey:
     text = key_text(path)
     if not text.lstrip().startswith("{"):
         return ConsumerKey(from_mnemonic(text), network)
+    try:
+        return WalletKey(PaymentVerificationKey.from_json(text, validate_type=True), network)
+    except Exception:  # not a verification key: a signing key, tried next
+        pass
     for kind in (PaymentSigningKey, PaymentExtendedSigningKey):
         try:
             return ConsumerKey(kind.from_json(text, validate_type=True), network)
         except Exception:  # pycardano raises several kinds for another envelope type
             continue
     raise WalletError(
-        f"{path} is not a payment signing key (cardano-cli PaymentSigningKeyShelley_ed25519 "
-        "or PaymentExtendedSigningKeyShelley_ed25519_bip32)",
+        f"{path} is not a payment key (cardano-cli PaymentSigningKeyShelley_ed25519, "
+        "PaymentExtendedSigningKeyShelley_ed25519_bip32, or a wallet's "
+        "PaymentVerificationKeyShelley_ed25519)",
         path=str(path),
     )
 

@@ -45,13 +45,16 @@ class MarketReader:
     identity: str
     key: RequestSigner
 
-    def get(self, path: str) -> Any:
+    def get(self, path: str, signed: bool = True) -> Any:
         """One signed GET of `path` (below the URL's own path, as httpx joins a base URL);
-        its JSON answer. An https market's certificate is checked."""
+        its JSON answer. An https market's certificate is checked. A public page is read
+        unsigned (`signed=False`), so a key kept in a wallet can read it too."""
         parts = urlsplit(self.url)
         kind = http.client.HTTPSConnection if parts.scheme.lower() == "https" else (
             http.client.HTTPConnection)  # fmt: skip
-        headers = self.key.sign_request(RequestFields.of("GET", path, b"", self.identity))
+        headers = {}
+        if signed:
+            headers = self.key.sign_request(RequestFields.of("GET", path, b"", self.identity))
         connection = kind(parts.netloc, timeout=TIMEOUT_S)
         try:
             connection.request("GET", parts.path.rstrip("/") + path, headers=headers)
@@ -78,4 +81,5 @@ class MarketReader:
         return self.get(log_tail_path(job_id, lines))
 
     def search_offers(self, query: str, limit: int = 100) -> dict[str, Any]:
-        return self.get(offers_path(query, limit))
+        """Offers are public: the search is not signed."""
+        return self.get(offers_path(query, limit), signed=False)

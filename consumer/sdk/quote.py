@@ -18,7 +18,7 @@ from offchain.protocol.api.signed_request import RequestFields, SignedRequestErr
 from offchain.protocol.api.wire import EscrowParameters, Quote, SignedOffer
 from offchain.protocol.job.gpu_slices import cheapest_fit
 from offchain.protocol.job.jobspec import JobSpec
-from offchain.protocol.job.registry import RegistryError, names_registry, resolve
+from offchain.protocol.job.registry import RegistryError, default_host, names_registry, resolve
 from offchain.protocol.ledger.amounts import ADA
 from offchain.protocol.ledger.split import lock_amount
 from offchain.protocol.ledger.types import EscrowDatum
@@ -172,18 +172,22 @@ def check_quote(
     )  # fmt: skip
 
 
-def locked_spec(spec: JobSpec, quoted_image: str | None) -> JobSpec:
-    """The spec the quote's escrow digests: `spec`, or with its registry tag pinned to the
-    digest the market quoted, once the registry (asked from here: the market's word is not
-    taken) names that same digest. QuoteRejected otherwise: nothing is locked."""
+def locked_spec(
+    spec: JobSpec, quoted_image: str | None, default_registry: str | None = None
+) -> JobSpec:
+    """The spec the quote's escrow digests: `spec`, or with its registry tag (a bare name: in
+    the renter's `default_registry`) pinned to the digest the market quoted, once the registry
+    (asked from here: the market's word is not taken) names that same digest. QuoteRejected
+    otherwise: nothing is locked."""
     if quoted_image is None or quoted_image == spec.image:
         return spec
     asked = spec.image
-    if not names_registry(asked) or "@" in asked:
+    bare = not names_registry(asked) and default_host(default_registry) is None
+    if bare or "@" in asked:
         raise QuoteRejected(f"the market quoted image {quoted_image}, not the {asked} asked: "
                             "refusing the quote, nothing locked")  # fmt: skip
     try:
-        digest = resolve(asked)
+        digest = resolve(asked, default_registry=default_registry)
     except RegistryError as exc:
         raise QuoteRejected(f"cannot check the market's pin of {asked} to {quoted_image}: "
                             f"{exc}; refusing the quote, nothing locked") from exc  # fmt: skip

@@ -32,10 +32,11 @@ from consumer.sdk.errors import (
     QuoteRejected,
     ResultMismatch,
 )
-from consumer.sdk.external import signed_lock
 from consumer.sdk.job_record import JobRecord
 from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.pending import Prepared, sign_here
 from consumer.sdk.quote import CheckedQuote, check_quote, locked_spec
+from consumer.sdk.registry_login import PrivateImage, RegistryLogins
 from consumer.sdk.store import JobStore, local_time
 from consumer.sdk.verified import RESULT_FILE, kept_archive, signed_receipt
 from offchain.chain.submit import submit_confirmed
@@ -47,7 +48,6 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.receipt import Receipt
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.amounts import ADA, ada
-from offchain.protocol.ledger.payloads import verify
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.deployment import Deployment
@@ -78,20 +78,33 @@ class Consumer:
     deployment: Deployment
     store: JobStore
     min_bond_lovelace: int = 0  # refuse a provider whose counted bond is less (0: none needed)
+    default_registry: str = ""  # where a bare image name is read (`registry.default_host`)
 
     # --- quote and lock ---------------------------------------------------------------
 
-    async def quote(self, spec: JobSpec, gpu_model: str | None = None) -> CheckedQuote:
+    async def quote(
+        self, spec: JobSpec, gpu_model: str | None = None, logins: RegistryLogins | None = None
+    ) -> CheckedQuote:
         """Request the job and check the quote (the provider's signed offer, the escrow terms,
         the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
-        as locked, before anything is locked."""
+        as locked, before anything is locked. With `logins` holding an account for the
+        image's registry, the image is pinned here with it (a private image: the market has
+        no account) and the account sealed to the quoted provider's key goes to the market
+        before anything is locked."""
+        private = None
+        if logins is not None:
+            private = await asyncio.to_thread(
+                PrivateImage.pin, spec.image, logins, self.default_registry
+            )
+            if private is not None:
+                spec = spec.model_copy(update={"image": private.image})
         request: dict[str, Any] = {
             "spec": spec.model_dump(mode="json"), "consumer_address": str(self.key.address),
         }  # fmt: skip
         if gpu_model:
             request["gpu_model"] = gpu_model
         quote = await self.market.request_job(request)
-        spec = await asyncio.to_thread(locked_spec, spec, quote.image)
+        spec = await asyncio.to_thread(locked_spec, spec, quote.image, self.default_registry)
         params = await self.market.escrow_parameters(quote.job_id)
         clock = await asyncio.to_thread(Clock.now, self.context)
         lock = await asyncio.to_thread(
@@ -104,6 +117,9 @@ class Consumer:
         checked = dataclasses.replace(
             checked, bond_lovelace=await asyncio.to_thread(self.checked_bond, checked)
         )
+        if private is not None:
+            sealed = private.sealed(checked.datum.provider_vkey)
+            await self.market.registry_account(checked.job_id, sealed)
         self.store.save(JobRecord(
             job_id=checked.job_id, market_url=self.market.url, provider_id=checked.provider_id,
             gpu_model=checked.gpu_model, spec=spec.model_dump(mode="json"),
@@ -169,34 +185,18 @@ class Consumer:
                 f"{ada(max(needed - held, 0))} there and submit again. ({exc})",
                 address=str(self.key.address), needed=needed, held=held,
             ) from exc  # fmt: skip
-        record.lock_tx_id, record.lock_tx_cbor = tx.id.payload.hex(), tx.to_cbor_hex()
+        record.lock_tx_id = tx.id.payload.hex()
         self.store.save(record)
-        return tx
-
-    def accept_signed(self, job_id: str, cbor: bytes) -> Transaction:
-        """The lock as an external wallet signed it (a whole transaction, or a CIP-30 witness
-        set for the unsigned lock recorded): it must be the very transaction built for the job
-        (same id) and carry a valid witness of the consumer's key."""
-        record = self.store.get(job_id)
-        tx = signed_lock(cbor, record.lock_tx_cbor)
-        if tx.id.payload.hex() != record.lock_tx_id:
-            raise ConsumerError(
-                f"this is not the lock built for job {job_id} ({record.lock_tx_id}); sign the "
-                "unsigned transaction unchanged"
-            )
-        witnesses = tx.transaction_witness_set.vkey_witnesses or []
-        if not any(
-            w.vkey.hash().payload.hex() == self.key.key_hash
-            and verify(w.vkey.payload[:32], tx.id.payload, w.signature)
-            for w in witnesses
-        ):
-            raise ConsumerError(f"the lock carries no valid signature by {self.key.address}")
         return tx
 
     async def submit_lock(self, job_id: str, signed: Transaction) -> str:
         """Submit the signed lock, wait for its block, tell the market: the escrow `TXID#IX`."""
-        record = self.store.get(job_id)
         await submit_confirmed(self.ogmios_url, signed)
+        return await self.locked(job_id, signed)
+
+    async def locked(self, job_id: str, signed: Transaction) -> str:
+        """Once the signed lock is in a block: record its escrow `TXID#IX`, tell the market."""
+        record = self.store.get(job_id)
         record.escrow = format_out_ref(escrows.lock_escrow(signed.id))
         self.store.save(record)
         await self.market.report_escrow(job_id, record.escrow)
@@ -204,7 +204,24 @@ class Consumer:
 
     async def lock(self, job_id: str) -> str:
         """Build, sign with the consumer's key and submit the job's lock; the escrow."""
-        return await self.submit_lock(job_id, self.key.sign(await self.build_lock(job_id)))
+        return await self.run(Prepared("lock", await self.build_lock(job_id), {"job_id": job_id}))
+
+    async def run(self, prepared: Prepared) -> Any:
+        """`prepared` signed with the consumer's key, submitted, and finished (`finish`)."""
+        signed = await sign_here(self.key, self.ogmios_url, prepared)
+        return await self.finish(prepared.kind, prepared.facts, signed)
+
+    async def finish(self, kind: str, facts: dict[str, Any], signed: Transaction) -> Any:
+        """What follows a job transaction's block: a lock's escrow is recorded and reported
+        (the escrow); a cancel is told (`Cancelled`); a refund or a slash needs nothing more
+        (the transaction)."""
+        if kind == "lock":
+            return await self.locked(facts["job_id"], signed)
+        if kind == "cancel":
+            from consumer.sdk.cancel import cancelled  # it builds on this module
+
+            return cancelled(facts, signed)
+        return signed
 
     # --- follow -------------------------------------------------------------------------
 
@@ -257,15 +274,23 @@ class Consumer:
     async def refund(self, job_id: str) -> Transaction:
         """Refund the escrow to the consumer once deadline + settle window passed (chain
         time); the confirmed transaction."""
+        return await self.run(await self.prepare_refund(job_id))
+
+    async def prepare_refund(self, job_id: str) -> Prepared:
+        """The escrow's refund to the consumer, unsigned (NotRefundableYet says when)."""
         escrow = await asyncio.to_thread(self._refundable, job_id)
         tx = await asyncio.to_thread(
             escrows.refund, self.context, self.deployment, escrow, self.key.address
         )
-        return await self._submit(tx)
+        return Prepared("refund", tx, {"job_id": job_id})
 
     async def slash(self, job_id: str) -> Transaction:
         """Refund and take the slash share of the provider's bond in one transaction, with the
         provider's signed acceptance of the escrow; the confirmed transaction."""
+        return await self.run(await self.prepare_slash(job_id))
+
+    async def prepare_slash(self, job_id: str) -> Prepared:
+        """The refund with the bond's slash, unsigned (the acceptance read from the market)."""
         signed = await self.market.signatures(job_id)
         acceptance = signed.acceptance_signature
         if acceptance is None:
@@ -279,7 +304,7 @@ class Consumer:
             bonds.slash, self.context, self.deployment, escrow, bond, bytes.fromhex(acceptance),
             self.key.address,
         )  # fmt: skip
-        return await self._submit(tx)
+        return Prepared("slash", tx, {"job_id": job_id})
 
     def _refundable(self, job_id: str) -> UTxO:
         """The job's escrow UTxO if it can be refunded now; NotRefundableYet says when."""
@@ -311,11 +336,6 @@ class Consumer:
                 "returns the escrow"
             )
         return max(found, key=lambda pair: pair[0].output.amount.coin)[0]
-
-    async def _submit(self, unsigned: Transaction) -> Transaction:
-        signed = self.key.sign(unsigned)
-        await submit_confirmed(self.ogmios_url, signed)
-        return signed
 
 
 @dataclasses.dataclass(frozen=True)

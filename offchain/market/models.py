@@ -156,6 +156,11 @@ class Job(SQLModel, table=True):
     created_at_ms: int = _big()
     updated_at_ms: int = _big()
     results_forgotten: bool = False  # its files and logs deleted after the retention
+    registry_account: str | None = Field(
+        default=None, sa_column=Column(Text, nullable=True),
+        description="the renter's registry account for a private image, sealed to the "
+        "provider's key (`registry_seal`): ciphertext the market only carries",
+    )  # fmt: skip
 
     # Columns a job has from its quote or its lock on, typed for code that runs past that
     # point (the API's `jobs.expect` checked the state): reading one sooner is a bug.

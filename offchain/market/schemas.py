@@ -15,6 +15,7 @@ from offchain.protocol.job.gpu_slices import MAX_FAULT_NOTE, MAX_SLICE_OFFERS, S
 from offchain.protocol.job.jobspec import MAX_DURATION_S, MAX_SUPPLY_LOVELACE, JobSpec, JobSpecError
 from offchain.protocol.job.offer import MAX_IMAGES, OfferedImage, SelfTestSummary
 from offchain.protocol.job.outcome import Outcome
+from offchain.protocol.job.registry_seal import MAX_SEALED_CHARS
 
 HEX32 = r"^[0-9a-f]{64}$"  # anchored: pydantic finds a pattern anywhere in the text
 HEX64 = r"^[0-9a-f]{128}$"
@@ -159,6 +160,14 @@ class JobRequest(_Body):
     _address = field_validator("consumer_address")(bech32_address)
 
     _canonical = field_validator("spec")(requestable)
+
+
+class RegistryAccount(_Body):
+    sealed: str = Field(
+        pattern=r"^[A-Za-z0-9+/]+={0,2}$", max_length=MAX_SEALED_CHARS,
+        description="The renter's registry account for its private image, sealed to the "
+        "quoted provider's key (base64; only that provider opens it).",
+    )  # fmt: skip
 
 
 class EscrowReport(_Body):

@@ -138,6 +138,12 @@ class MarketSettings(LayeredSettings):
     registry_timeout_ms: int = Field(
         10_000, ge=100, description="How long a quote waits for a registry to pin an image's tag."
     )
+    default_registry: str = Field(
+        "", description="The registry a bare image name (`python:3.12`) is read in, as docker "
+        "reads it (`library/` for one-part names): a registry's host[:port], or `engine` for "
+        "the one the local docker engine uses. Empty: bare names are not pinned (they name "
+        "images providers have).",
+    )  # fmt: skip
     local_registries: bool = Field(
         False, description="Read registries on this machine (localhost, 127.0.0.0/8) to pin "
         "an image: for a market beside its registry (tests, a demo); off, a renter cannot make "

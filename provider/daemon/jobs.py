@@ -29,6 +29,8 @@ from offchain.protocol.job.jobspec import JobSpec, Resources
 from offchain.protocol.job.offer import ImageSupply
 from offchain.protocol.job.outcome import Outcome
 from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
+from offchain.protocol.job.registry import ImageName
+from offchain.protocol.job.registry_seal import SealError, for_image, unseal
 from offchain.protocol.ledger.types import EscrowDatum
 from offchain.protocol.tx.escrow import acceptance_terms
 from offchain.protocol.tx.txbuild import BuildError
@@ -150,6 +152,7 @@ class Worker:
             needed = self.settings.confirm_blocks
             raise Shallow(f"job {job_id}: escrow {ref} is not {needed} blocks deep yet")
         entry, signature = await self.chain.call(self._check_and_sign, job_id, ref, spec, slot)
+        entry = entry.model_copy(update={"registry_account": assignment.registry_account})
         self.journal.save(entry)  # signed: from here on the bond is at stake
         await self.link.send(
             "POST", f"/jobs/{job_id}/acceptance", Body.of_json({"signature": signature.hex()}),
@@ -224,13 +227,26 @@ class Worker:
             result = await in_daemon_thread(
                 self.runner.run, entry.job_id, entry.spec, list(slot.gpu_uuids),
                 lambda text: loop.call_soon_threadsafe(shipper.add, text), entry.escrow,
-                slot.gpu_slice,
+                slot.gpu_slice, None, self.pull_auth(entry),
             )  # fmt: skip
             shipper.close()
             await shipping
         finally:
             self.release(entry.job_id)
         await self.finish(entry, result)
+
+    def pull_auth(self, entry: JobEntry) -> dict[str, str] | None:
+        """The renter's registry account for this job's image, unsealed with this provider's
+        key, for its registry only; None when there is none or it does not open (the pull then
+        goes without, and a private image's fails, saying so)."""
+        if entry.registry_account is None:
+            return None
+        try:
+            registry, account = unseal(entry.registry_account, self.key.payload)
+        except SealError as exc:
+            log.warning("job %s: %s", entry.job_id, exc)
+            return None
+        return for_image(ImageName.parse(entry.spec.image).host, registry, account)
 
     async def _report_start(self, entry: JobEntry) -> None:
         try:

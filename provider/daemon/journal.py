@@ -52,6 +52,7 @@ class JobEntry(BaseModel):
     spent_in: dict[str, Any] | None = None  # the block holding settle_tx, while not final
     final: bool = False  # settle_tx is `finality_blocks` deep: the results are gone
     reason: str | None = None  # why it failed
+    registry_account: str | None = None  # the renter's, sealed to this provider's key
 
     @property
     def earned(self) -> int:

@@ -17,6 +17,7 @@ image, and one named by digest only if the engine then holds exactly that digest
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import io
 import shutil
@@ -34,6 +35,7 @@ from pydantic import ValidationError
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.offer import MAX_IMAGES, OfferedImage, normal_image
+from offchain.protocol.job.registry import familiar, qualified, registry_host
 
 BUSYBOX_REPOSITORY = "unchained/busybox"
 PYTHON_REPOSITORY = "unchained/python-numpy"
@@ -201,13 +203,25 @@ def commit(
         holder.remove(force=True)
 
 
+@functools.cache
+def engine_default(client: docker.DockerClient) -> str | None:
+    """The engine's default registry (its IndexServerAddress), read once per client: an
+    offer's listing asks for it on every acceptance check, and it does not change."""
+    return registry_host(client.info().get("IndexServerAddress") or "") or None
+
+
 def local_images(client: docker.DockerClient) -> list[OfferedImage]:
     """The engine's tagged images and their registry digests (`host/repo@sha256:...`: a spec
     naming one runs without a pull) as an offer lists them, with the image id, sorted; a
-    reference an offer cannot carry (not one the job spec accepts) is left out."""
+    digest of the engine's default registry also as a market pins it, with that registry's
+    host (`qualified`); a reference an offer cannot carry (not one the job spec accepts) is
+    left out."""
+    default = engine_default(client)
     found = []
     for image in client.images.list():
-        for reference in (*image.tags, *image.attrs.get("RepoDigests", ())):
+        digests = image.attrs.get("RepoDigests") or ()
+        pinned = [qualified(d, default) for d in digests] if default else []
+        for reference in (*image.tags, *digests, *(p for p in pinned if p)):
             try:
                 found.append(OfferedImage(reference=reference, digest=image.id))
             except ValidationError:
@@ -219,13 +233,15 @@ class PullError(UnchainedError):
     """What the registry served is not the image named."""
 
 
-def pull(client: docker.DockerClient, reference: str) -> str:
-    """Pull `reference` into the engine; its image id. One named by digest must come back with
-    that digest among the image's RepoDigests (docker checks the manifest against the digest
-    as it pulls; this checks that the engine filed it under that digest): otherwise the pulled
-    reference is dropped and PullError says so. The engine's refusals are DockerException."""
-    image = client.images.pull(reference)
-    if by_digest(reference) and not has_digest(image.attrs, reference):
+def pull(client: docker.DockerClient, reference: str, auth: dict[str, str] | None = None) -> str:
+    """Pull `reference` into the engine, as the registry account `auth` (docker's auth_config:
+    a renter's, for its private image, given to this pull only) when there is one; its image
+    id. One named by digest must come back with that digest among the image's RepoDigests
+    (docker checks the manifest against the digest as it pulls; this checks that the engine
+    filed it under that digest): otherwise the pulled reference is dropped and PullError says
+    so. The engine's refusals are DockerException."""
+    image = client.images.pull(reference, auth_config=auth)
+    if by_digest(reference) and not has_digest(image.attrs, reference, engine_default(client)):
         with suppress(DockerException):
             client.images.remove(reference)
         raise PullError(
@@ -239,9 +255,12 @@ def by_digest(reference: str) -> bool:
     return "@sha256:" in reference
 
 
-def has_digest(attrs: dict[str, Any], reference: str) -> bool:
-    """Whether an image's inspect `attrs` list `reference` (`repo@sha256:...`) as a digest."""
-    return normal_image(reference) in {normal_image(d) for d in attrs.get("RepoDigests") or ()}
+def has_digest(attrs: dict[str, Any], reference: str, default_host: str | None = None) -> bool:
+    """Whether an image's inspect `attrs` list `reference` (`repo@sha256:...`) as a digest; one
+    in the engine's default registry (`default_host`, its IndexServerAddress) is listed as
+    docker lists those, without the host (`familiar`)."""
+    wanted = normal_image(familiar(reference, default_host))
+    return wanted in {normal_image(d) for d in attrs.get("RepoDigests") or ()}
 
 
 def _unmount_below(root: Path) -> None:

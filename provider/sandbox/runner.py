@@ -112,11 +112,13 @@ class Runner:
         escrow: str | None = None,
         gpu_slice: GpuSlice | None = None,
         on_start: Callable[[], None] | None = None,
+        pull_auth: dict[str, str] | None = None,
     ) -> RunResult:
         """Run `spec` to the end (or its max duration) and return what happened; `escrow`
         (TXID#IX) is kept with the job so that a run recovered after a crash can be paid.
         `gpu_slice`: the job runs on that slice of a shared GPU (and on no whole GPU).
-        `on_start`: called once its container started (a job paid per second from then)."""
+        `on_start`: called once its container started (a job paid per second from then).
+        `pull_auth`: the renter's registry account for its image's pull (kept nowhere)."""
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
@@ -138,7 +140,7 @@ class Runner:
         try:
             (workspace / "job.json").write_text(job.model_dump_json())
             try:
-                container = self._start(job_id, job, cgroup, workspace)
+                container = self._start(job_id, job, cgroup, workspace, pull_auth)
             except (JobStartError, DockerException) as exc:
                 provider_metrics.CONTAINER_FAILURES.inc()
                 reason = engine_reason(exc)
@@ -164,7 +166,14 @@ class Runner:
         for container in self._containers(job_id):
             _kill(container)
 
-    def _start(self, job_id: str, job: JobFile, cgroup: JobCgroup, workspace: Path) -> Container:
+    def _start(
+        self,
+        job_id: str,
+        job: JobFile,
+        cgroup: JobCgroup,
+        workspace: Path,
+        pull_auth: dict[str, str] | None = None,
+    ) -> Container:
         """Inputs, /out and the container (made side by side), then start it."""
         spec = job.spec
         inputs = None
@@ -190,7 +199,7 @@ class Runner:
             making_volume = pool.submit(
                 volume.create, spec.resources.disk_mib, self.settings.uid, self.settings.gid
             )
-            container = create_container(self.client, options, self.settings.pull_images)
+            container = create_container(self.client, options, self.settings.pull_images, pull_auth)
             making_volume.result()
         container.start()
         return container
@@ -358,16 +367,22 @@ class Runner:
         return self._supervise(job_id, job, container, cgroup, deadline, on_log, gap=True)
 
 
-def create_container(client: docker.DockerClient, options: dict[str, Any], pull: bool) -> Container:
-    """Create a container (a job's or a service's); a missing image is pulled when `pull`
-    allows it and a registry answers, else JobStartError says why not."""
+def create_container(
+    client: docker.DockerClient,
+    options: dict[str, Any],
+    pull: bool,
+    auth: dict[str, str] | None = None,
+) -> Container:
+    """Create a container (a job's or a service's); a missing image is pulled (as the registry
+    account `auth`, when given) when `pull` allows it and a registry answers, else
+    JobStartError says why not."""
     try:
         return client.containers.create(**options)
     except ImageNotFound as exc:
         if not pull:
             raise JobStartError(f"image {options['image']} is not on this machine") from exc
         try:
-            images.pull(client, options["image"])
+            images.pull(client, options["image"], auth)
         except (DockerException, images.PullError) as pull_error:
             raise JobStartError(
                 f"image {options['image']} is not on this machine and could not be pulled: "

@@ -22,7 +22,7 @@ from pycardano import (
     VerificationKeyWitness,
 )
 
-from consumer.sdk.external import signed_cbor, signed_lock
+from consumer.sdk.external import signed_cbor, signed_tx
 from offchain.chain.follower import tip_point
 from offchain.chain.utxo import parse_out_ref, utxo_at
 from tests.consumer.cli import ready_to_submit, run_json, tx_fee
@@ -70,7 +70,7 @@ async def test_an_external_wallet_signs_the_lock(market, provider, devnet, tmp_p
     assert tampered.id != unsigned.id
     refusals = {
         "unsigned.hex": (unsigned.to_cbor_hex(), "carries no valid signature"),
-        "tampered.json": (text_envelope(signed(tampered, wallet_key)), "not the lock built"),
+        "tampered.json": (text_envelope(signed(tampered, wallet_key)), "not the pending"),
         "stranger.witness": (witness_set(unsigned, stranger).to_cbor_hex(),
                              "carries no valid signature"),
         "junk.hex": ("d90102", "not a signed transaction"),
@@ -118,5 +118,5 @@ def test_every_form_a_wallet_hands_back_is_the_same_signed_lock():
     whole = signed(unsigned, key)
     forms = [whole.to_cbor_hex(), text_envelope(whole), witness_set(unsigned, key).to_cbor_hex()]
     for text in forms:
-        tx = signed_lock(signed_cbor(text + "\n"), unsigned.to_cbor_hex())
+        tx = signed_tx(signed_cbor(text + "\n"), unsigned.to_cbor_hex())
         assert tx.to_cbor() == whole.to_cbor() and tx.id == unsigned.id

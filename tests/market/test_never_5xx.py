@@ -89,6 +89,7 @@ def _bodies(provider: Party, consumer: Party) -> dict[str, dict[str, Any]]:
         "/offers": offer_terms(provider, selftest={"passed": True, "at_ms": 1, "checks": []}),
         "/jobs": job_request(consumer),
         "escrow": {"escrow": "ab" * 32 + "#0"},
+        "registry-account": {"sealed": "c2VhbGVk"},
         "lock": {"transaction": "00"},
         "acceptance": {"signature": "00" * 64},
         "logs": {"lines": ["a line"]},
@@ -136,7 +137,7 @@ def body_requests(draw: st.DrawFn, job: str, provider: Party, consumer: Party) -
     bodies = _bodies(provider, consumer)
     name = draw(st.sampled_from([*sorted(bodies), "result"]))
     path = name if name.startswith("/") else f"/jobs/{job}/{name}"
-    signer = "consumer" if name in ("/jobs", "escrow", "lock") else "provider"
+    signer = "consumer" if name in ("/jobs", "escrow", "lock", "registry-account") else "provider"
     if name == "result":
         return "PUT", path, draw(st.binary(max_size=64)), signer
     body = dict(bodies[name])

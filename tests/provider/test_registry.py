@@ -26,7 +26,7 @@ from provider.images.recipes import BUSYBOX_REPOSITORY, local_images
 from provider.sandbox.runner import Runner
 from provider.selftest.checks import job, log_text
 from tests.provider.conftest import assert_no_leftovers
-from tests.registry import forget, swapping_proxy
+from tests.registry import another_image, forget, swapping_proxy
 
 
 def test_a_tag_resolves_to_the_digest_its_push_made(registry, registry_busybox, busybox):
@@ -81,13 +81,9 @@ def test_a_registry_serving_other_bytes_than_the_digest_is_refused_before_runnin
     client, tmp_path, registry, registry_busybox, busybox
 ):
     """A registry that answers digest A with image B's manifest: the pull fails, nothing runs."""
-    holder = client.containers.create(busybox, ["true"])
-    try:
-        holder.commit(repository="unchained/other", tag="t", changes=['CMD ["true"]'])
-    finally:
-        holder.remove()
-    other = registry.push(client, "unchained/other:t", "unchained/other")
-    forget(client, "unchained/other:t")
+    local = another_image(client, busybox, "unchained/other")
+    other = registry.push(client, local, "unchained/other")
+    forget(client, local)
     named, served = registry_busybox.split("@")[1], other.split("@")[1]
     runner = Runner(client, RunnerSettings(state_dir=tmp_path / "state", pull_images=True))
     with swapping_proxy(registry.host, {named: served}) as host:

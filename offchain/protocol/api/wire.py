@@ -58,6 +58,10 @@ class Assignment(BaseModel):
         None, description="The renter's Cancel of this escrow (CBOR hex), when it asked to "
         "cancel: sign it if the job has not started (check it first), stop the job if it has.",
     )  # fmt: skip
+    registry_account: str | None = Field(
+        None, description="The renter's registry account for its private image, sealed to "
+        "this provider's key (`registry_seal`): open it to pull the image, for that pull only.",
+    )  # fmt: skip
 
 
 class SignedOffer(BaseModel):

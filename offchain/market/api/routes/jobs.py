@@ -23,7 +23,15 @@ from offchain.market.api.deps import (
     storable_params,
 )  # fmt: skip
 from offchain.market.models import Job
-from offchain.market.services import cancels, job_ids, jobs, quotes, storage, wallet_txs
+from offchain.market.services import (
+    cancels,
+    job_ids,
+    jobs,
+    quotes,
+    registry_accounts,
+    storage,
+    wallet_txs,
+)  # fmt: skip
 from offchain.market.services.event_feed import EventFeed
 from offchain.protocol.api import wire
 
@@ -96,6 +104,15 @@ def submit_lock(
     if body.witness_set is not None:
         signed = wallet_txs.witnessed(body.transaction, body.witness_set)
     return quotes.submit_lock(settings, job, signed)
+
+
+@router.post("/{job_id}/registry-account", status_code=204)
+def registry_account(
+    body: schemas.RegistryAccount, party: PartyDep, job_id: JobIdDep, session: SessionDep
+) -> None:
+    """The renter's registry account for its private image, sealed to the quoted provider's
+    key, before the lock: handed to that provider with the job, never shown to anyone."""
+    registry_accounts.keep(session, jobs.consumers_job(session, job_id, party), body.sealed)
 
 
 @router.post("/{job_id}/escrow")

@@ -116,6 +116,7 @@ def _assignments(engine: Engine, provider_id: str, new: bool) -> list[wire.Assig
                 max_units=job.max_units,
                 deadline_ms=job.deadline_ms,
                 cancel_tx=job.cancel_tx,
+                registry_account=job.registry_account,
             )
             for job in jobs.assignments(session, provider_id, new)
         ]
