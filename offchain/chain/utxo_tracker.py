@@ -2,8 +2,9 @@
 
 UTxO-by-address is the node's slowest query (seconds on mainnet), and the market's batcher and
 a provider's daemon asked it every few seconds for their wallets and the bond address every
-provider shares (anyone can fill it). A tracker asks once, at the tip it read just before,
-then applies each block that follows: spent inputs leave, outputs to a watched address come
+provider shares (anyone can fill it). A tracker asks once, once its chain-sync holds the tip
+(`follow_from_tip`: a fork cannot orphan a tip read earlier), then applies each block that
+follows: spent inputs leave, outputs to a watched address come
 in (a transaction whose scripts failed spends its collateral and pays its collateral return).
 Replaying blocks the snapshot already holds changes nothing once the tracker reaches the tip,
 so it answers only from then on (`utxos` is None before: callers ask the node). A rollback,
@@ -14,6 +15,7 @@ fork made wrong would cost a refused transaction, never money.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -21,7 +23,7 @@ from typing import Any
 
 from pycardano import Address, Transaction, TransactionId, TransactionInput, UTxO
 
-from offchain.chain.follower import RollBackward, follow, tip_point
+from offchain.chain.follower import RollBackward, follow_from_tip
 from offchain.chain.utxo import spent_by
 
 log = logging.getLogger("unchained.chain")
@@ -70,30 +72,34 @@ class UtxoTracker:
             self._stop.wait(RETRY_S)
 
     async def _follow(self) -> None:
-        """Snapshot, then apply blocks until a rollback (or `stop`) ends this pass."""
-        start = await tip_point(self.url)
+        """Snapshot at a tip the follower holds, then apply blocks until a rollback (or
+        `stop`) ends this pass."""
+        first = True
+        async with contextlib.aclosing(follow_from_tip(self.url)) as events:
+            async for event in events:
+                if self._stop.is_set():
+                    return
+                if isinstance(event, RollBackward):
+                    if not first:
+                        log.info("UTxO tracker: rolled back to %s; a new snapshot", event.point)
+                        return
+                    first = False
+                    await self._snapshot()  # at or after the point the follower starts from
+                    caught_up = _slot(event.tip) == _slot(event.point)  # no block since
+                else:
+                    self._apply(event.block)
+                    caught_up = event.block["height"] >= event.tip.get("height", 0)
+                if caught_up:
+                    with self._lock:
+                        self._ready = True
+
+    async def _snapshot(self) -> None:
         snapshot = {
             name: {utxo.input: utxo for utxo in await asyncio.to_thread(self.query, address)}
             for name, address in self.watched.items()
         }
         with self._lock:
             self._utxos = snapshot
-        first = True
-        async for event in follow(self.url, [start]):
-            if self._stop.is_set():
-                return
-            if isinstance(event, RollBackward):
-                if not first:
-                    log.info("UTxO tracker: rolled back to %s; a new snapshot", event.point)
-                    return
-                first = False
-                caught_up = _slot(event.tip) == _slot(start)  # no block came since the tip
-            else:
-                self._apply(event.block)
-                caught_up = event.block["height"] >= event.tip.get("height", 0)
-            if caught_up:
-                with self._lock:
-                    self._ready = True
 
     def _apply(self, block: dict[str, Any]) -> None:
         with self._lock:
