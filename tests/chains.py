@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devnet.process import DevnetProcess
+from devnet.process import SCALED_SLOT_LENGTH_MS, DevnetProcess
 
 TEST_CHAIN = os.environ.get("UNCHAINED_TEST_CHAIN", "instant")
 if TEST_CHAIN not in ("instant", "realistic"):
@@ -40,6 +40,17 @@ def confirmations(devnet: DevnetProcess) -> int:
     them. (The daemons keep `confirm_blocks` 1 in the tests: the fake markets hand an
     assignment out once, and the daemon counts depth from its first sight.)"""
     return FORK_DEPTH_MAX + 1 if devnet.profile == "realistic" else 1
+
+
+def blocks_during(devnet: DevnetProcess, wall_ms: int) -> int:
+    """The blocks `devnet` makes on average in `wall_ms` of wall time: none on an instant
+    chain (a block comes only for a transaction); on a realistic one, whose time runs 40
+    times fast, a wall-clock poll spans blocks it would not on mainnet (2 s: 4 blocks here,
+    a tenth of one there)."""
+    if devnet.profile != "realistic":
+        return 0
+    mean_block_ms = SCALED_SLOT_LENGTH_MS * 20  # one leader slot in 20 (f = 1/20)
+    return -(-wall_ms // mean_block_ms)
 
 
 def running(process: DevnetProcess) -> Iterator[DevnetProcess]:
