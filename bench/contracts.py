@@ -78,7 +78,7 @@ HASH = bytes(32)  # a receipt's result and evidence hashes
 async def deployed(devnet: DevnetProcess) -> Deployment:
     """The validators deployed on `devnet` with the benches' terms (bench/market.py's too)."""
     deployer = await wallet(devnet, 10_000 * ADA)
-    tx, deployment = deploy(
+    (tx,), deployment = deploy(
         devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
     )
     await confirm(devnet, deployer.sign(tx))

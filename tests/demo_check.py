@@ -105,7 +105,7 @@ def check_join(data_dir: Path, out: str) -> None:
     """The settings printed for a second renter and a second provider name this demo's market,
     chain and deployment file (which exists)."""
     market = re.search(r"^   market   (http://\S+) \(log", out, re.M)[1]
-    ogmios = re.search(r"^   (ws://\S+), its chain in", out, re.M)[1]
+    ogmios = re.search(r"^   (ws://\S+) \(\w+ blocks\), its chain in", out, re.M)[1]
     lines = re.findall(r"^      export (.+)$", out, re.M)
     assert len(lines) == 2, out
     for line in lines:

@@ -99,7 +99,7 @@ def deploy_command(
         try:
             check_start(ogmios_url, chain)
             before = asyncio.run(tip_point(ogmios_url))
-            unsigned, made = deploy(
+            unsigned_txs, made = deploy(
                 context, payer.address, chain.network_id, notice_ms, slash_share_bps,
                 refund_window_ms,
             )  # fmt: skip
@@ -107,12 +107,13 @@ def deploy_command(
             raise fail(str(exc), code=1) from exc
         except UNREACHABLE as exc:
             raise fail(f"cannot reach Ogmios at {ogmios_url}: {exc}", code=1) from exc
-        tx = payer.sign(unsigned)
-        height = asyncio.run(submit_confirmed(ogmios_url, tx))
+        txs = [payer.sign(unsigned) for unsigned in unsigned_txs]  # in order: each pays the next
+        heights = [asyncio.run(submit_confirmed(ogmios_url, tx)) for tx in txs]
     since = before if isinstance(before, dict) else None  # "origin": a chain with no block yet
     deployment_file.save(made, deployment, chain.magic, since)
-    fee = ada(tx.transaction_body.fee)
-    typer.echo(f"deployed on {chain}: tx {tx.id} in block {height} (fee {fee})")
+    for tx, height in zip(txs, heights, strict=True):
+        fee = ada(tx.transaction_body.fee)
+        typer.echo(f"deployed on {chain}: tx {tx.id} in block {height} (fee {fee})")
     typer.echo(f"escrow script {made.escrow_hash.payload.hex()}")
     typer.echo(f"settle script {made.settle_hash.payload.hex()}")
     typer.echo(f"bond script   {made.bond_hash.payload.hex()}")

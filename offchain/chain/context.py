@@ -61,7 +61,12 @@ class OgmiosContext(OgmiosV6ChainContext):
         """Follow the UTxOs at `addresses` from now on (one tracker a context: a new one
         replaces the old); the caller stops it (`untrack`) when its work ends."""
         self.untrack()
-        self.tracker = UtxoTracker(context_url(self), addresses, super().utxos).start()
+        url, network = context_url(self), self.network
+
+        def snapshot(address: Address) -> list[UTxO]:  # a fresh context: this one caches
+            return chain_context(url, network).utxos(address)  # a second's answers by tip
+
+        self.tracker = UtxoTracker(url, addresses, snapshot).start()
         return self.tracker
 
     def untrack(self) -> None:

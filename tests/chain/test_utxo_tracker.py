@@ -52,19 +52,18 @@ async def pay(devnet, payer: Wallet, to: Address, lovelace: int) -> Transaction:
 async def test_the_tracker_follows_payments_and_asks_again_after_a_rollback(own_devnet):
     devnet = own_devnet
     watched, other = await wallet(devnet), await wallet(devnet)
-    context = devnet.context()
     asked: list[Address] = []
 
     def query(address: Address) -> list[UTxO]:
         asked.append(address)
-        return context.utxos(address)
+        return devnet.context().utxos(address)
 
     tracker = UtxoTracker(devnet.url, [watched.address], query).start()
     try:
 
-        def agrees() -> bool:
+        def agrees() -> bool:  # with a fresh context: pycardano's keeps answers a second
             return holdings(tracker.utxos(watched.address)) == holdings(
-                context.utxos(watched.address)
+                devnet.context().utxos(watched.address)
             )
 
         await until(agrees)
@@ -75,8 +74,9 @@ async def test_the_tracker_follows_payments_and_asks_again_after_a_rollback(own_
         assert len(asked) == 1  # one snapshot; every change since came from the blocks
 
         paid = await pay(devnet, other, watched.address, 3 * ADA)
+        paid_out = TransactionInput(paid.id, 0)
+        await until(lambda: paid_out in {u.input for u in tracker.utxos(watched.address) or []})
         await until(agrees)
-        assert TransactionInput(paid.id, 0) in {u.input for u in tracker.utxos(watched.address)}
         await request(devnet.url, "devnet/rollback", {"blocks": 1})
         await until(lambda: len(asked) == 2)  # the fork: a new snapshot
         await until(agrees)
@@ -84,20 +84,21 @@ async def test_the_tracker_follows_payments_and_asks_again_after_a_rollback(own_
         tracker.stop()
 
 
+def node(devnet, address: Address) -> set[tuple[str, int]] | None:
+    """What the node holds at `address` now (a fresh context: pycardano's keeps a second)."""
+    return holdings(devnet.context().utxos(address))
+
+
 async def test_a_context_answers_tracked_addresses_from_chain_sync(devnet):
     watched, other = await wallet(devnet), await wallet(devnet)
     context = chain_context(devnet.url)
     tracker = context.track([watched.address])
     try:
-        node = devnet.context()
         await until(lambda: tracker.utxos(watched.address) is not None)
         await pay(devnet, other, watched.address, 2 * ADA)
-        await until(
-            lambda: (
-                holdings(tracker.utxos(watched.address)) == holdings(node.utxos(watched.address))
-            )
-        )
-        assert holdings(context.utxos(watched.address)) == holdings(node.utxos(watched.address))
-        assert holdings(context.utxos(other.address)) == holdings(node.utxos(other.address))
+        held = watched.address
+        await until(lambda: holdings(tracker.utxos(held)) == node(devnet, held))
+        assert holdings(context.utxos(watched.address)) == node(devnet, watched.address)
+        assert holdings(context.utxos(other.address)) == node(devnet, other.address)
     finally:
         context.untrack()

@@ -67,7 +67,7 @@ async def opened(
 
 async def test_a_channel_is_claimed_in_a_batch_and_topped_up(devnet):
     deployer, renter, provider = await wallet(devnet), await wallet(devnet), await wallet(devnet)
-    tx, deployment = deploy(devnet.context(), deployer.address, 0, 30_000, 2_500, 10_000)
+    (tx,), deployment = deploy(devnet.context(), deployer.address, 0, 30_000, 2_500, 10_000)
     await confirm(devnet, deployer.sign(tx))
     channel, datum, terms = await opened(devnet, deployment, renter, provider)
 

@@ -53,7 +53,7 @@ async def test_scripts_are_published_where_nobody_can_spend_them(devnet, deploym
 
 async def test_deploying_the_same_scripts_again_registers_nothing(devnet, deployment):
     deployer = await wallet(devnet)
-    tx, again = deploy(
+    (tx,), again = deploy(
         devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
     )
     assert not tx.transaction_body.certificates

@@ -14,7 +14,7 @@ from tests.protocol.onchain import NOTICE_MS, REFUND_WINDOW_MS, SLASH_SHARE_BPS,
 async def deployed(devnet: DevnetProcess, file: Path) -> Deployment:
     """Deploy the validators from a fresh wallet and write the deployment file at `file`."""
     deployer = await wallet(devnet)
-    tx, made = deploy(
+    (tx,), made = deploy(
         devnet.context(), deployer.address, 0, NOTICE_MS, SLASH_SHARE_BPS, REFUND_WINDOW_MS
     )
     await confirm(devnet, deployer.sign(tx))

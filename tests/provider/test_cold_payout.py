@@ -28,7 +28,16 @@ from provider.daemon.payouts import PayoutWatcher
 from provider.money.own_transactions import OwnTransactions
 from tests.protocol import onchain
 from tests.protocol.channels import iou, open_on
-from tests.protocol.onchain import ALLOWANCE, EVIDENCE, LOCKED, PRICE, RESULT, balance, wallet
+from tests.protocol.onchain import (
+    ALLOWANCE,
+    EVIDENCE,
+    LOCKED,
+    PRICE,
+    RESULT,
+    balance,
+    tx_fee,
+    wallet,
+)
 from tests.provider.chain import deployed
 from tests.provider.daemon_harness import (
     CORE_PRICE,
@@ -42,7 +51,7 @@ from tests.provider.daemon_harness import (
 )
 from tests.provider.test_channels_claims import SETTINGS as CHANNELS
 from tests.provider.test_channels_claims import book_at
-from tests.provider.test_payout_watcher import NEAR_CLOSE, SMALL, UNITS, entry, settled_fee
+from tests.provider.test_payout_watcher import NEAR_CLOSE, SMALL, UNITS, entry
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +91,7 @@ async def test_a_job_the_daemon_settles_pays_the_cold_address_price_times_units(
     settled = journal.get("job")
     assert settled is not None and settled.stage == "settled"
     assert settled.settled_lovelace == PRICE * UNITS
-    fee = await settled_fee(devnet, settled.settle_tx, since)
+    fee = await tx_fee(devnet, settled.settle_tx, since)
     gains = [now - then for now, then in zip(balances(devnet, consumer, hot, cold), before,
                                              strict=True)]  # fmt: skip
     assert gains == [LOCKED - PRICE * UNITS - ALLOWANCE, ALLOWANCE - fee, PRICE * UNITS]
@@ -113,7 +122,7 @@ async def test_a_small_payout_to_the_cold_address_is_raised_from_the_hot_wallet(
 
     settled = journal.get("stopped")
     assert settled is not None and settled.stage == "settled", settled
-    fee = await settled_fee(devnet, settled.settle_tx, since)
+    fee = await tx_fee(devnet, settled.settle_tx, since)
     gains = [now - then for now, then in zip(balances(devnet, consumer, hot, cold), before,
                                              strict=True)]  # fmt: skip
     raised = least - PRICE * SMALL
@@ -142,7 +151,7 @@ async def test_a_channel_claim_pays_the_cold_address_and_the_hot_wallet_the_fee(
 
     claimed = book.get(channel.id)
     assert claimed is not None and claimed.view.claimed == 3_000_000
-    fee = await settled_fee(devnet, claimed.view.utxo.split("#")[0], since)
+    fee = await tx_fee(devnet, claimed.view.utxo.split("#")[0], since)
     assert balance(devnet, cold.address) - before[1] == 3_000_000
     assert balance(devnet, hot.address) - before[0] == -fee
     assert chain.own.income(payouts=0, claimed=3_000_000).net == 3_000_000 - fee

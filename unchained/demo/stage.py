@@ -126,9 +126,10 @@ def staged(
 def deployed(devnet: DevnetProcess, path: Path) -> Path:
     step("3. The market deploys the validators")
     market = Wallet.of(devnet.key("market"), Network.TESTNET)
-    tx, deployment = deploy(chain_context(devnet.url), market.address, 0, NOTICE_MS,
-                            SLASH_SHARE_BPS, REFUND_WINDOW_MS)  # fmt: skip
-    confirm(devnet.url, market.sign(tx), "deploy")
+    txs, deployment = deploy(chain_context(devnet.url), market.address, 0, NOTICE_MS,
+                             SLASH_SHARE_BPS, REFUND_WINDOW_MS)  # fmt: skip
+    for tx in txs:
+        confirm(devnet.url, market.sign(tx), "deploy")
     deployment_file.save(deployment, path)
     say(f"   escrow script {deployment.escrow_hash.payload.hex()}")
     say(f"   settle script {deployment.settle_hash.payload.hex()}")

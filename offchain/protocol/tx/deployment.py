@@ -33,7 +33,7 @@ from contracts.artifacts import (
     settle_script,
 )
 from offchain.chain.context import queries
-from offchain.protocol.tx.txbuild import at_least_min_utxo, build, new_builder, out_ref
+from offchain.protocol.tx.txbuild import TooBig, at_least_min_utxo, build, new_builder, out_ref
 
 # Reference scripts sit where nobody can ever spend them (a native script "any of none" is
 # never satisfied), so no one can pull a deployment out from under everyone's builders.
@@ -150,40 +150,68 @@ def deploy(
     slash_share_bps: int,
     refund_window_ms: int,
     reference: bool = False,
-) -> tuple[Transaction, Deployment]:
+) -> tuple[list[Transaction], Deployment]:
     """Publish the five scripts as reference UTxOs and register the settle and claim
-    scripts' stake credentials; `payer` pays and signs.
+    scripts' stake credentials; `payer` pays and signs each transaction, submitted in order.
 
-    The escrow is output 0, the bond output 1, the settle script output 2, the channel
-    script output 3 and the claim script output 4 (all five fit one transaction). A
-    registration is skipped when its credential is already registered (the same scripts
-    deployed again). The deployment names outputs of the unsigned transaction: its id does
-    not change when it is signed.
+    The escrow, bond, settle, channel and claim scripts are outputs 0-4 of one transaction
+    when they fit the ledger's maximum size; when they do not (the OpShin references are
+    larger), the channel and claim scripts go in a second transaction, paid from the first's
+    change. A registration is skipped when its credential is already registered (the same
+    scripts deployed again). The deployment names outputs of the unsigned transactions: their
+    ids do not change when they are signed.
     """
     settle, escrow, bond, claim, channel = validators(
         network_id, refund_window_ms, notice_ms, slash_share_bps, reference
     )
-    holder = Address(script_hash(NEVER_SPENDABLE), network=Network(network_id))
-    builder = new_builder(context)
-    builder.add_input_address(payer)
-    outputs = []
-    for script in (escrow, bond, settle, channel, claim):
-        output = TransactionOutput(holder, 0, script=script)
-        output.amount.coin = at_least_min_utxo(context, output, 0)
-        builder.add_output(output)
-        outputs.append(output)
-    builder.certificates = [
+    scripts = [escrow, bond, settle, channel, claim]
+    network = Network(network_id)
+    certificates = [
         StakeRegistration(StakeCredential(credential))
         for credential in (plutus_script_hash(settle), plutus_script_hash(claim))
         if queries(context).script_reward_balance(credential) is None
-    ] or None
-    tx = build(builder, payer)
-    refs = [UTxO(TransactionInput(tx.id, i), out) for i, out in enumerate(outputs)]
+    ]
+    try:
+        txs = [_publish(context, payer, network, scripts, certificates, None)]
+    except TooBig:
+        first = _publish(context, payer, network, scripts[:3], certificates, None)
+        change = UTxO(TransactionInput(first.id, 3), first.transaction_body.outputs[3])
+        txs = [first, _publish(context, payer, network, scripts[3:], [], change)]
+    refs = [
+        UTxO(TransactionInput(tx.id, index), output)
+        for tx in txs
+        for index, output in enumerate(tx.transaction_body.outputs[: len(scripts)])
+        if output.script is not None
+    ]
     escrow_ref, bond_ref, settle_ref, channel_ref, claim_ref = refs
-    return tx, Deployment(
+    return txs, Deployment(
         network_id, notice_ms, slash_share_bps, escrow_ref, bond_ref, refund_window_ms,
         settle_ref, channel_ref, claim_ref,
     )  # fmt: skip
+
+
+def _publish(
+    context: ChainContext,
+    payer: Address,
+    network: Network,
+    scripts: list[PlutusV3Script],
+    certificates: list[StakeRegistration],
+    paid_from: UTxO | None,
+) -> Transaction:
+    """A transaction whose first outputs hold `scripts`, at an address nobody can spend,
+    paid from `paid_from` (the change of one not on chain yet) or the payer's UTxOs."""
+    holder = Address(script_hash(NEVER_SPENDABLE), network=network)
+    builder = new_builder(context)
+    if paid_from is None:
+        builder.add_input_address(payer)
+    else:
+        builder.add_input(paid_from)
+    for script in scripts:
+        output = TransactionOutput(holder, 0, script=script)
+        output.amount.coin = at_least_min_utxo(context, output, 0)
+        builder.add_output(output)
+    builder.certificates = list(certificates) or None
+    return build(builder, payer)
 
 
 def _script(ref: UTxO) -> PlutusV3Script:
