@@ -102,12 +102,18 @@ class UtxoTracker:
             self._utxos = snapshot
 
     def _apply(self, block: dict[str, Any]) -> None:
+        """Each transaction's spends, and its outputs to watched addresses. Only a transaction
+        that pays one (its JSON outputs say so) or spent one of ours (a failed script's
+        collateral return comes back to its payer) has its CBOR decoded: a mainnet block
+        holds hundreds of others."""
         with self._lock:
             for tx in block.get("transactions", []):
+                ours = False
                 for ref in spent_by(tx):
                     for utxos in self._utxos.values():
-                        utxos.pop(ref, None)
-                for utxo in _made(tx):
+                        ours = utxos.pop(ref, None) is not None or ours
+                paid = any(out.get("address") in self.watched for out in tx.get("outputs", []))
+                for utxo in _made(tx) if ours or paid else ():
                     held = self._utxos.get(str(utxo.output.address))
                     if held is not None:
                         held[utxo.input] = utxo
