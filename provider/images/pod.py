@@ -2,11 +2,10 @@
 openssh-server, set up to run as the one unprivileged user a pod is (`pod`, the provider's
 container uid, home /workspace) on a read-only root.
 
-Built in seconds, without network inside the container: this machine's apt resolves what
-openssh-server needs beyond the python image's own dpkg status and downloads those .deb files
-(about 3 MB), and `dpkg -i` installs them in a container of the python image that is then
-committed. The build is cached by a content tag over its recipe (the python image's tag, the
-packages, the sshd configuration, the start script, the uid and gid).
+Built in seconds by `debian_layer`, without network inside the container (this machine's apt
+downloads the .deb files openssh-server needs beyond the python image, about 3 MB). The build
+is cached by a content tag over its recipe (the python image's tag, the packages, the sshd
+configuration, the start script, the uid and gid).
 
 At start (`START_SCRIPT`, run as the pod's user) sshd gets a fresh ed25519 host key and the
 renter's one public key (`UNCHAINED_SSH_KEY`) in a tmpfs at POD_RUN_DIR that only that user
@@ -16,17 +15,11 @@ password, no PAM, no root, on POD_SSH_PORT (unprivileged: no capability needed).
 
 from __future__ import annotations
 
-import io
-import subprocess
-import tarfile
-import tempfile
-from pathlib import Path
-
 import docker
 
-from offchain.core.errors import UnchainedError
 from offchain.protocol.job.jobspec import DEFAULT_POD_IMAGE
 from provider.images import recipes as images
+from provider.images.debian_layer import commit_with_packages
 from provider.sandbox.hardening import THREAD_VARIABLES
 
 POD_REPOSITORY = DEFAULT_POD_IMAGE.split(":")[0]
@@ -38,7 +31,6 @@ POD_RUN_DIR = "/run/pod"  # tmpfs owned by the pod's user: host key, authorized_
 SSH_KEY_VARIABLE = "UNCHAINED_SSH_KEY"
 SSHD_CONFIG_PATH = "/etc/ssh/unchained_sshd_config"
 START_PATH = "/usr/local/sbin/unchained-pod"
-BUILD_TIMEOUT_S = 300
 
 SSHD_CONFIG = f"""\
 # An unprivileged sshd for one user and one key (provider/images/pod.py)
@@ -81,13 +73,11 @@ echo "SetEnv {SESSION_ENV}" > {POD_RUN_DIR}/session.conf
 umask 022
 exec /usr/sbin/sshd -D -e -f {SSHD_CONFIG_PATH}
 """
-# As root in the build container: the .deb files in /tmp/debs, the pod user taking the uid
-# and gid (whoever had them before gives them up), its home, sshd's host keys made by the
-# package removed (each pod makes its own).
+# As root in the build container, after dpkg: the pod user taking the uid and gid (whoever
+# had them before gives them up), its home, sshd's host keys made by the package removed (each
+# pod makes its own).
 INSTALL = """\
-set -e
-DEBIAN_FRONTEND=noninteractive dpkg -i /tmp/debs/*.deb >/dev/null
-rm -rf /tmp/debs /etc/ssh/ssh_host_* /var/cache/debconf/*-old
+rm -f /etc/ssh/ssh_host_*
 sed -i "/^[^:]*:[^:]*:$POD_UID:/d; /^$POD_USER:/d" /etc/passwd
 sed -i "/^[^:]*:[^:]*:$POD_GID:/d; /^$POD_USER:/d" /etc/group
 echo "$POD_USER:x:$POD_UID:$POD_GID:pod:$POD_HOME:/bin/bash" >> /etc/passwd
@@ -95,10 +85,6 @@ echo "$POD_USER:x:$POD_GID:" >> /etc/group
 mkdir -p "$POD_HOME" "$POD_RUN_DIR"
 chown "$POD_UID:$POD_GID" "$POD_HOME"
 """
-
-
-class PodImageError(UnchainedError, RuntimeError):
-    """The pod image could not be built (apt could not download, dpkg failed)."""
 
 
 def pod_image(client: docker.DockerClient, uid: int = 65534, gid: int = 65534) -> str:
@@ -111,80 +97,12 @@ def pod_image(client: docker.DockerClient, uid: int = 65534, gid: int = 65534) -
     def build() -> None:
         environment = {"POD_UID": str(uid), "POD_GID": str(gid), "POD_USER": POD_USER,
                        "POD_HOME": POD_HOME, "POD_RUN_DIR": POD_RUN_DIR}  # fmt: skip
-        holder = client.containers.create(
-            base, ["sh", "-c", INSTALL], user="0:0", network_mode="none", environment=environment
-        )
-        try:
-            holder.put_archive("/", _files(_debs_for(client, base)))
-            holder.start()
-            status = holder.wait(timeout=BUILD_TIMEOUT_S)
-            if status["StatusCode"]:
-                output = holder.logs().decode(errors="replace")[-2000:]
-                raise PodImageError(f"installing {', '.join(POD_PACKAGES)} failed:\n{output}")
-            repository, tag = reference.split(":")
-            changes = [f"EXPOSE {POD_SSH_PORT}", f'CMD ["{START_PATH}"]', f"WORKDIR {POD_HOME}"]
-            holder.commit(repository=repository, tag=tag, changes=changes)
-        finally:
-            holder.remove(force=True)
+        files = {SSHD_CONFIG_PATH: (SSHD_CONFIG.encode(), 0o644),
+                 START_PATH: (START_SCRIPT.encode(), 0o755)}  # fmt: skip
+        changes = [f"EXPOSE {POD_SSH_PORT}", f'CMD ["{START_PATH}"]', f"WORKDIR {POD_HOME}"]
+        commit_with_packages(client, base, POD_PACKAGES, reference, changes, INSTALL, files,
+                             environment)  # fmt: skip
 
     images.cached(client, reference, build)
     client.images.get(reference).tag(*DEFAULT_POD_IMAGE.split(":"))
     return reference
-
-
-def _debs_for(client: docker.DockerClient, base: str) -> dict[str, bytes]:
-    """The .deb files POD_PACKAGES need on top of `base`, by file name: resolved and downloaded
-    by this machine's apt against `base`'s own dpkg status (its lists refreshed once if a
-    download fails: they may be older than the mirror)."""
-    with tempfile.TemporaryDirectory(prefix="unchained-pod-debs-") as scratch:
-        folder = Path(scratch)
-        status = folder / "status"
-        status.write_bytes(_file_of(client, base, "/var/lib/dpkg/status"))
-        archives = folder / "archives"
-        (archives / "partial").mkdir(parents=True)
-        command = [
-            "apt-get", "install", "--download-only", "--no-install-recommends", "-y", "-q",
-            "-o", f"Dir::State::status={status}", "-o", f"Dir::Cache::archives={archives}",
-            "-o", "Debug::NoLocking=1", *POD_PACKAGES,
-        ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
-            done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            raise PodImageError(f"apt could not download {', '.join(POD_PACKAGES)}:\n"
-                                f"{(done.stdout + done.stderr)[-2000:]}")  # fmt: skip
-        return {deb.name: deb.read_bytes() for deb in sorted(archives.glob("*.deb"))}
-
-
-def _file_of(client: docker.DockerClient, image: str, path: str) -> bytes:
-    """One file of `image`, read from a container that is never started."""
-    holder = client.containers.create(image, ["true"], network_mode="none")
-    try:
-        stream, _ = holder.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            extracted = tar.extractfile(member) if member is not None else None
-            if extracted is None:
-                raise PodImageError(f"{image} has no file {path}")
-            return extracted.read()
-    finally:
-        holder.remove(force=True)
-
-
-def _files(debs: dict[str, bytes]) -> bytes:
-    """A tar of the .deb files (in /tmp/debs), sshd's configuration and the start script."""
-    archive = io.BytesIO()
-    entries = [(f"tmp/debs/{name}", data, 0o644) for name, data in debs.items()]
-    entries += [(SSHD_CONFIG_PATH.lstrip("/"), SSHD_CONFIG.encode(), 0o644),
-                (START_PATH.lstrip("/"), START_SCRIPT.encode(), 0o755)]  # fmt: skip
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        for directory in ("tmp/debs",):
-            info = tarfile.TarInfo(directory)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        for name, data, mode in entries:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    return archive.getvalue()
