@@ -64,6 +64,10 @@ class WaitFor(StrEnum):
 
 
 MIN_BOND_HELP = "Only a provider whose bond, checked on chain, holds at least this (e.g. 100ADA)."
+MIN_DELIVERED_HELP = (
+    "Only a provider that delivered at least this share of its jobs, as the market counts "
+    "them from the chain (offers search shows each record)."
+)
 JobId = Annotated[
     str,
     typer.Argument(
@@ -358,6 +362,9 @@ def submit(
     env: Env,
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The job spec (YAML).")],
     gpu_model: Annotated[str | None, typer.Option(help="Only this exact GPU model.")] = None,
+    min_delivered: Annotated[
+        int | None, typer.Option(min=0, max=100, metavar="PERCENT", help=MIN_DELIVERED_HELP)
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Lock without asking.")] = False,
     unsigned_tx: UnsignedTx = None,
     detach: Annotated[bool, typer.Option(help="Return once funded; don't show progress.")] = False,
@@ -425,7 +432,7 @@ def submit(
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
             logins = RegistryLogins.read(registry_auth) if registry_auth else None
-            quote = await consumer.quote(spec, gpu_model, logins)
+            quote = await consumer.quote(spec, gpu_model, logins, min_delivered)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"
             private = logins is not None and logins.for_image(spec.image, env.default_registry)
             if private:  # its sealed account reaches the provider with the escrow's assignment
@@ -850,11 +857,20 @@ def search(
         t = offer["terms"]
         gpus = f"{t['gpu_count']} x {t['gpu_model']}" if t["gpu_count"] else "-"
         lines.append([offer["provider_id"][:16], gpus, str(t["vram_mib"]), str(t["cpu_cores"]),
-                      str(t["memory_mib"]), str(t["disk_mib"]),
-                      ada(t["price_per_unit"] * 3600)])  # fmt: skip
+                      str(t["memory_mib"]), str(t["disk_mib"]), ada(t["price_per_unit"] * 3600),
+                      record_text(found.get("records", {}).get(offer["provider_id"]))])  # fmt: skip
     typer.echo(render(("provider", "GPU", "VRAM MiB", "cores", "memory MiB", "disk MiB",
-                       "per hour"), lines,
+                       "per hour", "record"), lines,
                       title=f"{found['matched']} of {found['total']} offers match"))  # fmt: skip
+
+
+def record_text(record: dict[str, int] | None) -> str:
+    """A provider's record in a table cell: "97% of 40 (1 refunded, 1 slashed)" or "new"."""
+    if not record or record["delivered_percent"] < 0:
+        return "new"
+    judged = record["delivered"] + record["failed"] + record["refunded"]
+    bad = [f"{record[k]} {k}" for k in ("failed", "refunded", "slashed") if record[k]]
+    return f"{record['delivered_percent']}% of {judged}" + (f" ({', '.join(bad)})" if bad else "")
 
 
 # --- wallet --------------------------------------------------------------------------------
