@@ -81,12 +81,14 @@ def test_counts_follow_the_blocks_and_a_rollback_counts_again(engine):
     with Session(engine) as session:
         reputation.record(session, [E(a, K.DELIVERED, "e1#0"),
                                     E(b, K.REFUNDED, "e2#0")], "t1", 10)  # fmt: skip
-        reputation.record(session, [E(a, K.DELIVERED, "e3#0")], "t2", 20)
+        reputation.record(
+            session, [E(a, K.DELIVERED, "e3#0"), E(a, K.DELIVERED, "e5#0")], "t2", 20
+        )  # one batch settles two of a's escrows
         reputation.record(session, [E(a, K.FAILED, "e4#0"),
                                     E(b, K.SLASHED, "b#0")], "t3", 30)  # fmt: skip
         session.commit()
         records = reputation.of(session, [a, b, "none"])
-        assert (records[a].delivered, records[a].failed, records[a].delivered_percent) == (2, 1, 66)
+        assert (records[a].delivered, records[a].failed, records[a].delivered_percent) == (3, 1, 75)
         assert (records[b].refunded, records[b].slashed, records[b].delivered_percent) == (1, 1, 0)
         assert (
             records["none"] == reputation.Reputation() and records["none"].delivered_percent == -1
