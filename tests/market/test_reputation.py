@@ -87,22 +87,16 @@ def test_counts_follow_the_blocks_and_a_rollback_counts_again(engine):
         reputation.record(session, [E(a, K.FAILED, "e4#0"),
                                     E(b, K.SLASHED, "b#0")], "t3", 30)  # fmt: skip
         session.commit()
-        records = reputation.of(session, [a, b, "none"])
-        assert (records[a].delivered, records[a].failed, records[a].delivered_percent) == (3, 1, 75)
-        assert (records[b].refunded, records[b].slashed, records[b].delivered_percent) == (1, 1, 0)
-        assert (
-            records["none"] == reputation.Reputation() and records["none"].delivered_percent == -1
-        )
+        got = reputation.of(session, [a, b, "none"])
+        assert (got[a].delivered, got[a].failed, got[a].delivered_percent) == (3, 1, 75)
+        assert (got[b].refunded, got[b].slashed, got[b].delivered_percent) == (1, 1, 0)
+        assert got["none"] == reputation.Reputation() and got["none"].delivered_percent == -1
 
         reputation.roll_back(session, 15)  # the blocks at 20 and 30 are gone
         session.commit()
-        records = reputation.of(session, [a, b])
-        assert (records[a].delivered, records[a].failed, records[a].delivered_percent) == (
-            1,
-            0,
-            100,
-        )
-        assert (records[b].refunded, records[b].slashed) == (1, 0)
+        got = reputation.of(session, [a, b])
+        assert (got[a].delivered, got[a].failed, got[a].delivered_percent) == (1, 0, 100)
+        assert (got[b].refunded, got[b].slashed) == (1, 0)
         reputation.roll_back(session, 15)  # nothing after 15 any more: nothing changes
         assert session.get(ProviderReputation, a).delivered == 1  # type: ignore[union-attr]
 
