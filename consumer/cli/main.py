@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
-from consumer.cli.example import EXAMPLE_SPEC
+from consumer.cli.example import EXAMPLES
 from consumer.cli.unsigned import UnsignedTx, defer
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.store import JobStore, local_time
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from consumer.sdk.request_key import RequestKey
     from consumer.sdk.session import Consumer
     from offchain.chain.context import OgmiosContext
+    from offchain.protocol.job.jobspec import JobSpec
     from offchain.protocol.tx.deployment import Deployment
 
 T = TypeVar("T")
@@ -278,23 +279,33 @@ def request_key(env: Env) -> "RequestKey | ConsumerKey":
 # --- job -----------------------------------------------------------------------------------
 
 
-def init_command(app: typer.Typer, what: str, default: str, text: str, then: str) -> None:
-    """Register `init` on `app`: it writes the commented example `what` spec `text` (to
-    `default` unless told), not over a file unless --force, and says the command (`then`)
-    that takes it next."""
+def init_command(
+    app: typer.Typer, what: str, default: str, text: str | dict[str, str], then: str
+) -> None:
+    """Register `init` on `app`: it writes the commented example `what` spec `text` (or the
+    one `--example NAME` picks of several, the first by default) to `default` unless told,
+    not over a file unless --force, and says the command (`then`) that takes it next."""
+    examples = text if isinstance(text, dict) else {"": text}
+    names = [name for name in examples if name]
 
     def init(
         path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
             default
         ),
         force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+        example: Annotated[
+            str, typer.Option(help=f"Which example: {', '.join(names)}.", hidden=not names)
+        ] = next(iter(examples)),
         as_json: Json = False,
     ) -> None:
+        if example not in examples:
+            fail(as_json, "UnknownExample",
+                 f"--example: no example {example!r}; there are {', '.join(names)}")  # fmt: skip
         if path.exists() and not force:
             fail(as_json, "FileExists", f"{path} exists (use --force to replace it)",
                  path=str(path))  # fmt: skip
         try:
-            path.write_text(text)
+            path.write_text(examples[example])
         except OSError as exc:
             file_error(as_json, exc)
         emit(as_json, {"path": str(path)},
@@ -304,7 +315,7 @@ def init_command(app: typer.Typer, what: str, default: str, text: str, then: str
     app.command("init")(init)
 
 
-init_command(job_app, "job", "job.yaml", EXAMPLE_SPEC, "job submit")
+init_command(job_app, "job", "job.yaml", EXAMPLES, "job submit")
 
 
 def quote_summary(quote: "CheckedQuote", lock_fee: int) -> dict[str, Any]:
@@ -403,6 +414,15 @@ def submit(
             "sealed to the quoted provider's key (the market carries only ciphertext).",
         ),
     ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            metavar="JOB",
+            help="Start from the last checkpoint of your earlier job JOB (its id or a prefix): "
+            "its verified results are kept in results/JOB and their checkpoint.pt becomes this "
+            "job's /in/checkpoint.pt.",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Quote a job; run it over an open channel to the quoted provider when one has room (paid
@@ -413,6 +433,8 @@ def submit(
     from offchain.protocol.job.jobspec import load_jobspec
 
     spec = load_jobspec(spec_path)
+    if resume is not None:
+        spec = run_sync(resumed(env, JobStore(env.state_dir).resolve(resume), spec))
     try:
         least = 0 if min_bond is None else parse_lovelace(min_bond)
     except ValueError as exc:
@@ -468,6 +490,14 @@ def submit(
             return await follow(consumer, quote.job_id, until_settled=wait == WaitFor.SETTLED)
 
     run_sync(go())
+
+
+async def resumed(env: Env, job_id: str, spec: "JobSpec") -> "JobSpec":
+    """`spec` given the last checkpoint of the renter's job `job_id` (`consumer.sdk.resume`)."""
+    from consumer.sdk.resume import resumed_spec
+
+    async with opened(env) as consumer:
+        return await resumed_spec(consumer, job_id, spec, Path("results") / job_id)
 
 
 def locked_before(env: Env, spec: dict[str, Any]) -> "JobRecord | None":
