@@ -228,8 +228,8 @@ class JobPublic(BaseModel):
     result_size: int | None
     exit_code: int | None
     outcome: Outcome | None = Field(
-        description="How the run ended (succeeded, failed, timeout, oom, cancelled), beside "
-        "its state: the provider's word with its receipt, not signed."
+        description="How the run ended (succeeded, failed, timeout, oom, cancelled, stopped), "
+        "beside its state: the provider's word with its receipt, not signed."
     )
     failure_reason: str | None
     settle_tx: str | None
