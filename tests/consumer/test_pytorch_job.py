@@ -39,7 +39,9 @@ from unchained.demo import children
 
 FUNDS = 100_000_000
 LONG_STEPS = "1000000"  # a run that outlives the test: it is cancelled or its provider stops
-STEP_OF = "import sys, torch; print(torch.load(sys.argv[1], map_location='cpu')['step'])"
+STEPS_OF = (
+    "import sys, torch; print(*(torch.load(f, map_location='cpu')['step'] for f in sys.argv[1:]))"
+)
 
 
 @dataclasses.dataclass
@@ -111,13 +113,20 @@ def results(w: World, job_id: str, into: str) -> Path:
     return w.here / into / "out"
 
 
-def checkpoint_step(path: Path) -> int:
-    """The step a checkpoint holds, as torch reads it (in the PyTorch image)."""
+def steps(out: Path, *names: str) -> list[int]:
+    """The step each of the checkpoints `names` in `out` holds, as torch reads it (in the
+    PyTorch image: one container for all)."""
     said = docker.from_env().containers.run(
-        TORCH_EXAMPLE, ["python3", "-c", STEP_OF, f"/c/{path.name}"], remove=True,
-        network_disabled=True, volumes={str(path.parent): {"bind": "/c", "mode": "ro"}},
+        TORCH_EXAMPLE, ["python3", "-c", STEPS_OF, *(f"/c/{name}" for name in names)],
+        remove=True, network_disabled=True, volumes={str(out): {"bind": "/c", "mode": "ro"}},
     )  # fmt: skip
-    return int(said)
+    return [int(step) for step in said.split()]
+
+
+async def log_lines(w: World, job_id: str) -> list[str]:
+    async with httpx.AsyncClient(base_url=w.market.url, timeout=60) as http:
+        party = Party.new(http, children.IDENTITY, w.renter)
+        return [line["text"] for line in (await party.send("GET", f"/jobs/{job_id}/logs")).json()]
 
 
 async def spent(devnet, since, job: dict[str, Any], units: int) -> int:
@@ -139,9 +148,8 @@ async def test_the_pytorch_example_trains_through_the_market(devnet, world):
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["started_at_step"], metrics["steps"], metrics["device"]) == (0, 300, "cpu")
     assert metrics["accuracy"] > 0.25  # four classes: better than chance after 300 steps
-    assert checkpoint_step(out / "checkpoint.pt") == checkpoint_step(out / "model.pt") == 300
-    _, logs = run_json(w.env, "job", "logs", job["job_id"], cwd=w.here)
-    texts = [line["text"] for line in logs["lines"]]
+    assert steps(out, "checkpoint.pt", "model.pt") == [300, 300]
+    texts = await log_lines(w, job["job_id"])
     assert [t.split(" loss")[0] for t in texts if t.startswith("checkpoint step")] == [
         f"checkpoint step {step}" for step in range(50, 301, 50)
     ]
@@ -164,7 +172,7 @@ async def test_a_cancelled_training_keeps_its_checkpoint_and_resumes_from_its_st
     assert status["outcome"] == "cancelled"
     out = results(w, long["job_id"], "cancelled")
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt"]  # no model: it never ended
-    saved = checkpoint_step(out / "checkpoint.pt")
+    (saved,) = steps(out, "checkpoint.pt")
     assert saved >= 100 and saved % 50 == 0, saved
 
     # the renter trains on to 100 steps past the checkpoint, from a prefix of the job's id
@@ -180,9 +188,8 @@ async def test_a_cancelled_training_keeps_its_checkpoint_and_resumes_from_its_st
     out = results(w, resumed["job_id"], "resumed")
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["started_at_step"], metrics["steps"]) == (saved, saved + 100)
-    assert checkpoint_step(out / "model.pt") == saved + 100
-    _, logs = run_json(w.env, "job", "logs", resumed["job_id"], cwd=w.here)
-    assert logs["lines"][0]["text"] == f"resumed from step {saved}", logs
+    assert steps(out, "model.pt") == [saved + 100]
+    assert (await log_lines(w, resumed["job_id"]))[0] == f"resumed from step {saved}"
 
     costs = [await spent(devnet, since, job, units) for job, units in
              [(long, status["receipt_units"]), (resumed, again["receipt_units"])]]  # fmt: skip
@@ -232,7 +239,7 @@ async def test_a_provider_that_stops_delivers_the_last_checkpoint(devnet, world)
         assert status["outcome"] == "stopped", status
         out = results(w, long["job_id"], "stopped")  # delivered before the daemon exited
         assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt"]
-        assert checkpoint_step(out / "checkpoint.pt") >= 100
+        assert steps(out, "checkpoint.pt")[0] >= 100
         w.daemon.start()  # back: it settles its small payout itself
         status = await wait_state(party, long["job_id"], {"settled"}, timeout_s=120)
     assert balance(devnet, w.renter.address) == start - await spent(

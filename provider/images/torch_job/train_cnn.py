@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ def model() -> nn.Module:
     )
 
 
-def save(state: dict, target: Path) -> None:
+def save(state: dict[str, Any], target: Path) -> None:
     """`state` to `target` atomically: a stop mid-write leaves the old file whole."""
     partial = target.with_name(f".{target.name}.part")
     torch.save(state, partial)
