@@ -1,12 +1,13 @@
 """PyTorch jobs on the devnet market with the real provider daemon (the demo's provider config:
 one slot, `unchained provider run` in its own process, jobs in the docker engine, Debian's
-PyTorch on the CPU). The spec `job init --example pytorch` writes runs as written: locked,
-trained, settled, its model, metrics and last checkpoint in its verified results. A training
-job cancelled mid-run keeps its last checkpoint in its results, and `job submit --resume JOB`
-trains on from that checkpoint's step to the end; a provider that stops (SIGTERM) stops the
-running job and delivers its last checkpoint. `--resume` of a job that is not the renter's or
-holds no checkpoint is refused before anything is locked. Balances to the lovelace. The
-checkpoint's step is read with torch itself, in the image (this venv has no torch)."""
+PyTorch on the CPU, its image built by `unchained provider build-image pytorch`). The spec
+`job init --example pytorch` writes runs as written: locked, trained, settled, its model,
+metrics and last checkpoint in its verified results. A training job cancelled mid-run keeps
+its last checkpoint in its results, and `job submit --resume JOB` trains on from that
+checkpoint's step to the end; a provider that stops (SIGTERM) stops the running job and
+delivers its last checkpoint. `--resume` of a job that is not the renter's or holds no
+checkpoint is refused before anything is locked. Balances to the lovelace. The checkpoint's
+step is read with torch itself, in the image (this venv has no torch)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from offchain.chain.follower import tip_point
 from offchain.protocol.ledger.split import settle_split
 from offchain.protocol.tx.txbuild import Wallet
 from provider.images import recipes as images
-from provider.images.torch import TORCH_EXAMPLE, torch_example_image
+from provider.images.torch import TORCH_EXAMPLE
 from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.consumer.test_cancel import wait_log
@@ -58,9 +60,9 @@ class World:
 async def world(devnet, tmp_path_factory) -> AsyncIterator[World]:
     """A settling market, the demo's one-slot provider (its grace short: the stop test is
     last) with the PyTorch image, and a renter holding FUNDS with the example spec written."""
-    client = docker.from_env()
-    torch_example_image(client)  # before the daemon starts: its offer lists the image
-    images.busybox_image(client)
+    built = run({**os.environ}, "provider", "build-image", "pytorch", cwd=Path.cwd())
+    assert built.returncode == 0, built.stdout + built.stderr  # before the daemon: offered
+    images.busybox_image(docker.from_env())
     tmp = tmp_path_factory.mktemp("torch")
     deployment_file, _, settings = await settling_market(devnet, tmp)
     settings = settings.model_copy(update={"identity": children.IDENTITY})
