@@ -41,10 +41,10 @@ PYTORCH_SPEC = """\
 # script, seeded), on the GPU when the provider gives one (gpus: 1 and a CUDA image), else on
 # the CPU. `unchained job submit job.yaml` asks the market for a quote and shows it first.
 #
-# unchained/pytorch is the project's image with Debian's PyTorch (CPU) and the script at
+# unchained/pytorch-example is the project's image with Debian's PyTorch (CPU) and the script at
 # /opt/unchained/torch/train_cnn.py; on a GPU provider name a CUDA build of PyTorch that has
 # the script (docs/renter-guide.md).
-image: unchained/pytorch:latest
+image: unchained/pytorch-example:latest
 
 # Every --checkpoint-every steps the script saves model, optimizer and step to
 # /out/checkpoint.pt (atomically: a stop never leaves half of one); at the end /out/model.pt

@@ -30,7 +30,7 @@ from offchain.chain.follower import tip_point
 from offchain.protocol.ledger.split import settle_split
 from offchain.protocol.tx.txbuild import Wallet
 from provider.images import recipes as images
-from provider.images.torch import TORCH_EXAMPLE
+from provider.images.torch import TORCH_JOB_EXAMPLE
 from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.consumer.test_cancel import wait_log
@@ -119,7 +119,7 @@ def steps(out: Path, *names: str) -> list[int]:
     """The step each of the checkpoints `names` in `out` holds, as torch reads it (in the
     PyTorch image: one container for all)."""
     said = docker.from_env().containers.run(
-        TORCH_EXAMPLE, ["python3", "-c", STEPS_OF, *(f"/c/{name}" for name in names)],
+        TORCH_JOB_EXAMPLE, ["python3", "-c", STEPS_OF, *(f"/c/{name}" for name in names)],
         remove=True, network_disabled=True, volumes={str(out): {"bind": "/c", "mode": "ro"}},
     )  # fmt: skip
     return [int(step) for step in said.split()]
@@ -140,7 +140,7 @@ async def spent(devnet, since, job: dict[str, Any], units: int) -> int:
 
 async def test_the_pytorch_example_trains_through_the_market(devnet, world):
     w = world
-    assert w.example["image"] == TORCH_EXAMPLE
+    assert w.example["image"] == TORCH_JOB_EXAMPLE
     start, since = balance(devnet, w.renter.address), await tip_point(devnet.url)
     job = submit(w, "job", w.example)  # the spec as `job init --example pytorch` wrote it
     status = await settled(w, job["job_id"])
@@ -186,7 +186,7 @@ async def test_a_cancelled_training_keeps_its_checkpoint_and_resumes_from_its_st
         ("checkpoint.pt", hashlib.sha256(checkpoint).hexdigest())
     ]
     again = await settled(w, resumed["job_id"])
-    assert again["outcome"] == "succeeded", again
+    assert again["outcome"] == "succeeded", (again, await log_lines(w, resumed["job_id"]))
     out = results(w, resumed["job_id"], "resumed")
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["started_at_step"], metrics["steps"]) == (saved, saved + 100)
