@@ -230,7 +230,7 @@ async def test_resume_is_refused_before_any_lock(devnet, world):
 async def test_a_provider_that_stops_delivers_the_last_checkpoint(devnet, world):
     w = world  # last in the module: the daemon stops here, then comes back to settle
     start, since = balance(devnet, w.renter.address), await tip_point(devnet.url)
-    long = submit(w, "stopped", with_steps(w.example, LONG_STEPS))
+    long = submit(w, "stopped", with_steps(w.example, LONG_STEPS), "--again")  # as cancelled
     async with httpx.AsyncClient(base_url=w.market.url, timeout=60) as http:
         party = Party.new(http, children.IDENTITY, w.renter)
         await wait_log(party, long["job_id"], "checkpoint step 100", timeout_s=120)
