@@ -80,6 +80,9 @@ async def world(devnet, tmp_path_factory) -> AsyncIterator[World]:
         written = run(env, "job", "init", "--example", "pytorch", cwd=here)
         assert written.returncode == 0, written.stdout + written.stderr
         example = yaml.safe_load((here / "job.yaml").read_text())
+        code, unknown = run_json(env, "job", "init", "--example", "tensorflow", "x.yaml", cwd=here)
+        assert code == 1 and "no example 'tensorflow'" in unknown["message"], unknown
+        assert not (here / "x.yaml").exists()
         try:
             daemon.start().wait_for(lambda: daemon.logged("offer published"), "offer")
             yield World(market, daemon, renter, env, here, example)
