@@ -34,9 +34,10 @@ from provider.images.torch import TORCH_JOB_EXAMPLE
 from tests.consumer.cli import cli_env, funded_key, run, run_json, tx_fee
 from tests.consumer.conftest import Market
 from tests.consumer.test_cancel import wait_log
-from tests.market.client import Party, serve
-from tests.protocol.onchain import balance, wallet
-from tests.provider.daemon_harness import ProviderProcess, settling_market, wait_state
+from tests.consumer.test_job_init import demo_provider
+from tests.market.client import Party
+from tests.protocol.onchain import balance
+from tests.provider.daemon_harness import ProviderProcess, wait_state
 from unchained.demo import children
 
 FUNDS = 100_000_000
@@ -64,31 +65,23 @@ async def world(devnet, tmp_path_factory) -> AsyncIterator[World]:
     assert built.returncode == 0, built.stdout + built.stderr  # before the daemon: offered
     images.busybox_image(docker.from_env())
     tmp = tmp_path_factory.mktemp("torch")
-    deployment_file, _, settings = await settling_market(devnet, tmp)
-    settings = settings.model_copy(update={"identity": children.IDENTITY})
-    with serve(settings) as url:
-        state = tmp / "provider-state"
-        state.mkdir()
-        (await wallet(devnet)).key.save(str(state / "provider.skey"))
-        daemon = children.provider(tmp, state, devnet.url, deployment_file, url, slots=1,
-                                   grace_ms=500)  # fmt: skip
-        here = tmp / "consumer"
-        here.mkdir()
-        renter, key = await funded_key(devnet, here, FUNDS)
-        market = Market(settings, url, deployment_file)
-        env = cli_env(market, devnet, key, here / "state", children.IDENTITY)
-        written = run(env, "job", "init", "--example", "pytorch", cwd=here)
-        assert written.returncode == 0, written.stdout + written.stderr
-        example = yaml.safe_load((here / "job.yaml").read_text())
-        code, unknown = run_json(env, "job", "init", "--example", "tensorflow", "x.yaml", cwd=here)
-        assert code == 1 and "no example 'tensorflow'" in unknown["message"], unknown
-        assert not (here / "x.yaml").exists()
-        try:
-            daemon.start().wait_for(lambda: daemon.logged("offer published"), "offer")
+    here = tmp / "consumer"
+    here.mkdir()
+    renter, key = await funded_key(devnet, here, FUNDS)
+    try:
+        async with demo_provider(devnet, tmp, grace_ms=500) as (market, daemon):
+            env = cli_env(market, devnet, key, here / "state", children.IDENTITY)
+            written = run(env, "job", "init", "--example", "pytorch", cwd=here)
+            assert written.returncode == 0, written.stdout + written.stderr
+            example = yaml.safe_load((here / "job.yaml").read_text())
+            code, unknown = run_json(env, "job", "init", "--example", "tensorflow", "x.yaml",
+                                     cwd=here)  # fmt: skip
+            assert code == 1 and "no example 'tensorflow'" in unknown["message"], unknown
+            assert not (here / "x.yaml").exists()
             yield World(market, daemon, renter, env, here, example)
-        finally:
-            daemon.stop()
-            ProviderProcess(tmp, state, devnet.url, deployment_file, daemon.log).reap()
+    finally:  # what the stopped daemon's jobs left, if anything
+        config, state, log = tmp / "provider.toml", tmp / "provider-state", tmp / "provider.log"
+        ProviderProcess(config, state, devnet.url, tmp / "deployment.json", log).reap()
 
 
 def with_steps(example: dict[str, Any], steps: int | str) -> dict[str, Any]:
