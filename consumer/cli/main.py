@@ -300,7 +300,8 @@ def init_command(
     ) -> None:
         if example not in examples:
             fail(as_json, "UnknownExample",
-                 f"--example: no example {example!r}; there are {', '.join(names)}")  # fmt: skip
+                 f"--example: no example {example!r}; there are "
+                 f"{', '.join(names) or 'none to choose'}")  # fmt: skip
         if path.exists() and not force:
             fail(as_json, "FileExists", f"{path} exists (use --force to replace it)",
                  path=str(path))  # fmt: skip
