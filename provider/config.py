@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -294,10 +294,35 @@ class DaemonSettings(_Section):
         "127.0.0.1:9481", max_length=255, description="HOST:PORT where `provider run` serves "
         "its Prometheus metrics at /metrics (\"\": none)",
     )  # fmt: skip
+    placement: Literal["host", "ray"] = Field(
+        "host", description="where jobs run: `host`, this machine's docker engine; `ray`, "
+        "the nodes of the Ray cluster at ray_address, each running jobs on its own engine "
+        "(the provider guide's \"A fleet on Ray\")",
+    )  # fmt: skip
+    ray_address: str | None = Field(
+        None, max_length=255, description="with placement = \"ray\": the cluster's head, "
+        "HOST:PORT as the nodes' `ray start --address` names it",
+    )  # fmt: skip
+    ray_place_timeout_s: int = Field(
+        30, ge=1, description="with placement = \"ray\": how long a job waits for a node "
+        "with room for it (at its start, or after its node died) before it fails with a "
+        "zero-unit receipt",
+    )  # fmt: skip
+    ray_checkpoint_every_s: int = Field(
+        10, ge=1, description="with placement = \"ray\": how often a running job's /out is "
+        "copied off its node when it changed, so that a job whose node dies restarts "
+        "elsewhere from it",
+    )  # fmt: skip
     gateway_metrics_listen: str = Field(
         "127.0.0.1:9482", max_length=255, description="HOST:PORT where `provider gateway` "
         "serves its Prometheus metrics at /metrics, apart from renters (\"\": none)",
     )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _ray_address(self) -> DaemonSettings:
+        if self.placement == "ray" and not self.ray_address:
+            raise ValueError('placement = "ray" needs ray_address (the head\'s HOST:PORT)')
+        return self
 
     @field_validator("payout_address")
     @classmethod

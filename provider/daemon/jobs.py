@@ -41,9 +41,9 @@ from provider.daemon.bond import BondManager
 from provider.daemon.chain import CHAIN_DOWN, Chain, ChainUnavailable, in_daemon_thread
 from provider.daemon.confirmations import Confirmations
 from provider.daemon.journal import JobEntry, Journal
-from provider.images.recipes import local_images
 from provider.money.receipts import EscrowJob, ReceiptError, accept, receipt_for
-from provider.sandbox.runner import Runner, RunResult
+from provider.placement.interface import Placement
+from provider.sandbox.runner import RunResult
 
 log = logging.getLogger("unchained.provider")
 LOG_FLUSH_S = 0.5
@@ -86,7 +86,7 @@ class Worker:
     chain: Chain
     link: MarketLink
     journal: Journal
-    runner: Runner
+    runner: Placement  # this machine's Runner, or a fleet's nodes
     bonds: BondManager
     capacity: Capacity
     bundle: Bundle
@@ -193,8 +193,7 @@ class Worker:
         covers = self.bonds.covers_before(now)
         chain = self.chain
         terms = acceptance_terms(chain.context, chain.deployment, datum, locked, now, covers)
-        runner = self.runner
-        images = ImageSupply.of(local_images(runner.client), runner.settings.pull_images)
+        images = ImageSupply.of(self.runner.images(), self.runner.settings.pull_images)
         found = refusals(Offered(slot.bundle, self.price_of(slot), images), spec, terms)
         if found:
             raise Refusal(describe(found))

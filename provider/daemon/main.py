@@ -43,11 +43,10 @@ from provider.daemon.rentals import Rentals
 from provider.gpu import mps
 from provider.gpu import share as gpu_share
 from provider.gpu.inventory import HostInventory
-from provider.images.recipes import local_images
 from provider.money.channel_book import ChannelBook
+from provider.placement.interface import placement_of
 from provider.rentals.book import RentalBook
 from provider.rentals.jobs import JobReceipts
-from provider.sandbox.runner import Runner
 from provider.selftest.checks import load_slice_results
 
 log = logging.getLogger("unchained.provider")
@@ -65,10 +64,10 @@ class Daemon:
         self.link = MarketLink.open(
             self.settings.market_url, self.settings.market_identity, KeySigner(key, network)
         )
+        runner, inventory = placement_of(config, inventory)  # a fleet offers its nodes
         bundle, slots = slots_of(config.offer, inventory, gpu_share.isolator)
         # MPS slices are enforced by the provider's own MPS daemon: up before they are offered
         mps.start_for(config.runner.state_dir, [s.gpu_slice for s in slots if s.gpu_slice])
-        runner = Runner(docker.from_env(), config.runner)
         self.journal = Journal(config.runner.state_dir)
         self.bonds = BondManager(self.chain, self.settings.bond_minimum_lovelace)
         self.worker = Worker(
@@ -78,7 +77,7 @@ class Daemon:
         gateway = self.settings.gateway_url
         self.offer = OfferKeeper(
             self.link, bundle, str(chain.payout), config.runner.state_dir,
-            functools.partial(local_images, runner.client), config.runner.pull_images,
+            runner.images, config.runner.pull_images,
             GatewayTerms(gateway, config.offer.request_price) if gateway else None,
             functools.partial(load_slice_results, config.runner.state_dir),
         )  # fmt: skip
@@ -90,7 +89,7 @@ class Daemon:
         self.claims = ChannelClaimer(self.chain, self.channels, self.settings)
         self.endpoints = RentalBook.in_state_dir(config.runner.state_dir)
         self.deployments = Rentals(
-            self.chain, self.channels, self.endpoints, runner.client, config.runner,
+            self.chain, self.channels, self.endpoints, docker.from_env(), config.runner,
             self.settings, self.worker.capacity,
             JobReceipts(key, chain.deployment.network_id, chain.deployment.settle_hash,
                         runner.results_dir),

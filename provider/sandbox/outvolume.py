@@ -115,6 +115,18 @@ class OutVolume:
                         tar.addfile(info)
         return Archive(destination, writer.hash.hexdigest(), writer.size)
 
+    def seed(self, archive: Path, uid: int, gid: int) -> None:
+        """Fill the mounted /out from `archive` (a checkpoint `pack` made of another run), owned
+        by the job's user. Its content was the job's, so it is read as untrusted: tarfile's
+        `data` filter refuses links and paths that leave /out and clears special bits."""
+
+        def owned(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo:
+            kept = tarfile.data_filter(member, destination)
+            return kept.replace(uid=uid, gid=gid, uname="", gname="", deep=False)
+
+        with tarfile.open(archive) as tar:
+            tar.extractall(self.mountpoint, filter=owned)
+
     def _walk(self) -> list[Path]:
         """Every entry under /out, parents before children, in a fixed order; links not followed."""
         entries = []

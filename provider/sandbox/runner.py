@@ -29,6 +29,7 @@ from offchain.core.errors import UnchainedError
 from offchain.protocol.job.gpu_slices import GpuSlice
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.metering import MeteringRecord
+from offchain.protocol.job.offer import OfferedImage
 from provider import metrics as provider_metrics
 from provider.config import RunnerSettings
 from provider.gpu.mps import MpsDaemon
@@ -114,12 +115,16 @@ class Runner:
         gpu_slice: GpuSlice | None = None,
         on_start: Callable[[], None] | None = None,
         pull_auth: dict[str, str] | None = None,
+        seed: Path | None = None,
+        limit_s: int | None = None,
     ) -> RunResult:
         """Run `spec` to the end (or its max duration) and return what happened; `escrow`
         (TXID#IX) is kept with the job so that a run recovered after a crash can be paid.
         `gpu_slice`: the job runs on that slice of a shared GPU (and on no whole GPU).
         `on_start`: called once its container started (a job paid per second from then).
-        `pull_auth`: the renter's registry account for its image's pull (kept nowhere)."""
+        `pull_auth`: the renter's registry account for its image's pull (kept nowhere).
+        `seed`: a tar of /out to start from (a checkpoint of a run cut short elsewhere);
+        `limit_s`: the time this run may take, less than the spec's when earlier runs used some."""
         gpus = list(gpu_uuids or [])
         if len(gpus) != spec.resources.gpus:
             raise ValueError(f"the spec asks for {spec.resources.gpus} GPUs, {len(gpus)} given")
@@ -141,7 +146,7 @@ class Runner:
         try:
             (workspace / "job.json").write_text(job.model_dump_json())
             try:
-                container = self._start(job_id, job, cgroup, workspace, pull_auth)
+                container = self._start(job_id, job, cgroup, workspace, pull_auth, seed)
             except (JobStartError, DockerException) as exc:
                 provider_metrics.CONTAINER_FAILURES.inc()
                 reason = engine_reason(exc)
@@ -153,11 +158,15 @@ class Runner:
                 _kill(container)
             if on_start is not None:
                 on_start()
-            deadline = time.monotonic() + spec.max_duration_s
+            deadline = time.monotonic() + (spec.max_duration_s if limit_s is None else limit_s)
             return self._supervise(job_id, job, container, cgroup, deadline, on_log)
         finally:
             self.stopped.pop(job_id, None)
             self._cleanup(job_id)
+
+    def images(self) -> list[OfferedImage]:
+        """The images this machine's engine holds, as an offer lists them."""
+        return images.local_images(self.client)
 
     def stop(self, job_id: str, why: Stop = "cancelled") -> None:
         """Stop the job at its renter's request ("cancelled") or because its provider stops
@@ -183,8 +192,10 @@ class Runner:
         cgroup: JobCgroup,
         workspace: Path,
         pull_auth: dict[str, str] | None = None,
+        seed: Path | None = None,
     ) -> Container:
-        """Inputs, /out and the container (made side by side), then start it."""
+        """Inputs, /out (filled from `seed`) and the container (made side by side), then start
+        it."""
         spec = job.spec
         inputs = None
         if spec.inputs:
@@ -211,6 +222,8 @@ class Runner:
             )
             container = create_container(self.client, options, self.settings.pull_images, pull_auth)
             making_volume.result()
+        if seed is not None:
+            volume.seed(seed, self.settings.uid, self.settings.gid)
         container.start()
         return container
 

@@ -1,0 +1,69 @@
+"""The one interface the daemon runs jobs through, and the backend its settings choose.
+
+`Runner` (provider/sandbox/runner.py) is the single-host placement: the job runs in the
+hardened container on this machine's engine. `RayPlacement` is the fleet: Ray picks a node with
+room and that node's actor runs the same runner there. A Kubernetes backend would be a third
+implementation of this protocol (docs/provider-guide.md, "A fleet on Ray")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import docker
+
+from offchain.protocol.job.gpu_slices import GpuSlice
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.offer import OfferedImage
+from provider.config import ProviderConfig, RunnerSettings
+from provider.gpu.inventory import HostInventory
+from provider.sandbox.runner import LogSink, Runner, RunResult
+
+
+class Placement(Protocol):
+    """Runs jobs to their end and keeps their results (out.tar, log.txt, result.json) under
+    `results_dir/<job>` on the daemon's machine, wherever they ran."""
+
+    settings: RunnerSettings
+    results_dir: Path
+
+    def run(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        gpu_uuids: list[str] | None = None,
+        on_log: LogSink | None = None,
+        escrow: str | None = None,
+        gpu_slice: GpuSlice | None = None,
+        on_start: Callable[[], None] | None = None,
+        pull_auth: dict[str, str] | None = None,
+    ) -> RunResult:
+        """Run the job where there is room and return what happened (a result without a
+        metering record: nothing ran, nothing is billed)."""
+        ...
+
+    def stop(self, job_id: str) -> None:
+        """Stop the job at its renter's request (its run ends "cancelled", metered)."""
+        ...
+
+    def recover(self, on_log: LogSink | None = None) -> list[RunResult]:
+        """After the daemon's restart: finish or reap the jobs its predecessor left running."""
+        ...
+
+    def images(self) -> list[OfferedImage]:
+        """The images every job may name without a pull."""
+        ...
+
+
+def placement_of(
+    config: ProviderConfig, inventory: HostInventory
+) -> tuple[Placement, HostInventory]:
+    """The backend `[daemon] placement` names and what it offers: this machine's inventory, or
+    the Ray cluster's nodes added up (ray is imported only then: an optional extra)."""
+    if config.daemon.placement == "ray":
+        from provider.placement.ray_fleet import RayPlacement
+
+        fleet = RayPlacement.connect(config.daemon, config.runner)
+        return fleet, fleet.inventory()
+    return Runner(docker.from_env(), config.runner), inventory

@@ -1,0 +1,200 @@
+"""One node of a fleet: the actor that owns the node's docker engine and runs jobs on it with
+the hardened runner and its metering, exactly as a single host does.
+
+It imports nothing of Ray: `ray_fleet` makes it an actor pinned to its node. The daemon drives
+it by polling (`poll`), which also carries the job's log, its start, the latest copy of its
+/out (a checkpoint, taken every few seconds when it changed, so that the job can restart from
+it on another node if this one dies) and at the end its results, shipped whole to the daemon:
+a node keeps nothing once the daemon has it. Its state directory is its own
+(`<state_dir>/nodes/<name>`), so its containers and cgroups carry its name's runner id even
+where nodes share an engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tarfile
+import threading
+from pathlib import Path
+
+import docker
+
+from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.offer import OfferedImage
+from provider.config import RunnerSettings
+from provider.gpu.inventory import HostInventory, host_inventory
+from provider.sandbox.outvolume import OutputTooLarge, OutVolume, is_mounted
+from provider.sandbox.runner import Runner, RunResult
+
+RESULT_FILES = ("out.tar", "log.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A run's result and its files, as they travel from the node to the daemon."""
+
+    result: str  # RunResult as JSON
+    files: dict[str, bytes]
+
+    def land(self, results_dir: Path) -> RunResult:
+        """Write the files under `results_dir/<job>` and return the result pointing at them."""
+        result = RunResult.model_validate_json(self.result)
+        folder = results_dir / result.job_id
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, content in self.files.items():
+            (folder / name).write_bytes(content)
+        changes: dict[str, object] = {}
+        if result.output is not None:
+            changes["output"] = dataclasses.replace(result.output, path=folder / "out.tar")
+        if result.log_path is not None:
+            changes["log_path"] = folder / "log.txt"
+        result = result.model_copy(update=changes)
+        (folder / "result.json").write_text(result.model_dump_json(indent=1))
+        return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What a poll tells: log text since the last poll, whether the container started, a
+    checkpoint newer than the last one shipped, and the end (None while it runs)."""
+
+    log: str
+    started: bool
+    checkpoint: bytes | None
+    finished: Finished | None
+
+
+@dataclasses.dataclass
+class NodeRun:
+    """One job on this node, as its threads see it."""
+
+    spec: JobSpec
+    log: list[str] = dataclasses.field(default_factory=list)
+    started: bool = False
+    checkpoint: bytes | None = None
+    checkpoint_hash: str = ""
+    finished: Finished | None = None
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class NodeRunner:
+    """The runner of one node, under the node's own name."""
+
+    def __init__(self, name: str, settings: RunnerSettings, checkpoint_every_s: int) -> None:
+        own = settings.state_dir / "nodes" / name
+        node_settings = settings.model_copy(update={"state_dir": own})
+        self.name = name
+        self.runner = Runner(docker.from_env(), node_settings)
+        self.every_s = checkpoint_every_s
+        self.runs: dict[str, NodeRun] = {}
+        self.lock = threading.Lock()
+        self.gpus = [gpu.uuid for gpu in host_inventory(node_settings.state_dir).gpu.gpus]
+        self.busy: dict[str, list[str]] = {}  # job -> the GPUs it holds here
+
+    def inventory(self) -> HostInventory:
+        return host_inventory(self.runner.settings.state_dir)
+
+    def images(self) -> list[OfferedImage]:
+        return self.runner.images()
+
+    def start(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        gpus: int,
+        escrow: str | None,
+        pull_auth: dict[str, str] | None,
+        seed: bytes | None,
+        limit_s: int,
+    ) -> None:
+        """Start the job on a thread of its own (Ray reserved room for it on this node)."""
+        with self.lock:
+            held = {uuid for taken in self.busy.values() for uuid in taken}
+            free = [uuid for uuid in self.gpus if uuid not in held]
+            if len(free) < gpus:
+                raise RuntimeError(f"node {self.name}: {gpus} GPUs asked, {len(free)} free")
+            self.busy[job_id] = free[:gpus]
+            run = self.runs[job_id] = NodeRun(spec)
+        seed_path = None
+        if seed is not None:
+            seed_path = self.runner.settings.state_dir / "seeds" / f"{job_id}.tar"
+            seed_path.parent.mkdir(parents=True, exist_ok=True)
+            seed_path.write_bytes(seed)
+        work = threading.Thread(
+            target=self._run, args=(job_id, run, escrow, pull_auth, seed_path, limit_s),
+            name=f"job-{job_id}", daemon=True,
+        )  # fmt: skip
+        work.start()
+        threading.Thread(target=self._checkpoints, args=(job_id, run), daemon=True).start()
+
+    def _run(
+        self,
+        job_id: str,
+        run: NodeRun,
+        escrow: str | None,
+        pull_auth: dict[str, str] | None,
+        seed: Path | None,
+        limit_s: int,
+    ) -> None:
+        def started() -> None:
+            run.started = True
+
+        try:
+            result = self.runner.run(
+                job_id, run.spec, self.busy[job_id], run.log.append, escrow, None, started,
+                pull_auth, seed, limit_s,
+            )  # fmt: skip
+            run.finished = self._ship(result)
+        except Exception as exc:  # the daemon learns of it as a run that did not start
+            failed = RunResult(job_id=job_id, status="error", error=f"node {self.name}: {exc!r}")
+            run.finished = Finished(failed.model_dump_json(), {})
+        finally:
+            if seed is not None:
+                seed.unlink(missing_ok=True)
+            with self.lock:
+                self.busy.pop(job_id, None)
+            run.done.set()
+
+    def _ship(self, result: RunResult) -> Finished:
+        """The result and its files, read and then deleted here: the daemon keeps them."""
+        folder = self.runner.results_dir / result.job_id
+        files = {n: (folder / n).read_bytes() for n in RESULT_FILES if (folder / n).exists()}
+        shutil.rmtree(folder, ignore_errors=True)
+        return Finished(result.model_dump_json(), files)
+
+    def _checkpoints(self, job_id: str, run: NodeRun) -> None:
+        """Every `every_s` while the job runs: /out packed, kept when it changed."""
+        volume = OutVolume(self.runner.jobs_dir / job_id)
+        copy = self.runner.settings.state_dir / "checkpoints" / f"{job_id}.tar"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            while not run.done.wait(self.every_s):
+                if not run.started or not is_mounted(volume.mountpoint):
+                    continue
+                try:
+                    packed = volume.pack(copy, run.spec.resources.disk_mib << 20)
+                except (OSError, OutputTooLarge, tarfile.TarError):
+                    continue  # the job is ending, or /out is over its size: the last copy stays
+                if packed.sha256 != run.checkpoint_hash and packed.size_bytes:
+                    run.checkpoint, run.checkpoint_hash = copy.read_bytes(), packed.sha256
+        finally:
+            copy.unlink(missing_ok=True)
+
+    def poll(self, job_id: str) -> Progress:
+        """What happened since the last poll; a finished job is forgotten once told."""
+        run = self.runs[job_id]
+        finished = run.finished  # read first: what the log holds now is all there was
+        told = len(run.log)  # the log thread only appends: what is past `told` stays
+        text = "".join(run.log[:told])
+        del run.log[:told]
+        checkpoint, run.checkpoint = run.checkpoint, None
+        if finished is not None:
+            del self.runs[job_id]
+        return Progress(text, run.started, checkpoint, finished)
+
+    def stop(self, job_id: str) -> None:
+        self.runner.stop(job_id)
+
+    def recover(self) -> list[Finished]:
+        """Jobs of this node's previous actor: finished (results shipped) or reaped."""
+        return [self._ship(result) for result in self.runner.recover()]

@@ -1,0 +1,183 @@
+"""The fleet placement on a real Ray cluster of separate `ray start` processes on this machine
+(tests/provider/ray_cluster.py): the offer adds up the nodes, a job runs on the node Ray
+placed it on and its results come home, a node killed mid-job has the job finish on the other
+node from its checkpoint, and the last node killed fails the job with nothing metered (the
+daemon's zero-unit receipt). One cluster for the module; the tests run in order."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+import pytest
+
+from offchain.protocol.job.jobspec import JobSpec
+from provider.config import DaemonSettings, RunnerSettings
+from tests.provider.conftest import assert_no_leftovers
+from tests.provider.ray_cluster import RayCluster
+
+ray = pytest.importorskip("ray", reason="the fleet extra: pip install '.[fleet]'")
+
+from provider.placement.ray_fleet import Attempt, RayPlacement  # noqa: E402
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+WAIT_S = 120.0
+
+# counts to 6, a second a step, keeping its step in /out (renamed into place: a copy never
+# holds half a file) and where each run started from
+COUNTER = (
+    "i=$(cat /out/step 2>/dev/null || echo 0); echo from $i >> /out/starts; "
+    "while [ $i -lt 6 ]; do i=$((i+1)); echo $i > /out/step.new; mv /out/step.new /out/step; "
+    "echo step $i; sleep 1; done"
+)
+
+
+@pytest.fixture(scope="module")
+def fleet_state(tmp_path_factory: pytest.TempPathFactory) -> RunnerSettings:
+    return RunnerSettings(state_dir=tmp_path_factory.mktemp("fleet") / "state")
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, fleet_state: RunnerSettings
+) -> Iterator[RayCluster]:
+    made = RayCluster(tmp_path_factory.mktemp("ray"), fleet_state.state_dir)
+    try:
+        made.start_head()
+        made.wait_head()
+        made.add_node("a")
+        made.add_node("b")
+        ray.init(address=made.address, logging_level="WARNING", log_to_driver=False)
+        made.wait_joined(2)
+        yield made
+    finally:
+        ray.shutdown()
+        made.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster: RayCluster, fleet_state: RunnerSettings) -> RayPlacement:
+    daemon = DaemonSettings(
+        placement="ray", ray_address=cluster.address, ray_place_timeout_s=3,
+        ray_checkpoint_every_s=1,
+    )  # fmt: skip
+    return RayPlacement(daemon, fleet_state)
+
+
+def counter(busybox: str, seconds: int = 60) -> JobSpec:
+    return JobSpec.model_validate({
+        "image": busybox, "command": ["sh", "-c", COUNTER], "max_duration_s": seconds,
+        "max_price_lovelace": 10_000_000,
+        "resources": {"cpu_cores": 1, "memory_mib": 256, "disk_mib": 16},
+    })  # fmt: skip
+
+
+def out_files(archive: Path) -> dict[str, str]:
+    with tarfile.open(archive) as tar:
+        return {
+            m.name: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+            for m in tar.getmembers() if m.isfile()
+        }  # fmt: skip
+
+
+def wait_for(what: str, check: object) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {WAIT_S} s for {what}")
+        time.sleep(0.2)
+
+
+def running(fleet: RayPlacement, job_id: str, spec: JobSpec) -> tuple[Future, list[str]]:
+    """The job run on the fleet on a thread; its log, as it streams, in the list."""
+    lines: list[str] = []
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(fleet.run, job_id, spec, [], lines.append)
+    pool.shutdown(wait=False)
+    return future, lines
+
+
+def checkpointed(fleet: RayPlacement, job_id: str, step: int) -> Attempt:
+    """Once the daemon holds a checkpoint of the job at `step` or beyond: its attempt."""
+
+    def copy_at_step() -> bool:
+        attempt = fleet.attempts.get(job_id)
+        if attempt is None or attempt.checkpoint is None:
+            return False
+        with tarfile.open(fileobj=io.BytesIO(attempt.checkpoint)) as tar:
+            member = tar.extractfile("step")
+            return member is not None and int(member.read()) >= step
+
+    wait_for(f"a checkpoint of {job_id} at step {step}", copy_at_step)
+    return fleet.attempts[job_id]
+
+
+def test_the_offer_adds_up_the_nodes(fleet: RayPlacement) -> None:
+    inventory = fleet.inventory()
+    assert inventory.cpu_cores == 2  # each node advertises 1 CPU to Ray
+    assert inventory.memory_bytes == 2 * (2048 << 20)
+    assert sorted(node.name for node in fleet.nodes()) == ["a", "b"]
+
+
+def test_a_job_runs_on_its_node_and_its_results_come_home(
+    fleet: RayPlacement, busybox: str, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
+) -> None:  # fmt: skip
+    started = threading.Event()
+    lines: list[str] = []
+    spec = counter(busybox)
+    result = fleet.run("fleet_whole", spec, [], lines.append, "ab" * 32 + "#0", None, started.set)
+    assert result.status == "succeeded" and started.is_set()
+    assert result.record is not None and result.record.billable_units >= 6
+    assert result.output is not None
+    assert result.output.path == fleet.results_dir / "fleet_whole" / "out.tar"
+    assert out_files(result.output.path) == {"starts": "from 0\n", "step": "6\n"}
+    assert "step 6" in "".join(lines)
+    assert (fleet.results_dir / "fleet_whole" / "log.txt").read_bytes().count(b"step") == 6
+    for name in ("a", "b"):  # the node shipped everything and kept nothing
+        node = cluster.reap(name, client, fleet_state)
+        assert not (node.results_dir / "fleet_whole").exists()
+        assert_no_leftovers(node)
+
+
+def test_a_node_killed_mid_job_and_the_job_ends_on_the_other(
+    fleet: RayPlacement, busybox: str, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
+) -> None:  # fmt: skip
+    future, lines = running(fleet, "fleet_moved", counter(busybox))
+    attempt = checkpointed(fleet, "fleet_moved", 2)
+    first = attempt.nodes[0]
+    cluster.power_off(first, client, fleet_state)
+    result = future.result(timeout=WAIT_S)
+    other = "b" if first == "a" else "a"
+    assert attempt.nodes == [first, other]
+    assert result.status == "succeeded" and result.record is not None
+    assert result.output is not None
+    files = out_files(result.output.path)
+    assert files["step"] == "6\n"
+    begun = [int(line.split()[1]) for line in files["starts"].splitlines()]
+    assert begun[0] == 0 and begun[1] >= 2  # the second run began from the checkpoint
+    assert "step 6" in "".join(lines)
+    assert_no_leftovers(cluster.reap(other, client, fleet_state))
+    assert_no_leftovers(cluster.reap(first, client, fleet_state))  # the machine came back
+
+
+def test_the_last_node_killed_fails_the_job_with_nothing_metered(
+    fleet: RayPlacement, busybox: str, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
+) -> None:  # fmt: skip
+    future, _ = running(fleet, "fleet_lost", counter(busybox))
+    wait_for("fleet_lost to start", lambda: (a := fleet.attempts.get("fleet_lost")) and a.started)
+    last = fleet.attempts["fleet_lost"].nodes[0]
+    cluster.power_off(last, client, fleet_state)
+    result = future.result(timeout=WAIT_S)
+    assert result.status == "error" and result.record is None  # the daemon signs 0 units
+    assert result.error is not None and "no node of the fleet had room" in result.error
+    assert fleet.nodes() == []
+    assert_no_leftovers(cluster.reap(last, client, fleet_state))
