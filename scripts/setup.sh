@@ -37,6 +37,6 @@ fi
 stamp=.venv/.installed-$(cat pyproject.toml contracts/toolchain.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c contracts/toolchain.txt -e '.[dev]'
+  .venv/bin/python -m pip install -q -c contracts/toolchain.txt -e '.[dev,fleet]'
   touch "$stamp"
 fi

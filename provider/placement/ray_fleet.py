@@ -17,6 +17,7 @@ billed. No node with room within `ray_place_timeout_s`: the job fails without a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -129,21 +130,27 @@ class RayPlacement:
     def inventory(self) -> HostInventory:
         """The fleet as one machine: Ray's CPUs and memory of every node, their disks, and
         as many of each node's GPUs as it advertises to Ray."""
-        parts = [(node, self._ask(node, "inventory")) for node in self.nodes()]
-        return fleet_inventory(parts)
+        return fleet_inventory(self._ask_all("inventory"))
 
     def images(self) -> list[OfferedImage]:
         """The images every node holds (a job may land on any), asked at most every 10 s."""
         at, known = self._images
         if time.monotonic() - at < IMAGES_FRESH_S:
             return known
-        held = [self._ask(node, "images") for node in self.nodes()]
+        held = [images for _, images in self._ask_all("images")]
         common = set.intersection(*(set(images) for images in held)) if held else set()
         self._images = time.monotonic(), sorted(common, key=lambda image: image.reference)
         return self._images[1]
 
-    def _ask(self, node: Node, method: str) -> Any:
-        return self._answer(node, getattr(self.actor(node), method).remote())
+    def _ask_all(self, method: str) -> list[tuple[Node, Any]]:
+        """Every node's answer to `method`, asked of all at once (a node that dies meanwhile
+        is left out)."""
+        calls = [(node, getattr(self.actor(node), method).remote()) for node in self.nodes()]
+        answers = []
+        for node, call in calls:
+            with contextlib.suppress(NodeDied):
+                answers.append((node, self._answer(node, call)))
+        return answers
 
     # -- a job -----------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ RAY = Path(sys.executable).with_name("ray")
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 WORKER_PORTS = 20  # per node: one a worker process (the actor and Ray's own)
 JOIN_S = 60.0
+START_TRIES = 3
 
 
 def free_ports(count: int) -> list[int]:
@@ -150,26 +151,32 @@ class RayCluster:
         raise RuntimeError(f"the Ray head did not listen within {JOIN_S} s")
 
     def add_node(self, name: str, cpus: int = 1, memory_mib: int = 2048) -> RayNode:
-        node = self._start(
-            name,
-            [f"--address={self.address}", f"--num-cpus={cpus}", "--num-gpus=0",
-             f"--memory={memory_mib << 20}"],
-            {},
-        )  # fmt: skip
-        self.nodes[name] = node
-        return node
+        """A node joined (the driver must be connected): started again when its start timed
+        out, which a loaded machine can make it do (Ray gives a raylet 30 s to register)."""
+        for _ in range(START_TRIES):
+            node = self._start(
+                name,
+                [f"--address={self.address}", f"--num-cpus={cpus}", "--num-gpus=0",
+                 f"--memory={memory_mib << 20}"],
+                {},
+            )  # fmt: skip
+            if self._joined(node):
+                self.nodes[name] = node
+                return node
+            node.kill()
+        raise RuntimeError(f"Ray node {name} did not join: {self.folder / (name + '.log')}")
 
-    def wait_joined(self, count: int) -> None:
-        """Until `count` job nodes are alive (asked through `ray status`'s library call)."""
+    def _joined(self, node: RayNode) -> bool:
+        """Whether the node joined (False: its `ray start` gave up)."""
         import ray
 
         deadline = time.monotonic() + JOIN_S
-        while time.monotonic() < deadline:
-            alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
-            if len(alive) >= count:
-                return
+        while time.monotonic() < deadline and node.process.poll() is None:
+            labels = [n["Labels"].get(NODE_LABEL) for n in ray.nodes() if n["Alive"]]
+            if node.name in labels:
+                return True
             time.sleep(0.5)
-        raise RuntimeError(f"{count} Ray nodes did not join within {JOIN_S} s")
+        return False
 
     def node_settings(self, name: str, settings: RunnerSettings) -> RunnerSettings:
         return settings.model_copy(update={"state_dir": settings.state_dir / "nodes" / name})

@@ -7,6 +7,7 @@ daemon's zero-unit receipt). One cluster for the module; the tests run in order.
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import threading
 import time
@@ -16,15 +17,23 @@ from pathlib import Path
 
 import docker
 import pytest
+import ray
 
 from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.ledger.split import settle_split
 from provider.config import DaemonSettings, RunnerSettings
+from provider.placement.ray_fleet import Attempt, RayPlacement
+from tests.protocol.onchain import balance
 from tests.provider.conftest import assert_no_leftovers
+from tests.provider.daemon_harness import (
+    consumer_of,
+    daemon_on_market,
+    request_and_lock,
+    settling_market,
+    spec,
+    wait_state,
+)
 from tests.provider.ray_cluster import RayCluster
-
-ray = pytest.importorskip("ray", reason="the fleet extra: pip install '.[fleet]'")
-
-from provider.placement.ray_fleet import Attempt, RayPlacement  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 WAIT_S = 120.0
@@ -51,10 +60,9 @@ def cluster(
     try:
         made.start_head()
         made.wait_head()
+        ray.init(address=made.address, logging_level="WARNING", log_to_driver=False)
         made.add_node("a")
         made.add_node("b")
-        ray.init(address=made.address, logging_level="WARNING", log_to_driver=False)
-        made.wait_joined(2)
         yield made
     finally:
         ray.shutdown()
@@ -116,6 +124,37 @@ def checkpointed(fleet: RayPlacement, job_id: str, step: int) -> Attempt:
 
     wait_for(f"a checkpoint of {job_id} at step {step}", copy_at_step)
     return fleet.attempts[job_id]
+
+
+async def test_one_daemon_runs_a_market_job_on_a_node_and_is_paid(
+    devnet, tmp_path: Path, busybox: str, client: docker.DockerClient, cluster: RayCluster
+) -> None:
+    """`provider run` with `placement = "ray"`: its offer is the nodes', a renter's job runs
+    on the node Ray chose, and the receipt signed from that node's metering is settled."""
+    deployment_file, deployment, settings = await settling_market(devnet, tmp_path)
+    async with daemon_on_market(
+        devnet, tmp_path, deployment_file, settings, placement="ray",
+        ray_address=cluster.address,
+    ) as (daemon, provider, url), consumer_of(devnet, url) as consumer:  # fmt: skip
+        before = balance(devnet, provider.address)
+        script = "echo started; sleep 2; echo 42 > /out/answer; echo done"
+        job = await request_and_lock(devnet, deployment, consumer, spec(busybox, script))
+        status = await wait_state(consumer, job.job, {"settled"}, timeout_s=WAIT_S)
+        placed = re.search(rf"job {job.job} placed on node (\w+)", daemon.log())
+        assert placed is not None, daemon.log()
+        params = job.params
+        split = settle_split(params["lovelace"], params["price_per_unit"],
+                             status["receipt_units"], params["max_units"],
+                             params["fee_allowance"])  # fmt: skip
+        assert status["receipt_units"] >= 2
+        assert balance(devnet, provider.address) == before + split.provider
+        logs = (await consumer.send("GET", f"/jobs/{job.job}/logs")).json()
+        assert [line["text"] for line in logs] == ["started", "done"]
+        answer = await consumer.send("GET", f"/jobs/{job.job}/result")
+        assert answer.headers["x-result-sha256"] == status["result_sha256"]
+    node_settings = RunnerSettings(state_dir=daemon.state_dir)
+    for name in ("a", "b"):
+        assert_no_leftovers(cluster.reap(name, client, node_settings))
 
 
 def test_the_offer_adds_up_the_nodes(fleet: RayPlacement) -> None:
