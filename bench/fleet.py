@@ -27,6 +27,7 @@ from pathlib import Path
 import docker
 import ray
 
+from bench.services_cold_start import summary
 from offchain.protocol.job.jobspec import JobSpec
 from provider.config import DaemonSettings, RunnerSettings
 from provider.images import recipes as images
@@ -76,10 +77,6 @@ def noticed_s(cluster: RayCluster, fleet: RayPlacement, spec: JobSpec, job_id: s
     return round(noticed, 1)
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -116,10 +113,10 @@ def main() -> None:
         "load_1m": round(os.getloadavg()[0], 1),
         "nodes": 2,
         "runs": args.runs,
-        "host_start_ms": spread(host_ms),
-        "fleet_start_ms": spread(fleet_ms),
+        "host_start_ms": summary(host_ms),
+        "fleet_start_ms": summary(fleet_ms),
         "fleet_adds_ms_p50": round(statistics.median(fleet_ms) - statistics.median(host_ms), 1),
-        "node_death_noticed_s": spread(deaths),
+        "node_death_noticed_s": summary(deaths),
         "samples": {"host_start_ms": host_ms, "fleet_start_ms": fleet_ms, "noticed_s": deaths},
     }
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")

@@ -298,7 +298,8 @@ def fleet_inventory(parts: list[tuple[Node, HostInventory]]) -> HostInventory:
     gpus: list[GpuInfo] = []
     for node, inventory in parts:
         gpus.extend(inventory.gpu.gpus[: int(node.resources.get("GPU", 0))])
-    with_gpus = [inventory.gpu for _, inventory in parts if inventory.gpu.gpus]
+    lent = [inventory.gpu for node, inventory in parts if node.resources.get("GPU", 0) >= 1]
+    with_gpus = [gpu for gpu in lent if gpu.gpus]
     first = with_gpus[0] if with_gpus else GpuInventory(note="no node advertises a GPU")
     return HostInventory(
         cpu_cores=sum(int(node.resources.get("CPU", 0)) for node, _ in parts),

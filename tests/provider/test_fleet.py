@@ -185,6 +185,30 @@ def test_a_job_runs_on_its_node_and_its_results_come_home(
         assert_no_leftovers(node)
 
 
+def test_a_restarted_daemon_collects_what_a_node_ran_meanwhile(
+    fleet: RayPlacement, busybox: str, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
+) -> None:  # fmt: skip
+    """The daemon's process ends mid-job (its actors with it; the container runs on): the next
+    daemon's `recover` has the node finish the job and ships its results home."""
+    before = RayPlacement(DaemonSettings(placement="ray", ray_address=cluster.address),
+                          fleet_state)  # fmt: skip
+    node = before.nodes()[0]
+    actor = before.actor(node)
+    ray.get(actor.start.remote("fleet_orphan", counter(busybox), 0, None, None, None, 60))
+    wait_for("fleet_orphan to start", lambda: ray.get(actor.poll.remote("fleet_orphan")).started)
+    ray.kill(actor)  # as the daemon's death takes its actors
+    results = RayPlacement(DaemonSettings(placement="ray", ray_address=cluster.address),
+                           fleet_state).recover()  # fmt: skip
+    assert [(r.job_id, r.status) for r in results] == [("fleet_orphan", "succeeded")]
+    (result,) = results
+    assert result.record is not None and result.record.gap  # samples missed while no actor
+    assert result.output is not None
+    assert result.output.path == fleet.results_dir / "fleet_orphan" / "out.tar"
+    assert out_files(result.output.path)["step"] == "6\n"
+    assert_no_leftovers(cluster.reap(node.name, client, fleet_state))
+
+
 def test_a_node_killed_mid_job_and_the_job_ends_on_the_other(
     fleet: RayPlacement, busybox: str, client: docker.DockerClient, fleet_state: RunnerSettings,
     cluster: RayCluster,
