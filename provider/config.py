@@ -357,6 +357,14 @@ class ProviderConfig(ProviderSettings):
 
     offer: Offer
 
+    @model_validator(mode="after")
+    def _fleet_gpus_whole(self) -> ProviderConfig:
+        """A fleet's GPUs are the nodes' to pick (Ray counts them): no slices, which MPS or
+        MIG hold on the one machine whose daemon runs them."""
+        if self.daemon.placement == "ray" and self.offer.shared_gpus:
+            raise ValueError('placement = "ray" offers whole GPUs only: leave out shared_gpus')
+        return self
+
 
 S = TypeVar("S", bound=ProviderSettings)
 

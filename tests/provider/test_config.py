@@ -108,6 +108,11 @@ def test_toml_round_trip_and_flags_override_the_file(tmp_path):
         ("[offer]\ncpu_cores = 1\nmemory_mib = 64\ndisk_mib = 1\n[offer.prices]\ngpu = 1.5\n",
          "offer.prices.gpu: Input should be a valid integer"),
         ("[offer\n", "not valid TOML"),
+        ("[offer]\ncpu_cores = 1\nmemory_mib = 64\ndisk_mib = 1\n[daemon]\nplacement = \"ray\"\n",
+         'placement = "ray" needs ray_address'),
+        ("[offer]\ncpu_cores = 1\nmemory_mib = 64\ndisk_mib = 1\n[[offer.shared_gpus]]\n"
+         "uuid = \"GPU-1\"\nkeep_memory_mib = 1\nkeep_sm_percent = 1\nslices = 1\n[daemon]\n"
+         "placement = \"ray\"\nray_address = \"head:6379\"\n", "whole GPUs only"),
     ],
 )  # fmt: skip
 def test_bad_configs_name_the_file_and_the_field(tmp_path, text, message):
