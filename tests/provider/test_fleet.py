@@ -191,15 +191,13 @@ def test_a_restarted_daemon_collects_what_a_node_ran_meanwhile(
 ) -> None:  # fmt: skip
     """The daemon's process ends mid-job (its actors with it; the container runs on): the next
     daemon's `recover` has the node finish the job and ships its results home."""
-    before = RayPlacement(DaemonSettings(placement="ray", ray_address=cluster.address),
-                          fleet_state)  # fmt: skip
-    node = before.nodes()[0]
-    actor = before.actor(node)
+    node = fleet.nodes()[0]
+    actor = fleet.actor(node)
     ray.get(actor.start.remote("fleet_orphan", counter(busybox), 0, None, None, None, 60))
     wait_for("fleet_orphan to start", lambda: ray.get(actor.poll.remote("fleet_orphan")).started)
-    ray.kill(actor)  # as the daemon's death takes its actors
-    results = RayPlacement(DaemonSettings(placement="ray", ray_address=cluster.address),
-                           fleet_state).recover()  # fmt: skip
+    ray.kill(actor)  # as the daemon's death takes its actors: the next daemon has new ones
+    del fleet.actors[node.node_id]
+    results = fleet.recover()
     assert [(r.job_id, r.status) for r in results] == [("fleet_orphan", "succeeded")]
     (result,) = results
     assert result.record is not None and result.record.gap  # samples missed while no actor
