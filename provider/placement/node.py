@@ -111,10 +111,12 @@ class NodeRunner:
         with self.lock:
             held = {uuid for taken in self.busy.values() for uuid in taken}
             free = [uuid for uuid in self.gpus if uuid not in held]
-            if len(free) < gpus:
-                raise RuntimeError(f"node {self.name}: {gpus} GPUs asked, {len(free)} free")
-            self.busy[job_id] = free[:gpus]
             run = self.runs[job_id] = NodeRun(spec)
+            if len(free) < gpus:  # Ray's count and the node's disagree: told at the first poll
+                why = f"node {self.name}: {gpus} GPUs asked, {len(free)} free"
+                self._end(run, RunResult(job_id=job_id, status="error", error=why))
+                return
+            self.busy[job_id] = free[:gpus]
         seed_path = None
         if seed is not None:
             seed_path = self.runner.settings.state_dir / "seeds" / f"{job_id}.tar"
@@ -146,14 +148,20 @@ class NodeRunner:
             )  # fmt: skip
             run.finished = self._ship(result)
         except Exception as exc:  # the daemon learns of it as a run that did not start
-            failed = RunResult(job_id=job_id, status="error", error=f"node {self.name}: {exc!r}")
-            run.finished = Finished(failed.model_dump_json(), {})
+            error = f"node {self.name}: {exc!r}"
+            self._end(run, RunResult(job_id=job_id, status="error", error=error))
         finally:
             if seed is not None:
                 seed.unlink(missing_ok=True)
             with self.lock:
                 self.busy.pop(job_id, None)
             run.done.set()
+
+    @staticmethod
+    def _end(run: NodeRun, failed: RunResult) -> None:
+        """The run ends without a metering record (nothing ran: nothing is billed)."""
+        run.finished = Finished(failed.model_dump_json(), {})
+        run.done.set()
 
     def _ship(self, result: RunResult) -> Finished:
         """The result and its files, read and then deleted here: the daemon keeps them."""

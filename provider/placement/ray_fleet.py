@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -181,6 +181,8 @@ class RayPlacement:
                 try:
                     return self._run_on(node, job_id, spec, len(gpu_uuids or []), attempt,
                                         on_log, escrow, on_start, pull_auth)  # fmt: skip
+                except RayTaskError as exc:  # the node's actor failed at its own work
+                    return self._failed(job_id, escrow, f"node {node.name}: {exc}")
                 except NodeDied as exc:
                     if attempt.started:
                         attempt.left_ms -= int((time.monotonic() - began) * 1000)

@@ -150,13 +150,13 @@ class RayCluster:
                 time.sleep(0.2)
         raise RuntimeError(f"the Ray head did not listen within {JOIN_S} s")
 
-    def add_node(self, name: str, cpus: int = 1, memory_mib: int = 2048) -> RayNode:
+    def add_node(self, name: str, cpus: int = 1, memory_mib: int = 2048, gpus: int = 0) -> RayNode:
         """A node joined (the driver must be connected): started again when its start timed
         out, which a loaded machine can make it do (Ray gives a raylet 30 s to register)."""
         for _ in range(START_TRIES):
             node = self._start(
                 name,
-                [f"--address={self.address}", f"--num-cpus={cpus}", "--num-gpus=0",
+                [f"--address={self.address}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
                  f"--memory={memory_mib << 20}"],
                 {},
             )  # fmt: skip

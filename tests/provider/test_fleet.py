@@ -62,7 +62,7 @@ def cluster(
         made.wait_head()
         ray.init(address=made.address, logging_level="WARNING", log_to_driver=False)
         made.add_node("a")
-        made.add_node("b")
+        made.add_node("b", gpus=1)  # a GPU it lends to Ray but has not (no NVML here)
         yield made
     finally:
         ray.shutdown()
@@ -160,6 +160,7 @@ async def test_one_daemon_runs_a_market_job_on_a_node_and_is_paid(
 def test_the_offer_adds_up_the_nodes(fleet: RayPlacement) -> None:
     inventory = fleet.inventory()
     assert inventory.cpu_cores == 2  # each node advertises 1 CPU to Ray
+    assert inventory.gpu.gpus == ()  # b lends Ray a GPU NVML does not see: none offered
     assert inventory.memory_bytes == 2 * (2048 << 20)
     assert sorted(node.name for node in fleet.nodes()) == ["a", "b"]
 
@@ -183,6 +184,19 @@ def test_a_job_runs_on_its_node_and_its_results_come_home(
         node = cluster.reap(name, client, fleet_state)
         assert not (node.results_dir / "fleet_whole").exists()
         assert_no_leftovers(node)
+
+
+def test_a_node_without_the_gpus_it_lent_fails_the_job_unmetered(
+    fleet: RayPlacement, busybox: str
+) -> None:
+    """Ray placed a GPU job on node b (it advertises a GPU), whose engine has none: the node
+    says so and nothing is metered (a zero-unit receipt), rather than a job on no GPU."""
+    spec = counter(busybox).model_copy(
+        update={"resources": counter(busybox).resources.model_copy(update={"gpus": 1})}
+    )
+    result = fleet.run("fleet_gpu", spec, ["GPU-slot"])
+    assert result.status == "error" and result.record is None
+    assert result.error == "node b: 1 GPUs asked, 0 free"
 
 
 def test_a_restarted_daemon_collects_what_a_node_ran_meanwhile(
