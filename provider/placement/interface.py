@@ -18,7 +18,7 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.offer import OfferedImage
 from provider.config import ProviderConfig, RunnerSettings
 from provider.gpu.inventory import HostInventory
-from provider.sandbox.runner import LogSink, Runner, RunResult
+from provider.sandbox.runner import LogSink, Runner, RunResult, Stop
 
 
 class Placement(Protocol):
@@ -43,8 +43,13 @@ class Placement(Protocol):
         metering record: nothing ran, nothing is billed)."""
         ...
 
-    def stop(self, job_id: str) -> None:
-        """Stop the job at its renter's request (its run ends "cancelled", metered)."""
+    def stop(self, job_id: str, why: Stop = "cancelled") -> None:
+        """Stop the job at its renter's request or because the provider stops (its run ends
+        with the status `why`, metered, its /out packed as its results)."""
+        ...
+
+    def stop_all(self) -> list[str]:
+        """Stop every running job because the provider stops; their ids."""
         ...
 
     def recover(self, on_log: LogSink | None = None) -> list[RunResult]:

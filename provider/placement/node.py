@@ -24,7 +24,7 @@ from offchain.protocol.job.offer import OfferedImage
 from provider.config import RunnerSettings
 from provider.gpu.inventory import HostInventory, host_inventory
 from provider.sandbox.outvolume import OutputTooLarge, OutVolume, is_mounted
-from provider.sandbox.runner import Runner, RunResult
+from provider.sandbox.runner import Runner, RunResult, Stop
 
 RESULT_FILES = ("out.tar", "log.txt")
 
@@ -200,8 +200,8 @@ class NodeRunner:
             del self.runs[job_id]
         return Progress(text, run.started, checkpoint, finished)
 
-    def stop(self, job_id: str) -> None:
-        self.runner.stop(job_id)
+    def stop(self, job_id: str, why: Stop) -> None:
+        self.runner.stop(job_id, why)
 
     def recover(self) -> list[Finished]:
         """Jobs of this node's previous actor: finished (results shipped) or reaped."""

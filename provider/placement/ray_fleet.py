@@ -42,7 +42,7 @@ from offchain.protocol.job.offer import OfferedImage
 from provider.config import MIB, DaemonSettings, RunnerSettings
 from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory
 from provider.placement.node import Finished, NodeRunner
-from provider.sandbox.runner import LogSink, RunResult
+from provider.sandbox.runner import LogSink, RunResult, Stop
 
 log = logging.getLogger("unchained.provider")
 NODE_LABEL = "unchained-node"
@@ -274,16 +274,24 @@ class RayPlacement:
         failed = RunResult(job_id=job_id, status="error", error=reason, escrow=escrow)
         return Finished(failed.model_dump_json(), {}).land(self.results_dir)
 
-    def stop(self, job_id: str) -> None:
-        """Stop the job on its node at its renter's request; it is not placed again."""
+    def stop(self, job_id: str, why: Stop = "cancelled") -> None:
+        """Stop the job on its node, at its renter's request or because the provider stops;
+        it is not placed again."""
         self.stopped.add(job_id)
         node_id = self.placed.get(job_id)
         actor = self.actors.get(node_id) if node_id else None
         if actor is not None:
             try:
-                ray.get(actor.stop.remote(job_id), timeout=CALL_S)
+                ray.get(actor.stop.remote(job_id, why), timeout=CALL_S)
             except (RayActorError, GetTimeoutError) as exc:
                 log.warning("job %s: its node did not take the stop: %r", job_id, exc)
+
+    def stop_all(self) -> list[str]:
+        """Stop every job placed now, because the provider stops; their ids."""
+        running = sorted(self.placed)
+        for job_id in running:
+            self.stop(job_id, "stopped")
+        return running
 
     def recover(self, on_log: LogSink | None = None) -> list[RunResult]:
         """Every node's leftovers of the last daemon: finished there, shipped here."""

@@ -199,6 +199,18 @@ def test_a_node_without_the_gpus_it_lent_fails_the_job_unmetered(
     assert result.error == "node b: 1 GPUs asked, 0 free"
 
 
+def test_the_providers_stop_reaches_the_jobs_node(fleet: RayPlacement, busybox: str) -> None:
+    """`stop_all` (the daemon stopping past its grace): the job ends "stopped" on its node,
+    metered, its /out as far as it got packed as its results, and is not placed again."""
+    future, _ = running(fleet, "fleet_stopped", counter(busybox))
+    checkpointed(fleet, "fleet_stopped", 1)
+    assert fleet.stop_all() == ["fleet_stopped"]
+    result = future.result(timeout=WAIT_S)
+    assert result.status == "stopped" and result.record is not None
+    assert result.output is not None and out_files(result.output.path)["starts"] == "from 0\n"
+    assert fleet.stop_all() == []
+
+
 def test_a_restarted_daemon_collects_what_a_node_ran_meanwhile(
     fleet: RayPlacement, busybox: str, client: docker.DockerClient, fleet_state: RunnerSettings,
     cluster: RayCluster,
