@@ -75,6 +75,7 @@ class NodeRun:
     checkpoint_hash: str = ""
     finished: Finished | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    began: threading.Event = dataclasses.field(default_factory=threading.Event)  # or ended
 
 
 class NodeRunner:
@@ -106,8 +107,10 @@ class NodeRunner:
         pull_auth: dict[str, str] | None,
         seed: bytes | None,
         limit_s: int,
-    ) -> None:
-        """Start the job on a thread of its own (Ray reserved room for it on this node)."""
+    ) -> bool:
+        """Start the job on a thread of its own (Ray reserved room for it on this node);
+        answers once its container started (True) or the run ended before (False), so the
+        daemon learns of the start without waiting for a poll."""
         with self.lock:
             held = {uuid for taken in self.busy.values() for uuid in taken}
             free = [uuid for uuid in self.gpus if uuid not in held]
@@ -115,7 +118,7 @@ class NodeRunner:
             if len(free) < gpus:  # Ray's count and the node's disagree: told at the first poll
                 why = f"node {self.name}: {gpus} GPUs asked, {len(free)} free"
                 self._end(run, RunResult(job_id=job_id, status="error", error=why))
-                return
+                return False
             self.busy[job_id] = free[:gpus]
         seed_path = None
         if seed is not None:
@@ -128,6 +131,8 @@ class NodeRunner:
         )  # fmt: skip
         work.start()
         threading.Thread(target=self._checkpoints, args=(job_id, run), daemon=True).start()
+        run.began.wait()
+        return run.started
 
     def _run(
         self,
@@ -140,6 +145,7 @@ class NodeRunner:
     ) -> None:
         def started() -> None:
             run.started = True
+            run.began.set()
 
         try:
             result = self.runner.run(
@@ -156,12 +162,14 @@ class NodeRunner:
             with self.lock:
                 self.busy.pop(job_id, None)
             run.done.set()
+            run.began.set()
 
     @staticmethod
     def _end(run: NodeRun, failed: RunResult) -> None:
         """The run ends without a metering record (nothing ran: nothing is billed)."""
         run.finished = Finished(failed.model_dump_json(), {})
         run.done.set()
+        run.began.set()
 
     def _ship(self, result: RunResult) -> Finished:
         """The result and its files, read and then deleted here: the daemon keeps them."""

@@ -237,15 +237,14 @@ class RayPlacement:
         limit_s = attempt.left_ms // 1000
         start = actor.start.remote(job_id, spec, gpus, escrow, pull_auth, attempt.checkpoint,
                                    limit_s)  # fmt: skip
-        self._answer(node, start)
+        if self._answer(node, start):
+            began(attempt, on_start)
         while True:
             progress = self._answer(node, actor.poll.remote(job_id))
             if progress.log and on_log is not None:
                 on_log(progress.log)
-            if progress.started and not attempt.started:
-                attempt.started = True
-                if on_start is not None:
-                    on_start()
+            if progress.started:
+                began(attempt, on_start)
             if progress.checkpoint is not None:
                 attempt.checkpoint = progress.checkpoint
             if progress.finished is not None:
@@ -300,6 +299,14 @@ class RayPlacement:
             finished = ray.get(self.actor(node).recover.remote())
             results.extend(item.land(self.results_dir) for item in finished)
         return results
+
+
+def began(attempt: Attempt, on_start: Callable[[], None] | None) -> None:
+    """The job's container started: `on_start` is told once, whatever its runs."""
+    if not attempt.started:
+        attempt.started = True
+        if on_start is not None:
+            on_start()
 
 
 def fleet_inventory(parts: list[tuple[Node, HostInventory]]) -> HostInventory:
