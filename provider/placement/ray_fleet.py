@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -49,12 +50,17 @@ NODE_LABEL = "unchained-node"
 POLL_S = 0.2  # how often a running job's node is asked for its progress
 CALL_S = 10.0  # one answer from a node; longer: its node is looked at in the cluster
 IMAGES_FRESH_S = 10.0
+CONNECT_S = 10.0  # the head's GCS port taking a connection
 MAX_JOBS_A_NODE = 256
 NodeActor = ray.remote(NodeRunner)
 
 
 class NodeDied(UnchainedError):
     """The node running a job is gone (the cluster marked it dead)."""
+
+
+class FleetUnreachable(UnchainedError):
+    """The cluster's head does not answer at `ray_address`."""
 
 
 class NoRoom(UnchainedError):
@@ -94,8 +100,16 @@ class RayPlacement:
 
     @classmethod
     def connect(cls, daemon: DaemonSettings, settings: RunnerSettings) -> RayPlacement:
-        """Join the cluster at `ray_address` as its driver (the daemon's own process)."""
-        ray.init(address=daemon.ray_address, logging_level=logging.WARNING, log_to_driver=False)
+        """Join the cluster at `ray_address` as its driver (the daemon's own process).
+        FleetUnreachable when its head does not take a connection: Ray itself would retry
+        for minutes without a word."""
+        address = daemon.ray_address or ""
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+        except (OSError, ValueError) as exc:
+            raise FleetUnreachable(f"the Ray head at {address} does not answer: {exc}") from exc
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return cls(daemon, settings)
 
     # -- the cluster ---------------------------------------------------------------------

@@ -1,10 +1,15 @@
 """What a fleet offers (`fleet_inventory`): each node counts with what it advertises to Ray (a
-machine lending 1 of its 2 GPUs offers one), its disk and GPU models its own; no process."""
+machine lending 1 of its 2 GPUs offers one), its disk and GPU models its own; and a head that
+does not answer, said at once. No cluster."""
 
 from __future__ import annotations
 
+import pytest
+
+from provider.config import DaemonSettings, RunnerSettings
 from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory
-from provider.placement.ray_fleet import Node, fleet_inventory
+from provider.placement.ray_fleet import FleetUnreachable, Node, RayPlacement, fleet_inventory
+from tests.provider.ray_cluster import free_ports
 
 GIB = 1 << 30
 
@@ -41,3 +46,10 @@ def test_a_fleet_without_gpus_says_why() -> None:
     fleet = fleet_inventory([(Node("n", "cpu", {"CPU": 4.0}), machine("a", 1))])
     assert fleet.gpu.gpus == () and fleet.gpu.note == "no node advertises a GPU"
     assert fleet.cpu_cores == 4 and fleet.memory_bytes == 0
+
+
+def test_a_head_that_does_not_answer_is_said_at_once(tmp_path) -> None:
+    address = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+    daemon = DaemonSettings(placement="ray", ray_address=address)
+    with pytest.raises(FleetUnreachable, match=f"the Ray head at {address} does not answer"):
+        RayPlacement.connect(daemon, RunnerSettings(state_dir=tmp_path / "state"))
