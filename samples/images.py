@@ -115,8 +115,8 @@ def llm_service_image(client: docker.DockerClient) -> str:
     """The PyTorch image serving `samples/llm_service.py` on SAMPLE_SERVICE_PORT."""
     from provider.images.torch import torch_image
 
+    command = f'CMD ["python3", "-m", "samples.llm_service", "{SAMPLE_SERVICE_PORT}"]'
     changes = [*PYTHON_CHANGES[:-1], f"ENV PYTHONPATH={ONNX_IN_IMAGE}",
-               f"EXPOSE {SAMPLE_SERVICE_PORT}",
-               f'CMD ["python3", "-m", "samples.llm_service", "{SAMPLE_SERVICE_PORT}"]']  # fmt: skip
+               f"EXPOSE {SAMPLE_SERVICE_PORT}", command]  # fmt: skip
     return python_with(client, LLM_SERVICE_REPOSITORY, f"{ONNX_IN_IMAGE}/samples", LLM_FILES,
                        changes, base=torch_image(client))  # fmt: skip

@@ -97,11 +97,11 @@ class Gpt(nn.Module):
 
     def embed(self, tokens: list[int]) -> list[float]:
         """The mean of the last states, unit length: the text's embedding."""
-        mean = self.hidden(tokens).mean(dim=0)
+        with torch.no_grad():
+            mean = self.hidden(tokens).mean(dim=0)
         return (mean / mean.norm()).tolist()
 
 
-@torch.no_grad()
 def generate(
     model: Gpt, prompt: list[int], max_tokens: int, temperature: float, seed: int
 ) -> Iterator[int]:
@@ -110,7 +110,8 @@ def generate(
     generator = torch.Generator().manual_seed(seed)
     tokens = list(prompt)
     for _ in range(max_tokens):
-        logits = model.next_logits(tokens)
+        with torch.no_grad():
+            logits = model.next_logits(tokens)
         if temperature <= 0:
             token = int(logits.argmax())
         else:
@@ -127,4 +128,3 @@ def model_of(seed: int, shape: Shape | None = None) -> Gpt:
     model = Gpt(shape or Shape(), seed)
     model.eval()
     return model
-

@@ -152,7 +152,7 @@ class LlmHandler(Handler):
             sent += 1
             part = {"delta": {"content": text}} if chat else {"text": text}
             event([{"index": 0, **part, "finish_reason": None}], every)
-        done = {"delta": {}} if chat else {"text": ""}
+        done: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
         event([{"index": 0, **done, "finish_reason": _finish(sent, body)}], every)
         if options.get("include_usage"):
             event([], True)

@@ -81,7 +81,7 @@ LOG_LINES = 200
 SEEN_PER_RENTER = 1_000  # signed requests of one renter key kept at once (one window's)
 SEEN_IN_ALL = 100_000
 # a spec's `kind` -> the deployment's
-KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD, CHANNEL_JOB: JOB}
+KIND_OF_SPEC = {"service": ENDPOINT, "llm": ENDPOINT, "pod": POD, CHANNEL_JOB: JOB}
 SIGNED_ACTIONS = ("stop", "logs", "status", "receipt", "results")
 
 
@@ -89,11 +89,13 @@ SIGNED_ACTIONS = ("stop", "logs", "status", "receipt", "results")
 class DeployTerms:
     """What this provider deploys: at most its offer's bundle per container, per second at
     least its offer's `price_per_unit` for each, per request at least `request_price` (None:
-    it sells no per-request endpoints)."""
+    it sells no per-request endpoints), per input and output token of an llm endpoint at
+    least `token_prices`."""
 
     bundle: Bundle
     price_per_unit: int
     request_price: int | None
+    token_prices: tuple[int, int] = (0, 0)
 
     @classmethod
     def of(cls, offer: OfferBundle, request_price: int | None) -> DeployTerms:
@@ -122,6 +124,11 @@ class DeployTerms:
         if per_request and per_request < (self.request_price or 0):
             raise ControlRefused(403, f"price_per_request: {per_request} lovelace is below "
                                  f"this provider's {self.request_price}")  # fmt: skip
+        for field, floor in zip(("price_per_input_token", "price_per_output_token"),
+                                self.token_prices, strict=True):  # fmt: skip
+            if getattr(spec, field, floor) < floor:
+                raise ControlRefused(403, f"{field}: {getattr(spec, field)} lovelace is below "
+                                     f"this provider's {floor}")  # fmt: skip
         least = self.price_per_unit * replicas  # a pure per-request endpoint: request_price
         if per_second and per_second < least:
             raise ControlRefused(403, f"price_per_second: {per_second} lovelace is below "
