@@ -8,6 +8,7 @@ channel script, read from the file alone (no chain: a call needs only the gatewa
 and `--json` are the job commands' (`consumer.cli.main`). (No `from __future__ import annotations`:
 typer reads these annotations through `consumer.cli.main.command`'s signature.)"""
 
+import contextlib
 import json
 import re
 import secrets
@@ -220,6 +221,47 @@ def deploy(
          f"{channel.channel_id[:16]}: `unchained endpoint call {name} --data ...`")  # fmt: skip
     if status["state"] == "failed":
         raise typer.Exit(1)
+
+
+@command(app, "proxy")
+def proxy(
+    env: Env,
+    name: Name,
+    port: Annotated[int, typer.Option(help="The local port (0: any free one).")] = 0,
+    tokenizer: Annotated[str, typer.Option(help="The Python module that counts the model's "
+                                           "tokens (`prompt_tokens`, `completion_tokens`).")]
+    = "samples.llm_tokens",
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Serve your llm endpoint NAME here as an OpenAI base URL (any OpenAI client, any API
+    key), each request paid on its channel by your own count of its tokens, until Ctrl-C;
+    then pay what was received."""
+    import importlib
+    import signal
+    import sys
+    import threading
+
+    from consumer.sdk.llm_meter import LlmPrices
+    from consumer.sdk.llm_proxy import LlmProxy
+
+    record = local_record(env, name)
+    if record.spec.get("kind") != "llm":
+        raise ConsumerError(f"{name} is a {record.spec.get('kind')} endpoint, not an llm one: "
+                            "`unchained endpoint call` it", endpoint=name)  # fmt: skip
+    counter = importlib.import_module(tokenizer)
+    signer = signer_of(env, record.channel_id)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stop settles, as Ctrl-C does
+    with LlmProxy(record.gateway_url, name, signer, LlmPrices.of_spec(record.spec), counter,
+                  port=port) as served:  # fmt: skip
+        emit(as_json, {"name": name, "base_url": served.url, "channel": record.channel_id},
+             f"{name}: OpenAI base URL {served.url} (any API key); Ctrl-C to stop")  # fmt: skip
+        sys.stdout.flush()
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+        paid = served.settle()
+    emit(as_json, {"name": name, "paid": paid, "disputes": served.disputes},
+         f"{name}: {ada(paid)} signed in all on channel {record.channel_id[:16]}"
+         + "".join(f"\nrefused: {d}" for d in served.disputes))  # fmt: skip
 
 
 @command(app, "logs")

@@ -46,14 +46,15 @@ MAX_BODY = 16 * 1024 * 1024
 
 
 class LlmProxy:
-    """The local endpoint (`url`) paying one llm endpoint's requests on `signer`'s channel.
+    """The local endpoint (`url`, on `port`: 0 picks a free one) paying one llm endpoint's
+    requests on `signer`'s channel.
 
     `received`: lovelace the renter counted (every answer read, at `prices`), starting from the
     channel's last IOU; `disputes`: the gateway's asks the renter refused."""
 
     def __init__(
         self, gateway_url: str, endpoint: str, signer: IouSigner, prices: LlmPrices,
-        tokenizer: Tokenizer, client: httpx.Client | None = None,
+        tokenizer: Tokenizer, client: httpx.Client | None = None, port: int = 0,
     ) -> None:  # fmt: skip
         self.gateway = gateway_url.rstrip("/")
         self.endpoint, self.signer = endpoint, signer
@@ -64,7 +65,7 @@ class LlmProxy:
         self.changed = threading.Condition()  # received or in_flight changed
         self.disputes: list[str] = []
         handler = type("Handler", (_Handler,), {"proxy": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -54,6 +54,7 @@ INPUT_SCHEMES = ("https", "http", "data")
 PROVIDER_ENV_PREFIXES = ("NVIDIA_", "CUDA_MPS_")
 HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
 MAX_REPLICAS = 64
+MAX_START_TIMEOUT_S = 3600  # a large model's weights may take a while to load
 KINDS = ("job", "service", "llm", "pod")
 DEFAULT_POD_IMAGE = "unchained/pod:latest"  # Debian, python3 and sshd: provider/images/pod.py
 MAX_WORKSPACE_KEEP_S = 30 * 24 * 3600
@@ -298,6 +299,9 @@ class LlmSpec(ServiceSpec):
     kind: Literal["llm"]  # type: ignore[assignment]  # a service's kind of its own
     price_per_input_token: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
     price_per_output_token: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
+    start_timeout_s: int = Field(120, ge=1, le=MAX_START_TIMEOUT_S, description="Seconds its "
+                                 "replicas have to answer their health path: else it is "
+                                 "stopped and nothing is owed for it.")  # fmt: skip
 
     @model_validator(mode="after")
     def _priced(self) -> LlmSpec:
