@@ -203,7 +203,7 @@ def deploy(
     with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
         control.check(name, spec.model_dump(mode="json"))  # refused before money moves
     channel = run_sync(channel_for(sdk, offer, lovelace, market, env.market_identity))
-    utxo = sdk.status(channel.channel_id).utxo
+    utxo = channel_utxo(sdk, channel.channel_id)
     record = RentalRecord(
         name=name, kind="endpoint", gateway_url=offer.gateway_url,
         provider_id=offer.provider_id, channel_id=channel.channel_id,
@@ -302,6 +302,16 @@ def deployment_statuses(env: Env) -> list[dict[str, Any]]:
         shown.append({**status, "name": record.name, "kind": record.kind,
                       "gateway_url": record.gateway_url, "channel": record.channel_id})  # fmt: skip
     return shown
+
+
+def channel_utxo(sdk: Any, channel_id: str, wait_s: float = 30) -> str | None:
+    """Where the channel is on chain (TXID#IX): a channel opened a moment ago may be missing
+    from the chain context's answers for its tip (pycardano keeps them about a second), so it
+    is asked again until it shows or `wait_s` passes (None: the first deploy is refused)."""
+    deadline = time.monotonic() + wait_s
+    while (utxo := sdk.status(channel_id).utxo) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return utxo
 
 
 def default_name(image: str) -> str:
