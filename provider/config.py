@@ -19,7 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
@@ -109,6 +117,10 @@ class Offer(_Section):
     request_price: int | None = Field(
         None, ge=0, description="lovelace per request of an endpoint at least (unset: no "
         "per-request endpoints; per-second ones pay the bundle's price)",
+    )  # fmt: skip
+    token_prices: tuple[NonNegativeInt, NonNegativeInt] | None = Field(
+        None, description="lovelace per input token and per output token of an llm endpoint "
+        "(`kind: llm`) at least, e.g. [2, 8] (unset: no llm endpoints)",
     )  # fmt: skip
 
     @model_validator(mode="after")

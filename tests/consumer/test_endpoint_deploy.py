@@ -30,7 +30,7 @@ from provider.rentals.book import RentalBook, qualified
 from provider.rentals.services import LABEL_SERVICE
 from samples import images as sample_images
 from tests.consumer.cli import cli_env, funded_key, run, run_json
-from tests.consumer.llm_devnet import llm_endpoints_on_devnet
+from tests.consumer.llm_devnet import INPUT, OUTPUT, llm_endpoints_on_devnet
 from tests.protocol.onchain import balance
 from tests.provider.daemon_harness import IDENTITY, daemon_on_market, quiet_market
 from tests.provider.test_channels_daemon import claimed
@@ -64,7 +64,8 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
     gateway_url = f"http://127.0.0.1:{port}"
     async with daemon_on_market(
         devnet, tmp_path, deployment_file, settings, bundles=2, gateway_url=gateway_url,
-        offer_lines=f"request_price = {PRICE}", channel_claim_interval_s=1,
+        offer_lines=f"request_price = {PRICE}\ntoken_prices = [{INPUT}, {OUTPUT}]",
+        channel_claim_interval_s=1,
     ) as (daemon, provider, market_url):  # fmt: skip
         gateway = gateway_process(daemon, deployment_file, devnet.url, port, tmp_path / "gw.log")
         try:
