@@ -14,6 +14,8 @@ import dataclasses
 import json
 from typing import Any, Protocol
 
+from offchain.protocol.api.sse import SseEvents
+
 
 class Tokenizer(Protocol):
     """What the renter counts tokens with: the model's own tokenizer."""
@@ -50,22 +52,16 @@ class Tally:
         except ValueError:  # the server refuses it: no tokens
             self.prompt = 0
         self.completion = 0
-        self._pending = b""
+        self._events = SseEvents()  # a stream's
+        self._pending = b""  # a whole answer's
 
     def feed(self, chunk: bytes) -> None:
-        data = self._pending + (chunk.replace(b"\r\n", b"\n") if self.streaming else chunk)
         if not self.streaming:
-            self._pending = data
+            self._pending += chunk
             return
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._pending = data
-            return
-        self._pending = data[end + 2 :]
-        for event in data[:end].split(b"\n\n"):
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-                    self._count(line[5:])
+        for payload in self._events.feed(chunk):
+            if payload != b"[DONE]":
+                self._count(payload)
 
     def finish(self) -> None:
         """The answer is whole: a non-stream answer's text is counted now."""

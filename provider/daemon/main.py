@@ -76,7 +76,7 @@ class Daemon:
         self.offer = OfferKeeper(
             self.link, bundle, str(chain.payout), config.runner.state_dir,
             functools.partial(local_images, runner.client), config.runner.pull_images,
-            GatewayTerms(gateway, config.offer.request_price, config.offer.token_prices)
+            GatewayTerms(gateway, config.offer.request_price, config.offer.llm_prices)
             if gateway else None,
             functools.partial(load_slice_results, config.runner.state_dir),
         )  # fmt: skip

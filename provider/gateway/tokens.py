@@ -25,6 +25,8 @@ import json
 import secrets
 from typing import Any
 
+from offchain.protocol.api.sse import SseEvents
+
 STREAM_HEADER = b"unchained-stream"
 CANCEL_PREFIX = "/streams/"
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
@@ -87,26 +89,19 @@ class UsageMeter:
     def __init__(self, streaming: bool) -> None:
         self.streaming = streaming
         self.usage = (0, 0)
-        self._pending = b""  # a stream's event not complete yet; a whole answer's bytes
-        self._whole = 0  # a whole answer's bytes seen
+        self._events = SseEvents()  # a stream's
+        self._pending = b""  # a whole answer's bytes
+        self._whole = 0  # ... seen
 
     def feed(self, chunk: bytes) -> None:
         if not self.streaming:
             self._whole += len(chunk)
             self._pending = self._pending + chunk if self._whole <= MAX_WHOLE_BYTES else b""
             return
-        data = self._pending + chunk.replace(b"\r\n", b"\n")
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self._pending = data
-            return
-        self._pending = data[end + 2 :]
-        events = data[:end].split(b"\n\n")
-        last = next((e for e in reversed(events) if b'"usage"' in e), None)  # cumulative
+        payloads = self._events.feed(chunk)
+        last = next((p for p in reversed(payloads) if b'"usage"' in p), None)  # cumulative
         if last is not None:
-            for line in last.split(b"\n"):
-                if line.startswith(b"data:"):
-                    self._take(line[5:])
+            self._take(last)
 
     def finish(self) -> None:
         """The answer is whole: a non-stream answer's usage is read now."""
