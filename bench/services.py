@@ -402,6 +402,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--fee-requests", type=int, default=REQUESTS)
+    parser.add_argument(
+        "--llm-fee-requests",
+        type=int,
+        default=REQUESTS,
+        help="chat completions paid for the llm fees (0: keep the last figures)",
+    )
     args = parser.parse_args()
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     rows = []
@@ -418,7 +424,7 @@ def main() -> None:
         from bench import services_llm  # it imports this module
 
         result["llm"] = services_llm.run(services_llm.RUNS, services_llm.STREAMS,
-                                         args.fee_requests)  # fmt: skip
+                                         args.llm_fee_requests, result.get("llm"))  # fmt: skip
         rows += services_llm.rows(result["llm"])
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

@@ -68,6 +68,7 @@ class Model:
 
 class LlmHandler(Handler):
     model: Model
+    disable_nagle_algorithm = True  # a token a write: none may wait for the last one's ACK
 
     def do_GET(self) -> None:
         if self.path == "/v1/models":

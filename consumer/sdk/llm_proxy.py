@@ -189,6 +189,7 @@ class LlmProxy:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # a stream's events go out as they come
     proxy: LlmProxy
 
     def handle(self) -> None:
