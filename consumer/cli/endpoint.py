@@ -258,10 +258,16 @@ def proxy(
         sys.stdout.flush()
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
-        paid = served.settle()
-    emit(as_json, {"name": name, "paid": paid, "disputes": served.disputes},
-         f"{name}: {ada(paid)} signed in all on channel {record.channel_id[:16]}"
-         + "".join(f"\nrefused: {d}" for d in served.disputes))  # fmt: skip
+        refused = "".join(f"\nrefused: {d}" for d in served.disputes)
+        try:
+            paid = served.settle()
+        except ConsumerError as exc:  # the gateway asks more than counted: said with why
+            raise ConsumerError(f"{exc}{refused}", disputes=served.disputes) from exc
+    emit(
+        as_json,
+        {"name": name, "paid": paid, "disputes": served.disputes},
+        f"{name}: {ada(paid)} signed in all on channel {record.channel_id[:16]}{refused}",
+    )
 
 
 @command(app, "logs")
