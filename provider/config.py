@@ -244,6 +244,17 @@ class DaemonSettings(_Section):
     heartbeat_ms: int = Field(30_000, ge=100, description="heartbeat and bond check period")
     poll_s: int = Field(20, ge=0, description="long-poll wait for an assignment")
     grace_ms: int = Field(10 * 60_000, ge=0, description="SIGTERM: time left to running jobs")
+    keep_jobs_at_stop: bool = Field(
+        False, description="SIGTERM: a job still running after grace_ms keeps running, for the "
+        "next start to recover (an upgrade in place); otherwise it is stopped, billed for the "
+        "units it ran and delivered with what its /out holds (a training job's last "
+        "checkpoint)",
+    )  # fmt: skip
+    stop_delivery_ms: int = Field(
+        60_000, ge=0, description="SIGTERM: how long the jobs stopped after grace_ms have to "
+        "deliver their results and receipts; one still undelivered then is delivered by the "
+        "next start",
+    )  # fmt: skip
     payout_every_ms: int = Field(30_000, ge=100, description="how often payouts are checked")
     payout_margin_ms: int = Field(
         5 * 60_000, ge=0, description="settle by itself this long before an escrow closes"

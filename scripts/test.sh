@@ -9,4 +9,5 @@ bash scripts/setup-docker.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 # three workers on two cores: much of a test is waiting for blocks, containers and children
-exec .venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not gpu" "$@"
+# the slowest tests are listed at the end: the suite must stay within its 20-minute budget
+exec .venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not gpu" --durations=30 "$@"

@@ -9,6 +9,7 @@ and `--json` are the job commands' (`consumer.cli.main`). (No `from __future__ i
 typer reads these annotations through `consumer.cli.main.command`'s signature.)"""
 
 import contextlib
+import dataclasses
 import json
 import re
 import secrets
@@ -26,7 +27,7 @@ from offchain.protocol.ledger.amounts import ada
 if TYPE_CHECKING:
     import httpx
 
-    from consumer.sdk.endpoint_client import GatewayControl
+    from consumer.sdk.endpoint_client import EndpointClient, GatewayControl
     from consumer.sdk.iou_signer import IouSigner
     from consumer.sdk.rental_store import RentalRecord
 
@@ -104,48 +105,78 @@ def call(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Send one request to an endpoint, paid by an IOU on your channel to its provider: print
-    the answer and what it cost (the price the gateway lists for the endpoint)."""
+    the answer and what it cost (the price the gateway lists for the endpoint). An endpoint on
+    several providers is called on the first whose gateway answers, paid on that one's
+    channel."""
     import httpx
 
-    from consumer.sdk.endpoint_client import DEFAULT_TIMEOUT_S, EndpointClient
+    from consumer.sdk.endpoint_client import DEFAULT_TIMEOUT_S
+    from consumer.sdk.endpoint_routes import RoutedEndpoint
 
     try:
         body = json.loads(data)
     except ValueError as exc:
         raise ConsumerError(f"--data is not JSON: {exc}", field="--data") from exc
-    record = None
+    places: list[RentalRecord | None] = [None]
     if gateway is None or channel is None:
         record = local_record(env, name)
-        gateway, channel = gateway or record.gateway_url, channel or record.channel_id
-    # one client for the listing and the request: one connection, one TLS set-up (its
-    # certificates take longer to load than the request)
+        places = record.placements() if gateway is None and channel is None else [
+            dataclasses.replace(record, gateway_url=gateway or record.gateway_url,
+                                channel_id=channel or record.channel_id)]  # fmt: skip
+    # one client for the listings and the request: one connection per gateway, one TLS
+    # set-up (its certificates take longer to load than the request)
     with httpx.Client(timeout=DEFAULT_TIMEOUT_S) as http:
-        price = price_of(http, gateway, name)
-        signer = signer_of(env, channel)
-        before = signer.signed
-        if record is not None and record.price_per_second:  # seconds run: paid first, ahead
-            with control_of(env, record) as control:
-                pay_channel(env, control, signer, AHEAD_S)
-        client = EndpointClient(gateway, name, signer, price, http)
+        clients, skipped = [], []
+        for place in places:
+            where = (gateway, channel) if place is None else (place.gateway_url, place.channel_id)
+            try:
+                clients.append(endpoint_client(env, http, name, *where, place))
+            except ConsumerError as exc:
+                if len(places) == 1:
+                    raise
+                skipped.append(str(exc))  # another provider of this endpoint may answer
+        if not clients:
+            raise ConsumerError(f"{name}: no provider's gateway answers: {'; '.join(skipped)}")
+        before = {id(c): c.signer.signed for c in clients}
+        routed = RoutedEndpoint(clients)
         try:
-            response = client.request(method.upper(), path, json=body)
+            response = routed.request(method.upper(), path, json=body)
         except httpx.HTTPError as exc:
-            raise ConsumerError(f"{name} on {gateway}: no answer ({exc or type(exc).__name__})"
-                                f"; paid {ada(signer.signed - before)}", gateway=gateway,
-                                paid=signer.signed - before) from exc  # fmt: skip
-    paid = signer.signed - before
+            paid = sum(c.signer.signed - before[id(c)] for c in clients)
+            why = exc or type(exc).__name__
+            raise ConsumerError(f"{name}: no answer ({why}); paid {ada(paid)}",
+                                gateway=clients[-1].gateway_url, paid=paid) from exc  # fmt: skip
+    served = routed.served_by or clients[-1]
+    signer, paid = served.signer, sum(c.signer.signed - before[id(c)] for c in clients)
     try:
         answer: Any = response.json()
     except ValueError:
         answer = response.text
     shown = answer if isinstance(answer, str) else json.dumps(answer, indent=2)
     emit(as_json, {"endpoint": name, "status": response.status_code, "answer": answer,
-                   "paid": paid, "total": signer.signed, "price": price,
-                   "channel": signer.channel.hex()},
+                   "paid": paid, "total": signer.signed, "price": served.price,
+                   "channel": signer.channel.hex(), "gateway_url": served.gateway_url},
          f"{shown}\nHTTP {response.status_code}; paid {ada(paid)} ({ada(signer.signed)} in all "
-         f"on channel {signer.channel.hex()[:16]})")  # fmt: skip
+         f"on channel {signer.channel.hex()[:16]})"
+         + (f" from {served.gateway_url}" if len(places) > 1 else ""))  # fmt: skip
     if response.is_error:
         raise typer.Exit(1)
+
+
+def endpoint_client(
+    env: Env, http: "httpx.Client", name: str, gateway: str, channel: str,
+    place: "RentalRecord | None",
+) -> "EndpointClient":  # fmt: skip
+    """A paying client of `name` on `gateway` over `channel` at the price the gateway lists;
+    a deployment paid per second pays its channel's seconds first, ahead."""
+    from consumer.sdk.endpoint_client import EndpointClient
+
+    signer = signer_of(env, channel)
+    client = EndpointClient(gateway, name, signer, price_of(http, gateway, name), http)
+    if place is not None and place.price_per_second:
+        with control_of(env, place) as control:
+            pay_channel(env, control, signer, AHEAD_S)
+    return client
 
 
 @command(app, "list")
@@ -186,10 +217,12 @@ def deploy(
 ) -> None:  # fmt: skip
     """Deploy a service: the best online offer with a gateway that takes the spec (its image
     cached there first, then the cheapest), paid from an open channel to that provider or a
-    new one of --deposit; the deploy is signed to its gateway, which runs it."""
+    new one of --deposit; the deploy is signed to its gateway, which runs it. A spec with
+    `providers: N` runs on the best N providers, each paid over its own channel (each gateway
+    checks the spec before any channel is funded)."""
     from consumer.cli.channel import channel_sdk, lovelace_of
     from consumer.cli.main import market_reader, run_sync
-    from consumer.sdk.deploy_route import channel_for, choose_offer, pinned_spec
+    from consumer.sdk.deploy_route import channel_for, choose_offers, pinned_spec
     from consumer.sdk.endpoint_client import GatewayControl
     from consumer.sdk.rental_store import RentalRecord, RentalStore
     from offchain.protocol.job.jobspec import load_servicespec
@@ -198,28 +231,42 @@ def deploy(
     lovelace = lovelace_of("--deposit", deposit)
     sdk = channel_sdk(env)
     market = market_reader(env)
-    offer = choose_offer(market, spec, env.market_identity)
+    offers = choose_offers(market, spec, env.market_identity, spec.providers)
     name = name or default_name(spec.image)
-    with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
-        control.check(name, spec.model_dump(mode="json"))  # refused before money moves
-    channel = run_sync(channel_for(sdk, offer, lovelace, market, env.market_identity))
-    utxo = channel_utxo(sdk, channel.channel_id)
+    for offer in offers:
+        with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
+            control.check(name, spec.model_dump(mode="json"))  # refused before money moves
+    channels = [run_sync(channel_for(sdk, offer, lovelace, market, env.market_identity))
+                for offer in offers]  # fmt: skip
     record = RentalRecord(
-        name=name, kind="endpoint", gateway_url=offer.gateway_url,
-        provider_id=offer.provider_id, channel_id=channel.channel_id,
+        name=name, kind="endpoint", gateway_url=offers[0].gateway_url,
+        provider_id=offers[0].provider_id, channel_id=channels[0].channel_id,
         spec=spec.model_dump(mode="json"), price_per_request=spec.price_per_request,
         price_per_second=spec.price_per_second, created_ms=time.time_ns() // 1_000_000,
+        others=[{"gateway_url": offer.gateway_url, "provider_id": offer.provider_id,
+                 "channel_id": channel.channel_id}
+                for offer, channel in zip(offers[1:], channels[1:], strict=True)],
     )  # fmt: skip
-    with GatewayControl(offer.gateway_url, sdk.key, sdk.deployment.network_id) as control:
-        admission = (utxo, channel.terms_cbor) if utxo else None
-        control.deploy(name, bytes.fromhex(channel.channel_id), record.spec, admission)
-        RentalStore(env.state_dir).save(record)
-        status = until_settled(control, name, bytes.fromhex(channel.channel_id), wait)
-    emit(as_json, {**status, "gateway_url": offer.gateway_url, "provider_id": offer.provider_id},
-         f"{name}: {status['state']}{': ' + status['reason'] if status['reason'] else ''} on "
-         f"{offer.gateway_url} (provider {offer.provider_id[:16]}), paid on channel "
-         f"{channel.channel_id[:16]}: `unchained endpoint call {name} --data ...`")  # fmt: skip
-    if status["state"] == "failed":
+    shown = []
+    for place, channel in zip(record.placements(), channels, strict=True):
+        utxo = channel_utxo(sdk, channel.channel_id)
+        with GatewayControl(place.gateway_url, sdk.key, sdk.deployment.network_id) as control:
+            admission = (utxo, channel.terms_cbor) if utxo else None
+            control.deploy(name, bytes.fromhex(channel.channel_id), record.spec, admission)
+            RentalStore(env.state_dir).save(record)
+            status = until_settled(control, name, bytes.fromhex(channel.channel_id), wait)
+        shown.append({**status, "gateway_url": place.gateway_url,
+                      "provider_id": place.provider_id, "channel": channel.channel_id})  # fmt: skip
+    text = "\n".join(
+        f"{name}: {s['state']}{': ' + s['reason'] if s['reason'] else ''} on {s['gateway_url']} "
+        f"(provider {s['provider_id'][:16]}), paid on channel {s['channel'][:16]}" for s in shown
+    )  # fmt: skip
+    emit(
+        as_json,
+        {**shown[0], "providers": shown},
+        f"{text}\n`unchained endpoint call {name} --data ...`",
+    )
+    if any(s["state"] == "failed" for s in shown):
         raise typer.Exit(1)
 
 
@@ -273,9 +320,13 @@ def proxy(
 @command(app, "logs")
 def logs(env: Env, name: Name, as_json: Json = False) -> None:
     """The last lines your deployment's containers wrote, as its gateway reads them."""
-    record = local_record(env, name)
-    with control_of(env, record) as control:
-        text = control.logs(name, bytes.fromhex(record.channel_id))
+    places = local_record(env, name).placements()
+    texts = []
+    for place in places:
+        with control_of(env, place) as control:
+            text = control.logs(name, bytes.fromhex(place.channel_id))
+        texts.append(text if len(places) == 1 else f"== {place.gateway_url}\n{text}")
+    text = "\n".join(texts)
     emit(as_json, {"name": name, "logs": text}, text.rstrip("\n"))
 
 
@@ -283,14 +334,27 @@ def logs(env: Env, name: Name, as_json: Json = False) -> None:
 def stop(env: Env, name: Name, as_json: Json = False) -> None:
     """Stop your deployment (its per-second billing ends now) and pay what its channel owes
     for it: the last IOU."""
-    record = local_record(env, name)
-    with control_of(env, record) as control:
-        status = control.stop(name, bytes.fromhex(record.channel_id))
-        signer = signer_of(env, record.channel_id)
-        pay_channel(env, control, signer, 0)
-    emit(as_json, {**status, "paid": signer.signed},
-         f"{name}: {status['state']}; {ada(signer.signed)} signed in all on channel "
-         f"{record.channel_id[:16]}")  # fmt: skip
+    shown = []
+    places = local_record(env, name).placements()
+    for place in places:
+        signer = signer_of(env, place.channel_id)
+        try:
+            with control_of(env, place) as control:
+                status = control.stop(name, bytes.fromhex(place.channel_id))
+                pay_channel(env, control, signer, 0)
+        except ConsumerError as exc:
+            if len(places) == 1:
+                raise
+            status = {"state": "unknown", "reason": f"not stopped: {exc}"}  # the others are
+        shown.append({**status, "paid": signer.signed, "channel": place.channel_id})
+    lines = [
+        f"{name}: {s['state']}{' (' + s['reason'] + ')' if s.get('reason') else ''}; "
+        f"{ada(s['paid'])} signed in all on channel {s['channel'][:16]}"
+        for s in shown
+    ]
+    emit(as_json, {**shown[0], "providers": shown}, "\n".join(lines))
+    if any(s["state"] == "unknown" for s in shown):
+        raise typer.Exit(1)
 
 
 def deployment_statuses(env: Env) -> list[dict[str, Any]]:
@@ -299,7 +363,7 @@ def deployment_statuses(env: Env) -> list[dict[str, Any]]:
     from consumer.sdk.rental_store import RentalStore
 
     shown = []
-    for record in RentalStore(env.state_dir).all():
+    for record in (p for r in RentalStore(env.state_dir).all() for p in r.placements()):
         try:
             with control_of(env, record) as control:
                 status = control.status(record.name, bytes.fromhex(record.channel_id))

@@ -1,5 +1,5 @@
-"""The commented example specs `unchained job init` and `unchained endpoint init` write (each must
-load as its spec: a JobSpec, a ServiceSpec)."""
+"""The commented example specs `unchained job init` (`--example pytorch`: PYTORCH_SPEC) and
+`unchained endpoint init` write (each must load as its spec: a JobSpec, a ServiceSpec)."""
 
 EXAMPLE_SPEC = """\
 # An Unchained job spec: what to run, on what, for how long and for at most how much.
@@ -35,6 +35,36 @@ max_duration_s: 600              # killed after this; the escrow holds price x t
 max_price_lovelace: 5000000      # the most the whole job may cost (5 ADA)
 network: false
 """
+
+PYTORCH_SPEC = """\
+# A PyTorch training job: a small convolutional network on synthetic images (made in the
+# script, seeded), on the GPU when the provider gives one (gpus: 1 and a CUDA image), else on
+# the CPU. `unchained job submit job.yaml` asks the market for a quote and shows it first.
+#
+# unchained/pytorch-example is the project's image with Debian's PyTorch (CPU) and the script at
+# /opt/unchained/torch/train_cnn.py; on a GPU provider name a CUDA build of PyTorch that has
+# the script (docs/renter-guide.md).
+image: unchained/pytorch-example:latest
+
+# Every --checkpoint-every steps the script saves model, optimizer and step to
+# /out/checkpoint.pt (atomically: a stop never leaves half of one); at the end /out/model.pt
+# and /out/metrics.json. A job cancelled or stopped by its provider keeps its last
+# checkpoint in its results, and `unchained job submit job.yaml --resume JOB` gives it to a
+# new job (at /in/checkpoint.pt), which trains on from its step.
+command: [python3, /opt/unchained/torch/train_cnn.py, --steps, "300", --checkpoint-every, "50"]
+
+resources:
+  gpus: 0
+  cpu_cores: 1
+  memory_mib: 512
+  disk_mib: 64         # size of /out: checkpoints here are about 30 KB
+
+max_duration_s: 300
+max_price_lovelace: 5000000      # the most the whole job may cost (5 ADA)
+network: false
+"""
+
+EXAMPLES = {"hello": EXAMPLE_SPEC, "pytorch": PYTORCH_SPEC}  # `job init --example NAME`
 
 EXAMPLE_SERVICE_SPEC = """\
 # An Unchained service spec: a server you rent by the request and/or by the second, reached

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
-from consumer.cli.example import EXAMPLE_SPEC
+from consumer.cli.example import EXAMPLES
 from consumer.cli.unsigned import UnsignedTx, defer
 from consumer.sdk.errors import ConsumerError
 from consumer.sdk.store import JobStore, local_time
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from consumer.sdk.request_key import RequestKey
     from consumer.sdk.session import Consumer
     from offchain.chain.context import OgmiosContext
+    from offchain.protocol.job.jobspec import JobSpec
     from offchain.protocol.tx.deployment import Deployment
 
 T = TypeVar("T")
@@ -64,6 +65,10 @@ class WaitFor(StrEnum):
 
 
 MIN_BOND_HELP = "Only a provider whose bond, checked on chain, holds at least this (e.g. 100ADA)."
+MIN_DELIVERED_HELP = (
+    "Only a provider that delivered at least this share of its jobs, as the market counts "
+    "them from the chain (offers search shows each record)."
+)
 JobId = Annotated[
     str,
     typer.Argument(
@@ -274,23 +279,34 @@ def request_key(env: Env) -> "RequestKey | ConsumerKey":
 # --- job -----------------------------------------------------------------------------------
 
 
-def init_command(app: typer.Typer, what: str, default: str, text: str, then: str) -> None:
-    """Register `init` on `app`: it writes the commented example `what` spec `text` (to
-    `default` unless told), not over a file unless --force, and says the command (`then`)
-    that takes it next."""
+def init_command(
+    app: typer.Typer, what: str, default: str, text: str | dict[str, str], then: str
+) -> None:
+    """Register `init` on `app`: it writes the commented example `what` spec `text` (or the
+    one `--example NAME` picks of several, the first by default) to `default` unless told,
+    not over a file unless --force, and says the command (`then`) that takes it next."""
+    examples = text if isinstance(text, dict) else {"": text}
+    names = [name for name in examples if name]
 
     def init(
         path: Annotated[Path, typer.Argument(help="Where to write the example spec.")] = Path(
             default
         ),
         force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+        example: Annotated[
+            str, typer.Option(help=f"Which example: {', '.join(names)}.", hidden=not names)
+        ] = next(iter(examples)),
         as_json: Json = False,
     ) -> None:
+        if example not in examples:
+            fail(as_json, "UnknownExample",
+                 f"--example: no example {example!r}; there are "
+                 f"{', '.join(names) or 'none to choose'}")  # fmt: skip
         if path.exists() and not force:
             fail(as_json, "FileExists", f"{path} exists (use --force to replace it)",
                  path=str(path))  # fmt: skip
         try:
-            path.write_text(text)
+            path.write_text(examples[example])
         except OSError as exc:
             file_error(as_json, exc)
         emit(as_json, {"path": str(path)},
@@ -300,7 +316,7 @@ def init_command(app: typer.Typer, what: str, default: str, text: str, then: str
     app.command("init")(init)
 
 
-init_command(job_app, "job", "job.yaml", EXAMPLE_SPEC, "job submit")
+init_command(job_app, "job", "job.yaml", EXAMPLES, "job submit")
 
 
 def quote_summary(quote: "CheckedQuote", lock_fee: int) -> dict[str, Any]:
@@ -358,6 +374,9 @@ def submit(
     env: Env,
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="The job spec (YAML).")],
     gpu_model: Annotated[str | None, typer.Option(help="Only this exact GPU model.")] = None,
+    min_delivered: Annotated[
+        int | None, typer.Option(min=0, max=100, metavar="PERCENT", help=MIN_DELIVERED_HELP)
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Lock without asking.")] = False,
     unsigned_tx: UnsignedTx = None,
     detach: Annotated[bool, typer.Option(help="Return once funded; don't show progress.")] = False,
@@ -396,6 +415,15 @@ def submit(
             "sealed to the quoted provider's key (the market carries only ciphertext).",
         ),
     ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            metavar="JOB",
+            help="Start from the last checkpoint of your earlier job JOB (its id or a prefix): "
+            "its verified results are kept in results/JOB and their checkpoint.pt becomes this "
+            "job's /in/checkpoint.pt.",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Quote a job; run it over an open channel to the quoted provider when one has room (paid
@@ -406,6 +434,8 @@ def submit(
     from offchain.protocol.job.jobspec import load_jobspec
 
     spec = load_jobspec(spec_path)
+    if resume is not None:
+        spec = run_sync(resumed(env, JobStore(env.state_dir).resolve(resume), spec))
     try:
         least = 0 if min_bond is None else parse_lovelace(min_bond)
     except ValueError as exc:
@@ -425,7 +455,7 @@ def submit(
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
             logins = RegistryLogins.read(registry_auth) if registry_auth else None
-            quote = await consumer.quote(spec, gpu_model, logins)
+            quote = await consumer.quote(spec, gpu_model, logins, min_delivered)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"
             private = logins is not None and logins.for_image(spec.image, env.default_registry)
             if private:  # its sealed account reaches the provider with the escrow's assignment
@@ -461,6 +491,14 @@ def submit(
             return await follow(consumer, quote.job_id, until_settled=wait == WaitFor.SETTLED)
 
     run_sync(go())
+
+
+async def resumed(env: Env, job_id: str, spec: "JobSpec") -> "JobSpec":
+    """`spec` given the last checkpoint of the renter's job `job_id` (`consumer.sdk.resume`)."""
+    from consumer.sdk.resume import resumed_spec
+
+    async with opened(env) as consumer:
+        return await resumed_spec(consumer, job_id, spec, Path("results") / job_id)
 
 
 def locked_before(env: Env, spec: dict[str, Any]) -> "JobRecord | None":
@@ -850,11 +888,20 @@ def search(
         t = offer["terms"]
         gpus = f"{t['gpu_count']} x {t['gpu_model']}" if t["gpu_count"] else "-"
         lines.append([offer["provider_id"][:16], gpus, str(t["vram_mib"]), str(t["cpu_cores"]),
-                      str(t["memory_mib"]), str(t["disk_mib"]),
-                      ada(t["price_per_unit"] * 3600)])  # fmt: skip
+                      str(t["memory_mib"]), str(t["disk_mib"]), ada(t["price_per_unit"] * 3600),
+                      record_text(found.get("records", {}).get(offer["provider_id"]))])  # fmt: skip
     typer.echo(render(("provider", "GPU", "VRAM MiB", "cores", "memory MiB", "disk MiB",
-                       "per hour"), lines,
+                       "per hour", "record"), lines,
                       title=f"{found['matched']} of {found['total']} offers match"))  # fmt: skip
+
+
+def record_text(record: dict[str, int] | None) -> str:
+    """A provider's record in a table cell: "97% of 40 (1 refunded, 1 slashed)" or "new"."""
+    if not record or record["delivered_percent"] < 0:
+        return "new"
+    judged = record["delivered"] + record["failed"] + record["refunded"]
+    bad = [f"{record[k]} {k}" for k in ("failed", "refunded", "slashed") if record[k]]
+    return f"{record['delivered_percent']}% of {judged}" + (f" ({', '.join(bad)})" if bad else "")
 
 
 # --- wallet --------------------------------------------------------------------------------

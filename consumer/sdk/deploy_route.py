@@ -2,11 +2,12 @@
 channel pays. The market only lists offers; the renter talks to the chosen provider's gateway
 directly, so its payloads never pass through the market.
 
-`choose_offer` searches the market's online offers and keeps those whose signed terms take the
-spec (a gateway, the bundle, prices not below the provider's), ordered: offers with a gateway
-first, then those that have the spec's image already (no pull: a faster cold start), then the
-price per second. Each offer's signature is checked and its terms read from the signed body,
-so the market cannot swap a gateway's address. `channel_for` reuses an open channel of this
+`choose_offers` searches the market's online offers and keeps those whose signed terms take
+the spec (a gateway, the bundle, prices not below the provider's), ordered: those that have
+the spec's image already (no pull: a faster cold start), then the price per second; the best
+of as many distinct providers as asked (an endpoint with `providers: 2` runs on two). Each
+offer's signature is checked and its terms read from the signed body, so the market cannot swap
+a gateway's address. `channel_for` reuses an open channel of this
 renter to that provider with enough left, or opens one. `pinned_spec` pins an image named by a
 registry tag to the digest the registry serves now, so what is signed, deployed and paid for is
 that exact image (a provider pulls by digest and checks it)."""
@@ -91,6 +92,14 @@ def has_image(terms: dict[str, Any], image: str) -> bool:
 
 def choose_offer(market: MarketReader, spec: BaseModel, market_identity: str) -> RoutedOffer:
     """The best online offer for `spec`; ConsumerError when none takes it."""
+    return choose_offers(market, spec, market_identity, 1)[0]
+
+
+def choose_offers(
+    market: MarketReader, spec: BaseModel, market_identity: str, count: int
+) -> list[RoutedOffer]:
+    """The best online offers for `spec` of `count` distinct providers, best first;
+    ConsumerError when fewer take it."""
     from consumer.sdk.quote import offer_signer
     from offchain.protocol.api.wire import SignedOffer
 
@@ -108,13 +117,17 @@ def choose_offer(market: MarketReader, spec: BaseModel, market_identity: str) ->
         image = str(getattr(spec, "image", ""))
         rank = (0, 0 if has_image(terms, image) else 1, int(terms["price_per_unit"]))
         fitting.append((rank, RoutedOffer(offer.provider_id, terms["gateway_url"], terms)))
-    if not fitting:
+    chosen: dict[str, RoutedOffer] = {}
+    for _, routed in sorted(fitting, key=lambda ranked: ranked[0]):
+        chosen.setdefault(routed.provider_id, routed)
+    if len(chosen) < count:
+        taken = f"{len(chosen)} provider(s) take" if chosen else "no online offer takes"
         raise ConsumerError(
-            f"no online offer takes this spec ({len(found)} searched"
+            f"{taken} this spec, {count} asked for ({len(found)} offers searched"
             + (f": {'; '.join(reasons[:5])}" if reasons else "") + ")",
-            searched=len(found),
+            searched=len(found), providers=len(chosen),
         )  # fmt: skip
-    return min(fitting, key=lambda ranked: ranked[0])[1]
+    return list(chosen.values())[:count]
 
 
 async def channel_for(

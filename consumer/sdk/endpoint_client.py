@@ -71,6 +71,7 @@ class EndpointClient:
     ) -> None:
         if price_per_request <= 0:
             raise ValueError("an endpoint's price per request is a positive number of lovelace")
+        self.gateway_url = gateway_url
         self.base = f"{gateway_url.rstrip('/')}/endpoints/{endpoint}"
         self.endpoint, self.signer, self.price = endpoint, signer, price_per_request
         self.owned = client is None

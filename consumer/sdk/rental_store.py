@@ -26,6 +26,13 @@ class RentalRecord:
     price_per_second: int  # lovelace
     created_ms: int
     ssh_identity: str = ""  # pods: the private key beside the public one it was started with
+    # an endpoint on several providers: each other one's gateway_url, provider_id, channel_id
+    others: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+    def placements(self) -> list[RentalRecord]:
+        """This deployment on each provider that runs it, this record's own first: each a
+        record of its own (its gateway, provider and channel), as the commands use one."""
+        return [self, *(dataclasses.replace(self, **other, others=[]) for other in self.others)]
 
 
 class RentalStore:
@@ -53,7 +60,9 @@ class RentalStore:
         return sorted(records, key=lambda record: (record.created_ms, record.name))
 
     def on_channel(self, channel_id: str) -> list[RentalRecord]:
-        return [record for record in self.all() if record.channel_id == channel_id]
+        """The deployments (on one of their providers) that `channel_id` pays for."""
+        return [placed for record in self.all() for placed in record.placements()
+                if placed.channel_id == channel_id]  # fmt: skip
 
     def forget(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)

@@ -83,14 +83,19 @@ class Consumer:
     # --- quote and lock ---------------------------------------------------------------
 
     async def quote(
-        self, spec: JobSpec, gpu_model: str | None = None, logins: RegistryLogins | None = None
+        self,
+        spec: JobSpec,
+        gpu_model: str | None = None,
+        logins: RegistryLogins | None = None,
+        min_delivered: int | None = None,
     ) -> CheckedQuote:
         """Request the job and check the quote (the provider's signed offer, the escrow terms,
         the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
         as locked, before anything is locked. With `logins` holding an account for the
         image's registry, the image is pinned here with it (a private image: the market has
         no account) and the account sealed to the quoted provider's key goes to the market
-        before anything is locked."""
+        before anything is locked. `min_delivered`: only a provider whose record (the market's
+        count from the chain) shows at least that percent delivered."""
         private = None
         if logins is not None:
             private = await asyncio.to_thread(
@@ -103,6 +108,8 @@ class Consumer:
         }  # fmt: skip
         if gpu_model:
             request["gpu_model"] = gpu_model
+        if min_delivered is not None:
+            request["min_delivered_percent"] = min_delivered
         quote = await self.market.request_job(request)
         spec = await asyncio.to_thread(locked_spec, spec, quote.image, self.default_registry)
         params = await self.market.escrow_parameters(quote.job_id)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlparse
 
+from ogmios.datatypes import Address as OgmiosAddress
 from pycardano import Address, ChainContext, Network, ScriptHash, UTxO
 from pycardano.backend.ogmios_v6 import OgmiosV6ChainContext
 
@@ -78,6 +79,12 @@ class OgmiosContext(OgmiosV6ChainContext):
         tracker = self.tracker
         found = tracker.utxos(address) if tracker is not None else None
         return found if found is not None else super().utxos(address)
+
+    def _utxos(self, address: str) -> list[UTxO]:
+        """The node's answer now. pycardano's own keeps answers by the tip it reads at most
+        once a second, so a wallet's second transaction within a second of its first landing
+        would spend the first's inputs again (two channels opened one after the other were)."""
+        return self._utxos_ogmios(OgmiosAddress(address=address))
 
     def chain_time(self) -> ChainTime:
         return read_chain_time(context_url(self))

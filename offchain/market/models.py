@@ -472,3 +472,41 @@ class ChainTxOut(SQLModel, table=True):
     datum: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     spent_by: str | None = Field(default=None, max_length=64)
     spent_slot: int | None = Field(default=None, sa_type=BigInteger)
+
+
+class ReputationKind(StrEnum):
+    """How an escrow or a bond of a provider ended, as the chain shows it: settled for some
+    units (delivered) or none (failed: a zero-unit receipt), refunded to its renter after the
+    close (not delivered), cancelled by both, or a bond slashed."""
+
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    REFUNDED = "refunded"
+    CANCELLED = "cancelled"
+    SLASHED = "slashed"
+
+
+class ReputationEvent(SQLModel, table=True):
+    """One ending of one escrow (or a bond's slash) of a provider, in the block that holds it:
+    written by the chain index, deleted by its rollback."""
+
+    __table_args__ = (Index("ix_reputationevent_provider_slot", "provider_id", "slot"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider_id: str = Field(max_length=56, description="blake2b-224 of the datum's vkey")
+    kind: ReputationKind = _name()
+    subject: str = Field(max_length=80, description="the escrow (a slash: the bond), TXID#IX")
+    tx_id: str = Field(max_length=64)
+    slot: int = _big(index=True)
+
+
+class ProviderReputation(SQLModel, table=True):
+    """Each provider's ReputationEvents counted by kind, kept with them (matching reads one
+    row per offer, never the events)."""
+
+    provider_id: str = Field(primary_key=True, max_length=56)
+    delivered: int = 0
+    failed: int = 0
+    refunded: int = 0
+    cancelled: int = 0
+    slashed: int = 0

@@ -1,7 +1,8 @@
 """The offer search language, and why a search found nothing.
 
 A query is whitespace-separated terms `FIELD OP VALUE` (all must hold) and at most one
-`sort=KEY,-KEY` (`-` for descending; cheapest first when no sort is given), e.g.
+`sort=KEY,-KEY` (`-` for descending; cheapest first, then the best delivered record, when no
+sort is given), e.g.
 
     gpu_model=RTX_4090 vram>=24GiB gpus>=2 price<=2ADA/h cpu>=8 memory>=64GiB sort=price,-vram
 
@@ -19,6 +20,8 @@ A query is whitespace-separated terms `FIELD OP VALUE` (all must hold) and at mo
 | price     | price_per_unit   | lovelace or ADA per s, min or h: 2ADA/h, 500lovelace (per s)  |
 | gpu_memory| gpu_memory_mib   | a size: a GPU slice's memory (whole GPUs have none)           |
 | gpu_sm    | gpu_sm_percent   | a whole percent, 25 or 25%: a GPU slice's share of the SMs    |
+| delivered | delivered_percent| a whole percent: of the provider's jobs that ran or should    |
+|           |                  | have, those delivered (`reputation`); -1 before its first     |
 
 A query naming gpu_memory or gpu_sm searches the offers' GPU slices (`gpu_slices`: fractions
 of a GPU rented beside the operator's work), each a record of its own with its price, beside
@@ -61,7 +64,7 @@ PRICE = re.compile(
 SIZE_UNITS = {"mib": ("MiB", 1), "gib": ("GiB", 1024), "tib": ("TiB", 1024 * 1024)}
 AMOUNT_UNITS = {"lovelace": ("lovelace", 1), "ada": ("ADA", ADA)}
 SECONDS_PER = {"s": 1, "min": 60, "h": 3600}
-DEFAULT_SORT = ("price",)
+DEFAULT_SORT = (("price", False), ("delivered", True))  # at equal price, the better record
 # a job's resources: (query field, spec field, the unit its query term is written in)
 JOB_RESOURCES = (("gpus", "gpus", ""), ("vram", "min_vram_mib", "MiB"), ("cpu", "cpu_cores", ""),
                  ("memory", "memory_mib", "MiB"), ("disk", "disk_mib", "MiB"),
@@ -101,6 +104,7 @@ class OfferRecord:
     gpu_memory_mib: int = 0
     gpu_sm_percent: int = 0
     isolation: str = ""
+    delivered_percent: int = -1  # the provider's record (`reputation`); -1 before its first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +192,7 @@ FIELDS = {
         Field("price", "price_per_unit", parse_price),
         Field("gpu_memory", "gpu_memory_mib", parse_size),
         Field("gpu_sm", "gpu_sm_percent", parse_percent),
+        Field("delivered", "delivered_percent", parse_percent),
     )
 }
 
@@ -335,7 +340,7 @@ class OfferQuery:
     """A parsed query: every constraint must hold, results in `sort` order."""
 
     constraints: tuple[Constraint, ...] = ()
-    sort: tuple[tuple[str, bool], ...] = tuple((name, False) for name in DEFAULT_SORT)
+    sort: tuple[tuple[str, bool], ...] = DEFAULT_SORT
 
     @property
     def slices(self) -> bool:
@@ -343,10 +348,13 @@ class OfferQuery:
         return any(c.field.name in SLICE_FIELDS for c in self.constraints)
 
     @classmethod
-    def for_job(cls, spec: JobSpec, gpu_model: str | None = None) -> OfferQuery:
+    def for_job(
+        cls, spec: JobSpec, gpu_model: str | None = None, min_delivered: int | None = None
+    ) -> OfferQuery:
         """The offers that can take `spec`: its bundle (each resource it asks for), at a price
-        whose whole run stays within its max price, and only `gpu_model` (the whole name, any
-        case) when given. Cheapest first."""
+        whose whole run stays within its max price, only `gpu_model` (the whole name, any
+        case) and only providers that delivered at least `min_delivered` percent when given.
+        Cheapest first, then the best record."""
         wanted = spec.resources
         asked = [
             _at_least(name, getattr(wanted, resource), Unit(unit), resource)
@@ -363,6 +371,12 @@ class OfferQuery:
             f"price<={price}{run.label}", FIELDS["price"], "<=", price, run,
             lambda cheapest, among: price_refusal(spec, cheapest, f"the cheapest {among}"),
         ))  # fmt: skip
+        if min_delivered is not None:
+            terms.append(Constraint(
+                f"delivered>={min_delivered}%", FIELDS["delivered"], ">=", min_delivered,
+                Unit("%"), lambda best, among: f"the best record {among} is {best}% delivered"
+                if best >= 0 else f"no provider {among} has a record yet",
+            ))  # fmt: skip
         return cls(tuple(terms))
 
     @classmethod

@@ -160,6 +160,11 @@ class JobRequest(_Body):
     gpu_model: Text | None = Field(
         None, max_length=64, description="Only this exact model (any case, _ for a space)."
     )
+    min_delivered_percent: int | None = Field(
+        None, ge=0, le=100, description="Only providers that delivered at least this share "
+        "(whole percent) of their jobs that ran or should have, as the chain shows them; "
+        "one with no record yet does not qualify.",
+    )  # fmt: skip
 
     _address = field_validator("consumer_address")(bech32_address)
 

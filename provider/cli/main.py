@@ -211,6 +211,32 @@ def selftest(
     raise typer.Exit(1 if failed else 0)
 
 
+BUILDABLE = ("python", "pytorch")  # `build-image`: provider/images' recipes by name
+
+
+@app.command("build-image")
+def build_image(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(BUILDABLE)}.")],
+) -> None:
+    """Build one of the project's images into the docker engine from Debian packages (once:
+    cached by its recipe), so this machine's offer lists it: python (unchained/python-numpy,
+    the example job's) or pytorch (unchained/pytorch, the PyTorch example's: Debian's PyTorch
+    for the CPU, a few minutes the first time)."""
+    import docker
+
+    from provider.images.recipes import python_image
+    from provider.images.torch import torch_example_image
+
+    builders = dict(zip(BUILDABLE, (python_image, torch_example_image), strict=True))
+    if name not in builders:
+        raise fail(f"no image {name!r} to build: one of {', '.join(BUILDABLE)}", code=1)
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise fail(f"no docker engine answers: {exc}", code=1) from exc
+    typer.echo(f"built {builders[name](client)}")
+
+
 @app.command()
 def init(
     config: ConfigOption = DEFAULT_CONFIG,

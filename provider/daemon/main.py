@@ -1,8 +1,11 @@
 """The daemon: recovery first, then five loops on one event loop (heartbeat + bond check,
 assignments, payouts, channel claims, deployments) until SIGTERM or SIGINT. Then it takes no
 more work and stops heartbeating (the market lets the offer go offline and matches it no job),
-gives running jobs `grace_ms` to finish and be delivered, and stops; a job still running after
-that keeps its container and is recovered by the next start. Deployments outlive the daemon
+gives running jobs `grace_ms` to finish and be delivered, then stops those still running (the
+renter gets what their /out holds, a training job's last checkpoint, and pays the units they
+ran), gives them `stop_delivery_ms` to be delivered, and stops; with `keep_jobs_at_stop` a job
+still running keeps its container instead and is recovered by the next start, as is a stopped
+job not yet delivered. Deployments outlive the daemon
 (the gateway serves them meanwhile): the next start finds them in their book. A lost market or
 chain connection is logged and retried: it never stops a running job."""
 
@@ -193,14 +196,21 @@ class Daemon:
         return waiting.result() if waiting.done() and not waiting.cancelled() else None
 
     async def _grace(self) -> None:
-        """Running jobs get `grace_ms` to finish and be delivered."""
-        tasks = set(self.worker.tasks)
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=self.settings.grace_ms / 1000)
-            for task in late:
-                task.cancel()
-            if late:
-                log.warning("%d job(s) still running: the next start recovers them", len(late))
+        """Running jobs get `grace_ms` to finish and be delivered; then those still running
+        are stopped (`Runner.stop_all`) and get `stop_delivery_ms` to be delivered, unless
+        `keep_jobs_at_stop`. What is left then is the next start's to recover."""
+        late = await _within(self.worker.tasks, self.settings.grace_ms)
+        if late and not self.settings.keep_jobs_at_stop:
+            stopped = await asyncio.to_thread(self.worker.runner.stop_all)
+            if stopped:
+                log.info("stopped %d job(s) still running: %s; each is delivered with what its "
+                         "/out holds", len(stopped), ", ".join(stopped))  # fmt: skip
+            late = await _within(late, self.settings.stop_delivery_ms)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("%d job(s) still running or undelivered: the next start recovers them",
+                        len(late))  # fmt: skip
 
     async def _every(self, period_ms: int, work: Callable[[], Awaitable[None]]) -> None:
         """Run `work` now and every `period_ms`; an error is logged, never fatal."""
@@ -210,6 +220,14 @@ class Daemon:
             except Exception:  # a lost chain or market: the next round tries again
                 log.exception("%s failed; trying again", getattr(work, "__name__", work))
             await asyncio.sleep(period_ms / 1000)
+
+
+async def _within(tasks: set[asyncio.Task[None]], ms: int) -> set[asyncio.Task[None]]:
+    """Wait up to `ms` for `tasks`; those not done by then."""
+    if not tasks:
+        return set()
+    _, late = await asyncio.wait(set(tasks), timeout=ms / 1000)
+    return late
 
 
 def handed(found: Any) -> list[Assignment]:

@@ -42,7 +42,8 @@ from provider.sandbox.hardening import LABEL_JOB, LABEL_RUNNER, JobMounts, conta
 from provider.sandbox.inputs import FetchPolicy, InputError, stage_inputs
 from provider.sandbox.outvolume import Archive, OutputTooLarge, OutVolume, is_mounted
 
-Status = Literal["succeeded", "failed", "oom", "timeout", "cancelled", "error", "reaped"]
+Status = Literal["succeeded", "failed", "oom", "timeout", "cancelled", "stopped", "error", "reaped"]
+Stop = Literal["cancelled", "stopped"]  # at the renter's request; because the provider stops
 LogSink = Callable[[str], None]
 CGROUP_REMOVE_TRIES = 50
 
@@ -98,7 +99,7 @@ class Runner:
         self.results_dir = settings.state_dir / "results"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        self.stopped: set[str] = set()  # jobs stopped at their renter's request
+        self.stopped: dict[str, Stop] = {}  # jobs stopped while running, and why
         self.mps_pipe = MpsDaemon(settings.state_dir).pipe_dir  # for jobs on MPS slices
 
     # -- one job ---------------------------------------------------------------------------
@@ -155,16 +156,25 @@ class Runner:
             deadline = time.monotonic() + spec.max_duration_s
             return self._supervise(job_id, job, container, cgroup, deadline, on_log)
         finally:
-            self.stopped.discard(job_id)
+            self.stopped.pop(job_id, None)
             self._cleanup(job_id)
 
-    def stop(self, job_id: str) -> None:
-        """Stop the job at its renter's request: its container is killed (now, or as soon as
-        it is started) and its run ends as usual, metered and billed for the time it ran,
-        with the status "cancelled"."""
-        self.stopped.add(job_id)
+    def stop(self, job_id: str, why: Stop = "cancelled") -> None:
+        """Stop the job at its renter's request ("cancelled") or because its provider stops
+        ("stopped"): its container is killed (now, or as soon as it is started) and its run
+        ends as usual, metered and billed for the time it ran, what its /out holds packed
+        as its results (a training job's last checkpoint), with the status `why`."""
+        self.stopped[job_id] = why
         for container in self._containers(job_id):
             _kill(container)
+
+    def stop_all(self) -> list[str]:
+        """Stop every job this runner has running, because its provider stops (`stop`); their
+        ids."""
+        running = sorted({_job_of(c) for c in self._containers()})
+        for job_id in running:
+            self.stop(job_id, "stopped")
+        return running
 
     def _start(
         self,
@@ -278,7 +288,7 @@ class Runner:
             problem = f"no output archive: {exc}"
         status = job_status(state["ExitCode"], state["OOMKilled"], timed_out)
         if job_id in self.stopped and not timed_out:
-            status = "cancelled"
+            status = self.stopped[job_id]
         return self._save(
             RunResult(
                 job_id=job_id,

@@ -9,11 +9,17 @@ renter's units, and costs nothing."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
 import docker
 import httpx
 import yaml
 
 from consumer.sdk.store import JobStore
+from devnet.process import DevnetProcess
 from offchain.chain.follower import tip_point
 from offchain.protocol.ledger.amounts import per_hour
 from offchain.protocol.ledger.split import settle_split
@@ -31,16 +37,28 @@ DEMO_PRICE = children.PRICES.cpu_core + children.PRICES.memory_gib + children.PR
 
 async def test_the_example_spec_runs_as_written_and_refusals_cost_nothing(devnet, tmp_path):
     images.python_image(docker.from_env())  # also tags the example's image
+    async with demo_provider(devnet, tmp_path) as (market, _):
+        await walk(devnet, tmp_path, market)
+
+
+@contextlib.asynccontextmanager
+async def demo_provider(
+    devnet: DevnetProcess, tmp_path: Path, **daemon_settings: Any
+) -> AsyncIterator[tuple[Market, children.Child]]:
+    """A settling market and the demo's one-slot provider daemon on it (its state in
+    `tmp_path/provider-state`; `daemon_settings` over the demo's), started: its offer
+    published. Stopped (SIGTERM) at the end."""
     deployment_file, _deployment, settings = await settling_market(devnet, tmp_path)
     settings = settings.model_copy(update={"identity": children.IDENTITY})
     with serve(settings) as url:
         state = tmp_path / "provider-state"
         state.mkdir()
         (await wallet(devnet)).key.save(str(state / "provider.skey"))
-        daemon = children.provider(tmp_path, state, devnet.url, deployment_file, url, slots=1)
+        daemon = children.provider(tmp_path, state, devnet.url, deployment_file, url, slots=1,
+                                   **daemon_settings)  # fmt: skip
         try:
             daemon.start().wait_for(lambda: daemon.logged("offer published"), "offer")
-            await walk(devnet, tmp_path, Market(settings, url, deployment_file))
+            yield Market(settings, url, deployment_file), daemon
         finally:
             daemon.stop()
 

@@ -99,6 +99,14 @@ async def test_a_jobs_life_through_the_explorer(
             assert earned["earnings"] == [
                 {"day_ms": at["settled"] // DAY_MS * DAY_MS, "lovelace": PRICE * UNITS}
             ]
+            # its record is the chain's: recounted here from the settle transaction's view
+            settle = (await http.get(f"/api/explorer/txs/{status['settle_tx']}")).json()["tx"]
+            recount = [row["units"] > 0 for row in settle["settled"]
+                       if row["provider"] == str(provider.wallet.address)]  # fmt: skip
+            record = earned["provider"]["record"]
+            assert recount == [True] and (record["delivered"], record["failed"]) == (1, 0)
+            assert (record["refunded"], record["delivered_percent"]) == (0, 100)
+            assert earned["settle_delay_ms"] >= 0  # block time less the market's receipt time
 
             # the planted text is shown as text, and nothing planted ran
             await view.visit(f"/explorer/jobs/{job}")
@@ -187,6 +195,7 @@ async def test_a_jobs_life_through_the_explorer(
             await view.shoot("providers")
             await view.visit(f"/explorer/providers/{status['provider_id']}")
             assert "1 done" in await view.text("#main")
+            assert (await view.text("[data-testid=record]")).startswith("100% of 1: 1 delivered")
             assert "not reported" in await view.text("#main")  # this offer carried no self-test
             await view.shoot("provider")
             await view.visit(f"/explorer/addresses/{provider.wallet.address}")

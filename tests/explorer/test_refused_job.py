@@ -49,6 +49,10 @@ async def test_a_refused_jobs_page_shows_why_and_its_refund(
             ]  # fmt: skip
             shown = (await http.get(f"/api/explorer/jobs/{job}")).json()["job"]
             assert (shown["state"], shown["never_ran"]) == ("settled", REFUSAL)
+            # a zero-unit receipt counts against the provider's record as failed, from the chain
+            page = (await http.get(f"/api/explorer/providers/{status['provider_id']}")).json()
+            record = page["provider"]["record"]
+            assert (record["failed"], record["delivered"], record["delivered_percent"]) == (1, 0, 0)
             await view.shoot("job-refused")
             await link.click()
             await view.page.wait_for_url(f"**/explorer/txs/{status['settle_tx']}")

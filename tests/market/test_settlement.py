@@ -17,7 +17,13 @@ from pycardano import ExecutionUnits, Transaction, TransactionInput
 from devnet.genesis import ADA
 from offchain.chain.utxo import parse_out_ref
 from offchain.market.db import make_engine
-from offchain.market.models import Cause, Provider, Settlement, SettlementState
+from offchain.market.models import (
+    Cause,
+    Provider,
+    ProviderReputation,
+    Settlement,
+    SettlementState,
+)
 from offchain.market.services import settlement
 from offchain.market.services.chain import Chain
 from offchain.market.settings import MarketSettings
@@ -100,6 +106,10 @@ async def test_follower_funds_and_the_batcher_settles_to_the_lovelace(
     fees = sum(Transaction.from_cbor(bytes.fromhex(s.tx_cbor)).transaction_body.fee
                for s in settlements)  # fmt: skip
     assert balance(devnet, market.address) == before["market"] + 3 * split.fee - fees
+    # the provider's record counts each escrow once, however many forks replayed its settle
+    (record,) = stored(settings, ProviderReputation)
+    assert record.provider_id == provider.wallet.key_hash.payload.hex()
+    assert (record.delivered, record.failed, record.refunded) == (3, 0, 0)
 
 
 @dataclasses.dataclass

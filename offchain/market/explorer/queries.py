@@ -35,7 +35,7 @@ from offchain.market.models import (
     Provider,
     Rental,
 )
-from offchain.market.services import health, job_ids
+from offchain.market.services import health, job_ids, reputation
 from offchain.market.services import jobs as job_states
 from offchain.market.services.id_prefix import full_id
 from offchain.market.services.offers import SLICED, slice_terms
@@ -562,7 +562,7 @@ def _uptime(online: dict[str, int]) -> dict[str, dict[str, int]]:
 
 def _provider_row(
     provider: Provider, offers: list[Offer], counts: dict[str, int], online: dict[str, int],
-    ctx: Context,
+    ctx: Context, record: reputation.Reputation,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "id": provider.id, "payout_address": provider.payout_address,
@@ -584,6 +584,8 @@ def _provider_row(
                  # an active bond covers the jobs closing within this long of now
                  "covers_ms": ctx.scripts.covers_before(None, 0)},
         "jobs": counts,
+        # counted from the chain index: what its escrows and bond became, not its word
+        "record": {**dataclasses.asdict(record), "delivered_percent": record.delivered_percent},
         "uptime": _uptime(online),
         "selftest": json.loads(provider.selftest) if provider.selftest else None,
     }  # fmt: skip
@@ -605,8 +607,9 @@ def provider_list(session: Session, ctx: Context, after: str | None) -> dict[str
     page = rows[:PAGE]
     ids = [p.id for p in page]
     offers, counts = _offers(session, ids), _counts(session, ids)
-    online = health.uptime(session, ids, ctx.now_ms)
-    rows_shown = [_provider_row(p, offers[p.id], counts[p.id], online[p.id], ctx) for p in page]
+    online, records = health.uptime(session, ids, ctx.now_ms), reputation.of(session, ids)
+    rows_shown = [_provider_row(p, offers[p.id], counts[p.id], online[p.id], ctx, records[p.id])
+                  for p in page]  # fmt: skip
     return {
         "providers": rows_shown,
         "next": page[-1].id if len(rows) > PAGE else None,
@@ -638,7 +641,9 @@ def provider_page(session: Session, ctx: Context, provider_id: str) -> dict[str,
         "provider": _provider_row(provider, _offers(session, [provider_id])[provider_id],
                                   _counts(session, [provider_id])[provider_id],
                                   health.uptime(session, [provider_id], ctx.now_ms)[provider_id],
-                                  ctx),
+                                  ctx, reputation.of(session, [provider_id])[provider_id]),
+        "settle_delay_ms": reputation.completion_to_settle_ms(
+            session, provider_id, lambda slot: ctx.slot_ms(slot) or 0),
         "bonds": [{"ref": b.ref, "lovelace": b.lovelace, "unbonding_since_ms": b.unbonding_since_ms,
                    "spent_tx": b.spent_tx, "spent_as": b.spent_as,
                    # an unbonding bond covers the jobs closing before a fixed time

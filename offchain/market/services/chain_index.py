@@ -7,6 +7,8 @@ A batch settle's payouts carry no tag and are merged (one output per claim, one 
 consumer's escrows), so what it gave each party of each escrow is read from the units its
 redeemer names and the escrow's datum (`settled_view`), not from its outputs.
 
+Each escrow or bond ending a transaction records (`reputation`) counts for its provider.
+
 The chain follower calls `index_block` inside the database transaction that applies a block,
 and `roll_back` inside the one that undoes blocks, so the index never disagrees with the job
 states it explains. Nothing here talks to the chain: a page reads one row, not Ogmios.
@@ -33,6 +35,7 @@ from sqlmodel import Session, col, select
 
 from offchain.chain.utxo import format_out_ref, ogmios_out_ref, out_ref_of, parse_out_ref
 from offchain.market.models import ChainBlock, ChainTx, ChainTxOut
+from offchain.market.services import reputation
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.split import settle_split
 from offchain.protocol.ledger.types import (
@@ -100,6 +103,8 @@ def _index_tx(
             known[ref].spent_by, known[ref].spent_slot = tx_id, block["slot"]
             session.add(known[ref])
     view = tx_view(read, scripts, network, known)
+    spent = {format_out_ref(ref): known[ref] for ref in read.inputs if ref in known}
+    reputation.record(session, reputation.endings(view, spent), tx_id, block["slot"])
     session.add(ChainTx(tx_id=tx_id, slot=block["slot"], height=block["height"],
                         view=json.dumps(view)))  # fmt: skip
     for index, output in enumerate(tx.transaction_body.outputs):
@@ -248,3 +253,4 @@ def roll_back(session: Session, slot: int) -> None:
     )  # fmt: skip
     session.execute(delete(ChainTx).where(col(ChainTx.slot) > slot))
     session.execute(delete(ChainBlock).where(col(ChainBlock.slot) > slot))
+    reputation.roll_back(session, slot)

@@ -29,7 +29,7 @@ from sqlmodel.sql.expression import Select as ModelSelect
 
 from offchain.market import db
 from offchain.market.errors import Conflict, Invalid
-from offchain.market.models import Job, JobState, Offer, Provider
+from offchain.market.models import Job, JobState, Offer, Provider, ProviderReputation
 from offchain.market.offer_query import OfferQuery, OfferRecord, Search
 from offchain.market.schemas import OfferTerms
 from offchain.market.services import jobs, offer_images
@@ -43,6 +43,11 @@ from offchain.protocol.ledger.types import Just
 BUSY = (JobState.ACCEPTED, JobState.RUNNING)  # the states that hold one of a provider's slots
 ACTIVE_BOND = "active"  # as the chain follower names a bond that is not unbonding
 LIKELY = 32  # the cheapest offers a quote reads before it reads them all
+JUDGED = (col(ProviderReputation.delivered) + col(ProviderReputation.failed)
+          + col(ProviderReputation.refunded))  # fmt: skip
+# a provider's delivered share in whole percent (floored: "/" is a true division), -1 before
+# its first job
+DELIVERED_PERCENT = case((JUDGED > 0, col(ProviderReputation.delivered) * 100 // JUDGED), else_=-1)
 
 
 def key_hash(vkey: bytes) -> str:
@@ -135,7 +140,7 @@ def post_offer(
 
 SLICE_ATTRS = ("gpu_memory_mib", "gpu_sm_percent", "isolation")  # from the body, not columns
 TERMS = tuple(f.name for f in dataclasses.fields(OfferRecord)
-              if f.name not in ("online", "away", *SLICE_ATTRS))  # fmt: skip
+              if f.name not in ("online", "away", "delivered_percent", *SLICE_ATTRS))  # fmt: skip
 # a job asking a fraction: its canonical spec has "gpu_sm_percent":N (N from 1; a string
 # value, an env variable's, is quoted, so no other spec has this)
 SLICED = or_(*(col(Job.spec).contains(f'"gpu_sm_percent":{digit}', autoescape=True)
@@ -221,15 +226,17 @@ def records_query(
     columns = [getattr(Offer, name) for name in TERMS] + [
         Offer.slots, Provider.last_heartbeat_ms, Provider.bond_state, Provider.bond_lovelace,
         (func.coalesce(busy.c.jobs, 0) - sliced).label("busy"), sliced.label("sliced"),
-        *([Offer.body] if slices or bodies else []),
+        DELIVERED_PERCENT.label("delivered_percent"), *([Offer.body] if slices or bodies else []),
     ]  # fmt: skip
     order = [col(Provider.last_heartbeat_ms).desc(), col(Offer.id)]
+    first = [col(Offer.price_per_unit), DELIVERED_PERCENT.desc()] if cheapest else []
     return (
         select(*columns)
         .join(Provider, col(Offer.provider_id) == col(Provider.id))
         .outerjoin(busy, same)
+        .outerjoin(ProviderReputation, col(ProviderReputation.provider_id) == Offer.provider_id)
         .where(col(Offer.active), *where)
-        .order_by(*([col(Offer.price_per_unit)] if cheapest else []), *order)
+        .order_by(*first, *order)
     )
 
 
@@ -259,7 +266,8 @@ def read_records(
             bodies[offer["id"]] = offer["body"]
         away = availability.away(offer)
         terms = {name: offer[name] for name in TERMS}
-        whole = OfferRecord(**terms, online=away is None, away=away or "")
+        whole = OfferRecord(**terms, online=away is None, away=away or "",
+                            delivered_percent=offer["delivered_percent"])  # fmt: skip
         found.append(whole)
         if slices:
             found += slice_records(whole, offer, availability)
@@ -298,32 +306,35 @@ def _likely_query() -> Select[Any]:
         col(Offer.disk_mib) >= bindparam("disk_mib"),
         col(Offer.price_per_unit) * bindparam("max_units") <= bindparam("max_price"),
         col(Provider.last_heartbeat_ms) >= bindparam("since_ms"),
+        bindparam("min_delivered") <= DELIVERED_PERCENT,
         image,
     ]
     return records_query(could, cheapest=True, slices=False, bodies=True).limit(bindparam("limit"))
 
 
-def could_take(spec: JobSpec, availability: Availability) -> dict[str, int | str]:
+def could_take(
+    spec: JobSpec, availability: Availability, min_delivered: int | None = None
+) -> dict[str, int | str]:
     """What any offer that can take `spec` has (necessary, not sufficient: the search decides),
     as `_likely_query`'s parameters: the bundle, a price within the job's max, a fresh
-    heartbeat, and its image named (or pulling)."""
+    heartbeat, the record asked for, and its image named (or pulling)."""
     wanted = spec.resources
     return {
         "gpus": wanted.gpus, "vram_mib": wanted.min_vram_mib, "cpu_cores": wanted.cpu_cores,
         "memory_mib": wanted.memory_mib, "disk_mib": wanted.disk_mib,
         "max_units": spec.max_duration_s, "max_price": spec.max_price_lovelace,
         "since_ms": availability.since_ms, "image": offer_images.named(spec.image),
-        "limit": LIKELY,
+        "min_delivered": -1 if min_delivered is None else min_delivered, "limit": LIKELY,
     }  # fmt: skip
 
 
 def likely(
-    session: Session, spec: JobSpec, availability: Availability
+    session: Session, spec: JobSpec, availability: Availability, min_delivered: int | None
 ) -> tuple[list[OfferRecord], dict[int | None, str]]:
     """The cheapest LIKELY offers that could take `spec`, in a job's search order, and their
     bodies by id (read in the same statement: the image check reads them next)."""
     bodies: dict[int | None, str] = {}
-    params = could_take(spec, availability)
+    params = could_take(spec, availability, min_delivered)
     return read_records(session, _likely_query(), params, availability, False, bodies), bodies
 
 
@@ -340,19 +351,24 @@ def search(session: Session, query: OfferQuery, availability: Availability) -> S
 
 
 def best_offer(
-    session: Session, spec: JobSpec, gpu_model: str | None, availability: Availability
+    session: Session,
+    spec: JobSpec,
+    gpu_model: str | None,
+    availability: Availability,
+    min_delivered: int | None = None,
 ) -> tuple[Offer, Provider]:
-    """The cheapest offer (then the freshest provider) that can take the job now; Conflict
+    """The cheapest offer (then the best record, then the freshest provider) that can take
+    the job now, from a provider that delivered at least `min_delivered` percent; Conflict
     saying why, counted per requirement, when none can.
 
     The search runs first over the cheapest few offers that could take the job (read in its
     own order, so the first match there is the first match of all), and over every offer
     only when none of those can (busy, bond, image) or to count why nothing can. Of those
     that meet the query, the first whose offer has the job's image (or pulls) is chosen."""
-    query = OfferQuery.for_job(spec, gpu_model)
+    query = OfferQuery.for_job(spec, gpu_model, min_delivered)
     first = None  # a fraction's price is its slice's, no column's: every offer is read
     if not query.slices:
-        cheapest, bodies = likely(session, spec, availability)
+        cheapest, bodies = likely(session, spec, availability, min_delivered)
         matched = query.search(cheapest).offers
         first, _ = offer_images.first_running(session, matched, spec.image, bodies)
     if first is None:

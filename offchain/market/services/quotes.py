@@ -100,8 +100,9 @@ def match(
     expires = chain_now_ms + settings.quote_ttl_ms
     check_bonded_close(settings, deployment, chain_now_ms, expires + spec.max_duration_s * 1000)
     offer, provider = offers.best_offer(
-        session, spec, request.gpu_model, offers.available_now(settings)
-    )
+        session, spec, request.gpu_model, offers.available_now(settings),
+        request.min_delivered_percent,
+    )  # fmt: skip
     _, price = offers.quoted_bundle(offer, spec.resources)  # a fraction: its slice's price
     at = jobs.now_ms()
     job = Job(

@@ -75,10 +75,27 @@ class SignedOffer(BaseModel):
     terms: dict[str, Any]
 
 
+class ProviderRecord(BaseModel):
+    """A provider's record as the market counts it from the chain (its escrows' and bond's
+    endings, its channels' claims and drains), not its word; `delivered_percent` is -1 before
+    its first job."""
+
+    delivered: int
+    failed: int
+    refunded: int
+    cancelled: int
+    slashed: int
+    channels_claimed: int
+    channels_drained: int
+    delivered_percent: int
+
+
 class OfferSearch(BaseModel):
-    """Offers that meet a search and can take a job now, in its order; when none does, why."""
+    """Offers that meet a search and can take a job now, in its order; when none does, why;
+    each offer's provider's record by provider id."""
 
     offers: list[SignedOffer]
+    records: dict[str, ProviderRecord] = Field(default_factory=dict)
     matched: int = Field(description="How many matched (`offers` holds the first `limit`).")
     total: int = Field(description="Active offers searched, online or not.")
     why_none: str | None = Field(description="Why nothing matched, counted per term.")
@@ -211,8 +228,8 @@ class JobPublic(BaseModel):
     result_size: int | None
     exit_code: int | None
     outcome: Outcome | None = Field(
-        description="How the run ended (succeeded, failed, timeout, oom, cancelled), beside "
-        "its state: the provider's word with its receipt, not signed."
+        description="How the run ended (succeeded, failed, timeout, oom, cancelled, stopped), "
+        "beside its state: the provider's word with its receipt, not signed."
     )
     failure_reason: str | None
     settle_tx: str | None

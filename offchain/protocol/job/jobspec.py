@@ -55,6 +55,7 @@ PROVIDER_ENV_PREFIXES = ("NVIDIA_", "CUDA_MPS_")
 HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
 MAX_REPLICAS = 64
 MAX_START_TIMEOUT_S = 3600  # a large model's weights may take a while to load
+MAX_PROVIDERS = 4  # providers one endpoint runs on at once (each paid over its own channel)
 KINDS = ("job", "service", "llm", "pod")
 DEFAULT_POD_IMAGE = "unchained/pod:latest"  # Debian, python3 and sshd: provider/images/pod.py
 MAX_WORKSPACE_KEEP_S = 30 * 24 * 3600
@@ -266,6 +267,8 @@ class ServiceSpec(_Spec):
     price_per_request: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
     price_per_second: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    providers: int = Field(1, ge=1, le=MAX_PROVIDERS, description="Run it on this many "
+                           "providers at once; the client calls a healthy one.")  # fmt: skip
 
     _image = field_validator("image")(_image_reference)
     _env = field_validator("env")(_env_names)

@@ -14,6 +14,7 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"  # killed at the spec's max_duration_s
     OOM = "oom"  # killed for memory
     CANCELLED = "cancelled"  # stopped while running at its renter's request
+    STOPPED = "stopped"  # stopped while running because its provider stopped
 
 
 WORDS: dict[str, str] = {  # a StrEnum key is its value
@@ -22,6 +23,7 @@ WORDS: dict[str, str] = {  # a StrEnum key is its value
     Outcome.TIMEOUT: "timed out",
     Outcome.OOM: "out of memory",
     Outcome.CANCELLED: "cancelled",
+    Outcome.STOPPED: "stopped by its provider",
 }
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
 from offchain.market import offer_query
 from offchain.market.api.deps import SessionDep, SettingsDep, storable_params
-from offchain.market.services import offers, quotes
+from offchain.market.services import offers, quotes, reputation
 from offchain.protocol.api import wire
 
 router = APIRouter(prefix="/offers", tags=["offers"], dependencies=[Depends(storable_params)])
@@ -27,7 +28,12 @@ def search_offers(
     naming it; when nothing matches, `why_none` says why, counted per term."""
     parsed = offer_query.OfferQuery.parse(query)
     found = offers.search(session, parsed, offers.available_now(settings))
+    shown = found.offers[:limit]
+    records = reputation.of(session, sorted({record.provider_id for record in shown}))
     return wire.OfferSearch(
-        offers=quotes.signed_offers(session, [record.id for record in found.offers[:limit]]),
+        offers=quotes.signed_offers(session, [record.id for record in shown]),
         matched=len(found.offers), total=found.total, why_none=found.why_none(),
+        records={p: wire.ProviderRecord(**dataclasses.asdict(r),
+                                        delivered_percent=r.delivered_percent)
+                 for p, r in records.items()},
     )  # fmt: skip
