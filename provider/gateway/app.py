@@ -116,6 +116,10 @@ class Gateway:
         # by channel: the next IOU on it must cover them too
         self._in_flight: dict[bytes, int] = {}
         self._turns: dict[str, int] = {}  # requests routed, by endpoint: picks its replica
+        # lovelace of llm answers metered but not yet covered by a stored IOU, by channel and
+        # deployment: the renter pays an answer's tokens with its next IOU, so the book (what
+        # the daemon's IOUs-lag rule reads) takes them only once paid; the 402 rule sees them
+        self._unpaid: dict[bytes, dict[str, int]] = {}
         self.streams = Streams()  # llm endpoints' streams being forwarded
         self.control = ControlRoutes(self, terms, logs, job_files)
 
@@ -200,6 +204,7 @@ class Gateway:
             except IouRefused as refusal:
                 await payment_required(settled_send, endpoint.channel, str(refusal), due, price)
                 return
+            self.paid_up(endpoint.channel, iou.amount)
             await self._forward(scope, receive, settled_send, endpoint, rest, declared, held)
         finally:
             held.release()
@@ -264,9 +269,32 @@ class Gateway:
         return named[0] if len(named) == 1 else None
 
     def due(self, channel: bytes) -> int:
-        """What `channel` owes now, requests in flight included: every deployment on it."""
+        """What `channel` owes now, requests in flight and llm answers not paid yet included:
+        every deployment on it."""
         now = time.time_ns() // 1_000_000
-        return channel_due(self.endpoints, channel, now) + self._in_flight.get(channel, 0)
+        unpaid = sum(self._unpaid.get(channel, {}).values())
+        return channel_due(self.endpoints, channel, now) + self._in_flight.get(channel, 0) + unpaid
+
+    def owe(self, channel: bytes, name: str, lovelace: int) -> None:
+        """An llm answer on `name` metered at `lovelace`: owed until an IOU covers it."""
+        owed = self._unpaid.setdefault(channel, {})
+        owed[name] = owed.get(name, 0) + lovelace
+
+    def paid_up(self, channel: bytes, acknowledged: int) -> None:
+        """An IOU of `acknowledged` on `channel` is stored: the unpaid answers it covers go
+        into the book (charged to their deployments)."""
+        owed = self._unpaid.get(channel)
+        if not owed:
+            return
+        room = acknowledged - channel_due(self.endpoints, channel, time.time_ns() // 1_000_000)
+        for name, lovelace in list(owed.items()):
+            if lovelace <= room:
+                room -= lovelace
+                del owed[name]
+                with contextlib.suppress(KeyError):  # removed meanwhile: nothing to charge
+                    self.endpoints.charge(name, lovelace, requests=0)
+        if not owed:
+            del self._unpaid[channel]
 
     def _next_upstream(self, endpoint: Rental) -> str:
         """Its replicas in turn (round-robin, counted per endpoint)."""
@@ -367,6 +395,7 @@ class _Metered:
         self, gateway: Gateway, endpoint: Rental, prices: TokenPrices, receive: Receive
     ) -> None:
         self._gateway, self._name, self._prices = gateway, endpoint.name, prices
+        self._channel = endpoint.channel
         self._receive = receive
         self.meter = UsageMeter(streaming=False)
         self._stream = ""
@@ -403,8 +432,7 @@ class _Metered:
         self.meter.finish()
         cost = self._prices.cost(self.meter.usage)
         if cost:
-            with contextlib.suppress(KeyError):  # removed while it answered: nothing to bill
-                self._gateway.endpoints.charge(self._name, cost, requests=0)
+            self._gateway.owe(self._channel, self._name, cost)
 
 
 def gateway_app(

@@ -389,6 +389,7 @@ class ControlRoutes:
         except (ValueError, IouRefused) as error:
             await payment_required(send, endpoint.channel, str(error), due, 0)
             return
+        self.gateway.paid_up(endpoint.channel, iou.amount)
         await reply(send, 200, {"name": name, "due": due, "acknowledged": iou.amount})
 
     def _deployment(self, stored: str, name: str) -> Rental:

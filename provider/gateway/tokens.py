@@ -9,7 +9,10 @@ for the events it was sent and no more. A streaming request without those stream
 them added (`with_usage`): a server that ignores them reports usage only at the end, and a cut
 stream of such a server is billed nothing. A whole (non-stream) answer's usage is read once it
 is complete. The renter's client counts the same tokens with the model's tokenizer and signs no
-IOU above its own count (`consumer.sdk.llm_meter`).
+IOU above its own count (`consumer.sdk.llm_meter`). The renter pays an answer's tokens with its
+next request's IOU: until one covers them they are owed at the gateway (`Gateway.owe`, its 402
+rule counts them), not in the book the daemon reads, whose IOUs-lag rule would stop the
+endpoint between two requests; the provider risks that one answer.
 
 A stream has an id the renter's client is told (`STREAM_HEADER`): `POST /streams/<id>/cancel`
 ends it at the next event boundary, so the client reads to the end of what was sent and

@@ -27,6 +27,7 @@ from consumer.sdk.iou_signer import IouSigner
 from consumer.sdk.keys import ConsumerKey
 from consumer.sdk.llm_meter import LlmPrices
 from consumer.sdk.llm_proxy import LlmProxy
+from offchain.protocol.ledger.amounts import ada
 from provider.gateway.app import gateway_app
 from provider.rentals.book import RentalBook
 from samples.images import SAMPLE_SERVICE_PORT, llm_service_image
@@ -131,7 +132,8 @@ def test_the_openai_client_billed_per_token(gateway, store):
         assert answer.usage.prompt_tokens == expected_prompt
         assert answer.usage.completion_tokens == len(text.encode()) > 0
         cost = PRICES.input * expected_prompt + PRICES.output * len(text.encode())
-        assert proxy.counted() == cost == served(endpoints, "chat")
+        assert proxy.counted() == cost
+        assert served(endpoints, "chat") == 0  # owed at the gateway until the next IOU
 
         streamed = ""
         for chunk in client.chat.completions.create(
@@ -139,15 +141,17 @@ def test_the_openai_client_billed_per_token(gateway, store):
         ):
             if chunk.choices:
                 streamed += chunk.choices[0].delta.content or ""
+        paid = cost  # by the stream's IOU
         cost += PRICES.input * expected_prompt + PRICES.output * len(streamed.encode())
-        assert proxy.counted() == cost == served(endpoints, "chat")
+        assert proxy.counted() == cost and served(endpoints, "chat") == paid
 
         vector = client.embeddings.create(model=MODEL, input="hello").data[0].embedding
         assert abs(sum(v * v for v in vector) - 1.0) < 1e-3  # unit length
+        paid = cost
         cost += PRICES.input * len(tokenizer.encode("hello"))
-        assert proxy.counted() == cost == served(endpoints, "chat")
+        assert proxy.counted() == cost and served(endpoints, "chat") == paid
 
-        assert proxy.settle() == cost
+        assert proxy.settle() == cost == served(endpoints, "chat")  # the last answer paid
     assert store.signed(CHANNEL.hex()) == cost  # the renter's last IOU: to the lovelace
 
 
@@ -165,13 +169,11 @@ def test_a_cancelled_stream_is_billed_for_what_streamed(gateway, store):
                 break
         stream.close()
         counted = proxy.counted()
-        billed = served(endpoints, "chat")
         prompt_cost = PRICES.input * tokenizer.prompt_tokens("/v1/completions", prompt)
-        assert counted == billed  # the renter's count, the provider's: the same
         # what reached the renter's machine: more than the client read, far less than asked
-        assert prompt_cost + PRICES.output * seen <= billed < prompt_cost + PRICES.output * 400
-        assert proxy.settle() == billed
-    assert store.signed(CHANNEL.hex()) == billed
+        assert prompt_cost + PRICES.output * seen <= counted < prompt_cost + PRICES.output * 400
+        assert proxy.settle() == counted == served(endpoints, "chat")  # the provider's count
+    assert store.signed(CHANNEL.hex()) == counted
 
 
 def test_a_server_claiming_more_tokens_is_refused(gateway, store):
@@ -181,8 +183,10 @@ def test_a_server_claiming_more_tokens_is_refused(gateway, store):
         first = client.completions.create(model=MODEL, prompt="Hi", max_tokens=5)
         assert first.usage is not None
         counted = proxy.counted()
-        assert served(endpoints, "liar") == counted + 3 * PRICES.output  # the gateway believes it
         with pytest.raises(openai.APIStatusError, match="more than the") as refused:
             client.completions.create(model=MODEL, prompt="Hi", max_tokens=5)
         assert refused.value.status_code == 402 and proxy.disputes
+        asked = counted + 3 * PRICES.output  # what the gateway believes, from the server's usage
+        assert f"asks for {ada(asked)} in all" in proxy.disputes[0]
     assert store.signed(CHANNEL.hex()) <= counted  # nothing signed above the renter's count
+    assert served(endpoints, "liar") == 0  # the disputed answer never reached the book

@@ -98,7 +98,7 @@ def test_vllm_through_the_gateway_billed_per_token(gateway, store):
         assert answer.usage is not None and answer.usage.prompt_tokens == prompt
         assert answer.usage.completion_tokens == 12
         cost = prompt * PRICES.input + 12 * PRICES.output
-        assert proxy.counted() == cost == served(endpoints, "chat")
+        assert proxy.counted() == cost
 
         stream = client.completions.create(model=MODEL, prompt="Once", max_tokens=500,
                                            stream=True, extra_body=VLLM_SAMPLING)  # fmt: skip
@@ -109,7 +109,6 @@ def test_vllm_through_the_gateway_billed_per_token(gateway, store):
                 break
         stream.close()
         billed = proxy.counted() - cost
-        assert billed == served(endpoints, "chat") - cost
         once = tokenizer.prompt_tokens("/v1/completions", {"prompt": "Once"}) * PRICES.input
         assert once + 5 * PRICES.output <= billed < once + 500 * PRICES.output
         assert proxy.settle() == served(endpoints, "chat")
