@@ -25,8 +25,11 @@ HTTP/1.1 with keep-alive over raw sockets (a light client, so the gateway is wha
 
 Prints a table and writes bench/results/services.json (a part run alone keeps the other's
 numbers there).
-Run: .venv/bin/python -m bench.services [--part gateway|fees] [--requests N] [--concurrency C]
-[--runs R]
+- `llm`: LLM endpoints billed per token (bench/services_llm.py): cold start, the gateway's
+  overhead on time to first token and tokens a second, the fees of 1,000 chat completions.
+
+Run: .venv/bin/python -m bench.services [--part gateway|fees|llm] [--requests N]
+[--concurrency C] [--runs R]
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
@@ -65,7 +69,7 @@ from provider.gateway.app import gateway_app
 from provider.gateway.guard import ConnectionLimits, guarded_protocol
 from provider.money.channel_book import ChannelBook, ChannelView
 from provider.rentals.book import RentalBook
-from tests.protocol.onchain import confirm, output
+from tests.protocol.onchain import confirm, output, tx_fee
 from tests.provider.test_gateway_support import (
     NETWORK,
     POINT,
@@ -75,7 +79,6 @@ from tests.provider.test_gateway_support import (
     serving,
     upstream,
 )
-from tests.provider.test_payout_watcher import settled_fee
 
 RESULTS = Path(__file__).parent / "results" / "services.json"
 PRICE = 1_000
@@ -239,11 +242,39 @@ def run(requests: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-async def fee_cost(requests: int) -> dict[str, Any]:
-    """`requests` requests at PRICE_PER_REQUEST, paid by IOUs through the gateway on one
-    channel: open (the renter's fee), one claim by the daemon's schedule and the provider's
-    end (the provider's fees); and 1,000 escrowed one-request jobs' fees, scaled to `requests`."""
-    deposit = requests * PRICE_PER_REQUEST
+Signer = Callable[[int], str]  # an IOU header's value for so many lovelace in all
+# the paid requests of `fee_cost`: through a gateway over (book, endpoints) on channel `id`,
+# each IOU from `sign`; their wall time (s)
+Load = Callable[[ChannelBook, RentalBook, bytes, Signer], float]
+
+
+def plain_requests(requests: int) -> Load:
+    """`requests` requests at PRICE_PER_REQUEST to a plain upstream, each paid ahead."""
+
+    def load(book: ChannelBook, endpoints: RentalBook, channel: bytes, sign: Signer) -> float:
+        headers = [{IOU_HEADER: sign(n * PRICE_PER_REQUEST)} for n in range(1, requests + 1)]
+        with serving(upstream) as upstream_url:
+            endpoints.add(running("fees", upstream_url, PRICE_PER_REQUEST, channel=channel))
+            with serving(gateway_app(book, endpoints)) as url, httpx.Client() as client:
+                start = time.perf_counter()
+                for header in headers:
+                    answer = client.get(f"{url}/endpoints/fees{ANSWER.decode()}", headers=header)
+                    assert answer.status_code == 200, answer.text
+                wall: float = time.perf_counter() - start
+                return wall
+
+    return load
+
+
+async def fee_cost(
+    requests: int, deposit: int | None = None, load: Load | None = None
+) -> dict[str, Any]:
+    """`requests` requests paid by IOUs through the gateway on one channel of `deposit`
+    (`load` makes and pays them: by default `plain_requests`, PRICE_PER_REQUEST each): open
+    (the renter's fee), one claim by the daemon's schedule and the provider's end (the
+    provider's fees); and 1,000 escrowed one-request jobs' fees, scaled to `requests`."""
+    deposit = requests * PRICE_PER_REQUEST if deposit is None else deposit
+    load = plain_requests(requests) if load is None else load
     settings = DaemonSettings(channel_min_deposit_lovelace=deposit,
                               channel_min_close_period_ms=CLOSE_MS)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="services-fees-") as directory:
@@ -262,23 +293,16 @@ async def fee_cost(requests: int) -> dict[str, Any]:
             book = ChannelBook(scratch / "channels.sqlite", deployment.network_id,
                                deployment.channel_hash, credit=0)  # fmt: skip
             admit(chain, book, channel.utxo.input, terms, settings)
-            endpoints = RentalBook(scratch / "endpoints.sqlite")
-            headers = [{IOU_HEADER: renter_iou(deployment, renter, channel, n * PRICE_PER_REQUEST)
-                        .to_header()} for n in range(1, requests + 1)]  # fmt: skip
-            with serving(upstream) as upstream_url:
-                endpoints.add(running("fees", upstream_url, PRICE_PER_REQUEST, channel=channel.id))
-                with serving(gateway_app(book, endpoints)) as url, httpx.Client() as client:
-                    start = time.perf_counter()
-                    for header in headers:
-                        answer = client.get(f"{url}/endpoints/fees{ANSWER.decode()}",
-                                            headers=header)  # fmt: skip
-                        assert answer.status_code == 200, answer.text
-                    wall = time.perf_counter() - start
+
+            def sign(amount: int) -> str:
+                return renter_iou(deployment, renter, channel, amount).to_header()
+
+            wall = load(book, RentalBook(scratch / "endpoints.sqlite"), channel.id, sign)
             since = await tip_point(devnet.url)
             await ChannelClaimer(chain, book, settings).tick()
             entry = book.get(channel.id)
             assert entry is not None and entry.view.claimed == deposit, entry
-            claim_fee = await settled_fee(devnet, entry.view.utxo.split("#")[0], since)
+            claim_fee = await tx_fee(devnet, entry.view.utxo.split("#")[0], since)
             utxo = chain.utxo(entry.view.utxo)
             assert utxo is not None
             claimed = channels.read_channel(deployment, utxo)
@@ -295,7 +319,7 @@ async def fee_cost(requests: int) -> dict[str, Any]:
     escrow_per_request = escrowed["fee_per_request_lovelace"]
     return {
         "requests": requests,
-        "price_per_request_lovelace": PRICE_PER_REQUEST,
+        "price_per_request_lovelace": deposit // requests,
         "paid_lovelace": deposit,
         "requests_per_s": requests / wall,  # one at a time, an fsync'd IOU each
         "load_average_1m": os.getloadavg()[0],  # this machine is shared: the rate varies
@@ -373,11 +397,17 @@ def fee_rows(fees: dict[str, Any]) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("all", "gateway", "fees"), default="all")
+    parser.add_argument("--part", choices=("all", "gateway", "fees", "llm"), default="all")
     parser.add_argument("--requests", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--fee-requests", type=int, default=REQUESTS)
+    parser.add_argument(
+        "--llm-fee-requests",
+        type=int,
+        default=REQUESTS,
+        help="chat completions paid for the llm fees (0: keep the last figures)",
+    )
     args = parser.parse_args()
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     rows = []
@@ -385,10 +415,17 @@ def main() -> None:
         runs = [run(args.requests, args.concurrency) for _ in range(args.runs)]
         result.update(median_of_runs(runs))
         rows += gateway_rows(result, args.concurrency)
-    if args.part in ("all", "fees"):
+    if args.part in ("all", "fees", "llm"):
         logging.getLogger("PyCardano").setLevel(logging.CRITICAL)
+    if args.part in ("all", "fees"):
         result["fee_cost"] = asyncio.run(fee_cost(args.fee_requests))
         rows += fee_rows(result["fee_cost"])
+    if args.part in ("all", "llm"):
+        from bench import services_llm  # it imports this module
+
+        result["llm"] = services_llm.run(services_llm.RUNS, services_llm.STREAMS,
+                                         args.llm_fee_requests, result.get("llm"))  # fmt: skip
+        rows += services_llm.rows(result["llm"])
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

@@ -19,7 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import SettingsConfigDict
 
 from contracts import SETTLE_BATCH_MAX
@@ -110,6 +118,16 @@ class Offer(_Section):
         None, ge=0, description="lovelace per request of an endpoint at least (unset: no "
         "per-request endpoints; per-second ones pay the bundle's price)",
     )  # fmt: skip
+    token_prices: list[NonNegativeInt] | None = Field(
+        None, min_length=2, max_length=2, description="lovelace per input token and per "
+        "output token of an llm endpoint (`kind: llm`) at least, e.g. [2, 8] (unset: no llm "
+        "endpoints)",
+    )  # fmt: skip
+
+    @property
+    def llm_prices(self) -> tuple[int, int] | None:
+        """`token_prices` as (input, output), or None."""
+        return None if self.token_prices is None else (self.token_prices[0], self.token_prices[1])
 
     @model_validator(mode="after")
     def _whole_or_shared(self) -> Offer:

@@ -6,7 +6,9 @@ path): built on the provider's python image (`provider.images.recipes`).
 - onnx-service: the python image plus onnxruntime (its wheel unpacked into site-packages, no
   network inside the build), `samples/onnx_model.py`'s network and `samples/onnx_service.py`
   serving it on the same port (built once per machine: seconds over the python image, once
-  pip has fetched the 28 MB wheel).
+  pip has fetched the 28 MB wheel);
+- llm-service: the PyTorch image (`provider.images.torch`) with `samples/llm_model.py`'s
+  transformer served by `samples/llm_service.py` (OpenAI's routes) on the same port.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ ONNXRUNTIME_WHEEL = ("--only-binary=:all:", "--no-deps", "--python-version", "3.
 ONNXRUNTIME_ENV = "ENV ORT_DISABLE_TELEMETRY=1"  # no device id written, nothing uploaded
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"  # bookworm's python3 looks here
 ONNX_SERVICE_SCRIPT = HERE / "onnx_service.py"
+LLM_SERVICE_REPOSITORY = "unchained/llm-service"
+LLM_FILES = [HERE / name for name in ("sample_service.py", "llm_tokens.py", "llm_model.py",
+                                      "llm_service.py")]  # fmt: skip
 ONNX_IN_IMAGE = "/opt/unchained"  # PYTHONPATH: the scripts are samples.* there, as here
 
 
@@ -104,3 +109,14 @@ def _onnxruntime_image(client: docker.DockerClient) -> str:
             commit(client, base, archive.getvalue(), ONNXRUNTIME_REPOSITORY, tag, changes)
 
     return cached(client, f"{ONNXRUNTIME_REPOSITORY}:{tag}", build)
+
+
+def llm_service_image(client: docker.DockerClient) -> str:
+    """The PyTorch image serving `samples/llm_service.py` on SAMPLE_SERVICE_PORT."""
+    from provider.images.torch import torch_image
+
+    command = f'CMD ["python3", "-m", "samples.llm_service", "{SAMPLE_SERVICE_PORT}"]'
+    changes = [*PYTHON_CHANGES[:-1], f"ENV PYTHONPATH={ONNX_IN_IMAGE}",
+               f"EXPOSE {SAMPLE_SERVICE_PORT}", command]  # fmt: skip
+    return python_with(client, LLM_SERVICE_REPOSITORY, f"{ONNX_IN_IMAGE}/samples", LLM_FILES,
+                       changes, base=torch_image(client))  # fmt: skip

@@ -8,6 +8,7 @@ channel script, read from the file alone (no chain: a call needs only the gatewa
 and `--json` are the job commands' (`consumer.cli.main`). (No `from __future__ import annotations`:
 typer reads these annotations through `consumer.cli.main.command`'s signature.)"""
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -248,7 +249,7 @@ def deploy(
     )  # fmt: skip
     shown = []
     for place, channel in zip(record.placements(), channels, strict=True):
-        utxo = sdk.status(channel.channel_id).utxo
+        utxo = channel_utxo(sdk, channel.channel_id)
         with GatewayControl(place.gateway_url, sdk.key, sdk.deployment.network_id) as control:
             admission = (utxo, channel.terms_cbor) if utxo else None
             control.deploy(name, bytes.fromhex(channel.channel_id), record.spec, admission)
@@ -267,6 +268,53 @@ def deploy(
     )
     if any(s["state"] == "failed" for s in shown):
         raise typer.Exit(1)
+
+
+@command(app, "proxy")
+def proxy(
+    env: Env,
+    name: Name,
+    port: Annotated[int, typer.Option(help="The local port (0: any free one).")] = 0,
+    tokenizer: Annotated[str, typer.Option(help="The Python module that counts the model's "
+                                           "tokens (`prompt_tokens`, `completion_tokens`).")]
+    = "samples.llm_tokens",
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Serve your llm endpoint NAME here as an OpenAI base URL (any OpenAI client, any API
+    key), each request paid on its channel by your own count of its tokens, until Ctrl-C;
+    then pay what was received."""
+    import importlib
+    import signal
+    import sys
+    import threading
+
+    from consumer.sdk.llm_meter import LlmPrices
+    from consumer.sdk.llm_proxy import LlmProxy
+
+    record = local_record(env, name)
+    if record.spec.get("kind") != "llm":
+        raise ConsumerError(f"{name} is a {record.spec.get('kind')} endpoint, not an llm one: "
+                            "`unchained endpoint call` it", endpoint=name)  # fmt: skip
+    counter = importlib.import_module(tokenizer)
+    signer = signer_of(env, record.channel_id)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stop settles, as Ctrl-C does
+    with LlmProxy(record.gateway_url, name, signer, LlmPrices.of_spec(record.spec), counter,
+                  port=port) as served:  # fmt: skip
+        emit(as_json, {"name": name, "base_url": served.url, "channel": record.channel_id},
+             f"{name}: OpenAI base URL {served.url} (any API key); Ctrl-C to stop")  # fmt: skip
+        sys.stdout.flush()
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+        refused = "".join(f"\nrefused: {d}" for d in served.disputes)
+        try:
+            paid = served.settle()
+        except ConsumerError as exc:  # the gateway asks more than counted: said with why
+            raise ConsumerError(f"{exc}{refused}", disputes=served.disputes) from exc
+    emit(
+        as_json,
+        {"name": name, "paid": paid, "disputes": served.disputes},
+        f"{name}: {ada(paid)} signed in all on channel {record.channel_id[:16]}{refused}",
+    )
 
 
 @command(app, "logs")
@@ -324,6 +372,16 @@ def deployment_statuses(env: Env) -> list[dict[str, Any]]:
         shown.append({**status, "name": record.name, "kind": record.kind,
                       "gateway_url": record.gateway_url, "channel": record.channel_id})  # fmt: skip
     return shown
+
+
+def channel_utxo(sdk: Any, channel_id: str, wait_s: float = 30) -> str | None:
+    """Where the channel is on chain (TXID#IX): a channel opened a moment ago may be missing
+    from the chain context's answers for its tip (pycardano keeps them about a second), so it
+    is asked again until it shows or `wait_s` passes (None: the first deploy is refused)."""
+    deadline = time.monotonic() + wait_s
+    while (utxo := sdk.status(channel_id).utxo) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return utxo
 
 
 def default_name(image: str) -> str:

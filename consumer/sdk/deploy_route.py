@@ -73,6 +73,11 @@ def refusal(terms: dict[str, Any], spec: BaseModel) -> str | None:
     if per_request and (terms.get("request_price") is None or
                         per_request < terms["request_price"]):  # fmt: skip
         return f"request price {terms.get('request_price')}"
+    if getattr(spec, "kind", "") == "llm":
+        floors = terms.get("token_prices")
+        asked = [getattr(spec, f"price_per_{way}_token") for way in ("input", "output")]
+        if floors is None or any(a < int(f) for a, f in zip(asked, floors, strict=True)):
+            return f"token prices {floors}"
     least = int(terms["price_per_unit"]) * getattr(spec, "replicas", 1)
     if per_second and per_second < least:
         return f"price per second {least}"

@@ -120,6 +120,10 @@ class OfferTerms(_Body):
         None, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace per request its endpoints "
         "charge at least. Absent: no per-request endpoints.",
     )  # fmt: skip
+    token_prices: list[Annotated[int, Field(ge=0, le=MAX_SUPPLY_LOVELACE)]] | None = Field(
+        None, min_length=2, max_length=2, description="Lovelace per input token and per "
+        "output token its llm endpoints (`kind: llm`) charge at least. Absent: none.",
+    )  # fmt: skip
     gpu_slices: list[SliceTerms] = Field(
         default_factory=list, max_length=MAX_SLICE_OFFERS, description="Fractions of GPUs "
         "rented beside the operator's own work: slices of a model, each a memory size and a "

@@ -434,7 +434,7 @@ def gateway(
         state, made.network_id, made.channel_hash, settings.daemon.channel_credit_lovelace
     )
     bundle, _ = slots_of(settings.offer, inventory)
-    terms = DeployTerms.of(bundle, settings.offer.request_price)
+    terms = DeployTerms.of(bundle, settings.offer.request_price, settings.offer.llm_prices)
     logs = engine_logs(docker.from_env(), settings.runner)
     app = gateway_app(book, RentalBook.in_state_dir(state), terms=terms, logs=logs,
                       job_files=JobFiles.of(settings.runner))  # fmt: skip

@@ -78,7 +78,8 @@ class Daemon:
         self.offer = OfferKeeper(
             self.link, bundle, str(chain.payout), config.runner.state_dir,
             runner.images, config.runner.pull_images,
-            GatewayTerms(gateway, config.offer.request_price) if gateway else None,
+            GatewayTerms(gateway, config.offer.request_price, config.offer.llm_prices)
+            if gateway else None,
             functools.partial(load_slice_results, config.runner.state_dir),
         )  # fmt: skip
         self.payouts = PayoutWatcher(self.chain, self.journal, runner.results_dir, self.settings)

@@ -54,6 +54,8 @@ def offer_terms(
         terms["gateway_url"] = gateway.url
         if gateway.request_price is not None:
             terms["request_price"] = gateway.request_price
+        if gateway.token_prices is not None:
+            terms["token_prices"] = list(gateway.token_prices)
     if bundle.gpu_slices:
         tests = slice_tests or {}
         terms["gpu_slices"] = [
@@ -106,11 +108,12 @@ def describe_offer(terms: dict[str, Any]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class GatewayTerms:
-    """Where the provider's gateway is and its least price per request (None: no
-    per-request endpoints)."""
+    """Where the provider's gateway is, its least price per request (None: no per-request
+    endpoints) and per input and output token (None: no llm endpoints)."""
 
     url: str
     request_price: int | None
+    token_prices: tuple[int, int] | None = None
 
 
 class OfferKeeper:

@@ -23,6 +23,8 @@ it pays the next one. The connections themselves are bounded by `provider.gatewa
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -45,6 +47,15 @@ from provider.gateway.control import (
     reply,
 )
 from provider.gateway.limits import BodyRefused, ClientGone, Quota, read_body
+from provider.gateway.tokens import (
+    CANCEL_PREFIX,
+    STREAM_HEADER,
+    Streams,
+    TokenPrices,
+    UsageMeter,
+    token_prices,
+    with_usage,
+)
 from provider.gateway.upstream import PoolTimeout, UpstreamError, UpstreamPool
 from provider.money.channel_book import ChannelBook, IouRefused
 from provider.rentals.book import RUNNING, Rental, RentalBook, channel_due
@@ -105,6 +116,11 @@ class Gateway:
         # by channel: the next IOU on it must cover them too
         self._in_flight: dict[bytes, int] = {}
         self._turns: dict[str, int] = {}  # requests routed, by endpoint: picks its replica
+        # lovelace of llm answers metered but not yet covered by a stored IOU, by channel and
+        # deployment: the renter pays an answer's tokens with its next IOU, so the book (what
+        # the daemon's IOUs-lag rule reads) takes them only once paid; the 402 rule sees them
+        self._unpaid: dict[bytes, dict[str, int]] = {}
+        self.streams = Streams()  # llm endpoints' streams being forwarded
         self.control = ControlRoutes(self, terms, logs, job_files)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -138,6 +154,10 @@ class Gateway:
                 for e in self.endpoints.list() if e.kind == "endpoint" and e.state == RUNNING
             ]  # fmt: skip
             await reply(send, 200, listed)
+            return
+        if path.startswith(CANCEL_PREFIX) and path.endswith("/cancel"):
+            found = self.streams.cancel(path[len(CANCEL_PREFIX) : -len("/cancel")])
+            await reply(send, 200 if found else 404, {"cancelled": found})
             return
         if path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/"):
             await self.control.handle(scope, receive, send)
@@ -184,6 +204,7 @@ class Gateway:
             except IouRefused as refusal:
                 await payment_required(settled_send, endpoint.channel, str(refusal), due, price)
                 return
+            self.paid_up(endpoint.channel, iou.amount)
             await self._forward(scope, receive, settled_send, endpoint, rest, declared, held)
         finally:
             held.release()
@@ -203,12 +224,16 @@ class Gateway:
             with self._buffers.holding(renter, "the gateway's body buffers") as hold:
                 has_body = declared != 0 and (declared is not None or _chunked(headers))
                 body = await read_body(receive, self.max_request_bytes, hold) if has_body else None
+                prices = token_prices(endpoint.spec_json)
+                if prices is not None:
+                    body = with_usage(body)
                 target = "/" + quote(rest, safe=PATH_SAFE)  # the path as sent, however encoded
                 if scope["query_string"]:
                     target += "?" + scope["query_string"].decode("latin-1")
                 forwarded = [(k, v) for k, v in headers if k not in NOT_FORWARDED]
+                metered = None if prices is None else _Metered(self, endpoint, prices, receive)
                 await self._proxy(scope["method"], self._next_upstream(endpoint), target,
-                                  forwarded, body, send, held)  # fmt: skip
+                                  forwarded, body, send, held, metered)  # fmt: skip
         except BodyRefused as refusal:
             await reply(send, refusal.status, {"error": refusal.reason}, CLOSE)
         except ClientGone:
@@ -244,9 +269,32 @@ class Gateway:
         return named[0] if len(named) == 1 else None
 
     def due(self, channel: bytes) -> int:
-        """What `channel` owes now, requests in flight included: every deployment on it."""
+        """What `channel` owes now, requests in flight and llm answers not paid yet included:
+        every deployment on it."""
         now = time.time_ns() // 1_000_000
-        return channel_due(self.endpoints, channel, now) + self._in_flight.get(channel, 0)
+        unpaid = sum(self._unpaid.get(channel, {}).values())
+        return channel_due(self.endpoints, channel, now) + self._in_flight.get(channel, 0) + unpaid
+
+    def owe(self, channel: bytes, name: str, lovelace: int) -> None:
+        """An llm answer on `name` metered at `lovelace`: owed until an IOU covers it."""
+        owed = self._unpaid.setdefault(channel, {})
+        owed[name] = owed.get(name, 0) + lovelace
+
+    def paid_up(self, channel: bytes, acknowledged: int) -> None:
+        """An IOU of `acknowledged` on `channel` is stored: the unpaid answers it covers go
+        into the book (charged to their deployments)."""
+        owed = self._unpaid.get(channel)
+        if not owed:
+            return
+        room = acknowledged - channel_due(self.endpoints, channel, time.time_ns() // 1_000_000)
+        for name, lovelace in list(owed.items()):
+            if lovelace <= room:
+                room -= lovelace
+                del owed[name]
+                with contextlib.suppress(KeyError):  # removed meanwhile: nothing to charge
+                    self.endpoints.charge(name, lovelace, requests=0)
+        if not owed:
+            del self._unpaid[channel]
 
     def _next_upstream(self, endpoint: Rental) -> str:
         """Its replicas in turn (round-robin, counted per endpoint)."""
@@ -264,9 +312,10 @@ class Gateway:
         body: bytes | None,
         send: Send,
         held: _Held,
+        metered: _Metered | None = None,
     ) -> None:
         """Stream the request to `target` on `upstream` and its answer back, charged as the
-        answer starts."""
+        answer starts (and, for an llm endpoint, by the usage forwarded once it ends)."""
         if self._pool is None:
             self._pool = UpstreamPool(*self._pool_terms)
         try:
@@ -289,6 +338,8 @@ class Gateway:
                 if name not in NOT_FORWARDED:
                     kept.append((name, value))
             held.charge()
+            if metered is not None:
+                kept = metered.start(answer.status, kept)
             await send({"type": "http.response.start", "status": answer.status, "headers": kept})
             sent = 0
             async for chunk in answer.chunks():
@@ -296,9 +347,17 @@ class Gateway:
                 if sent > self.max_response_bytes:  # the status is sent: cut the connection
                     raise RuntimeError(f"upstream {upstream}{target} answered more than "
                                        f"{self.max_response_bytes} bytes: cut")  # fmt: skip
+                if metered is not None and metered.ended():
+                    break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if metered is not None:
+                    metered.meter.feed(chunk)
+            if metered is not None:
+                metered.bill()  # before the answer ends: the renter's next request owes it
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            if metered is not None:
+                metered.bill()
             answer.aclose()
 
 
@@ -325,6 +384,55 @@ class _Held:
         if not self._settled:
             self._settled = True
             self._in_flight[self._channel] -= self._price
+
+
+class _Metered:
+    """An llm endpoint's answer, metered as it is forwarded (`provider.gateway.tokens`): a
+    stream gets an id its renter may cancel by, and ends early on a cancel or a disconnect;
+    `bill` charges the usage forwarded, once."""
+
+    def __init__(
+        self, gateway: Gateway, endpoint: Rental, prices: TokenPrices, receive: Receive
+    ) -> None:
+        self._gateway, self._name, self._prices = gateway, endpoint.name, prices
+        self._channel = endpoint.channel
+        self._receive = receive
+        self.meter = UsageMeter(streaming=False)
+        self._stream = ""
+        self._watch: asyncio.Task[None] | None = None
+        self._billed = False
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The answer's headers, a stream's id added; metering starts."""
+        streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
+                        for k, v in headers)  # fmt: skip
+        self.meter = UsageMeter(streaming)
+        if status != 200 or not streaming:
+            return headers
+        self._stream = self._gateway.streams.open()
+        self._watch = asyncio.ensure_future(self._left())
+        return [*headers, (STREAM_HEADER, self._stream.encode())]
+
+    async def _left(self) -> None:
+        """The renter hung up: the stream ends at its next chunk."""
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self._gateway.streams.cancel(self._stream)
+
+    def ended(self) -> bool:
+        return bool(self._stream) and self._gateway.streams.cancelled(self._stream)
+
+    def bill(self) -> None:
+        if self._billed:
+            return
+        self._billed = True
+        if self._watch is not None:
+            self._watch.cancel()
+        self._gateway.streams.close(self._stream)
+        self.meter.finish()
+        cost = self._prices.cost(self.meter.usage)
+        if cost:
+            self._gateway.owe(self._channel, self._name, cost)
 
 
 def gateway_app(

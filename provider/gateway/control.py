@@ -81,7 +81,7 @@ LOG_LINES = 200
 SEEN_PER_RENTER = 1_000  # signed requests of one renter key kept at once (one window's)
 SEEN_IN_ALL = 100_000
 # a spec's `kind` -> the deployment's
-KIND_OF_SPEC = {"service": ENDPOINT, "pod": POD, CHANNEL_JOB: JOB}
+KIND_OF_SPEC = {"service": ENDPOINT, "llm": ENDPOINT, "pod": POD, CHANNEL_JOB: JOB}
 SIGNED_ACTIONS = ("stop", "logs", "status", "receipt", "results")
 
 
@@ -89,19 +89,24 @@ SIGNED_ACTIONS = ("stop", "logs", "status", "receipt", "results")
 class DeployTerms:
     """What this provider deploys: at most its offer's bundle per container, per second at
     least its offer's `price_per_unit` for each, per request at least `request_price` (None:
-    it sells no per-request endpoints)."""
+    it sells no per-request endpoints), per input and output token of an llm endpoint at
+    least `token_prices` (None: it sells no llm endpoints)."""
 
     bundle: Bundle
     price_per_unit: int
     request_price: int | None
+    token_prices: tuple[int, int] | None = None
 
     @classmethod
-    def of(cls, offer: OfferBundle, request_price: int | None) -> DeployTerms:
+    def of(
+        cls, offer: OfferBundle, request_price: int | None,
+        token_prices: tuple[int, int] | None = None,
+    ) -> DeployTerms:  # fmt: skip
         """The terms of the daemon's offer (one slot's bundle at its price)."""
         resources = offer.resources
         bundle = Bundle(gpus=resources.gpus, min_vram_mib=resources.min_vram_mib,
                         cpu_cores=resources.cpu_cores, memory_mib=resources.memory_mib)  # fmt: skip
-        return cls(bundle, offer.price_per_unit, request_price)
+        return cls(bundle, offer.price_per_unit, request_price, token_prices)
 
     def check(self, spec: BaseModel) -> None:
         """ControlRefused (403) if `spec` asks more than the bundle or pays less."""
@@ -122,11 +127,25 @@ class DeployTerms:
         if per_request and per_request < (self.request_price or 0):
             raise ControlRefused(403, f"price_per_request: {per_request} lovelace is below "
                                  f"this provider's {self.request_price}")  # fmt: skip
+        if getattr(spec, "kind", "") == "llm":
+            self._tokens_paid(spec)
         least = self.price_per_unit * replicas  # a pure per-request endpoint: request_price
         if per_second and per_second < least:
             raise ControlRefused(403, f"price_per_second: {per_second} lovelace is below "
                                  f"this provider's {least} ({replicas} x "
                                  f"{self.price_per_unit})")  # fmt: skip
+
+    def _tokens_paid(self, spec: BaseModel) -> None:
+        """ControlRefused (403) if this provider sells no llm endpoints or `spec`'s token
+        prices are below its."""
+        if self.token_prices is None:
+            raise ControlRefused(403, "this provider sells no llm endpoints (its offer names "
+                                 "no token_prices)")  # fmt: skip
+        for field, floor in zip(("price_per_input_token", "price_per_output_token"),
+                                self.token_prices, strict=True):  # fmt: skip
+            if getattr(spec, field) < floor:
+                raise ControlRefused(403, f"{field}: {getattr(spec, field)} lovelace is below "
+                                     f"this provider's {floor}")  # fmt: skip
 
 
 def public(endpoint: Rental, due: int) -> dict[str, Any]:
@@ -370,6 +389,7 @@ class ControlRoutes:
         except (ValueError, IouRefused) as error:
             await payment_required(send, endpoint.channel, str(error), due, 0)
             return
+        self.gateway.paid_up(endpoint.channel, iou.amount)
         await reply(send, 200, {"name": name, "due": due, "acknowledged": iou.amount})
 
     def _deployment(self, stored: str, name: str) -> Rental:

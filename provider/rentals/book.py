@@ -290,16 +290,17 @@ class RentalBook:
         self._update(name, "state = ?, reason = ?, stopped_ms = ?", (state, reason, stopped_ms),
                      f"state NOT IN ('{STOPPED}', '{FAILED}')")  # fmt: skip
 
-    def charge(self, name: str, lovelace: int) -> int:
-        """Count one request served on `name` at `lovelace`; the lovelace served in all since.
-        KeyError if there is no such deployment (removed while the request was served)."""
-        if lovelace < 0:
+    def charge(self, name: str, lovelace: int, requests: int = 1) -> int:
+        """Count `requests` served on `name` at `lovelace` (0 requests: the tokens of one
+        counted already); the lovelace served in all since. KeyError if there is no such
+        deployment (removed while the request was served)."""
+        if lovelace < 0 or requests < 0:
             raise ValueError("a charge is never negative")
         with self._lock:
             row = self._db.execute(
-                "UPDATE deployment SET requests = requests + 1, served = served + ? "
+                "UPDATE deployment SET requests = requests + ?, served = served + ? "
                 "WHERE name = ? RETURNING channel, requests, served",
-                (lovelace, name),
+                (requests, lovelace, name),
             ).fetchone()
             if row is None:
                 raise KeyError(f"no deployment named {name}")

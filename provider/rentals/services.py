@@ -121,9 +121,12 @@ class Services:
                 for replica in range(spec.replicas)
             ]
             upstreams = []
+            # the renter's start timeout (an llm spec's), within the provider's
+            timeout_s = min(getattr(spec, "start_timeout_s", self.health_timeout_s),
+                            self.health_timeout_s)  # fmt: skip
             for container in containers:
                 upstream = f"http://{LOOPBACK}:{host_port(container, spec.port)}"
-                _wait_healthy(container, upstream + spec.health_path, self.health_timeout_s)
+                _wait_healthy(container, upstream + spec.health_path, timeout_s)
                 upstreams.append(upstream)
             image = str(containers[0].attrs["Image"])
         except BaseException as exc:  # whatever stopped it (Ctrl-C too): nothing of it stays

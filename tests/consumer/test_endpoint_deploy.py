@@ -5,7 +5,8 @@ its gateway (`provider gateway`), both real processes. The renter deploys the sa
 three times, reads its logs, lists it and stops it; the daemon removes its container and
 claims the channel. A deploy of a taken name is refused before any channel is funded. Amounts
 to the lovelace: each call paid one price, the IOU acknowledged, the claim on chain, the
-provider's balance (the claim's fee aside)."""
+provider's balance (the claim's fee aside). Then, on the same set-up, `kind: llm` endpoints
+called with the `openai` client (tests/consumer/llm_devnet.py), claimed the same way."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from provider.rentals.book import RentalBook, qualified
 from provider.rentals.services import LABEL_SERVICE
 from samples import images as sample_images
 from tests.consumer.cli import cli_env, funded_key, run, run_json
+from tests.consumer.llm_devnet import INPUT, OUTPUT, llm_endpoints_on_devnet
 from tests.protocol.onchain import balance
 from tests.provider.daemon_harness import IDENTITY, daemon_on_market, quiet_market
 from tests.provider.test_channels_daemon import claimed
@@ -62,7 +64,8 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
     gateway_url = f"http://127.0.0.1:{port}"
     async with daemon_on_market(
         devnet, tmp_path, deployment_file, settings, bundles=2, gateway_url=gateway_url,
-        offer_lines=f"request_price = {PRICE}", channel_claim_interval_s=1,
+        offer_lines=f"request_price = {PRICE}\ntoken_prices = [{INPUT}, {OUTPUT}]",
+        channel_claim_interval_s=1,
     ) as (daemon, provider, market_url):  # fmt: skip
         gateway = gateway_process(daemon, deployment_file, devnet.url, port, tmp_path / "gw.log")
         try:
@@ -130,6 +133,14 @@ async def test_deploy_call_list_logs_and_stop_the_sample_service(devnet, tmp_pat
             row = RentalBook.in_state_dir(daemon.state_dir).get(sample)
             assert row is not None and (row.requests, row.served) == (CALLS, CALLS * PRICE)
             assert row.image_digest == client.images.get(image).id
+
+            llm_channel, llm_paid = llm_endpoints_on_devnet(env, tmp_path, daemon)
+            await claimed(book, bytes.fromhex(llm_channel), llm_paid)
+            fees = [
+                int(f) for f in re.findall(r"claiming 1 channel\(s\).* fee (\d+)", daemon.log())
+            ]
+            assert balance(devnet, provider.address) - before == (
+                CALLS * PRICE + llm_paid - sum(fees))  # fmt: skip
         finally:
             gateway.terminate()
             gateway.wait(30)

@@ -122,7 +122,7 @@ def test_control_requests_that_are_refused(gateway: httpx.Client) -> None:
         ServiceSpec.model_validate(bad_spec)
     refused(gateway.post("/deployments", json=signed(spec=bad_spec)), 400, describe(error.value))
     refused(gateway.post("/deployments", json=signed(spec={**SPEC, "kind": "batch"})), 400,
-            "spec: kind must be one of service, pod, job, not 'batch'")  # fmt: skip
+            "spec: kind must be one of service, llm, pod, job, not 'batch'")  # fmt: skip
     refused(gateway.post("/deployments", json=signed(spec={**SPEC, "kind": "job"})), 400,
             "spec:\nprice_per_second: required field is missing")  # fmt: skip
     cheap = {**SPEC, "price_per_request": PRICE - 1}

@@ -82,7 +82,7 @@ def test_a_service_is_digested_as_a_job_is_kind_included():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ("kind: vm", "kind: must be one of job, service, pod, not 'vm'"),
+        ("kind: vm", "kind: must be one of job, service, llm, pod, not 'vm'"),
         ("port: 0", "port: Input should be greater than or equal to 1"),
         ("port: 65536", "port: Input should be less than or equal to 65535"),
         ("port: '80'", "port: Input should be a valid integer"),

@@ -54,8 +54,9 @@ INPUT_SCHEMES = ("https", "http", "data")
 PROVIDER_ENV_PREFIXES = ("NVIDIA_", "CUDA_MPS_")
 HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
 MAX_REPLICAS = 64
+MAX_START_TIMEOUT_S = 3600  # a large model's weights may take a while to load
 MAX_PROVIDERS = 4  # providers one endpoint runs on at once (each paid over its own channel)
-KINDS = ("job", "service", "pod")
+KINDS = ("job", "service", "llm", "pod")
 DEFAULT_POD_IMAGE = "unchained/pod:latest"  # Debian, python3 and sshd: provider/images/pod.py
 MAX_WORKSPACE_KEEP_S = 30 * 24 * 3600
 SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
@@ -291,6 +292,28 @@ class ServiceSpec(_Spec):
         return self.digest()
 
 
+class LlmSpec(ServiceSpec):
+    """A service that speaks OpenAI's API (/v1/completions, /v1/chat/completions,
+    /v1/embeddings, /v1/models), sold per token: the gateway bills each answer's `usage` (a
+    stream's, chunk by chunk) at `price_per_input_token` and `price_per_output_token`, on top
+    of any price per request or second. A ServiceSpec in every other way (the provider runs it
+    as one); its own kind so a renter's signed spec says how it is billed."""
+
+    kind: Literal["llm"]  # type: ignore[assignment]  # a service's kind of its own
+    price_per_input_token: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
+    price_per_output_token: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
+    start_timeout_s: int = Field(120, ge=1, le=MAX_START_TIMEOUT_S, description="Seconds its "
+                                 "replicas have to answer their health path: else it is "
+                                 "stopped and nothing is owed for it.")  # fmt: skip
+
+    @model_validator(mode="after")
+    def _priced(self) -> LlmSpec:
+        if not (self.price_per_input_token or self.price_per_output_token):
+            raise ValueError("an llm endpoint names price_per_input_token and/or "
+                             "price_per_output_token")  # fmt: skip
+        return self
+
+
 class PodSpec(_Spec):
     """One pod: a container running sshd that only `ssh_key` logs in to (as user `pod`, home
     /workspace), sold per second through the provider's gateway. Its /workspace outlives it by
@@ -355,9 +378,10 @@ def describe(error: ValidationError) -> str:
 
 
 def parse_spec(data: Any) -> JobSpec | ServiceSpec | PodSpec:
-    """A JobSpec, a ServiceSpec for `kind: service`, a PodSpec for `kind: pod`, from
-    already-parsed data; JobSpecError saying what is wrong. A job's `kind: job` may be written
-    or not: it is not part of the job (its id is the same either way)."""
+    """A JobSpec, a ServiceSpec for `kind: service` (an LlmSpec for `kind: llm`), a PodSpec
+    for `kind: pod`, from already-parsed data; JobSpecError saying what is wrong. A job's
+    `kind: job` may be written or not: it is not part of the job (its id is the same either
+    way)."""
     if not isinstance(data, dict):
         raise JobSpecError("a job spec is a mapping of fields (image, command, ...)")
     kind = data.get("kind", "job")
@@ -366,6 +390,8 @@ def parse_spec(data: Any) -> JobSpec | ServiceSpec | PodSpec:
     try:
         if kind == "service":
             return ServiceSpec.model_validate(data)
+        if kind == "llm":
+            return LlmSpec.model_validate(data)
         if kind == "pod":
             return PodSpec.model_validate(data)
         return JobSpec.model_validate({k: v for k, v in data.items() if k != "kind"})
@@ -385,7 +411,7 @@ def parse_servicespec(data: Any) -> ServiceSpec:
     """A ServiceSpec from already-parsed data, or JobSpecError saying what is wrong."""
     spec = parse_spec(data)
     if not isinstance(spec, ServiceSpec):
-        raise JobSpecError("kind: a service spec says kind: service")
+        raise JobSpecError("kind: a service spec says kind: service (or llm)")
     return spec
 
 
