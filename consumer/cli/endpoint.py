@@ -195,8 +195,9 @@ def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False
         emit(as_json, endpoints, render(("endpoint", "per request", "per second"), rows))
         return
     shown = deployment_statuses(env)
-    rows = [[d["name"], d["kind"], d["state"], str(d.get("requests", "")),
-             ada(d["due"]) if "due" in d else "", d["gateway_url"]] for d in shown]  # fmt: skip
+    rows = [[d["name"], d["kind"], "idle (at zero)" if d.get("scaled_to_zero") else d["state"],
+             str(d.get("requests", "")), ada(d["due"]) if "due" in d else "",
+             d["gateway_url"]] for d in shown]  # fmt: skip
     emit(as_json, shown, render(("name", "kind", "state", "requests", "channel due", "gateway"),
                                 rows))  # fmt: skip
 

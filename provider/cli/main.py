@@ -418,9 +418,11 @@ def gateway(
     from provider.gateway.app import gateway_app
     from provider.gateway.control import DeployTerms
     from provider.gateway.guard import ConnectionLimits, guarded_protocol
+    from provider.gateway.scaler import Scaler
     from provider.money.channel_book import ChannelBook
     from provider.rentals.book import RentalBook
     from provider.rentals.jobs import JobFiles
+    from provider.rentals.services import Services
     from provider.rentals.starters import engine_logs
 
     host, _, port = listen.rpartition(":")
@@ -435,9 +437,12 @@ def gateway(
     )
     bundle, _ = slots_of(settings.offer, inventory)
     terms = DeployTerms.of(bundle, settings.offer.request_price, settings.offer.llm_prices)
-    logs = engine_logs(docker.from_env(), settings.runner)
-    app = gateway_app(book, RentalBook.in_state_dir(state), terms=terms, logs=logs,
-                      job_files=JobFiles.of(settings.runner))  # fmt: skip
+    engine = docker.from_env()
+    logs = engine_logs(engine, settings.runner)
+    endpoints = RentalBook.in_state_dir(state)
+    scaler = Scaler(endpoints, Services(engine, settings.runner))  # min_replicas below replicas
+    app = gateway_app(book, endpoints, terms=terms, logs=logs,
+                      job_files=JobFiles.of(settings.runner), scaler=scaler)  # fmt: skip
     typer.echo(f"gateway on http://{listen}/endpoints and /deployments", err=True)
     from provider.gateway.tcp import with_tcp_forwarder  # pods: SSH through the gateway's host
 

@@ -47,6 +47,7 @@ from provider.gateway.control import (
     reply,
 )
 from provider.gateway.limits import BodyRefused, ClientGone, Quota, read_body
+from provider.gateway.scaler import ColdStartFailed, Scaler
 from provider.gateway.tokens import (
     CANCEL_PREFIX,
     STREAM_HEADER,
@@ -101,8 +102,10 @@ class Gateway:
         terms: DeployTerms | None,
         logs: LogReader | None,
         job_files: JobFiles | None = None,
+        scaler: Scaler | None = None,
     ) -> None:
         self.endpoints = endpoints
+        self.scaler = scaler
         self.book = book
         self.store = IouStore(book)
         self.max_request_bytes = max_request_bytes
@@ -130,7 +133,9 @@ class Gateway:
             await self._http(scope, receive, send)
 
     async def aclose(self) -> None:
-        """Close the upstream connections and the IOU store's thread."""
+        """Stop scaling; close the upstream connections and the IOU store's thread."""
+        if self.scaler is not None:
+            await self.scaler.aclose()
         if self._pool is not None:
             await self._pool.aclose()
         self.store.close()
@@ -139,6 +144,8 @@ class Gateway:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.scaler is not None:
+                    self.scaler.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -218,10 +225,27 @@ class Gateway:
         if busy:
             await reply(send, 503, {"error": busy}, CLOSE)
             return
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
         renter = endpoint.renter_vkey
         try:
-            with self._buffers.holding(renter, "the gateway's body buffers") as hold:
+            if self.scaler is None:
+                await self._read_and_proxy(scope, receive, send, endpoint, rest, declared, held)
+            else:
+                async with self.scaler.serving(endpoint) as warm:  # a cold start if at zero
+                    await self._read_and_proxy(scope, receive, send, warm, rest, declared, held)
+        except ColdStartFailed as failed:
+            await reply(send, 503, {"error": str(failed)}, CLOSE)
+        finally:
+            self._endpoint_slots.give(endpoint.name)
+            self._renter_slots.give(renter)
+
+    async def _read_and_proxy(
+        self, scope: Scope, receive: Receive, send: Send, endpoint: Rental, rest: str,
+        declared: int | None, held: _Held,
+    ) -> None:  # fmt: skip
+        """The request's body read (bounded), then proxied to one of `endpoint`'s replicas."""
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        try:
+            with self._buffers.holding(endpoint.renter_vkey, "the gateway's body buffers") as hold:
                 has_body = declared != 0 and (declared is not None or _chunked(headers))
                 body = await read_body(receive, self.max_request_bytes, hold) if has_body else None
                 prices = token_prices(endpoint.spec_json)
@@ -238,9 +262,6 @@ class Gateway:
             await reply(send, refusal.status, {"error": refusal.reason}, CLOSE)
         except ClientGone:
             return
-        finally:
-            self._endpoint_slots.give(endpoint.name)
-            self._renter_slots.give(renter)
 
     def _take_slots(self, endpoint: Rental) -> str:
         """Take a slot of `endpoint` and one of its renter: "" if taken, else why not."""
@@ -448,17 +469,19 @@ def gateway_app(
     terms: DeployTerms | None = None,
     logs: LogReader | None = None,
     job_files: JobFiles | None = None,
+    scaler: Scaler | None = None,
 ) -> Gateway:
     """The gateway over `book` (IOUs) and `endpoints` (where and at what price), for uvicorn;
     `terms`: what this provider deploys and at what prices (None: it takes no deploy),
     `logs`: how it reads a deployment's output (None: it shows none), `job_files`: where a
-    channel job's receipt and results are (None: it serves none)."""
+    channel job's receipt and results are (None: it serves none), `scaler`: how endpoints
+    scale with their requests (None: every replica runs from start to stop)."""
     return Gateway(
         book, endpoints, max_request_bytes=max_request_bytes,
         max_response_bytes=max_response_bytes,
         max_upstream_connections=max_upstream_connections, endpoint_slots=endpoint_slots,
         renter_slots=renter_slots, upstream_timeout_s=upstream_timeout_s, terms=terms, logs=logs,
-        job_files=job_files,
+        job_files=job_files, scaler=scaler,
     )  # fmt: skip
 
 

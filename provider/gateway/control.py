@@ -150,8 +150,10 @@ class DeployTerms:
 
 def public(endpoint: Rental, due: int) -> dict[str, Any]:
     """A deployment as anyone may see it: every field but its spec and key, and `due`, what
-    its channel owes now (every deployment on it)."""
+    its channel owes now (every deployment on it), and whether it is scaled to zero (running,
+    no replica warm: billed no seconds until a request starts one)."""
     shown = dataclasses.asdict(endpoint)
+    shown["scaled_to_zero"] = endpoint.scaled_to_zero
     del shown["spec_json"], shown["renter_vkey"]
     shown["name"] = endpoint.public_name
     shown["channel"] = endpoint.channel.hex()

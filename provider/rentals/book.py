@@ -45,9 +45,13 @@ CREATE TABLE IF NOT EXISTS deployment (
     started_ms INTEGER NOT NULL,    -- POSIX ms; 0 until running
     stopped_ms INTEGER NOT NULL,    -- POSIX ms; 0 while not stopped
     requests INTEGER NOT NULL,      -- requests served so far
-    served INTEGER NOT NULL         -- lovelace of requests charged so far
+    served INTEGER NOT NULL,        -- lovelace of requests charged so far
+    cold_ms INTEGER NOT NULL DEFAULT 0,       -- ms it spent scaled to zero (ended spells)
+    cold_since_ms INTEGER NOT NULL DEFAULT 0  -- POSIX ms it scaled to zero; 0 while warm
 )
 """
+# Columns added since the first schema: a book made before gets them (ALTER TABLE, in order).
+ADDED = (("cold_ms", "INTEGER NOT NULL DEFAULT 0"), ("cold_since_ms", "INTEGER NOT NULL DEFAULT 0"))
 # How to admit a channel the channel book does not serve yet (the renter's first deploy on it
 # names them): the daemon reads its output on chain and checks it as `channel admit` does.
 ADMISSION = """
@@ -97,6 +101,8 @@ class Rental:
     stopped_ms: int = 0  # 0 while not stopped
     requests: int = 0
     served: int = 0  # lovelace charged for requests (the per-second part is `due_of`'s)
+    cold_ms: int = 0  # ms spent scaled to zero, spells ended (not billed per second)
+    cold_since_ms: int = 0  # when it scaled to zero (0 while a replica is warm)
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.public_name):
@@ -112,7 +118,7 @@ class Rental:
             raise ValueError(f"upstream {self.upstream!r} is not http(s)://HOST[:PORT][,...]")
         numbers = (self.public_port, self.price_per_request, self.price_per_second,
                    self.created_ms, self.started_ms, self.stopped_ms, self.requests,
-                   self.served)  # fmt: skip
+                   self.served, self.cold_ms, self.cold_since_ms)  # fmt: skip
         if min(numbers) < 0:
             raise ValueError("ports, prices, times, requests and served lovelace are never "
                              "negative")  # fmt: skip
@@ -121,6 +127,11 @@ class Rental:
     def public_name(self) -> str:
         """The name its renter chose (the book's `name` is `qualified` by the renter's key)."""
         return self.name.removeprefix(renter_tag(self.renter_vkey))
+
+    @property
+    def scaled_to_zero(self) -> bool:
+        """Running with no replica warm: nothing billed per second until a request wakes it."""
+        return self.cold_since_ms != 0
 
     @property
     def upstreams(self) -> list[str]:
@@ -139,11 +150,15 @@ def qualified(renter_vkey: bytes, name: str) -> str:
 
 def due_of(endpoint: Rental, now_ms: int) -> int:
     """Lovelace `endpoint` has earned by `now_ms`: its requests charged plus its price per
-    second for each whole second it ran (from started_ms to stopped_ms, or to now)."""
+    second for each whole second it ran warm (from started_ms to stopped_ms, or to now, less
+    the time it spent scaled to zero)."""
     if not endpoint.started_ms:
         return endpoint.served
     until = endpoint.stopped_ms or now_ms
-    seconds = max(0, until - endpoint.started_ms) // 1000
+    cold = endpoint.cold_ms
+    if endpoint.cold_since_ms:
+        cold += max(0, until - endpoint.cold_since_ms)
+    seconds = max(0, until - endpoint.started_ms - cold) // 1000
     return endpoint.served + endpoint.price_per_second * seconds
 
 
@@ -189,6 +204,10 @@ class RentalBook:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # see the module's docstring
         self._db.execute(SCHEMA)
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(deployment)")}
+        for column, kind in ADDED:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE deployment ADD COLUMN {column} {kind}")
         self._db.execute(ADMISSION)
         self._db.execute("CREATE INDEX IF NOT EXISTS deployment_channel ON deployment (channel)")
         self._lock = threading.Lock()  # one connection, used by one thread at a time
@@ -275,6 +294,22 @@ class RentalBook:
                                f"state = '{PENDING}'")  # fmt: skip
         if not updated:
             raise KeyError(f"no pending deployment named {name}")
+
+    def set_warm(self, name: str, upstream: str, now_ms: int) -> None:
+        """The running deployment `name`'s warm replicas answer at `upstream` ("" for none: it
+        scaled to zero at `now_ms`, its per-second billing pauses until one is warm again).
+        KeyError if no running deployment is named so."""
+        if not UPSTREAM.fullmatch(upstream):
+            raise ValueError(f"upstream {upstream!r} is not http(s)://HOST[:PORT][,...]")
+        if upstream:  # warm again: the spell at zero ends, counted
+            assignments = ("upstream = ?, cold_ms = cold_ms + CASE WHEN cold_since_ms = 0 "
+                           "THEN 0 ELSE ? - cold_since_ms END, cold_since_ms = 0")  # fmt: skip
+        else:  # a second scale-down keeps the first one's time
+            assignments = ("upstream = ?, cold_since_ms = CASE WHEN cold_since_ms = 0 THEN ? "
+                           "ELSE cold_since_ms END")  # fmt: skip
+        values = (upstream, now_ms)
+        if not self._update(name, assignments, values, f"state = '{RUNNING}'"):
+            raise KeyError(f"no running deployment named {name}")
 
     def set_public_port(self, name: str, port: int) -> None:
         """The gateway's TCP port that forwards to the pod `name` (0: none any more)."""

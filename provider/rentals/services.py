@@ -10,7 +10,9 @@ answers connections, it never opens one (not to the host, not to the LAN). `repl
 N containers on that bridge, the gateway round-robins over them. A start answers (`Started`)
 once every replica's health path answers 2xx; a start that fails or times out removes
 everything it made; stopping removes the containers and the bridge. The daemon records the
-deployment in the book (`provider.daemon.rentals`).
+deployment in the book (`provider.daemon.rentals`). A spec's replicas above `min_replicas` may
+be stopped while idle and started again (`scale`: the gateway's `provider.gateway.scaler`):
+the same containers, so the same hardening and GPUs; each restart gets a new host port.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ LOOPBACK = "127.0.0.1"
 HEALTH_TIMEOUT_S = 120.0  # a model server may load weights before it answers
 HEALTH_POLL_S = 0.05
 HEALTH_REQUEST_S = 2.0
+STOP_TIMEOUT_S = 5  # a replica scaled down gets this long after SIGTERM
 LOG_TAIL = 20  # lines of the container's output quoted in a failed start's error
 
 
@@ -120,14 +123,7 @@ class Services:
                 self._create(name, replica, spec, gpus[replica * per : (replica + 1) * per])
                 for replica in range(spec.replicas)
             ]
-            upstreams = []
-            # the renter's start timeout (an llm spec's), within the provider's
-            timeout_s = min(getattr(spec, "start_timeout_s", self.health_timeout_s),
-                            self.health_timeout_s)  # fmt: skip
-            for container in containers:
-                upstream = f"http://{LOOPBACK}:{host_port(container, spec.port)}"
-                _wait_healthy(container, upstream + spec.health_path, timeout_s)
-                upstreams.append(upstream)
+            upstreams = [self._healthy(container, spec) for container in containers]
             image = str(containers[0].attrs["Image"])
         except BaseException as exc:  # whatever stopped it (Ctrl-C too): nothing of it stays
             self._remove(name)
@@ -135,6 +131,44 @@ class Services:
                 raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
             raise
         return Started(",".join(upstreams), image)
+
+    def scale(self, name: str, spec: ServiceSpec, count: int) -> str:
+        """Run the first `count` replicas of the started service `name`, the others stopped:
+        where the running ones answer (as the book stores it, "" for none) once each is
+        healthy. ServiceStartError if one does not start or get healthy within the start
+        timeout: those this call started are stopped again."""
+        replicas = self._of(name)
+        for container in replicas[count:]:
+            if container.status == "running":
+                container.stop(timeout=STOP_TIMEOUT_S)
+        woken: list[Container] = []
+        upstreams = []
+        try:
+            if len(replicas) < count:
+                raise ServiceStartError(f"service {name} has {len(replicas)} replicas here, "
+                                        f"{count} wanted")  # fmt: skip
+            for container in replicas[:count]:
+                if container.status != "running":
+                    woken.append(container)
+                    container.start()
+                upstreams.append(self._healthy(container, spec))
+        except (ServiceStartError, DockerException) as exc:
+            for container in woken:
+                with suppress(DockerException):
+                    container.stop(timeout=STOP_TIMEOUT_S)
+            if isinstance(exc, ServiceStartError):
+                raise
+            raise ServiceStartError(f"service {name}: {engine_reason(exc)}") from exc
+        return ",".join(upstreams)
+
+    def _healthy(self, container: Container, spec: ServiceSpec) -> str:
+        """Where `container` answers, once its health path does: within the renter's start
+        timeout (an llm spec's), within the provider's."""
+        timeout_s = min(getattr(spec, "start_timeout_s", self.health_timeout_s),
+                        self.health_timeout_s)  # fmt: skip
+        upstream = f"http://{LOOPBACK}:{host_port(container, spec.port)}"
+        _wait_healthy(container, upstream + spec.health_path, timeout_s)
+        return upstream
 
     def stop(self, name: str) -> None:
         """Remove the service's containers and bridge; a repeated stop is a no-op."""

@@ -55,6 +55,7 @@ PROVIDER_ENV_PREFIXES = ("NVIDIA_", "CUDA_MPS_")
 HEALTH_PATH = re.compile(r"/[!-~]{0,255}")  # printable ASCII, no spaces
 MAX_REPLICAS = 64
 MAX_START_TIMEOUT_S = 3600  # a large model's weights may take a while to load
+MAX_SCALE_DOWN_AFTER_S = 86_400  # a replica idle a day goes, whatever the spec says
 MAX_PROVIDERS = 4  # providers one endpoint runs on at once (each paid over its own channel)
 KINDS = ("job", "service", "llm", "pod")
 DEFAULT_POD_IMAGE = "unchained/pod:latest"  # Debian, python3 and sshd: provider/images/pod.py
@@ -267,6 +268,12 @@ class ServiceSpec(_Spec):
     price_per_request: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
     price_per_second: int = Field(0, ge=0, le=MAX_SUPPLY_LOVELACE, description="Lovelace.")
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
+    min_replicas: int | None = Field(None, ge=0, le=MAX_REPLICAS, description="Replicas kept "
+                                     "warm when idle (0: scale to zero, no per-second price "
+                                     "while at zero); `replicas` when left out.")  # fmt: skip
+    scale_down_after_s: int = Field(300, ge=1, le=MAX_SCALE_DOWN_AFTER_S, description="Seconds "
+                                    "without a request after which replicas above "
+                                    "`min_replicas` stop.")  # fmt: skip
     providers: int = Field(1, ge=1, le=MAX_PROVIDERS, description="Run it on this many "
                            "providers at once; the client calls a healthy one.")  # fmt: skip
 
@@ -286,6 +293,17 @@ class ServiceSpec(_Spec):
         if not (self.price_per_request or self.price_per_second):
             raise ValueError("a service names price_per_request and/or price_per_second")
         return self
+
+    @model_validator(mode="after")
+    def _scaled(self) -> ServiceSpec:
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise ValueError(f"min_replicas {self.min_replicas} is above replicas {self.replicas}")
+        return self
+
+    @property
+    def warm_replicas(self) -> int:
+        """The replicas kept running however idle (`replicas` unless the spec scales)."""
+        return self.replicas if self.min_replicas is None else self.min_replicas
 
     def service_id(self) -> bytes:
         """sha256 of the spec's canonical JSON, as a job's id is (`kind` keeps the two apart)."""
