@@ -27,8 +27,10 @@ Prints a table and writes bench/results/services.json (a part run alone keeps th
 numbers there).
 - `llm`: LLM endpoints billed per token (bench/services_llm.py): cold start, the gateway's
   overhead on time to first token and tokens a second, the fees of 1,000 chat completions.
+- `scale`: scale to zero (bench/services_scale.py): the first request to an endpoint the
+  gateway scaled to zero, served after a cold start (the sample service and the LLM server).
 
-Run: .venv/bin/python -m bench.services [--part gateway|fees|llm] [--requests N]
+Run: .venv/bin/python -m bench.services [--part gateway|fees|llm|scale] [--requests N]
 [--concurrency C] [--runs R]
 """
 
@@ -397,7 +399,7 @@ def fee_rows(fees: dict[str, Any]) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("all", "gateway", "fees", "llm"), default="all")
+    parser.add_argument("--part", choices=("all", "gateway", "fees", "llm", "scale"), default="all")
     parser.add_argument("--requests", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--runs", type=int, default=RUNS)
@@ -426,6 +428,11 @@ def main() -> None:
         result["llm"] = services_llm.run(services_llm.RUNS, services_llm.STREAMS,
                                          args.llm_fee_requests, result.get("llm"))  # fmt: skip
         rows += services_llm.rows(result["llm"])
+    if args.part in ("all", "scale"):
+        from bench import services_scale  # it imports this module
+
+        result["scale_to_zero"] = services_scale.run()
+        rows += services_scale.rows(result["scale_to_zero"])
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

@@ -180,6 +180,10 @@ class Services:
             container.logs(tail=lines).decode(errors="replace") for container in self._of(name)
         )
 
+    def running(self, name: str) -> int:
+        """How many of service `name`'s replicas run (a scaled-down one is stopped)."""
+        return sum(container.status == "running" for container in self._of(name))
+
     def leftovers(self) -> dict[str, list[str]]:
         """What this provider's services have in the engine: containers and bridges, by name."""
         labels = [f"{LABEL_RUNNER}={self.runner_id}", LABEL_SERVICE]
