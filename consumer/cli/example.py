@@ -88,6 +88,8 @@ resources:
   cpu_cores: 1
   memory_mib: 256
 replicas: 1
+# min_replicas: 0          # scale to zero when idle: no price per second while at zero,
+# scale_down_after_s: 300  # after this long without a request; the next one waits a cold start
 
 # What you pay, lovelace (1 ADA = 1,000,000): each at least the provider's own price. Name
 # one or both; the gateway takes each request only with an IOU that covers it.
