@@ -68,6 +68,7 @@ class Scaler:
         self._locks: dict[str, asyncio.Lock] = {}  # one scaling at a time, per endpoint
         self._starting: dict[str, asyncio.Future[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._since = now_ms()  # a request before this gateway started is not known to it
 
     def start(self) -> None:
         """Sweep for idle replicas from now on (the gateway's startup)."""
@@ -78,6 +79,10 @@ class Scaler:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+
+    def in_flight(self, name: str) -> int:
+        """Requests to endpoint `name` being served (or waiting on its cold start) now."""
+        return self._in_flight.get(name, 0)
 
     @contextlib.asynccontextmanager
     async def serving(self, endpoint: Rental) -> AsyncIterator[Rental]:
@@ -169,7 +174,7 @@ class Scaler:
         name = endpoint.name
         if self._in_flight.get(name, 0) or name in self._starting:
             return False
-        since = max(self._last.get(name, 0), endpoint.started_ms)
+        since = max(self._last.get(name, 0), endpoint.started_ms, self._since)
         return now_ms() - since >= spec.scale_down_after_s * 1000
 
     async def _scale_down(self, name: str, spec: ServiceSpec) -> None:

@@ -9,8 +9,10 @@ start that fails answers 503 and costs nothing. A spec without `min_replicas` ne
 from __future__ import annotations
 
 import json
+import socket
+import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from offchain.protocol.job.jobspec import JobSpecError, ServiceSpec, parse_servi
 from offchain.protocol.ledger.iou import IOU_HEADER
 from provider.config import RunnerSettings
 from provider.gateway.app import gateway_app
-from provider.gateway.scaler import Scaler, scaling_spec
+from provider.gateway.scaler import IN_FLIGHT_PER_REPLICA, Scaler, scaling_spec
 from provider.money.channel_book import ChannelBook
 from provider.rentals.book import ENDPOINT, RUNNING, Rental, RentalBook, due_of
 from provider.rentals.services import LABEL_SERVICE, Services
@@ -60,7 +62,7 @@ def now_ms() -> int:
 @pytest.fixture
 def deployed(
     client: docker.DockerClient, settings: RunnerSettings, tmp_path: Path
-) -> Iterator[tuple[str, ChannelBook, RentalBook, Services]]:
+) -> Iterator[tuple[str, ChannelBook, RentalBook, Services, Scaler]]:
     """The sample service started as the daemon starts it (both replicas healthy, then in the
     book, billed from now), behind a gateway that scales: its URL and the books."""
     services = Services(client, settings, health_timeout_s=30)
@@ -74,9 +76,10 @@ def deployed(
         spec.canonical_json().decode(), RUNNING, "", started.image_digest, started.upstream, 0,
         PRICE, PER_SECOND, created_ms=now_ms(), started_ms=now_ms(),
     ))  # fmt: skip
+    scaler = Scaler(endpoints, services)
     try:
-        with serving(gateway_app(book, endpoints, scaler=Scaler(endpoints, services))) as url:
-            yield url, book, endpoints, services
+        with serving(gateway_app(book, endpoints, scaler=scaler)) as url:
+            yield url, book, endpoints, services, scaler
     finally:
         services.stop(name)
         book.close()
@@ -111,6 +114,19 @@ def stored_iou(book: ChannelBook, amount: int) -> None:
         time.sleep(0.01)
 
 
+def warm_upstreams(endpoints: RentalBook) -> list[str]:
+    row = endpoints.get(stored(NAME))
+    return [] if row is None else row.upstreams
+
+
+def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for evidence: `check` true."""
+    deadline = time.monotonic() + AT_ZERO_WITHIN_S
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.01)
+
+
 def predict(url: str, amount: int) -> httpx.Response:
     """A request paid by an IOU of `amount` in all on the channel."""
     return httpx.post(f"{url}/endpoints/{NAME}/predict", json={"values": [1, 2, 3]},
@@ -118,7 +134,7 @@ def predict(url: str, amount: int) -> httpx.Response:
 
 
 def test_idle_it_scales_to_zero_bills_no_second_there_and_wakes_for_a_request(client, deployed):
-    url, book, endpoints, services = deployed
+    url, book, endpoints, services, _ = deployed
     cold = at_zero(client, services, endpoints)
     assert running_replicas(client, services) == 0 and cold.upstreams == []
     warm_s = (cold.cold_since_ms - cold.started_ms) // 1000
@@ -155,7 +171,7 @@ def test_idle_it_scales_to_zero_bills_no_second_there_and_wakes_for_a_request(cl
 
 
 def test_a_failed_cold_start_answers_503_and_costs_nothing(client, deployed):
-    url, _, endpoints, services = deployed
+    url, _, endpoints, services, _ = deployed
     cold = at_zero(client, services, endpoints)
     for container in client.containers.list(
         all=True, filters={"label": f"{LABEL_SERVICE}={stored(NAME)}"}
@@ -172,6 +188,38 @@ def test_a_failed_cold_start_answers_503_and_costs_nothing(client, deployed):
     assert endpoints.due_on(CHANNEL, now_ms()) == owed
 
 
+def test_more_in_flight_than_a_replica_serves_starts_another(client, deployed):
+    """Requests held in flight (their bodies trickle in) beyond `IN_FLIGHT_PER_REPLICA` per
+    warm replica start one more; all are served; idle, both go back to zero."""
+    url, book, endpoints, services, scaler = deployed
+    at_zero(client, services, endpoints)
+    paid = 100 * PER_SECOND
+    assert predict(url, paid).status_code == 200  # a cold start: one replica warm
+    assert running_replicas(client, services) == 1
+    body = json.dumps({"values": [1, 2, 3]}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    held = []
+    for n in range(1, IN_FLIGHT_PER_REPLICA + 2):  # one more than a replica's share
+        paid += PRICE
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(
+            f"POST /endpoints/{NAME}/predict HTTP/1.1\r\nHost: gateway\r\n"
+            f"Content-Length: {len(body)}\r\n{IOU_HEADER}: {iou(paid).to_header()}\r\n\r\n"
+            .encode() + body[:1]
+        )  # fmt: skip
+        held.append(sock)
+        stored_iou(book, paid)
+        until(lambda n=n: scaler.in_flight(stored(NAME)) == n, "the request in flight")
+    until(lambda: len(warm_upstreams(endpoints)) == 2, "a second replica warm")
+    assert running_replicas(client, services) == 2
+    for sock in held:
+        sock.sendall(body[1:])
+        with sock.makefile("rb") as answer:
+            assert answer.readline().split()[1] == b"200"
+        sock.close()
+    at_zero(client, services, endpoints)  # idle: both stop
+
+
 def test_a_spec_scales_only_when_it_says_min_replicas_below_replicas():
     base = {"kind": "service", "image": "example.org/svc:1", "port": 8000,
             "price_per_second": 1}  # fmt: skip
@@ -184,3 +232,23 @@ def test_a_spec_scales_only_when_it_says_min_replicas_below_replicas():
         parse_servicespec({**base, "replicas": 2, "min_replicas": 3})
     with pytest.raises(JobSpecError, match="scale_down_after_s"):
         parse_servicespec({**base, "min_replicas": 0, "scale_down_after_s": 0})
+
+
+def test_a_book_made_before_scaling_gets_its_columns(tmp_path):
+    """A book on disk from before scale to zero (no cold_ms, cold_since_ms) opens, its rows
+    warm, billed as before."""
+    path = tmp_path / "endpoints.sqlite"
+    RentalBook(path).close()
+    with sqlite3.connect(path) as old:
+        for column in ("cold_ms", "cold_since_ms"):
+            old.execute(f"ALTER TABLE deployment DROP COLUMN {column}")
+        old.execute("INSERT INTO deployment VALUES (?, 'endpoint', ?, ?, '{}', 'running', '', "
+                    "'', 'http://127.0.0.1:9', 0, 0, 7, 0, 1000, 0, 0, 0)",
+                    (stored("old"), CHANNEL, RENTER.to_verification_key().payload))  # fmt: skip
+    book = RentalBook(path)
+    row = book.get(stored("old"))
+    assert row is not None and (row.cold_ms, row.cold_since_ms, row.scaled_to_zero) == (0, 0, False)
+    assert due_of(row, 4_500) == 7 * 3
+    book.set_warm(row.name, "", 2_000)  # at zero from 2 s: 1 s billed, then none
+    assert due_of(book.get(row.name), 9_999) == 7  # type: ignore[arg-type]
+    book.close()
