@@ -47,6 +47,7 @@ ONNXRUNTIME_ENV = "ENV ORT_DISABLE_TELEMETRY=1"  # no device id written, nothing
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"  # bookworm's python3 looks here
 ONNX_SERVICE_SCRIPT = HERE / "onnx_service.py"
 LLM_SERVICE_REPOSITORY = "unchained/llm-service"
+LLM_EXAMPLE = f"{LLM_SERVICE_REPOSITORY}:latest"  # the image `endpoint init --example llm` names
 LLM_FILES = [HERE / name for name in ("sample_service.py", "llm_tokens.py", "llm_model.py",
                                       "llm_service.py")]  # fmt: skip
 ONNX_IN_IMAGE = "/opt/unchained"  # PYTHONPATH: the scripts are samples.* there, as here
@@ -112,11 +113,14 @@ def _onnxruntime_image(client: docker.DockerClient) -> str:
 
 
 def llm_service_image(client: docker.DockerClient) -> str:
-    """The PyTorch image serving `samples/llm_service.py` on SAMPLE_SERVICE_PORT."""
+    """The PyTorch image serving `samples/llm_service.py` on SAMPLE_SERVICE_PORT; also tagged
+    LLM_EXAMPLE."""
     from provider.images.torch import torch_image
 
     command = f'CMD ["python3", "-m", "samples.llm_service", "{SAMPLE_SERVICE_PORT}"]'
     changes = [*PYTHON_CHANGES[:-1], f"ENV PYTHONPATH={ONNX_IN_IMAGE}",
                f"EXPOSE {SAMPLE_SERVICE_PORT}", command]  # fmt: skip
-    return python_with(client, LLM_SERVICE_REPOSITORY, f"{ONNX_IN_IMAGE}/samples", LLM_FILES,
-                       changes, base=torch_image(client))  # fmt: skip
+    reference = python_with(client, LLM_SERVICE_REPOSITORY, f"{ONNX_IN_IMAGE}/samples",
+                            LLM_FILES, changes, base=torch_image(client))  # fmt: skip
+    client.images.get(reference).tag(*LLM_EXAMPLE.split(":"))
+    return reference

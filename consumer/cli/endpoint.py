@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from consumer.cli.example import EXAMPLE_SERVICE_SPEC
+from consumer.cli.example import SERVICE_EXAMPLES
 from consumer.cli.main import Env, Json, command, emit, init_command
 from consumer.sdk.errors import ConsumerError
 from offchain.protocol.ledger.amounts import ada
@@ -202,7 +202,7 @@ def list_endpoints(env: Env, gateway: MaybeGateway = None, as_json: Json = False
                                 rows))  # fmt: skip
 
 
-init_command(app, "service", "svc.yaml", EXAMPLE_SERVICE_SPEC, "endpoint deploy")
+init_command(app, "service", "svc.yaml", SERVICE_EXAMPLES, "endpoint deploy")
 
 
 @command(app, "deploy")

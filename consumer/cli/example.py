@@ -1,5 +1,6 @@
 """The commented example specs `unchained job init` (`--example pytorch`: PYTORCH_SPEC) and
-`unchained endpoint init` write (each must load as its spec: a JobSpec, a ServiceSpec)."""
+`unchained endpoint init` (`--example llm`: EXAMPLE_LLM_SPEC) write (each must load as its spec: a
+JobSpec, a ServiceSpec, an LlmSpec)."""
 
 EXAMPLE_SPEC = """\
 # An Unchained job spec: what to run, on what, for how long and for at most how much.
@@ -96,3 +97,29 @@ replicas: 1
 price_per_request: 10000
 # price_per_second: 50
 """
+
+EXAMPLE_LLM_SPEC = """\
+# An Unchained llm endpoint: a server that speaks OpenAI's API (/v1/models, /v1/completions,
+# /v1/chat/completions with streaming, /v1/embeddings), paid per token from a payment channel.
+# `unchained endpoint deploy chat.yaml`, then `unchained endpoint proxy chat`: any OpenAI
+# client at the base URL it prints, each answer paid by your own count of its tokens.
+kind: llm
+
+# The sample server (a small GPT-2-shaped model whose weights are made from a seed, built by
+# `unchained demo --services`); on a GPU provider, vLLM's image (vllm/vllm-openai@sha256:...).
+image: unchained/llm-service:latest
+port: 8000
+start_timeout_s: 120     # not healthy by then: stopped, and you owe nothing
+
+resources:
+  cpu_cores: 1
+  memory_mib: 512
+replicas: 1
+# min_replicas: 0          # scale to zero when idle; the next request waits a cold start
+
+# Lovelace a token, each at least the provider's own (its offer's token_prices).
+price_per_input_token: 2
+price_per_output_token: 8
+"""
+# `endpoint init --example NAME`
+SERVICE_EXAMPLES = {"service": EXAMPLE_SERVICE_SPEC, "llm": EXAMPLE_LLM_SPEC}

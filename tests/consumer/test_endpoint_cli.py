@@ -157,3 +157,11 @@ def test_init_writes_a_commented_service_spec_that_loads(tmp_path: Path):
     assert (spec.port, spec.health_path, spec.price_per_request) == (8000, "/health", 10_000)
     again, _ = imported("endpoint", "init", cwd=tmp_path)
     assert again.returncode == 1 and "svc.yaml exists (use --force" in again.stdout + again.stderr
+
+
+def test_init_writes_the_llm_example_that_loads_as_an_llm_spec(tmp_path: Path):
+    done, _ = imported("endpoint", "init", "--example", "llm", "chat.yaml", cwd=tmp_path)
+    assert done.returncode == 0 and "`unchained endpoint deploy chat.yaml`" in done.stdout, done
+    spec = load_servicespec(tmp_path / "chat.yaml")
+    assert (spec.kind, spec.image) == ("llm", "unchained/llm-service:latest")
+    assert (spec.price_per_input_token, spec.price_per_output_token) == (2, 8)  # type: ignore[attr-defined]

@@ -120,12 +120,14 @@ def market_up(url: str) -> bool:
 
 def provider(data_dir: Path, state_dir: Path, ogmios_url: str, deployment: Path,
              market_url: str, slots: int, request_price: int | None = None,
-             **daemon_settings: Any) -> Child:  # fmt: skip
+             token_prices: list[int] | None = None, **daemon_settings: Any) -> Child:  # fmt: skip
     """`unchained provider run` offering `slots` CPU bundles of SLOT each, settling its small
     payouts itself as soon as all `slots` jobs' receipts are in (at once for one); endpoints
-    at `request_price` a request and the `daemon_settings` (a gateway, its channels' rules)."""
+    at `request_price` a request, llm endpoints at `token_prices` (input, output) a token, and
+    the `daemon_settings` (a gateway, its channels' rules)."""
     offer = Offer(gpus=[], **{name: size * slots for name, size in SLOT.items()},
-                  cpu_bundles=slots, prices=PRICES, request_price=request_price)  # fmt: skip
+                  cpu_bundles=slots, prices=PRICES, request_price=request_price,
+                  token_prices=token_prices)  # fmt: skip
     daemon = DaemonSettings.model_validate({
         "market_url": market_url, "market_identity": IDENTITY, "settle_batch_max": slots,
         "small_payout_wait_ms": BATCH_WAIT_MS if slots > 1 else 0, **DAEMON_TIMING,

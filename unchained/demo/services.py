@@ -58,6 +58,7 @@ from unchained.demo.stage import (
 
 RENTERS = 3
 CALLS = 100  # each renter's requests: a few hundred in all
+TOKEN_PRICES = (2, 8)  # lovelace an input and an output token: llm endpoints' least
 REQUEST_PRICE = 10_000  # lovelace a request (the provider's least): 300 pay its claims' fees
 DEPOSIT_ADA = 10  # each renter's channel
 POD_DEPOSIT_ADA = 5  # `pod start` reuses the channel: it has that much left
@@ -104,8 +105,10 @@ def run(data_dir: Path, chain: DevnetProcess, stay: bool) -> None:
     client = docker.from_env()
     model = sample_images.onnx_service_image(client)
     pod = pod_image(client)
+    llm = sample_images.llm_service_image(client)  # for `endpoint init --example llm` after
     say(f"   model image {model}")
     say(f"   pod image   {pod}")
+    say(f"   llm image   {llm} ({sample_images.LLM_EXAMPLE}: a chat endpoint's, per token)")
 
     gateway_port = free_port()
     gateway_url = f"http://127.0.0.1:{gateway_port}"
@@ -115,14 +118,15 @@ def run(data_dir: Path, chain: DevnetProcess, stay: bool) -> None:
         """The daemon, and its gateway started at once (it reads the daemon's config)."""
         daemon = children.provider(
             data_dir, provider_state, ogmios_url, deployment, market_url, SLOTS,
-            request_price=REQUEST_PRICE, gateway_url=gateway_url,
+            request_price=REQUEST_PRICE, token_prices=list(TOKEN_PRICES), gateway_url=gateway_url,
             channel_claim_interval_s=CLAIM_INTERVAL_S,
         )  # fmt: skip
         gateways.append(children.gateway(data_dir, ogmios_url, deployment, gateway_port).start())
         return daemon
 
     offered = (f"{SLOTS} bundle(s) of 1 core, 512 MiB; endpoints at {ada(REQUEST_PRICE)} a "
-               f"request, its gateway {gateway_url}")  # fmt: skip
+               f"request, llm endpoints at {TOKEN_PRICES[0]} and {TOKEN_PRICES[1]} lovelace an "
+               f"input and an output token, its gateway {gateway_url}")  # fmt: skip
     try:
         with staged(data_dir, chain, provider_state, 1, provider, offered) as stage:
             (gateway,) = gateways
