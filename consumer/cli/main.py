@@ -681,24 +681,26 @@ def money_back(env: Env, job_id: str, as_json: bool, kind: str, unsigned_tx: Pat
             if unsigned_tx is not None:
                 defer(env, consumer.key, prepared, unsigned_tx, as_json, job_id=job_id)
                 return None
-            return await consumer.run(prepared)
+            return prepared.facts, await consumer.run(prepared)
 
-    tx = run_sync(go())
-    if tx is not None:
-        report_money_back(as_json, kind, {"job_id": job_id}, tx)
+    done = run_sync(go())
+    if done is not None:
+        report_money_back(as_json, kind, *done)
 
 
 def report_money_back(as_json: bool, kind: str, facts: dict[str, Any], tx: Any) -> None:
     """What a refund or a slash did, once in a block."""
     what = "refunded with a slash of the provider's bond" if kind == "slash" else "refunded"
+    why = facts.get("why")
     emit(as_json, {"job_id": facts["job_id"], "tx_id": tx.id.payload.hex(),
-                   "fee": tx.transaction_body.fee},
-         f"{what}: transaction {tx.id.payload.hex()}")  # fmt: skip
+                   "fee": tx.transaction_body.fee, **({"why": why} if why else {})},
+         f"{what}: transaction {tx.id.payload.hex()}" + (f" ({why})" if why else ""))  # fmt: skip
 
 
 @command(job_app, "refund")
 def refund(env: Env, job_id: JobId, unsigned_tx: UnsignedTx = None, as_json: Json = False) -> None:
-    """Return the escrow to you once its deadline and settle window passed (chain time)."""
+    """Return the escrow to you once its deadline and settle window passed (chain time), or
+    at once after its start deadline when the provider did not start the job."""
     money_back(env, job_id, as_json, "refund", unsigned_tx)
 
 

@@ -113,6 +113,8 @@ def match(
         provider_vkey=provider.vkey, provider_address=provider.payout_address,
         gpu_model=offer.gpu_model, price_per_unit=price, max_units=spec.max_duration_s,
         deadline_ms=expires + spec.max_duration_s * 1000,
+        start_deadline_ms=None if request.start_within_s is None
+        else chain_now_ms + request.start_within_s * 1000,
         settle_window_ms=settings.settle_window_ms,
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
@@ -188,6 +190,7 @@ def escrow_parameters(chain: Chain, job: Job) -> wire.EscrowParameters:
         price_per_unit=job.price_per_unit, max_units=job.max_units, deadline=job.deadline_ms,
         settle_window=job.settle_window_ms, job_id=job.spec_digest,
         fee_allowance=job.fee_allowance, lovelace=job.lock_lovelace,
+        start_deadline=job.start_deadline_ms or 0,
     )  # fmt: skip
 
 

@@ -196,12 +196,12 @@ def acceptance_terms(
     )  # fmt: skip
 
 
-def refund_opens(clock: Clock, datum: EscrowDatum) -> int:
-    """The first slot a Refund of an escrow of `datum` is valid from: after its start deadline
-    while it has one (not started: its consumer's alone), else after its close."""
+def refundable_after(datum: EscrowDatum) -> int:
+    """The POSIX ms after which a Refund of an escrow of `datum` is valid: its start deadline
+    while it has one (not started: its consumer's alone), else its close."""
     if datum.start_deadline > 0:
-        return clock.first_slot_after(min(datum.start_deadline, datum.close))
-    return clock.first_slot_after(datum.close)
+        return min(datum.start_deadline, datum.close)
+    return datum.close
 
 
 def start(
@@ -242,6 +242,26 @@ def started_escrow(start_tx: TransactionId) -> TransactionInput:
     return TransactionInput(start_tx, ESCROW_OUTPUT)
 
 
+def started_utxo(
+    context: ChainContext, deployment: Deployment, datum: EscrowDatum, lovelace: int
+) -> UTxO | None:
+    """The unspent escrow a Start of an escrow of `datum` holding `lovelace` left, if any: at
+    the escrow address staked like the consumer, `datum.started`, the same lovelace (a Start
+    moves none). Where the job's money is once its provider started it; anyone could lock a
+    look-alike there, which would only pay this consumer more."""
+    stake = from_plutus(datum.consumer, deployment.network)
+    want = datum.started
+    for utxo in context.utxos(deployment.escrow_address(stake)):
+        if utxo.output.amount.coin != lovelace:
+            continue
+        try:
+            if escrow_datum(deployment, utxo) == want:
+                return utxo
+        except BuildError:
+            continue
+    return None
+
+
 def add_refund(
     context: ChainContext,
     builder: TransactionBuilder,
@@ -256,7 +276,7 @@ def add_refund(
     not started by its start deadline) and within the refund window after it only the
     consumer may refund: then `submitter` must be the consumer, who signs."""
     datum = escrow_datum(deployment, escrow)
-    first = refund_opens(clock, datum)
+    first = clock.first_slot_after(refundable_after(datum))
     if clock.tip_slot < first:
         what = "its start deadline" if datum.start_deadline > 0 else "deadline + window"
         raise BuildError(
