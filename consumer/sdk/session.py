@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,7 @@ class Consumer:
         logins: RegistryLogins | None = None,
         min_delivered: int | None = None,
         start_within_s: int | None = None,
+        exclude: Sequence[str] = (),
     ) -> CheckedQuote:
         """Request the job and check the quote (the provider's signed offer, the escrow terms,
         the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
@@ -99,7 +100,8 @@ class Consumer:
         before anything is locked. `min_delivered`: only a provider whose record (the market's
         count from the chain) shows at least that percent delivered. With `start_within_s`, the
         escrow carries a start deadline that far ahead: a provider that has not started the
-        job by then is refunded at once (`refund`)."""
+        job by then is refunded at once (`refund`).
+        `exclude`: provider ids the market must not match (a failover's)."""
         private = None
         if logins is not None:
             private = await asyncio.to_thread(
@@ -116,6 +118,8 @@ class Consumer:
             request["min_delivered_percent"] = min_delivered
         if start_within_s is not None:
             request["start_within_s"] = start_within_s
+        if exclude:
+            request["exclude_providers"] = list(exclude)
         quote = await self.market.request_job(request)
         spec = await asyncio.to_thread(locked_spec, spec, quote.image, self.default_registry)
         params = await self.market.escrow_parameters(quote.job_id)
@@ -324,7 +328,7 @@ class Consumer:
     def _refundable(self, job_id: str) -> UTxO:
         """The job's escrow UTxO if it can be refunded now; NotRefundableYet says when."""
         record = self.store.get(job_id)
-        escrow, datum = self._current_escrow(record)
+        escrow, datum = self.current_escrow(record)
         wait = Wait.after(Clock.now(self.context), escrows.refundable_after(datum))
         if wait is not None:
             raise NotRefundableYet(
@@ -339,7 +343,7 @@ class Consumer:
     def refund_reason(self, job_id: str) -> str:
         """Why the job's escrow is refundable now (`_refundable` passed): its provider did not
         start it by its start deadline (an early refund), or its close passed."""
-        datum = self._current_escrow(self.store.get(job_id))[1]
+        datum = self.current_escrow(self.store.get(job_id))[1]
         if datum.start_deadline and datum.start_deadline < datum.close:
             return (
                 f"the provider did not start the job by its start deadline "
@@ -347,7 +351,7 @@ class Consumer:
             )
         return f"the escrow was not settled by its close {iso(datum.close)}"
 
-    def _current_escrow(self, record: JobRecord) -> tuple[UTxO, EscrowDatum]:
+    def current_escrow(self, record: JobRecord) -> tuple[UTxO, EscrowDatum]:
         """Where the job's money is now, and its datum: the escrow it locked, or, once its
         provider started it (Start moves it), the escrow that Start left, which the record
         follows from then on (the provider's receipt names it)."""

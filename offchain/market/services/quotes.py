@@ -4,6 +4,7 @@ reported escrow is checked on chain before the job counts as funded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -99,10 +100,13 @@ def match(
     spec = request.spec
     expires = chain_now_ms + settings.quote_ttl_ms
     check_bonded_close(settings, deployment, chain_now_ms, expires + spec.max_duration_s * 1000)
+    available = offers.available_now(settings)
+    if request.exclude_providers:  # a failover: not the provider that let the job down
+        excluded = frozenset(request.exclude_providers)
+        available = dataclasses.replace(available, excluded=excluded)
     offer, provider = offers.best_offer(
-        session, spec, request.gpu_model, offers.available_now(settings),
-        request.min_delivered_percent,
-    )  # fmt: skip
+        session, spec, request.gpu_model, available, request.min_delivered_percent
+    )
     _, price = offers.quoted_bundle(offer, spec.resources)  # a fraction: its slice's price
     at = jobs.now_ms()
     job = Job(
