@@ -424,6 +424,19 @@ def submit(
             "job's /in/checkpoint.pt.",
         ),
     ] = None,
+    failover: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=10,
+            help="Lock with a start deadline (--start-within); when the provider has not "
+            "started the job by then, take the money back at once and lock again with another "
+            "provider, up to this many times.",
+        ),
+    ] = 0,
+    start_within: Annotated[
+        int, typer.Option(min=10, max=3600, help="With --failover: the start deadline, s.")
+    ] = 60,
     as_json: Json = False,
 ) -> None:
     """Quote a job; run it over an open channel to the quoted provider when one has room (paid
@@ -454,6 +467,21 @@ def submit(
     async def go() -> str | None:
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
+            if failover:
+                from consumer.cli.failover import submit_failover
+
+                job_id = await submit_failover(
+                    consumer,
+                    spec,
+                    gpu_model,
+                    failover,
+                    start_within,
+                    min_delivered,
+                    yes,
+                    as_json,
+                )
+                settled = wait == WaitFor.SETTLED
+                return None if as_json or detach else await follow(consumer, job_id, settled)
             logins = RegistryLogins.read(registry_auth) if registry_auth else None
             quote = await consumer.quote(spec, gpu_model, logins, min_delivered)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"

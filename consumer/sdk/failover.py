@@ -39,15 +39,14 @@ async def submit_with_failover(
     failover: int,
     start_within_s: int,
     gpu_model: str | None = None,
+    min_delivered: int | None = None,
 ) -> list[Attempt]:
     """Quote, lock and wait for a Start, up to `failover` more times; the attempts, the last
     one started. NobodyStarted (with the attempts in its message) when none was."""
     attempts: list[Attempt] = []
     for _ in range(failover + 1):
         excluded = [a.provider_id for a in attempts]
-        quote = await consumer.quote(
-            spec, gpu_model, start_within_s=start_within_s, exclude=excluded
-        )
+        quote = await consumer.quote(spec, gpu_model, None, min_delivered, start_within_s, excluded)
         signed = consumer.key.sign(await consumer.build_lock(quote.job_id))
         await consumer.submit_lock(quote.job_id, signed)
         attempt = await settle_start(consumer, quote.job_id, quote.provider_id)

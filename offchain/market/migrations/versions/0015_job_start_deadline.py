@@ -1,7 +1,7 @@
 """job start deadline: the escrow's, when the renter asked for one (failover, issue 36)
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 
 A provider that has not Started the escrow by then is refunded by the renter at once.
 """
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | None = "0013"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
