@@ -9,12 +9,14 @@ builders:
   counts 1; target: 3 at most);
 - the chain part of a failover: from the start deadline passing with the provider silent to
   the job's new escrow Started by another provider: the early refund, a new lock from the
-  money that came back, the second provider's Start, each waiting for its block. The
-  market's re-match and the daemon's run come on top (bench/market.py measures a run's
-  assignment to running).
+  money that came back, the second provider's Start, each waiting for its block;
+- a whole failover on the devnet market (`--market`): real daemons and docker, a provider
+  killed once it offered, the renter's SDK (`job submit --failover 1`): from the first lock
+  (the provider silent from there) to the job running on the other provider, and how long
+  the money was held, with a start deadline `--start-within-s` (20 s by default).
 
-Each round locks with a start deadline `--start-ms` after the lock's tip. Prints a table and
-writes bench/results/failover.json. Run: .venv/bin/python -m bench.failover
+Each chain round locks with a start deadline `--start-ms` after the lock's tip. Prints a table
+and writes bench/results/failover.json. Run: .venv/bin/python -m bench.failover
 """
 
 from __future__ import annotations
@@ -29,17 +31,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import docker
 from pycardano import Transaction, UTxO
 
 from bench.contracts import ALLOWANCE, LOCKED, MAX_UNITS, PRICE, cost, deployed, wallet
+from consumer.sdk.failover import submit_with_failover
 from devnet.process import DevnetProcess
 from offchain.chain.ogmios import request
-from offchain.chain.submit import submit_and_wait
+from offchain.chain.submit import submit_and_wait, tip_point
+from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.tx import batch as batches
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import Clock, Wallet
-from tests.protocol.onchain import output, to_settle
+from provider.images.recipes import busybox_image
+from tests.market.client import serve
+from tests.protocol.onchain import holding_block, output, to_settle
+from tests.provider.daemon_harness import provider_in, renter, settling_market, spec
 
 RESULTS = Path(__file__).parent / "results" / "failover.json"
 POLL_S = 0.05  # how often the renter reads the tip while it waits for the start deadline
@@ -141,25 +149,83 @@ def plain_cost(tx: Transaction) -> dict[str, Any]:
             "tx_bytes": len(tx.to_cbor())}  # fmt: skip
 
 
-async def measure(rounds: int, start_ms: int) -> dict[str, Any]:
+async def market_round(devnet: DevnetProcess, tmp: Path, start_within_s: int) -> dict[str, int]:
+    """One failover through the market (see the module's doc): chain times of the first lock,
+    its early refund and the second job's "running" (the tip when the market showed it)."""
+    deployment_file, deployment, settings = await settling_market(devnet, tmp)
+    job_spec = JobSpec.model_validate(spec(busybox_image(docker.from_env()), "sleep 5"))
+    with serve(settings) as url:
+        silent = await provider_in(devnet, tmp, "silent", deployment_file, url)
+        silent.stop()  # killed once it offered: matched while its heartbeat is fresh
+        second = None
+        try:
+            async with renter(devnet, deployment, url, tmp / "renter") as consumer:
+                since = await tip_point(devnet.url)
+                failover = asyncio.create_task(
+                    submit_with_failover(consumer, job_spec, 1, start_within_s)
+                )
+                while not any(r.escrow for r in consumer.store.all()):
+                    await asyncio.sleep(POLL_S)
+                second = await provider_in(devnet, tmp, "second", deployment_file, url)
+                attempts = await failover
+                while (await consumer.status(attempts[-1].job_id)).state != "running":
+                    await asyncio.sleep(POLL_S)
+                running_ms = Clock.now(devnet.context()).tip_ms
+        finally:
+            for daemon in (silent, second):
+                if daemon is not None:
+                    daemon.stop()
+    (first,) = [r for r in consumer.store.all() if r.job_id == attempts[0].job_id]
+    assert first.lock_tx_id is not None and attempts[0].refund_tx is not None
+    time_of = Clock.now(devnet.context()).time.slot_to_posix_ms
+    locked = await holding_block(devnet, first.lock_tx_id, since)
+    refunded = await holding_block(devnet, attempts[0].refund_tx, since)
+    return {
+        "money_held_ms": time_of(refunded["slot"]) - time_of(locked["slot"]),
+        "refund_after_start_deadline_ms": time_of(refunded["slot"]) - first.datum.start_deadline,
+        "silent_to_running_ms": running_ms - time_of(locked["slot"]),
+        "start_deadline_to_running_ms": running_ms - first.datum.start_deadline,
+    }
+
+
+async def measure(rounds: int, start_ms: int, market: int, start_within_s: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         devnet = DevnetProcess.realistic(Path(tmp) / "data").start()
         try:
             deployment = await deployed(devnet)
             measured = [await round_trip(devnet, deployment, start_ms) for _ in range(rounds)]
+            whole = [
+                await market_round(devnet, Path(tmp) / f"market{n}", start_within_s)
+                for n in range(market)
+            ]
         finally:
             devnet.stop()
     timelines = [t for t, _ in measured]
     return {
+        "market": {
+            "rounds": market,
+            "start_within_s": start_within_s,
+            "median": _median(whole),
+            "worst": _worst(whole),
+            "timelines": whole,
+        },
         "start_deadline_ms": start_ms,
         "rounds": rounds,
         "profile": "realistic, 25 ms slots (one block per 0.5 s on average)",
         "script_bytes": {"escrow": len(deployment.escrow_script)},
-        "median": {k: int(statistics.median(t[k] for t in timelines)) for k in timelines[0]},
-        "worst": {k: max(t[k] for t in timelines) for k in timelines[0]},
+        "median": _median(timelines),
+        "worst": _worst(timelines),
         "timelines": timelines,
         "actions": measured[-1][1],
     }
+
+
+def _median(rows: list[dict[str, int]]) -> dict[str, int]:
+    return {k: int(statistics.median(r[k] for r in rows)) for k in rows[0]} if rows else {}
+
+
+def _worst(rows: list[dict[str, int]]) -> dict[str, int]:
+    return {k: max(r[k] for r in rows) for k in rows[0]} if rows else {}
 
 
 def table(results: dict[str, Any]) -> str:
@@ -175,6 +241,12 @@ def table(results: dict[str, Any]) -> str:
     )
     for key in results["median"]:
         lines.append(f"{key:<58}{results['median'][key]:>10,}{results['worst'][key]:>10,}")
+    market = results["market"]
+    if market["rounds"]:
+        lines.append(f"the market, {market['rounds']} round(s), start within "
+                     f"{market['start_within_s']} s:")  # fmt: skip
+        for key in market["median"]:
+            lines.append(f"{key:<58}{market['median'][key]:>10,}{market['worst'][key]:>10,}")
     return "\n".join(lines)
 
 
@@ -182,9 +254,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="failovers to measure")
     parser.add_argument("--start-ms", type=int, default=30_000, help="the start deadline")
+    parser.add_argument("--market", type=int, default=3, help="failovers through the market")
+    parser.add_argument(
+        "--start-within-s", type=int, default=20, help="the market failovers' start deadline"
+    )
     args = parser.parse_args()
     logging.getLogger("PyCardano").setLevel(logging.CRITICAL)
-    results = asyncio.run(measure(args.rounds, args.start_ms))
+    results = asyncio.run(measure(args.rounds, args.start_ms, args.market, args.start_within_s))
     print(table(results))
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")

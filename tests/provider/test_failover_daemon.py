@@ -7,27 +7,20 @@ deadline, the job run by the other daemon, the renter charged once, to the lovel
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-from consumer.sdk.client import MarketClient
 from consumer.sdk.failover import submit_with_failover
-from consumer.sdk.keys import ConsumerKey
-from consumer.sdk.session import Consumer
-from consumer.sdk.store import JobStore
 from offchain.chain.submit import tip_point
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.ledger.split import settle_split
 from tests.market.client import serve
-from tests.protocol.onchain import balance, travel_to, tx_fee, wallet
+from tests.protocol.onchain import balance, travel_to, tx_fee
 from tests.provider.daemon_harness import (
     CORE_PRICE,
-    IDENTITY,
-    ProviderProcess,
     consumer_of,
     fund_quoted,
     new_provider,
+    provider_in,
+    renter,
     settling_market,
     spec,
     wait_state,
@@ -54,29 +47,6 @@ async def test_a_daemon_starts_a_timed_escrow_before_it_runs_the_job(devnet, tmp
             assert settled["escrow"] != job.escrow  # the started escrow, which settled
         finally:
             daemon.stop()
-
-
-@contextlib.asynccontextmanager
-async def renter(devnet, deployment, url: str, state: Path) -> AsyncIterator[Consumer]:
-    funded = await wallet(devnet)
-    key = ConsumerKey(funded.key)
-    made = Consumer(
-        key, MarketClient.open(url, IDENTITY, key), devnet.context(), devnet.url, deployment,
-        JobStore(state),
-    )  # fmt: skip
-    try:
-        yield made
-    finally:
-        await made.market.aclose()
-
-
-async def provider_in(devnet, tmp_path: Path, name: str, deployment_file, url) -> ProviderProcess:
-    """A provider daemon of its own directory, started and offering."""
-    home = tmp_path / name
-    home.mkdir()
-    daemon, _ = await new_provider(devnet, home, deployment_file, url)
-    await daemon.start().logged("offer published")
-    return daemon
 
 
 async def test_a_killed_providers_job_fails_over_to_another_and_is_paid_once(
