@@ -111,14 +111,15 @@ async def round_trip(
     started = output(start, escrows.ESCROW_OUTPUT)
     receipt = to_settle(deployment, second.key, started, 1_000, bytes(32), bytes(32))
     settle = renter.sign(batches.settle(devnet.context(), deployment, [receipt], renter.address))
+    settle_cost = await cost(devnet, settle)
+    await included(devnet, settle)
     costs = {
         "lock": plain_cost(locked_tx),
         "start": start_cost,
         "early_refund": refund_cost,
-        "settle_started": await cost(devnet, settle),
+        "settle_started": settle_cost,
         "refund_after_close": await refund_after_close(devnet, deployment, renter, second),
     }
-    await included(devnet, settle)
     return timeline, costs
 
 
@@ -175,6 +176,7 @@ async def market_round(devnet: DevnetProcess, tmp: Path, start_within_s: int) ->
             for daemon in (silent, second):
                 if daemon is not None:
                     daemon.stop()
+                    daemon.reap()  # what its jobs left: containers, mounted workspaces
     (first,) = [r for r in consumer.store.all() if r.job_id == attempts[0].job_id]
     assert first.lock_tx_id is not None and attempts[0].refund_tx is not None
     time_of = Clock.now(devnet.context()).time.slot_to_posix_ms

@@ -47,6 +47,7 @@ async def test_a_daemon_starts_a_timed_escrow_before_it_runs_the_job(devnet, tmp
             assert settled["escrow"] != job.escrow  # the started escrow, which settled
         finally:
             daemon.stop()
+            daemon.reap()
 
 
 async def test_a_killed_providers_job_fails_over_to_another_and_is_paid_once(
@@ -93,3 +94,4 @@ async def test_a_killed_providers_job_fails_over_to_another_and_is_paid_once(
             for daemon in (silent, second):
                 if daemon is not None:
                     daemon.stop()
+                    daemon.reap()  # what its jobs left: containers, mounted workspaces
