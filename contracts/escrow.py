@@ -3,7 +3,9 @@
 Parameters: settle_hash, refund_window_ms. Spending with Settle only asks that the settle
 script withdraws (the transaction's one withdrawal), whose run checks every escrow input of
 the transaction at once: each spend costs the same whatever the batch. For refund_window_ms
-after the close only the consumer may refund (and slash with it).
+after the close only the consumer may refund (and slash with it). An escrow with a start
+deadline (its datum's tenth field) is Started by its provider before it, or refunded early by
+its consumer after it.
 
 Shaped for cost under OpShin 0.28 (see contracts/simplify.py for the rest): every `if`
 statement passes all live locals to a continuation and every call passes the globals the
@@ -16,6 +18,42 @@ from opshin.prelude import *
 from opshin.std.builtins import *
 
 from contracts.onchain import *
+
+
+def start_deadline(datum: Anything) -> int:
+    """The escrow's start deadline: its datum's tenth field when it has one and it is positive,
+    else 0 (none: a deadline-less or started escrow)."""
+    rest = drop_list(fields(datum), 9)
+    deadline = 0 if null_list(rest) else un_i_data(head_list(rest))
+    return deadline if deadline > 0 else 0
+
+
+def all_but_last(xs: Anything) -> Anything:
+    """The builtin list `xs` without its last element."""
+    rest = tail_list(xs)
+    return rest if null_list(rest) else mk_cons(head_list(xs), all_but_last(rest))
+
+
+def start(tx: TxInfoV3, purpose: SpendingScript, own: InputV3, redeemer: Start):
+    """The provider shows the job started, in time: the escrow goes on unchanged but for its
+    start deadline, dropped. It runs alone, so no other escrow's Start counts its output."""
+    datum: EscrowDatum = purpose.datum.datum
+    start_by = start_deadline(purpose.datum.datum)
+    upper = tx.validity_range.upper_bound.limit
+    assert start_by > 0, "no start deadline"
+    assert isinstance(upper, FinitePOSIXTime), "start needs an upper bound"
+    assert upper.time <= start_by, "start after the start deadline"
+    assert blake2b_224(datum.provider_vkey) in tx.signatories, "provider must sign"
+    assert len(tx.redeemers) == 1, "start runs alone"
+    out: InlineTxOut = index_access_list(un_list_data(tx.outputs), redeemer.output)
+    resolved = own.resolved
+    kept: List[Anything] = list_data(all_but_last(fields(purpose.datum.datum)))
+    assert (
+        out.address == resolved.address
+        and equals_data(out.value, resolved.value)
+        and equals_data(out.datum.datum, constr_data(0, kept))
+        and equals_data(out.reference_script, resolved.reference_script)
+    ), "continuing escrow"
 
 
 def pay_back(
@@ -35,10 +73,16 @@ def pay_back(
         lower = tx.validity_range.lower_bound.limit
         assert isinstance(lower, FinitePOSIXTime), "refund needs a lower bound"
         close = datum.deadline + datum.settle_window
-        assert lower.time > close, "refund before close"
-        assert consumer_signs or lower.time > close + refund_window_ms, (
-            "only the consumer refunds in the refund window"
-        )
+        if lower.time > close:
+            assert consumer_signs or lower.time > close + refund_window_ms, (
+                "only the consumer refunds in the refund window"
+            )
+        else:
+            # early: only an escrow not started by its start deadline, only by its consumer
+            start_by = start_deadline(purpose.datum.datum)
+            assert start_by > 0, "refund before close"
+            assert lower.time > start_by, "refund before the start deadline"
+            assert consumer_signs, "only the consumer refunds an escrow not started"
     else:
         assert consumer_signs, "consumer signs"
         assert blake2b_224(datum.provider_vkey) in signers, "provider must sign"
@@ -62,4 +106,7 @@ def validator(settle_hash: bytes, refund_window_ms: int, context: ScriptContextV
     else:
         own: InputV3 = head_list(skip_list(un_list_data(tx.inputs), redeemer.own_input))
         assert own.out_ref == purpose.tx_out_ref, "own_input is not the spent escrow"
-        pay_back(refund_window_ms, tx, purpose, own, redeemer)
+        if isinstance(redeemer, Start):
+            start(tx, purpose, own, redeemer)
+        else:
+            pay_back(refund_window_ms, tx, purpose, own, redeemer)

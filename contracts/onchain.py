@@ -34,6 +34,10 @@ class SlashPayout(PlutusData):
 
 @dataclass()
 class EscrowDatum(PlutusData):
+    """An escrow's nine fields. An escrow with a start deadline carries a tenth, `start_deadline:
+    int` (POSIX ms, read with `start_deadline`); Start drops it, so a started escrow is exactly
+    one without a start deadline and every other action reads the nine alone."""
+
     CONSTR_ID = 0
     consumer: Address
     provider: Address
@@ -67,7 +71,17 @@ class Cancel(PlutusData):
     consumer_output: int
 
 
-EscrowRedeemer = Union[Settle, Refund, Cancel]
+@dataclass()
+class Start(PlutusData):
+    """The provider shows the job started before the escrow's start deadline: output `output`
+    continues the escrow with the same address and value and the datum's nine fields alone."""
+
+    CONSTR_ID = 3
+    own_input: int
+    output: int
+
+
+EscrowRedeemer = Union[Settle, Refund, Cancel, Start]
 
 
 @dataclass()

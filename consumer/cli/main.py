@@ -424,6 +424,19 @@ def submit(
             "job's /in/checkpoint.pt.",
         ),
     ] = None,
+    failover: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=10,
+            help="Lock with a start deadline (--start-within); when the provider has not "
+            "started the job by then, take the money back at once and lock again with another "
+            "provider, up to this many times.",
+        ),
+    ] = 0,
+    start_within: Annotated[
+        int, typer.Option(min=10, max=3600, help="With --failover: the start deadline, s.")
+    ] = 60,
     as_json: Json = False,
 ) -> None:
     """Quote a job; run it over an open channel to the quoted provider when one has room (paid
@@ -454,6 +467,21 @@ def submit(
     async def go() -> str | None:
         async with opened(env) as consumer:
             consumer.min_bond_lovelace = least
+            if failover:
+                from consumer.cli.failover import submit_failover
+
+                job_id = await submit_failover(
+                    consumer,
+                    spec,
+                    gpu_model,
+                    failover,
+                    start_within,
+                    min_delivered,
+                    yes,
+                    as_json,
+                )
+                settled = wait == WaitFor.SETTLED
+                return None if as_json or detach else await follow(consumer, job_id, settled)
             logins = RegistryLogins.read(registry_auth) if registry_auth else None
             quote = await consumer.quote(spec, gpu_model, logins, min_delivered)
             why = "--escrow" if force_escrow else "an unsigned lock was asked for"
@@ -681,24 +709,26 @@ def money_back(env: Env, job_id: str, as_json: bool, kind: str, unsigned_tx: Pat
             if unsigned_tx is not None:
                 defer(env, consumer.key, prepared, unsigned_tx, as_json, job_id=job_id)
                 return None
-            return await consumer.run(prepared)
+            return prepared.facts, await consumer.run(prepared)
 
-    tx = run_sync(go())
-    if tx is not None:
-        report_money_back(as_json, kind, {"job_id": job_id}, tx)
+    done = run_sync(go())
+    if done is not None:
+        report_money_back(as_json, kind, *done)
 
 
 def report_money_back(as_json: bool, kind: str, facts: dict[str, Any], tx: Any) -> None:
     """What a refund or a slash did, once in a block."""
     what = "refunded with a slash of the provider's bond" if kind == "slash" else "refunded"
+    why = facts.get("why")
     emit(as_json, {"job_id": facts["job_id"], "tx_id": tx.id.payload.hex(),
-                   "fee": tx.transaction_body.fee},
-         f"{what}: transaction {tx.id.payload.hex()}")  # fmt: skip
+                   "fee": tx.transaction_body.fee, **({"why": why} if why else {})},
+         f"{what}: transaction {tx.id.payload.hex()}" + (f" ({why})" if why else ""))  # fmt: skip
 
 
 @command(job_app, "refund")
 def refund(env: Env, job_id: JobId, unsigned_tx: UnsignedTx = None, as_json: Json = False) -> None:
-    """Return the escrow to you once its deadline and settle window passed (chain time)."""
+    """Return the escrow to you once its deadline and settle window passed (chain time), or
+    at once after its start deadline when the provider did not start the job."""
     money_back(env, job_id, as_json, "refund", unsigned_tx)
 
 

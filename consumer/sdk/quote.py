@@ -108,6 +108,7 @@ def check_quote(
     now_ms: int,
     lock: int,
     gpu_model: str | None = None,
+    start_within_s: int | None = None,
 ) -> CheckedQuote:
     """`quote` (POST /jobs) and `params` (GET /jobs/{id}/escrow) checked against the spec and
     the provider's signed offer; `now_ms` is chain time, `lock` what a lock of the params'
@@ -161,6 +162,7 @@ def check_quote(
             f"the deadline leaves {deadline - now_ms} ms from now (chain time) for a "
             f"{run_ms} ms job; expected {run_ms} to {run_ms + MAX_START_MS} ms"
         )
+    problems += start_deadline_problems(params.start_deadline, now_ms, start_within_s)
     if problems:
         raise QuoteRejected("refusing the quote, nothing locked: " + "; ".join(problems),
                             problems=problems)  # fmt: skip
@@ -170,6 +172,20 @@ def check_quote(
         quote_expires_ms=quote.quote_expires_ms, refund_deposit=deposit,
         allowance_note=quote.fee_allowance_note, image=spec.image,
     )  # fmt: skip
+
+
+def start_deadline_problems(start_deadline: int, now_ms: int, asked_s: int | None) -> list[str]:
+    """The quoted start deadline against the one asked: none when none was asked (a start
+    deadline only adds the renter's early refund, but the renter did not choose it), else
+    still ahead and no later than asked (chain time)."""
+    if asked_s is None:
+        return [] if start_deadline == 0 else [f"a start deadline {start_deadline} not asked for"]
+    if not now_ms < start_deadline <= now_ms + asked_s * 1000:
+        return [
+            f"the start deadline leaves {start_deadline - now_ms} ms from now (chain time); "
+            f"asked: at most {asked_s * 1000} ms"
+        ]
+    return []
 
 
 def locked_spec(

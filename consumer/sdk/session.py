@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.receipt import Receipt
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.amounts import ADA, ada
+from offchain.protocol.ledger.types import EscrowDatum
 from offchain.protocol.tx import bond as bonds
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.deployment import Deployment
@@ -88,6 +89,8 @@ class Consumer:
         gpu_model: str | None = None,
         logins: RegistryLogins | None = None,
         min_delivered: int | None = None,
+        start_within_s: int | None = None,
+        exclude: Sequence[str] = (),
     ) -> CheckedQuote:
         """Request the job and check the quote (the provider's signed offer, the escrow terms,
         the image's pin: `locked_spec`); the checked quote is recorded locally, with the spec
@@ -95,7 +98,10 @@ class Consumer:
         image's registry, the image is pinned here with it (a private image: the market has
         no account) and the account sealed to the quoted provider's key goes to the market
         before anything is locked. `min_delivered`: only a provider whose record (the market's
-        count from the chain) shows at least that percent delivered."""
+        count from the chain) shows at least that percent delivered. With `start_within_s`, the
+        escrow carries a start deadline that far ahead: a provider that has not started the
+        job by then is refunded at once (`refund`).
+        `exclude`: provider ids the market must not match (a failover's)."""
         private = None
         if logins is not None:
             private = await asyncio.to_thread(
@@ -110,6 +116,10 @@ class Consumer:
             request["gpu_model"] = gpu_model
         if min_delivered is not None:
             request["min_delivered_percent"] = min_delivered
+        if start_within_s is not None:
+            request["start_within_s"] = start_within_s
+        if exclude:
+            request["exclude_providers"] = list(exclude)
         quote = await self.market.request_job(request)
         spec = await asyncio.to_thread(locked_spec, spec, quote.image, self.default_registry)
         params = await self.market.escrow_parameters(quote.job_id)
@@ -119,7 +129,7 @@ class Consumer:
         )
         checked = check_quote(
             quote, params, spec, self.key.address, self.deployment, self.market.identity,
-            clock.tip_ms, lock, gpu_model,
+            clock.tip_ms, lock, gpu_model, start_within_s,
         )  # fmt: skip
         checked = dataclasses.replace(
             checked, bond_lovelace=await asyncio.to_thread(self.checked_bond, checked)
@@ -280,7 +290,8 @@ class Consumer:
 
     async def refund(self, job_id: str) -> Transaction:
         """Refund the escrow to the consumer once deadline + settle window passed (chain
-        time); the confirmed transaction."""
+        time), or at once after its start deadline when its provider did not start it; the
+        confirmed transaction."""
         return await self.run(await self.prepare_refund(job_id))
 
     async def prepare_refund(self, job_id: str) -> Prepared:
@@ -289,7 +300,8 @@ class Consumer:
         tx = await asyncio.to_thread(
             escrows.refund, self.context, self.deployment, escrow, self.key.address
         )
-        return Prepared("refund", tx, {"job_id": job_id})
+        why = await asyncio.to_thread(self.refund_reason, job_id)
+        return Prepared("refund", tx, {"job_id": job_id, "why": why})
 
     async def slash(self, job_id: str) -> Transaction:
         """Refund and take the slash share of the provider's bond in one transaction, with the
@@ -316,22 +328,49 @@ class Consumer:
     def _refundable(self, job_id: str) -> UTxO:
         """The job's escrow UTxO if it can be refunded now; NotRefundableYet says when."""
         record = self.store.get(job_id)
-        if record.escrow is None:
-            raise NothingToDo(f"job {job_id} has no escrow: nothing was locked")
-        escrow = utxo_at(self.context, parse_out_ref(record.escrow))
-        if escrow is None:
-            raise NothingToDo(
-                f"escrow {record.escrow} is spent already (settled, refunded or slashed): "
-                f"see `unchained job status {job_id}`"
-            )
-        wait = Wait.after(Clock.now(self.context), record.datum.close)
+        escrow, datum = self.current_escrow(record)
+        wait = Wait.after(Clock.now(self.context), escrows.refundable_after(datum))
         if wait is not None:
             raise NotRefundableYet(
-                f"escrow {record.escrow} is not refundable yet: {wait}. Run `unchained job "
-                f"refund {job_id}` then.", refundable_at_ms=wait.at_ms,
+                f"escrow {record.escrow} is not refundable yet: {wait}"
+                + (f" unless its provider starts the job before {iso(datum.start_deadline)}"
+                   if datum.start_deadline else "")
+                + f". Run `unchained job refund {job_id}` then.", refundable_at_ms=wait.at_ms,
                 chain_now_ms=wait.chain_now_ms, local_eta_ms=wait.local_ms,
             )  # fmt: skip
         return escrow
+
+    def refund_reason(self, job_id: str) -> str:
+        """Why the job's escrow is refundable now (`_refundable` passed): its provider did not
+        start it by its start deadline (an early refund), or its close passed."""
+        datum = self.current_escrow(self.store.get(job_id))[1]
+        if datum.start_deadline and datum.start_deadline < datum.close:
+            return (
+                f"the provider did not start the job by its start deadline "
+                f"{iso(datum.start_deadline)}: refunded early, long before the close"
+            )
+        return f"the escrow was not settled by its close {iso(datum.close)}"
+
+    def current_escrow(self, record: JobRecord) -> tuple[UTxO, EscrowDatum]:
+        """Where the job's money is now, and its datum: the escrow it locked, or, once its
+        provider started it (Start moves it), the escrow that Start left, which the record
+        follows from then on (the provider's receipt names it)."""
+        if record.escrow is None:
+            raise NothingToDo(f"job {record.job_id} has no escrow: nothing was locked")
+        escrow = utxo_at(self.context, parse_out_ref(record.escrow))
+        datum = record.datum
+        if escrow is not None:
+            return escrow, escrows.escrow_datum(self.deployment, escrow)
+        if datum.start_deadline:
+            started = escrows.started_utxo(self.context, self.deployment, datum, record.lovelace)
+            if started is not None:
+                record.escrow = format_out_ref(started.input)
+                self.store.save(record)
+                return started, datum.started
+        raise NothingToDo(
+            f"escrow {record.escrow} is spent already (settled, refunded or slashed): "
+            f"see `unchained job status {record.job_id}`"
+        )
 
     def _provider_bond(self, job_id: str) -> UTxO:
         datum = self.store.get(job_id).datum

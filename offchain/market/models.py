@@ -117,6 +117,7 @@ class Job(SQLModel, table=True):
     price_per_unit: int | None = _big(nullable=True)
     max_units: int | None = _big(nullable=True)
     deadline_ms: int | None = _big(nullable=True)
+    start_deadline_ms: int | None = _big(nullable=True)  # the escrow's; None: none
     settle_window_ms: int | None = _big(nullable=True)
     fee_allowance: int | None = _big(nullable=True)
     lock_lovelace: int | None = _big(nullable=True)

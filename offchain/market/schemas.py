@@ -152,6 +152,11 @@ class OfferTerms(_Body):
         return self
 
 
+MIN_START_WITHIN_S = 10  # a Start needs its block: a few of mainnet's 20 s ones
+MAX_START_WITHIN_S = 3600
+MAX_EXCLUDED = 32
+
+
 class JobRequest(_Body):
     """A consumer's signed request: the job, where refunds go, and the GPU model if it cares."""
 
@@ -164,6 +169,16 @@ class JobRequest(_Body):
         None, ge=0, le=100, description="Only providers that delivered at least this share "
         "(whole percent) of their jobs that ran or should have, as the chain shows them; "
         "one with no record yet does not qualify.",
+    )  # fmt: skip
+    exclude_providers: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=MAX_EXCLUDED,
+        description="Provider ids not to match (a failover: the ones that did not start it).",
+    )  # fmt: skip
+    start_within_s: int | None = Field(
+        None, ge=MIN_START_WITHIN_S, le=MAX_START_WITHIN_S,
+        description="A start deadline this many seconds from the quote: a provider that has "
+        "not shown the job started by then (its Start on chain) is refunded at once "
+        "(failover; PROTOCOL.md).",
     )  # fmt: skip
 
     _address = field_validator("consumer_address")(bech32_address)
@@ -253,6 +268,11 @@ class SpecText(_Body):
 
 class AcceptanceBody(_Body):
     signature: str = Field(pattern=HEX64, description="ed25519 over the Acceptance payload.")
+    escrow: str | None = Field(
+        None, pattern=OUT_REF_PATTERN,
+        description="The escrow the acceptance names, TXID#IX, when its provider Started it "
+        "(a new out-ref): the market answers 503 until its chain follower has seen the Start.",
+    )  # fmt: skip
 
 
 class LogLines(_Body):

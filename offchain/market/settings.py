@@ -72,8 +72,8 @@ class MarketSettings(LayeredSettings):
     settle_fee_share: int = Field(
         330_000, ge=0, description="Lovelace of each quote's fee allowance, its share of a "
         "settle fee: the measured cost of a job settled alone (bench/contracts.py's "
-        "settle_cost_per_job, 289,133 on the devnet; 26,081 each in a batch of 69 receipts, 14,720 "
-        "in a claim of 127) plus a 14% "
+        "settle_cost_per_job, 306,371 on the devnet; 26,504 each in a batch of 68 receipts, 15,002 "
+        "in a claim of 125) plus a 7% "
         "margin, since a job may be settled alone. A quote's lock adds a return deposit, "
         "refunded (quote_terms.fit_allowance), so no settle needs a top-up.",
     )  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 from pycardano import PaymentSigningKey, UTxO
 from pydantic import ValidationError
 
+from offchain.chain.utxo import format_out_ref
 from offchain.core.errors import UnchainedError
 from offchain.protocol.api.market_errors import MarketError, MarketRefused
 from offchain.protocol.api.market_link import Body, MarketLink
@@ -32,6 +33,7 @@ from offchain.protocol.job.receipt import EMPTY_HASH, Receipt
 from offchain.protocol.job.registry import ImageName
 from offchain.protocol.job.registry_seal import SealError, for_image, unseal
 from offchain.protocol.ledger.types import EscrowDatum
+from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.escrow import acceptance_terms
 from offchain.protocol.tx.txbuild import BuildError
 from provider.capacity import Bundle, Capacity, Slot
@@ -59,6 +61,7 @@ RELEASED = (
     JobState.SETTLED,
     JobState.REFUNDED,
 )  # it has a failure's zero receipt
+START_POLL_S = 0.5  # how often the daemon looks for its Start's confirmations
 CALL_S = 60.0  # how long one step's request may retry before the step is tried again
 RETRY_PAUSE_S = 2.0
 
@@ -152,14 +155,43 @@ class Worker:
             needed = self.settings.confirm_blocks
             raise Shallow(f"job {job_id}: escrow {ref} is not {needed} blocks deep yet")
         entry, signature = await self.chain.call(self._check_and_sign, job_id, ref, spec, slot)
+        body = {"signature": signature.hex()}
+        started = await self._start(job_id, ref)  # a start deadline: shown started first
+        if started != ref:
+            ref = body["escrow"] = started
+            entry, signature = await self.chain.call(self._check_and_sign, job_id, ref, spec, slot)
+            body["signature"] = signature.hex()
         entry = entry.model_copy(update={"registry_account": assignment.registry_account})
         self.journal.save(entry)  # signed: from here on the bond is at stake
         await self.link.send(
-            "POST", f"/jobs/{job_id}/acceptance", Body.of_json({"signature": signature.hex()}),
-            retry_for_s=CALL_S,
-        )  # fmt: skip
+            "POST", f"/jobs/{job_id}/acceptance", Body.of_json(body), retry_for_s=CALL_S
+        )
         log.info("job %s accepted: escrow %s, slot %d", job_id, ref, slot.index)
         return entry
+
+    async def _start(self, job_id: str, ref: str) -> str:
+        """`ref` for an escrow without a start deadline; else Start it (`_check_and_sign`
+        passed: no fee is paid for a job refused) and wait until the started escrow is
+        `confirm_blocks` deep: its ref. The acceptance (signed again then, the first one
+        dropped unsent) names that escrow, which the renter can no longer refund early, so a
+        Start the chain takes too late costs the job, never the bond (PROTOCOL.md). The wallet
+        pays the fee; BuildError when the deadline is too near."""
+        chain = self.chain
+        escrow = await chain.call(chain.utxo, ref)
+        if escrow is None:
+            raise Refusal(f"no unspent escrow {ref} on chain")
+        if escrows.escrow_datum(chain.deployment, escrow).start_deadline == 0:
+            return ref
+        tx = await chain.call(
+            escrows.start, chain.context, chain.deployment, escrow, chain.wallet.address
+        )
+        signed = chain.wallet.sign(tx)
+        await chain.submit(signed, "start")
+        started = format_out_ref(escrows.started_escrow(signed.id))
+        while not await chain.call(self.confirmations.deep_enough, started):
+            await asyncio.sleep(START_POLL_S)
+        log.info("job %s started on chain: escrow %s -> %s", job_id, ref, started)
+        return started
 
     def _check_and_sign(
         self, job_id: str, ref: str, spec: JobSpec, slot: Slot

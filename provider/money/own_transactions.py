@@ -21,7 +21,7 @@ from typing import Literal
 
 from pycardano import Transaction
 
-Kind = Literal["claim", "settle", "bond"]
+Kind = Literal["claim", "settle", "bond", "start"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -199,6 +199,7 @@ async def test_killed_after_accepting_is_slashed_and_never_started_is_refunded(
         assert code == 1 and "never accepted" in refused["message"], refused
         code, refunded = run_json(env, "job", "refund", never["job_id"], cwd=here)
         assert code == 0, refunded
+        assert "not settled by its close" in refunded["why"], refunded
         await wait_state(party, accepted["job_id"], {"slashed"})
         await wait_state(party, never["job_id"], {"refunded"})
 

@@ -105,6 +105,7 @@ def test_escrow_spend_and_settle_withdraw_redeemers_are_in_the_blueprints():
         ("Settle", 0, 0),
         ("Refund", 1, 2),
         ("Cancel", 2, 2),
+        ("Start", 3, 2),
     ]
     for name in ("settle", "settle_reference"):
         [withdraw] = json.loads((BUILD_DIR / name / BLUEPRINT_FILE).read_text())["validators"]

@@ -56,6 +56,7 @@ CASES = [
     ("escrow", "escrow.spend", "redeemer", types.Settle(), onchain.Settle),
     ("escrow", "escrow.spend", "redeemer", types.Refund(1, 4), onchain.Refund),
     ("escrow", "escrow.spend", "redeemer", types.Cancel(0, 5), onchain.Cancel),
+    ("escrow", "escrow.spend", "redeemer", types.Start(2, 0), onchain.Start),
     ("settle", "settle.withdraw", "redeemer", BATCH, onchain.BatchSettle),
     ("settle_reference", "settle_reference.withdraw", "redeemer", BATCH, onchain.BatchSettle),
     ("bond", "bond.spend", "datum", BOND, onchain.BondDatum),

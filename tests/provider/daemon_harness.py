@@ -24,6 +24,10 @@ import docker
 import httpx
 import uvicorn
 
+from consumer.sdk.client import MarketClient
+from consumer.sdk.keys import ConsumerKey
+from consumer.sdk.session import Consumer
+from consumer.sdk.store import JobStore
 from devnet.process import DevnetProcess, free_port
 from offchain.chain.utxo import format_out_ref
 from offchain.core.serving import KEEP_ALIVE_S
@@ -433,3 +437,31 @@ async def lock_escrow(
     unsigned = escrows.lock(devnet.context(), deployment, consumer.address, datum, lovelace)
     tx = await confirm(devnet, consumer.sign(unsigned))
     return format_out_ref(escrows.lock_escrow(tx.id))
+
+
+@contextlib.asynccontextmanager
+async def renter(
+    devnet: DevnetProcess, deployment: Deployment, url: str, state: Path
+) -> AsyncIterator[Consumer]:
+    """An SDK consumer with a funded key of its own on the market at `url`."""
+    funded = await wallet(devnet)
+    key = ConsumerKey(funded.key)
+    made = Consumer(
+        key, MarketClient.open(url, IDENTITY, key), devnet.context(), devnet.url, deployment,
+        JobStore(state),
+    )  # fmt: skip
+    try:
+        yield made
+    finally:
+        await made.market.aclose()
+
+
+async def provider_in(
+    devnet: DevnetProcess, tmp_path: Path, name: str, deployment_file: Path, url: str
+) -> ProviderProcess:
+    """A provider daemon of its own directory, started and offering."""
+    home = tmp_path / name
+    home.mkdir()
+    daemon, _ = await new_provider(devnet, home, deployment_file, url)
+    await daemon.start().logged("offer published")
+    return daemon

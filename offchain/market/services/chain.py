@@ -103,7 +103,7 @@ def quoted_escrow(job: Job) -> EscrowDatum:
     return new_escrow(
         Address.from_primitive(job.consumer_address), Address.from_primitive(job.provider_address),
         job.provider_key, price, units, deadline, window, bytes.fromhex(job.spec_digest),
-        allowance,
+        allowance, job.start_deadline_ms or 0,
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sqlmodel import Session
 
 from offchain.market import schemas
-from offchain.market.errors import Conflict, Forbidden, Invalid
+from offchain.market.errors import Busy, Conflict, Forbidden, Invalid
 from offchain.market.models import Cause, Job, JobState
 from offchain.market.services import jobs, storage
 from offchain.protocol.job.metering import MeteringRecord
@@ -37,9 +37,18 @@ def own_job(session: Session, provider_id: str, job_id: str) -> Job:
     return job
 
 
-def accept(session: Session, deployment: Deployment, job: Job, signature: str) -> Job:
-    """Store the provider's Acceptance (it backs the job with its bond) once it verifies."""
+def accept(
+    session: Session, deployment: Deployment, job: Job, signature: str, escrow: str | None = None
+) -> Job:
+    """Store the provider's Acceptance (it backs the job with its bond) once it verifies.
+    `escrow`: the one it names, when the provider Started the job's escrow; Busy (try again)
+    until the chain follower has followed that Start."""
     jobs.expect(job, S.FUNDED)
+    if escrow is not None and escrow != job.escrow_ref:
+        raise Busy(
+            f"escrow {escrow} is not job {job.id}'s ({job.escrow_ref}) yet: the market's chain "
+            "follower has not reached its Start; try again"
+        )
     payload = acceptance_payload(
         deployment.network_id, deployment.escrow_hash, job.escrow,
         bytes.fromhex(job.spec_digest), deployment.bond_hash,

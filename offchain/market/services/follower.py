@@ -33,7 +33,14 @@ import json
 import logging
 from typing import Any
 
-from pycardano import Address, PlutusData, Transaction, TransactionInput, UTxO
+from pycardano import (
+    Address,
+    PlutusData,
+    Transaction,
+    TransactionId,
+    TransactionInput,
+    UTxO,
+)
 from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
@@ -57,6 +64,7 @@ from offchain.protocol.ledger.types import (
     Refund,
     Settle,
     Slash,
+    Start,
     TopUp,
     Withdraw,
 )
@@ -209,6 +217,9 @@ class ChainFollower:
             detail = "refunded with a slash of the bond" if slashed else "refunded"
         elif isinstance(redeemer, Cancel):
             target, detail = S.CANCELLED, "cancelled on chain: the renter and the provider signed"
+        elif isinstance(redeemer, Start):
+            self._started(session, at, tx_id, job, redeemer.output)
+            return
         else:
             log.warning("escrow %s spent by %s with no escrow redeemer", job.escrow_ref, tx_id)
             return
@@ -226,6 +237,16 @@ class ChainFollower:
             session.add(settlement)
             if ours:
                 market_metrics.settle_confirmed(session, job.id, jobs.now_ms())
+
+    @staticmethod
+    def _started(session: Session, at: BlockAt, tx_id: str, job: Job, output: int) -> None:
+        """The provider Started the job's escrow: the escrow is now that Start's output
+        `output`, which receipts name and settlement spends (the rollback puts it back)."""
+        undo.remember(session, at, job)
+        ref = format_out_ref(TransactionInput(TransactionId(bytes.fromhex(tx_id)), output))
+        log.info("job %s started on chain: escrow %s -> %s", job.id, job.escrow_ref, ref)
+        job.escrow_ref = ref
+        session.add(job)
 
     @staticmethod
     def _pending_settlements(session: Session, escrow_ref: str) -> list[Settlement]:

@@ -180,10 +180,13 @@ class Availability:
 
     since_ms: int  # the oldest heartbeat that keeps a provider online
     min_bond_lovelace: int  # 0: no bond needed
+    excluded: frozenset[str] = frozenset()  # providers the renter will not have (failover)
 
     def away(self, offer: Mapping[str, Any]) -> str | None:
         """Why the offer (a `records` row) can take no job now, counted as is ("2 busy");
         None when it can."""
+        if offer["provider_id"] in self.excluded:
+            return "excluded by the renter"
         if offer["last_heartbeat_ms"] < self.since_ms:
             return "offline"
         least, bonded = self.min_bond_lovelace, offer["bond_state"] == ACTIVE_BOND

@@ -4,6 +4,7 @@ reported escrow is checked on chain before the job counts as funded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -99,10 +100,13 @@ def match(
     spec = request.spec
     expires = chain_now_ms + settings.quote_ttl_ms
     check_bonded_close(settings, deployment, chain_now_ms, expires + spec.max_duration_s * 1000)
+    available = offers.available_now(settings)
+    if request.exclude_providers:  # a failover: not the provider that let the job down
+        excluded = frozenset(request.exclude_providers)
+        available = dataclasses.replace(available, excluded=excluded)
     offer, provider = offers.best_offer(
-        session, spec, request.gpu_model, offers.available_now(settings),
-        request.min_delivered_percent,
-    )  # fmt: skip
+        session, spec, request.gpu_model, available, request.min_delivered_percent
+    )
     _, price = offers.quoted_bundle(offer, spec.resources)  # a fraction: its slice's price
     at = jobs.now_ms()
     job = Job(
@@ -113,6 +117,8 @@ def match(
         provider_vkey=provider.vkey, provider_address=provider.payout_address,
         gpu_model=offer.gpu_model, price_per_unit=price, max_units=spec.max_duration_s,
         deadline_ms=expires + spec.max_duration_s * 1000,
+        start_deadline_ms=None if request.start_within_s is None
+        else chain_now_ms + request.start_within_s * 1000,
         settle_window_ms=settings.settle_window_ms,
         quote_expires_ms=expires, created_at_ms=at, updated_at_ms=at,
     )  # fmt: skip
@@ -188,6 +194,7 @@ def escrow_parameters(chain: Chain, job: Job) -> wire.EscrowParameters:
         price_per_unit=job.price_per_unit, max_units=job.max_units, deadline=job.deadline_ms,
         settle_window=job.settle_window_ms, job_id=job.spec_digest,
         fee_allowance=job.fee_allowance, lovelace=job.lock_lovelace,
+        start_deadline=job.start_deadline_ms or 0,
     )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ class EscrowParameters(BaseModel):
     job_id: str
     fee_allowance: int
     lovelace: int
+    start_deadline: int = 0  # POSIX ms; 0: none
 
     def to_datum(self) -> EscrowDatum:
         """The escrow datum these parameters ask for, as the validators read it."""
@@ -42,6 +43,7 @@ class EscrowParameters(BaseModel):
             Address.from_primitive(self.consumer), Address.from_primitive(self.provider),
             bytes.fromhex(self.provider_vkey), self.price_per_unit, self.max_units,
             self.deadline, self.settle_window, bytes.fromhex(self.job_id), self.fee_allowance,
+            self.start_deadline,
         )  # fmt: skip
 
 

@@ -8,10 +8,12 @@ more at every client's start) and names the ledger types' fields as OpShin's api
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Union
 
+from cbor2 import CBORTag
 from pycardano import IndefiniteList, PlutusData, TransactionId, TransactionInput
 
 # --- ledger types (Plutus V3 encoding) -------------------------------------------------------
@@ -110,11 +112,25 @@ class EscrowDatum(PlutusData):
     settle_window: int  # ms
     job_id: bytes  # 32 bytes
     fee_allowance: int  # lovelace
+    # POSIX ms; 0: none (a deadline-less or started escrow), and then the field is left out of
+    # the Data: such an escrow's datum is the nine fields it always had (PROTOCOL.md).
+    start_deadline: int = 0
 
     @property
     def close(self) -> int:
         """The end of the settle window: settle before it, refund after it."""
         return self.deadline + self.settle_window
+
+    @property
+    def started(self) -> EscrowDatum:
+        """The datum a Start continues the escrow with: the same, with no start deadline."""
+        return dataclasses.replace(self, start_deadline=0)
+
+    def to_shallow_primitive(self) -> CBORTag:
+        tag = super().to_shallow_primitive()
+        if self.start_deadline == 0:
+            return CBORTag(tag.tag, IndefiniteList(list(tag.value)[:-1]))
+        return tag
 
 
 class PayoutKind(IntEnum):
@@ -168,6 +184,16 @@ class Cancel(PlutusData):
     CONSTR_ID = 2
     own_input: int
     consumer_output: int
+
+
+@dataclass
+class Start(PlutusData):
+    """The provider shows the job started before the start deadline: output `output` continues
+    the escrow (same address and value, `EscrowDatum.started`)."""
+
+    CONSTR_ID = 3
+    own_input: int
+    output: int
 
 
 @dataclass

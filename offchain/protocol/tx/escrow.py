@@ -1,4 +1,4 @@
-"""Escrow transactions: lock, settle (one or a batch), refund and cancel.
+"""Escrow transactions: lock, start, settle (one or a batch), refund and cancel.
 
 Each returns an unsigned transaction (sign with `txbuild.sign_tx` or `Wallet.sign`) or raises
 BuildError saying what is missing. Payouts are
@@ -36,6 +36,7 @@ from offchain.protocol.ledger.types import (
     PayoutKind,
     PubKeyCredential,
     Refund,
+    Start,
 )
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import (
@@ -74,8 +75,10 @@ def new_escrow(
     settle_window: int,
     job_id: bytes,
     fee_allowance: int,
+    start_deadline: int = 0,
 ) -> EscrowDatum:
-    """The datum for a job: full addresses, so payouts go exactly where each party said."""
+    """The datum for a job: full addresses, so payouts go exactly where each party said;
+    `start_deadline` (0: none) the time by which the provider must Start it."""
     return EscrowDatum(
         to_plutus(consumer),
         to_plutus(provider),
@@ -86,6 +89,7 @@ def new_escrow(
         settle_window,
         job_id,
         fee_allowance,
+        start_deadline,
     )
 
 
@@ -102,6 +106,10 @@ def check_escrow(datum: EscrowDatum, lovelace: int, now_ms: int, deposit: int) -
         problems.append("the settle window must be positive")
     if datum.deadline <= now_ms:
         problems.append(f"the deadline {iso(datum.deadline)} has passed")
+    if datum.start_deadline < 0 or 0 < datum.start_deadline <= now_ms:
+        problems.append("the start deadline must be 0 (none) or in the future")
+    elif datum.start_deadline >= datum.deadline:
+        problems.append("the start deadline must come before the deadline")
     needed = lock_amount(datum.price_per_unit, datum.max_units, datum.fee_allowance, deposit)
     if lovelace < needed:
         problems.append(
@@ -188,6 +196,72 @@ def acceptance_terms(
     )  # fmt: skip
 
 
+def refundable_after(datum: EscrowDatum) -> int:
+    """The POSIX ms after which a Refund of an escrow of `datum` is valid: its start deadline
+    while it has one (not started: its consumer's alone), else its close."""
+    if datum.start_deadline > 0:
+        return min(datum.start_deadline, datum.close)
+    return datum.close
+
+
+def start(
+    context: ChainContext, deployment: Deployment, escrow: UTxO, provider: Address
+) -> Transaction:
+    """Show the job of `escrow` started, before its start deadline: the escrow goes on at its
+    address with its value and the datum without the start deadline (`EscrowDatum.started`),
+    so the consumer can no longer refund it early. The provider key signs; `provider` (its
+    wallet) pays the fee from inputs of its own: nothing leaves the escrow. The new escrow is
+    output ESCROW_OUTPUT."""
+    datum = escrow_datum(deployment, escrow)
+    if datum.start_deadline == 0:
+        raise BuildError(f"escrow {out_ref(escrow)} has no start deadline (or has started)")
+    clock = Clock.now(context)
+    ttl = clock.ttl_until(datum.start_deadline)
+    if ttl <= clock.tip_slot:
+        raise BuildError(
+            f"escrow {out_ref(escrow)}: its start deadline {iso(datum.start_deadline)} has passed"
+        )
+    builder = new_builder(context)
+    fee = fee_inputs(context, provider)
+    own = ledger_inputs([escrow], fee).index(escrow.input)
+    output = TransactionOutput(escrow.output.address, escrow.output.amount, datum=datum.started)
+    index = add_output(builder, output)
+    builder.add_script_input(
+        escrow,
+        script=script_source(builder, deployment.escrow_ref),
+        redeemer=Redeemer(Start(own, index)),
+    )
+    builder.required_signers = [PaymentVerificationKey(datum.provider_vkey).hash()]
+    builder.ttl = ttl
+    add_inputs(builder, fee)
+    return build(builder, provider)
+
+
+def started_escrow(start_tx: TransactionId) -> TransactionInput:
+    """The escrow a Start transaction continues: its output ESCROW_OUTPUT."""
+    return TransactionInput(start_tx, ESCROW_OUTPUT)
+
+
+def started_utxo(
+    context: ChainContext, deployment: Deployment, datum: EscrowDatum, lovelace: int
+) -> UTxO | None:
+    """The unspent escrow a Start of an escrow of `datum` holding `lovelace` left, if any: at
+    the escrow address staked like the consumer, `datum.started`, the same lovelace (a Start
+    moves none). Where the job's money is once its provider started it; anyone could lock a
+    look-alike there, which would only pay this consumer more."""
+    stake = from_plutus(datum.consumer, deployment.network)
+    want = datum.started
+    for utxo in context.utxos(deployment.escrow_address(stake)):
+        if utxo.output.amount.coin != lovelace:
+            continue
+        try:
+            if escrow_datum(deployment, utxo) == want:
+                return utxo
+        except BuildError:
+            continue
+    return None
+
+
 def add_refund(
     context: ChainContext,
     builder: TransactionBuilder,
@@ -198,15 +272,15 @@ def add_refund(
     submitter: Address,
 ) -> EscrowDatum:
     """Spend `escrow` with Refund into `builder` (used alone and by the bond's slash);
-    `inputs` are all the transaction's inputs in ledger order. Within the refund window
-    after the close only the consumer may refund: then `submitter` must be the consumer,
-    who signs."""
+    `inputs` are all the transaction's inputs in ledger order. Before the close (an escrow
+    not started by its start deadline) and within the refund window after it only the
+    consumer may refund: then `submitter` must be the consumer, who signs."""
     datum = escrow_datum(deployment, escrow)
-    first = clock.first_slot_after(datum.close)
+    first = clock.first_slot_after(refundable_after(datum))
     if clock.tip_slot < first:
+        what = "its start deadline" if datum.start_deadline > 0 else "deadline + window"
         raise BuildError(
-            f"escrow {out_ref(escrow)} not yet past deadline + window: "
-            f"refundable at {clock.iso_slot(first)}"
+            f"escrow {out_ref(escrow)} not yet past {what}: refundable at {clock.iso_slot(first)}"
         )
     consumer = from_plutus(datum.consumer, deployment.network)
     open_to_all = clock.first_slot_after(datum.close + deployment.refund_window_ms)

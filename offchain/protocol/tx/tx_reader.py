@@ -47,6 +47,7 @@ from offchain.protocol.ledger.types import (
     Settle,
     Slash,
     SlashPayout,
+    Start,
     StartClose,
     TopUp,
     Withdraw,
@@ -71,7 +72,7 @@ class Script(StrEnum):
 
 # Each script's redeemers by purpose; data under any other purpose is none of ours.
 REDEEMERS: dict[tuple[RedeemerTag, Script], tuple[type[PlutusData], ...]] = {
-    (RedeemerTag.SPEND, Script.ESCROW): (Settle, Refund, Cancel),
+    (RedeemerTag.SPEND, Script.ESCROW): (Settle, Refund, Cancel, Start),
     (RedeemerTag.SPEND, Script.BOND): (TopUp, BeginUnbond, Withdraw, Slash),
     (RedeemerTag.WITHDRAWAL, Script.SETTLE): (BatchSettle,),
     (RedeemerTag.SPEND, Script.CHANNEL): (

@@ -129,7 +129,8 @@ def accept(
 ) -> wire.JobPublic:  # fmt: skip
     """The provider's signed Acceptance: it backs the job with its bond."""
     job = delivery.own_job(session, party, job_id)
-    return quotes.public(session, delivery.accept(session, chain.deployment, job, body.signature))
+    accepted = delivery.accept(session, chain.deployment, job, body.signature, body.escrow)
+    return quotes.public(session, accepted)
 
 
 @router.post("/jobs/{job_id}/cancel/answer")
