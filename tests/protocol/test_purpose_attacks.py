@@ -105,8 +105,8 @@ async def test_neither_the_escrow_nor_the_bond_is_a_withdraw_script(devnet, depl
 
 async def test_an_escrow_spent_with_a_bond_redeemer_or_junk_fails(devnet, deployment):
     """A field-less Withdraw has no `own_input` and 42 is no constructor (the builtins fail,
-    there is no trace to give); a Slash naming the escrow's own index reads as a Cancel, the
-    only other constructor-shaped branch, and still needs both parties' signatures."""
+    there is no trace to give); a Slash (constructor 3) reads as a Start, which an escrow with
+    no start deadline refuses before anything else."""
     consumer, provider, anyone = [await wallet(devnet) for _ in range(3)]
     escrow = await onchain.lock(devnet, deployment, consumer, provider)
     await travel_to(devnet, escrow_datum(deployment, escrow).close + REFUND_WINDOW_MS + 1)
@@ -114,7 +114,7 @@ async def test_an_escrow_spent_with_a_bond_redeemer_or_junk_fails(devnet, deploy
     start = Clock.now(devnet.context()).tip_slot
     for redeemer, reason in (
         (Withdraw(), "BuiltInFun.HeadList on arguments [BuiltinList(values=[]"),
-        (lambda own: Slash(own, bytes(64), 0, 0), "traces: consumer signs"),
+        (lambda own: Slash(own, bytes(64), 0, 0), "traces: no start deadline"),
         (42, "BuiltInFun.UnConstrData on arguments [PlutusInteger(value=42)]"),
     ):
         attack = handmade(

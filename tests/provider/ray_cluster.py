@@ -10,10 +10,12 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -94,6 +96,9 @@ def session_pids(session: int) -> list[int]:
 class RayCluster:
     def __init__(self, folder: Path, state_dir: Path, fast_health_checks: bool = True) -> None:
         self.folder = folder
+        # Ray's sockets live under its temp dir, and a socket's path may not pass 107 bytes:
+        # pytest's folders (a worker's, under a run's) are too deep for it
+        self.ray_temp = Path(tempfile.mkdtemp(prefix="ray-"))
         self.state_dir = state_dir
         self.port = free_ports(1)[0]
         self.address = f"127.0.0.1:{self.port}"
@@ -131,7 +136,7 @@ class RayCluster:
         self.head = self._start(
             "head",
             ["--head", f"--port={self.port}", "--include-dashboard=false", "--num-cpus=0",
-             "--num-gpus=0", f"--temp-dir={self.folder / 'ray'}"],
+             "--num-gpus=0", f"--temp-dir={self.ray_temp}"],
             self.head_env,
         )  # fmt: skip
 
@@ -199,3 +204,4 @@ class RayCluster:
             node.kill()
         if self.head is not None:
             self.head.kill()
+        shutil.rmtree(self.ray_temp, ignore_errors=True)
