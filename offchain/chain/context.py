@@ -80,6 +80,13 @@ class OgmiosContext(OgmiosV6ChainContext):
         found = tracker.utxos(address) if tracker is not None else None
         return found if found is not None else super().utxos(address)
 
+    @property
+    def last_block_slot(self) -> int:
+        """The tip's slot now. pycardano's is kept for a second, for every context at once, so
+        a renter checking a quote's start deadline against it read the chain a second behind
+        the market that set it, and refused a good quote."""
+        return int(self._query_chain_tip().slot)
+
     def _utxos(self, address: str) -> list[UTxO]:
         """The node's answer now. pycardano's own keeps answers by the tip it reads at most
         once a second, so a wallet's second transaction within a second of its first landing
