@@ -49,7 +49,9 @@ async def test_a_channel_opened_topped_up_closed_and_drained_from_the_browser(
     with serve(served_at_head(settings)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             provider = Party.new(http, settings.identity, await wallet(devnet))
-            terms = offer_terms(provider, gateway_url=GATEWAY, request_price=1_000)
+            terms = offer_terms(
+                provider, gateway_url=GATEWAY, request_price=1_000, token_prices=[2, 8]
+            )
             offered = await provider.send("POST", "/offers", terms)
             assert offered.status_code == 201, offered.text
             await provider_with_offer(devnet, http, settings.identity)  # no gateway: not listed
@@ -66,6 +68,8 @@ async def test_a_channel_opened_topped_up_closed_and_drained_from_the_browser(
                 f"{GATEWAY} · {provider_id[:10]}…"
             ]
             assert GATEWAY in await renter.text("#terms")
+            assert ("at least 2.000000 ADA in, 8.000000 ADA out, per million tokens"
+                    in await renter.text("#terms"))  # fmt: skip
             assert "CIP-30 wallet cannot" in await renter.text("[data-testid=iou-note]")
             iou_key = PaymentSigningKey.generate().to_verification_key().payload.hex()
             await page.fill("#deposit", "5")

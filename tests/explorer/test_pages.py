@@ -58,7 +58,9 @@ SLICE = {"gpu_model": PLANTED, "memory_mib": 2048, "sm_percent": 25, "count": 3,
          "isolation": "mps", "fault_note": PLANTED, "price_per_unit": 800,
          "selftest": {"matmul_gflops": 7400, "alloc_ok_mib": 2048,
                       "past_limit_refused": True}}  # fmt: skip
-SLICED_BODY = json.dumps({"gpu_slices": [SLICE], "gpu_slices_note": PLANTED})
+GATEWAY = {"gateway_url": "http://gw.example:8710", "request_price": 1_500,
+           "token_prices": [2, 8]}  # fmt: skip
+SLICED_BODY = json.dumps({"gpu_slices": [SLICE], "gpu_slices_note": PLANTED, **GATEWAY})
 SLICES_SHOWN = {"offered": 3, "busy": 0, "free": 3, "price_per_unit": 800,
                 "sizes": [{"memory_mib": 2048, "sm_percent": 25, "isolation": "mps"}]}  # fmt: skip
 
@@ -196,6 +198,16 @@ def test_gpu_slices_show_their_isolation_fault_note_and_self_test_escaped(client
     assert "3 \u00d7 25% / 2048 MiB slice (MPS)" in seen(client.get("/explorer/providers").text)
     shown = client.get(f"/api/explorer/providers/{PROVIDER}").json()["provider"]
     assert shown["gpu_slices"] == [SLICE] and shown["gpu_slices_note"] == PLANTED
+
+
+def test_a_provider_shows_its_gateway_and_the_least_a_request_and_a_token_cost(client):
+    said = seen(client.get(f"/explorer/providers/{PROVIDER}").text)
+    assert ("at http://gw.example:8710 ; a request from 0.001500 ADA; an input token from "
+            "2.000000 ADA per million tokens (2 lovelace each), an output token from "
+            "8.000000 ADA per million tokens (8 lovelace each)") in said  # fmt: skip
+    shown = client.get(f"/api/explorer/providers/{PROVIDER}").json()["provider"]["gateway"]
+    assert shown == {"url": "http://gw.example:8710", "request_price": 1_500,
+                     "input_token_price": 2, "output_token_price": 8}  # fmt: skip
 
 
 def two_pages(client: TestClient, name: str) -> list:

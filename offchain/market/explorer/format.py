@@ -15,6 +15,7 @@ from offchain.protocol.job.outcome import describe
 from offchain.protocol.ledger.amounts import ada as exact_ada
 
 HOUR_S = 3600
+TOKENS_QUOTED = 1_000_000  # token prices are quoted per million tokens
 MIB = 1 << 20
 PERMILLE = 1000
 CHART_W, CHART_H = 600, 160
@@ -73,6 +74,14 @@ def per_hour(lovelace_per_s: int | None) -> str:
     if lovelace_per_s is None:
         return "—"
     return f"{ada(lovelace_per_s * HOUR_S)} per hour ({lovelace_per_s:,} lovelace per s)"
+
+
+def per_token(lovelace: int | None) -> str:
+    """A token price as LLM prices are compared, in ADA per million tokens, with the unit the
+    gateway bills (lovelace a token) beside it."""
+    if lovelace is None:
+        return "—"
+    return f"{ada(lovelace * TOKENS_QUOTED)} per million tokens ({lovelace:,} lovelace each)"
 
 
 def duration(ms: int | None) -> str:
@@ -168,6 +177,7 @@ def earnings_bars(days: list[dict[str, int]]) -> list[dict[str, Any]]:
 
 
 FILTERS = {"ada": ada, "amount": amount, "when": when, "when_left": when_left, "per_hour": per_hour,
-           "duration": duration, "short": short, "percent": percent}  # fmt: skip
+           "per_token": per_token, "duration": duration, "short": short,
+           "percent": percent}  # fmt: skip
 GLOBALS = {"usage_chart": usage_chart, "earnings_bars": earnings_bars, "ended": describe,
            "chart_w": CHART_W, "chart_h": CHART_H, "label_h": LABEL_H}  # fmt: skip

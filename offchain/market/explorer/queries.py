@@ -579,6 +579,7 @@ def _provider_row(
                        for entry in slice_terms(o.body)],
         "gpu_slices_note": next((json.loads(o.body).get("gpu_slices_note") for o in offers
                                  if '"gpu_slices_note":' in o.body), None),
+        "gateway": _gateway_terms(offers),
         "bond": {"ref": provider.bond_ref, "lovelace": provider.bond_lovelace,
                  "state": provider.bond_state,
                  # an active bond covers the jobs closing within this long of now
@@ -589,6 +590,18 @@ def _provider_row(
         "uptime": _uptime(online),
         "selftest": json.loads(provider.selftest) if provider.selftest else None,
     }  # fmt: skip
+
+
+def _gateway_terms(offers: list[Offer]) -> dict[str, Any] | None:
+    """Where renters deploy endpoints on the provider and the least each request and token
+    costs there, as its signed offer says (None: it runs no gateway)."""
+    for offer in offers:
+        if '"gateway_url":' in offer.body:
+            terms = json.loads(offer.body)
+            prices = terms.get("token_prices") or [None, None]
+            return {"url": terms["gateway_url"], "request_price": terms.get("request_price"),
+                    "input_token_price": prices[0], "output_token_price": prices[1]}  # fmt: skip
+    return None
 
 
 def _offers(session: Session, provider_ids: Sequence[str]) -> dict[str, list[Offer]]:

@@ -81,10 +81,14 @@ function showTerms() {
   if (!offer) { box.hidden = true; return; }
   const t = signedTerms(offer);
   const perRequest = t.request_price === undefined || t.request_price === null ? "—" : `at least ${ada(t.request_price)}`;
+  // llm endpoints: lovelace a token, read as LLM prices are compared (per million tokens)
+  const perToken = Array.isArray(t.token_prices)
+    ? `at least ${ada(BigInt(t.token_prices[0]) * 1000000n)} in, ${ada(BigInt(t.token_prices[1]) * 1000000n)} out, per million tokens`
+    : "—";
   const hash = { class: "hash" };
   document.getElementById("terms").replaceChildren(...facts([
     ["Provider", offer.provider_id, hash], ["Gateway", t.gateway_url, hash],
-    ["Per request", perRequest], ["Per second", perHour(t.price_per_unit)],
+    ["Per request", perRequest], ["Per token", perToken], ["Per second", perHour(t.price_per_unit)],
     ["Paid to", t.payout_address, hash],
   ]).childNodes);
   box.hidden = false;
