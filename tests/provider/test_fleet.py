@@ -6,23 +6,35 @@ daemon's zero-unit receipt). One cluster for the module; the tests run in order.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import io
 import re
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import docker
+import httpx
 import pytest
 import ray
 
-from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.ledger.iou import IOU_HEADER
 from offchain.protocol.ledger.split import settle_split
+from provider.capacity import Capacity, Slot
 from provider.config import DaemonSettings, RunnerSettings
+from provider.daemon.rentals import Rentals
+from provider.gateway.app import gateway_app
+from provider.placement.fleet_rentals import FleetServices, fleet_starters
 from provider.placement.ray_fleet import Attempt, RayPlacement
+from provider.rentals.book import Rental, RentalBook
+from provider.rentals.services import Services, service_container_name
+from provider.sandbox.runner import runner_id
+from samples import images as sample_images
 from tests.protocol.onchain import balance
 from tests.provider.conftest import assert_no_leftovers
 from tests.provider.daemon_harness import (
@@ -34,6 +46,8 @@ from tests.provider.daemon_harness import (
     wait_state,
 )
 from tests.provider.ray_cluster import RayCluster
+from tests.provider.test_deployments_daemon import PRICE, pending
+from tests.provider.test_gateway_support import book_with_channels, iou, serving, stored
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 WAIT_S = 120.0
@@ -253,6 +267,86 @@ def test_a_node_killed_mid_job_and_the_job_ends_on_the_other(
     assert "step 6" in "".join(lines)
     assert_no_leftovers(cluster.reap(other, client, fleet_state))
     assert_no_leftovers(cluster.reap(first, client, fleet_state))  # the machine came back
+
+
+async def until(
+    loop: Rentals, book: RentalBook, name: str, done: Callable[[Rental], bool]
+) -> Rental:
+    """Rounds of the daemon's deployments loop until `done` holds of deployment `name`."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        await loop.tick()
+        found = book.get(name)
+        assert found is not None
+        if done(found) and not loop._starting:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {WAIT_S} s for {name}: {found}")
+        await asyncio.sleep(0.2)
+
+
+def predict(url: str, paid: list[int], value: int) -> int:
+    """A paid call of the sample service through the gateway: its score."""
+    paid.append(paid[-1] + PRICE)
+    answer = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [value]},
+                        headers={IOU_HEADER: iou(paid[-1]).to_header()})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["score"])
+
+
+async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_follows(
+    fleet: RayPlacement, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    """An endpoint deployed with `placement = "ray"`: its replica runs on a node, published on
+    the node's address, and answers through the gateway; its node killed, the daemon's loop
+    places it on the other node, the book's upstream follows (no replica meanwhile: not
+    billed), and the gateway's next calls are answered there."""
+    cluster.add_node("c")  # the earlier tests left one node alive: two again
+    sample = sample_images.sample_service_image(client)
+    channels = book_with_channels(tmp_path / "channels.sqlite")
+    book = RentalBook.in_state_dir(tmp_path / "daemon")
+    bundle = Resources(cpu_cores=1, memory_mib=512)
+    capacity = Capacity([Slot(n, (), bundle) for n in range(2)])
+    starters = fleet_starters(fleet, client, fleet_state)
+    loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
+                   starters=starters)  # fmt: skip
+    services = loop.starter("endpoint")
+    assert isinstance(services, FleetServices)
+    name = stored("svc")
+    book.add(dataclasses.replace(pending("svc", sample), name=name))
+    try:
+        running = await until(loop, book, name, lambda d: d.state == "running")
+        (replica,) = services.placed[name].replicas
+        assert replica.node is not None and running.upstream == replica.upstream
+        first = replica.node
+        assert running.upstream.startswith(f"http://{first.address}:")  # the node's address
+        paid = [0]
+        with serving(gateway_app(channels, book)) as url:
+            assert predict(url, paid, 1) == 3
+            cluster.power_off(first.name, client, fleet_state)
+            moved = await until(
+                loop, book, name, lambda d: d.upstream not in ("", running.upstream)
+            )
+            assert replica.node is not None and replica.node.name != first.name
+            assert moved.cold_ms > 0  # the spell with no replica running is not billed
+            assert [predict(url, paid, n) for n in (2, 3)] == [5, 7]
+        there = cluster.node_settings(replica.node.name, fleet_state).state_dir
+        container = client.containers.get(service_container_name(runner_id(there), f"{name}-0", 0))
+        assert container.logs().decode().count("POST /predict") == 2  # answered on the new node
+        book.finish(name, "stopped", "stopped by its renter", 1)
+        await until(loop, book, name, lambda d: d.name not in loop._live)
+        left = Services(client, cluster.node_settings(replica.node.name, fleet_state))
+        assert left.leftovers() == {"containers": [], "networks": []}
+        assert capacity.free() == 2
+    finally:
+        await loop.aclose()
+        for node in ("a", "b", "c"):  # the dead node's bridge: its machine back
+            gone = Services(client, cluster.node_settings(node, fleet_state))
+            for leftover in set(gone.leftovers()["networks"]):
+                gone.stop(leftover)
+        channels.close()
+        book.close()
 
 
 def test_the_last_node_killed_fails_the_job_with_nothing_metered(
