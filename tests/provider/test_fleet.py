@@ -10,10 +10,11 @@ import asyncio
 import dataclasses
 import io
 import re
+import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,9 +30,11 @@ from provider.capacity import Capacity, Slot
 from provider.config import DaemonSettings, RunnerSettings
 from provider.daemon.rentals import Rentals
 from provider.gateway.app import gateway_app
-from provider.placement.fleet_rentals import FleetServices, fleet_starters
+from provider.money.channel_book import ChannelBook
+from provider.placement.fleet_rentals import FleetPods, FleetServices, fleet_starters
 from provider.placement.ray_fleet import Attempt, RayPlacement
 from provider.rentals.book import Rental, RentalBook
+from provider.rentals.pods import Pods
 from provider.rentals.services import Services, service_container_name
 from provider.sandbox.runner import runner_id
 from samples import images as sample_images
@@ -47,7 +50,15 @@ from tests.provider.daemon_harness import (
 )
 from tests.provider.ray_cluster import RayCluster
 from tests.provider.test_deployments_daemon import PRICE, pending
-from tests.provider.test_gateway_support import book_with_channels, iou, serving, stored
+from tests.provider.test_gateway_support import (
+    CHANNEL,
+    RENTER,
+    book_with_channels,
+    iou,
+    serving,
+    stored,
+)
+from tests.provider.test_pods import pod_spec, ssh
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 WAIT_S = 120.0
@@ -269,20 +280,48 @@ def test_a_node_killed_mid_job_and_the_job_ends_on_the_other(
     assert_no_leftovers(cluster.reap(first, client, fleet_state))  # the machine came back
 
 
-async def until(
-    loop: Rentals, book: RentalBook, name: str, done: Callable[[Rental], bool]
-) -> Rental:
-    """Rounds of the daemon's deployments loop until `done` holds of deployment `name`."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        await loop.tick()
-        found = book.get(name)
-        assert found is not None
-        if done(found) and not loop._starting:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {WAIT_S} s for {name}: {found}")
-        await asyncio.sleep(0.2)
+@dataclasses.dataclass
+class OnFleet:
+    """The daemon's deployments loop with the fleet's Starters, its books (channels served
+    already: no chain) and its two slots."""
+
+    loop: Rentals
+    book: RentalBook
+    channels: ChannelBook
+    capacity: Capacity
+
+    async def until(self, name: str, done: Callable[[Rental | None], bool]) -> Rental | None:
+        """Rounds of the loop until `done` holds of deployment `name` (None: gone)."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            await self.loop.tick()
+            found = self.book.get(name)
+            if done(found) and not self.loop._starting:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {WAIT_S} s for {name}: {found}")
+            await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+async def on_fleet(
+    fleet: RayPlacement, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster, tmp_path: Path,
+) -> AsyncIterator[OnFleet]:  # fmt: skip
+    channels = book_with_channels(tmp_path / "channels.sqlite")
+    book = RentalBook.in_state_dir(tmp_path / "daemon")
+    capacity = Capacity([Slot(n, (), Resources(cpu_cores=1, memory_mib=512)) for n in range(2)])
+    starters = fleet_starters(fleet, client, fleet_state)
+    loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
+                   starters=starters)  # fmt: skip
+    yield OnFleet(loop, book, channels, capacity)
+    await loop.aclose()
+    for node in cluster.nodes:  # what a dead node left (its bridges): its machine back
+        services = Services(client, cluster.node_settings(node, fleet_state))
+        for name in set(services.leftovers()["networks"]):
+            services.stop(name)
+    channels.close()
+    book.close()
 
 
 def predict(url: str, paid: list[int], value: int) -> int:
@@ -295,8 +334,8 @@ def predict(url: str, paid: list[int], value: int) -> int:
 
 
 async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_follows(
-    fleet: RayPlacement, client: docker.DockerClient, fleet_state: RunnerSettings,
-    cluster: RayCluster, tmp_path: Path,
+    on_fleet: OnFleet, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
 ) -> None:  # fmt: skip
     """An endpoint deployed with `placement = "ray"`: its replica runs on a node, published on
     the node's address, and answers through the gateway; its node killed, the daemon's loop
@@ -304,49 +343,63 @@ async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_fo
     billed), and the gateway's next calls are answered there."""
     cluster.add_node("c")  # the earlier tests left one node alive: two again
     sample = sample_images.sample_service_image(client)
-    channels = book_with_channels(tmp_path / "channels.sqlite")
-    book = RentalBook.in_state_dir(tmp_path / "daemon")
-    bundle = Resources(cpu_cores=1, memory_mib=512)
-    capacity = Capacity([Slot(n, (), bundle) for n in range(2)])
-    starters = fleet_starters(fleet, client, fleet_state)
-    loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
-                   starters=starters)  # fmt: skip
-    services = loop.starter("endpoint")
+    services = on_fleet.loop.starter("endpoint")
     assert isinstance(services, FleetServices)
     name = stored("svc")
-    book.add(dataclasses.replace(pending("svc", sample), name=name))
-    try:
-        running = await until(loop, book, name, lambda d: d.state == "running")
-        (replica,) = services.placed[name].replicas
-        assert replica.node is not None and running.upstream == replica.upstream
-        first = replica.node
-        assert running.upstream.startswith(f"http://{first.address}:")  # the node's address
-        paid = [0]
-        with serving(gateway_app(channels, book)) as url:
-            assert predict(url, paid, 1) == 3
-            cluster.power_off(first.name, client, fleet_state)
-            moved = await until(
-                loop, book, name, lambda d: d.upstream not in ("", running.upstream)
-            )
-            assert replica.node is not None and replica.node.name != first.name
-            assert moved.cold_ms > 0  # the spell with no replica running is not billed
-            assert [predict(url, paid, n) for n in (2, 3)] == [5, 7]
-        there = cluster.node_settings(replica.node.name, fleet_state).state_dir
-        container = client.containers.get(service_container_name(runner_id(there), f"{name}-0", 0))
-        assert container.logs().decode().count("POST /predict") == 2  # answered on the new node
-        book.finish(name, "stopped", "stopped by its renter", 1)
-        await until(loop, book, name, lambda d: d.name not in loop._live)
-        left = Services(client, cluster.node_settings(replica.node.name, fleet_state))
-        assert left.leftovers() == {"containers": [], "networks": []}
-        assert capacity.free() == 2
-    finally:
-        await loop.aclose()
-        for node in ("a", "b", "c"):  # the dead node's bridge: its machine back
-            gone = Services(client, cluster.node_settings(node, fleet_state))
-            for leftover in set(gone.leftovers()["networks"]):
-                gone.stop(leftover)
-        channels.close()
-        book.close()
+    on_fleet.book.add(dataclasses.replace(pending("svc", sample), name=name))
+    running = await on_fleet.until(name, lambda d: d is not None and d.state == "running")
+    assert running is not None
+    (replica,) = services.placed[name].replicas
+    assert replica.node is not None and running.upstream == replica.upstream
+    first = replica.node
+    assert running.upstream.startswith(f"http://{first.address}:")  # the node's address
+    paid = [0]
+    with serving(gateway_app(on_fleet.channels, on_fleet.book)) as url:
+        assert predict(url, paid, 1) == 3
+        cluster.power_off(first.name, client, fleet_state)
+        moved = await on_fleet.until(
+            name, lambda d: d is not None and d.upstream not in ("", running.upstream)
+        )
+        assert replica.node is not None and replica.node.name != first.name
+        assert moved is not None and moved.cold_ms > 0  # no replica ran meanwhile: not billed
+        assert [predict(url, paid, n) for n in (2, 3)] == [5, 7]
+    there = cluster.node_settings(replica.node.name, fleet_state)
+    container = client.containers.get(
+        service_container_name(runner_id(there.state_dir), f"{name}-0", 0)
+    )
+    assert container.logs().decode().count("POST /predict") == 2  # answered on the new node
+    on_fleet.book.finish(name, "stopped", "stopped by its renter", 1)
+    await on_fleet.until(name, lambda d: name not in on_fleet.loop._live)
+    assert Services(client, there).leftovers() == {"containers": [], "networks": []}
+    assert on_fleet.capacity.free() == 2
+
+
+async def test_a_pod_on_the_fleet_is_reached_on_its_node_and_leaves_nothing_there(
+    on_fleet: OnFleet, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A pod deployed on the fleet: its sshd published on its node's address, the renter's
+    key logs in there; stopped, its workspace on that node goes once its keep time passed,
+    and then its row."""
+    key = tmp_path / "renter"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    spec = pod_spec(key, workspace_keep_s=0)
+    name = stored("lab")
+    on_fleet.book.add(Rental(name, "pod", CHANNEL, RENTER.to_verification_key().payload,
+                             spec.canonical_json().decode(), "pending", "", "", "", 0, 0, 0,
+                             created_ms=1))  # fmt: skip
+    running = await on_fleet.until(name, lambda d: d is not None and d.state == "running")
+    assert running is not None
+    pods = on_fleet.loop.starter("pod")
+    assert isinstance(pods, FleetPods)
+    node = pods.placed[name].replicas[0].node
+    assert node is not None and running.upstream.startswith(f"http://{node.address}:")
+    done = ssh(key, running.upstream, "echo on > /workspace/note; cat /workspace/note")
+    assert done.stdout == "on\n", done.stderr
+    on_fleet.book.finish(name, "stopped", "stopped by its renter", 1)
+    assert await on_fleet.until(name, lambda d: d is None) is None  # workspace gone: row too
+    left = Pods(client, cluster.node_settings(node.name, fleet_state))
+    assert left.leftovers() == {"containers": [], "networks": [], "workspaces": []}
 
 
 def test_the_last_node_killed_fails_the_job_with_nothing_metered(
