@@ -8,7 +8,8 @@ as that uid, serves only that user (`pod`) and only the spec's key, and needs no
 outside a small tmpfs of its own (POD_RUN_DIR: a host key made per pod, authorized_keys) and
 /workspace. Like a service it sits on a bridge of its own behind the egress fence (it answers
 connections, never opens one) and its sshd port is published on the host's 127.0.0.1 only,
-at a port the kernel picks: only the gateway, on this machine, reaches it.
+at a port the kernel picks: only the gateway, on this machine, reaches it (a fleet's node
+publishes it on its cluster address: `provider.placement.fleet_rentals`).
 
 /workspace is a named docker volume (`workspace_volume`): stopping the pod removes its
 container and bridge and keeps the volume, so the renter can come back to it; the daemon
