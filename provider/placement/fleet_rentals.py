@@ -246,12 +246,14 @@ class FleetPods(FleetRentals):
             raise FleetRentalError(f"pod {deployment.name}: its spec: {exc}") from exc
 
     def forget(self, deployment: Rental, now_ms: int) -> bool:
-        """Once its workspace's keep time passed: removed on every node that is alive."""
-        kept = [
-            self.fleet.answer(node, self.fleet.actor(node).forget_pod.remote(deployment, now_ms))
-            for node in self.fleet.nodes()
-        ]
-        return all(kept)
+        """Once its workspace's keep time passed: removed on every node that is alive (one
+        that dies meanwhile took it along)."""
+        gone = []
+        for node in self.fleet.nodes():
+            with contextlib.suppress(NodeDied):
+                call = self.fleet.actor(node).forget_pod.remote(deployment, now_ms)
+                gone.append(self.fleet.answer(node, call))
+        return all(gone)
 
 
 def upstream_of(rental: Placed) -> str:

@@ -6,8 +6,9 @@ GPUs pinned by UUID). Unlike a job it must be reached, so it sits on a bridge of
 other container on it, no masquerading: it cannot reach the Internet) and its one port is
 published on the host's 127.0.0.1 only, at a port the kernel picks: only the gateway, on this
 machine, reaches it (on a fleet's node, `host` is the node's cluster address instead, which the
-gateway's machine reaches over the provider's private network: `provider.placement`). Its bridge sits behind the egress fence (`egress.py`): the service
-answers connections, it never opens one (not to the host, not to the LAN). `replicas: N` runs
+gateway's machine reaches over the provider's private network: `provider.placement`). Its
+bridge sits behind the egress fence (`egress.py`): the service answers connections, it never
+opens one (not to the host, not to the LAN). `replicas: N` runs
 N containers on that bridge, the gateway round-robins over them. A start answers (`Started`)
 once every replica's health path answers 2xx; a start that fails or times out removes
 everything it made; stopping removes the containers and the bridge. The daemon records the

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import json
+import logging
 import re
 import subprocess
 import tarfile
@@ -22,7 +24,9 @@ import docker
 import httpx
 import pytest
 import ray
+from pycardano import PaymentSigningKey
 
+from offchain.protocol.job.channel_job import parse_channel_job
 from offchain.protocol.job.jobspec import JobSpec, Resources
 from offchain.protocol.ledger.iou import IOU_HEADER
 from offchain.protocol.ledger.split import settle_split
@@ -34,6 +38,7 @@ from provider.money.channel_book import ChannelBook
 from provider.placement.fleet_rentals import FleetPods, FleetServices, fleet_starters
 from provider.placement.ray_fleet import Attempt, RayPlacement
 from provider.rentals.book import Rental, RentalBook
+from provider.rentals.jobs import RECEIPT_FILE, JobReceipts, job_id
 from provider.rentals.pods import Pods
 from provider.rentals.services import Services, service_container_name
 from provider.sandbox.runner import runner_id
@@ -52,7 +57,9 @@ from tests.provider.ray_cluster import RayCluster
 from tests.provider.test_deployments_daemon import PRICE, pending
 from tests.provider.test_gateway_support import (
     CHANNEL,
+    NETWORK,
     RENTER,
+    SCRIPT,
     book_with_channels,
     iou,
     serving,
@@ -312,8 +319,9 @@ async def on_fleet(
     book = RentalBook.in_state_dir(tmp_path / "daemon")
     capacity = Capacity([Slot(n, (), Resources(cpu_cores=1, memory_mib=512)) for n in range(2)])
     starters = fleet_starters(fleet, client, fleet_state)
+    receipts = JobReceipts(PaymentSigningKey.generate(), NETWORK, SCRIPT, fleet.results_dir)
     loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
-                   starters=starters)  # fmt: skip
+                   receipts, starters)  # fmt: skip
     yield OnFleet(loop, book, channels, capacity)
     await loop.aclose()
     for node in cluster.nodes:  # what a dead node left (its bridges): its machine back
@@ -357,12 +365,19 @@ async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_fo
     with serving(gateway_app(on_fleet.channels, on_fleet.book)) as url:
         assert predict(url, paid, 1) == 3
         cluster.power_off(first.name, client, fleet_state)
+        await on_fleet.until(name, lambda d: d is not None and d.upstream == "")
+        refused = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [1]},
+                             headers={IOU_HEADER: iou(paid[-1] + PRICE).to_header()})  # fmt: skip
+        assert refused.status_code == 503, refused.text  # no replica: answered, not charged
+        assert "has no replica running now" in refused.json()["error"]
         moved = await on_fleet.until(
             name, lambda d: d is not None and d.upstream not in ("", running.upstream)
         )
         assert replica.node is not None and replica.node.name != first.name
         assert moved is not None and moved.cold_ms > 0  # no replica ran meanwhile: not billed
         assert [predict(url, paid, n) for n in (2, 3)] == [5, 7]
+    row = on_fleet.book.get(name)
+    assert row is not None and row.requests == 3 and row.served == 3 * PRICE
     there = cluster.node_settings(replica.node.name, fleet_state)
     container = client.containers.get(
         service_container_name(runner_id(there.state_dir), f"{name}-0", 0)
@@ -400,6 +415,30 @@ async def test_a_pod_on_the_fleet_is_reached_on_its_node_and_leaves_nothing_ther
     assert await on_fleet.until(name, lambda d: d is None) is None  # workspace gone: row too
     left = Pods(client, cluster.node_settings(node.name, fleet_state))
     assert left.leftovers() == {"containers": [], "networks": [], "workspaces": []}
+
+
+async def test_a_channel_job_on_the_fleet_runs_on_a_node_and_its_receipt_is_signed_here(
+    on_fleet: OnFleet, busybox: str, fleet: RayPlacement, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job paid over a channel goes through the fleet's `run`: placed on a node, its results
+    shipped to the daemon's results, where its receipt is signed from the node's metering."""
+    name = stored("batch")
+    spec = parse_channel_job({
+        "kind": "job", "price_per_second": 0,
+        "job": {"image": busybox, "command": ["sh", "-c", "sleep 1; echo 42 > /out/answer"],
+                "max_duration_s": 30, "max_price_lovelace": 0,
+                "resources": {"cpu_cores": 1, "memory_mib": 128, "disk_mib": 8}},
+    })  # fmt: skip
+    on_fleet.book.add(Rental(name, "job", CHANNEL, RENTER.to_verification_key().payload,
+                             spec.canonical_json().decode(), "pending", "", "", "", 0, 0, 0,
+                             created_ms=1))  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="unchained.provider"):
+        ended = await on_fleet.until(name, lambda d: d is not None and d.state == "stopped")
+    assert ended is not None and ended.reason == "job succeeded: exit code 0", ended
+    assert re.search(rf"job {job_id(name)} placed on node \w+", caplog.text), caplog.text
+    folder = fleet.results_dir / job_id(name)
+    assert out_files(folder / "out.tar") == {"answer": "42\n"}
+    assert json.loads((folder / RECEIPT_FILE).read_text())["units"] >= 1
 
 
 def test_the_last_node_killed_fails_the_job_with_nothing_metered(
