@@ -44,6 +44,7 @@ from provider.rentals.services import Services, service_container_name
 from provider.sandbox.runner import runner_id
 from samples import images as sample_images
 from tests.protocol.onchain import balance
+from tests.provider import test_gateway_support as support
 from tests.provider.conftest import assert_no_leftovers
 from tests.provider.daemon_harness import (
     consumer_of,
@@ -55,16 +56,6 @@ from tests.provider.daemon_harness import (
 )
 from tests.provider.ray_cluster import RayCluster
 from tests.provider.test_deployments_daemon import PRICE, pending
-from tests.provider.test_gateway_support import (
-    CHANNEL,
-    NETWORK,
-    RENTER,
-    SCRIPT,
-    book_with_channels,
-    iou,
-    serving,
-    stored,
-)
 from tests.provider.test_pods import pod_spec, ssh
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -315,11 +306,13 @@ async def on_fleet(
     fleet: RayPlacement, client: docker.DockerClient, fleet_state: RunnerSettings,
     cluster: RayCluster, tmp_path: Path,
 ) -> AsyncIterator[OnFleet]:  # fmt: skip
-    channels = book_with_channels(tmp_path / "channels.sqlite")
+    channels = support.book_with_channels(tmp_path / "channels.sqlite")
     book = RentalBook.in_state_dir(tmp_path / "daemon")
     capacity = Capacity([Slot(n, (), Resources(cpu_cores=1, memory_mib=512)) for n in range(2)])
     starters = fleet_starters(fleet, client, fleet_state)
-    receipts = JobReceipts(PaymentSigningKey.generate(), NETWORK, SCRIPT, fleet.results_dir)
+    receipts = JobReceipts(
+        PaymentSigningKey.generate(), support.NETWORK, support.SCRIPT, fleet.results_dir
+    )
     loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
                    receipts, starters)  # fmt: skip
     yield OnFleet(loop, book, channels, capacity)
@@ -332,11 +325,18 @@ async def on_fleet(
     book.close()
 
 
+def pending_row(name: str, kind: str, spec_json: str) -> Rental:
+    """A deployment of the renter's on its channel, as the gateway stores it, free of charge."""
+    renter = support.RENTER.to_verification_key().payload
+    return Rental(name, kind, support.CHANNEL, renter, spec_json, "pending", "", "", "", 0, 0, 0,
+                  created_ms=1)  # fmt: skip
+
+
 def predict(url: str, paid: list[int], value: int) -> int:
     """A paid call of the sample service through the gateway: its score."""
     paid.append(paid[-1] + PRICE)
     answer = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [value]},
-                        headers={IOU_HEADER: iou(paid[-1]).to_header()})  # fmt: skip
+                        headers={IOU_HEADER: support.iou(paid[-1]).to_header()})  # fmt: skip
     assert answer.status_code == 200, answer.text
     return int(answer.json()["score"])
 
@@ -353,7 +353,7 @@ async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_fo
     sample = sample_images.sample_service_image(client)
     services = on_fleet.loop.starter("endpoint")
     assert isinstance(services, FleetServices)
-    name = stored("svc")
+    name = support.stored("svc")
     on_fleet.book.add(dataclasses.replace(pending("svc", sample), name=name))
     running = await on_fleet.until(name, lambda d: d is not None and d.state == "running")
     assert running is not None
@@ -362,12 +362,12 @@ async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_fo
     first = replica.node
     assert running.upstream.startswith(f"http://{first.address}:")  # the node's address
     paid = [0]
-    with serving(gateway_app(on_fleet.channels, on_fleet.book)) as url:
+    with support.serving(gateway_app(on_fleet.channels, on_fleet.book)) as url:
         assert predict(url, paid, 1) == 3
         cluster.power_off(first.name, client, fleet_state)
         await on_fleet.until(name, lambda d: d is not None and d.upstream == "")
-        refused = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [1]},
-                             headers={IOU_HEADER: iou(paid[-1] + PRICE).to_header()})  # fmt: skip
+        header = {IOU_HEADER: support.iou(paid[-1] + PRICE).to_header()}
+        refused = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [1]}, headers=header)
         assert refused.status_code == 503, refused.text  # no replica: answered, not charged
         assert "has no replica running now" in refused.json()["error"]
         moved = await on_fleet.until(
@@ -399,10 +399,8 @@ async def test_a_pod_on_the_fleet_is_reached_on_its_node_and_leaves_nothing_ther
     key = tmp_path / "renter"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     spec = pod_spec(key, workspace_keep_s=0)
-    name = stored("lab")
-    on_fleet.book.add(Rental(name, "pod", CHANNEL, RENTER.to_verification_key().payload,
-                             spec.canonical_json().decode(), "pending", "", "", "", 0, 0, 0,
-                             created_ms=1))  # fmt: skip
+    name = support.stored("lab")
+    on_fleet.book.add(pending_row(name, "pod", spec.canonical_json().decode()))
     running = await on_fleet.until(name, lambda d: d is not None and d.state == "running")
     assert running is not None
     pods = on_fleet.loop.starter("pod")
@@ -422,16 +420,14 @@ async def test_a_channel_job_on_the_fleet_runs_on_a_node_and_its_receipt_is_sign
 ) -> None:
     """A job paid over a channel goes through the fleet's `run`: placed on a node, its results
     shipped to the daemon's results, where its receipt is signed from the node's metering."""
-    name = stored("batch")
+    name = support.stored("batch")
     spec = parse_channel_job({
-        "kind": "job", "price_per_second": 0,
+        "kind": "job", "price_per_second": 1,
         "job": {"image": busybox, "command": ["sh", "-c", "sleep 1; echo 42 > /out/answer"],
-                "max_duration_s": 30, "max_price_lovelace": 0,
+                "max_duration_s": 30, "max_price_lovelace": 30,
                 "resources": {"cpu_cores": 1, "memory_mib": 128, "disk_mib": 8}},
     })  # fmt: skip
-    on_fleet.book.add(Rental(name, "job", CHANNEL, RENTER.to_verification_key().payload,
-                             spec.canonical_json().decode(), "pending", "", "", "", 0, 0, 0,
-                             created_ms=1))  # fmt: skip
+    on_fleet.book.add(pending_row(name, "job", spec.canonical_json().decode()))
     with caplog.at_level(logging.INFO, logger="unchained.provider"):
         ended = await on_fleet.until(name, lambda d: d is not None and d.state == "stopped")
     assert ended is not None and ended.reason == "job succeeded: exit code 0", ended
