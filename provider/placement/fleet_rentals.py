@@ -14,7 +14,9 @@ A node that dies (Ray marks it dead): the daemon's next round asks `upstream`, w
 the replicas of dead nodes out (the book's upstream follows; with none left the deployment
 counts as scaled to zero, `RentalBook.set_warm`, and is not billed per second) and places
 each again on a node with room, in the background, round after round until one has room.
-A pod placed again starts with a fresh /workspace: its volume was on the node that died.
+A pod placed again starts with a fresh /workspace: its volume was on the node that died. A
+restarted daemon finds the rentals its predecessor placed on their nodes (`_adopt`) and moves
+them as its own.
 Channel jobs go through the fleet's `run` (`ChannelJobs` given the placement): placed, and
 restarted from their last /out copy, as escrowed jobs are."""
 
@@ -127,11 +129,15 @@ class FleetRentals:
 
     def upstream(self, deployment: Rental) -> str | None:
         """Where `deployment`'s replicas answer now, for the book ("" while none does): a
-        replica whose node died is left out and placed again on a thread of its own. None for
-        a rental this daemon did not start (its predecessor's: the book's upstream stands)."""
+        replica whose node died is left out and placed again on a thread of its own. A rental
+        this daemon did not start (its predecessor's) is found on its nodes first; None for
+        one whose spec cannot be read (the book's upstream stands)."""
         rental = self.placed.get(deployment.name)
         if rental is None:
-            return None
+            try:
+                rental = self._adopt(deployment)
+            except FleetRentalError:
+                return None
         alive = {node.node_id for node in self.fleet.nodes()}
         for replica in rental.replicas:
             with self.lock:
@@ -141,6 +147,33 @@ class FleetRentals:
                 replica.moving, replica.upstream = True, ""
             threading.Thread(target=self._move, args=(rental, replica), daemon=True).start()
         return upstream_of(rental)
+
+    def _adopt(self, deployment: Rental) -> Placed:
+        """The replicas a previous daemon started, found on the nodes that run them, each
+        with a placement group on its node again (its predecessor's went with it); one found
+        nowhere, or not running, is placed again by `upstream`."""
+        bundle, count = self.shape(deployment)
+        rental = Placed(deployment, bundle, [Replica(index) for index in range(count)])
+        for node in self.fleet.nodes():
+            actor = self.fleet.actor(node)
+            for replica in rental.replicas:
+                on_node = self.on_node(deployment, replica.index)
+                try:
+                    where = self.fleet.answer(node, actor.rental_upstream.remote(on_node))
+                except RayTaskError as exc:  # its container is here but does not answer
+                    log.warning("%s %s: %s", self.kind, on_node.name, exc.cause)
+                    self.fleet.answer(node, actor.stop_rental.remote(self.kind, [on_node.name]))
+                    continue
+                except NodeDied:
+                    break
+                if where:
+                    replica.node, replica.upstream = node, where
+                    with contextlib.suppress(NoRoom):  # room taken meanwhile: it runs unheld
+                        replica.group, _ = self.fleet.place(bundle, on=node)
+        found = [replica.node.name if replica.node else None for replica in rental.replicas]
+        log.info("%s %s found on nodes %s", self.kind, deployment.name, found)
+        with self.lock:
+            return self.placed.setdefault(deployment.name, rental)
 
     def _move(self, rental: Placed, replica: Replica) -> None:
         """`replica`'s node died: placed again where there is room (else tried again at the

@@ -17,6 +17,7 @@ machine to reach; the GPUs a rental holds are counted with the jobs'."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import tarfile
 import threading
@@ -25,13 +26,14 @@ from pathlib import Path
 import docker
 
 from offchain.core.errors import UnchainedError
-from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.jobspec import JobSpec, parse_servicespec
 from offchain.protocol.job.offer import OfferedImage
 from provider.config import RunnerSettings
 from provider.gpu.inventory import HostInventory, host_inventory
+from provider.images.pod import POD_SSH_PORT
 from provider.rentals.book import ENDPOINT, POD, Rental, Started
-from provider.rentals.pods import Pods
-from provider.rentals.services import Services
+from provider.rentals.pods import Pods, pod_resource_name
+from provider.rentals.services import Services, host_port, service_container_name
 from provider.sandbox.outvolume import OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox.runner import Runner, RunResult, Stop
 
@@ -96,13 +98,12 @@ class NodeRunner:
         own = settings.state_dir / "nodes" / name
         node_settings = settings.model_copy(update={"state_dir": own})
         self.name = name
-        client = docker.from_env()
-        self.runner = Runner(client, node_settings)
-        self.pods = Pods(client, node_settings, host=address)
-        self.rentals: dict[str, Services | Pods] = {
-            ENDPOINT: Services(client, node_settings, host=address),
-            POD: self.pods,
-        }
+        self.client = docker.from_env()
+        self.address = address
+        self.runner = Runner(self.client, node_settings)
+        self.services = Services(self.client, node_settings, host=address)
+        self.pods = Pods(self.client, node_settings, host=address)
+        self.rentals: dict[str, Services | Pods] = {ENDPOINT: self.services, POD: self.pods}
         self.every_s = checkpoint_every_s
         self.runs: dict[str, NodeRun] = {}
         self.lock = threading.Lock()
@@ -263,6 +264,26 @@ class NodeRunner:
     def rental_names(self, kind: str) -> list[str]:
         """The rentals of `kind` that have containers on this node."""
         return self.rentals[kind].leftovers()["containers"]
+
+    def rental_upstream(self, deployment: Rental) -> str:
+        """Where `deployment`, as this node runs it, answers once healthy ("" when it has no
+        container here), its GPUs held again: a restarted daemon finds what its predecessor
+        placed. An UnchainedError when its container is here but does not run."""
+        name = deployment.name
+        if name not in self.rental_names(deployment.kind):
+            return ""
+        if deployment.kind == POD:
+            container = self.client.containers.get(pod_resource_name(self.pods.runner_id, name))
+            upstream = f"http://{self.address}:{host_port(container, POD_SSH_PORT, self.address)}"
+        else:
+            spec = parse_servicespec(json.loads(deployment.spec_json))
+            upstream = self.services.scale(name, spec, 1)
+            runner = self.services.runner_id
+            container = self.client.containers.get(service_container_name(runner, name, 0))
+        requests = container.attrs["HostConfig"].get("DeviceRequests") or []
+        with self.lock:
+            self.busy[rental_holder(name)] = [u for r in requests for u in r["DeviceIDs"] or []]
+        return upstream
 
     def rental_logs(self, kind: str, name: str, lines: int) -> str:
         return self.rentals[kind].logs(name, lines)

@@ -213,13 +213,15 @@ class RayPlacement:
             self.attempts.pop(job_id, None)
             self.stopped.discard(job_id)
 
-    def place(self, wanted: Bundle) -> tuple[PlacementGroup, Node]:
-        """A placement group holding a job's or a rental's bundle on one node, and that node;
-        NoRoom when none has room within the placement timeout."""
+    def place(self, wanted: Bundle, on: Node | None = None) -> tuple[PlacementGroup, Node]:
+        """A placement group holding a job's or a rental's bundle on one node (`on`, by its
+        label, when given), and that node; NoRoom when none has room within the placement
+        timeout."""
         bundle = {"CPU": float(wanted.cpu_cores), "memory": float(wanted.memory_mib * MIB)}
         if wanted.gpus:
             bundle["GPU"] = float(wanted.gpus)
-        group = placement_group([bundle], strategy="STRICT_PACK")
+        pinned = [{NODE_LABEL: on.name}] if on is not None else None
+        group = placement_group([bundle], strategy="STRICT_PACK", bundle_label_selector=pinned)
         try:
             ray.get(group.ready(), timeout=self.place_timeout_s)
         except GetTimeoutError:
@@ -230,7 +232,7 @@ class RayPlacement:
         node = next((node for node in self.nodes() if node.node_id == node_id), None)
         if node is None:  # it died between the two answers
             remove_placement_group(group)
-            return self.place(wanted)
+            return self.place(wanted, on)
         return group, node
 
     def _run_on(

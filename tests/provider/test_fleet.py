@@ -25,6 +25,7 @@ import httpx
 import pytest
 import ray
 from pycardano import PaymentSigningKey
+from ray.util.placement_group import remove_placement_group
 
 from offchain.protocol.job.channel_job import parse_channel_job
 from offchain.protocol.job.jobspec import JobSpec, Resources
@@ -283,10 +284,19 @@ class OnFleet:
     """The daemon's deployments loop with the fleet's Starters, its books (channels served
     already: no chain) and its two slots."""
 
-    loop: Rentals
+    made: Callable[[], tuple[Rentals, Capacity]]  # a daemon's loop and slots, started anew
     book: RentalBook
     channels: ChannelBook
-    capacity: Capacity
+    loop: Rentals = dataclasses.field(init=False)
+    capacity: Capacity = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.loop, self.capacity = self.made()
+
+    async def restart(self) -> None:
+        """The daemon restarts: a new loop over the same books, new Starters."""
+        await self.loop.aclose()
+        self.loop, self.capacity = self.made()
 
     async def until(self, name: str, done: Callable[[Rental | None], bool]) -> Rental | None:
         """Rounds of the loop until `done` holds of deployment `name` (None: gone)."""
@@ -308,15 +318,20 @@ async def on_fleet(
 ) -> AsyncIterator[OnFleet]:  # fmt: skip
     channels = support.book_with_channels(tmp_path / "channels.sqlite")
     book = RentalBook.in_state_dir(tmp_path / "daemon")
-    capacity = Capacity([Slot(n, (), Resources(cpu_cores=1, memory_mib=512)) for n in range(2)])
-    starters = fleet_starters(fleet, client, fleet_state)
     receipts = JobReceipts(
         PaymentSigningKey.generate(), support.NETWORK, support.SCRIPT, fleet.results_dir
     )
-    loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
-                   receipts, starters)  # fmt: skip
-    yield OnFleet(loop, book, channels, capacity)
-    await loop.aclose()
+
+    def made() -> tuple[Rentals, Capacity]:
+        capacity = Capacity([Slot(n, (), Resources(cpu_cores=1, memory_mib=512)) for n in (0, 1)])
+        starters = fleet_starters(fleet, client, fleet_state)
+        loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
+                       receipts, starters)  # fmt: skip
+        return loop, capacity
+
+    world = OnFleet(made, book, channels)
+    yield world
+    await world.loop.aclose()
     for node in cluster.nodes:  # what a dead node left (its bridges): its machine back
         services = Services(client, cluster.node_settings(node, fleet_state))
         for name in set(services.leftovers()["networks"]):
@@ -346,9 +361,10 @@ async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_fo
     cluster: RayCluster,
 ) -> None:  # fmt: skip
     """An endpoint deployed with `placement = "ray"`: its replica runs on a node, published on
-    the node's address, and answers through the gateway; its node killed, the daemon's loop
-    places it on the other node, the book's upstream follows (no replica meanwhile: not
-    billed), and the gateway's next calls are answered there."""
+    the node's address, and answers through the gateway; the daemon restarts and finds it
+    there; its node killed, the daemon's loop places it on the other node, the book's upstream
+    follows (no replica meanwhile: answered 503, not billed), and the gateway's next calls are
+    answered there."""
     cluster.add_node("c")  # the earlier tests left one node alive: two again
     sample = sample_images.sample_service_image(client)
     services = on_fleet.loop.starter("endpoint")
@@ -364,6 +380,15 @@ async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_fo
     paid = [0]
     with support.serving(gateway_app(on_fleet.channels, on_fleet.book)) as url:
         assert predict(url, paid, 1) == 3
+        assert replica.group is not None
+        remove_placement_group(replica.group)  # as the daemon's end takes its Ray job's groups
+        await on_fleet.restart()
+        services = on_fleet.loop.starter("endpoint")
+        assert isinstance(services, FleetServices)
+        await on_fleet.until(name, lambda d: name in services.placed)
+        (replica,) = services.placed[name].replicas  # found on its node, held there again
+        assert (replica.node, replica.upstream) == (first, running.upstream)
+        assert replica.group is not None
         cluster.power_off(first.name, client, fleet_state)
         await on_fleet.until(name, lambda d: d is not None and d.upstream == "")
         header = {IOU_HEADER: support.iou(paid[-1] + PRICE).to_header()}
