@@ -16,6 +16,9 @@ what must stop, every `TICK_MS`.
 - A `running` one stops when its channel's IOUs lag (`ChannelBook.may_serve` of what the
   channel owes, every deployment on it, is false), when the channel's renter started a close,
   or when the channel ended: `stopped` with the reason (every deployment on that channel).
+  Otherwise, a Starter that moves what it runs (a fleet's, `provider.placement.fleet_rentals`:
+  a dead node's replicas placed again) says where it answers now (`upstream`): the book and so
+  the gateway follow, with no price per second while nothing answers.
 - A `stopped` or `failed` one (the renter's signed stop marks it at the gateway) loses its
   containers and slots. A Starter that keeps something after a stop (a pod's workspace) may
   define `forget(deployment, now_ms) -> bool`: called each round for its ended deployments,

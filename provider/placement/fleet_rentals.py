@@ -162,7 +162,8 @@ class FleetRentals:
                     where = self.fleet.answer(node, actor.rental_upstream.remote(on_node))
                 except RayTaskError as exc:  # its container is here but does not answer
                     log.warning("%s %s: %s", self.kind, on_node.name, exc.cause)
-                    self.fleet.answer(node, actor.stop_rental.remote(self.kind, [on_node.name]))
+                    with contextlib.suppress(NodeDied):
+                        self.fleet.answer(node, actor.stop_rental.remote(self.kind, [on_node.name]))
                     continue
                 except NodeDied:
                     break
