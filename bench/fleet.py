@@ -8,9 +8,12 @@ no jobs and two nodes, Ray's default health checks).
   the target's (<= 1 s over the single host's 766 ms assignment-to-running).
 - `noticed_s`: from a node's processes killed mid-job (its container with them) to the job
   placed again on the other node: Ray's health checks marking the node dead (target <= 30 s).
+- `rental_moved_s`: from the node of an endpoint's replica killed to the replica answering its
+  health path on the other node, asked for where it runs as the daemon's loop does (every
+  0.5 s): the node's death noticed, a placement group, the container started and healthy.
 
 Prints a table and writes bench/results/fleet.json.
-Run: .venv/bin/python -m bench.fleet [--runs N] [--deaths N]
+Run: .venv/bin/python -m bench.fleet [--runs N] [--deaths N] [--rental-deaths N]
 """
 
 from __future__ import annotations
@@ -25,14 +28,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker
+import httpx
 import ray
 
 from bench.services_cold_start import summary
-from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.jobspec import JobSpec, ServiceSpec
 from provider.config import DaemonSettings, RunnerSettings
+from provider.daemon.rentals import TICK_MS
 from provider.images import recipes as images
+from provider.placement.fleet_rentals import FleetServices
 from provider.placement.ray_fleet import RayPlacement
+from provider.rentals.book import ENDPOINT, RUNNING, Rental
+from provider.rentals.services import Services
 from provider.sandbox.runner import Runner
+from samples import images as sample_images
 from tests.provider.ray_cluster import RayCluster
 
 RESULTS = Path(__file__).parent / "results" / "fleet.json"
@@ -77,10 +86,40 @@ def noticed_s(cluster: RayCluster, fleet: RayPlacement, spec: JobSpec, job_id: s
     return round(noticed, 1)
 
 
+def rental_moved_s(cluster: RayCluster, fleet: RayPlacement, sample: str, n: int) -> float:
+    """An endpoint's node killed: seconds until its replica answers on another node."""
+    client = docker.from_env()
+    spec = ServiceSpec.model_validate({
+        "kind": "service", "image": sample, "port": sample_images.SAMPLE_SERVICE_PORT,
+        "price_per_request": 1, "resources": {"cpu_cores": 1, "memory_mib": 256},
+    })  # fmt: skip
+    deployment = Rental(f"bench-svc-{n}", ENDPOINT, b"\x01" * 28, b"\x02" * 32,
+                        spec.canonical_json().decode(), RUNNING, "", "", "", 0, 1, 0,
+                        created_ms=1)  # fmt: skip
+    services = FleetServices(fleet)
+    services.start_deployment(deployment, [])
+    (replica,) = services.placed[deployment.name].replicas
+    node = replica.node
+    assert node is not None
+    killed = time.perf_counter()
+    cluster.power_off(node.name, client, fleet.settings)
+    while not ((now := services.upstream(deployment)) and replica.node not in (None, node)):
+        time.sleep(TICK_MS / 1000)
+    moved = time.perf_counter() - killed
+    httpx.get(f"{now}/health").raise_for_status()
+    services.stop(deployment.name)
+    gone = Services(client, cluster.node_settings(node.name, fleet.settings))
+    for name in set(gone.leftovers()["networks"]):  # its machine back: what it left removed
+        gone.stop(name)
+    cluster.add_node(node.name)
+    return round(moved, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--deaths", type=int, default=2)
+    parser.add_argument("--rental-deaths", type=int, default=2)
     args = parser.parse_args()
     client = docker.from_env()
     busybox = images.busybox_image(client)
@@ -105,6 +144,8 @@ def main() -> None:
                 fleet_ms.append(start_ms(fleet, f"bench_fleet_{run}", quick))
             deaths = [noticed_s(cluster, fleet, job(busybox, "sleep 100"), f"bench_death_{n}")
                       for n in range(args.deaths)]  # fmt: skip
+            sample = sample_images.sample_service_image(client)
+            moves = [rental_moved_s(cluster, fleet, sample, n) for n in range(args.rental_deaths)]
         finally:
             ray.shutdown()
             cluster.stop()
@@ -117,7 +158,13 @@ def main() -> None:
         "fleet_start_ms": summary(fleet_ms),
         "fleet_adds_ms_p50": round(statistics.median(fleet_ms) - statistics.median(host_ms), 1),
         "node_death_noticed_s": summary(deaths),
-        "samples": {"host_start_ms": host_ms, "fleet_start_ms": fleet_ms, "noticed_s": deaths},
+        "rental_moved_s": summary(moves),
+        "samples": {
+            "host_start_ms": host_ms,
+            "fleet_start_ms": fleet_ms,
+            "noticed_s": deaths,
+            "rental_moved_s": moves,
+        },
     }
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"{'placement':<10} {'start p50 ms':>13} {'min':>8} {'max':>8}")
@@ -125,7 +172,8 @@ def main() -> None:
         print(f"{name:<10} {statistics.median(values):>13.1f} {min(values):>8.1f} "
               f"{max(values):>8.1f}")  # fmt: skip
     print(f"the fleet adds {results['fleet_adds_ms_p50']} ms (p50); a node's death noticed in "
-          f"{deaths} s")  # fmt: skip
+          f"{deaths} s; an endpoint answering on another node {moves} s after its node "
+          "died")  # fmt: skip
 
 
 if __name__ == "__main__":

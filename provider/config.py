@@ -313,9 +313,9 @@ class DaemonSettings(_Section):
         "its Prometheus metrics at /metrics (\"\": none)",
     )  # fmt: skip
     placement: Literal["host", "ray"] = Field(
-        "host", description="where jobs run: `host`, this machine's docker engine; `ray`, "
-        "the nodes of the Ray cluster at ray_address, each running jobs on its own engine "
-        "(the provider guide's \"A fleet on Ray\")",
+        "host", description="where jobs and rentals run: `host`, this machine's docker "
+        "engine; `ray`, the nodes of the Ray cluster at ray_address, each running them on its "
+        "own engine (the provider guide's \"A fleet on Ray\")",
     )  # fmt: skip
     ray_address: str | None = Field(
         None, max_length=255, description="with placement = \"ray\": the cluster's head, "

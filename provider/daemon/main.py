@@ -44,7 +44,7 @@ from provider.gpu import mps
 from provider.gpu import share as gpu_share
 from provider.gpu.inventory import HostInventory
 from provider.money.channel_book import ChannelBook
-from provider.placement.interface import placement_of
+from provider.placement.interface import placement_of, rental_starters
 from provider.rentals.book import RentalBook
 from provider.rentals.jobs import JobReceipts
 from provider.selftest.checks import load_slice_results
@@ -94,6 +94,7 @@ class Daemon:
             self.settings, self.worker.capacity,
             JobReceipts(key, chain.deployment.network_id, chain.deployment.settle_hash,
                         runner.results_dir),
+            rental_starters(runner, docker.from_env(), config.runner),  # a fleet's: on its nodes
         )  # fmt: skip
         self.stopping = asyncio.Event()
 

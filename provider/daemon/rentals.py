@@ -16,6 +16,9 @@ what must stop, every `TICK_MS`.
 - A `running` one stops when its channel's IOUs lag (`ChannelBook.may_serve` of what the
   channel owes, every deployment on it, is false), when the channel's renter started a close,
   or when the channel ended: `stopped` with the reason (every deployment on that channel).
+  Otherwise, a Starter that moves what it runs (a fleet's, `provider.placement.fleet_rentals`:
+  a dead node's replicas placed again) says where it answers now (`upstream`): the book and so
+  the gateway follow, with no price per second while nothing answers.
 - A `stopped` or `failed` one (the renter's signed stop marks it at the gateway) loses its
   containers and slots. A Starter that keeps something after a stop (a pod's workspace) may
   define `forget(deployment, now_ms) -> bool`: called each round for its ended deployments,
@@ -27,9 +30,12 @@ The book is the state: a restarted daemon takes the slots of what runs, clears w
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -82,9 +88,11 @@ class Rentals:
         settings: DaemonSettings,
         capacity: Capacity,
         receipts: JobReceipts | None = None,
+        starters: Callable[[str], Starter] | None = None,
     ) -> None:
         """`receipts`: how a batch job's receipt is signed (None: this daemon runs no jobs
-        over channels; each is refused with that reason)."""
+        over channels; each is refused with that reason). `starters`: the Starter of each kind
+        (None: this machine's engine, `starter_of`; a fleet's, `provider.placement`)."""
         self.chain = chain
         self.receipts = receipts
         self.channels = channels
@@ -93,6 +101,7 @@ class Rentals:
         self.runner = runner
         self.settings = settings
         self.capacity = capacity
+        self._starter_of = starters or functools.partial(starter_of, client=client, settings=runner)
         self._starters: dict[str, Starter] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, str] = {}  # name -> kind of what holds containers and slots
@@ -100,7 +109,7 @@ class Rentals:
 
     def starter(self, kind: str) -> Starter:
         if kind not in self._starters:
-            self._starters[kind] = starter_of(kind, self.client, self.runner)
+            self._starters[kind] = self._starter_of(kind)
         return self._starters[kind]
 
     async def tick(self) -> None:
@@ -121,6 +130,8 @@ class Rentals:
                 if reason is not None:
                     stopped_channels.add(deployment.channel)
                     self._finish_channel(deployment.channel, reason)
+                else:
+                    await self._follow(deployment)
             elif deployment.state in ENDED:
                 await self._clear(deployment)
         for name, kind in list(self._live.items()):  # removed from the book by the operator
@@ -174,6 +185,19 @@ class Rentals:
         self.book.finish(deployment.name, STOPPED, reason, deployment.started_ms + seconds * 1000)
         await self._remove(deployment.name, deployment.kind)  # its slot is free at once
         return True
+
+    async def _follow(self, deployment: Rental) -> None:
+        """A Starter that moves what it runs (a fleet's, placing again what a dead node ran)
+        says where `deployment` answers now: the book follows, billing paused while nothing
+        answers (`set_warm` of "": as at zero replicas)."""
+        where = getattr(self.starter(deployment.kind), "upstream", None)
+        if where is None:
+            return
+        now = await asyncio.to_thread(where, deployment)
+        if now is not None and now != deployment.upstream:
+            with contextlib.suppress(KeyError):  # stopped meanwhile
+                self.book.set_warm(deployment.name, now, now_ms())
+            log.info("deployment %s answers at %r now", deployment.name, now)
 
     def _finish_channel(self, channel: bytes, reason: str) -> None:
         for deployment in self.book.on_channel(channel):

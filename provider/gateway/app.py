@@ -243,6 +243,8 @@ class Gateway:
         declared: int | None, held: _Held,
     ) -> None:  # fmt: skip
         """The request's body read (bounded), then proxied to one of `endpoint`'s replicas."""
+        if not endpoint.upstreams:  # a fleet's: its replicas' node died, placed again now
+            raise ColdStartFailed(f"endpoint {endpoint.public_name} has no replica running now")
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
             with self._buffers.holding(endpoint.renter_vkey, "the gateway's body buffers") as hold:

@@ -7,6 +7,7 @@ implementation of this protocol (docs/provider-guide.md, "A fleet on Ray")."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +19,8 @@ from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.job.offer import OfferedImage
 from provider.config import ProviderConfig, RunnerSettings
 from provider.gpu.inventory import HostInventory
+from provider.rentals.book import Starter
+from provider.rentals.starters import starter_of
 from provider.sandbox.runner import LogSink, Runner, RunResult, Stop
 
 
@@ -72,3 +75,17 @@ def placement_of(
         fleet = RayPlacement.connect(config.daemon, config.runner)
         return fleet, fleet.inventory()
     return Runner(docker.from_env(), config.runner), inventory
+
+
+def rental_starters(
+    placement: Placement, client: docker.DockerClient, settings: RunnerSettings
+) -> Callable[[str], Starter]:
+    """The Starter of each kind of deployment where `placement` runs jobs: this machine's
+    engine (`provider.rentals.starters`), or the fleet's nodes (`fleet_rentals`)."""
+    if isinstance(placement, Runner):
+        return functools.partial(starter_of, client=client, settings=settings)
+    from provider.placement.fleet_rentals import fleet_starters
+    from provider.placement.ray_fleet import RayPlacement
+
+    assert isinstance(placement, RayPlacement)  # the only other placement
+    return fleet_starters(placement, client, settings)

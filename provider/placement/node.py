@@ -7,11 +7,17 @@ it by polling (`poll`), which also carries the job's log, its start, the latest 
 it on another node if this one dies) and at the end its results, shipped whole to the daemon:
 a node keeps nothing once the daemon has it. Its state directory is its own
 (`<state_dir>/nodes/<name>`), so its containers and cgroups carry its name's runner id even
-where nodes share an engine."""
+where nodes share an engine.
+
+It runs the fleet's rentals too (`provider.placement.fleet_rentals`): an endpoint's replica or a
+pod started by the same Starter a single host uses (`Services`, `Pods`), its port published on
+the node's cluster address (`address`) rather than 127.0.0.1, for the gateway on the daemon's
+machine to reach; the GPUs a rental holds are counted with the jobs'."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import tarfile
 import threading
@@ -19,10 +25,15 @@ from pathlib import Path
 
 import docker
 
-from offchain.protocol.job.jobspec import JobSpec
+from offchain.core.errors import UnchainedError
+from offchain.protocol.job.jobspec import JobSpec, parse_servicespec
 from offchain.protocol.job.offer import OfferedImage
 from provider.config import RunnerSettings
 from provider.gpu.inventory import HostInventory, host_inventory
+from provider.images.pod import POD_SSH_PORT
+from provider.rentals.book import ENDPOINT, POD, Rental, Started
+from provider.rentals.pods import Pods, pod_resource_name
+from provider.rentals.services import Services, host_port, service_container_name
 from provider.sandbox.outvolume import OutputTooLarge, OutVolume, is_mounted
 from provider.sandbox.runner import Runner, RunResult, Stop
 
@@ -81,11 +92,18 @@ class NodeRun:
 class NodeRunner:
     """The runner of one node, under the node's own name."""
 
-    def __init__(self, name: str, settings: RunnerSettings, checkpoint_every_s: int) -> None:
+    def __init__(
+        self, name: str, settings: RunnerSettings, checkpoint_every_s: int, address: str
+    ) -> None:
         own = settings.state_dir / "nodes" / name
         node_settings = settings.model_copy(update={"state_dir": own})
         self.name = name
-        self.runner = Runner(docker.from_env(), node_settings)
+        self.client = docker.from_env()
+        self.address = address
+        self.runner = Runner(self.client, node_settings)
+        self.services = Services(self.client, node_settings, host=address)
+        self.pods = Pods(self.client, node_settings, host=address)
+        self.rentals: dict[str, Services | Pods] = {ENDPOINT: self.services, POD: self.pods}
         self.every_s = checkpoint_every_s
         self.runs: dict[str, NodeRun] = {}
         self.lock = threading.Lock()
@@ -111,15 +129,12 @@ class NodeRunner:
         """Start the job on a thread of its own (Ray reserved room for it on this node);
         answers once its container started (True) or the run ended before (False), so the
         daemon learns of the start without waiting for a poll."""
-        with self.lock:
-            held = {uuid for taken in self.busy.values() for uuid in taken}
-            free = [uuid for uuid in self.gpus if uuid not in held]
-            run = self.runs[job_id] = NodeRun(spec)
-            if len(free) < gpus:  # Ray's count and the node's disagree: told at the first poll
-                why = f"node {self.name}: {gpus} GPUs asked, {len(free)} free"
-                self._end(run, RunResult(job_id=job_id, status="error", error=why))
-                return False
-            self.busy[job_id] = free[:gpus]
+        run = self.runs[job_id] = NodeRun(spec)
+        try:
+            self._hold(job_id, gpus)
+        except NotEnoughGpus as exc:  # told at the first poll
+            self._end(run, RunResult(job_id=job_id, status="error", error=str(exc)))
+            return False
         seed_path = None
         if seed is not None:
             seed_path = self.runner.settings.state_dir / "seeds" / f"{job_id}.tar"
@@ -163,6 +178,17 @@ class NodeRunner:
                 self.busy.pop(job_id, None)
             run.done.set()
             run.began.set()
+
+    def _hold(self, holder: str, gpus: int) -> list[str]:
+        """`gpus` of the node's GPUs no job or rental holds, held by `holder`; NotEnoughGpus
+        when Ray's count and the node's disagree (Ray placed it on GPUs the node has not)."""
+        with self.lock:
+            held = {uuid for taken in self.busy.values() for uuid in taken}
+            free = [uuid for uuid in self.gpus if uuid not in held]
+            if len(free) < gpus:
+                raise NotEnoughGpus(f"node {self.name}: {gpus} GPUs asked, {len(free)} free")
+            self.busy[holder] = free[:gpus]
+            return self.busy[holder]
 
     @staticmethod
     def _end(run: NodeRun, failed: RunResult) -> None:
@@ -214,3 +240,67 @@ class NodeRunner:
     def recover(self) -> list[Finished]:
         """Jobs of this node's previous actor: finished (results shipped) or reaped."""
         return [self._ship(result) for result in self.runner.recover()]
+
+    # -- rentals -------------------------------------------------------------------------
+
+    def start_rental(self, deployment: Rental, gpus: int) -> Started:
+        """Start `deployment` (one replica of an endpoint, or a pod) with its kind's Starter,
+        holding `gpus` of this node's GPUs; answers once it is healthy, with where it answers
+        on this node's address. An UnchainedError saying why not, nothing of it left."""
+        uuids = self._hold(rental_holder(deployment.name), gpus)
+        try:
+            return self.rentals[deployment.kind].start_deployment(deployment, uuids)
+        except BaseException:
+            self._release(deployment.name)
+            raise
+
+    def stop_rental(self, kind: str, names: list[str]) -> None:
+        """Remove what runs the rentals `names` here (a pod keeps its workspace on this node's
+        engine); a name that does not run here is passed over."""
+        for name in names:
+            self.rentals[kind].stop(name)
+            self._release(name)
+
+    def rental_names(self, kind: str) -> list[str]:
+        """The rentals of `kind` that have containers on this node."""
+        return self.rentals[kind].leftovers()["containers"]
+
+    def rental_upstream(self, deployment: Rental) -> str:
+        """Where `deployment`, as this node runs it, answers once healthy ("" when it has no
+        container here), its GPUs held again: a restarted daemon finds what its predecessor
+        placed. An UnchainedError when its container is here but does not run."""
+        name = deployment.name
+        if name not in self.rental_names(deployment.kind):
+            return ""
+        if deployment.kind == POD:
+            container = self.client.containers.get(pod_resource_name(self.pods.runner_id, name))
+            upstream = f"http://{self.address}:{host_port(container, POD_SSH_PORT, self.address)}"
+        else:
+            spec = parse_servicespec(json.loads(deployment.spec_json))
+            upstream = self.services.scale(name, spec, 1)
+            runner = self.services.runner_id
+            container = self.client.containers.get(service_container_name(runner, name, 0))
+        requests = container.attrs["HostConfig"].get("DeviceRequests") or []
+        with self.lock:
+            self.busy[rental_holder(name)] = [u for r in requests for u in r["DeviceIDs"] or []]
+        return upstream
+
+    def rental_logs(self, kind: str, name: str, lines: int) -> str:
+        return self.rentals[kind].logs(name, lines)
+
+    def forget_pod(self, deployment: Rental, now_ms: int) -> bool:
+        """`Pods.forget` on this node: its /workspace removed once its keep time passed."""
+        return self.pods.forget(deployment, now_ms)
+
+    def _release(self, name: str) -> None:
+        with self.lock:
+            self.busy.pop(rental_holder(name), None)
+
+
+class NotEnoughGpus(UnchainedError):
+    """Ray placed work on GPUs this node has not (what it advertises and what it has differ)."""
+
+
+def rental_holder(name: str) -> str:
+    """The key a rental holds its GPUs under beside the jobs' (a job id takes no ':')."""
+    return f"rental:{name}"

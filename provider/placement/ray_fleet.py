@@ -38,7 +38,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.gpu_slices import GpuSlice
-from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.jobspec import Bundle, JobSpec
 from offchain.protocol.job.offer import OfferedImage
 from provider.config import MIB, DaemonSettings, RunnerSettings
 from provider.gpu.inventory import GpuInfo, GpuInventory, HostInventory
@@ -72,6 +72,7 @@ class Node:
     node_id: str
     name: str
     resources: dict[str, float]
+    address: str  # its cluster address: where its rentals' ports are published
 
 
 @dataclasses.dataclass
@@ -120,7 +121,7 @@ class RayPlacement:
         alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
         return [
             Node(n["NodeID"], n.get("Labels", {}).get(NODE_LABEL) or n["NodeID"][:12],
-                 n["Resources"])
+                 n["Resources"], n["NodeManagerAddress"])
             for n in alive if n["Resources"].get("CPU", 0) >= 1
         ]  # fmt: skip
 
@@ -137,7 +138,7 @@ class RayPlacement:
                     scheduling_strategy=pinned, num_cpus=0, max_concurrency=MAX_JOBS_A_NODE
                 )
                 self.actors[node.node_id] = options.remote(
-                    node.name, self.settings, self.checkpoint_every_s
+                    node.name, self.settings, self.checkpoint_every_s, node.address
                 )
             return self.actors[node.node_id]
 
@@ -163,7 +164,7 @@ class RayPlacement:
         answers = []
         for node, call in calls:
             with contextlib.suppress(NodeDied):
-                answers.append((node, self._answer(node, call)))
+                answers.append((node, self.answer(node, call)))
         return answers
 
     # -- a job -----------------------------------------------------------------------------
@@ -187,7 +188,7 @@ class RayPlacement:
         try:
             while True:
                 try:
-                    group, node = self._place(spec)
+                    group, node = self.place(spec.resources)
                 except NoRoom as exc:
                     tried = ", ".join(attempt.nodes) or "none"
                     return self._failed(job_id, escrow, f"{exc} (ran on: {tried})")
@@ -212,13 +213,15 @@ class RayPlacement:
             self.attempts.pop(job_id, None)
             self.stopped.discard(job_id)
 
-    def _place(self, spec: JobSpec) -> tuple[PlacementGroup, Node]:
-        """A placement group holding the job's bundle on one node, and that node."""
-        wanted = spec.resources
+    def place(self, wanted: Bundle, on: Node | None = None) -> tuple[PlacementGroup, Node]:
+        """A placement group holding a job's or a rental's bundle on one node (`on`, by its
+        label, when given), and that node; NoRoom when none has room within the placement
+        timeout."""
         bundle = {"CPU": float(wanted.cpu_cores), "memory": float(wanted.memory_mib * MIB)}
         if wanted.gpus:
             bundle["GPU"] = float(wanted.gpus)
-        group = placement_group([bundle], strategy="STRICT_PACK")
+        pinned = [{NODE_LABEL: on.name}] if on is not None else None
+        group = placement_group([bundle], strategy="STRICT_PACK", bundle_label_selector=pinned)
         try:
             ray.get(group.ready(), timeout=self.place_timeout_s)
         except GetTimeoutError:
@@ -229,7 +232,7 @@ class RayPlacement:
         node = next((node for node in self.nodes() if node.node_id == node_id), None)
         if node is None:  # it died between the two answers
             remove_placement_group(group)
-            return self._place(spec)
+            return self.place(wanted, on)
         return group, node
 
     def _run_on(
@@ -251,10 +254,10 @@ class RayPlacement:
         limit_s = attempt.left_ms // 1000
         start = actor.start.remote(job_id, spec, gpus, escrow, pull_auth, attempt.checkpoint,
                                    limit_s)  # fmt: skip
-        if self._answer(node, start):
+        if self.answer(node, start):
             began(attempt, on_start)
         while True:
-            progress = self._answer(node, actor.poll.remote(job_id))
+            progress = self.answer(node, actor.poll.remote(job_id))
             if progress.log and on_log is not None:
                 on_log(progress.log)
             if progress.started:
@@ -265,7 +268,7 @@ class RayPlacement:
                 return progress.finished.land(self.results_dir)
             time.sleep(POLL_S)
 
-    def _answer(self, node: Node, call: Any) -> Any:
+    def answer(self, node: Node, call: Any) -> Any:
         """The node's answer to `call`; NodeDied once the cluster says the node is dead (an
         answer that does not come is waited for as long as the node lives)."""
         while True:

@@ -17,7 +17,7 @@ import json
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 from docker.errors import DockerException, NotFound
@@ -32,6 +32,9 @@ from provider.money.receipts import receipt_fields
 from provider.rentals.book import Rental, Started
 from provider.sandbox.hardening import LABEL_JOB, LABEL_RUNNER
 from provider.sandbox.runner import JobStartError, Runner, RunResult, runner_id
+
+if TYPE_CHECKING:  # the placements import the Starters: no cycle at run time
+    from provider.placement.interface import Placement
 
 RECEIPT_FILE = "receipt.json"
 ARCHIVE_FILE = "out.tar"
@@ -68,15 +71,22 @@ def ended_reason(result: RunResult, max_duration_s: int) -> str:
 class ChannelJobs:
     """The channel jobs this provider (its state directory) runs: the `job` kind's Starter."""
 
-    def __init__(self, client: docker.DockerClient, settings: RunnerSettings) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        settings: RunnerSettings,
+        placement: Placement | None = None,
+    ) -> None:
+        """`placement`: where its jobs run (None: this machine's runner; a fleet's places each
+        on a node, `provider.placement.ray_fleet`, its results landing here all the same)."""
         self.client = client
         self.settings = settings
         self.results_dir = settings.state_dir / "results"
-        self._runner: Runner | None = None  # made on the first start: the gateway reads logs
+        self._runner = placement  # else made on the first start: the gateway reads logs
         self._runs: dict[str, Future[RunResult]] = {}
 
     @property
-    def runner(self) -> Runner:
+    def runner(self) -> Placement:
         if self._runner is None:
             self._runner = Runner(self.client, self.settings)
         return self._runner

@@ -8,7 +8,8 @@ as that uid, serves only that user (`pod`) and only the spec's key, and needs no
 outside a small tmpfs of its own (POD_RUN_DIR: a host key made per pod, authorized_keys) and
 /workspace. Like a service it sits on a bridge of its own behind the egress fence (it answers
 connections, never opens one) and its sshd port is published on the host's 127.0.0.1 only,
-at a port the kernel picks: only the gateway, on this machine, reaches it.
+at a port the kernel picks: only the gateway, on this machine, reaches it (a fleet's node
+publishes it on its cluster address: `provider.placement.fleet_rentals`).
 
 /workspace is a named docker volume (`workspace_volume`): stopping the pod removes its
 container and bridge and keeps the volume, so the renter can come back to it; the daemon
@@ -71,9 +72,10 @@ def pod_options(
     image: str,
     gpu_uuids: list[str],
     settings: RunnerSettings,
+    host: str = LOOPBACK,
 ) -> dict[str, Any]:
     """Keyword arguments for `client.containers.create` that run `spec` (in `image`, the
-    image it names as this engine knows it) as pod `name`."""
+    image it names as this engine knows it) as pod `name`, its sshd published on `host`."""
     options = hardened_options(image, spec.resources, {SSH_KEY_VARIABLE: spec.ssh_key},
                                gpu_uuids, settings)  # fmt: skip
     run_dir = (f"rw,nosuid,nodev,noexec,size={RUN_DIR_MIB}m,uid={settings.uid},"
@@ -86,7 +88,7 @@ def pod_options(
         "tmpfs": {**options["tmpfs"], POD_RUN_DIR: run_dir},
         "mounts": [Mount(POD_HOME, workspace_volume(runner, name), type="volume")],
         "network": pod_resource_name(runner, name),
-        "ports": {f"{POD_SSH_PORT}/tcp": (LOOPBACK,)},  # the host port: picked by the kernel
+        "ports": {f"{POD_SSH_PORT}/tcp": (host,)},  # the host port: picked by the kernel
     }
 
 
@@ -98,8 +100,11 @@ class Pods:
         client: docker.DockerClient,
         settings: RunnerSettings,
         ready_timeout_s: float = SSH_READY_TIMEOUT_S,
+        host: str = LOOPBACK,
     ) -> None:
+        """`host`: the address sshd is published on (127.0.0.1: the gateway's machine)."""
         self.client = client
+        self.host = host
         self.settings = settings
         self.ready_timeout_s = ready_timeout_s
         self.runner_id = runner_id(settings.state_dir)
@@ -127,18 +132,19 @@ class Pods:
         resource = pod_resource_name(self.runner_id, name)
         labels = {LABEL_RUNNER: self.runner_id, LABEL_POD: name}
         try:
-            create_bridge(self.client, "pod", name, resource, labels)  # a second start stops here
+            create_bridge(self.client, "pod", name, resource, labels, self.host)  # 2nd: stops
         except ServiceStartError as exc:
             raise PodStartError(str(exc)) from exc
         fresh = not self._has_workspace(name)
         try:
-            options = pod_options(self.runner_id, name, spec, image, gpus, self.settings)
+            options = pod_options(self.runner_id, name, spec, image, gpus, self.settings,
+                                  self.host)  # fmt: skip
             if fresh:
                 self.client.volumes.create(workspace_volume(self.runner_id, name), labels=labels)
             container = create_container(self.client, options, self.settings.pull_images)
             container.start()
             try:
-                address = (LOOPBACK, host_port(container, POD_SSH_PORT))
+                address = (self.host, host_port(container, POD_SSH_PORT, self.host))
             except ServiceStartError:
                 _running(container, spec.image)  # it exited at once: say so, not "no port"
                 raise

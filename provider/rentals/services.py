@@ -5,8 +5,10 @@ root, no capabilities, no privilege gain, a non-root user, bounded pids, memory,
 GPUs pinned by UUID). Unlike a job it must be reached, so it sits on a bridge of its own (no
 other container on it, no masquerading: it cannot reach the Internet) and its one port is
 published on the host's 127.0.0.1 only, at a port the kernel picks: only the gateway, on this
-machine, reaches it. Its bridge sits behind the egress fence (`egress.py`): the service
-answers connections, it never opens one (not to the host, not to the LAN). `replicas: N` runs
+machine, reaches it (on a fleet's node, `host` is the node's cluster address instead, which the
+gateway's machine reaches over the provider's private network: `provider.placement`). Its
+bridge sits behind the egress fence (`egress.py`): the service answers connections, it never
+opens one (not to the host, not to the LAN). `replicas: N` runs
 N containers on that bridge, the gateway round-robins over them. A start answers (`Started`)
 once every replica's health path answers 2xx; a start that fails or times out removes
 everything it made; stopping removes the containers and the bridge. The daemon records the
@@ -67,16 +69,22 @@ def service_bridge_name(runner: str, name: str) -> str:
 
 
 def service_options(
-    runner: str, name: str, spec: ServiceSpec, gpu_uuids: list[str], settings: RunnerSettings
+    runner: str,
+    name: str,
+    spec: ServiceSpec,
+    gpu_uuids: list[str],
+    settings: RunnerSettings,
+    host: str = LOOPBACK,
 ) -> dict[str, Any]:
-    """Keyword arguments for `client.containers.create` that run `spec` as service `name`."""
+    """Keyword arguments for `client.containers.create` that run `spec` as service `name`,
+    its port published on `host` (a fleet node's: its cluster address, `provider.placement`)."""
     options = {
         **hardened_options(spec.image, spec.resources, spec.env, gpu_uuids, settings),
         "name": service_resource_name(runner, name),
         "labels": {LABEL_RUNNER: runner, LABEL_SERVICE: name},
         "working_dir": "/tmp",  # its only writable place: a service has no /out
         "network": service_resource_name(runner, name),
-        "ports": {f"{spec.port}/tcp": (LOOPBACK,)},  # the host port: picked by the kernel
+        "ports": {f"{spec.port}/tcp": (host,)},  # the host port: picked by the kernel
     }
     if spec.command is not None:
         options["command"] = list(spec.command)
@@ -91,8 +99,11 @@ class Services:
         client: docker.DockerClient,
         settings: RunnerSettings,
         health_timeout_s: float = HEALTH_TIMEOUT_S,
+        host: str = LOOPBACK,
     ) -> None:
+        """`host`: the address its ports are published on (127.0.0.1: the gateway's machine)."""
         self.client = client
+        self.host = host
         self.settings = settings
         self.health_timeout_s = health_timeout_s
         self.runner_id = runner_id(settings.state_dir)
@@ -116,7 +127,7 @@ class Services:
             raise ServiceStartError(f"{name!r} is not an endpoint name (letters, digits, . _ -)")
         resource = service_resource_name(self.runner_id, name)
         labels = {LABEL_RUNNER: self.runner_id, LABEL_SERVICE: name}
-        create_bridge(self.client, "service", name, resource, labels)  # a second start stops here
+        create_bridge(self.client, "service", name, resource, labels, self.host)  # a 2nd stops here
         try:
             per = spec.resources.gpus
             containers = [
@@ -166,7 +177,7 @@ class Services:
         timeout (an llm spec's), within the provider's."""
         timeout_s = min(getattr(spec, "start_timeout_s", self.health_timeout_s),
                         self.health_timeout_s)  # fmt: skip
-        upstream = f"http://{LOOPBACK}:{host_port(container, spec.port)}"
+        upstream = f"http://{self.host}:{host_port(container, spec.port, self.host)}"
         _wait_healthy(container, upstream + spec.health_path, timeout_s)
         return upstream
 
@@ -202,7 +213,7 @@ class Services:
 
     def _create(self, name: str, replica: int, spec: ServiceSpec, gpus: list[str]) -> Container:
         """Replica `replica`'s container, started."""
-        options = service_options(self.runner_id, name, spec, gpus, self.settings)
+        options = service_options(self.runner_id, name, spec, gpus, self.settings, self.host)
         options["name"] = service_container_name(self.runner_id, name, replica)
         container = create_container(self.client, options, self.settings.pull_images)
         container.start()
@@ -218,7 +229,12 @@ class Services:
 
 
 def create_bridge(
-    client: docker.DockerClient, kind: str, name: str, resource: str, labels: dict[str, str]
+    client: docker.DockerClient,
+    kind: str,
+    name: str,
+    resource: str,
+    labels: dict[str, str],
+    host: str = LOOPBACK,
 ) -> None:
     """Deployment `name`'s own bridge (`resource`; a service's or a pod's): nothing else on it,
     no way out through the host's NAT, behind the egress fence (it may answer, never open a
@@ -235,7 +251,7 @@ def create_bridge(
                 "com.docker.network.bridge.name": service_bridge_name(labels[LABEL_RUNNER], name),
                 "com.docker.network.bridge.enable_icc": "false",
                 "com.docker.network.bridge.enable_ip_masquerade": "false",
-                "com.docker.network.bridge.host_binding_ipv4": LOOPBACK,
+                "com.docker.network.bridge.host_binding_ipv4": host,
             },
         )  # fmt: skip
     except APIError as exc:
@@ -244,16 +260,16 @@ def create_bridge(
         raise ServiceStartError(f"{kind} {name}: {engine_reason(exc)}") from exc
 
 
-def host_port(container: Container, port: int) -> int:
-    """The host port the engine published `port` on, at 127.0.0.1. A container that exited
+def host_port(container: Container, port: int, host: str = LOOPBACK) -> int:
+    """The host port the engine published `port` on, at `host`. A container that exited
     already has none (the engine unpublishes its ports): that is said with its last output."""
     container.reload()
     bindings = container.attrs["NetworkSettings"]["Ports"].get(f"{port}/tcp") or []
     for binding in bindings:
-        if binding["HostIp"] == LOOPBACK:
+        if binding["HostIp"] == host:
             return int(binding["HostPort"])
     _check_running(container, f"port {port} was published", "service")
-    raise ServiceStartError(f"port {port} was not published on {LOOPBACK}: {bindings}")
+    raise ServiceStartError(f"port {port} was not published on {host}: {bindings}")
 
 
 def _wait_healthy(container: Container, url: str, timeout_s: float) -> None:

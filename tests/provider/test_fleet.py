@@ -6,24 +6,46 @@ daemon's zero-unit receipt). One cluster for the module; the tests run in order.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import io
+import json
+import logging
 import re
+import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import docker
+import httpx
 import pytest
 import ray
+from pycardano import PaymentSigningKey
+from ray.util.placement_group import remove_placement_group
 
-from offchain.protocol.job.jobspec import JobSpec
+from offchain.protocol.job.channel_job import parse_channel_job
+from offchain.protocol.job.jobspec import JobSpec, Resources
+from offchain.protocol.ledger.iou import IOU_HEADER
 from offchain.protocol.ledger.split import settle_split
+from provider.capacity import Capacity, Slot
 from provider.config import DaemonSettings, RunnerSettings
+from provider.daemon.rentals import Rentals
+from provider.gateway.app import gateway_app
+from provider.money.channel_book import ChannelBook
+from provider.placement.fleet_rentals import FleetPods, FleetServices, fleet_starters
 from provider.placement.ray_fleet import Attempt, RayPlacement
+from provider.rentals.book import Rental, RentalBook
+from provider.rentals.jobs import RECEIPT_FILE, JobReceipts, job_id
+from provider.rentals.pods import Pods
+from provider.rentals.services import Services, service_container_name
+from provider.sandbox.runner import runner_id
+from samples import images as sample_images
 from tests.protocol.onchain import balance
+from tests.provider import test_gateway_support as support
 from tests.provider.conftest import assert_no_leftovers
 from tests.provider.daemon_harness import (
     consumer_of,
@@ -34,6 +56,8 @@ from tests.provider.daemon_harness import (
     wait_state,
 )
 from tests.provider.ray_cluster import RayCluster
+from tests.provider.test_deployments_daemon import PRICE, pending
+from tests.provider.test_pods import pod_spec, ssh
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 WAIT_S = 120.0
@@ -253,6 +277,189 @@ def test_a_node_killed_mid_job_and_the_job_ends_on_the_other(
     assert "step 6" in "".join(lines)
     assert_no_leftovers(cluster.reap(other, client, fleet_state))
     assert_no_leftovers(cluster.reap(first, client, fleet_state))  # the machine came back
+
+
+@dataclasses.dataclass
+class OnFleet:
+    """The daemon's deployments loop with the fleet's Starters, its books (channels served
+    already: no chain) and its two slots."""
+
+    made: Callable[[], tuple[Rentals, Capacity]]  # a daemon's loop and slots, started anew
+    book: RentalBook
+    channels: ChannelBook
+    loop: Rentals = dataclasses.field(init=False)
+    capacity: Capacity = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.loop, self.capacity = self.made()
+
+    async def restart(self) -> None:
+        """The daemon restarts: a new loop over the same books, new Starters."""
+        await self.loop.aclose()
+        self.loop, self.capacity = self.made()
+
+    async def until(self, name: str, done: Callable[[Rental | None], bool]) -> Rental | None:
+        """Rounds of the loop until `done` holds of deployment `name` (None: gone)."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            await self.loop.tick()
+            found = self.book.get(name)
+            if done(found) and not self.loop._starting:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {WAIT_S} s for {name}: {found}")
+            await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+async def on_fleet(
+    fleet: RayPlacement, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster, tmp_path: Path,
+) -> AsyncIterator[OnFleet]:  # fmt: skip
+    channels = support.book_with_channels(tmp_path / "channels.sqlite")
+    book = RentalBook.in_state_dir(tmp_path / "daemon")
+    receipts = JobReceipts(
+        PaymentSigningKey.generate(), support.NETWORK, support.SCRIPT, fleet.results_dir
+    )
+
+    def made() -> tuple[Rentals, Capacity]:
+        capacity = Capacity([Slot(n, (), Resources(cpu_cores=1, memory_mib=512)) for n in (0, 1)])
+        starters = fleet_starters(fleet, client, fleet_state)
+        loop = Rentals(None, channels, book, client, fleet_state, DaemonSettings(), capacity,  # type: ignore[arg-type]  # no chain: the channels are in the book
+                       receipts, starters)  # fmt: skip
+        return loop, capacity
+
+    world = OnFleet(made, book, channels)
+    yield world
+    await world.loop.aclose()
+    for node in cluster.nodes:  # what a dead node left (its bridges): its machine back
+        services = Services(client, cluster.node_settings(node, fleet_state))
+        for name in set(services.leftovers()["networks"]):
+            services.stop(name)
+    channels.close()
+    book.close()
+
+
+def pending_row(name: str, kind: str, spec_json: str) -> Rental:
+    """A deployment of the renter's on its channel, as the gateway stores it, free of charge."""
+    renter = support.RENTER.to_verification_key().payload
+    return Rental(name, kind, support.CHANNEL, renter, spec_json, "pending", "", "", "", 0, 0, 0,
+                  created_ms=1)  # fmt: skip
+
+
+def predict(url: str, paid: list[int], value: int) -> int:
+    """A paid call of the sample service through the gateway: its score."""
+    paid.append(paid[-1] + PRICE)
+    answer = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [value]},
+                        headers={IOU_HEADER: support.iou(paid[-1]).to_header()})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["score"])
+
+
+async def test_an_endpoint_on_the_fleet_moves_off_a_dead_node_and_the_gateway_follows(
+    on_fleet: OnFleet, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
+) -> None:  # fmt: skip
+    """An endpoint deployed with `placement = "ray"`: its replica runs on a node, published on
+    the node's address, and answers through the gateway; the daemon restarts and finds it
+    there; its node killed, the daemon's loop places it on the other node, the book's upstream
+    follows (no replica meanwhile: answered 503, not billed), and the gateway's next calls are
+    answered there."""
+    cluster.add_node("c")  # the earlier tests left one node alive: two again
+    sample = sample_images.sample_service_image(client)
+    services = on_fleet.loop.starter("endpoint")
+    assert isinstance(services, FleetServices)
+    name = support.stored("svc")
+    on_fleet.book.add(dataclasses.replace(pending("svc", sample), name=name))
+    running = await on_fleet.until(name, lambda d: d is not None and d.state == "running")
+    assert running is not None
+    (replica,) = services.placed[name].replicas
+    assert replica.node is not None and running.upstream == replica.upstream
+    first = replica.node
+    assert running.upstream.startswith(f"http://{first.address}:")  # the node's address
+    paid = [0]
+    with support.serving(gateway_app(on_fleet.channels, on_fleet.book)) as url:
+        assert predict(url, paid, 1) == 3
+        assert replica.group is not None
+        remove_placement_group(replica.group)  # as the daemon's end takes its Ray job's groups
+        await on_fleet.restart()
+        services = on_fleet.loop.starter("endpoint")
+        assert isinstance(services, FleetServices)
+        await on_fleet.until(name, lambda d: name in services.placed)
+        (replica,) = services.placed[name].replicas  # found on its node, held there again
+        assert (replica.node, replica.upstream) == (first, running.upstream)
+        assert replica.group is not None
+        cluster.power_off(first.name, client, fleet_state)
+        await on_fleet.until(name, lambda d: d is not None and d.upstream == "")
+        header = {IOU_HEADER: support.iou(paid[-1] + PRICE).to_header()}
+        refused = httpx.post(f"{url}/endpoints/svc/predict", json={"values": [1]}, headers=header)
+        assert refused.status_code == 503, refused.text  # no replica: answered, not charged
+        assert "has no replica running now" in refused.json()["error"]
+        moved = await on_fleet.until(
+            name, lambda d: d is not None and d.upstream not in ("", running.upstream)
+        )
+        assert replica.node is not None and replica.node.name != first.name
+        assert moved is not None and moved.cold_ms > 0  # no replica ran meanwhile: not billed
+        assert [predict(url, paid, n) for n in (2, 3)] == [5, 7]
+    row = on_fleet.book.get(name)
+    assert row is not None and row.requests == 3 and row.served == 3 * PRICE
+    there = cluster.node_settings(replica.node.name, fleet_state)
+    container = client.containers.get(
+        service_container_name(runner_id(there.state_dir), f"{name}-0", 0)
+    )
+    assert container.logs().decode().count("POST /predict") == 2  # answered on the new node
+    on_fleet.book.finish(name, "stopped", "stopped by its renter", 1)
+    await on_fleet.until(name, lambda d: name not in on_fleet.loop._live)
+    assert Services(client, there).leftovers() == {"containers": [], "networks": []}
+    assert on_fleet.capacity.free() == 2
+
+
+async def test_a_pod_on_the_fleet_is_reached_on_its_node_and_leaves_nothing_there(
+    on_fleet: OnFleet, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A pod deployed on the fleet: its sshd published on its node's address, the renter's
+    key logs in there; stopped, its workspace on that node goes once its keep time passed,
+    and then its row."""
+    key = tmp_path / "renter"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    spec = pod_spec(key, workspace_keep_s=0)
+    name = support.stored("lab")
+    on_fleet.book.add(pending_row(name, "pod", spec.canonical_json().decode()))
+    running = await on_fleet.until(name, lambda d: d is not None and d.state == "running")
+    assert running is not None
+    pods = on_fleet.loop.starter("pod")
+    assert isinstance(pods, FleetPods)
+    node = pods.placed[name].replicas[0].node
+    assert node is not None and running.upstream.startswith(f"http://{node.address}:")
+    done = ssh(key, running.upstream, "echo on > /workspace/note; cat /workspace/note")
+    assert done.stdout == "on\n", done.stderr
+    on_fleet.book.finish(name, "stopped", "stopped by its renter", 1)
+    assert await on_fleet.until(name, lambda d: d is None) is None  # workspace gone: row too
+    left = Pods(client, cluster.node_settings(node.name, fleet_state))
+    assert left.leftovers() == {"containers": [], "networks": [], "workspaces": []}
+
+
+async def test_a_channel_job_on_the_fleet_runs_on_a_node_and_its_receipt_is_signed_here(
+    on_fleet: OnFleet, busybox: str, fleet: RayPlacement, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job paid over a channel goes through the fleet's `run`: placed on a node, its results
+    shipped to the daemon's results, where its receipt is signed from the node's metering."""
+    name = support.stored("batch")
+    spec = parse_channel_job({
+        "kind": "job", "price_per_second": 1,
+        "job": {"image": busybox, "command": ["sh", "-c", "sleep 1; echo 42 > /out/answer"],
+                "max_duration_s": 30, "max_price_lovelace": 30,
+                "resources": {"cpu_cores": 1, "memory_mib": 128, "disk_mib": 8}},
+    })  # fmt: skip
+    on_fleet.book.add(pending_row(name, "job", spec.canonical_json().decode()))
+    with caplog.at_level(logging.INFO, logger="unchained.provider"):
+        ended = await on_fleet.until(name, lambda d: d is not None and d.state == "stopped")
+    assert ended is not None and ended.reason == "job succeeded: exit code 0", ended
+    assert re.search(rf"job {job_id(name)} placed on node \w+", caplog.text), caplog.text
+    folder = fleet.results_dir / job_id(name)
+    assert out_files(folder / "out.tar") == {"answer": "42\n"}
+    assert json.loads((folder / RECEIPT_FILE).read_text())["units"] >= 1
 
 
 def test_the_last_node_killed_fails_the_job_with_nothing_metered(

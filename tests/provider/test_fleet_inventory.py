@@ -27,10 +27,11 @@ def machine(name: str, gpus: int) -> HostInventory:
 
 def test_nodes_add_up_as_they_advertise_to_ray() -> None:
     parts = [
-        (Node("n1", "gpu-1", {"CPU": 30.0, "GPU": 1.0, "memory": float(100 * GIB)}),
+        (Node("n1", "gpu-1", {"CPU": 30.0, "GPU": 1.0, "memory": float(100 * GIB)}, "10.0.0.1"),
          machine("a", 2)),
-        (Node("n2", "cpu-1", {"CPU": 8.0, "memory": float(16 * GIB)}), machine("b", 0)),
-        (Node("n3", "gpu-2", {"CPU": 10.0, "GPU": 2.0, "memory": float(50 * GIB)}),
+        (Node("n2", "cpu-1", {"CPU": 8.0, "memory": float(16 * GIB)}, "10.0.0.2"),
+         machine("b", 0)),
+        (Node("n3", "gpu-2", {"CPU": 10.0, "GPU": 2.0, "memory": float(50 * GIB)}, "10.0.0.3"),
          machine("c", 2)),
     ]  # fmt: skip
     fleet = fleet_inventory(parts)
@@ -43,7 +44,7 @@ def test_nodes_add_up_as_they_advertise_to_ray() -> None:
 
 
 def test_a_fleet_without_gpus_says_why() -> None:
-    fleet = fleet_inventory([(Node("n", "cpu", {"CPU": 4.0}), machine("a", 1))])
+    fleet = fleet_inventory([(Node("n", "cpu", {"CPU": 4.0}, "10.0.0.4"), machine("a", 1))])
     assert fleet.gpu.gpus == () and fleet.gpu.note == "no node advertises a GPU"
     assert fleet.cpu_cores == 4 and fleet.memory_bytes == 0
 
