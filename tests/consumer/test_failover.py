@@ -103,7 +103,8 @@ async def test_a_failover_replaces_a_silent_provider_and_charges_the_renter_once
 ):
     """The cheaper provider is matched and stays silent; past the start deadline the renter
     refunds early and the market, asked again without it, matches the other, which starts,
-    runs and is settled: the renter paid two locks' and the refund's fees and one job."""
+    runs and is settled (the SDK watches it to that end): the renter paid two locks' and the
+    refund's fees and one job."""
     second = await ScriptedProvider.start(devnet, consumer_deployment, market.url, IDENTITY)
     try:
         await provider.offer()
@@ -117,12 +118,12 @@ async def test_a_failover_replaces_a_silent_provider_and_charges_the_renter_once
         await travel_past(devnet, record.datum.start_deadline)
         job = await start_escrow(devnet, consumer, second, await second.assignment())
         await second.accept(job)
-        attempts = await failover
-        assert [a.outcome for a in attempts] == ["refunded early", "started"]
-        assert [a.provider_id for a in attempts] == [provider_id(provider), provider_id(second)]
         await second.run(job, ["running on the second provider"])
         await second.deliver(job, archive({"out.txt": b"ok"}), UNITS)
-        await until(consumer, job["job_id"], "settled")
+        attempts = await failover  # watched until its receipt's settle
+        assert [a.outcome for a in attempts] == ["refunded early", "ran"]
+        assert [a.provider_id for a in attempts] == [provider_id(provider), provider_id(second)]
+        assert attempts[1].detail == f"{UNITS} units billed: no outcome reported"
         await until(consumer, silent["job_id"], "refunded")
     finally:
         await second.http.aclose()
