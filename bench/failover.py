@@ -193,9 +193,9 @@ async def market_round(devnet: DevnetProcess, tmp: Path, start_within_s: int) ->
                 while not any(r.escrow for r in consumer.store.all()):
                     await asyncio.sleep(POLL_S)
                 second = await provider_in(devnet, tmp, "second", deployment_file, url)
-                while len(locked := [r for r in consumer.store.all() if r.escrow]) < 2:
+                while len(records := [r for r in consumer.store.all() if r.escrow]) < 2:
                     await asyncio.sleep(POLL_S)
-                again = max(locked, key=lambda r: r.created_ms).job_id
+                again = max(records, key=lambda r: r.created_ms).job_id
                 while (await consumer.status(again)).state != "running":
                     await asyncio.sleep(POLL_S)
                 running_ms = Clock.now(devnet.context()).tip_ms

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Literal
 
 from pycardano import Transaction
@@ -23,11 +23,12 @@ from pycardano import Transaction
 from consumer.sdk.errors import NothingToDo
 from consumer.sdk.session import Consumer
 from offchain.chain.follower import follow_from_tip
-from offchain.chain.submit import ChainError, submit_confirmed
+from offchain.chain.submit import UNREACHABLE, ChainError, submit_confirmed
 from offchain.protocol.tx import escrow as escrows
 from offchain.protocol.tx.txbuild import Clock
 
 AHEAD_MS = 5 * 60_000  # a refund is built this long (chain time) before it is due, or less
+RECONNECT_S = 2.0  # the pause before the chain follower connects again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +40,17 @@ class Ended:
     refund: Transaction | None = None
 
 
-async def tips(url: str) -> AsyncIterator[int]:
-    """The chain tip's slot now, and again at every block (or rollback) from then on."""
-    async with contextlib.aclosing(follow_from_tip(url)) as events:
-        async for event in events:
-            tip = event.tip
-            yield int(tip["slot"]) if isinstance(tip, dict) else 0
+async def tips(url: str) -> AsyncGenerator[int, None]:
+    """The chain tip's slot now, and again at every block (or rollback) from then on; a lost
+    connection is made again (a wait for a close may last hours), starting with the tip."""
+    while True:
+        try:
+            async with contextlib.aclosing(follow_from_tip(url)) as events:
+                async for event in events:
+                    tip = event.tip
+                    yield int(tip["slot"]) if isinstance(tip, dict) else 0
+        except UNREACHABLE:
+            await asyncio.sleep(RECONNECT_S)
 
 
 async def watch_escrow(consumer: Consumer, job_id: str, until_started: bool) -> Ended:
