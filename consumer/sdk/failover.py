@@ -3,8 +3,9 @@ ends, and run again with another provider, from the money that came back, whenev
 provider let it down, up to N times:
 
 - not started: no Start on chain by the start deadline. The renter takes the escrow back at
-  once (an early refund, its consumer key alone; `escrow_watch`), in the block after the first
-  one past the deadline.
+  once (an early refund, its consumer key alone; `escrow_watch`): built ahead and submitted
+  when the first block past the deadline arrives, so it lands in the next one (the second
+  block past the deadline at the median in `bench/failover.py`, the third at worst).
 - failed for its own reasons: the escrow was settled by a receipt that says the provider did
   not run the job to its end: zero units (nothing ran: its container could not start, its node
   was lost) or the outcome `stopped` (its daemon stopped mid-run; the receipt bills the
