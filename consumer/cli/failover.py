@@ -46,7 +46,8 @@ async def submit_failover(
         consumer, spec, failover, start_within_s, gpu_model, min_delivered, not detach, tell
     )
     shown: list[dict[str, Any]] = [a.__dict__ for a in attempts]
-    lines = [f"{a.provider_id}: {a.outcome}{f' ({a.detail})' if a.detail else ''} "
-             f"(job {a.job_id})" for a in attempts]  # fmt: skip
+    lines = [f"{a.provider_id}: {a.outcome}{f' ({a.detail})' if a.detail else ''} (job "
+             f"{a.job_id}{f', refund {a.refund_tx}' if a.refund_tx else ''})"
+             for a in attempts]  # fmt: skip
     emit(as_json, {"attempts": shown, "job_id": attempts[-1].job_id}, "\n".join(lines))
     return attempts[-1].job_id
