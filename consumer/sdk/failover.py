@@ -132,8 +132,9 @@ async def _refunded(
 
 async def settled(consumer: Consumer, job_id: str, provider_id: str) -> Attempt:
     """How a started job whose escrow went ended, once the market recorded it: settled by a
-    receipt (its units checked against the provider's signature here), refunded by someone
-    else after the refund window, or cancelled."""
+    receipt (its units checked against the provider's signature here when the market holds
+    it; else as the market read the settle, one the provider's daemon made itself), refunded
+    by someone else after the refund window, or cancelled."""
     async with asyncio.timeout(MARKET_WAIT_S):
         status = await consumer.status(job_id)
         while status.state not in ("settled", "refunded", "slashed", "cancelled"):
@@ -143,11 +144,13 @@ async def settled(consumer: Consumer, job_id: str, provider_id: str) -> Attempt:
         return Attempt(job_id, provider_id, "cancelled")
     if status.state != "settled":
         return Attempt(job_id, provider_id, SILENT, None, f"{status.state} by another")
-    record = consumer.store.get(job_id)
-    receipt = consumer.check_receipt(record, await consumer.market.signatures(job_id))
+    units = status.receipt_units  # what the market read from the settle on chain
+    signed = await consumer.market.signatures(job_id)
+    if signed.receipt_signature is not None:  # the receipt itself, its signature checked here
+        units = consumer.check_receipt(consumer.store.get(job_id), signed).units
     ended = describe(status.outcome, status.exit_code) or "no outcome reported"
-    detail = f"{receipt.units} units billed: {ended}"
-    if receipt.units == 0 or status.outcome in PROVIDERS_FAULT:
+    detail = f"{units} units billed: {ended}"
+    if units == 0 or status.outcome in PROVIDERS_FAULT:
         why = status.failure_reason
         return Attempt(job_id, provider_id, PROVIDER_FAILED, None,
                        detail + (f"; {why}" if why else ""))  # fmt: skip
