@@ -6,14 +6,17 @@ builders:
   provider pays it), the renter's early refund, and the escrow script's size;
 - how long a silent provider holds a renter's money: from the lock's block to the early
   refund's block, and the refund's blocks after the start deadline (the first block past it
-  counts 1; target: 3 at most);
+  counts 1; target: 3 at most). The refund is the SDK's: built and signed ahead (valid from
+  the first slot past the deadline), submitted when a chain-sync follower shows a block past
+  it (`consumer.sdk.escrow_watch`);
 - the chain part of a failover: from the start deadline passing with the provider silent to
   the job's new escrow Started by another provider: the early refund, a new lock from the
   money that came back, the second provider's Start, each waiting for its block;
 - a whole failover on the devnet market (`--market`): real daemons and docker, a provider
   killed once it offered, the renter's SDK (`job submit --failover 1`): from the first lock
-  (the provider silent from there) to the job running on the other provider, and how long
-  the money was held, with a start deadline `--start-within-s` (20 s by default).
+  (the provider silent from there) to the job running on the other provider, how long the
+  money was held and the refund's blocks after the start deadline, with a start deadline
+  `--start-within-s` (20 s by default).
 
 Each chain round locks with a start deadline `--start-ms` after the lock's tip. Prints a table
 and writes bench/results/failover.json. Run: .venv/bin/python -m bench.failover
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import statistics
@@ -35,9 +39,10 @@ import docker
 from pycardano import Transaction, UTxO
 
 from bench.contracts import ALLOWANCE, LOCKED, MAX_UNITS, PRICE, cost, deployed, wallet
+from consumer.sdk.escrow_watch import tips
 from consumer.sdk.failover import submit_with_failover
 from devnet.process import DevnetProcess
-from offchain.chain.ogmios import request
+from offchain.chain.follower import Point, RollForward, follow
 from offchain.chain.submit import submit_and_wait, tip_point
 from offchain.protocol.job.jobspec import JobSpec
 from offchain.protocol.tx import batch as batches
@@ -50,7 +55,7 @@ from tests.protocol.onchain import holding_block, output, to_settle
 from tests.provider.daemon_harness import provider_in, renter, settling_market, spec
 
 RESULTS = Path(__file__).parent / "results" / "failover.json"
-POLL_S = 0.05  # how often the renter reads the tip while it waits for the start deadline
+POLL_S = 0.05  # how often the bench reads the renter's store and the market
 
 
 async def included(devnet: DevnetProcess, tx: Transaction) -> dict[str, Any]:
@@ -73,14 +78,25 @@ async def lock(
     return output(tx, escrows.ESCROW_OUTPUT), tx, block
 
 
-async def first_block_after(devnet: DevnetProcess, posix_ms: int) -> int:
-    """The renter's wait, polling the tip: the height of the first block later than
-    `posix_ms` (or of the block that holds the tip when the renter first sees it past)."""
-    while True:
-        height = await request(devnet.url, "queryNetwork/blockHeight")
-        if Clock.now(devnet.context()).tip_ms > posix_ms:
-            return int(height)
-        await asyncio.sleep(POLL_S)
+async def first_block_after(devnet: DevnetProcess, posix_ms: int) -> None:
+    """The renter's wait, as the SDK waits (`consumer.sdk.escrow_watch.tips`): until a block
+    later than `posix_ms` is the chain's tip, learned from the chain-sync follower."""
+    first = Clock.now(devnet.context()).first_slot_after(posix_ms)
+    async with contextlib.aclosing(tips(devnet.url)) as chain:
+        async for tip in chain:
+            if tip >= first:
+                return
+
+
+async def first_height_after(devnet: DevnetProcess, since: Point, posix_ms: int) -> int:
+    """The height of the first block later than `posix_ms`, followed from `since` (the chain
+    read afterwards: what the count of blocks after a deadline starts from)."""
+    first = Clock.now(devnet.context()).first_slot_after(posix_ms)
+    async with contextlib.aclosing(follow(devnet.url, [since, "origin"])) as events:
+        async for event in events:
+            if isinstance(event, RollForward) and event.block["slot"] >= first:
+                return int(event.block["height"])
+    raise AssertionError("a chain follower never ends")
 
 
 async def round_trip(
@@ -91,12 +107,16 @@ async def round_trip(
     renter, silent, second = [await wallet(devnet) for _ in range(3)]
     escrow, locked_tx, lock_block = await lock(devnet, deployment, renter, silent, start_ms)
     deadline = escrows.escrow_datum(deployment, escrow).start_deadline
-    time_of = Clock.now(devnet.context()).time.slot_to_posix_ms
-    past = await first_block_after(devnet, deadline)
-    wall = time.monotonic()
-    refund = renter.sign(escrows.refund(devnet.context(), deployment, escrow, renter.address))
+    clock = Clock.now(devnet.context())
+    time_of = clock.time.slot_to_posix_ms
+    ahead = escrows.refund(devnet.context(), deployment, escrow, renter.address,
+                           clock.first_slot_after(deadline))  # fmt: skip
+    refund = renter.sign(ahead)  # built and signed ahead, as the SDK does
     refund_cost = await cost(devnet, refund)
+    await first_block_after(devnet, deadline)
+    wall = time.monotonic()
     refund_block = await included(devnet, refund)
+    past = await first_height_after(devnet, point(lock_block), deadline)
     again, _, _ = await lock(devnet, deployment, renter, second, start_ms)
     start = second.sign(escrows.start(devnet.context(), deployment, again, second.address))
     start_cost = await cost(devnet, start)
@@ -144,6 +164,11 @@ async def refund_after_close(
     return measured
 
 
+def point(block: dict[str, Any]) -> Point:
+    """The chain-sync point of a block Ogmios gave."""
+    return {"slot": block["slot"], "id": block["id"]}
+
+
 def plain_cost(tx: Transaction) -> dict[str, Any]:
     """A transaction no script runs in: its fee and size."""
     return {"memory": 0, "cpu": 0, "fee_lovelace": tx.transaction_body.fee,
@@ -168,10 +193,14 @@ async def market_round(devnet: DevnetProcess, tmp: Path, start_within_s: int) ->
                 while not any(r.escrow for r in consumer.store.all()):
                     await asyncio.sleep(POLL_S)
                 second = await provider_in(devnet, tmp, "second", deployment_file, url)
-                attempts = await failover
-                while (await consumer.status(attempts[-1].job_id)).state != "running":
+                while len(records := [r for r in consumer.store.all() if r.escrow]) < 2:
+                    await asyncio.sleep(POLL_S)
+                again = max(records, key=lambda r: r.created_ms).job_id
+                while (await consumer.status(again)).state != "running":
                     await asyncio.sleep(POLL_S)
                 running_ms = Clock.now(devnet.context()).tip_ms
+                attempts = await failover  # the run, its receipt and settle: watched to its end
+                assert [a.outcome for a in attempts] == ["refunded early", "ran"], attempts
         finally:
             for daemon in (silent, second):
                 if daemon is not None:
@@ -182,8 +211,11 @@ async def market_round(devnet: DevnetProcess, tmp: Path, start_within_s: int) ->
     time_of = Clock.now(devnet.context()).time.slot_to_posix_ms
     locked = await holding_block(devnet, first.lock_tx_id, since)
     refunded = await holding_block(devnet, attempts[0].refund_tx, since)
+    deadline = first.datum.start_deadline
+    past = await first_height_after(devnet, point(locked), deadline)
     return {
         "money_held_ms": time_of(refunded["slot"]) - time_of(locked["slot"]),
+        "refund_blocks_after_start_deadline": refunded["height"] - past + 1,
         "refund_after_start_deadline_ms": time_of(refunded["slot"]) - first.datum.start_deadline,
         "silent_to_running_ms": running_ms - time_of(locked["slot"]),
         "start_deadline_to_running_ms": running_ms - first.datum.start_deadline,

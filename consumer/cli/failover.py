@@ -1,6 +1,8 @@
-"""`unchained job submit --failover N`: the job locked with a start deadline and, when its
-provider does not start it by then, refunded early and locked again with another provider, up
-to N times (`consumer.sdk.failover`); then the usual progress."""
+"""`unchained job submit --failover N`: the job locked with a start deadline and watched until
+it ends; when its provider does not start it by then, fails for its own reasons or goes silent
+while running, it is refunded (or came back by its receipt's settle) and locked again with
+another provider, up to N times (`consumer.sdk.failover`); then the usual progress. With
+`--detach` it is watched only until its Start."""
 
 from __future__ import annotations
 
@@ -25,21 +27,27 @@ async def submit_failover(
     min_delivered: int | None,
     yes: bool,
     as_json: bool,
+    detach: bool,
 ) -> str:
-    """Each attempt shown as it ends; the market's job id of the provider that started it."""
+    """Each step told as it happens (not with --json) and each attempt shown at the end; the
+    market's job id of the provider that ran it (started it, with `detach`)."""
     from consumer.sdk.failover import submit_with_failover
 
     if not yes:
         if as_json:
             raise ConsumerError("--json needs --yes: there is no one to ask")
-        asked = (f"lock this job, and again up to {failover} time(s) from the refund when a "
-                 f"provider does not start it within {start_within_s} s?")  # fmt: skip
+        asked = (f"lock this job, and again up to {failover} time(s) from the money that "
+                 f"comes back when a provider does not start it within {start_within_s} s"
+                 f"{'' if detach else ' or fails it'}?")  # fmt: skip
         if not typer.confirm(asked):
             raise ConsumerError("nothing locked")
+    tell = (lambda _: None) if as_json else (lambda line: typer.echo(line, err=True))
     attempts = await submit_with_failover(
-        consumer, spec, failover, start_within_s, gpu_model, min_delivered
+        consumer, spec, failover, start_within_s, gpu_model, min_delivered, not detach, tell
     )
     shown: list[dict[str, Any]] = [a.__dict__ for a in attempts]
-    lines = [f"{a.provider_id}: {a.outcome} (job {a.job_id})" for a in attempts]
+    lines = [f"{a.provider_id}: {a.outcome}{f' ({a.detail})' if a.detail else ''} (job "
+             f"{a.job_id}{f', refund {a.refund_tx}' if a.refund_tx else ''})"
+             for a in attempts]  # fmt: skip
     emit(as_json, {"attempts": shown, "job_id": attempts[-1].job_id}, "\n".join(lines))
     return attempts[-1].job_id

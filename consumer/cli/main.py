@@ -429,9 +429,11 @@ def submit(
         typer.Option(
             min=0,
             max=10,
-            help="Lock with a start deadline (--start-within); when the provider has not "
-            "started the job by then, take the money back at once and lock again with another "
-            "provider, up to this many times.",
+            help="Lock with a start deadline (--start-within) and watch the job until it ends; "
+            "when the provider has not started it by then, take the money back at once, and "
+            "when it fails the job for its own reasons (its receipt says stopped, or nothing "
+            "ran) or goes silent while running (refunded at the close), lock again with "
+            "another provider, up to this many times (--detach: only until it started).",
         ),
     ] = 0,
     start_within: Annotated[
@@ -479,6 +481,7 @@ def submit(
                     min_delivered,
                     yes,
                     as_json,
+                    detach,
                 )
                 settled = wait == WaitFor.SETTLED
                 return None if as_json or detach else await follow(consumer, job_id, settled)

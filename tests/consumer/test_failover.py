@@ -7,16 +7,20 @@ replaces a silent provider with another, the renter charged once."""
 from __future__ import annotations
 
 import asyncio
+import re
+from asyncio.subprocess import PIPE
 
 import pytest
+import yaml
 
 from consumer.sdk.errors import NotRefundableYet
-from consumer.sdk.failover import submit_with_failover
+from consumer.sdk.store import JobStore
 from offchain.chain.submit import tip_point
 from offchain.chain.utxo import format_out_ref, parse_out_ref, utxo_at
 from offchain.protocol.job.jobspec import parse_jobspec
 from offchain.protocol.ledger.split import refund_amount, settle_split
 from offchain.protocol.tx import escrow as escrows
+from tests.consumer.cli import UNCHAINED, cli_env
 from tests.consumer.conftest import IDENTITY
 from tests.consumer.scripted import PRICE, ScriptedProvider
 from tests.consumer.test_sdk import SPEC, UNITS, archive, travel_past, until
@@ -99,37 +103,52 @@ async def test_the_market_follows_a_start_to_the_started_escrow_and_settles_it(
 
 
 async def test_a_failover_replaces_a_silent_provider_and_charges_the_renter_once(
-    consumer, provider, market, devnet, consumer_deployment
+    consumer, provider, market, devnet, consumer_deployment, tmp_path
 ):
-    """The cheaper provider is matched and stays silent; past the start deadline the renter
-    refunds early and the market, asked again without it, matches the other, which starts,
-    runs and is settled: the renter paid two locks' and the refund's fees and one job."""
+    """`job submit --failover 1` (the CLI, in its own process, with the renter's key): the
+    cheaper provider is matched and stays silent; past the start deadline the renter refunds
+    early and the market, asked again without it, matches the other, which starts, runs and
+    is settled (the SDK watches it to that end). The CLI tells each step and prints each
+    attempt; the renter paid two locks' and the refund's fees and one job."""
     second = await ScriptedProvider.start(devnet, consumer_deployment, market.url, IDENTITY)
+    key = tmp_path / "renter.skey"
+    consumer.key.key.save(str(key))
+    env = cli_env(market, devnet, key, tmp_path / "state")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SPEC))
     try:
         await provider.offer()
         await second.offer(price_per_unit=PRICE + 1)
         start = balance(devnet, consumer.key.address)
         since = await tip_point(devnet.url)
-        spec = parse_jobspec(SPEC)
-        failover = asyncio.create_task(submit_with_failover(consumer, spec, 1, START_WITHIN_S))
+        cli = await asyncio.create_subprocess_exec(
+            *UNCHAINED, "job", "submit", "job.yaml", "--failover", "1", "--start-within",
+            str(START_WITHIN_S), "--yes", env=env, cwd=tmp_path, stdout=PIPE, stderr=PIPE,
+        )  # fmt: skip
         silent = await provider.assignment()  # matched, and never started
-        record = consumer.store.get(silent["job_id"])
+        store = JobStore(tmp_path / "state")
+        record = store.get(silent["job_id"])
         await travel_past(devnet, record.datum.start_deadline)
         job = await start_escrow(devnet, consumer, second, await second.assignment())
         await second.accept(job)
-        attempts = await failover
-        assert [a.outcome for a in attempts] == ["refunded early", "started"]
-        assert [a.provider_id for a in attempts] == [provider_id(provider), provider_id(second)]
         await second.run(job, ["running on the second provider"])
         await second.deliver(job, archive({"out.txt": b"ok"}), UNITS)
-        await until(consumer, job["job_id"], "settled")
+        out, err = await asyncio.wait_for(cli.communicate(), 120)  # watched to the settle
+        assert cli.returncode == 0, err.decode()
         await until(consumer, silent["job_id"], "refunded")
     finally:
         await second.http.aclose()
-    first, kept = record, consumer.store.get(job["job_id"])
+    told, printed = err.decode(), out.decode()
+    assert f"job {job['job_id']} started on chain" in told
+    early = re.search(rf"{provider_id(provider)}: refunded early \(job {silent['job_id']}, "
+                      r"refund ([0-9a-f]{64})\)", printed)  # fmt: skip
+    assert early is not None, printed
+    ran = (f"{provider_id(second)}: ran ({UNITS} units billed: no outcome reported) "
+           f"(job {job['job_id']})")  # fmt: skip
+    assert ran in printed
+    first, kept = record, store.get(job["job_id"])
     split = settle_split(kept.lovelace, PRICE + 1, UNITS, kept.datum.max_units,
                          kept.datum.fee_allowance)  # fmt: skip
-    paid = [first.lock_tx_id, kept.lock_tx_id, attempts[0].refund_tx]
+    paid = [first.lock_tx_id, kept.lock_tx_id, early.group(1)]
     fees = sum([await tx_fee(devnet, tx_id, since) for tx_id in paid if tx_id is not None])
     assert split.provider == (PRICE + 1) * UNITS
     assert balance(devnet, consumer.key.address) == start - fees - kept.lovelace + split.consumer

@@ -20,6 +20,7 @@ from pycardano import (
     Value,
 )
 
+from devnet.rules import OUTSIDE_VALIDITY_INTERVAL
 from offchain.protocol.ledger.addresses import from_plutus
 from offchain.protocol.ledger.types import EscrowDatum, PayoutKind, Refund, Start
 from offchain.protocol.tx import batch as batches
@@ -173,6 +174,31 @@ async def test_an_early_refund_waits_for_the_start_deadline_and_the_consumers_si
     tx = await confirm(devnet, consumer.sign(
         escrows.refund(devnet.context(), deployment, escrow, consumer.address)))  # fmt: skip
     assert balance(devnet, consumer.address) - before == LOCKED - tx.transaction_body.fee
+
+
+async def test_an_early_refund_built_ahead_is_valid_from_the_first_slot_past_the_deadline(
+    devnet, deployment
+):
+    """The SDK's refund, built and signed before the start deadline (`valid_from`): its lower
+    bound is the first slot whose time the script sees past the deadline (the slot before is
+    not), so the ledger refuses it until then and takes it as soon as the tip reaches it."""
+    consumer, provider = [await wallet(devnet) for _ in range(2)]
+    escrow = await locked(devnet, deployment, consumer, provider)
+    deadline = terms(escrow).start_deadline
+    clock = Clock.now(devnet.context())
+    first = clock.first_slot_after(deadline)
+    assert clock.time.slot_to_posix_ms(first - 1) <= deadline < clock.time.slot_to_posix_ms(first)
+    with pytest.raises(BuildError, match="not yet past its start deadline"):
+        escrows.refund(devnet.context(), deployment, escrow, consumer.address, first - 1)
+    ahead = consumer.sign(
+        escrows.refund(devnet.context(), deployment, escrow, consumer.address, first)
+    )
+    assert ahead.transaction_body.validity_start == first
+    await rejected(devnet, ahead, OUTSIDE_VALIDITY_INTERVAL, "outside its validity interval")
+    await travel_to(devnet, deadline)  # the tip at or past `first`
+    before = balance(devnet, consumer.address)
+    await confirm(devnet, ahead)
+    assert balance(devnet, consumer.address) - before == LOCKED - ahead.transaction_body.fee
 
 
 async def test_a_start_needs_the_provider_in_time_and_an_unchanged_escrow(devnet, deployment):

@@ -7,6 +7,8 @@ tagged outputs placed at known indices; the split is `offchain.protocol.ledger.s
 
 from __future__ import annotations
 
+import dataclasses
+
 from pycardano import (
     Address,
     ChainContext,
@@ -40,6 +42,7 @@ from offchain.protocol.ledger.types import (
 )
 from offchain.protocol.tx.deployment import Deployment
 from offchain.protocol.tx.txbuild import (
+    TTL_MS,
     BuildError,
     Clock,
     add_inputs,
@@ -305,15 +308,25 @@ def add_refund(
 
 
 def refund(
-    context: ChainContext, deployment: Deployment, escrow: UTxO, submitter: Address
+    context: ChainContext,
+    deployment: Deployment,
+    escrow: UTxO,
+    submitter: Address,
+    valid_from: int | None = None,
 ) -> Transaction:
     """Return an unsettled escrow to its consumer after deadline + window: the consumer, and
     once the refund window is over too anyone (the submitter pays the fee, keeps the
-    allowance's rest and signs)."""
+    allowance's rest and signs). `valid_from`: a later slot the refund is built for ahead of
+    time (the first past its start deadline or close, `Clock.first_slot_after`), so it can be
+    submitted the moment the chain's tip reaches it; valid for TTL_MS from there."""
+    clock = Clock.now(context)
+    if valid_from is not None:
+        clock = dataclasses.replace(clock, tip_slot=max(clock.tip_slot, valid_from))
     builder = new_builder(context)
     fee = fee_inputs(context, submitter)
     inputs = ledger_inputs([escrow], fee)
-    add_refund(context, builder, deployment, escrow, Clock.now(context), inputs, submitter)
+    add_refund(context, builder, deployment, escrow, clock, inputs, submitter)
+    builder.ttl = clock.ttl_until(clock.tip_ms + TTL_MS)
     add_inputs(builder, fee)
     return build(builder, submitter)
 
