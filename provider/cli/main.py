@@ -418,7 +418,7 @@ def gateway(
     from provider.gateway.app import gateway_app
     from provider.gateway.control import DeployTerms
     from provider.gateway.guard import ConnectionLimits, guarded_protocol
-    from provider.gateway.scaler import Scaler
+    from provider.gateway.scaler import Scaler, Scaling
     from provider.money.channel_book import ChannelBook
     from provider.rentals.book import RentalBook
     from provider.rentals.jobs import JobFiles
@@ -438,9 +438,14 @@ def gateway(
     bundle, _ = slots_of(settings.offer, inventory)
     terms = DeployTerms.of(bundle, settings.offer.request_price, settings.offer.llm_prices)
     engine = docker.from_env()
-    logs = engine_logs(engine, settings.runner)
     endpoints = RentalBook.in_state_dir(state)
-    scaler = Scaler(endpoints, Services(engine, settings.runner))  # min_replicas below replicas
+    logs = engine_logs(engine, settings.runner)
+    scaling: Services | Scaling = Services(engine, settings.runner)
+    if settings.daemon.placement == "ray":  # the fleet's rentals run on its nodes
+        from provider.placement.fleet_gateway import fleet_gateway
+
+        logs, scaling = fleet_gateway(settings, endpoints, engine)
+    scaler = Scaler(endpoints, scaling)  # min_replicas below replicas
     app = gateway_app(book, endpoints, terms=terms, logs=logs,
                       job_files=JobFiles.of(settings.runner), scaler=scaler)  # fmt: skip
     typer.echo(f"gateway on http://{listen}/endpoints and /deployments", err=True)

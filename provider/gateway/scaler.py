@@ -15,6 +15,12 @@ Scaling up: when a request finds more requests in flight on the endpoint than
 `IN_FLIGHT_PER_REPLICA` times its warm replicas, one more replica starts in the background (up
 to `replicas`); that request goes on to the warm ones. Stopped replicas keep their GPUs and
 slots: the daemon took them at the deploy, a cold start never waits for capacity.
+
+Where replicas start and stop is a `Scaling`: this machine's engine (`OnHost`, `Services.scale`)
+or, on a Ray fleet, the daemon asked through a table both share
+(`provider.placement.fleet_scaling`): the daemon owns the fleet's placement groups and its
+nodes' GPUs, so the gateway does not drive Ray itself; it still decides when, as it alone sees
+the requests.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Protocol
 
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.jobspec import JobSpecError, ServiceSpec, parse_servicespec
@@ -57,12 +64,44 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class Scaler:
-    """The gateway's scaling of its scaling endpoints, in its event loop."""
+class Scaling(Protocol):
+    """Where the replicas of an endpoint that scales start and stop; each call updates the
+    book's upstream (`RentalBook.set_warm`, which also pauses and resumes its billing)."""
+
+    async def up(self, name: str, spec: ServiceSpec, count: int) -> None:
+        """`count` replicas warm and in the book; an UnchainedError saying why not."""
+        ...
+
+    def down(self, name: str, spec: ServiceSpec, kept: str) -> Awaitable[object]:
+        """The book's upstream is `kept` (the first `spec.warm_replicas`) from the call on, so
+        no request goes to the others (a fleet's daemon is asked before the book changes: it
+        never puts them back), which stop once the awaitable is done."""
+        ...
+
+
+class OnHost:
+    """Replicas on this machine's engine: `Services.scale`, then the book."""
 
     def __init__(self, endpoints: RentalBook, services: Services) -> None:
         self.endpoints = endpoints
         self.services = services
+
+    async def up(self, name: str, spec: ServiceSpec, count: int) -> None:
+        upstream = await asyncio.to_thread(self.services.scale, name, spec, count)
+        self.endpoints.set_warm(name, upstream, now_ms())
+
+    def down(self, name: str, spec: ServiceSpec, kept: str) -> Awaitable[str]:
+        self.endpoints.set_warm(name, kept, now_ms())  # before: no request goes to them
+        return asyncio.to_thread(self.services.scale, name, spec, spec.warm_replicas)
+
+
+class Scaler:
+    """The gateway's scaling of its scaling endpoints, in its event loop."""
+
+    def __init__(self, endpoints: RentalBook, services: Services | Scaling) -> None:
+        """`services`: this machine's (a single host), or a fleet's `Scaling`."""
+        self.endpoints = endpoints
+        self.scaling = OnHost(endpoints, services) if isinstance(services, Services) else services
         self._in_flight: dict[str, int] = {}
         self._last: dict[str, int] = {}  # POSIX ms an endpoint's last request ended
         self._locks: dict[str, asyncio.Lock] = {}  # one scaling at a time, per endpoint
@@ -145,10 +184,9 @@ class Scaler:
                 return
             began = time.monotonic()
             try:
-                upstream = await asyncio.to_thread(self.services.scale, name, spec, count)
+                await self.scaling.up(name, spec, count)
             except UnchainedError as exc:
                 raise ColdStartFailed(f"endpoint {name}'s cold start failed: {exc}") from exc
-            self.endpoints.set_warm(name, upstream, now_ms())
             self._last[name] = now_ms()
             log.info("endpoint %s: %d replica(s) warm in %.2f s", name, count,
                      time.monotonic() - began)  # fmt: skip
@@ -183,6 +221,5 @@ class Scaler:
             if warm is None or warm.state != RUNNING or not self._idle(warm, spec):
                 return
             kept = ",".join(warm.upstreams[: spec.warm_replicas])
-            self.endpoints.set_warm(name, kept, now_ms())  # before: no request goes to them
-            await asyncio.to_thread(self.services.scale, name, spec, spec.warm_replicas)
+            await self.scaling.down(name, spec, kept)  # the book first: no request goes to them
             log.info("endpoint %s: scaled down to %d replica(s)", name, spec.warm_replicas)

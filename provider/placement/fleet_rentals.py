@@ -18,7 +18,16 @@ A pod placed again starts with a fresh /workspace: its volume was on the node th
 restarted daemon finds the rentals its predecessor placed on their nodes (`_adopt`) and moves
 them as its own.
 Channel jobs go through the fleet's `run` (`ChannelJobs` given the placement): placed, and
-restarted from their last /out copy, as escrowed jobs are."""
+restarted from their last /out copy, as escrowed jobs are.
+
+An endpoint that scales with its requests (`min_replicas` below `replicas`) is scaled by the
+daemon, at the gateway's ask (`warm_asks.py`: the gateway sees the requests, the daemon owns
+the placement): each round `upstream` reads how many replicas the gateway wants warm; one above
+that is taken out of the upstream and then stopped on its node, its placement group freed (the
+daemon's slot stays held, as on a single host); one wanted again is placed by Ray (a new
+placement group) and started on its node as at the deploy, and the book's upstream gains it
+once it is healthy. A start that fails is told to the gateway's waiter (`WarmAsks.failed`)
+and tried again only for a newer ask."""
 
 from __future__ import annotations
 
@@ -37,7 +46,9 @@ from ray.util.placement_group import PlacementGroup, remove_placement_group
 from offchain.core.errors import UnchainedError
 from offchain.protocol.job.jobspec import Bundle, JobSpecError, parse_podspec, parse_servicespec
 from provider.config import RunnerSettings
+from provider.gateway.scaler import scaling_spec
 from provider.placement.ray_fleet import Node, NodeDied, NoRoom, RayPlacement
+from provider.placement.warm_asks import WarmAsks
 from provider.rentals.book import ENDPOINT, JOB, POD, Rental, Started, Starter
 from provider.rentals.jobs import ChannelJobs
 from provider.rentals.starters import starter_of
@@ -57,7 +68,9 @@ class Replica:
     group: PlacementGroup | None = None
     node: Node | None = None
     upstream: str = ""  # "" while it does not run
-    moving: bool = False  # being placed again, on a thread of its own
+    busy: bool = False  # being placed (again) or stopped, on a thread of its own
+    warm: bool = True  # to run: False once the gateway scaled it down
+    for_ask: int = 0  # the gateway's ask it was wanted warm for (`warm_asks.py`; 0: the deploy)
 
 
 @dataclasses.dataclass
@@ -128,10 +141,11 @@ class FleetRentals:
                  node.name, started.upstream)  # fmt: skip
 
     def upstream(self, deployment: Rental) -> str | None:
-        """Where `deployment`'s replicas answer now, for the book ("" while none does): a
-        replica whose node died is left out and placed again on a thread of its own. A rental
-        this daemon did not start (its predecessor's) is found on its nodes first; None for
-        one whose spec cannot be read (the book's upstream stands)."""
+        """Where `deployment`'s warm replicas answer now, for the book ("" while none does):
+        a replica whose node died is left out and placed again, one the gateway wants warm
+        (again) placed and started, one it scaled down stopped, each on a thread of its own.
+        A rental this daemon did not start (its predecessor's) is found on its nodes first;
+        None for one whose spec cannot be read (the book's upstream stands)."""
         rental = self.placed.get(deployment.name)
         if rental is None:
             try:
@@ -139,14 +153,28 @@ class FleetRentals:
             except FleetRentalError:
                 return None
         alive = {node.node_id for node in self.fleet.nodes()}
-        for replica in rental.replicas:
-            with self.lock:
+        warm, ask, may_start = self.warm_wanted(rental)
+        work = []
+        with self.lock:
+            target(rental.replicas, warm, ask, may_start)
+            for replica in rental.replicas:
                 lost = replica.node is None or replica.node.node_id not in alive
-                if replica.moving or not lost:
+                held = replica.node is not None or replica.group is not None
+                if replica.busy or not (lost if replica.warm else held):
                     continue
-                replica.moving, replica.upstream = True, ""
-            threading.Thread(target=self._move, args=(rental, replica), daemon=True).start()
+                replica.busy, replica.upstream = True, ""
+                work.append(threading.Thread(
+                    target=self._move if replica.warm else self._retire, args=(rental, replica),
+                    daemon=True,
+                ))  # fmt: skip
+        for thread in work:
+            thread.start()
         return upstream_of(rental)
+
+    def warm_wanted(self, rental: Placed) -> tuple[int, int, bool]:
+        """How many of `rental`'s replicas run, the gateway's ask that says so (0: none), and
+        whether replicas may be started for it: all of them, unless it scales (`FleetServices`)."""
+        return len(rental.replicas), 0, True
 
     def _adopt(self, deployment: Rental) -> Placed:
         """The replicas a previous daemon started, found on the nodes that run them, each
@@ -177,26 +205,41 @@ class FleetRentals:
             return self.placed.setdefault(deployment.name, rental)
 
     def _move(self, rental: Placed, replica: Replica) -> None:
-        """`replica`'s node died: placed again where there is room (else tried again at the
-        daemon's next round); a rental stopped meanwhile has what this started removed."""
+        """`replica` is wanted warm and runs nowhere (its node died, or the gateway wants it
+        again): placed where there is room (else `not_started`); a rental stopped meanwhile
+        has what this started removed."""
         name = rental.deployment.name
-        lost = replica.node.name if replica.node else "none"
+        if replica.node is not None:
+            log.warning("%s %s replica %d: node %s is gone, placed again", self.kind, name,
+                        replica.index, replica.node.name)  # fmt: skip
         if replica.group is not None:
             remove_placement_group(replica.group)  # else Ray would place it again by itself
         replica.group, replica.node = None, None
-        log.warning("%s %s replica %d: node %s is gone, placed again", self.kind, name,
-                    replica.index, lost)  # fmt: skip
         try:
             self._run(rental, replica)
         except UnchainedError as exc:
-            log.warning("%s %s replica %d not placed yet: %s", self.kind, name, replica.index,
-                        exc)  # fmt: skip
+            self.not_started(rental, replica, exc)
         finally:
             with self.lock:
-                replica.moving = False
+                replica.busy = False
                 stopped = self.placed.get(name) is not rental
             if stopped:
                 self._remove(rental, replica)
+
+    def not_started(self, rental: Placed, replica: Replica, why: UnchainedError) -> None:
+        """A replica wanted warm found no room or did not start: tried again next round."""
+        log.warning("%s %s replica %d not placed yet: %s", self.kind, rental.deployment.name,
+                    replica.index, why)  # fmt: skip
+
+    def _retire(self, rental: Placed, replica: Replica) -> None:
+        """`replica` is scaled down (out of the book's upstream since the gateway's ask): its
+        container goes from its node and its placement group is freed."""
+        self._remove(rental, replica)
+        log.info("%s %s replica %d stopped on node %s (scaled down)", self.kind,
+                 rental.deployment.name, replica.index,
+                 replica.node.name if replica.node else "none")  # fmt: skip
+        with self.lock:
+            replica.group, replica.node, replica.busy = None, None, False
 
     def stop(self, name: str) -> None:
         """Remove `name`'s replicas from every node that runs one (after a daemon's restart
@@ -245,23 +288,48 @@ class FleetServices(FleetRentals):
 
     kind = ENDPOINT
 
+    def __init__(self, fleet: RayPlacement) -> None:
+        super().__init__(fleet)
+        self.asks = WarmAsks.in_state_dir(fleet.settings.state_dir)  # the gateway's
+
     def shape(self, deployment: Rental) -> tuple[Bundle, int]:
         try:
             spec = parse_servicespec(json.loads(deployment.spec_json))
         except (ValueError, JobSpecError) as exc:
             raise FleetRentalError(f"endpoint {deployment.name}: its spec: {exc}") from exc
-        if spec.warm_replicas < spec.replicas:
-            raise FleetRentalError(
-                "an endpoint that scales with its requests (min_replicas below replicas) runs "
-                "on a single host, not a fleet"
-            )
         return spec.resources, spec.replicas
+
+    def start_deployment(self, deployment: Rental, gpu_uuids: list[str]) -> Started:
+        self.asks.forget(deployment.name)  # all its replicas run from its start
+        return super().start_deployment(deployment, gpu_uuids)
+
+    def stop(self, name: str) -> None:
+        super().stop(name)
+        self.asks.forget(name)
+
+    def warm_wanted(self, rental: Placed) -> tuple[int, int, bool]:
+        """As many as the gateway's last ask says, for an endpoint that scales."""
+        ask = self.asks.get(rental.deployment.name)
+        if ask is None or scaling_spec(rental.deployment.spec_json) is None:
+            return super().warm_wanted(rental)
+        return ask.warm, ask.ask, ask.may_start
+
+    def not_started(self, rental: Placed, replica: Replica, why: UnchainedError) -> None:
+        """A replica the gateway asked for: its waiter is told, the replica is not wanted
+        until a newer ask (the next request's cold start tries again)."""
+        if not replica.for_ask:
+            return super().not_started(rental, replica, why)
+        log.warning("%s %s replica %d did not start for the gateway: %s", self.kind,
+                    rental.deployment.name, replica.index, why)  # fmt: skip
+        self.asks.failed(rental.deployment.name, replica.for_ask, str(why))
+        with self.lock:
+            replica.warm = False
 
     def on_node(self, deployment: Rental, replica: int) -> Rental:
         spec = json.loads(deployment.spec_json)
         spec["replicas"] = 1
         return dataclasses.replace(
-            deployment, name=f"{deployment.name}-{replica}", spec_json=json.dumps(spec)
+            deployment, name=replica_name(deployment.name, replica), spec_json=json.dumps(spec)
         )
 
     def mine(self, name: str, found: str) -> bool:
@@ -290,8 +358,27 @@ class FleetPods(FleetRentals):
         return all(gone)
 
 
+def replica_name(name: str, replica: int) -> str:
+    """An endpoint's replica's name on its node: a service of one replica there."""
+    return f"{name}-{replica}"
+
+
 def upstream_of(rental: Placed) -> str:
-    return ",".join(replica.upstream for replica in rental.replicas if replica.upstream)
+    """The book's upstream: the replicas that run and are wanted warm, by index."""
+    return ",".join(r.upstream for r in rental.replicas if r.upstream and r.warm)
+
+
+def target(replicas: list[Replica], warm: int, ask: int, may_start: bool) -> None:
+    """Mark `warm` of `replicas` as wanted warm. Fewer: the ones that run and come first stay
+    (the gateway kept the first `warm` of the book's upstream, which lists them by index), then
+    those not running. More, when `may_start`: the first ones not wanted, for ask `ask`."""
+    wanted = [replica for replica in replicas if replica.warm]
+    keep = sorted(wanted, key=lambda replica: (not replica.upstream, replica.index))
+    for replica in keep[warm:]:
+        replica.warm, replica.upstream = False, ""
+    if may_start:
+        for replica in [replica for replica in replicas if not replica.warm][: warm - len(wanted)]:
+            replica.warm, replica.for_ask = True, ask
 
 
 def fleet_starters(

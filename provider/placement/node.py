@@ -95,8 +95,7 @@ class NodeRunner:
     def __init__(
         self, name: str, settings: RunnerSettings, checkpoint_every_s: int, address: str
     ) -> None:
-        own = settings.state_dir / "nodes" / name
-        node_settings = settings.model_copy(update={"state_dir": own})
+        node_settings = settings_of(settings, name)
         self.name = name
         self.client = docker.from_env()
         self.address = address
@@ -299,6 +298,11 @@ class NodeRunner:
 
 class NotEnoughGpus(UnchainedError):
     """Ray placed work on GPUs this node has not (what it advertises and what it has differ)."""
+
+
+def settings_of(settings: RunnerSettings, node: str) -> RunnerSettings:
+    """The runner's settings of node `node`: its own state directory under the daemon's."""
+    return settings.model_copy(update={"state_dir": settings.state_dir / "nodes" / node})
 
 
 def rental_holder(name: str) -> str:

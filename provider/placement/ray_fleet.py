@@ -85,6 +85,34 @@ class Attempt:
     nodes: list[str] = dataclasses.field(default_factory=list)
 
 
+def join(address: str) -> None:
+    """Join the cluster at `address` as a driver (the daemon, or the gateway reading logs).
+    FleetUnreachable when its head does not take a connection: Ray itself would retry for
+    minutes without a word."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except (OSError, ValueError) as exc:
+        raise FleetUnreachable(f"the Ray head at {address} does not answer: {exc}") from exc
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+
+
+def alive_nodes() -> list[Node]:
+    """The nodes alive now that can run a job (a head advertising no CPU runs none), named by
+    their `unchained-node` label (else their id)."""
+    alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
+    return [
+        Node(n["NodeID"], n.get("Labels", {}).get(NODE_LABEL) or n["NodeID"][:12],
+             n["Resources"], n["NodeManagerAddress"])
+        for n in alive if n["Resources"].get("CPU", 0) >= 1
+    ]  # fmt: skip
+
+
+def pinned_to(node: Node) -> NodeAffinitySchedulingStrategy:
+    """An actor's place: on `node`, nowhere else."""
+    return NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+
+
 class RayPlacement:
     def __init__(self, daemon: DaemonSettings, settings: RunnerSettings) -> None:
         self.settings = settings
@@ -101,29 +129,14 @@ class RayPlacement:
 
     @classmethod
     def connect(cls, daemon: DaemonSettings, settings: RunnerSettings) -> RayPlacement:
-        """Join the cluster at `ray_address` as its driver (the daemon's own process).
-        FleetUnreachable when its head does not take a connection: Ray itself would retry
-        for minutes without a word."""
-        address = daemon.ray_address or ""
-        host, _, port = address.rpartition(":")
-        try:
-            socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
-        except (OSError, ValueError) as exc:
-            raise FleetUnreachable(f"the Ray head at {address} does not answer: {exc}") from exc
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        """Join the cluster at `ray_address` as its driver (the daemon's own process)."""
+        join(daemon.ray_address or "")
         return cls(daemon, settings)
 
     # -- the cluster ---------------------------------------------------------------------
 
     def nodes(self) -> list[Node]:
-        """The nodes alive now that can run a job (a head advertising no CPU runs none),
-        named by their `unchained-node` label (else their id)."""
-        alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
-        return [
-            Node(n["NodeID"], n.get("Labels", {}).get(NODE_LABEL) or n["NodeID"][:12],
-                 n["Resources"], n["NodeManagerAddress"])
-            for n in alive if n["Resources"].get("CPU", 0) >= 1
-        ]  # fmt: skip
+        return alive_nodes()
 
     def alive(self, node_id: str) -> bool:
         return any(node.node_id == node_id for node in self.nodes())
@@ -133,10 +146,10 @@ class RayPlacement:
         the placement group holds the job's)."""
         with self.lock:
             if node.node_id not in self.actors:
-                pinned = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
                 options = NodeActor.options(
-                    scheduling_strategy=pinned, num_cpus=0, max_concurrency=MAX_JOBS_A_NODE
-                )
+                    scheduling_strategy=pinned_to(node), num_cpus=0,
+                    max_concurrency=MAX_JOBS_A_NODE,
+                )  # fmt: skip
                 self.actors[node.node_id] = options.remote(
                     node.name, self.settings, self.checkpoint_every_s, node.address
                 )
