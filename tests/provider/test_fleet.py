@@ -35,10 +35,13 @@ from provider.capacity import Capacity, Slot
 from provider.config import DaemonSettings, RunnerSettings
 from provider.daemon.rentals import Rentals
 from provider.gateway.app import gateway_app
+from provider.gateway.scaler import Scaler
 from provider.money.channel_book import ChannelBook
+from provider.placement.fleet_gateway import FleetLogs, FleetScaling
 from provider.placement.fleet_rentals import FleetPods, FleetServices, fleet_starters
 from provider.placement.ray_fleet import Attempt, RayPlacement
-from provider.rentals.book import Rental, RentalBook
+from provider.placement.warm_asks import WarmAsks
+from provider.rentals.book import Rental, RentalBook, due_of
 from provider.rentals.jobs import RECEIPT_FILE, JobReceipts, job_id
 from provider.rentals.pods import Pods
 from provider.rentals.services import Services, service_container_name
@@ -57,10 +60,13 @@ from tests.provider.daemon_harness import (
 )
 from tests.provider.ray_cluster import RayCluster
 from tests.provider.test_deployments_daemon import PRICE, pending
+from tests.provider.test_gateway_control import signed
 from tests.provider.test_pods import pod_spec, ssh
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 WAIT_S = 120.0
+PER_SECOND = 1_000  # lovelace a warm second of the scaling endpoint
+AHEAD = 10_000 * PER_SECOND  # what its renter paid ahead (an IOU in the book)
 
 # counts to 6, a second a step, keeping its step in /out (renamed into place: a copy never
 # holds half a file) and where each run started from
@@ -460,6 +466,70 @@ async def test_a_channel_job_on_the_fleet_runs_on_a_node_and_its_receipt_is_sign
     folder = fleet.results_dir / job_id(name)
     assert out_files(folder / "out.tar") == {"answer": "42\n"}
     assert json.loads((folder / RECEIPT_FILE).read_text())["units"] >= 1
+
+
+async def test_an_endpoint_on_the_fleet_scales_to_zero_and_a_call_cold_starts_it_on_a_node(
+    on_fleet: OnFleet, client: docker.DockerClient, fleet_state: RunnerSettings,
+    cluster: RayCluster,
+) -> None:  # fmt: skip
+    """`min_replicas: 0` on the fleet, the real gateway in front: its logs route reads the
+    replica's output on its node; idle, the gateway's scaler asks the daemon, which stops it
+    there (no container on any node) and bills no second at zero; a call then cold-starts it,
+    placed by Ray on a node, answered and billed as on a single host (warm seconds only)."""
+    sample = sample_images.sample_service_image(client)
+    name = support.stored("cold")
+    on_fleet.channels.accept(support.iou(AHEAD))  # the renter paid ahead for its seconds
+    deployment = pending("cold", sample, price_per_second=PER_SECOND, min_replicas=0,
+                         scale_down_after_s=1)  # fmt: skip
+    on_fleet.book.add(dataclasses.replace(deployment, name=name))
+    await on_fleet.until(name, lambda d: d is not None and d.state == "running")
+    services = on_fleet.loop.starter("endpoint")
+    assert isinstance(services, FleetServices)
+    (replica,) = services.placed[name].replicas
+    asks = WarmAsks.in_state_dir(fleet_state.state_dir)
+    scaler = Scaler(on_fleet.book, FleetScaling(on_fleet.book, asks, place_timeout_s=3))
+    app = gateway_app(on_fleet.channels, on_fleet.book, logs=FleetLogs(fleet_state, client),
+                      scaler=scaler)  # fmt: skip
+    containers = [
+        Services(client, cluster.node_settings(node, fleet_state)) for node in cluster.nodes
+    ]
+    with support.serving(app) as url, ThreadPoolExecutor(1) as pool:
+        assert call(url, 1).json()["score"] == 3
+        logs = httpx.post(f"{url}/deployments/cold/logs", json=signed("logs", "cold"))
+        assert logs.status_code == 200 and "POST /predict" in logs.json()["logs"], logs.text
+        cold = await on_fleet.until(name, lambda d: d is not None and d.scaled_to_zero and not any(
+            s.leftovers()["containers"] for s in containers))  # fmt: skip
+        assert cold is not None and replica.node is None and replica.group is None
+        at = cold.cold_since_ms
+        assert on_fleet.book.due_on(support.CHANNEL, at + 60_000) == on_fleet.book.due_on(
+            support.CHANNEL, at
+        )  # no second billed at zero
+        gone = httpx.post(f"{url}/deployments/cold/logs", json=signed("logs", "cold"))
+        assert "no container of cold on the fleet's nodes now" in gone.json()["logs"]
+        answered = pool.submit(call, url, 2)  # a cold start: the daemon's rounds place it
+        await on_fleet.until(name, lambda d: answered.done())
+        assert answered.result().json()["score"] == 5
+    warm = on_fleet.book.get(name)
+    assert warm is not None and not warm.scaled_to_zero and warm.cold_ms > 0
+    assert replica.node is not None and warm.upstream == replica.upstream
+    assert warm.upstream.startswith(f"http://{replica.node.address}:")  # on its node
+    assert (warm.requests, warm.served) == (2, 2 * PRICE)
+    now = time.time_ns() // 1_000_000
+    warm_s = (now - warm.started_ms - warm.cold_ms) // 1000
+    assert due_of(warm, now) == 2 * PRICE + PER_SECOND * warm_s
+    on_fleet.book.finish(name, "stopped", "stopped by its renter", now)
+    await on_fleet.until(name, lambda d: name not in on_fleet.loop._live)
+    assert not any(s.leftovers()["containers"] for s in containers)
+    assert on_fleet.capacity.free() == 2
+
+
+def call(url: str, value: int) -> httpx.Response:
+    """A call of the sample service through the gateway, its IOU above what was paid ahead."""
+    iou = support.iou(AHEAD + value * PRICE).to_header()
+    answer = httpx.post(f"{url}/endpoints/cold/predict", json={"values": [value]},
+                        headers={IOU_HEADER: iou}, timeout=WAIT_S)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    return answer
 
 
 def test_the_last_node_killed_fails_the_job_with_nothing_metered(
