@@ -32,7 +32,7 @@ from offchain.protocol.job.jobspec import ServiceSpec
 from provider.config import ProviderConfig, RunnerSettings
 from provider.placement.fleet_rentals import replica_name
 from provider.placement.node import settings_of
-from provider.placement.ray_fleet import CALL_S, Node, alive_nodes, join, pinned_to
+from provider.placement.ray_fleet import Node, alive_nodes, join, pinned_to
 from provider.placement.warm_asks import WarmAsks
 from provider.rentals.book import ENDPOINT, POD, RUNNING, Rental, RentalBook
 from provider.rentals.pods import Pods
@@ -41,6 +41,7 @@ from provider.rentals.starters import engine_logs
 
 ASK_POLL_S = 0.1  # how often a cold start looks for the daemon's answer in the book
 DAEMON_ROUNDS_S = 5.0  # the daemon's rounds (0.5 s each) that see an ask and publish a start
+READ_S = 30.0  # a node's reader answering (its first answer includes its worker's start)
 
 
 class FleetColdStartFailed(UnchainedError):
@@ -89,9 +90,9 @@ class FleetLogs:
         text = []
         for node, call in calls:
             try:
-                text.append(ray.get(call, timeout=CALL_S))
+                text.append(ray.get(call, timeout=READ_S))
             except GetTimeoutError:
-                text.append(f"[node {node.name} did not answer within {CALL_S:g} s]\n")
+                text.append(f"[node {node.name} did not answer within {READ_S:g} s]\n")
             except RayError as exc:
                 with self.lock:
                     self.readers.pop(node.node_id, None)  # a new reader at the next ask

@@ -488,23 +488,28 @@ async def test_an_endpoint_on_the_fleet_scales_to_zero_and_a_call_cold_starts_it
     (replica,) = services.placed[name].replicas
     asks = WarmAsks.in_state_dir(fleet_state.state_dir)
     scaler = Scaler(on_fleet.book, FleetScaling(on_fleet.book, asks, place_timeout_s=3))
-    app = gateway_app(on_fleet.channels, on_fleet.book, logs=FleetLogs(fleet_state, client),
-                      scaler=scaler)  # fmt: skip
+    reader = FleetLogs(fleet_state, client)
+    app = gateway_app(on_fleet.channels, on_fleet.book, logs=reader, scaler=scaler)
     containers = [
         Services(client, cluster.node_settings(node, fleet_state)) for node in cluster.nodes
     ]
     with support.serving(app) as url, ThreadPoolExecutor(1) as pool:
         assert call(url, 1).json()["score"] == 3
-        logs = httpx.post(f"{url}/deployments/cold/logs", json=signed("logs", "cold"))
+        logs = read_logs(url)
         assert logs.status_code == 200 and "POST /predict" in logs.json()["logs"], logs.text
-        cold = await on_fleet.until(name, lambda d: d is not None and d.scaled_to_zero and not any(
-            s.leftovers()["containers"] for s in containers))  # fmt: skip
-        assert cold is not None and replica.node is None and replica.group is None
+        assert replica.node is not None
+        ray.kill(reader.readers[replica.node.node_id])  # a node not read is said, not left out
+        lost = read_logs(url)
+        assert f"[node {replica.node.name} could not be read" in lost.json()["logs"], lost.text
+        cold = await on_fleet.until(name, lambda d: d is not None and d.scaled_to_zero and not (
+            replica.busy or replica.node or any(s.leftovers()["containers"] for s in containers)
+        ))  # fmt: skip
+        assert cold is not None and replica.group is None  # its room on the node freed
         at = cold.cold_since_ms
         assert on_fleet.book.due_on(support.CHANNEL, at + 60_000) == on_fleet.book.due_on(
             support.CHANNEL, at
         )  # no second billed at zero
-        gone = httpx.post(f"{url}/deployments/cold/logs", json=signed("logs", "cold"))
+        gone = read_logs(url)
         assert "no container of cold on the fleet's nodes now" in gone.json()["logs"]
         answered = pool.submit(call, url, 2)  # a cold start: the daemon's rounds place it
         await on_fleet.until(name, lambda d: answered.done())
@@ -521,6 +526,12 @@ async def test_an_endpoint_on_the_fleet_scales_to_zero_and_a_call_cold_starts_it
     await on_fleet.until(name, lambda d: name not in on_fleet.loop._live)
     assert not any(s.leftovers()["containers"] for s in containers)
     assert on_fleet.capacity.free() == 2
+
+
+def read_logs(url: str) -> httpx.Response:
+    """The renter's signed ask for its endpoint's logs (a node's first answer starts its
+    reader there: a worker process)."""
+    return httpx.post(f"{url}/deployments/cold/logs", json=signed("logs", "cold"), timeout=WAIT_S)
 
 
 def call(url: str, value: int) -> httpx.Response:
