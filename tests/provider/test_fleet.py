@@ -38,7 +38,13 @@ from provider.gateway.app import gateway_app
 from provider.gateway.scaler import Scaler
 from provider.money.channel_book import ChannelBook
 from provider.placement.fleet_gateway import FleetLogs, FleetScaling
-from provider.placement.fleet_rentals import FleetPods, FleetServices, fleet_starters
+from provider.placement.fleet_rentals import (
+    FleetPods,
+    FleetServices,
+    Replica,
+    fleet_starters,
+    target,
+)
 from provider.placement.ray_fleet import Attempt, RayPlacement
 from provider.placement.warm_asks import WarmAsks
 from provider.rentals.book import Rental, RentalBook, due_of
@@ -526,6 +532,20 @@ async def test_an_endpoint_on_the_fleet_scales_to_zero_and_a_call_cold_starts_it
     await on_fleet.until(name, lambda d: name not in on_fleet.loop._live)
     assert not any(s.leftovers()["containers"] for s in containers)
     assert on_fleet.capacity.free() == 2
+
+
+def test_scaling_down_keeps_the_replicas_the_gateway_kept_and_a_failed_ask_starts_none() -> None:
+    """The daemon's choice (`target`) matches the gateway's: the first replicas of the book's
+    upstream (those that run, by index) stay warm; after a start for the last ask failed,
+    none is wanted again until a newer ask."""
+    replicas = [Replica(0), Replica(1, upstream="http://n:1"), Replica(2, upstream="http://n:2")]
+    target(replicas, 1, ask=4, may_start=True)
+    assert [(r.warm, r.upstream) for r in replicas] == [(False, ""), (True, "http://n:1"),
+                                                         (False, "")]  # fmt: skip
+    target(replicas, 3, ask=5, may_start=False)
+    assert [r.warm for r in replicas] == [False, True, False]
+    target(replicas, 2, ask=6, may_start=True)
+    assert [(r.warm, r.for_ask) for r in replicas] == [(True, 6), (True, 0), (False, 0)]
 
 
 def read_logs(url: str) -> httpx.Response:
