@@ -17,10 +17,10 @@ to `replicas`); that request goes on to the warm ones. Stopped replicas keep the
 slots: the daemon took them at the deploy, a cold start never waits for capacity.
 
 Where replicas start and stop is a `Scaling`: this machine's engine (`OnHost`, `Services.scale`)
-or, on a Ray fleet, the daemon asked through a table both share
-(`provider.placement.fleet_scaling`): the daemon owns the fleet's placement groups and its
-nodes' GPUs, so the gateway does not drive Ray itself; it still decides when, as it alone sees
-the requests.
+or, on a Ray fleet, the daemon asked through a table both share (`FleetScaling` in
+`provider.placement.fleet_gateway`, `provider.placement.warm_asks`): the daemon owns the
+fleet's placement groups and its nodes' GPUs, so the gateway does not drive Ray itself; it
+still decides when, as it alone sees the requests.
 """
 
 from __future__ import annotations
