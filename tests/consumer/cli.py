@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +22,11 @@ from tests.consumer.test_sdk import SPEC
 from tests.protocol.onchain import tx_fee as tx_fee  # where its users import it from
 from tests.protocol.onchain import wallet
 
-UNCHAINED = [sys.executable, "-m", "unchained.cli"]
+# `python -m unchained.cli`, each command a process of its own, forked from a zygote that has
+# the third-party libraries imported already (tests/cli_launch.py): one per pytest worker
+ZYGOTE = Path(tempfile.gettempdir()) / f"unchained-cli-{os.getpid()}.sock"
+UNCHAINED = [sys.executable, "-I", "-S", str(Path(__file__).parent.parent / "cli_launch.py"),
+             str(ZYGOTE), str(os.getpid())]  # fmt: skip
 
 
 def cli_env(market, devnet, key: Path, state_dir: Path, identity: str = IDENTITY) -> dict[str, str]:

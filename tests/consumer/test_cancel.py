@@ -102,6 +102,9 @@ async def test_a_job_not_taken_is_cancelled_in_the_next_block(devnet, world):
         assert (await renter.send("GET", f"/jobs/{job_id}/cancel")).json()["state"] == "requested"
 
         w.daemon.start()  # back: it answers the standing request, never takes the job
+        await w.daemon.logged(f"job {job_id}: cancel of escrow {job['escrow']} signed")
+        # asked again now the provider is up (the chain makes an empty block every 2 s of
+        # waiting, so the count below holds only for a provider that answers at once)
         code, done = run_json(w.env, "job", "cancel", job_id, cwd=w.here)
         assert code == 0, done
         assert (done["how"], done["state"]) == ("cancelled", "cancelled")

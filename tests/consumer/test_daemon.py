@@ -106,11 +106,12 @@ async def test_submit_to_results_the_daemon_ran_and_signed(devnet, world, busybo
     job = submit(env, here, "job", spec(busybox, script))
     slow = submit(env, here, "slow", spec(busybox, "echo started; echo still going; sleep 60",
                                           seconds=TIME_LIMIT_S))  # fmt: skip
-    failing = submit(env, here, "failing", spec(busybox, "echo about to fail; sleep 1; exit 3"))
 
     async with httpx.AsyncClient(base_url=market.url, timeout=60) as http:
         status = await wait_state(Party.new(http, IDENTITY, funded), job["job_id"], {"settled"},
                                   timeout_s=120)  # fmt: skip
+    # the daemon's two slots: the third job once the first has freed its own
+    failing = submit(env, here, "failing", spec(busybox, "echo about to fail; sleep 1; exit 3"))
     code, result = run_json(env, "job", "results", job["job_id"], "--out", "res", cwd=here)
     assert code == 0, result
     assert result["sha256"] == status["result_sha256"]
