@@ -9,5 +9,11 @@ bash scripts/setup-docker.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 # three workers on two cores: much of a test is waiting for blocks, containers and children
-# the slowest tests are listed at the end: the suite must stay within its 20-minute budget
-exec .venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not gpu" --durations=30 "$@"
+# the slowest tests and modules are listed at the end: the suite must stay within its
+# 20-minute budget, and the longest modules belong in tests/conftest.py's LONGEST_FIRST
+junit="$(mktemp -d)/junit.xml"
+status=0
+.venv/bin/python -m pytest -q -n 3 --dist loadfile -m "not gpu" --durations=30 \
+  --junitxml="$junit" "$@" || status=$?
+if [ -f "$junit" ]; then .venv/bin/python scripts/slowest_modules.py "$junit"; fi
+exit "$status"

@@ -24,15 +24,23 @@ NEEDS = {
     "browser": {"browser"},
 }
 DOCKER_CLIENT = "tests/provider"  # where `client` is the engine's (the explorer's is HTTP)
-# Modules of a minute or more each (the demos in fresh clones, the compiler's rebuild), run
-# first: pytest-xdist hands whole modules to its workers in collection order (--dist
-# loadfile), and the longest started last would decide when the suite ends.
+# Modules of a minute or more each (the demos in fresh clones, the compiler's rebuild, the Ray
+# fleet, the daemons killed and the markets crashed), run first: pytest-xdist hands whole
+# modules to its workers in collection order (--dist loadfile), and the longest started last
+# would decide when the suite ends. scripts/test.sh prints the slowest modules of each run.
 LONGEST_FIRST = (
-    "tests/test_demo_services.py",
     "tests/test_demo.py",
+    "tests/test_demo_services.py",
     "tests/contracts/test_build.py",
-    "tests/consumer/test_results_cli.py",
+    "tests/provider/test_fleet.py",
+    "tests/market/test_crash.py",
+    "tests/provider/test_daemon_recovery.py",
     "tests/contracts/test_validators_devnet.py",
+    "tests/consumer/test_external_tx.py",
+    "tests/protocol/test_escrow_attacks.py",
+    "tests/provider/test_failover_daemon.py",
+    "tests/market/test_leadership.py",
+    "tests/consumer/test_endpoint_deploy.py",
 )
 
 
