@@ -68,7 +68,7 @@ def test_the_example_job_trains_on_the_pinned_gpu_in_a_cuda_image(tmp_path):
     runner = Runner(client, RunnerSettings(state_dir=tmp_path / "state", pull_images=True))
     result = runner.run("torch_gpu_job", spec, [inventory.gpu.gpus[0].uuid])
     if result.status == "error" and "could not be pulled" in (result.error or ""):
-        pytest.skip(f"no {GPU_BENCH_IMAGE} here and no registry: {result.error}")
+        pytest.fail(f"no {GPU_BENCH_IMAGE} here and no registry: {result.error}")
     assert result.status == "succeeded", result
     assert result.record is not None and result.record.gpu_usage[0].processes >= 1
     log = result.log_path.read_text() if result.log_path else ""

@@ -46,7 +46,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         client = docker.from_env()
         client.images.get(image)
     except docker.errors.DockerException as error:
-        pytest.skip(f"needs a docker engine holding {image}: {error}")
+        pytest.fail(f"VLLM_IMAGE={image} is named but no docker engine holds it: {error}")
     folder = write_model(tmp_path_factory.mktemp("model"))
     container = client.containers.run(
         image, ["--model", "/model", "--load-format", "dummy", "--served-model-name", MODEL,
